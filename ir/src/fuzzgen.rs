@@ -1,0 +1,1 @@
+//! Random valid modules.
