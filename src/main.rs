@@ -1,1 +1,125 @@
-fn main() {}
+//! The `offload` command-line tool.
+
+use clap::{Parser, Subcommand};
+use offload::diagnostics::render_all;
+use offload::ir;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "offload", version, about = "Run data-parallel bytecode kernels on a GPU or every CPU core")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Parse and verify `.obc` files, reporting every error.
+    Check {
+        /// The files to check.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print a file in canonical form.
+    Fmt {
+        /// The file to format.
+        file: PathBuf,
+        /// Rewrite the file in place instead of printing it.
+        #[arg(long)]
+        write: bool,
+        /// Exit non-zero if the file is not in canonical form.
+        #[arg(long, conflicts_with = "write")]
+        check: bool,
+    },
+    /// Show the verifier's types and the shared analyses (blocks, back-edges,
+    /// liveness, deopt sites with frame states) of a file's functions.
+    Analyze {
+        /// The file.
+        file: PathBuf,
+        /// Only this function (`name` or `Class.method`).
+        #[arg(long)]
+        func: Option<String>,
+    },
+}
+
+fn read(path: &PathBuf) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))
+}
+
+fn load(path: &PathBuf) -> Result<(String, ir::Verified), String> {
+    let src = read(path)?;
+    let name = path.display().to_string();
+    match ir::load(&name, &src) {
+        Ok(v) => Ok((src, v)),
+        Err(ds) => Err(format!(
+            "{}error: {} found {} problem(s)",
+            render_all(&ds.0, &src),
+            name,
+            ds.0.len()
+        )),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Check { files } => {
+            let mut failed = 0;
+            for f in &files {
+                match load(f) {
+                    Ok((_, v)) => {
+                        let kernels = v.kernels().count();
+                        println!("ok {} ({} functions, {} kernels)", f.display(), v.funcs.len(), kernels);
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        failed += 1;
+                    }
+                }
+            }
+            if failed > 0 {
+                return Err(format!("error: {failed} of {} file(s) failed", files.len()));
+            }
+            Ok(())
+        }
+        Command::Fmt { file, write, check } => {
+            let src = read(&file)?;
+            let name = file.display().to_string();
+            let module = ir::parse_module(&name, &src)
+                .map_err(|ds| format!("{}error: cannot format {name}", render_all(&ds.0, &src)))?;
+            let text = ir::print_module(&module);
+            if write {
+                std::fs::write(&file, &text).map_err(|e| format!("error: cannot write {name}: {e}"))?;
+            } else if check {
+                if text != src {
+                    return Err(format!("error: {name} is not in canonical form (run `offload fmt --write {name}`)"));
+                }
+            } else {
+                print!("{text}");
+            }
+            Ok(())
+        }
+        Command::Analyze { file, func } => {
+            let (_, v) = load(&file)?;
+            let ids: Vec<ir::FuncId> = match &func {
+                Some(name) => vec![v.func_named(name).ok_or_else(|| format!("error: no function `{name}` in {}", file.display()))?],
+                None => (0..v.funcs.len()).map(ir::FuncId::new).filter(|&f| !v.func(f).is_abstract()).collect(),
+            };
+            for f in ids {
+                print!("{}", ir::analysis::dump(&v, f));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
