@@ -40,7 +40,7 @@ impl Tok {
             Tok::Comma => "`,`".into(),
             Tok::Arrow => "`->`".into(),
             Tok::Newline => "end of line".into(),
-            Tok::Bad(c) => format!("unexpected character {c:?}"),
+            Tok::Bad(c) => format!("character {c:?}"),
             Tok::Eof => "end of file".into(),
         }
     }

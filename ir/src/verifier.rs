@@ -207,7 +207,7 @@ impl<'a> Verifier<'a> {
     }
 
     fn tn(&self, t: Type) -> String {
-        type_name(self.m, t)
+        format!("`{}`", type_name(self.m, t))
     }
 
     fn module_rules(&mut self) {
@@ -342,7 +342,7 @@ impl<'a> Verifier<'a> {
                 FuncKind::Kernel => {
                     let first = f.params().first().map(|l| l.ty);
                     if first != Some(Type::I64) {
-                        let found = first.map_or("no parameters".into(), |t| format!("`{}`", self.tn(t)));
+                        let found = first.map_or("no parameters".into(), |t| self.tn(t));
                         self.diags.push(Diagnostic {
                             expected: Some("the workitem index, `i64`, as first parameter".into()),
                             found: Some(found),
@@ -352,7 +352,7 @@ impl<'a> Verifier<'a> {
                     if let Some(r) = f.ret {
                         self.diags.push(Diagnostic {
                             expected: Some("no return type".into()),
-                            found: Some(format!("`{}`", self.tn(r))),
+                            found: Some(self.tn(r)),
                             ..self.plain(sp, Some(&f.name), "kernels return nothing".into())
                         });
                     }
@@ -366,8 +366,8 @@ impl<'a> Verifier<'a> {
                     {
                         let of = m.func(o);
                         let sig = |g: &Function| {
-                            let ps: Vec<String> = g.param_types().skip(1).map(|t| self.tn(t)).collect();
-                            format!("({}){}", ps.join(", "), g.ret.map_or(String::new(), |r| format!(" -> {}", self.tn(r))))
+                            let ps: Vec<String> = g.param_types().skip(1).map(|t| type_name(m, t)).collect();
+                            format!("({}){}", ps.join(", "), g.ret.map_or(String::new(), |r| format!(" -> {}", type_name(m, r))))
                         };
                         let same = of.ret == f.ret
                             && of.param_types().skip(1).eq(f.param_types().skip(1));
