@@ -1,1 +1,712 @@
-//! Random valid modules.
+//! Random *valid* modules, for round-trip, robustness and (later) differential
+//! testing, driven by [`arbitrary::Unstructured`] so that the same generator
+//! serves proptest-style smoke tests and `cargo fuzz`.
+//!
+//! Every generated module verifies, prints and parses back to itself, and its
+//! code terminates: loops are counted with a dedicated counter and a small
+//! constant bound, static functions only call functions defined before them,
+//! and methods make no calls. Generated code may throw (division by zero,
+//! bounds, null, explicit `throw`), as real kernels do.
+//!
+//! Also here: [`arbitrary_insts`], arbitrary (mostly invalid) instruction
+//! sequences with arbitrary operands, for checking that the verifier rejects
+//! garbage without panicking.
+
+use crate::isa::{Inst, Label};
+use crate::module::{Class, Debug, Field, FuncDebug, FuncKind, Function, Local, Module};
+use crate::types::{ClassId, Elem, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, Type};
+use arbitrary::{Result, Unstructured};
+use std::sync::Arc;
+
+/// Bounds on what [`arbitrary_module`] makes.
+#[derive(Copy, Clone, Debug)]
+pub struct GenConfig {
+    /// At most this many classes.
+    pub max_classes: usize,
+    /// At most this many static helper functions.
+    pub max_helpers: usize,
+    /// At most this many kernels (at least one is made).
+    pub max_kernels: usize,
+    /// At most this many statements per block.
+    pub max_stmts: usize,
+    /// Expression nesting depth.
+    pub max_depth: usize,
+    /// Control-flow nesting depth (ifs and loops).
+    pub max_nesting: usize,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        GenConfig {
+            max_classes: 3,
+            max_helpers: 2,
+            max_kernels: 2,
+            max_stmts: 6,
+            max_depth: 3,
+            max_nesting: 2,
+        }
+    }
+}
+
+const SCALARS: [Type; 4] = [Type::I32, Type::I64, Type::F32, Type::F64];
+
+/// Generate a random valid module.
+pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Module> {
+    let mut m = Module {
+        source: Debug(Arc::from("<generated>")),
+        ..Module::default()
+    };
+    // Classes, each extending an earlier one or nothing.
+    let nclasses = u.int_in_range(0..=cfg.max_classes)?;
+    for c in 0..nclasses {
+        let superclass = if c > 0 && u.ratio(1, 2)? {
+            Some(ClassId::new(u.choose_index(c)?))
+        } else {
+            None
+        };
+        m.classes.push(Class {
+            name: format!("C{c}"),
+            superclass,
+            fields: Vec::new(),
+            methods: Vec::new(),
+            span: Debug::default(),
+        });
+    }
+    for c in 0..nclasses {
+        for k in 0..u.int_in_range(0..=3)? {
+            let ty = gen_field_type(u, nclasses)?;
+            let id = FieldId::new(m.fields.len());
+            m.fields.push(Field {
+                name: format!("f{c}_{k}"),
+                class: ClassId::new(c),
+                ty,
+                span: Debug::default(),
+            });
+            m.classes[c].fields.push(id);
+        }
+    }
+    // Method signatures: new methods or overrides of an inherited one.
+    let mut method_bodies = Vec::new();
+    for c in 0..nclasses {
+        let cid = ClassId::new(c);
+        for k in 0..u.int_in_range(0..=2)? {
+            let inherited: Vec<FuncId> = match m.classes[c].superclass {
+                Some(s) => m.vtable(s),
+                None => Vec::new(),
+            };
+            let (short, params, ret) = if !inherited.is_empty() && u.ratio(1, 2)? {
+                let o = m.func(*u.choose(&inherited)?);
+                let short = o.short_name().to_string();
+                if m.classes[c].methods.iter().any(|&x| m.func(x).short_name() == short) {
+                    continue;
+                }
+                (short, o.params()[1..].to_vec(), o.ret)
+            } else {
+                let params = (0..u.int_in_range(0..=2)?)
+                    .map(|p| Ok(Local { name: format!("p{p}"), ty: *u.choose(&SCALARS)? }))
+                    .collect::<Result<Vec<_>>>()?;
+                let ret = if u.ratio(3, 4)? { Some(*u.choose(&SCALARS)?) } else { None };
+                (format!("m{c}_{k}"), params, ret)
+            };
+            let id = FuncId::new(m.funcs.len());
+            let mut locals = vec![Local { name: "this".into(), ty: Type::Class(cid) }];
+            locals.extend(params);
+            m.funcs.push(Function {
+                name: format!("C{c}.{short}"),
+                kind: FuncKind::Method { class: cid, is_abstract: false },
+                param_count: locals.len() as u32,
+                locals,
+                ret,
+                body: Vec::new(),
+                debug: Debug(FuncDebug::default()),
+            });
+            m.classes[c].methods.push(id);
+            method_bodies.push(id);
+        }
+    }
+    // Static helpers, then kernels.
+    let nhelpers = u.int_in_range(0..=cfg.max_helpers)?;
+    let mut helpers = Vec::new();
+    for h in 0..nhelpers {
+        let params = (0..u.int_in_range(0..=3)?)
+            .map(|p| Ok(Local { name: format!("a{p}"), ty: gen_capture_type(u, nclasses, false)? }))
+            .collect::<Result<Vec<_>>>()?;
+        let ret = if u.ratio(3, 4)? { Some(*u.choose(&SCALARS)?) } else { None };
+        helpers.push(FuncId::new(m.funcs.len()));
+        m.funcs.push(Function {
+            name: format!("helper{h}"),
+            kind: FuncKind::Static,
+            param_count: params.len() as u32,
+            locals: params,
+            ret,
+            body: Vec::new(),
+            debug: Debug(FuncDebug::default()),
+        });
+    }
+    let nkernels = u.int_in_range(1..=cfg.max_kernels.max(1))?;
+    let mut kernels = Vec::new();
+    for k in 0..nkernels {
+        let mut params = vec![Local { name: "i".into(), ty: Type::I64 }];
+        for p in 0..u.int_in_range(0..=4)? {
+            params.push(Local { name: format!("c{p}"), ty: gen_capture_type(u, nclasses, true)? });
+        }
+        kernels.push(FuncId::new(m.funcs.len()));
+        m.funcs.push(Function {
+            name: format!("kernel{k}"),
+            kind: FuncKind::Kernel,
+            param_count: params.len() as u32,
+            locals: params,
+            ret: None,
+            body: Vec::new(),
+            debug: Debug(FuncDebug::default()),
+        });
+    }
+    let methods: Vec<FuncId> = method_bodies.clone();
+    for &f in &method_bodies {
+        gen_body(u, cfg, &mut m, f, &[], &[])?;
+    }
+    for (h, &f) in helpers.iter().enumerate() {
+        gen_body(u, cfg, &mut m, f, &helpers[..h], &methods)?;
+    }
+    for &f in &kernels {
+        gen_body(u, cfg, &mut m, f, &helpers, &methods)?;
+    }
+    Ok(m)
+}
+
+fn gen_field_type(u: &mut Unstructured<'_>, nclasses: usize) -> Result<Type> {
+    Ok(match u.int_in_range(0..=9)? {
+        0..=5 => *u.choose(&SCALARS)?,
+        6 | 7 if nclasses > 0 => Type::Class(ClassId::new(u.choose_index(nclasses)?)),
+        _ => u.choose(&SCALARS)?.array_of().expect("scalar arrays exist"),
+    })
+}
+
+fn gen_capture_type(u: &mut Unstructured<'_>, nclasses: usize, arrays_likely: bool) -> Result<Type> {
+    let t = *u.choose(&SCALARS)?;
+    Ok(match u.int_in_range(0..=3)? {
+        0 if nclasses > 0 => Type::Class(ClassId::new(u.choose_index(nclasses)?)),
+        0 | 1 => t,
+        2 if !arrays_likely => t,
+        _ => t.array_of().expect("scalar arrays exist"),
+    })
+}
+
+struct Body<'m, 'u, 'a> {
+    u: &'a mut Unstructured<'u>,
+    m: &'m Module,
+    cfg: GenConfig,
+    insts: Vec<Inst>,
+    locals: Vec<Local>,
+    assigned: Vec<bool>,
+    /// Loop counters: never stored to by generated statements.
+    reserved: Vec<bool>,
+    calls: &'m [FuncId],
+    virtuals: &'m [FuncId],
+    nesting: usize,
+    /// Instructions left before the generator stops adding statements.
+    budget: usize,
+}
+
+fn gen_body(
+    u: &mut Unstructured<'_>,
+    cfg: &GenConfig,
+    m: &mut Module,
+    f: FuncId,
+    calls: &[FuncId],
+    virtuals: &[FuncId],
+) -> Result<()> {
+    let func = m.func(f).clone();
+    let mut locals = func.locals.clone();
+    let nparams = locals.len();
+    for l in 0..u.int_in_range(1..=5)? {
+        let ty = gen_field_type(u, m.classes.len())?;
+        locals.push(Local { name: format!("l{l}"), ty });
+    }
+    let snapshot = m.clone();
+    let mut b = Body {
+        u,
+        m: &snapshot,
+        cfg: *cfg,
+        insts: Vec::new(),
+        assigned: (0..locals.len()).map(|i| i < nparams).collect(),
+        reserved: vec![false; locals.len()],
+        locals,
+        calls,
+        virtuals,
+        nesting: 0,
+        budget: 400,
+    };
+    b.block()?;
+    if let Some(t) = func.ret {
+        b.expr(t, 0)?;
+    }
+    b.insts.push(Inst::Ret);
+    let target = &mut m.funcs[f.index()];
+    target.locals = b.locals;
+    target.body = b.insts;
+    Ok(())
+}
+
+impl Body<'_, '_, '_> {
+    fn emit(&mut self, i: Inst) {
+        self.insts.push(i);
+        self.budget = self.budget.saturating_sub(1);
+    }
+
+    fn here(&self) -> u32 {
+        self.insts.len() as u32
+    }
+
+    fn patch(&mut self, at: usize, to: u32) {
+        if let Some(t) = self.insts[at].target_mut() {
+            *t = Label(to);
+        }
+    }
+
+    fn block(&mut self) -> Result<()> {
+        let n = self.u.int_in_range(0..=self.cfg.max_stmts)?;
+        for _ in 0..n {
+            if self.budget < 40 || self.u.is_empty() {
+                break;
+            }
+            self.stmt()?;
+        }
+        Ok(())
+    }
+
+    fn locals_where(&self, pred: impl Fn(&Local, bool) -> bool) -> Vec<usize> {
+        (0..self.locals.len())
+            .filter(|&i| pred(&self.locals[i], self.assigned[i]))
+            .collect()
+    }
+
+    fn stmt(&mut self) -> Result<()> {
+        match self.u.int_in_range(0..=9)? {
+            0..=2 => {
+                let cands = self.locals_where(|_, _| true);
+                let cands: Vec<usize> = cands.into_iter().filter(|&i| !self.reserved[i]).collect();
+                if let Ok(&l) = self.u.choose(&cands) {
+                    let ty = self.locals[l].ty;
+                    self.expr(ty, 0)?;
+                    self.emit(Inst::Store { local: LocalId::new(l) });
+                    self.assigned[l] = true;
+                }
+            }
+            3 => {
+                // Array store.
+                let t = self.pick_array_type()?;
+                let e = t.array_elem().expect("array");
+                self.expr(t, 1)?;
+                self.index()?;
+                self.expr(e, 1)?;
+                self.emit(store_inst(e));
+            }
+            4 => {
+                // putfield.
+                if let Ok(f) = self.u.choose_index(self.m.fields.len()) {
+                    let fd = &self.m.fields[f];
+                    let (class, ty) = (fd.class, fd.ty);
+                    self.expr(Type::Class(class), 1)?;
+                    self.expr(ty, 1)?;
+                    self.emit(Inst::PutField { field: FieldId::new(f) });
+                }
+            }
+            5 if self.nesting < self.cfg.max_nesting => {
+                self.nesting += 1;
+                let before = self.assigned.clone();
+                let branch_at = self.insts.len();
+                if self.u.ratio(1, 4)? {
+                    let t = self.pick_ref_type()?;
+                    self.expr(t, 1)?;
+                    self.emit(Inst::BrNull { target: Label(0) });
+                } else {
+                    self.expr(Type::I32, 1)?;
+                    self.emit(Inst::BrUnless { target: Label(0) });
+                }
+                if self.u.ratio(1, 6)? {
+                    let kind = *self.u.choose(&ExceptionKind::ALL)?;
+                    self.emit(Inst::Throw { kind });
+                } else {
+                    self.block()?;
+                }
+                let mut before = before;
+                // Counters of loops nested in the branch are not assigned outside it.
+                before.resize(self.assigned.len(), false);
+                let then_assigned = std::mem::replace(&mut self.assigned, before);
+                let jump_at = self.insts.len();
+                self.emit(Inst::Br { target: Label(0) });
+                let else_start = self.here();
+                self.patch(branch_at, else_start);
+                self.block()?;
+                let end = self.here();
+                self.patch(jump_at, end);
+                let mut then_assigned = then_assigned;
+                then_assigned.resize(self.assigned.len(), false);
+                for (a, t) in self.assigned.iter_mut().zip(then_assigned) {
+                    *a = *a && t;
+                }
+                self.nesting -= 1;
+            }
+            6 if self.nesting < self.cfg.max_nesting => {
+                // Counted loop with a fresh counter.
+                self.nesting += 1;
+                let c = self.locals.len();
+                self.locals.push(Local { name: format!("n{c}"), ty: Type::I32 });
+                self.assigned.push(true);
+                self.reserved.push(true);
+                let before = self.assigned.clone();
+                let bound = self.u.int_in_range(0..=4)?;
+                self.emit(Inst::I32Const { value: 0 });
+                self.emit(Inst::Store { local: LocalId::new(c) });
+                let head = self.here();
+                self.emit(Inst::Load { local: LocalId::new(c) });
+                self.emit(Inst::I32Const { value: bound });
+                self.emit(Inst::I32Ge);
+                let exit_at = self.insts.len();
+                self.emit(Inst::BrIf { target: Label(0) });
+                self.block()?;
+                self.emit(Inst::Inc { local: LocalId::new(c), delta: 1 });
+                self.emit(Inst::Br { target: Label(head) });
+                let exit = self.here();
+                self.patch(exit_at, exit);
+                // The body may not run: keep only what was assigned before it.
+                let mut before = before;
+                before.resize(self.assigned.len(), false);
+                for (a, b) in self.assigned.iter_mut().zip(before) {
+                    *a = *a && b;
+                }
+                self.nesting -= 1;
+            }
+            7 => {
+                // Atomic update whose old value is dropped.
+                let t = *self.u.choose(&[Type::I32, Type::I64])?;
+                self.expr(t.array_of().expect("array"), 1)?;
+                self.index()?;
+                self.expr(t, 1)?;
+                if self.u.ratio(1, 2)? {
+                    self.emit(if t == Type::I32 { Inst::I32ArrayAtomicAdd } else { Inst::I64ArrayAtomicAdd });
+                } else {
+                    self.expr(t, 1)?;
+                    self.emit(if t == Type::I32 { Inst::I32ArrayCmpxchg } else { Inst::I64ArrayCmpxchg });
+                }
+                self.emit(Inst::Pop);
+            }
+            _ => {
+                let t = *self.u.choose(&SCALARS)?;
+                self.expr(t, 0)?;
+                self.emit(Inst::Pop);
+            }
+        }
+        Ok(())
+    }
+
+    fn index(&mut self) -> Result<()> {
+        if self.u.ratio(3, 4)? {
+            let value = self.u.int_in_range(0..=3)?;
+            self.emit(Inst::I32Const { value });
+            Ok(())
+        } else {
+            self.expr(Type::I32, 2)
+        }
+    }
+
+    fn pick_array_type(&mut self) -> Result<Type> {
+        let mut opts: Vec<Type> = SCALARS.iter().map(|t| t.array_of().expect("array")).collect();
+        for l in &self.locals {
+            if matches!(l.ty, Type::Array(..)) {
+                opts.push(l.ty);
+            }
+        }
+        Ok(*self.u.choose(&opts)?)
+    }
+
+    fn pick_ref_type(&mut self) -> Result<Type> {
+        if !self.m.classes.is_empty() && self.u.ratio(1, 2)? {
+            Ok(Type::Class(ClassId::new(self.u.choose_index(self.m.classes.len())?)))
+        } else {
+            self.pick_array_type()
+        }
+    }
+
+    /// Push code that leaves one value of type `t` (or a subtype) on the stack.
+    fn expr(&mut self, t: Type, depth: usize) -> Result<()> {
+        let leaf = depth >= self.cfg.max_depth || self.budget < 30 || self.u.is_empty();
+        // Assigned locals of an assignable type.
+        let m = self.m;
+        let locals = self.locals_where(|l, a| a && crate::verifier::assignable(m, l.ty, t));
+        if !locals.is_empty() && self.u.ratio(1, 3)? {
+            let l = *self.u.choose(&locals)?;
+            self.emit(Inst::Load { local: LocalId::new(l) });
+            return Ok(());
+        }
+        match t {
+            Type::Class(c) => {
+                let subs: Vec<ClassId> = (0..m.classes.len())
+                    .map(ClassId::new)
+                    .filter(|&s| m.is_subclass(s, c))
+                    .collect();
+                if leaf || self.u.ratio(1, 2)? {
+                    if self.u.ratio(1, 5)? {
+                        self.emit(Inst::RefNull);
+                    } else {
+                        let class = *self.u.choose(&subs)?;
+                        self.emit(Inst::New { class });
+                    }
+                } else {
+                    // A class-typed field read, or a cast.
+                    let fields: Vec<usize> = (0..m.fields.len())
+                        .filter(|&f| crate::verifier::assignable(m, m.fields[f].ty, t))
+                        .collect();
+                    if let Ok(&f) = self.u.choose(&fields) {
+                        self.expr(Type::Class(m.fields[f].class), depth + 1)?;
+                        self.emit(Inst::GetField { field: FieldId::new(f) });
+                    } else {
+                        let class = *self.u.choose(&subs)?;
+                        self.emit(Inst::New { class });
+                        self.emit(Inst::CheckCast { ty: t });
+                    }
+                }
+            }
+            Type::Array(..) => {
+                let elem = t.array_elem().expect("array");
+                let len = self.u.int_in_range(0..=4)?;
+                self.emit(Inst::I32Const { value: len });
+                self.emit(Inst::NewArray { elem });
+            }
+            Type::Ref | Type::Null => self.emit(Inst::RefNull),
+            scalar if leaf => self.constant(scalar)?,
+            scalar => self.scalar(scalar, depth)?,
+        }
+        Ok(())
+    }
+
+    fn constant(&mut self, t: Type) -> Result<()> {
+        let i = match t {
+            Type::I32 => Inst::I32Const { value: if self.u.ratio(3, 4)? { self.u.int_in_range(-4..=9)? } else { self.u.arbitrary()? } },
+            Type::I64 => Inst::I64Const { value: if self.u.ratio(3, 4)? { self.u.int_in_range(-4..=9)? } else { self.u.arbitrary()? } },
+            Type::F32 => Inst::F32Const {
+                value: if self.u.ratio(3, 4)? { F32::new(f32::from(self.u.int_in_range(-8i16..=8)?) * 0.5) } else { F32(self.u.arbitrary()?) },
+            },
+            _ => Inst::F64Const {
+                value: if self.u.ratio(3, 4)? { F64::new(f64::from(self.u.int_in_range(-8i16..=8)?) * 0.25) } else { F64(self.u.arbitrary()?) },
+            },
+        };
+        self.emit(i);
+        Ok(())
+    }
+
+    fn scalar(&mut self, t: Type, depth: usize) -> Result<()> {
+        let d = depth + 1;
+        match self.u.int_in_range(0..=9)? {
+            0 | 1 => {
+                self.expr(t, d)?;
+                self.expr(t, d)?;
+                let op = *self.u.choose(binops(t))?;
+                self.emit(op);
+            }
+            2 => {
+                self.expr(t, d)?;
+                let op = *self.u.choose(unops(t))?;
+                self.emit(op);
+            }
+            3 => {
+                // Conversion from another scalar.
+                let from = *self.u.choose(&SCALARS)?;
+                self.expr(from, d)?;
+                // Converting a type to itself needs no instruction.
+                if let Some(c) = convert(from, t) {
+                    self.emit(c);
+                }
+            }
+            4 if t == Type::I32 => {
+                let from = *self.u.choose(&SCALARS)?;
+                self.expr(from, d)?;
+                self.expr(from, d)?;
+                let op = *self.u.choose(compares(from))?;
+                self.emit(op);
+            }
+            5 => {
+                let arr = t.array_of().expect("array");
+                self.expr(arr, d)?;
+                self.index()?;
+                self.emit(load_inst(t));
+            }
+            6 => {
+                let fields: Vec<usize> = (0..self.m.fields.len()).filter(|&f| self.m.fields[f].ty == t).collect();
+                if let Ok(&f) = self.u.choose(&fields) {
+                    self.expr(Type::Class(self.m.fields[f].class), d)?;
+                    self.emit(Inst::GetField { field: FieldId::new(f) });
+                } else {
+                    self.constant(t)?;
+                }
+            }
+            7 => {
+                let calls: Vec<FuncId> = self.calls.iter().copied().filter(|&f| self.m.func(f).ret == Some(t)).collect();
+                let virts: Vec<FuncId> = self.virtuals.iter().copied().filter(|&f| self.m.func(f).ret == Some(t)).collect();
+                let (callee, virt) = match (calls.is_empty(), virts.is_empty()) {
+                    (false, true) => (*self.u.choose(&calls)?, false),
+                    (true, false) => (*self.u.choose(&virts)?, true),
+                    (false, false) if self.u.ratio(1, 2)? => (*self.u.choose(&calls)?, false),
+                    (false, false) => (*self.u.choose(&virts)?, true),
+                    (true, true) => return self.constant(t),
+                };
+                let params: Vec<Type> = self.m.func(callee).param_types().collect();
+                for p in params {
+                    self.expr(p, d)?;
+                }
+                self.emit(if virt { Inst::CallVirt { method: callee } } else { Inst::Call { func: callee } });
+            }
+            8 if t == Type::I32 => {
+                if self.u.ratio(1, 2)? {
+                    let a = self.pick_array_type()?;
+                    self.expr(a, d)?;
+                    self.emit(Inst::ArrayLen);
+                } else {
+                    let r = self.pick_ref_type()?;
+                    self.expr(r, d)?;
+                    let ty = self.pick_ref_type()?;
+                    self.emit(Inst::InstanceOf { ty });
+                }
+            }
+            _ => self.constant(t)?,
+        }
+        Ok(())
+    }
+}
+
+fn binops(t: Type) -> &'static [Inst] {
+    use Inst::*;
+    match t {
+        Type::I32 => &[I32Add, I32Sub, I32Mul, I32Div, I32Rem, I32And, I32Or, I32Xor, I32Shl, I32Shr, I32Ushr, I32Min, I32Max],
+        Type::I64 => &[I64Add, I64Sub, I64Mul, I64Div, I64Rem, I64And, I64Or, I64Xor, I64Shl, I64Shr, I64Ushr, I64Min, I64Max],
+        Type::F32 => &[F32Add, F32Sub, F32Mul, F32Div, F32Rem, F32Min, F32Max, F32Pow],
+        _ => &[F64Add, F64Sub, F64Mul, F64Div, F64Rem, F64Min, F64Max, F64Pow],
+    }
+}
+
+fn unops(t: Type) -> &'static [Inst] {
+    use Inst::*;
+    match t {
+        Type::I32 => &[I32Neg, I32Abs],
+        Type::I64 => &[I64Neg, I64Abs],
+        Type::F32 => &[F32Neg, F32Abs, F32Sqrt, F32Floor, F32Ceil, F32Exp, F32Log, F32Sin, F32Cos],
+        _ => &[F64Neg, F64Abs, F64Sqrt, F64Floor, F64Ceil, F64Exp, F64Log, F64Sin, F64Cos],
+    }
+}
+
+fn compares(t: Type) -> &'static [Inst] {
+    use Inst::*;
+    match t {
+        Type::I32 => &[I32Eq, I32Ne, I32Lt, I32Le, I32Gt, I32Ge],
+        Type::I64 => &[I64Eq, I64Ne, I64Lt, I64Le, I64Gt, I64Ge],
+        Type::F32 => &[F32Eq, F32Ne, F32Lt, F32Le, F32Gt, F32Ge],
+        _ => &[F64Eq, F64Ne, F64Lt, F64Le, F64Gt, F64Ge],
+    }
+}
+
+fn convert(from: Type, to: Type) -> Option<Inst> {
+    use Inst::*;
+    Some(match (from, to) {
+        (Type::I32, Type::I64) => I32ToI64,
+        (Type::I32, Type::F32) => I32ToF32,
+        (Type::I32, Type::F64) => I32ToF64,
+        (Type::I64, Type::I32) => I64ToI32,
+        (Type::I64, Type::F32) => I64ToF32,
+        (Type::I64, Type::F64) => I64ToF64,
+        (Type::F32, Type::I32) => F32ToI32,
+        (Type::F32, Type::I64) => F32ToI64,
+        (Type::F32, Type::F64) => F32ToF64,
+        (Type::F64, Type::I32) => F64ToI32,
+        (Type::F64, Type::I64) => F64ToI64,
+        (Type::F64, Type::F32) => F64ToF32,
+        _ => return None,
+    })
+}
+
+fn load_inst(t: Type) -> Inst {
+    match t {
+        Type::I32 => Inst::I32ALoad,
+        Type::I64 => Inst::I64ALoad,
+        Type::F32 => Inst::F32ALoad,
+        Type::F64 => Inst::F64ALoad,
+        _ => Inst::RefALoad,
+    }
+}
+
+fn store_inst(t: Type) -> Inst {
+    match t {
+        Type::I32 => Inst::I32AStore,
+        Type::I64 => Inst::I64AStore,
+        Type::F32 => Inst::F32AStore,
+        Type::F64 => Inst::F64AStore,
+        _ => Inst::RefAStore,
+    }
+}
+
+/// An arbitrary instruction, operands included (ids may be out of range).
+fn arbitrary_inst(u: &mut Unstructured<'_>, body_len: u32) -> Result<Inst> {
+    struct R<'a, 'b>(&'a mut Unstructured<'b>, u32);
+    impl crate::isa::OperandReader for R<'_, '_> {
+        type Error = arbitrary::Error;
+        fn read_i32(&mut self) -> Result<i32> {
+            self.0.arbitrary()
+        }
+        fn read_i64(&mut self) -> Result<i64> {
+            self.0.arbitrary()
+        }
+        fn read_f32(&mut self) -> Result<F32> {
+            Ok(F32(self.0.arbitrary()?))
+        }
+        fn read_f64(&mut self) -> Result<F64> {
+            Ok(F64(self.0.arbitrary()?))
+        }
+        fn read_local(&mut self) -> Result<LocalId> {
+            Ok(LocalId(self.0.int_in_range(0..=6)?))
+        }
+        fn read_label(&mut self) -> Result<Label> {
+            Ok(Label(self.0.int_in_range(0..=self.1 + 1)?))
+        }
+        fn read_type(&mut self) -> Result<Type> {
+            let base = *self.0.choose(&[Elem::I32, Elem::I64, Elem::F32, Elem::F64, Elem::Ref, Elem::Class(ClassId(0)), Elem::Class(ClassId(7))])?;
+            Ok(match self.0.int_in_range(0..=10u8)? {
+                0 => base.to_type(),
+                9 => Type::Null,
+                d => Type::Array(base, d - 1),
+            })
+        }
+        fn read_class(&mut self) -> Result<ClassId> {
+            Ok(ClassId(self.0.int_in_range(0..=3)?))
+        }
+        fn read_field(&mut self) -> Result<FieldId> {
+            Ok(FieldId(self.0.int_in_range(0..=3)?))
+        }
+        fn read_func(&mut self) -> Result<FuncId> {
+            Ok(FuncId(self.0.int_in_range(0..=3)?))
+        }
+        fn read_exception(&mut self) -> Result<ExceptionKind> {
+            Ok(*self.0.choose(&ExceptionKind::ALL)?)
+        }
+    }
+    let op = *u.choose(crate::isa::Opcode::ALL)?;
+    op.read_operands(&mut R(u, body_len))
+}
+
+/// A small module whose functions hold arbitrary instruction sequences with
+/// arbitrary operands: almost always invalid. The verifier must reject it (or
+/// accept it) without panicking or hanging.
+pub fn arbitrary_insts(u: &mut Unstructured<'_>) -> Result<Module> {
+    let mut src = String::from("class A {\n    field x: i32\n    field y: A\n}\nclass B extends A {\n    field z: f64\n    method m(a: i32) -> i32 {\n        load a\n        ret\n    }\n}\nfunc f(a: i32, b: f32) -> i32 {\n    load a\n    ret\n}\n");
+    src.push_str("kernel k(i: i64, xs: i32[], o: A) {\n    local p: i32\n    local q: f64\n    local r: B\n    ret\n}\n");
+    let mut m = crate::parser::parse_module("<arbitrary>", &src).expect("fixed prelude parses");
+    for f in 0..m.funcs.len() {
+        let n: u32 = u.int_in_range(0..=24)?;
+        let mut body = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            body.push(arbitrary_inst(u, n)?);
+        }
+        m.funcs[f].body = body;
+        m.funcs[f].debug.inst_spans.clear();
+    }
+    Ok(m)
+}
