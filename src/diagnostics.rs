@@ -13,7 +13,10 @@ pub fn render(d: &Diagnostic, source: &str) -> String {
     let mut end = (d.span.end as usize).clamp(start, source.len());
     if end == start && end < source.len() {
         // Point at one character rather than at nothing.
-        end = source[start..].chars().next().map_or(start, |c| start + c.len_utf8());
+        end = source[start..]
+            .chars()
+            .next()
+            .map_or(start, |c| start + c.len_utf8());
     }
     let phase = match d.phase {
         Phase::Parse => "parse error",

@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "offload", version, about = "Run data-parallel bytecode kernels on a GPU or every CPU core")]
+#[command(
+    name = "offload",
+    version,
+    about = "Run data-parallel bytecode kernels on a GPU or every CPU core"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -69,7 +73,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 match load(f) {
                     Ok((_, v)) => {
                         let kernels = v.kernels().count();
-                        println!("ok {} ({} functions, {} kernels)", f.display(), v.funcs.len(), kernels);
+                        println!(
+                            "ok {} ({} functions, {} kernels)",
+                            f.display(),
+                            v.funcs.len(),
+                            kernels
+                        );
                     }
                     Err(e) => {
                         eprintln!("{e}");
@@ -89,10 +98,13 @@ fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|ds| format!("{}error: cannot format {name}", render_all(&ds.0, &src)))?;
             let text = ir::print_module(&module);
             if write {
-                std::fs::write(&file, &text).map_err(|e| format!("error: cannot write {name}: {e}"))?;
+                std::fs::write(&file, &text)
+                    .map_err(|e| format!("error: cannot write {name}: {e}"))?;
             } else if check {
                 if text != src {
-                    return Err(format!("error: {name} is not in canonical form (run `offload fmt --write {name}`)"));
+                    return Err(format!(
+                        "error: {name} is not in canonical form (run `offload fmt --write {name}`)"
+                    ));
                 }
             } else {
                 print!("{text}");
@@ -101,10 +113,16 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Analyze { file, func } => {
             let (_, v) = load(&file)?;
-            let ids: Vec<ir::FuncId> = match &func {
-                Some(name) => vec![v.func_named(name).ok_or_else(|| format!("error: no function `{name}` in {}", file.display()))?],
-                None => (0..v.funcs.len()).map(ir::FuncId::new).filter(|&f| !v.func(f).is_abstract()).collect(),
-            };
+            let ids: Vec<ir::FuncId> =
+                match &func {
+                    Some(name) => vec![v.func_named(name).ok_or_else(|| {
+                        format!("error: no function `{name}` in {}", file.display())
+                    })?],
+                    None => (0..v.funcs.len())
+                        .map(ir::FuncId::new)
+                        .filter(|&f| !v.func(f).is_abstract())
+                        .collect(),
+                };
             for f in ids {
                 print!("{}", ir::analysis::dump(&v, f));
             }

@@ -136,7 +136,12 @@ impl FrameState {
         self.locals
             .iter()
             .map(|&(l, t)| (Value::Local(l), t))
-            .chain(self.stack.iter().enumerate().map(|(i, &t)| (Value::Stack(i as u32), t)))
+            .chain(
+                self.stack
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| (Value::Stack(i as u32), t)),
+            )
     }
     /// Number of values.
     pub fn len(&self) -> usize {
@@ -209,7 +214,10 @@ pub fn analyze(v: &Verified, func: FuncId) -> FuncAnalysis {
         .filter_map(|(bci, inst)| {
             inst.target()
                 .filter(|&t| t as usize <= bci)
-                .map(|t| BackEdge { from: bci as Bci, to: t })
+                .map(|t| BackEdge {
+                    from: bci as Bci,
+                    to: t,
+                })
         })
         .collect();
     back_edges.sort_by_key(|e| e.from);
@@ -303,7 +311,17 @@ pub fn dump(v: &Verified, func: FuncId) -> String {
     let _ = writeln!(out, "function {}", f.name);
     for (i, b) in a.cfg.blocks.iter().enumerate() {
         let succ: Vec<String> = b.succs.iter().map(|s| format!("b{s}")).collect();
-        let _ = writeln!(out, "  b{i}: [{}, {}) -> {}", b.start, b.end, if succ.is_empty() { "exit".into() } else { succ.join(" ") });
+        let _ = writeln!(
+            out,
+            "  b{i}: [{}, {}) -> {}",
+            b.start,
+            b.end,
+            if succ.is_empty() {
+                "exit".into()
+            } else {
+                succ.join(" ")
+            }
+        );
     }
     for e in &a.back_edges {
         let _ = writeln!(out, "  back-edge {} -> {}", e.from, e.to);
@@ -311,7 +329,12 @@ pub fn dump(v: &Verified, func: FuncId) -> String {
     let name = |l: usize| f.locals[l].name.clone();
     for (bci, inst) in f.body.iter().enumerate() {
         let live: Vec<String> = a.live_in[bci].ones().map(name).collect();
-        let _ = writeln!(out, "  {bci:>3} {:<28} live: {}", inst_text(m, f, &labels, inst), live.join(" "));
+        let _ = writeln!(
+            out,
+            "  {bci:>3} {:<28} live: {}",
+            inst_text(m, f, &labels, inst),
+            live.join(" ")
+        );
     }
     for s in &a.sites {
         let mut why: Vec<&str> = Vec::new();
@@ -323,11 +346,20 @@ pub fn dump(v: &Verified, func: FuncId) -> String {
             .frame
             .values()
             .map(|(val, t)| match val {
-                crate::analysis::Value::Local(l) => format!("{}: {}", name(l.index()), type_name(m, t)),
+                crate::analysis::Value::Local(l) => {
+                    format!("{}: {}", name(l.index()), type_name(m, t))
+                }
                 crate::analysis::Value::Stack(i) => format!("s{i}: {}", type_name(m, t)),
             })
             .collect();
-        let _ = writeln!(out, "  site {} @{} [{}] {{{}}}", s.id.0, s.bci, why.join(","), vals.join(", "));
+        let _ = writeln!(
+            out,
+            "  site {} @{} [{}] {{{}}}",
+            s.id.0,
+            s.bci,
+            why.join(","),
+            vals.join(", ")
+        );
     }
     let _ = writeln!(out, "  max frame: {}", a.max_frame);
     out

@@ -97,23 +97,42 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             let (short, params, ret) = if !inherited.is_empty() && u.ratio(1, 2)? {
                 let o = m.func(*u.choose(&inherited)?);
                 let short = o.short_name().to_string();
-                if m.classes[c].methods.iter().any(|&x| m.func(x).short_name() == short) {
+                if m.classes[c]
+                    .methods
+                    .iter()
+                    .any(|&x| m.func(x).short_name() == short)
+                {
                     continue;
                 }
                 (short, o.params()[1..].to_vec(), o.ret)
             } else {
                 let params = (0..u.int_in_range(0..=2)?)
-                    .map(|p| Ok(Local { name: format!("p{p}"), ty: *u.choose(&SCALARS)? }))
+                    .map(|p| {
+                        Ok(Local {
+                            name: format!("p{p}"),
+                            ty: *u.choose(&SCALARS)?,
+                        })
+                    })
                     .collect::<Result<Vec<_>>>()?;
-                let ret = if u.ratio(3, 4)? { Some(*u.choose(&SCALARS)?) } else { None };
+                let ret = if u.ratio(3, 4)? {
+                    Some(*u.choose(&SCALARS)?)
+                } else {
+                    None
+                };
                 (format!("m{c}_{k}"), params, ret)
             };
             let id = FuncId::new(m.funcs.len());
-            let mut locals = vec![Local { name: "this".into(), ty: Type::Class(cid) }];
+            let mut locals = vec![Local {
+                name: "this".into(),
+                ty: Type::Class(cid),
+            }];
             locals.extend(params);
             m.funcs.push(Function {
                 name: format!("C{c}.{short}"),
-                kind: FuncKind::Method { class: cid, is_abstract: false },
+                kind: FuncKind::Method {
+                    class: cid,
+                    is_abstract: false,
+                },
                 param_count: locals.len() as u32,
                 locals,
                 ret,
@@ -129,9 +148,18 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
     let mut helpers = Vec::new();
     for h in 0..nhelpers {
         let params = (0..u.int_in_range(0..=3)?)
-            .map(|p| Ok(Local { name: format!("a{p}"), ty: gen_capture_type(u, nclasses, false)? }))
+            .map(|p| {
+                Ok(Local {
+                    name: format!("a{p}"),
+                    ty: gen_capture_type(u, nclasses, false)?,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
-        let ret = if u.ratio(3, 4)? { Some(*u.choose(&SCALARS)?) } else { None };
+        let ret = if u.ratio(3, 4)? {
+            Some(*u.choose(&SCALARS)?)
+        } else {
+            None
+        };
         helpers.push(FuncId::new(m.funcs.len()));
         m.funcs.push(Function {
             name: format!("helper{h}"),
@@ -146,9 +174,15 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
     let nkernels = u.int_in_range(1..=cfg.max_kernels.max(1))?;
     let mut kernels = Vec::new();
     for k in 0..nkernels {
-        let mut params = vec![Local { name: "i".into(), ty: Type::I64 }];
+        let mut params = vec![Local {
+            name: "i".into(),
+            ty: Type::I64,
+        }];
         for p in 0..u.int_in_range(0..=4)? {
-            params.push(Local { name: format!("c{p}"), ty: gen_capture_type(u, nclasses, true)? });
+            params.push(Local {
+                name: format!("c{p}"),
+                ty: gen_capture_type(u, nclasses, true)?,
+            });
         }
         kernels.push(FuncId::new(m.funcs.len()));
         m.funcs.push(Function {
@@ -182,7 +216,11 @@ fn gen_field_type(u: &mut Unstructured<'_>, nclasses: usize) -> Result<Type> {
     })
 }
 
-fn gen_capture_type(u: &mut Unstructured<'_>, nclasses: usize, arrays_likely: bool) -> Result<Type> {
+fn gen_capture_type(
+    u: &mut Unstructured<'_>,
+    nclasses: usize,
+    arrays_likely: bool,
+) -> Result<Type> {
     let t = *u.choose(&SCALARS)?;
     Ok(match u.int_in_range(0..=3)? {
         0 if nclasses > 0 => Type::Class(ClassId::new(u.choose_index(nclasses)?)),
@@ -221,7 +259,10 @@ fn gen_body(
     let nparams = locals.len();
     for l in 0..u.int_in_range(1..=5)? {
         let ty = gen_field_type(u, m.classes.len())?;
-        locals.push(Local { name: format!("l{l}"), ty });
+        locals.push(Local {
+            name: format!("l{l}"),
+            ty,
+        });
     }
     let snapshot = m.clone();
     let mut b = Body {
@@ -289,7 +330,9 @@ impl Body<'_, '_, '_> {
                 if let Ok(&l) = self.u.choose(&cands) {
                     let ty = self.locals[l].ty;
                     self.expr(ty, 0)?;
-                    self.emit(Inst::Store { local: LocalId::new(l) });
+                    self.emit(Inst::Store {
+                        local: LocalId::new(l),
+                    });
                     self.assigned[l] = true;
                 }
             }
@@ -309,7 +352,9 @@ impl Body<'_, '_, '_> {
                     let (class, ty) = (fd.class, fd.ty);
                     self.expr(Type::Class(class), 1)?;
                     self.expr(ty, 1)?;
-                    self.emit(Inst::PutField { field: FieldId::new(f) });
+                    self.emit(Inst::PutField {
+                        field: FieldId::new(f),
+                    });
                 }
             }
             5 if self.nesting < self.cfg.max_nesting => {
@@ -352,22 +397,34 @@ impl Body<'_, '_, '_> {
                 // Counted loop with a fresh counter.
                 self.nesting += 1;
                 let c = self.locals.len();
-                self.locals.push(Local { name: format!("n{c}"), ty: Type::I32 });
+                self.locals.push(Local {
+                    name: format!("n{c}"),
+                    ty: Type::I32,
+                });
                 self.assigned.push(true);
                 self.reserved.push(true);
                 let before = self.assigned.clone();
                 let bound = self.u.int_in_range(0..=4)?;
                 self.emit(Inst::I32Const { value: 0 });
-                self.emit(Inst::Store { local: LocalId::new(c) });
+                self.emit(Inst::Store {
+                    local: LocalId::new(c),
+                });
                 let head = self.here();
-                self.emit(Inst::Load { local: LocalId::new(c) });
+                self.emit(Inst::Load {
+                    local: LocalId::new(c),
+                });
                 self.emit(Inst::I32Const { value: bound });
                 self.emit(Inst::I32Ge);
                 let exit_at = self.insts.len();
                 self.emit(Inst::BrIf { target: Label(0) });
                 self.block()?;
-                self.emit(Inst::Inc { local: LocalId::new(c), delta: 1 });
-                self.emit(Inst::Br { target: Label(head) });
+                self.emit(Inst::Inc {
+                    local: LocalId::new(c),
+                    delta: 1,
+                });
+                self.emit(Inst::Br {
+                    target: Label(head),
+                });
                 let exit = self.here();
                 self.patch(exit_at, exit);
                 // The body may not run: keep only what was assigned before it.
@@ -385,10 +442,18 @@ impl Body<'_, '_, '_> {
                 self.index()?;
                 self.expr(t, 1)?;
                 if self.u.ratio(1, 2)? {
-                    self.emit(if t == Type::I32 { Inst::I32ArrayAtomicAdd } else { Inst::I64ArrayAtomicAdd });
+                    self.emit(if t == Type::I32 {
+                        Inst::I32ArrayAtomicAdd
+                    } else {
+                        Inst::I64ArrayAtomicAdd
+                    });
                 } else {
                     self.expr(t, 1)?;
-                    self.emit(if t == Type::I32 { Inst::I32ArrayCmpxchg } else { Inst::I64ArrayCmpxchg });
+                    self.emit(if t == Type::I32 {
+                        Inst::I32ArrayCmpxchg
+                    } else {
+                        Inst::I64ArrayCmpxchg
+                    });
                 }
                 self.emit(Inst::Pop);
             }
@@ -412,7 +477,10 @@ impl Body<'_, '_, '_> {
     }
 
     fn pick_array_type(&mut self) -> Result<Type> {
-        let mut opts: Vec<Type> = SCALARS.iter().map(|t| t.array_of().expect("array")).collect();
+        let mut opts: Vec<Type> = SCALARS
+            .iter()
+            .map(|t| t.array_of().expect("array"))
+            .collect();
         for l in &self.locals {
             if matches!(l.ty, Type::Array(..)) {
                 opts.push(l.ty);
@@ -423,7 +491,9 @@ impl Body<'_, '_, '_> {
 
     fn pick_ref_type(&mut self) -> Result<Type> {
         if !self.m.classes.is_empty() && self.u.ratio(1, 2)? {
-            Ok(Type::Class(ClassId::new(self.u.choose_index(self.m.classes.len())?)))
+            Ok(Type::Class(ClassId::new(
+                self.u.choose_index(self.m.classes.len())?,
+            )))
         } else {
             self.pick_array_type()
         }
@@ -437,7 +507,9 @@ impl Body<'_, '_, '_> {
         let locals = self.locals_where(|l, a| a && crate::verifier::assignable(m, l.ty, t));
         if !locals.is_empty() && self.u.ratio(1, 3)? {
             let l = *self.u.choose(&locals)?;
-            self.emit(Inst::Load { local: LocalId::new(l) });
+            self.emit(Inst::Load {
+                local: LocalId::new(l),
+            });
             return Ok(());
         }
         match t {
@@ -460,7 +532,9 @@ impl Body<'_, '_, '_> {
                         .collect();
                     if let Ok(&f) = self.u.choose(&fields) {
                         self.expr(Type::Class(m.fields[f].class), depth + 1)?;
-                        self.emit(Inst::GetField { field: FieldId::new(f) });
+                        self.emit(Inst::GetField {
+                            field: FieldId::new(f),
+                        });
                     } else {
                         let class = *self.u.choose(&subs)?;
                         self.emit(Inst::New { class });
@@ -483,13 +557,33 @@ impl Body<'_, '_, '_> {
 
     fn constant(&mut self, t: Type) -> Result<()> {
         let i = match t {
-            Type::I32 => Inst::I32Const { value: if self.u.ratio(3, 4)? { self.u.int_in_range(-4..=9)? } else { self.u.arbitrary()? } },
-            Type::I64 => Inst::I64Const { value: if self.u.ratio(3, 4)? { self.u.int_in_range(-4..=9)? } else { self.u.arbitrary()? } },
+            Type::I32 => Inst::I32Const {
+                value: if self.u.ratio(3, 4)? {
+                    self.u.int_in_range(-4..=9)?
+                } else {
+                    self.u.arbitrary()?
+                },
+            },
+            Type::I64 => Inst::I64Const {
+                value: if self.u.ratio(3, 4)? {
+                    self.u.int_in_range(-4..=9)?
+                } else {
+                    self.u.arbitrary()?
+                },
+            },
             Type::F32 => Inst::F32Const {
-                value: if self.u.ratio(3, 4)? { F32::new(f32::from(self.u.int_in_range(-8i16..=8)?) * 0.5) } else { F32(self.u.arbitrary()?) },
+                value: if self.u.ratio(3, 4)? {
+                    F32::new(f32::from(self.u.int_in_range(-8i16..=8)?) * 0.5)
+                } else {
+                    F32(self.u.arbitrary()?)
+                },
             },
             _ => Inst::F64Const {
-                value: if self.u.ratio(3, 4)? { F64::new(f64::from(self.u.int_in_range(-8i16..=8)?) * 0.25) } else { F64(self.u.arbitrary()?) },
+                value: if self.u.ratio(3, 4)? {
+                    F64::new(f64::from(self.u.int_in_range(-8i16..=8)?) * 0.25)
+                } else {
+                    F64(self.u.arbitrary()?)
+                },
             },
         };
         self.emit(i);
@@ -533,17 +627,31 @@ impl Body<'_, '_, '_> {
                 self.emit(load_inst(t));
             }
             6 => {
-                let fields: Vec<usize> = (0..self.m.fields.len()).filter(|&f| self.m.fields[f].ty == t).collect();
+                let fields: Vec<usize> = (0..self.m.fields.len())
+                    .filter(|&f| self.m.fields[f].ty == t)
+                    .collect();
                 if let Ok(&f) = self.u.choose(&fields) {
                     self.expr(Type::Class(self.m.fields[f].class), d)?;
-                    self.emit(Inst::GetField { field: FieldId::new(f) });
+                    self.emit(Inst::GetField {
+                        field: FieldId::new(f),
+                    });
                 } else {
                     self.constant(t)?;
                 }
             }
             7 => {
-                let calls: Vec<FuncId> = self.calls.iter().copied().filter(|&f| self.m.func(f).ret == Some(t)).collect();
-                let virts: Vec<FuncId> = self.virtuals.iter().copied().filter(|&f| self.m.func(f).ret == Some(t)).collect();
+                let calls: Vec<FuncId> = self
+                    .calls
+                    .iter()
+                    .copied()
+                    .filter(|&f| self.m.func(f).ret == Some(t))
+                    .collect();
+                let virts: Vec<FuncId> = self
+                    .virtuals
+                    .iter()
+                    .copied()
+                    .filter(|&f| self.m.func(f).ret == Some(t))
+                    .collect();
                 let (callee, virt) = match (calls.is_empty(), virts.is_empty()) {
                     (false, true) => (*self.u.choose(&calls)?, false),
                     (true, false) => (*self.u.choose(&virts)?, true),
@@ -555,7 +663,11 @@ impl Body<'_, '_, '_> {
                 for p in params {
                     self.expr(p, d)?;
                 }
-                self.emit(if virt { Inst::CallVirt { method: callee } } else { Inst::Call { func: callee } });
+                self.emit(if virt {
+                    Inst::CallVirt { method: callee }
+                } else {
+                    Inst::Call { func: callee }
+                });
             }
             8 if t == Type::I32 => {
                 if self.u.ratio(1, 2)? {
@@ -578,10 +690,20 @@ impl Body<'_, '_, '_> {
 fn binops(t: Type) -> &'static [Inst] {
     use Inst::*;
     match t {
-        Type::I32 => &[I32Add, I32Sub, I32Mul, I32Div, I32Rem, I32And, I32Or, I32Xor, I32Shl, I32Shr, I32Ushr, I32Min, I32Max],
-        Type::I64 => &[I64Add, I64Sub, I64Mul, I64Div, I64Rem, I64And, I64Or, I64Xor, I64Shl, I64Shr, I64Ushr, I64Min, I64Max],
-        Type::F32 => &[F32Add, F32Sub, F32Mul, F32Div, F32Rem, F32Min, F32Max, F32Pow],
-        _ => &[F64Add, F64Sub, F64Mul, F64Div, F64Rem, F64Min, F64Max, F64Pow],
+        Type::I32 => &[
+            I32Add, I32Sub, I32Mul, I32Div, I32Rem, I32And, I32Or, I32Xor, I32Shl, I32Shr, I32Ushr,
+            I32Min, I32Max,
+        ],
+        Type::I64 => &[
+            I64Add, I64Sub, I64Mul, I64Div, I64Rem, I64And, I64Or, I64Xor, I64Shl, I64Shr, I64Ushr,
+            I64Min, I64Max,
+        ],
+        Type::F32 => &[
+            F32Add, F32Sub, F32Mul, F32Div, F32Rem, F32Min, F32Max, F32Pow,
+        ],
+        _ => &[
+            F64Add, F64Sub, F64Mul, F64Div, F64Rem, F64Min, F64Max, F64Pow,
+        ],
     }
 }
 
@@ -590,8 +712,12 @@ fn unops(t: Type) -> &'static [Inst] {
     match t {
         Type::I32 => &[I32Neg, I32Abs],
         Type::I64 => &[I64Neg, I64Abs],
-        Type::F32 => &[F32Neg, F32Abs, F32Sqrt, F32Floor, F32Ceil, F32Exp, F32Log, F32Sin, F32Cos],
-        _ => &[F64Neg, F64Abs, F64Sqrt, F64Floor, F64Ceil, F64Exp, F64Log, F64Sin, F64Cos],
+        Type::F32 => &[
+            F32Neg, F32Abs, F32Sqrt, F32Floor, F32Ceil, F32Exp, F32Log, F32Sin, F32Cos,
+        ],
+        _ => &[
+            F64Neg, F64Abs, F64Sqrt, F64Floor, F64Ceil, F64Exp, F64Log, F64Sin, F64Cos,
+        ],
     }
 }
 
@@ -668,7 +794,15 @@ fn arbitrary_inst(u: &mut Unstructured<'_>, body_len: u32) -> Result<Inst> {
             Ok(Label(self.0.int_in_range(0..=self.1 + 1)?))
         }
         fn read_type(&mut self) -> Result<Type> {
-            let base = *self.0.choose(&[Elem::I32, Elem::I64, Elem::F32, Elem::F64, Elem::Ref, Elem::Class(ClassId(0)), Elem::Class(ClassId(7))])?;
+            let base = *self.0.choose(&[
+                Elem::I32,
+                Elem::I64,
+                Elem::F32,
+                Elem::F64,
+                Elem::Ref,
+                Elem::Class(ClassId(0)),
+                Elem::Class(ClassId(7)),
+            ])?;
             Ok(match self.0.int_in_range(0..=10u8)? {
                 0 => base.to_type(),
                 9 => Type::Null,
@@ -696,7 +830,9 @@ fn arbitrary_inst(u: &mut Unstructured<'_>, body_len: u32) -> Result<Inst> {
 /// arbitrary operands: almost always invalid. The verifier must reject it (or
 /// accept it) without panicking or hanging.
 pub fn arbitrary_insts(u: &mut Unstructured<'_>) -> Result<Module> {
-    let mut src = String::from("class A {\n    field x: i32\n    field y: A\n}\nclass B extends A {\n    field z: f64\n    method m(a: i32) -> i32 {\n        load a\n        ret\n    }\n}\nfunc f(a: i32, b: f32) -> i32 {\n    load a\n    ret\n}\n");
+    let mut src = String::from(
+        "class A {\n    field x: i32\n    field y: A\n}\nclass B extends A {\n    field z: f64\n    method m(a: i32) -> i32 {\n        load a\n        ret\n    }\n}\nfunc f(a: i32, b: f32) -> i32 {\n    load a\n    ret\n}\n",
+    );
     src.push_str("kernel k(i: i64, xs: i32[], o: A) {\n    local p: i32\n    local q: f64\n    local r: B\n    ret\n}\n");
     let mut m = crate::parser::parse_module("<arbitrary>", &src).expect("fixed prelude parses");
     for f in 0..m.funcs.len() {

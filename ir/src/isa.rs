@@ -99,7 +99,11 @@ impl Hazards {
             (hz::CALLS, "call"),
             (hz::THROWS, "throw"),
         ];
-        NAMES.iter().filter(|(b, _)| self.0 & b != 0).map(|(_, n)| *n).collect()
+        NAMES
+            .iter()
+            .filter(|(b, _)| self.0 & b != 0)
+            .map(|(_, n)| *n)
+            .collect()
     }
 }
 
@@ -605,8 +609,8 @@ macro_rules! define_isa {
 
             /// Read the operands of an instruction with this opcode.
             pub fn read_operands<R: OperandReader>(self, r: &mut R) -> Result<Inst, R::Error> {
-                #[allow(unused_variables)]
-                let r = r;
+                // Opcodes without operands leave `r` unused.
+                let _ = &r;
                 match self {
                     $(Opcode::$name => Ok(Inst::$name $({ $($field: <$fty as Operand>::read(r)?),* })?),)*
                 }
@@ -621,8 +625,7 @@ macro_rules! define_isa {
 
             /// Write the operands, in order.
             pub fn write_operands<W: OperandWriter>(&self, w: &mut W) {
-                #[allow(unused_variables)]
-                let w = w;
+                let _ = &w;
                 match self {
                     $(Inst::$name $({ $($field),* })? => { $($( Operand::write($field, w); )*)? })*
                 }
@@ -698,7 +701,11 @@ mod tests {
     fn mnemonics_are_unique_and_round_trip() {
         let mut seen = std::collections::HashSet::new();
         for &op in Opcode::ALL {
-            assert!(seen.insert(op.mnemonic()), "duplicate mnemonic {}", op.mnemonic());
+            assert!(
+                seen.insert(op.mnemonic()),
+                "duplicate mnemonic {}",
+                op.mnemonic()
+            );
             assert_eq!(Opcode::from_mnemonic(op.mnemonic()), Some(op));
             assert!(!op.doc().is_empty(), "{op:?} has no doc");
         }
@@ -709,7 +716,11 @@ mod tests {
     fn table_facts() {
         assert_eq!(Opcode::I32Div.hazards().0, hz::DIV_CHECK);
         assert!(Opcode::F32Div.hazards().is_empty());
-        assert!(Opcode::NewArray.hazards().has(hz::ALLOCATES | hz::NEG_SIZE_CHECK));
+        assert!(
+            Opcode::NewArray
+                .hazards()
+                .has(hz::ALLOCATES | hz::NEG_SIZE_CHECK)
+        );
         assert_eq!(Opcode::BrIf.flow(), Flow::Branch);
         assert_eq!(Opcode::Inc.operand_names(), &["local", "delta"]);
         match Opcode::F32ALoad.effect() {

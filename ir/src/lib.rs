@@ -51,7 +51,9 @@ pub use isa::{Effect, Flow, Hazards, Inst, Label, Opcode, Sig};
 pub use module::{Class, Field, FuncKind, Function, Local, Module, Span};
 pub use parser::{parse_module, parse_type};
 pub use printer::{print_function, print_module, type_name};
-pub use types::{Bci, ClassId, Elem, ExceptionKind, F32, F64, FieldId, FuncId, Kind, LocalId, SiteId, Type};
+pub use types::{
+    Bci, ClassId, Elem, ExceptionKind, F32, F64, FieldId, FuncId, Kind, LocalId, SiteId, Type,
+};
 pub use verifier::{Frame, FuncTypes, Verified, verify};
 
 /// Parse and verify in one step.

@@ -163,7 +163,10 @@ impl Function {
 
     /// Find a local by name.
     pub fn local_named(&self, name: &str) -> Option<LocalId> {
-        self.locals.iter().position(|l| l.name == name).map(LocalId::new)
+        self.locals
+            .iter()
+            .position(|l| l.name == name)
+            .map(LocalId::new)
     }
 
     /// The span of the instruction at `bci`, or of the declaration.
@@ -174,7 +177,13 @@ impl Function {
 
     /// Whether this is an abstract method.
     pub fn is_abstract(&self) -> bool {
-        matches!(self.kind, FuncKind::Method { is_abstract: true, .. })
+        matches!(
+            self.kind,
+            FuncKind::Method {
+                is_abstract: true,
+                ..
+            }
+        )
     }
 }
 
@@ -194,12 +203,18 @@ impl Module {
 
     /// Find a class by name.
     pub fn class_named(&self, name: &str) -> Option<ClassId> {
-        self.classes.iter().position(|c| c.name == name).map(ClassId::new)
+        self.classes
+            .iter()
+            .position(|c| c.name == name)
+            .map(ClassId::new)
     }
 
     /// Find a function (or method, `Class.m`) by name.
     pub fn func_named(&self, name: &str) -> Option<FuncId> {
-        self.funcs.iter().position(|f| f.name == name).map(FuncId::new)
+        self.funcs
+            .iter()
+            .position(|f| f.name == name)
+            .map(FuncId::new)
     }
 
     /// The kernels of the module.
@@ -248,11 +263,11 @@ impl Module {
     /// Find a method by short name in `c` or its superclasses (nearest first).
     pub fn lookup_method(&self, c: ClassId, name: &str) -> Option<FuncId> {
         self.ancestors(c).find_map(|c| {
-            self.class(c)
-                .methods
-                .iter()
-                .copied()
-                .find(|&m| self.funcs.get(m.index()).is_some_and(|f| f.short_name() == name))
+            self.class(c).methods.iter().copied().find(|&m| {
+                self.funcs
+                    .get(m.index())
+                    .is_some_and(|f| f.short_name() == name)
+            })
         })
     }
 
@@ -265,7 +280,10 @@ impl Module {
         for &k in chain.iter().rev() {
             for &m in &self.class(k).methods {
                 let name = self.func(m).short_name();
-                match table.iter().position(|&t| self.func(t).short_name() == name) {
+                match table
+                    .iter()
+                    .position(|&t| self.func(t).short_name() == name)
+                {
                     Some(slot) => table[slot] = m,
                     None => table.push(m),
                 }

@@ -306,7 +306,10 @@ impl Parser {
                     return Ok(class);
                 }
                 Tok::Eof => {
-                    self.error(span, format!("class `{}` is not closed with `}}`", class.name));
+                    self.error(
+                        span,
+                        format!("class `{}` is not closed with `}}`", class.name),
+                    );
                     return Err(Failed);
                 }
                 Tok::Ident(k) if k == "field" => {
@@ -391,7 +394,10 @@ impl Parser {
                     return if ok { Ok(()) } else { Err(Failed) };
                 }
                 Tok::Eof => {
-                    self.error(f.span, format!("body of `{}` is not closed with `}}`", f.name));
+                    self.error(
+                        f.span,
+                        format!("body of `{}` is not closed with `}}`", f.name),
+                    );
                     return Err(Failed);
                 }
                 Tok::Ident(k)
@@ -475,10 +481,19 @@ impl Parser {
         // Classes.
         let mut class_ids: HashMap<String, ClassId> = HashMap::new();
         for c in &classes {
-            if matches!(c.name.as_str(), "i32" | "i64" | "f32" | "f64" | "ref" | "null") {
-                self.error(c.span, format!("`{}` is a built-in type and cannot name a class", c.name));
+            if matches!(
+                c.name.as_str(),
+                "i32" | "i64" | "f32" | "f64" | "ref" | "null"
+            ) {
+                self.error(
+                    c.span,
+                    format!("`{}` is a built-in type and cannot name a class", c.name),
+                );
             } else if c.name.contains('.') {
-                self.error(c.span, format!("class name `{}` cannot contain `.`", c.name));
+                self.error(
+                    c.span,
+                    format!("class name `{}` cannot contain `.`", c.name),
+                );
             } else if class_ids.contains_key(&c.name) {
                 self.error(c.span, format!("duplicate class `{}`", c.name));
             }
@@ -503,8 +518,15 @@ impl Parser {
         // Fields.
         for (i, c) in classes.iter().enumerate() {
             for f in &c.fields {
-                if m.classes[i].fields.iter().any(|&x| m.fields[x.index()].name == f.name) {
-                    self.error(f.span, format!("duplicate field `{}` in class `{}`", f.name, c.name));
+                if m.classes[i]
+                    .fields
+                    .iter()
+                    .any(|&x| m.fields[x.index()].name == f.name)
+                {
+                    self.error(
+                        f.span,
+                        format!("duplicate field `{}` in class `{}`", f.name, c.name),
+                    );
                 }
                 let ty = self.resolve_type(&f.ty, &class_ids).unwrap_or(Type::I32);
                 let id = FieldId::new(m.fields.len());
@@ -532,15 +554,25 @@ impl Parser {
                 None => f.name.clone(),
             };
             if f.name.contains('.') {
-                self.error(f.span, format!("function name `{}` cannot contain `.`", f.name));
+                self.error(
+                    f.span,
+                    format!("function name `{}` cannot contain `.`", f.name),
+                );
             } else if func_ids.contains_key(&full) {
-                let what = if class.is_some() { "method" } else { "function" };
+                let what = if class.is_some() {
+                    "method"
+                } else {
+                    "function"
+                };
                 self.error(f.span, format!("duplicate {what} `{full}`"));
             }
             let id = FuncId::new(m.funcs.len());
             func_ids.entry(full.clone()).or_insert(id);
             let kind = match (f.kind, class) {
-                (AstKind::Method { is_abstract }, Some(c)) => FuncKind::Method { class: *c, is_abstract },
+                (AstKind::Method { is_abstract }, Some(c)) => FuncKind::Method {
+                    class: *c,
+                    is_abstract,
+                },
                 (AstKind::Kernel, _) => FuncKind::Kernel,
                 _ => FuncKind::Static,
             };
@@ -562,7 +594,10 @@ impl Parser {
                     ty,
                 });
             }
-            let ret = f.ret.as_ref().map(|t| self.resolve_type(t, &class_ids).unwrap_or(Type::I32));
+            let ret = f
+                .ret
+                .as_ref()
+                .map(|t| self.resolve_type(t, &class_ids).unwrap_or(Type::I32));
             m.funcs.push(Function {
                 name: full,
                 kind,
@@ -626,17 +661,26 @@ impl Parser {
                 continue;
             }
             if *at >= f.insts.len() {
-                self.error(*span, format!("label `{name}` is not followed by an instruction"));
+                self.error(
+                    *span,
+                    format!("label `{name}` is not followed by an instruction"),
+                );
                 continue;
             }
             labels.insert(name, *at as Bci);
-            label_names.entry(*at as Bci).or_insert_with(|| name.clone());
+            label_names
+                .entry(*at as Bci)
+                .or_insert_with(|| name.clone());
         }
         let mut body = Vec::with_capacity(f.insts.len());
         let mut spans = Vec::with_capacity(f.insts.len());
         for ia in &f.insts {
             let Some(op) = crate::isa::Opcode::from_mnemonic(&ia.mnemonic) else {
-                let mut d = diag(&self.file, ia.span, format!("unknown instruction `{}`", ia.mnemonic));
+                let mut d = diag(
+                    &self.file,
+                    ia.span,
+                    format!("unknown instruction `{}`", ia.mnemonic),
+                );
                 d.func = Some(full.clone());
                 if let Some(s) = suggest(&ia.mnemonic) {
                     d.message.push_str(&format!(" (did you mean `{s}`?)"));
@@ -658,7 +702,14 @@ impl Parser {
             let inst = op.read_operands(&mut r).and_then(|inst| {
                 if r.pos < r.toks.len() {
                     let t = &r.toks[r.pos];
-                    Err((t.span, format!("unexpected {} after the operands of `{}`", t.tok.describe(), ia.mnemonic)))
+                    Err((
+                        t.span,
+                        format!(
+                            "unexpected {} after the operands of `{}`",
+                            t.tok.describe(),
+                            ia.mnemonic
+                        ),
+                    ))
                 } else {
                     Ok(inst)
                 }
@@ -690,7 +741,11 @@ fn suggest(word: &str) -> Option<&'static str> {
         for (i, ca) in a.chars().enumerate() {
             let mut cur = vec![i + 1];
             for (j, &cb) in b.iter().enumerate() {
-                cur.push((prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+                cur.push(
+                    (prev[j] + usize::from(ca != cb))
+                        .min(prev[j + 1] + 1)
+                        .min(cur[j] + 1),
+                );
             }
             prev = cur;
         }
@@ -729,7 +784,10 @@ impl Reader<'_> {
                 self.pos += 1;
                 Ok(t)
             }
-            None => Err((self.eol, format!("`{}` needs {what}, found end of line", self.mnemonic))),
+            None => Err((
+                self.eol,
+                format!("`{}` needs {what}, found end of line", self.mnemonic),
+            )),
         }
     }
 
@@ -738,31 +796,51 @@ impl Reader<'_> {
         let t = self.next(what)?;
         match &t.tok {
             Tok::Ident(s) | Tok::Number(s) => Ok((s.clone(), t.span)),
-            other => Err((t.span, format!("`{mnemonic}` needs {what}, found {}", other.describe()))),
+            other => Err((
+                t.span,
+                format!("`{mnemonic}` needs {what}, found {}", other.describe()),
+            )),
         }
     }
 
     fn int<T: TryFrom<i128>>(&mut self, what: &str, unsigned_bits: u32) -> Result<T, RErr> {
         let (s, span) = self.word(what)?;
-        let bad = || (span, format!("`{}` needs {what}, found `{s}`", self.mnemonic));
+        let bad = || {
+            (
+                span,
+                format!("`{}` needs {what}, found `{s}`", self.mnemonic),
+            )
+        };
         let (neg, digits) = match s.strip_prefix('-') {
             Some(d) => (true, d),
             None => (false, s.strip_prefix('+').unwrap_or(&s)),
         };
         let digits = digits.replace('_', "");
-        let (radix, digits) = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        let (radix, digits) = match digits
+            .strip_prefix("0x")
+            .or_else(|| digits.strip_prefix("0X"))
+        {
             Some(h) => (16, h.to_string()),
             None => (10, digits),
         };
         let mag = u128::from_str_radix(&digits, radix).map_err(|_| bad())?;
         let v: i128 = if neg { -(mag as i128) } else { mag as i128 };
         // Hex literals may spell the bit pattern of a negative number.
-        let v = if radix == 16 && !neg && mag < (1u128 << unsigned_bits) && mag >= (1u128 << (unsigned_bits - 1)) {
+        let v = if radix == 16
+            && !neg
+            && mag < (1u128 << unsigned_bits)
+            && mag >= (1u128 << (unsigned_bits - 1))
+        {
             v - (1i128 << unsigned_bits)
         } else {
             v
         };
-        T::try_from(v).map_err(|_| (span, format!("`{}`: {s} does not fit in {what}", self.mnemonic)))
+        T::try_from(v).map_err(|_| {
+            (
+                span,
+                format!("`{}`: {s} does not fit in {what}", self.mnemonic),
+            )
+        })
     }
 
     fn float_bits(&mut self, what: &str) -> Result<(f64, Option<u64>, Span, String), RErr> {
@@ -774,14 +852,20 @@ impl Reader<'_> {
                 let bits = p
                     .strip_prefix("0x")
                     .and_then(|h| u64::from_str_radix(h, 16).ok())
-                    .ok_or((pspan, format!("expected a hex bit pattern like 0x7fc00001, found `{p}`")))?;
+                    .ok_or((
+                        pspan,
+                        format!("expected a hex bit pattern like 0x7fc00001, found `{p}`"),
+                    ))?;
                 return Ok((f64::NAN, Some(bits), span, s));
             }
             return Ok((f64::NAN, None, span, s));
         }
-        let v: f64 = s
-            .parse()
-            .map_err(|_| (span, format!("`{}` needs {what}, found `{s}`", self.mnemonic)))?;
+        let v: f64 = s.parse().map_err(|_| {
+            (
+                span,
+                format!("`{}` needs {what}, found `{s}`", self.mnemonic),
+            )
+        })?;
         Ok((v, None, span, s))
     }
 }
@@ -825,9 +909,12 @@ impl OperandReader for Reader<'_> {
 
     fn read_local(&mut self) -> Result<LocalId, RErr> {
         let (name, span) = self.word("a local name")?;
-        self.func
-            .local_named(&name)
-            .ok_or_else(|| (span, format!("unknown local `{name}` in `{}`", self.func.name)))
+        self.func.local_named(&name).ok_or_else(|| {
+            (
+                span,
+                format!("unknown local `{name}` in `{}`", self.func.name),
+            )
+        })
     }
 
     fn read_label(&mut self) -> Result<Label, RErr> {
@@ -835,7 +922,12 @@ impl OperandReader for Reader<'_> {
         self.labels
             .get(name.as_str())
             .map(|&b| Label(b))
-            .ok_or_else(|| (span, format!("unknown label `{name}` in `{}`", self.func.name)))
+            .ok_or_else(|| {
+                (
+                    span,
+                    format!("unknown label `{name}` in `{}`", self.func.name),
+                )
+            })
     }
 
     fn read_type(&mut self) -> Result<Type, RErr> {
@@ -853,7 +945,11 @@ impl OperandReader for Reader<'_> {
                     .ok_or_else(|| (span, format!("unknown type `{name}`")))?,
             ),
         };
-        while self.toks.get(self.pos).is_some_and(|t| t.tok == Tok::LBracket) {
+        while self
+            .toks
+            .get(self.pos)
+            .is_some_and(|t| t.tok == Tok::LBracket)
+        {
             self.pos += 1;
             match self.toks.get(self.pos) {
                 Some(t) if t.tok == Tok::RBracket => self.pos += 1,
@@ -877,7 +973,10 @@ impl OperandReader for Reader<'_> {
     fn read_field(&mut self) -> Result<FieldId, RErr> {
         let (name, span) = self.word("a field `Class.field`")?;
         let Some((class, field)) = name.rsplit_once('.') else {
-            return Err((span, format!("expected a field written `Class.field`, found `{name}`")));
+            return Err((
+                span,
+                format!("expected a field written `Class.field`, found `{name}`"),
+            ));
         };
         let c = *self
             .classes
@@ -908,7 +1007,10 @@ impl OperandReader for Reader<'_> {
         let (name, span) = self.word("an exception kind")?;
         ExceptionKind::from_name(&name).ok_or_else(|| {
             let all: Vec<_> = ExceptionKind::ALL.iter().map(|k| k.name()).collect();
-            (span, format!("unknown exception `{name}` (one of {})", all.join(", ")))
+            (
+                span,
+                format!("unknown exception `{name}` (one of {})", all.join(", ")),
+            )
         })
     }
 }

@@ -59,7 +59,11 @@ pub fn print_module(m: &Module) -> String {
         out.push_str("}\n");
         let _ = i;
     }
-    for f in m.funcs.iter().filter(|f| !matches!(f.kind, FuncKind::Method { .. })) {
+    for f in m
+        .funcs
+        .iter()
+        .filter(|f| !matches!(f.kind, FuncKind::Method { .. }))
+    {
         if !first {
             out.push('\n');
         }
@@ -103,7 +107,8 @@ pub fn label_names(f: &Function) -> BTreeMap<Bci, String> {
 
 fn valid_label(s: &str) -> bool {
     let mut cs = s.chars();
-    cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    cs.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -111,7 +116,9 @@ fn print_function_into(m: &Module, f: &Function, indent: &str, out: &mut String)
     let (kw, skip) = match f.kind {
         FuncKind::Static => ("func", 0),
         FuncKind::Kernel => ("kernel", 0),
-        FuncKind::Method { is_abstract: true, .. } => ("abstract method", 1),
+        FuncKind::Method {
+            is_abstract: true, ..
+        } => ("abstract method", 1),
         FuncKind::Method { .. } => ("method", 1),
     };
     let params: Vec<String> = f
@@ -120,7 +127,12 @@ fn print_function_into(m: &Module, f: &Function, indent: &str, out: &mut String)
         .skip(skip)
         .map(|l| format!("{}: {}", l.name, type_name(m, l.ty)))
         .collect();
-    let _ = write!(out, "{indent}{kw} {}({})", f.short_name(), params.join(", "));
+    let _ = write!(
+        out,
+        "{indent}{kw} {}({})",
+        f.short_name(),
+        params.join(", ")
+    );
     if let Some(r) = f.ret {
         let _ = write!(out, " -> {}", type_name(m, r));
     }
@@ -170,7 +182,11 @@ impl Writer<'_> {
 
 fn f64_text(v: f64, bits: u64, canonical_nan: u64) -> String {
     if v.is_nan() {
-        if bits == canonical_nan { "nan".into() } else { format!("nan:0x{bits:x}") }
+        if bits == canonical_nan {
+            "nan".into()
+        } else {
+            format!("nan:0x{bits:x}")
+        }
     } else if v.is_infinite() {
         if v > 0.0 { "inf".into() } else { "-inf".into() }
     } else {
@@ -207,7 +223,11 @@ impl OperandWriter for Writer<'_> {
         self.word(&s);
     }
     fn write_label(&mut self, v: Label) {
-        let s = self.labels.get(&v.0).cloned().unwrap_or_else(|| format!("L{}", v.0));
+        let s = self
+            .labels
+            .get(&v.0)
+            .cloned()
+            .unwrap_or_else(|| format!("L{}", v.0));
         self.word(&s);
     }
     fn write_type(&mut self, v: Type) {

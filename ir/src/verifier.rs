@@ -171,7 +171,8 @@ pub fn lub(m: &Module, a: Type, b: Type) -> Option<Type> {
 
 fn is_ident(s: &str) -> bool {
     let mut cs = s.chars();
-    cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    cs.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -217,42 +218,81 @@ impl<'a> Verifier<'a> {
         let mut class_names = HashSet::new();
         for (i, c) in m.classes.iter().enumerate() {
             let sp = *c.span;
-            if !is_ident(&c.name) || matches!(c.name.as_str(), "i32" | "i64" | "f32" | "f64" | "ref" | "null") {
+            if !is_ident(&c.name)
+                || matches!(
+                    c.name.as_str(),
+                    "i32" | "i64" | "f32" | "f64" | "ref" | "null"
+                )
+            {
                 self.err(sp, None, format!("`{}` is not a valid class name", c.name));
             }
             if !class_names.insert(c.name.as_str()) {
                 self.err(sp, None, format!("duplicate class `{}`", c.name));
             }
             if c.superclass.is_some_and(|s| s.index() >= nclasses) {
-                self.err(sp, None, format!("class `{}` names a superclass that does not exist", c.name));
+                self.err(
+                    sp,
+                    None,
+                    format!("class `{}` names a superclass that does not exist", c.name),
+                );
             }
             let mut field_names = HashSet::new();
             for &f in &c.fields {
                 match m.fields.get(f.index()) {
                     Some(fd) if fd.class.index() == i => {
                         if !field_names.insert(fd.name.as_str()) {
-                            self.err(*fd.span, None, format!("duplicate field `{}` in class `{}`", fd.name, c.name));
+                            self.err(
+                                *fd.span,
+                                None,
+                                format!("duplicate field `{}` in class `{}`", fd.name, c.name),
+                            );
                         }
                     }
-                    _ => self.err(sp, None, format!("class `{}` lists a field it does not own", c.name)),
+                    _ => self.err(
+                        sp,
+                        None,
+                        format!("class `{}` lists a field it does not own", c.name),
+                    ),
                 }
             }
             for &f in &c.methods {
                 match m.funcs.get(f.index()) {
                     Some(fd) if fd.kind.method_class() == Some(ClassId::new(i)) => {}
-                    _ => self.err(sp, None, format!("class `{}` lists a method it does not own", c.name)),
+                    _ => self.err(
+                        sp,
+                        None,
+                        format!("class `{}` lists a method it does not own", c.name),
+                    ),
                 }
             }
         }
         for fd in &m.fields {
             if !is_ident(&fd.name) {
-                self.err(*fd.span, None, format!("`{}` is not a valid field name", fd.name));
+                self.err(
+                    *fd.span,
+                    None,
+                    format!("`{}` is not a valid field name", fd.name),
+                );
             }
-            if fd.class.index() >= nclasses || !m.class(fd.class).fields.iter().any(|&x| m.fields.get(x.index()).is_some_and(|y| std::ptr::eq(y, fd))) {
-                self.err(*fd.span, None, format!("field `{}` is not listed by its class", fd.name));
+            if fd.class.index() >= nclasses
+                || !m
+                    .class(fd.class)
+                    .fields
+                    .iter()
+                    .any(|&x| m.fields.get(x.index()).is_some_and(|y| std::ptr::eq(y, fd)))
+            {
+                self.err(
+                    *fd.span,
+                    None,
+                    format!("field `{}` is not listed by its class", fd.name),
+                );
             }
             if !self.type_ok(fd.ty) {
-                self.err(*fd.span, None, format!("field `{}` has an invalid type", fd.name));
+                self.err(
+                    *fd.span,
+                    None,
+                    format!("field `{}` has an invalid type", fd.name),
+                );
             }
         }
         let mut func_names = HashSet::new();
@@ -261,13 +301,19 @@ impl<'a> Verifier<'a> {
             let name_ok = match f.kind {
                 FuncKind::Method { class, .. } => {
                     class.index() < nclasses
-                        && f.name.split_once('.').is_some_and(|(c, n)| c == m.class(class).name && is_ident(n))
+                        && f.name
+                            .split_once('.')
+                            .is_some_and(|(c, n)| c == m.class(class).name && is_ident(n))
                         && m.class(class).methods.contains(&FuncId::new(i))
                 }
                 _ => is_ident(&f.name),
             };
             if !name_ok {
-                self.err(sp, None, format!("`{}` is not a valid name for this function", f.name));
+                self.err(
+                    sp,
+                    None,
+                    format!("`{}` is not a valid name for this function", f.name),
+                );
             }
             if !func_names.insert(f.name.as_str()) {
                 self.err(sp, None, format!("duplicate function `{}`", f.name));
@@ -278,10 +324,18 @@ impl<'a> Verifier<'a> {
             let mut local_names = HashSet::new();
             for l in &f.locals {
                 if !is_ident(&l.name) || !local_names.insert(l.name.as_str()) {
-                    self.err(sp, Some(&f.name), format!("duplicate or invalid local name `{}`", l.name));
+                    self.err(
+                        sp,
+                        Some(&f.name),
+                        format!("duplicate or invalid local name `{}`", l.name),
+                    );
                 }
                 if !self.type_ok(l.ty) {
-                    self.err(sp, Some(&f.name), format!("local `{}` has an invalid type", l.name));
+                    self.err(
+                        sp,
+                        Some(&f.name),
+                        format!("local `{}` has an invalid type", l.name),
+                    );
                 }
             }
             if f.ret.is_some_and(|t| !self.type_ok(t)) {
@@ -293,14 +347,22 @@ impl<'a> Verifier<'a> {
         }
         // M3: inheritance cycles.
         let mut cyclic = vec![false; nclasses];
-        for i in 0..nclasses {
+        for (i, is_cyclic) in cyclic.iter_mut().enumerate() {
             let mut seen = vec![ClassId::new(i)];
             let mut cur = m.classes[i].superclass;
             while let Some(s) = cur {
                 if s.index() == i {
-                    let chain: Vec<&str> = seen.iter().chain([&s]).map(|c| m.class(*c).name.as_str()).collect();
-                    self.err(*m.classes[i].span, None, format!("inheritance cycle: {}", chain.join(" extends ")));
-                    cyclic[i] = true;
+                    let chain: Vec<&str> = seen
+                        .iter()
+                        .chain([&s])
+                        .map(|c| m.class(*c).name.as_str())
+                        .collect();
+                    self.err(
+                        *m.classes[i].span,
+                        None,
+                        format!("inheritance cycle: {}", chain.join(" extends ")),
+                    );
+                    *is_cyclic = true;
                     break;
                 }
                 if seen.contains(&s) {
@@ -358,24 +420,43 @@ impl<'a> Verifier<'a> {
                     }
                 }
                 FuncKind::Method { class, is_abstract } => {
-                    if f.params().first().map(|l| (l.name.as_str(), l.ty)) != Some(("this", Type::Class(class))) {
-                        self.err(sp, Some(&f.name), "a method's first parameter must be `this` of its class".into());
+                    if f.params().first().map(|l| (l.name.as_str(), l.ty))
+                        != Some(("this", Type::Class(class)))
+                    {
+                        self.err(
+                            sp,
+                            Some(&f.name),
+                            "a method's first parameter must be `this` of its class".into(),
+                        );
                     }
                     if let Some(sup) = m.class(class).superclass
                         && let Some(o) = m.lookup_method(sup, f.short_name())
                     {
                         let of = m.func(o);
                         let sig = |g: &Function| {
-                            let ps: Vec<String> = g.param_types().skip(1).map(|t| type_name(m, t)).collect();
-                            format!("({}){}", ps.join(", "), g.ret.map_or(String::new(), |r| format!(" -> {}", type_name(m, r))))
+                            let ps: Vec<String> =
+                                g.param_types().skip(1).map(|t| type_name(m, t)).collect();
+                            format!(
+                                "({}){}",
+                                ps.join(", "),
+                                g.ret
+                                    .map_or(String::new(), |r| format!(" -> {}", type_name(m, r)))
+                            )
                         };
-                        let same = of.ret == f.ret
-                            && of.param_types().skip(1).eq(f.param_types().skip(1));
+                        let same =
+                            of.ret == f.ret && of.param_types().skip(1).eq(f.param_types().skip(1));
                         if !same {
                             self.diags.push(Diagnostic {
                                 expected: Some(format!("`{}`", sig(of))),
                                 found: Some(format!("`{}`", sig(f))),
-                                ..self.plain(sp, Some(&f.name), format!("method overrides `{}` with another signature", of.name))
+                                ..self.plain(
+                                    sp,
+                                    Some(&f.name),
+                                    format!(
+                                        "method overrides `{}` with another signature",
+                                        of.name
+                                    ),
+                                )
                             });
                         }
                     }
@@ -386,7 +467,11 @@ impl<'a> Verifier<'a> {
                 FuncKind::Static => {}
             }
             if !f.is_abstract() && f.body.is_empty() {
-                self.err(sp, Some(&f.name), "empty body: execution falls off the end".into());
+                self.err(
+                    sp,
+                    Some(&f.name),
+                    "empty body: execution falls off the end".into(),
+                );
             }
         }
     }
@@ -447,12 +532,18 @@ impl<'a> Verifier<'a> {
         while let Some(bci) = work.pop_front() {
             queued[bci as usize] = false;
             fv.bci = bci;
-            let mut fr = frames[bci as usize].clone().expect("queued bcis have frames");
+            let mut fr = frames[bci as usize]
+                .clone()
+                .expect("queued bcis have frames");
             let inst = &f.body[bci as usize];
             fv.step(inst, &mut fr)?;
             max_stack = max_stack.max(fr.stack.len());
             if fr.stack.len() > MAX_STACK {
-                return Err(fv.mismatch("operand stack too deep", format!("at most {MAX_STACK} values"), fr.stack.len().to_string()));
+                return Err(fv.mismatch(
+                    "operand stack too deep",
+                    format!("at most {MAX_STACK} values"),
+                    fr.stack.len().to_string(),
+                ));
             }
             let flow = inst.opcode().flow();
             if matches!(flow, Flow::Next | Flow::Branch) && bci as usize + 1 >= n {
@@ -538,7 +629,11 @@ impl FnVerifier<'_> {
         if assignable(self.m, t, want) {
             Ok(t)
         } else {
-            Err(self.mismatch(&format!("type mismatch in `{}`", self.mnemonic()), self.tn(want), self.tn(t)))
+            Err(self.mismatch(
+                &format!("type mismatch in `{}`", self.mnemonic()),
+                self.tn(want),
+                self.tn(t),
+            ))
         }
     }
 
@@ -592,7 +687,11 @@ impl FnVerifier<'_> {
             Type::Array(_, d) => (1..=crate::types::MAX_ARRAY_DIMS).contains(&d),
             _ => true,
         };
-        if ok { Ok(()) } else { Err(self.simple("invalid type operand".into())) }
+        if ok {
+            Ok(())
+        } else {
+            Err(self.simple("invalid type operand".into()))
+        }
     }
 
     fn field(&self, fid: crate::types::FieldId) -> FResult<&crate::module::Field> {
@@ -635,7 +734,11 @@ impl FnVerifier<'_> {
             for &s in pops.iter().rev() {
                 let t = self.pop(fr, &self.sig_name(s))?;
                 if !self.sig_matches(s, t) {
-                    return Err(self.mismatch(&format!("type mismatch in `{}`", op.mnemonic()), self.sig_name(s), self.tn(t)));
+                    return Err(self.mismatch(
+                        &format!("type mismatch in `{}`", op.mnemonic()),
+                        self.sig_name(s),
+                        self.tn(t),
+                    ));
                 }
             }
             fr.stack.extend(pushes.iter().map(|&s| Self::sig_type(s)));
@@ -672,10 +775,17 @@ impl FnVerifier<'_> {
                 let i = self.local(local)?;
                 let l = &self.f.locals[i];
                 if !l.ty.is_int() {
-                    return Err(self.mismatch(&format!("`inc` on local `{}`", l.name), "an `i32` or `i64` local".into(), self.tn(l.ty)));
+                    return Err(self.mismatch(
+                        &format!("`inc` on local `{}`", l.name),
+                        "an `i32` or `i64` local".into(),
+                        self.tn(l.ty),
+                    ));
                 }
                 if fr.locals[i].is_none() {
-                    return Err(self.simple(format!("local `{}` is read before it is assigned on every path", l.name)));
+                    return Err(self.simple(format!(
+                        "local `{}` is read before it is assigned on every path",
+                        l.name
+                    )));
                 }
             }
             Inst::Dup => {
@@ -710,14 +820,23 @@ impl FnVerifier<'_> {
                 let a = self.pop(fr, "an array of references")?;
                 let elem = self.ref_elem(a)?;
                 if !assignable(self.m, v, elem) {
-                    return Err(self.mismatch("stored element has the wrong type", self.tn(elem), self.tn(v)));
+                    return Err(self.mismatch(
+                        "stored element has the wrong type",
+                        self.tn(elem),
+                        self.tn(v),
+                    ));
                 }
             }
             Inst::New { class } => {
                 if class.index() >= self.m.classes.len() {
                     return Err(self.simple(format!("class {} does not exist", class.0)));
                 }
-                if let Some(&a) = self.m.vtable(class).iter().find(|&&f| self.m.func(f).is_abstract()) {
+                if let Some(&a) = self
+                    .m
+                    .vtable(class)
+                    .iter()
+                    .find(|&&f| self.m.func(f).is_abstract())
+                {
                     return Err(self.simple(format!(
                         "cannot instantiate `{}`: method `{}` is abstract",
                         self.m.class(class).name,
@@ -755,33 +874,48 @@ impl FnVerifier<'_> {
             Inst::InstanceOf { ty } | Inst::CheckCast { ty } => {
                 self.check_type_operand(ty)?;
                 if !ty.is_ref() {
-                    return Err(self.mismatch(&format!("`{}` needs a reference type", op.mnemonic()), "a class or array type".into(), self.tn(ty)));
+                    return Err(self.mismatch(
+                        &format!("`{}` needs a reference type", op.mnemonic()),
+                        "a class or array type".into(),
+                        self.tn(ty),
+                    ));
                 }
                 self.pop_type(fr, Type::Ref)?;
-                fr.stack.push(if matches!(inst, Inst::InstanceOf { .. }) { Type::I32 } else { ty });
+                fr.stack.push(if matches!(inst, Inst::InstanceOf { .. }) {
+                    Type::I32
+                } else {
+                    ty
+                });
             }
             Inst::Call { func } => {
-                let callee = self
-                    .m
-                    .funcs
-                    .get(func.index())
-                    .ok_or_else(|| self.simple(format!("function {} does not exist", func.0)))?;
+                let callee =
+                    self.m.funcs.get(func.index()).ok_or_else(|| {
+                        self.simple(format!("function {} does not exist", func.0))
+                    })?;
                 if callee.kind == FuncKind::Kernel {
-                    return Err(self.simple(format!("kernel `{}` cannot be called; launch it instead", callee.name)));
+                    return Err(self.simple(format!(
+                        "kernel `{}` cannot be called; launch it instead",
+                        callee.name
+                    )));
                 }
                 if callee.is_abstract() {
-                    return Err(self.simple(format!("abstract method `{}` can only be called with `callvirt`", callee.name)));
+                    return Err(self.simple(format!(
+                        "abstract method `{}` can only be called with `callvirt`",
+                        callee.name
+                    )));
                 }
                 self.call_args(fr, callee)?;
             }
             Inst::CallVirt { method } => {
-                let callee = self
-                    .m
-                    .funcs
-                    .get(method.index())
-                    .ok_or_else(|| self.simple(format!("function {} does not exist", method.0)))?;
+                let callee =
+                    self.m.funcs.get(method.index()).ok_or_else(|| {
+                        self.simple(format!("function {} does not exist", method.0))
+                    })?;
                 if !matches!(callee.kind, FuncKind::Method { .. }) {
-                    return Err(self.simple(format!("`callvirt` needs a method, but `{}` is a function; use `call`", callee.name)));
+                    return Err(self.simple(format!(
+                        "`callvirt` needs a method, but `{}` is a function; use `call`",
+                        callee.name
+                    )));
                 }
                 self.call_args(fr, callee)?;
             }
@@ -792,7 +926,11 @@ impl FnVerifier<'_> {
                         return Err(self.mismatch("wrong return type", self.tn(r), self.tn(t)));
                     }
                     if !fr.stack.is_empty() {
-                        return Err(self.mismatch("values left on the stack at `ret`", "only the return value".into(), format!("{} more value(s)", fr.stack.len())));
+                        return Err(self.mismatch(
+                            "values left on the stack at `ret`",
+                            "only the return value".into(),
+                            format!("{} more value(s)", fr.stack.len()),
+                        ));
                     }
                 }
                 None => {
@@ -816,9 +954,17 @@ impl FnVerifier<'_> {
             Type::Null => Ok(Type::Null),
             Type::Array(..) => match a.array_elem() {
                 Some(e) if e.is_ref() => Ok(e),
-                _ => Err(self.mismatch(&format!("type mismatch in `{}`", self.mnemonic()), "an array of references".into(), self.tn(a))),
+                _ => Err(self.mismatch(
+                    &format!("type mismatch in `{}`", self.mnemonic()),
+                    "an array of references".into(),
+                    self.tn(a),
+                )),
             },
-            _ => Err(self.mismatch(&format!("type mismatch in `{}`", self.mnemonic()), "an array of references".into(), self.tn(a))),
+            _ => Err(self.mismatch(
+                &format!("type mismatch in `{}`", self.mnemonic()),
+                "an array of references".into(),
+                self.tn(a),
+            )),
         }
     }
 

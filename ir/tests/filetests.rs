@@ -25,7 +25,12 @@ fn diagnostics_text(ds: &offload_ir::Diagnostics) -> String {
                 offload_ir::Phase::Parse => "parse",
                 offload_ir::Phase::Verify => "verify",
             };
-            format!("{}:{}: {phase} error: {}\n", d.span.line, d.span.col, d.detail())
+            format!(
+                "{}:{}: {phase} error: {}\n",
+                d.span.line,
+                d.span.col,
+                d.detail()
+            )
         })
         .collect()
 }
@@ -39,14 +44,17 @@ fn run(kind: &str, name: &str, input: &str) -> Result<String, String> {
         "print" => {
             let m = parse_module(name, input).map_err(|d| diagnostics_text(&d))?;
             let text = print_module(&m);
-            let again = parse_module(name, &text).map_err(|d| format!("printed text does not parse:\n{}", diagnostics_text(&d)))?;
+            let again = parse_module(name, &text)
+                .map_err(|d| format!("printed text does not parse:\n{}", diagnostics_text(&d)))?;
             if again != m {
                 return Err("printed text parses to a different module".into());
             }
             Ok(text)
         }
         "analyze" => {
-            let v = parse_module(name, input).and_then(verify).map_err(|d| diagnostics_text(&d))?;
+            let v = parse_module(name, input)
+                .and_then(verify)
+                .map_err(|d| diagnostics_text(&d))?;
             Ok((0..v.funcs.len())
                 .map(FuncId::new)
                 .filter(|&f| !v.func(f).is_abstract())
@@ -59,13 +67,25 @@ fn run(kind: &str, name: &str, input: &str) -> Result<String, String> {
 
 fn comment(text: &str) -> String {
     text.lines()
-        .map(|l| if l.is_empty() { ";\n".to_string() } else { format!("; {l}\n") })
+        .map(|l| {
+            if l.is_empty() {
+                ";\n".to_string()
+            } else {
+                format!("; {l}\n")
+            }
+        })
         .collect()
 }
 
 fn uncomment(text: &str) -> String {
     text.lines()
-        .map(|l| format!("{}\n", l.strip_prefix("; ").unwrap_or(l.strip_prefix(';').unwrap_or(l))))
+        .map(|l| {
+            format!(
+                "{}\n",
+                l.strip_prefix("; ")
+                    .unwrap_or(l.strip_prefix(';').unwrap_or(l))
+            )
+        })
         .collect()
 }
 
@@ -90,7 +110,10 @@ fn filetests() {
         };
         let kind = kind.trim().to_string();
         let (input, expected) = match text.find(MARKER) {
-            Some(at) => (&text[..at], uncomment(&text[at + MARKER.len()..].trim_start_matches('\n'))),
+            Some(at) => (
+                &text[..at],
+                uncomment(text[at + MARKER.len()..].trim_start_matches('\n')),
+            ),
             None => (text.as_str(), String::new()),
         };
         let actual = match run(&kind, &name, input) {
@@ -108,11 +131,21 @@ fn filetests() {
                 let new = format!("{}{MARKER}\n{}", input, comment(&actual));
                 std::fs::write(path, new).expect("bless");
             } else {
-                failures.push(format!("{name}: output differs\n--- expected\n{expected}--- actual\n{actual}"));
+                failures.push(format!(
+                    "{name}: output differs\n--- expected\n{expected}--- actual\n{actual}"
+                ));
             }
         }
     }
-    assert!(failures.is_empty(), "{} filetest(s) failed (OFFLOAD_BLESS=1 rewrites expectations):\n\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} filetest(s) failed (OFFLOAD_BLESS=1 rewrites expectations):\n\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     assert!(paths.len() >= 50, "only {} filetests", paths.len());
-    assert!(invalid >= 40, "only {invalid} invalid programs pinned; keep at least 40");
+    assert!(
+        invalid >= 40,
+        "only {invalid} invalid programs pinned; keep at least 40"
+    );
 }

@@ -22,10 +22,71 @@ fn exercise(src: &str) {
 }
 
 const VOCAB: &[&str] = &[
-    "kernel", "func", "class", "extends", "field", "method", "abstract", "local", "k", "f", "A", "B", "x", "i", "(", ")", "{", "}",
-    "[", "]", ":", ",", "->", "\n", "\n", "\n", " ", "i32", "i64", "f32", "f64", "ref", "load", "store", "i32.const", "1", "-7",
-    "0x10", "nan", "inf", "1.5e3", "ret", "i32.add", "br", "br_if", "L", "L:", "new", "getfield", "A.x", "call", "callvirt", "A.m",
-    "throw", "NullPointer", "dup", "pop", "swap", "inc", "newarray", "i32.aload", ";", "@", "\"", "é",
+    "kernel",
+    "func",
+    "class",
+    "extends",
+    "field",
+    "method",
+    "abstract",
+    "local",
+    "k",
+    "f",
+    "A",
+    "B",
+    "x",
+    "i",
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "->",
+    "\n",
+    "\n",
+    "\n",
+    " ",
+    "i32",
+    "i64",
+    "f32",
+    "f64",
+    "ref",
+    "load",
+    "store",
+    "i32.const",
+    "1",
+    "-7",
+    "0x10",
+    "nan",
+    "inf",
+    "1.5e3",
+    "ret",
+    "i32.add",
+    "br",
+    "br_if",
+    "L",
+    "L:",
+    "new",
+    "getfield",
+    "A.x",
+    "call",
+    "callvirt",
+    "A.m",
+    "throw",
+    "NullPointer",
+    "dup",
+    "pop",
+    "swap",
+    "inc",
+    "newarray",
+    "i32.aload",
+    ";",
+    "@",
+    "\"",
+    "é",
 ];
 
 proptest! {
@@ -90,12 +151,36 @@ fn programmatic_bad_branch_target_is_rejected() {
 #[test]
 fn programmatic_dangling_ids_are_rejected_not_panics() {
     let mut m = parse_module("t.obc", "kernel k(i: i64) {\n    ret\n}\n").unwrap();
-    m.funcs[0].body.insert(0, Inst::Call { func: offload_ir::FuncId(9) });
-    assert!(verify(m.clone()).unwrap_err().to_string().contains("function 9 does not exist"));
-    m.funcs[0].body[0] = Inst::Load { local: offload_ir::LocalId(5) };
-    assert!(verify(m.clone()).unwrap_err().to_string().contains("local 5 does not exist"));
-    m.funcs[0].body[0] = Inst::New { class: offload_ir::ClassId(0) };
-    assert!(verify(m.clone()).unwrap_err().to_string().contains("class 0 does not exist"));
+    m.funcs[0].body.insert(
+        0,
+        Inst::Call {
+            func: offload_ir::FuncId(9),
+        },
+    );
+    assert!(
+        verify(m.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("function 9 does not exist")
+    );
+    m.funcs[0].body[0] = Inst::Load {
+        local: offload_ir::LocalId(5),
+    };
+    assert!(
+        verify(m.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("local 5 does not exist")
+    );
+    m.funcs[0].body[0] = Inst::New {
+        class: offload_ir::ClassId(0),
+    };
+    assert!(
+        verify(m.clone())
+            .unwrap_err()
+            .to_string()
+            .contains("class 0 does not exist")
+    );
     m.funcs[0].locals[0].ty = offload_ir::Type::Class(offload_ir::ClassId(3));
     assert!(verify(m).unwrap_err().to_string().contains("invalid type"));
 }

@@ -13,10 +13,19 @@ fn examples() -> Vec<(String, String)> {
         .expect("examples/kernels")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "obc"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
         .collect();
     out.sort();
-    assert!(out.len() >= 10, "expected the ten example kernels, found {}", out.len());
+    assert!(
+        out.len() >= 10,
+        "expected the ten example kernels, found {}",
+        out.len()
+    );
     out
 }
 
@@ -25,9 +34,14 @@ fn every_example_verifies_and_round_trips() {
     for (name, src) in examples() {
         let m = parse_module(&name, &src).unwrap_or_else(|e| panic!("{name}: {e}"));
         let text = print_module(&m);
-        let again = parse_module(&name, &text).unwrap_or_else(|e| panic!("{name} printed:\n{text}\n{e}"));
+        let again =
+            parse_module(&name, &text).unwrap_or_else(|e| panic!("{name} printed:\n{text}\n{e}"));
         assert_eq!(again, m, "{name}: print → parse changed the module");
-        assert_eq!(print_module(&again), text, "{name}: print is not a fixpoint");
+        assert_eq!(
+            print_module(&again),
+            text,
+            "{name}: print is not a fixpoint"
+        );
         verify(m).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
@@ -38,14 +52,20 @@ fn check_generated(bytes: &[u8]) -> Result<(), TestCaseError> {
         return Ok(()); // ran out of bytes before making a module
     };
     let text = print_module(&m);
-    let verified = verify(m.clone()).map_err(|e| TestCaseError::fail(format!("generated module does not verify: {e}\n{text}")))?;
-    let again = parse_module("<printed>", &text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+    let verified = verify(m.clone()).map_err(|e| {
+        TestCaseError::fail(format!("generated module does not verify: {e}\n{text}"))
+    })?;
+    let again = parse_module("<printed>", &text)
+        .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     prop_assert_eq!(&again, &m, "print → parse changed the module:\n{}", text);
     prop_assert_eq!(print_module(&again), text.clone());
     // The analyses run on everything the generator makes.
     for f in (0..verified.funcs.len()).map(offload_ir::FuncId::new) {
         let a = offload_ir::analysis::analyze(&verified, f);
-        prop_assert!(a.sites.first().is_some_and(|s| s.bci == 0 && s.poll), "entry is always a poll site");
+        prop_assert!(
+            a.sites.first().is_some_and(|s| s.bci == 0 && s.poll),
+            "entry is always a poll site"
+        );
     }
     Ok(())
 }
@@ -74,11 +94,18 @@ fn the_generator_makes_rich_modules() {
                 seed as u8
             })
             .collect();
-        let m = arbitrary_module(&mut Unstructured::new(&bytes), &GenConfig::default()).expect("enough bytes");
+        let m = arbitrary_module(&mut Unstructured::new(&bytes), &GenConfig::default())
+            .expect("enough bytes");
         total += m.funcs.iter().map(|f| f.body.len()).sum::<usize>();
         with_classes += usize::from(!m.classes.is_empty());
         verify(m).expect("generated modules verify");
     }
-    assert!(total > 64 * 20, "generated bodies are too small: {total} instructions in 64 modules");
-    assert!(with_classes > 16, "too few modules with classes: {with_classes}");
+    assert!(
+        total > 64 * 20,
+        "generated bodies are too small: {total} instructions in 64 modules"
+    );
+    assert!(
+        with_classes > 16,
+        "too few modules with classes: {with_classes}"
+    );
 }

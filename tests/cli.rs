@@ -1,0 +1,105 @@
+//! The `offload` binary: `check`, `fmt` and `analyze` on good and bad input.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn offload(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run offload");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn examples() -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/kernels"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "obc"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+    v.sort();
+    v
+}
+
+fn temp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("offload-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn check_passes_every_example() {
+    let files = examples();
+    let mut args = vec!["check"];
+    args.extend(files.iter().map(String::as_str));
+    let (code, out, err) = offload(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok ")).count(),
+        files.len(),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_reports_every_error_with_a_caret() {
+    let p = temp(
+        "two.obc",
+        "func a() -> i32 {\n    ret\n}\n\nfunc b() {\n    f32.add\n    ret\n}\n",
+    );
+    let (code, _, err) = offload(&["check", p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("two.obc:2:5"), "{err}");
+    assert!(err.contains("two.obc:6:5"), "{err}");
+    assert!(err.contains("^^^"), "{err}");
+    assert!(err.contains("found 2 problem(s)"), "{err}");
+}
+
+#[test]
+fn check_of_garbage_or_missing_files_is_an_error_not_a_panic() {
+    let garbage = temp("garbage.obc", "\u{0}\u{1}kernel ((((\n}}}} @@@ \u{feff}");
+    let (code, _, err) = offload(&["check", garbage.to_str().unwrap(), "/nonexistent/x.obc"]);
+    assert_eq!(code, 1);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("cannot read /nonexistent/x.obc"), "{err}");
+    assert!(err.contains("2 of 2 file(s) failed"), "{err}");
+}
+
+#[test]
+fn fmt_prints_canonical_text_and_check_mode_detects_drift() {
+    let p = temp(
+        "messy.obc",
+        "kernel   k(i:i64,xs:i32[]) {   ; comment\n  load xs\n      i32.const 0\n i32.const 1 ; one\n i32.astore\n ret\n}\n",
+    );
+    let (code, out, err) = offload(&["fmt", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "kernel k(i: i64, xs: i32[]) {\n    load xs\n    i32.const 0\n    i32.const 1\n    i32.astore\n    ret\n}\n"
+    );
+    let (code, _, err) = offload(&["fmt", "--check", p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not in canonical form"), "{err}");
+    let canon = temp("canon.obc", &out);
+    assert_eq!(offload(&["fmt", "--check", canon.to_str().unwrap()]).0, 0);
+}
+
+#[test]
+fn analyze_shows_sites() {
+    let (code, out, err) = offload(&["analyze", "examples/kernels/saxpy.obc"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("function saxpy"), "{out}");
+    assert!(out.contains("site 0 @0 [poll]"), "{out}");
+    let (code, _, err) = offload(&["analyze", "examples/kernels/saxpy.obc", "--func", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no function `nope`"), "{err}");
+}
