@@ -13,7 +13,7 @@
 //! garbage without panicking.
 
 use crate::isa::{Inst, Label};
-use crate::module::{Class, Debug, Field, FuncDebug, FuncKind, Function, Local, Module};
+use crate::module::{Class, Field, FuncDebug, FuncKind, Function, Local, Meta, Module};
 use crate::types::{ClassId, Elem, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, Type};
 use arbitrary::{Result, Unstructured};
 use std::sync::Arc;
@@ -53,7 +53,7 @@ const SCALARS: [Type; 4] = [Type::I32, Type::I64, Type::F32, Type::F64];
 /// Generate a random valid module.
 pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Module> {
     let mut m = Module {
-        source: Debug(Arc::from("<generated>")),
+        source: Meta(Arc::from("<generated>")),
         ..Module::default()
     };
     // Classes, each extending an earlier one or nothing.
@@ -69,7 +69,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             superclass,
             fields: Vec::new(),
             methods: Vec::new(),
-            span: Debug::default(),
+            span: Meta::default(),
         });
     }
     for c in 0..nclasses {
@@ -80,7 +80,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
                 name: format!("f{c}_{k}"),
                 class: ClassId::new(c),
                 ty,
-                span: Debug::default(),
+                span: Meta::default(),
             });
             m.classes[c].fields.push(id);
         }
@@ -137,7 +137,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
                 locals,
                 ret,
                 body: Vec::new(),
-                debug: Debug(FuncDebug::default()),
+                debug: Meta(FuncDebug::default()),
             });
             m.classes[c].methods.push(id);
             method_bodies.push(id);
@@ -168,7 +168,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             locals: params,
             ret,
             body: Vec::new(),
-            debug: Debug(FuncDebug::default()),
+            debug: Meta(FuncDebug::default()),
         });
     }
     let nkernels = u.int_in_range(1..=cfg.max_kernels.max(1))?;
@@ -192,7 +192,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             locals: params,
             ret: None,
             body: Vec::new(),
-            debug: Debug(FuncDebug::default()),
+            debug: Meta(FuncDebug::default()),
         });
     }
     let methods: Vec<FuncId> = method_bodies.clone();
@@ -278,6 +278,8 @@ fn gen_body(
         nesting: 0,
         budget: 400,
     };
+    // Make sure each body has something in it when the input allows.
+    b.stmt()?;
     b.block()?;
     if let Some(t) = func.ret {
         b.expr(t, 0)?;

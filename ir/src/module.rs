@@ -22,23 +22,23 @@ pub struct Span {
 /// differ only in spans or label names are equal (this is what makes
 /// print → parse round-trips comparable).
 #[derive(Clone, Debug, Default)]
-pub struct Debug<T>(pub T);
+pub struct Meta<T>(pub T);
 
-impl<T> PartialEq for Debug<T> {
+impl<T> PartialEq for Meta<T> {
     fn eq(&self, _: &Self) -> bool {
         true
     }
 }
-impl<T> Eq for Debug<T> {}
+impl<T> Eq for Meta<T> {}
 
-impl<T> std::ops::Deref for Debug<T> {
+impl<T> std::ops::Deref for Meta<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
     }
 }
 
-impl<T> std::ops::DerefMut for Debug<T> {
+impl<T> std::ops::DerefMut for Meta<T> {
     fn deref_mut(&mut self) -> &mut T {
         &mut self.0
     }
@@ -54,7 +54,7 @@ pub struct Module {
     /// Static functions, kernels and methods, indexed by [`FuncId`].
     pub funcs: Vec<Function>,
     /// Where the module came from (file name for messages).
-    pub source: Debug<Arc<str>>,
+    pub source: Meta<Arc<str>>,
 }
 
 /// A class with single inheritance.
@@ -69,7 +69,7 @@ pub struct Class {
     /// Methods declared by this class, in declaration order.
     pub methods: Vec<FuncId>,
     /// Where the class is declared.
-    pub span: Debug<Span>,
+    pub span: Meta<Span>,
 }
 
 /// A field of a class.
@@ -82,7 +82,7 @@ pub struct Field {
     /// The field's type.
     pub ty: Type,
     /// Where the field is declared.
-    pub span: Debug<Span>,
+    pub span: Meta<Span>,
 }
 
 /// What kind of function this is.
@@ -139,7 +139,7 @@ pub struct Function {
     /// The instructions.
     pub body: Vec<Inst>,
     /// Spans and label names.
-    pub debug: Debug<FuncDebug>,
+    pub debug: Meta<FuncDebug>,
 }
 
 impl Function {

@@ -26,7 +26,7 @@
 use crate::diag::{Diagnostic, Diagnostics, Phase, Result};
 use crate::isa::{Label, OperandReader};
 use crate::lexer::{Tok, Token, lex};
-use crate::module::{Class, Debug, Field, FuncDebug, FuncKind, Function, Local, Module, Span};
+use crate::module::{Class, Field, FuncDebug, FuncKind, Function, Local, Meta, Module, Span};
 use crate::types::{
     Bci, ClassId, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, MAX_ARRAY_DIMS, Type,
 };
@@ -467,7 +467,7 @@ impl Parser {
 
     fn resolve(&mut self, items: Vec<Item>) -> Module {
         let mut m = Module {
-            source: Debug(self.file.clone()),
+            source: Meta(self.file.clone()),
             ..Module::default()
         };
         let mut classes = Vec::new();
@@ -504,7 +504,7 @@ impl Parser {
                 superclass: None,
                 fields: Vec::new(),
                 methods: Vec::new(),
-                span: Debug(c.span),
+                span: Meta(c.span),
             });
         }
         for (i, c) in classes.iter().enumerate() {
@@ -534,7 +534,7 @@ impl Parser {
                     name: f.name.clone(),
                     class: ClassId::new(i),
                     ty,
-                    span: Debug(f.span),
+                    span: Meta(f.span),
                 });
                 m.classes[i].fields.push(id);
             }
@@ -605,7 +605,7 @@ impl Parser {
                 locals,
                 ret,
                 body: Vec::new(),
-                debug: Debug(FuncDebug {
+                debug: Meta(FuncDebug {
                     span: f.span,
                     ..FuncDebug::default()
                 }),
@@ -674,7 +674,7 @@ impl Parser {
         }
         let mut body = Vec::with_capacity(f.insts.len());
         let mut spans = Vec::with_capacity(f.insts.len());
-        for ia in &f.insts {
+        for (at, ia) in f.insts.iter().enumerate() {
             let Some(op) = crate::isa::Opcode::from_mnemonic(&ia.mnemonic) else {
                 let mut d = diag(
                     &self.file,
@@ -682,6 +682,7 @@ impl Parser {
                     format!("unknown instruction `{}`", ia.mnemonic),
                 );
                 d.func = Some(full.clone());
+                d.bci = Some(at as Bci);
                 if let Some(s) = suggest(&ia.mnemonic) {
                     d.message.push_str(&format!(" (did you mean `{s}`?)"));
                 }
@@ -722,6 +723,7 @@ impl Parser {
                 Err((span, msg)) => {
                     let mut d = diag(&self.file, span, msg);
                     d.func = Some(full.clone());
+                    d.bci = Some(at as Bci);
                     self.diags.push(d);
                 }
             }
