@@ -268,11 +268,13 @@ pub enum ExceptionKind {
     IllegalArgument,
     /// A kernel found itself in a state it does not handle.
     IllegalState,
+    /// Calls nested deeper than the runtime allows (runaway recursion).
+    StackOverflow,
 }
 
 impl ExceptionKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ExceptionKind; 8] = [
+    pub const ALL: [ExceptionKind; 9] = [
         ExceptionKind::NullPointer,
         ExceptionKind::IndexOutOfBounds,
         ExceptionKind::Arithmetic,
@@ -281,6 +283,7 @@ impl ExceptionKind {
         ExceptionKind::OutOfMemory,
         ExceptionKind::IllegalArgument,
         ExceptionKind::IllegalState,
+        ExceptionKind::StackOverflow,
     ];
 
     /// Name as written after `throw`.
@@ -294,6 +297,7 @@ impl ExceptionKind {
             ExceptionKind::OutOfMemory => "OutOfMemory",
             ExceptionKind::IllegalArgument => "IllegalArgument",
             ExceptionKind::IllegalState => "IllegalState",
+            ExceptionKind::StackOverflow => "StackOverflow",
         }
     }
 
