@@ -1,0 +1,174 @@
+//! Allocation for one launch: the policy knob and its slots.
+
+use crate::heap::{Heap, HeapError};
+use crate::layout::{Header, words};
+use crate::tlab::{AllocFailure, SharedTlab};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How workitems allocate. One knob for experiments (DESIGN.md, "Allocation").
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AllocPolicy {
+    /// Shared TLABs with the designated-refiller protocol; each slot serves
+    /// `group` consecutive workers (a GPU uses a block or warp).
+    SharedTlab {
+        /// Workers per slot (at least 1).
+        group: usize,
+    },
+    /// Like `SharedTlab`, but an allocator that overflows without being the
+    /// refiller fails at once with `Overflow` instead of waiting (on a device
+    /// it deopts; the host retries).
+    FailOnOverflow {
+        /// Workers per slot.
+        group: usize,
+    },
+    /// One TLAB per worker, never shared.
+    PrivateTlab,
+    /// No TLABs: every object is a CAS on eden's top.
+    EdenCas,
+}
+
+impl Default for AllocPolicy {
+    fn default() -> Self {
+        AllocPolicy::SharedTlab { group: 2 }
+    }
+}
+
+impl std::str::FromStr for AllocPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, arg) = s.split_once(':').unwrap_or((s, ""));
+        let group = if arg.is_empty() { Ok(2) } else { arg.parse::<usize>().map_err(|e| format!("bad group size `{arg}`: {e}")) };
+        match name {
+            "shared" => Ok(AllocPolicy::SharedTlab { group: group?.max(1) }),
+            "fail-on-overflow" => Ok(AllocPolicy::FailOnOverflow { group: group?.max(1) }),
+            "private" => Ok(AllocPolicy::PrivateTlab),
+            "eden-cas" => Ok(AllocPolicy::EdenCas),
+            other => Err(format!("unknown allocation policy `{other}` (shared[:N], fail-on-overflow[:N], private, eden-cas)")),
+        }
+    }
+}
+
+/// Counters of one launch's allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// TLAB refills.
+    pub refills: u64,
+    /// Objects allocated straight from eden (large objects, `EdenCas`).
+    pub direct: u64,
+    /// Allocations that failed with eden exhausted.
+    pub exhausted: u64,
+    /// Times the heap grew during the launch.
+    pub heap_grows: u64,
+}
+
+/// The allocator of one launch. Dropping it (or [`Allocator::retire`]) turns
+/// the unused rest of every TLAB into fillers so that the heap parses.
+#[derive(Debug)]
+pub struct Allocator<'h> {
+    heap: &'h Heap,
+    policy: AllocPolicy,
+    slots: Box<[SharedTlab]>,
+    group: usize,
+    large_words: u32,
+    direct: AtomicU64,
+    exhausted: AtomicU64,
+    grows_at_start: u64,
+}
+
+impl<'h> Allocator<'h> {
+    /// An allocator for `workers` concurrent workers.
+    pub fn new(heap: &'h Heap, policy: AllocPolicy, workers: usize) -> Self {
+        let workers = workers.max(1);
+        let group = match policy {
+            AllocPolicy::SharedTlab { group } | AllocPolicy::FailOnOverflow { group } => group.max(1),
+            AllocPolicy::PrivateTlab => 1,
+            AllocPolicy::EdenCas => workers,
+        };
+        let nslots = if policy == AllocPolicy::EdenCas { 0 } else { workers.div_ceil(group) };
+        Allocator {
+            heap,
+            policy,
+            slots: (0..nslots).map(|_| SharedTlab::new()).collect(),
+            group,
+            large_words: (heap.config().tlab_bytes / 8 / 4).max(1),
+            direct: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
+            grows_at_start: heap.grow_count(),
+        }
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> &'h Heap {
+        self.heap
+    }
+
+    /// Allocate an object of `bytes` for `worker` and write its header.
+    /// `Overflow` is transient (retry); `Exhausted` means the heap is at its
+    /// maximum.
+    pub fn alloc(&self, worker: usize, header: Header) -> Result<u32, AllocFailure> {
+        let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
+        let w = words(bytes);
+        let at = if self.slots.is_empty() || w > u64::from(self.large_words) {
+            self.direct.fetch_add(1, Ordering::Relaxed);
+            self.heap.alloc_direct(bytes).map_err(|_| {
+                self.exhausted.fetch_add(1, Ordering::Relaxed);
+                AllocFailure::Exhausted
+            })?
+        } else {
+            let slot = &self.slots[(worker / self.group) % self.slots.len()];
+            let wait = !matches!(self.policy, AllocPolicy::FailOnOverflow { .. });
+            slot.allocate(w as u32, self.heap, wait).inspect_err(|e| {
+                if *e == AllocFailure::Exhausted {
+                    self.exhausted.fetch_add(1, Ordering::Relaxed);
+                }
+            })?
+        };
+        self.heap
+            .write_header(at, header)
+            .map_err(|_| AllocFailure::Exhausted)?;
+        Ok(at)
+    }
+
+    /// Allocate from the host (no worker): straight from eden.
+    pub fn alloc_host(heap: &Heap, header: Header) -> Result<u32, HeapError> {
+        let bytes = header.size().ok_or(HeapError::Exhausted { needed: u64::MAX, max: heap.config().max })?;
+        let at = heap.alloc_direct(bytes)?;
+        heap.write_header(at, header)?;
+        Ok(at)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> AllocStats {
+        AllocStats {
+            refills: self.slots.iter().map(SharedTlab::refills).sum(),
+            direct: self.direct.load(Ordering::Relaxed),
+            exhausted: self.exhausted.load(Ordering::Relaxed),
+            heap_grows: self.heap.grow_count() - self.grows_at_start,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> AllocPolicy {
+        self.policy
+    }
+
+    /// Number of TLAB slots.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Retire every TLAB (fill their unused tails) and return the counters.
+    pub fn retire(self) -> AllocStats {
+        let st = self.stats();
+        drop(self);
+        st
+    }
+}
+
+impl Drop for Allocator<'_> {
+    fn drop(&mut self) {
+        for s in self.slots.iter() {
+            s.retire(self.heap);
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The heap: the region, eden, direct allocation, typed access, and the walker.
+
+use crate::layout::{HEAP_START_WORDS, Header, Ref, words};
+use crate::region::Region;
+use crate::tlab::Eden;
+use fixedbitset::FixedBitSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Sizes of a heap.
+#[derive(Copy, Clone, Debug)]
+pub struct HeapConfig {
+    /// Bytes committed at start.
+    pub initial: usize,
+    /// Bytes the heap may grow to (at most 16 GiB).
+    pub max: usize,
+    /// Size of a TLAB in bytes.
+    pub tlab_bytes: u32,
+    /// How much to commit at a time when eden runs out (at least).
+    pub grow_step: usize,
+}
+
+impl Default for HeapConfig {
+    fn default() -> Self {
+        HeapConfig {
+            initial: 64 << 20,
+            max: 4 << 30,
+            tlab_bytes: 32 << 10,
+            grow_step: 64 << 20,
+        }
+    }
+}
+
+/// The largest heap: references are 32-bit word offsets, and the TLAB state
+/// keeps headroom above `top`.
+pub const MAX_HEAP_BYTES: usize = 16 << 30;
+
+/// A problem with the heap or an access to it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeapError {
+    /// The configuration cannot work.
+    #[error("bad heap configuration: {0}")]
+    Config(String),
+    /// The operating system refused to reserve or commit memory.
+    #[error("cannot map heap memory: {0}")]
+    Os(String),
+    /// Eden is exhausted and the heap is at its maximum size.
+    #[error("heap exhausted: {needed} bytes requested, {max} bytes maximum")]
+    Exhausted {
+        /// Bytes requested.
+        needed: u64,
+        /// The heap's maximum.
+        max: usize,
+    },
+    /// An access outside the heap (a dangling or forged reference).
+    #[error("heap access out of range at byte {0:#x}")]
+    OutOfRange(usize),
+    /// The heap does not parse.
+    #[error("heap corrupt at word {at}: {what}")]
+    Corrupt {
+        /// Word offset of the bad object.
+        at: u32,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// Statistics from a heap walk.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WalkStats {
+    /// Objects (class instances).
+    pub objects: u64,
+    /// Arrays.
+    pub arrays: u64,
+    /// Filler objects.
+    pub fillers: u64,
+    /// Bytes in fillers.
+    pub filler_bytes: u64,
+    /// Bytes walked.
+    pub bytes: u64,
+}
+
+/// What the heap verifier needs to know about a class: its size and the byte
+/// offsets of its reference fields.
+#[derive(Clone, Debug)]
+pub struct ClassShape {
+    /// Instance size in bytes.
+    pub size: u32,
+    /// Offsets of the reference fields.
+    pub ref_offsets: Vec<u32>,
+}
+
+/// The managed heap.
+#[derive(Debug)]
+pub struct Heap {
+    region: Region,
+    cfg: HeapConfig,
+    /// Eden top, in words.
+    top: AtomicU64,
+    grows: AtomicU64,
+}
+
+impl Heap {
+    /// Reserve a heap.
+    pub fn new(cfg: HeapConfig) -> Result<Heap, HeapError> {
+        if cfg.max > MAX_HEAP_BYTES {
+            return Err(HeapError::Config(format!("maximum {} bytes exceeds {MAX_HEAP_BYTES}", cfg.max)));
+        }
+        if cfg.initial > cfg.max || cfg.tlab_bytes < 64 || cfg.tlab_bytes % 8 != 0 {
+            return Err(HeapError::Config(format!(
+                "need 64 <= tlab_bytes (a multiple of 8) and initial <= max; got {cfg:?}"
+            )));
+        }
+        let region = Region::reserve(cfg.max, cfg.initial.max(4096)).map_err(|e| HeapError::Os(e.to_string()))?;
+        Ok(Heap {
+            region,
+            cfg,
+            top: AtomicU64::new(u64::from(HEAP_START_WORDS)),
+            grows: AtomicU64::new(0),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HeapConfig {
+        &self.cfg
+    }
+
+    /// Bytes committed now.
+    pub fn committed(&self) -> usize {
+        self.region.committed()
+    }
+
+    /// Bytes allocated (eden top).
+    pub fn used(&self) -> u64 {
+        self.top.load(Ordering::Acquire) * 8
+    }
+
+    /// How many times the heap grew.
+    pub fn grow_count(&self) -> u64 {
+        self.grows.load(Ordering::Relaxed)
+    }
+
+    fn limit_words(&self) -> u64 {
+        (self.region.committed() / 8) as u64
+    }
+
+    /// Commit more memory so that at least `need_words` more fit above the
+    /// current top. Returns false at the maximum.
+    fn grow(&self, need_words: u64) -> bool {
+        let want = (self.top.load(Ordering::Acquire) + need_words) * 8;
+        let cur = self.region.committed() as u64;
+        if want <= cur {
+            return true;
+        }
+        let target = want.max(cur + self.cfg.grow_step as u64);
+        match self.region.grow_to(target as usize) {
+            Ok(now) if now as u64 >= want => {
+                self.grows.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Carve `[start, start + want)` words from eden (at least `min`), growing
+    /// the heap if allowed.
+    fn carve_words(&self, min: u64, want: u64, grow: bool) -> Option<(u64, u64)> {
+        loop {
+            let start = self.top.load(Ordering::Acquire);
+            let limit = self.limit_words();
+            let end = (start + want).min(limit);
+            if end < start + min {
+                if grow && self.grow(want) {
+                    continue;
+                }
+                if grow && self.grow(min) {
+                    continue;
+                }
+                return None;
+            }
+            if self
+                .top
+                .compare_exchange_weak(start, end, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some((start, end));
+            }
+        }
+    }
+
+    /// Allocate `bytes` straight from eden with a CAS (large objects, host
+    /// allocations, and the `EdenCas` policy), growing the heap if needed.
+    /// Returns the word offset; the memory is zero.
+    pub fn alloc_direct(&self, bytes: u64) -> Result<u32, HeapError> {
+        let w = words(bytes);
+        self.carve_words(w, w, true)
+            .map(|(s, _)| s as u32)
+            .ok_or(HeapError::Exhausted { needed: bytes, max: self.cfg.max })
+    }
+
+    /// Write a header at word `at`.
+    pub fn write_header(&self, at: u32, h: Header) -> Result<(), HeapError> {
+        let (a, b) = h
+            .encode()
+            .ok_or_else(|| HeapError::Corrupt { at, what: format!("unencodable header {h:?}") })?;
+        let off = at as usize * 8;
+        self.cell32(off)?.store(a, Ordering::Relaxed);
+        self.cell32(off + 4)?.store(b, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Read the header of the object at `r`.
+    pub fn header(&self, r: Ref) -> Result<Header, HeapError> {
+        let off = r.byte_offset();
+        let a = self.cell32(off)?.load(Ordering::Relaxed);
+        let b = self.cell32(off + 4)?.load(Ordering::Relaxed);
+        Header::decode(a, b).ok_or_else(|| HeapError::Corrupt { at: r.0, what: format!("bad header {a:#x} {b:#x}") })
+    }
+
+    #[inline]
+    fn cell32(&self, off: usize) -> Result<&std::sync::atomic::AtomicU32, HeapError> {
+        self.region.u32_at(off).ok_or(HeapError::OutOfRange(off))
+    }
+
+    #[inline]
+    fn cell64(&self, off: usize) -> Result<&AtomicU64, HeapError> {
+        self.region.u64_at(off).ok_or(HeapError::OutOfRange(off))
+    }
+
+    /// The 32-bit cell at byte offset `off` from the heap base.
+    #[inline]
+    pub fn u32_cell(&self, off: usize) -> Result<&std::sync::atomic::AtomicU32, HeapError> {
+        self.cell32(off)
+    }
+
+    /// The 64-bit cell at byte offset `off` (8-aligned).
+    #[inline]
+    pub fn u64_cell(&self, off: usize) -> Result<&AtomicU64, HeapError> {
+        self.cell64(off)
+    }
+
+    /// Load 32 bits (relaxed).
+    #[inline]
+    pub fn load32(&self, off: usize) -> Result<u32, HeapError> {
+        Ok(self.cell32(off)?.load(Ordering::Relaxed))
+    }
+    /// Store 32 bits (relaxed).
+    #[inline]
+    pub fn store32(&self, off: usize, v: u32) -> Result<(), HeapError> {
+        self.cell32(off)?.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+    /// Load 64 bits (relaxed).
+    #[inline]
+    pub fn load64(&self, off: usize) -> Result<u64, HeapError> {
+        Ok(self.cell64(off)?.load(Ordering::Relaxed))
+    }
+    /// Store 64 bits (relaxed).
+    #[inline]
+    pub fn store64(&self, off: usize, v: u64) -> Result<(), HeapError> {
+        self.cell64(off)?.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Walk the heap from its start to eden's top, object by object. Call
+    /// only when no allocator holds an unretired TLAB.
+    pub fn walk(&self, mut visit: impl FnMut(Ref, Header)) -> Result<WalkStats, HeapError> {
+        let top = self.top.load(Ordering::Acquire);
+        let mut at = u64::from(HEAP_START_WORDS);
+        let mut st = WalkStats::default();
+        while at < top {
+            let r = Ref(at as u32);
+            let h = self.header(r)?;
+            let size = h.size().ok_or_else(|| HeapError::Corrupt { at: r.0, what: "array too large".into() })?;
+            if size < 8 || size % 8 != 0 || at + size / 8 > top {
+                return Err(HeapError::Corrupt { at: r.0, what: format!("{h:?} has bad size {size} (top at word {top})") });
+            }
+            match h {
+                Header::Object { .. } => st.objects += 1,
+                Header::Array { .. } => st.arrays += 1,
+                Header::Filler { size } => {
+                    st.fillers += 1;
+                    st.filler_bytes += u64::from(size);
+                }
+            }
+            st.bytes += size;
+            visit(r, h);
+            at += size / 8;
+        }
+        Ok(st)
+    }
+
+    /// Walk the heap and check it: every header is valid, objects have the
+    /// size of their class, and every reference field and element is null or
+    /// points at the start of an object.
+    pub fn verify(&self, class_shape: impl Fn(u32) -> Option<ClassShape>) -> Result<WalkStats, HeapError> {
+        let top = self.top.load(Ordering::Acquire) as usize;
+        let mut starts = FixedBitSet::with_capacity(top + 1);
+        let mut refs: Vec<(u32, usize)> = Vec::new();
+        let mut err = None;
+        let stats = self.walk(|r, h| {
+            if err.is_some() {
+                return;
+            }
+            starts.insert(r.0 as usize);
+            match h {
+                Header::Object { class, size } => match class_shape(class) {
+                    Some(shape) if shape.size == size => {
+                        refs.extend(shape.ref_offsets.iter().map(|&o| (r.0, r.byte_offset() + o as usize)));
+                    }
+                    Some(shape) => {
+                        err = Some(HeapError::Corrupt { at: r.0, what: format!("class {class} has size {} but header says {size}", shape.size) })
+                    }
+                    None => err = Some(HeapError::Corrupt { at: r.0, what: format!("unknown class {class}") }),
+                },
+                Header::Array { elem, dims, len } => {
+                    if crate::layout::array_elem_kind(elem, dims) == offload_ir::Kind::Ref {
+                        refs.extend((0..len as usize).map(|i| (r.0, r.byte_offset() + 8 + 4 * i)));
+                    }
+                }
+                Header::Filler { .. } => {}
+            }
+        })?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        for (owner, off) in refs {
+            let v = self.load32(off)? as usize;
+            if v != 0 && (v > top || !starts.contains(v)) {
+                return Err(HeapError::Corrupt { at: owner, what: format!("reference at byte {off:#x} points at word {v}, not an object") });
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// Eden as seen by TLAB slots: carving grows the heap when it can.
+impl Eden for Heap {
+    fn carve(&self, min_words: u32) -> Option<(u32, u32)> {
+        let want = u64::from(self.cfg.tlab_bytes / 8).max(u64::from(min_words));
+        self.carve_words(u64::from(min_words), want, true)
+            .map(|(s, e)| (s as u32, e as u32))
+    }
+
+    fn fill(&self, start: u32, end: u32) {
+        let size = (end - start) * 8;
+        // The range lies inside a TLAB carved from committed memory, so the
+        // write cannot fail; a failure would mean a corrupt TLAB state.
+        self.write_header(start, Header::Filler { size })
+            .expect("filler inside a carved TLAB");
+    }
+}

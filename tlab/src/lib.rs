@@ -1,0 +1,37 @@
+//! `offload-tlab`: the managed heap that device code and the host share.
+//!
+//! One contiguous region is reserved at the heap's maximum size and committed
+//! as it grows ([`region`]). References are 32-bit word offsets from its base,
+//! so one heap image is valid on host and device ([`layout`]). Eden is carved
+//! into TLABs by CAS; TLAB slots are shared by groups of concurrent allocators
+//! with Sumatra's designated-refiller protocol ([`tlab`]); the policy knob and
+//! the per-launch slots live in [`alloc`]. Fresh memory reads as zero, and the
+//! heap walks and verifies object by object ([`Heap::walk`], [`Heap::verify`]).
+//!
+//! ```
+//! use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
+//! use offload_ir::Elem;
+//!
+//! let heap = Heap::new(HeapConfig { initial: 1 << 20, max: 64 << 20, ..HeapConfig::default() })?;
+//! let alloc = Allocator::new(&heap, AllocPolicy::SharedTlab { group: 2 }, 4);
+//! let at = alloc.alloc(0, Header::Array { elem: Elem::I32, dims: 1, len: 10 }).unwrap();
+//! assert_eq!(heap.load32(at as usize * 8 + 8)?, 0); // zeroed
+//! drop(alloc); // retires the TLABs
+//! let stats = heap.walk(|_, _| {})?;
+//! assert_eq!(stats.arrays, 1);
+//! # Ok::<(), offload_tlab::HeapError>(())
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod alloc;
+pub mod heap;
+pub mod layout;
+pub mod region;
+mod sync;
+pub mod tlab;
+
+pub use alloc::{AllocPolicy, AllocStats, Allocator};
+pub use heap::{ClassShape, Heap, HeapConfig, HeapError, MAX_HEAP_BYTES, WalkStats};
+pub use layout::{Header, Ref};
+pub use tlab::{AllocFailure, Eden, SharedTlab};

@@ -1,0 +1,158 @@
+//! The heap's memory: one contiguous region, reserved at its maximum size and
+//! committed as it grows. This is the only module that touches raw memory.
+//!
+//! Every access goes through an atomic (relaxed unless the caller asks for
+//! more): kernels may race on heap data, as Java programs may, and racy plain
+//! accesses would be undefined behaviour in Rust. On x86-64 and AArch64 a relaxed
+//! atomic load or store is an ordinary move.
+
+use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// A reserved address range with a committed (readable, writable, zeroed)
+/// prefix.
+#[derive(Debug)]
+pub struct Region {
+    base: NonNull<u8>,
+    reserved: usize,
+    committed: AtomicUsize,
+    grow_lock: Mutex<()>,
+}
+
+// SAFETY: the region owns its mapping; all access to the memory goes through
+// atomics, so sharing it between threads is sound.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as usize } else { 4096 }
+}
+
+impl Region {
+    /// Reserve `max` bytes of address space and commit the first `initial`.
+    pub fn reserve(max: usize, initial: usize) -> std::io::Result<Region> {
+        let page = page_size();
+        let max = max.div_ceil(page) * page;
+        // SAFETY: an anonymous private mapping with no address hint; the
+        // result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                max,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let region = Region {
+            base: NonNull::new(p.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))?,
+            reserved: max,
+            committed: AtomicUsize::new(0),
+            grow_lock: Mutex::new(()),
+        };
+        region.grow_to(initial)?;
+        Ok(region)
+    }
+
+    /// Bytes reserved.
+    pub fn reserved(&self) -> usize {
+        self.reserved
+    }
+
+    /// Bytes committed: `[0, committed)` is readable and writable.
+    pub fn committed(&self) -> usize {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// Commit at least `bytes` (rounded up to pages, capped at the
+    /// reservation). Returns the new committed size. Fresh pages read as zero.
+    pub fn grow_to(&self, bytes: usize) -> std::io::Result<usize> {
+        let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let page = page_size();
+        let old = self.committed.load(Ordering::Acquire);
+        let new = (bytes.div_ceil(page) * page).min(self.reserved);
+        if new <= old {
+            return Ok(old);
+        }
+        // SAFETY: [old, new) lies inside our reservation (new <= reserved) and
+        // is page aligned; making it read-write does not affect other memory.
+        let rc = unsafe {
+            libc::mprotect(
+                self.base.as_ptr().add(old).cast(),
+                new - old,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.committed.store(new, Ordering::Release);
+        Ok(new)
+    }
+
+    #[inline]
+    fn check(&self, off: usize, size: usize) -> bool {
+        off % size == 0 && off.checked_add(size).is_some_and(|e| e <= self.committed())
+    }
+
+    /// The 32-bit cell at byte offset `off`, or `None` if it is out of the
+    /// committed range or misaligned.
+    #[inline]
+    pub fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
+        if !self.check(off, 4) {
+            return None;
+        }
+        // SAFETY: `off` is 4-aligned and `off + 4 <= committed`, so the cell is
+        // inside committed, read-write memory that lives as long as `self`;
+        // it is only ever accessed atomically.
+        Some(unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(off).cast()) })
+    }
+
+    /// The 64-bit cell at byte offset `off` (8-aligned), or `None`.
+    #[inline]
+    pub fn u64_at(&self, off: usize) -> Option<&AtomicU64> {
+        if !self.check(off, 8) {
+            return None;
+        }
+        // SAFETY: as in `u32_at`, with 8-byte alignment and size.
+        Some(unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast()) })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping of `reserved` bytes at `base`; no
+        // reference into it outlives `self` (accessors borrow `self`).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.reserved);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_on_demand_and_reads_zero() {
+        let r = Region::reserve(1 << 30, 1 << 16).unwrap();
+        assert!(r.committed() >= 1 << 16);
+        assert!(r.u32_at(1 << 20).is_none(), "uncommitted memory is not reachable");
+        assert_eq!(r.u32_at(64).unwrap().load(Ordering::Relaxed), 0);
+        r.grow_to(1 << 21).unwrap();
+        let cell = r.u64_at(1 << 20).unwrap();
+        assert_eq!(cell.load(Ordering::Relaxed), 0);
+        cell.store(7, Ordering::Relaxed);
+        assert_eq!(r.u64_at(1 << 20).unwrap().load(Ordering::Relaxed), 7);
+        assert!(r.u64_at(4).is_none(), "misaligned");
+        assert_eq!(r.grow_to(usize::MAX / 2).unwrap(), r.reserved());
+    }
+}

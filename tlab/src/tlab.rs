@@ -1,0 +1,157 @@
+//! The shared-TLAB protocol with a designated refiller (Sumatra, "Allocation").
+//!
+//! A [`SharedTlab`] is used by a group of concurrent allocators. Its state is
+//! one 64-bit word, `end << 32 | top`, in heap words, so one atomic add on it
+//! returns a consistent snapshot of both:
+//!
+//! 1. Read the generation `g` (acquire). If it is FAILED, fail.
+//! 2. `old = fetch_add(state, size)`. If `old.top + size <= old.end`, the
+//!    object is at `old.top`: done. This is the whole fast path.
+//! 3. If `old.top <= old.end < old.top + size`, this allocator's add is the
+//!    unique one that crossed `end`: it is the **designated refiller**. It
+//!    turns the gap `[old.top, old.end)` into a filler object, carves a new
+//!    TLAB from eden, stores the new state (its own object first) and bumps
+//!    the generation with release ordering. If eden is exhausted it sets the
+//!    FAILED bit instead, and every allocator of the slot fails from then on.
+//! 4. Otherwise (`old.top > old.end`) another allocator is refilling: wait
+//!    until the generation differs from `g`, then retry from step 1.
+//!
+//! Reading `g` *before* the add is what makes the wait safe: if the refill
+//! finished between the two, the generation already differs and the waiter
+//! retries at once instead of waiting for a refill that already happened.
+//!
+//! Overflowing adds push `top` past `end` by at most one object per
+//! concurrent allocator; objects larger than a quarter TLAB never come here
+//! (they are allocated straight from eden), and the heap is limited to 2^31
+//! words, so `top` never carries into `end`.
+
+use crate::sync::{AtomicU64, Ordering, backoff, load_for_wait};
+
+/// Set in the generation when eden was exhausted during a refill.
+pub const FAILED: u64 = 1 << 63;
+
+/// Where TLABs come from.
+pub trait Eden {
+    /// Carve a fresh TLAB of at least `min_words` words: `[start, end)` in
+    /// words, or `None` when eden is exhausted.
+    fn carve(&self, min_words: u32) -> Option<(u32, u32)>;
+    /// Make `[start, end)` (words, `start < end`) parse as one filler object.
+    fn fill(&self, start: u32, end: u32);
+}
+
+/// Why an allocation did not succeed.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum AllocFailure {
+    /// Eden is exhausted (the runtime grows the heap or reports
+    /// `OutOfMemory`). Every allocator of the slot sees this until the slot is
+    /// replaced.
+    Exhausted,
+    /// The TLAB overflowed and the policy says not to wait for the refill
+    /// (retry, or on a device, deopt).
+    Overflow,
+}
+
+/// One shared TLAB slot.
+#[derive(Debug)]
+pub struct SharedTlab {
+    state: AtomicU64,
+    generation: AtomicU64,
+    refills: AtomicU64,
+}
+
+fn pack(top: u32, end: u32) -> u64 {
+    u64::from(end) << 32 | u64::from(top)
+}
+
+fn unpack(s: u64) -> (u32, u32) {
+    (s as u32, (s >> 32) as u32)
+}
+
+impl Default for SharedTlab {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SharedTlab {
+    /// An empty slot: the first allocation becomes its refiller.
+    pub fn new() -> Self {
+        SharedTlab {
+            state: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            refills: AtomicU64::new(0),
+        }
+    }
+
+    /// Allocate `words` words. With `wait` false, an allocator that overflows
+    /// without being the refiller returns [`AllocFailure::Overflow`] at once.
+    pub fn allocate(&self, words: u32, eden: &impl Eden, wait: bool) -> Result<u32, AllocFailure> {
+        debug_assert!(words > 0);
+        loop {
+            let g = self.generation.load(Ordering::Acquire);
+            if g & FAILED != 0 {
+                return Err(AllocFailure::Exhausted);
+            }
+            let old = self.state.fetch_add(u64::from(words), Ordering::AcqRel);
+            let (top, end) = unpack(old);
+            let new_top = u64::from(top) + u64::from(words);
+            if new_top <= u64::from(end) {
+                return Ok(top);
+            }
+            if top <= end {
+                // The designated refiller.
+                if top < end {
+                    eden.fill(top, end);
+                }
+                return match eden.carve(words) {
+                    Some((start, new_end)) => {
+                        debug_assert!(u64::from(start) + u64::from(words) <= u64::from(new_end));
+                        // A swap, not a store: the add that reads the new
+                        // state is ordered after it in every model.
+                        self.state.swap(pack(start + words, new_end), Ordering::AcqRel);
+                        self.refills.fetch_add(1, Ordering::Relaxed);
+                        self.generation.fetch_add(1, Ordering::Release);
+                        Ok(start)
+                    }
+                    None => {
+                        self.generation.fetch_or(FAILED, Ordering::Release);
+                        Err(AllocFailure::Exhausted)
+                    }
+                };
+            }
+            if !wait {
+                return Err(AllocFailure::Overflow);
+            }
+            let mut round = 0;
+            while load_for_wait(&self.generation) == g {
+                backoff(round);
+                round += 1;
+            }
+        }
+    }
+
+    /// How many times this slot was refilled.
+    pub fn refills(&self) -> u64 {
+        self.refills.load(Ordering::Relaxed)
+    }
+
+    /// Whether the slot saw eden exhausted.
+    pub fn failed(&self) -> bool {
+        self.generation.load(Ordering::Acquire) & FAILED != 0
+    }
+
+    /// The current `(top, end)` in words.
+    pub fn bounds(&self) -> (u32, u32) {
+        unpack(self.state.load(Ordering::Acquire))
+    }
+
+    /// Retire the slot once no allocation is in flight: the unused rest of its
+    /// TLAB becomes a filler, so the heap parses.
+    pub fn retire(&self, eden: &impl Eden) {
+        let (top, end) = unpack(self.state.load(Ordering::Acquire));
+        if top < end {
+            eden.fill(top, end);
+        }
+        self.state.store(pack(end, end), Ordering::Release);
+    }
+}
