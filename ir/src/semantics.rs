@@ -100,8 +100,36 @@ macro_rules! float_ops {
     };
 }
 
-float_ops!(f32, f32_min, f32_max, f32_exp, f32_log, f32_sin, f32_cos, f32_pow, libm::expf, libm::logf, libm::sinf, libm::cosf, libm::powf);
-float_ops!(f64, f64_min, f64_max, f64_exp, f64_log, f64_sin, f64_cos, f64_pow, libm::exp, libm::log, libm::sin, libm::cos, libm::pow);
+float_ops!(
+    f32,
+    f32_min,
+    f32_max,
+    f32_exp,
+    f32_log,
+    f32_sin,
+    f32_cos,
+    f32_pow,
+    libm::expf,
+    libm::logf,
+    libm::sinf,
+    libm::cosf,
+    libm::powf
+);
+float_ops!(
+    f64,
+    f64_min,
+    f64_max,
+    f64_exp,
+    f64_log,
+    f64_sin,
+    f64_cos,
+    f64_pow,
+    libm::exp,
+    libm::log,
+    libm::sin,
+    libm::cos,
+    libm::pow
+);
 
 /// Fused multiply-add with one rounding (exactly specified by IEEE 754).
 pub fn f32_fma(a: f32, b: f32, c: f32) -> f32 {

@@ -37,13 +37,24 @@ impl std::str::FromStr for AllocPolicy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (name, arg) = s.split_once(':').unwrap_or((s, ""));
-        let group = if arg.is_empty() { Ok(2) } else { arg.parse::<usize>().map_err(|e| format!("bad group size `{arg}`: {e}")) };
+        let group = if arg.is_empty() {
+            Ok(2)
+        } else {
+            arg.parse::<usize>()
+                .map_err(|e| format!("bad group size `{arg}`: {e}"))
+        };
         match name {
-            "shared" => Ok(AllocPolicy::SharedTlab { group: group?.max(1) }),
-            "fail-on-overflow" => Ok(AllocPolicy::FailOnOverflow { group: group?.max(1) }),
+            "shared" => Ok(AllocPolicy::SharedTlab {
+                group: group?.max(1),
+            }),
+            "fail-on-overflow" => Ok(AllocPolicy::FailOnOverflow {
+                group: group?.max(1),
+            }),
             "private" => Ok(AllocPolicy::PrivateTlab),
             "eden-cas" => Ok(AllocPolicy::EdenCas),
-            other => Err(format!("unknown allocation policy `{other}` (shared[:N], fail-on-overflow[:N], private, eden-cas)")),
+            other => Err(format!(
+                "unknown allocation policy `{other}` (shared[:N], fail-on-overflow[:N], private, eden-cas)"
+            )),
         }
     }
 }
@@ -80,11 +91,17 @@ impl<'h> Allocator<'h> {
     pub fn new(heap: &'h Heap, policy: AllocPolicy, workers: usize) -> Self {
         let workers = workers.max(1);
         let group = match policy {
-            AllocPolicy::SharedTlab { group } | AllocPolicy::FailOnOverflow { group } => group.max(1),
+            AllocPolicy::SharedTlab { group } | AllocPolicy::FailOnOverflow { group } => {
+                group.max(1)
+            }
             AllocPolicy::PrivateTlab => 1,
             AllocPolicy::EdenCas => workers,
         };
-        let nslots = if policy == AllocPolicy::EdenCas { 0 } else { workers.div_ceil(group) };
+        let nslots = if policy == AllocPolicy::EdenCas {
+            0
+        } else {
+            workers.div_ceil(group)
+        };
         Allocator {
             heap,
             policy,
@@ -131,7 +148,10 @@ impl<'h> Allocator<'h> {
 
     /// Allocate from the host (no worker): straight from eden.
     pub fn alloc_host(heap: &Heap, header: Header) -> Result<u32, HeapError> {
-        let bytes = header.size().ok_or(HeapError::Exhausted { needed: u64::MAX, max: heap.config().max })?;
+        let bytes = header.size().ok_or(HeapError::Exhausted {
+            needed: u64::MAX,
+            max: heap.config().max,
+        })?;
         let at = heap.alloc_direct(bytes)?;
         heap.write_header(at, header)?;
         Ok(at)

@@ -103,14 +103,18 @@ impl Heap {
     /// Reserve a heap.
     pub fn new(cfg: HeapConfig) -> Result<Heap, HeapError> {
         if cfg.max > MAX_HEAP_BYTES {
-            return Err(HeapError::Config(format!("maximum {} bytes exceeds {MAX_HEAP_BYTES}", cfg.max)));
+            return Err(HeapError::Config(format!(
+                "maximum {} bytes exceeds {MAX_HEAP_BYTES}",
+                cfg.max
+            )));
         }
         if cfg.initial > cfg.max || cfg.tlab_bytes < 64 || cfg.tlab_bytes % 8 != 0 {
             return Err(HeapError::Config(format!(
                 "need 64 <= tlab_bytes (a multiple of 8) and initial <= max; got {cfg:?}"
             )));
         }
-        let region = Region::reserve(cfg.max, cfg.initial.max(4096)).map_err(|e| HeapError::Os(e.to_string()))?;
+        let region = Region::reserve(cfg.max, cfg.initial.max(4096))
+            .map_err(|e| HeapError::Os(e.to_string()))?;
         Ok(Heap {
             region,
             cfg,
@@ -194,14 +198,18 @@ impl Heap {
         let w = words(bytes);
         self.carve_words(w, w, true)
             .map(|(s, _)| s as u32)
-            .ok_or(HeapError::Exhausted { needed: bytes, max: self.cfg.max })
+            .ok_or(HeapError::Exhausted {
+                needed: bytes,
+                max: self.cfg.max,
+            })
     }
 
     /// Write a header at word `at`.
     pub fn write_header(&self, at: u32, h: Header) -> Result<(), HeapError> {
-        let (a, b) = h
-            .encode()
-            .ok_or_else(|| HeapError::Corrupt { at, what: format!("unencodable header {h:?}") })?;
+        let (a, b) = h.encode().ok_or_else(|| HeapError::Corrupt {
+            at,
+            what: format!("unencodable header {h:?}"),
+        })?;
         let off = at as usize * 8;
         self.cell32(off)?.store(a, Ordering::Relaxed);
         self.cell32(off + 4)?.store(b, Ordering::Relaxed);
@@ -213,7 +221,10 @@ impl Heap {
         let off = r.byte_offset();
         let a = self.cell32(off)?.load(Ordering::Relaxed);
         let b = self.cell32(off + 4)?.load(Ordering::Relaxed);
-        Header::decode(a, b).ok_or_else(|| HeapError::Corrupt { at: r.0, what: format!("bad header {a:#x} {b:#x}") })
+        Header::decode(a, b).ok_or_else(|| HeapError::Corrupt {
+            at: r.0,
+            what: format!("bad header {a:#x} {b:#x}"),
+        })
     }
 
     #[inline]
@@ -270,9 +281,15 @@ impl Heap {
         while at < top {
             let r = Ref(at as u32);
             let h = self.header(r)?;
-            let size = h.size().ok_or_else(|| HeapError::Corrupt { at: r.0, what: "array too large".into() })?;
+            let size = h.size().ok_or_else(|| HeapError::Corrupt {
+                at: r.0,
+                what: "array too large".into(),
+            })?;
             if size < 8 || size % 8 != 0 || at + size / 8 > top {
-                return Err(HeapError::Corrupt { at: r.0, what: format!("{h:?} has bad size {size} (top at word {top})") });
+                return Err(HeapError::Corrupt {
+                    at: r.0,
+                    what: format!("{h:?} has bad size {size} (top at word {top})"),
+                });
             }
             match h {
                 Header::Object { .. } => st.objects += 1,
@@ -292,7 +309,10 @@ impl Heap {
     /// Walk the heap and check it: every header is valid, objects have the
     /// size of their class, and every reference field and element is null or
     /// points at the start of an object.
-    pub fn verify(&self, class_shape: impl Fn(u32) -> Option<ClassShape>) -> Result<WalkStats, HeapError> {
+    pub fn verify(
+        &self,
+        class_shape: impl Fn(u32) -> Option<ClassShape>,
+    ) -> Result<WalkStats, HeapError> {
         let top = self.top.load(Ordering::Acquire) as usize;
         let mut starts = FixedBitSet::with_capacity(top + 1);
         let mut refs: Vec<(u32, usize)> = Vec::new();
@@ -305,12 +325,28 @@ impl Heap {
             match h {
                 Header::Object { class, size } => match class_shape(class) {
                     Some(shape) if shape.size == size => {
-                        refs.extend(shape.ref_offsets.iter().map(|&o| (r.0, r.byte_offset() + o as usize)));
+                        refs.extend(
+                            shape
+                                .ref_offsets
+                                .iter()
+                                .map(|&o| (r.0, r.byte_offset() + o as usize)),
+                        );
                     }
                     Some(shape) => {
-                        err = Some(HeapError::Corrupt { at: r.0, what: format!("class {class} has size {} but header says {size}", shape.size) })
+                        err = Some(HeapError::Corrupt {
+                            at: r.0,
+                            what: format!(
+                                "class {class} has size {} but header says {size}",
+                                shape.size
+                            ),
+                        })
                     }
-                    None => err = Some(HeapError::Corrupt { at: r.0, what: format!("unknown class {class}") }),
+                    None => {
+                        err = Some(HeapError::Corrupt {
+                            at: r.0,
+                            what: format!("unknown class {class}"),
+                        })
+                    }
                 },
                 Header::Array { elem, dims, len } => {
                     if crate::layout::array_elem_kind(elem, dims) == offload_ir::Kind::Ref {
@@ -326,7 +362,10 @@ impl Heap {
         for (owner, off) in refs {
             let v = self.load32(off)? as usize;
             if v != 0 && (v > top || !starts.contains(v)) {
-                return Err(HeapError::Corrupt { at: owner, what: format!("reference at byte {off:#x} points at word {v}, not an object") });
+                return Err(HeapError::Corrupt {
+                    at: owner,
+                    what: format!("reference at byte {off:#x} points at word {v}, not an object"),
+                });
             }
         }
         Ok(stats)

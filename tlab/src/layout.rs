@@ -91,7 +91,10 @@ impl Header {
                 if !(1..=8).contains(&dims) || class > MAX_ARRAY_CLASS {
                     return None;
                 }
-                Some((ARRAY_BIT | (u32::from(dims) - 1) << 27 | kind << 24 | class, len))
+                Some((
+                    ARRAY_BIT | (u32::from(dims) - 1) << 27 | kind << 24 | class,
+                    len,
+                ))
             }
             Header::Filler { size } => Some((FILLER_TAG, size)),
         }
@@ -103,7 +106,10 @@ impl Header {
             return Some(Header::Filler { size: word1 });
         }
         if tag & ARRAY_BIT == 0 {
-            return Some(Header::Object { class: tag, size: word1 });
+            return Some(Header::Object {
+                class: tag,
+                size: word1,
+            });
         }
         let dims = ((tag >> 27) & 7) as u8 + 1;
         let class = tag & MAX_ARRAY_CLASS;
@@ -119,7 +125,11 @@ impl Header {
         if !matches!(elem, Elem::Class(_)) && class != 0 {
             return None;
         }
-        Some(Header::Array { elem, dims, len: word1 })
+        Some(Header::Array {
+            elem,
+            dims,
+            len: word1,
+        })
     }
 
     /// Total size in bytes, or `None` for an array too large to exist.
@@ -141,7 +151,11 @@ pub fn kind_size(k: Kind) -> u32 {
 
 /// The kind of an array's elements.
 pub fn array_elem_kind(elem: Elem, dims: u8) -> Kind {
-    if dims > 1 { Kind::Ref } else { elem.to_type().kind() }
+    if dims > 1 {
+        Kind::Ref
+    } else {
+        elem.to_type().kind()
+    }
 }
 
 /// Bytes of an array of `len` elements of `kind`, header included, rounded to 8.
@@ -172,16 +186,35 @@ mod tests {
     fn headers_round_trip() {
         let hs = [
             Header::Object { class: 5, size: 24 },
-            Header::Array { elem: Elem::F32, dims: 1, len: 10 },
-            Header::Array { elem: Elem::Class(ClassId(77)), dims: 3, len: 0 },
-            Header::Array { elem: Elem::Ref, dims: 8, len: u32::MAX },
+            Header::Array {
+                elem: Elem::F32,
+                dims: 1,
+                len: 10,
+            },
+            Header::Array {
+                elem: Elem::Class(ClassId(77)),
+                dims: 3,
+                len: 0,
+            },
+            Header::Array {
+                elem: Elem::Ref,
+                dims: 8,
+                len: u32::MAX,
+            },
             Header::Filler { size: 8 },
         ];
         for h in hs {
             let (a, b) = h.encode().unwrap();
             assert_eq!(Header::decode(a, b), Some(h));
         }
-        assert_eq!(Header::Object { class: 1 << 31, size: 8 }.encode(), None);
+        assert_eq!(
+            Header::Object {
+                class: 1 << 31,
+                size: 8
+            }
+            .encode(),
+            None
+        );
         assert_eq!(array_bytes(Kind::I32, 3), Some(24));
         assert_eq!(array_bytes(Kind::F64, 0), Some(8));
         assert_eq!(array_bytes(Kind::F64, u32::MAX), None);

@@ -53,7 +53,8 @@ impl Region {
             return Err(std::io::Error::last_os_error());
         }
         let region = Region {
-            base: NonNull::new(p.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))?,
+            base: NonNull::new(p.cast())
+                .ok_or_else(|| std::io::Error::other("mmap returned null"))?,
             reserved: max,
             committed: AtomicUsize::new(0),
             grow_lock: Mutex::new(()),
@@ -145,7 +146,10 @@ mod tests {
     fn commits_on_demand_and_reads_zero() {
         let r = Region::reserve(1 << 30, 1 << 16).unwrap();
         assert!(r.committed() >= 1 << 16);
-        assert!(r.u32_at(1 << 20).is_none(), "uncommitted memory is not reachable");
+        assert!(
+            r.u32_at(1 << 20).is_none(),
+            "uncommitted memory is not reachable"
+        );
         assert_eq!(r.u32_at(64).unwrap().load(Ordering::Relaxed), 0);
         r.grow_to(1 << 21).unwrap();
         let cell = r.u64_at(1 << 20).unwrap();

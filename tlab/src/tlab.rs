@@ -108,7 +108,8 @@ impl SharedTlab {
                         debug_assert!(u64::from(start) + u64::from(words) <= u64::from(new_end));
                         // A swap, not a store: the add that reads the new
                         // state is ordered after it in every model.
-                        self.state.swap(pack(start + words, new_end), Ordering::AcqRel);
+                        self.state
+                            .swap(pack(start + words, new_end), Ordering::AcqRel);
                         self.refills.fetch_add(1, Ordering::Relaxed);
                         self.generation.fetch_add(1, Ordering::Release);
                         Ok(start)

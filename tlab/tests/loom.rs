@@ -35,7 +35,10 @@ impl MockEden {
 
 impl Eden for MockEden {
     fn carve(&self, min: u32) -> Option<(u32, u32)> {
-        assert!(!self.refilling.swap(true, Ordering::SeqCst), "two refillers at once");
+        assert!(
+            !self.refilling.swap(true, Ordering::SeqCst),
+            "two refillers at once"
+        );
         let start = self.top.load(Ordering::SeqCst);
         let end = (start + self.tlab.max(min)).min(self.limit);
         let out = if end >= start + min {
@@ -64,7 +67,10 @@ fn check(results: &[Vec<(u32, Result<u32, AllocFailure>)>], eden: &MockEden) {
         .collect();
     // Every object lies inside one carved TLAB.
     for &(s, e) in &spans {
-        assert!(carves.iter().any(|&(cs, ce)| cs <= s && e <= ce), "object {s}..{e} outside every TLAB {carves:?}");
+        assert!(
+            carves.iter().any(|&(cs, ce)| cs <= s && e <= ce),
+            "object {s}..{e} outside every TLAB {carves:?}"
+        );
     }
     // Objects and fillers never overlap.
     spans.extend(fills.iter().copied());
@@ -98,7 +104,11 @@ fn two_allocators_refill_without_overlap() {
         let hs: Vec<_> = (0..2)
             .map(|_| {
                 let (eden, slot) = (eden.clone(), slot.clone());
-                thread::spawn(move || (0..2).map(|_| (3, slot.allocate(3, &*eden, true))).collect::<Vec<_>>())
+                thread::spawn(move || {
+                    (0..2)
+                        .map(|_| (3, slot.allocate(3, &*eden, true)))
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
         let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -143,7 +153,11 @@ fn exhaustion_fails_every_waiter() {
             .collect();
         let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
         let ok = results.iter().flatten().filter(|(_, r)| r.is_ok()).count();
-        let failed = results.iter().flatten().filter(|(_, r)| *r == Err(AllocFailure::Exhausted)).count();
+        let failed = results
+            .iter()
+            .flatten()
+            .filter(|(_, r)| *r == Err(AllocFailure::Exhausted))
+            .count();
         assert_eq!(ok, 1, "one object fits: {results:?}");
         assert_eq!(failed, 2, "everyone else sees FAILED: {results:?}");
         assert!(slot.failed());
@@ -202,4 +216,3 @@ fn two_allocators_one_object_each() {
         assert!(a.is_ok() && b.is_ok());
     });
 }
-

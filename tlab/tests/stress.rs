@@ -13,21 +13,41 @@ fn xorshift(s: &mut u64) -> u64 {
 }
 
 fn stress(policy: AllocPolicy) {
-    let heap = Heap::new(HeapConfig { initial: 64 << 10, max: 256 << 20, tlab_bytes: 1024, grow_step: 64 << 10 }).unwrap();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(4);
+    let heap = Heap::new(HeapConfig {
+        initial: 64 << 10,
+        max: 256 << 20,
+        tlab_bytes: 1024,
+        grow_step: 64 << 10,
+    })
+    .unwrap();
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(4);
     let alloc = Allocator::new(&heap, policy, threads);
     std::thread::scope(|s| {
         for t in 0..threads {
             let alloc = &alloc;
             let heap = &heap;
             s.spawn(move || {
-                let mut seed = 0x1234_5678_9abc_def0 ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut seed =
+                    0x1234_5678_9abc_def0 ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let mut mine = Vec::new();
                 for n in 0..4000u64 {
                     // Mostly small arrays, sometimes one bigger than a quarter TLAB.
-                    let len = if n % 97 == 0 { 300 } else { (xorshift(&mut seed) % 24) as u32 };
+                    let len = if n % 97 == 0 {
+                        300
+                    } else {
+                        (xorshift(&mut seed) % 24) as u32
+                    };
                     let at = loop {
-                        match alloc.alloc(t, Header::Array { elem: Elem::I64, dims: 1, len }) {
+                        match alloc.alloc(
+                            t,
+                            Header::Array {
+                                elem: Elem::I64,
+                                dims: 1,
+                                len,
+                            },
+                        ) {
                             Ok(at) => break at,
                             Err(AllocFailure::Overflow) => std::thread::yield_now(),
                             Err(AllocFailure::Exhausted) => panic!("256 MiB is plenty"),
@@ -42,9 +62,20 @@ fn stress(policy: AllocPolicy) {
                     mine.push((at, len, pattern));
                 }
                 for (at, len, pattern) in mine {
-                    assert_eq!(heap.header(offload_tlab::Ref(at)).unwrap(), Header::Array { elem: Elem::I64, dims: 1, len });
+                    assert_eq!(
+                        heap.header(offload_tlab::Ref(at)).unwrap(),
+                        Header::Array {
+                            elem: Elem::I64,
+                            dims: 1,
+                            len
+                        }
+                    );
                     for i in 0..len as usize {
-                        assert_eq!(heap.load64(at as usize * 8 + 8 + i * 8).unwrap(), pattern | i as u64, "someone else wrote into my object");
+                        assert_eq!(
+                            heap.load64(at as usize * 8 + 8 + i * 8).unwrap(),
+                            pattern | i as u64,
+                            "someone else wrote into my object"
+                        );
                     }
                 }
             });
@@ -82,7 +113,13 @@ fn eden_cas_under_stress() {
 
 #[test]
 fn exhaustion_is_reported_and_the_heap_still_parses() {
-    let heap = Heap::new(HeapConfig { initial: 64 << 10, max: 256 << 10, tlab_bytes: 1024, grow_step: 64 << 10 }).unwrap();
+    let heap = Heap::new(HeapConfig {
+        initial: 64 << 10,
+        max: 256 << 10,
+        tlab_bytes: 1024,
+        grow_step: 64 << 10,
+    })
+    .unwrap();
     let alloc = Allocator::new(&heap, AllocPolicy::SharedTlab { group: 2 }, 4);
     let mut ok = 0;
     let mut failed = 0;
@@ -93,7 +130,14 @@ fn exhaustion_is_reported_and_the_heap_still_parses() {
                 s.spawn(move || {
                     let (mut ok, mut failed) = (0, 0);
                     for _ in 0..5000 {
-                        match alloc.alloc(t, Header::Array { elem: Elem::I32, dims: 1, len: 10 }) {
+                        match alloc.alloc(
+                            t,
+                            Header::Array {
+                                elem: Elem::I32,
+                                dims: 1,
+                                len: 10,
+                            },
+                        ) {
                             Ok(_) => ok += 1,
                             Err(AllocFailure::Exhausted) => failed += 1,
                             Err(AllocFailure::Overflow) => unreachable!("shared TLABs wait"),

@@ -1,0 +1,175 @@
+//! A verified module prepared for execution: object layout, vtables, and the
+//! shared analyses, with the module's classes placed in the heap's global
+//! class-id space.
+
+use offload_ir::analysis::{FuncAnalysis, analyze};
+use offload_ir::{ClassId, Elem, FuncId, FuncKind, Kind, Type, Verified};
+use offload_tlab::ClassShape;
+use offload_tlab::layout::{HEADER_BYTES, kind_size};
+use std::sync::Arc;
+
+/// Field offsets and instance sizes of a module's classes.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// Byte offset of each field (by [`offload_ir::FieldId`]) from the object start.
+    pub field_offset: Vec<u32>,
+    /// Instance size in bytes of each class (header included, multiple of 8).
+    pub class_size: Vec<u32>,
+    /// Offsets of every reference field of each class (inherited ones too).
+    pub class_refs: Vec<Vec<u32>>,
+}
+
+impl Layout {
+    /// Lay out every class: superclass fields first, each field aligned to
+    /// its size.
+    pub fn new(v: &Verified) -> Layout {
+        let n = v.classes.len();
+        let mut field_offset = vec![0u32; v.fields.len()];
+        let mut class_size = vec![0u32; n];
+        let mut class_refs = vec![Vec::new(); n];
+        let mut done = vec![false; n];
+        for c in 0..n {
+            // Lay out the chain from the root down (the verifier ruled out cycles).
+            let chain: Vec<ClassId> = v.ancestors(ClassId::new(c)).collect();
+            for &k in chain.iter().rev() {
+                if done[k.index()] {
+                    continue;
+                }
+                let (mut end, mut refs) = match v.class(k).superclass {
+                    Some(s) => (class_size[s.index()], class_refs[s.index()].clone()),
+                    None => (HEADER_BYTES, Vec::new()),
+                };
+                for &f in &v.class(k).fields {
+                    let kind = v.field(f).ty.kind();
+                    let size = kind_size(kind);
+                    end = end.div_ceil(size) * size;
+                    field_offset[f.index()] = end;
+                    if kind == Kind::Ref {
+                        refs.push(end);
+                    }
+                    end += size;
+                }
+                class_size[k.index()] = end.div_ceil(8) * 8;
+                class_refs[k.index()] = refs;
+                done[k.index()] = true;
+            }
+        }
+        Layout {
+            field_offset,
+            class_size,
+            class_refs,
+        }
+    }
+}
+
+/// A verified module ready to run.
+#[derive(Debug)]
+pub struct Program {
+    verified: Arc<Verified>,
+    /// Global class id of the module's class 0.
+    pub class_base: u32,
+    /// Object layout.
+    pub layout: Layout,
+    vtables: Vec<Vec<FuncId>>,
+    slot_of: Vec<Option<u32>>,
+    analyses: Vec<Option<FuncAnalysis>>,
+}
+
+impl Program {
+    /// Prepare `v`, placing its classes at global ids `class_base..`.
+    pub fn new(v: Arc<Verified>, class_base: u32) -> Program {
+        let vtables = (0..v.classes.len())
+            .map(|c| v.vtable(ClassId::new(c)))
+            .collect();
+        let slot_of = (0..v.funcs.len())
+            .map(|f| v.vtable_slot(FuncId::new(f)).map(|s| s as u32))
+            .collect();
+        let analyses = (0..v.funcs.len())
+            .map(|f| {
+                let f = FuncId::new(f);
+                (!v.func(f).is_abstract()).then(|| analyze(&v, f))
+            })
+            .collect();
+        Program {
+            layout: Layout::new(&v),
+            verified: v,
+            class_base,
+            vtables,
+            slot_of,
+            analyses,
+        }
+    }
+
+    /// The verified module.
+    pub fn verified(&self) -> &Verified {
+        &self.verified
+    }
+
+    /// A shared handle to the verified module.
+    pub fn verified_arc(&self) -> &Arc<Verified> {
+        &self.verified
+    }
+
+    /// The analyses of `f` (`None` for abstract methods).
+    pub fn analysis(&self, f: FuncId) -> Option<&FuncAnalysis> {
+        self.analyses[f.index()].as_ref()
+    }
+
+    /// The implementation of method `m` for an instance of class `c`.
+    pub fn dispatch(&self, c: ClassId, m: FuncId) -> Option<FuncId> {
+        let slot = self.slot_of[m.index()]?;
+        self.vtables.get(c.index())?.get(slot as usize).copied()
+    }
+
+    /// The global id of class `c`.
+    pub fn global_class(&self, c: ClassId) -> u32 {
+        self.class_base + c.0
+    }
+
+    /// The module class of a global class id, if it is one of this module's.
+    pub fn local_class(&self, global: u32) -> Option<ClassId> {
+        global
+            .checked_sub(self.class_base)
+            .filter(|&l| (l as usize) < self.verified.classes.len())
+            .map(ClassId)
+    }
+
+    /// An array element type with classes in the global id space.
+    pub fn global_elem(&self, e: Elem) -> Elem {
+        match e {
+            Elem::Class(c) => Elem::Class(ClassId(self.global_class(c))),
+            e => e,
+        }
+    }
+
+    /// An array element type with global class ids back in module ids.
+    pub fn local_elem(&self, e: Elem) -> Option<Elem> {
+        match e {
+            Elem::Class(c) => self.local_class(c.0).map(Elem::Class),
+            e => Some(e),
+        }
+    }
+
+    /// What the heap verifier needs to know about a global class id.
+    pub fn class_shape(&self, global: u32) -> Option<ClassShape> {
+        let c = self.local_class(global)?;
+        Some(ClassShape {
+            size: self.layout.class_size[c.index()],
+            ref_offsets: self.layout.class_refs[c.index()].clone(),
+        })
+    }
+
+    /// Whether `f` is a kernel.
+    pub fn is_kernel(&self, f: FuncId) -> bool {
+        self.verified.func(f).kind == FuncKind::Kernel
+    }
+
+    /// The type of a module type as stored in the heap (global class ids).
+    pub fn global_type(&self, t: Type) -> Type {
+        match t {
+            Type::Class(c) => Type::Class(ClassId(self.global_class(c))),
+            Type::Array(e, d) => Type::Array(self.global_elem(e), d),
+            t => t,
+        }
+    }
+}
