@@ -1,22 +1,43 @@
 //! `offload` runs data-parallel `for_each` closures written in a small typed
-//! stack bytecode on an NVIDIA GPU or on every CPU core, with the runtime
-//! cooperation that OpenJDK's Sumatra project built for Java on GPUs:
-//! safepoint polls, shared-TLAB allocation, deoptimization into a bounded
-//! save area, and host replay.
+//! stack bytecode on every CPU core (and, as later stages land, an NVIDIA
+//! GPU), with the runtime cooperation that OpenJDK's Sumatra project built for
+//! Java on GPUs: safepoint polls, shared-TLAB allocation, deoptimization into
+//! a bounded save area, and host replay.
 //!
-//! This crate is the facade: it re-exports the bytecode crate
-//! ([`ir`]), renders its diagnostics for people ([`diagnostics`]), and hosts
-//! the `offload` command-line tool.
+//! This crate is the facade: the [`Runtime`] (heap, workers, device), loaded
+//! [`Module`]s, typed heap handles ([`Array`], [`Object`]), [`Closure`]s
+//! type-checked against their kernel, and [`par_offload`].
 //!
 //! ```
-//! let src = "kernel k(i: i64) {\n    ret\n}\n";
-//! let verified = offload::ir::load("k.obc", src)?;
-//! assert!(verified.func_named("k").is_some());
-//! # Ok::<(), offload::ir::Diagnostics>(())
+//! use offload::{Runtime, par_offload};
+//!
+//! let rt = Runtime::builder().workers(2).build()?;
+//! let m = rt.load("saxpy.obc", include_str!("../examples/kernels/saxpy.obc"))?;
+//! let x = rt.array(&[1.0f32, 2.0, 3.0])?;
+//! let y = rt.array(&[10.0f32, 20.0, 30.0])?;
+//! let saxpy = m.closure("saxpy", [2.0f32.into(), (&x).into(), (&y).into()])?;
+//! let report = par_offload(0..3, &saxpy)?;
+//! assert_eq!(report.completed, 3);
+//! assert_eq!(rt.read(&y)?, [12.0, 24.0, 36.0]);
+//! # Ok::<(), offload::OffloadError>(())
 //! ```
 
 #![deny(missing_docs)]
 
+pub use offload_host_interp as interp;
 pub use offload_ir as ir;
+pub use offload_tlab as tlab;
 
+pub mod demo;
 pub mod diagnostics;
+mod error;
+mod launch;
+pub mod reference;
+mod runtime;
+
+pub use error::{KernelExceptions, OffloadError};
+pub use launch::{LaunchReport, Timings};
+pub use offload_tlab::AllocPolicy;
+pub use runtime::{
+    Arg, Array, Closure, Device, Element, Module, Object, Runtime, RuntimeBuilder, par_offload,
+};

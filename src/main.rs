@@ -36,6 +36,19 @@ enum Command {
         #[arg(long, conflicts_with = "write")]
         check: bool,
     },
+    /// Run every example kernel through the public API and check each result
+    /// against native Rust, with timings (the main job).
+    Demo {
+        /// Worker threads (default: every core).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Divide every problem size by this (for quick runs).
+        #[arg(long, default_value_t = 1)]
+        shrink: usize,
+        /// Allocation policy: shared[:N], fail-on-overflow[:N], private, eden-cas.
+        #[arg(long, default_value = "shared:2")]
+        alloc: offload::AllocPolicy,
+    },
     /// Show the verifier's types and the shared analyses (blocks, back-edges,
     /// liveness, deopt sites with frame states) of a file's functions.
     Analyze {
@@ -109,6 +122,33 @@ fn run(cli: Cli) -> Result<(), String> {
             } else {
                 print!("{text}");
             }
+            Ok(())
+        }
+        Command::Demo {
+            workers,
+            shrink,
+            alloc,
+        } => {
+            let mut b = offload::Runtime::builder().alloc_policy(alloc);
+            if let Some(w) = workers {
+                b = b.workers(w);
+            }
+            let rt = b.build().map_err(|e| format!("error: {e}"))?;
+            println!(
+                "offload demo: {} workers on the {} device, allocation policy {alloc:?}",
+                rt.workers(),
+                rt.device().name()
+            );
+            let rows = offload::demo::run(&rt, offload::demo::Sizes { shrink })
+                .map_err(|e| format!("error: {e}"))?;
+            print!("{}", offload::demo::table(&rows));
+            let failed = rows.iter().filter(|r| !r.ok).count();
+            if failed > 0 {
+                return Err(format!(
+                    "error: {failed} example(s) did not match native Rust"
+                ));
+            }
+            println!("all {} examples match native Rust", rows.len());
             Ok(())
         }
         Command::Analyze { file, func } => {

@@ -154,6 +154,15 @@ impl<'a> Interpreter<'a> {
         self.profile.take()
     }
 
+    /// Add the profile collected so far into `into`, and start counting from
+    /// zero again.
+    pub fn drain_profile_into(&mut self, into: &mut Profile) {
+        if let Some(p) = self.profile.as_mut() {
+            into.merge(p);
+            p.clear();
+        }
+    }
+
     fn v(&self) -> &'a Verified {
         self.prog.verified()
     }

@@ -68,6 +68,16 @@ impl Profile {
         }
     }
 
+    /// Reset every counter to zero, keeping the shape.
+    pub fn clear(&mut self) {
+        for f in &mut self.funcs {
+            f.branches.iter_mut().for_each(|b| *b = [0; 2]);
+            f.receivers.iter_mut().for_each(smallvec::SmallVec::clear);
+            f.nulls.iter_mut().for_each(|n| *n = 0);
+            f.execs.iter_mut().for_each(|n| *n = 0);
+        }
+    }
+
     pub(crate) fn branch(&mut self, f: FuncId, bci: Bci, taken: bool) {
         self.funcs[f.index()].branches[bci as usize][usize::from(!taken)] += 1;
     }

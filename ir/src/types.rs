@@ -250,7 +250,7 @@ impl fmt::Debug for F64 {
 }
 
 /// The built-in exceptions that `throw` raises and that checks raise implicitly.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub enum ExceptionKind {
     /// A null reference was dereferenced.
     NullPointer,

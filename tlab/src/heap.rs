@@ -108,7 +108,7 @@ impl Heap {
                 cfg.max
             )));
         }
-        if cfg.initial > cfg.max || cfg.tlab_bytes < 64 || cfg.tlab_bytes % 8 != 0 {
+        if cfg.initial > cfg.max || cfg.tlab_bytes < 64 || !cfg.tlab_bytes.is_multiple_of(8) {
             return Err(HeapError::Config(format!(
                 "need 64 <= tlab_bytes (a multiple of 8) and initial <= max; got {cfg:?}"
             )));

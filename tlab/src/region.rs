@@ -101,7 +101,7 @@ impl Region {
 
     #[inline]
     fn check(&self, off: usize, size: usize) -> bool {
-        off % size == 0 && off.checked_add(size).is_some_and(|e| e <= self.committed())
+        off.is_multiple_of(size) && off.checked_add(size).is_some_and(|e| e <= self.committed())
     }
 
     /// The 32-bit cell at byte offset `off`, or `None` if it is out of the

@@ -1,0 +1,124 @@
+//! The errors of the public API.
+
+use crate::launch::LaunchReport;
+use offload_host_interp::Exception;
+use offload_ir::ExceptionKind;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Workitems threw exceptions. Every other workitem completed.
+#[derive(Debug, Clone)]
+pub struct KernelExceptions {
+    /// The exception of the lowest-numbered workitem that threw, in full.
+    pub first: Exception,
+    /// How many workitems threw.
+    pub count: u64,
+    /// How many threw each kind.
+    pub by_kind: BTreeMap<ExceptionKind, u64>,
+    /// The lowest-numbered workitems that threw, in order (at most
+    /// [`KernelExceptions::LISTED`]).
+    pub workitems: Vec<i64>,
+    /// What ran.
+    pub report: LaunchReport,
+}
+
+impl KernelExceptions {
+    /// How many workitem numbers are listed.
+    pub const LISTED: usize = 16;
+}
+
+impl fmt::Display for KernelExceptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} workitem(s) of `{}` threw; the first: {}",
+            self.count, self.report.kernel, self.first
+        )?;
+        if self.count > 1 {
+            let kinds: Vec<String> = self
+                .by_kind
+                .iter()
+                .map(|(k, n)| format!("{} {}", n, k.name()))
+                .collect();
+            let shown: Vec<String> = self.workitems.iter().map(i64::to_string).collect();
+            write!(
+                f,
+                "\n  and {} more ({}); workitems {}{}",
+                self.count - 1,
+                kinds.join(", "),
+                shown.join(", "),
+                if self.count as usize > self.workitems.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// An error of the offload API.
+#[derive(Debug, thiserror::Error)]
+pub enum OffloadError {
+    /// The module did not parse or verify; the text shows each problem with
+    /// its source line and a caret.
+    #[error("{name} does not load:\n{rendered}")]
+    Load {
+        /// The module's name.
+        name: String,
+        /// The problems.
+        diagnostics: offload_ir::Diagnostics,
+        /// The problems rendered against the source.
+        rendered: String,
+    },
+    /// No such kernel in the module.
+    #[error("module `{module}` has no kernel `{kernel}` (kernels: {available})")]
+    NoSuchKernel {
+        /// Module name.
+        module: String,
+        /// Requested kernel.
+        kernel: String,
+        /// The kernels there are.
+        available: String,
+    },
+    /// A capture does not fit the kernel's signature.
+    #[error("kernel `{kernel}`: {problem}")]
+    Capture {
+        /// Kernel name.
+        kernel: String,
+        /// What is wrong, naming the parameter.
+        problem: String,
+    },
+    /// A class or field was not found, or a field has another type.
+    #[error("{0}")]
+    Lookup(String),
+    /// A handle from another runtime, or out of its object's bounds.
+    #[error("{0}")]
+    Handle(String),
+    /// The range is empty in the wrong direction.
+    #[error("bad range {start}..{end}: the start is after the end")]
+    Range {
+        /// Start.
+        start: i64,
+        /// End.
+        end: i64,
+    },
+    /// Workitems threw.
+    #[error("{0}")]
+    Exceptions(Box<KernelExceptions>),
+    /// The heap could not be created or an allocation failed.
+    #[error("heap: {0}")]
+    Heap(#[from] offload_tlab::HeapError),
+    /// The runtime could not be set up.
+    #[error("runtime setup: {0}")]
+    Setup(String),
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}

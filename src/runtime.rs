@@ -1,0 +1,751 @@
+//! The runtime: heap, workers, devices, loaded modules and host handles.
+
+use crate::error::OffloadError;
+use crate::launch::LaunchReport;
+use offload_host_interp::Program;
+use offload_ir::{ClassId, Elem, FuncId, Type};
+use offload_tlab::layout::{Header, array_elem_kind, kind_size};
+use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, Ref};
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Where kernels run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The host interpreter on every core (the reference semantics).
+    Interpreter,
+}
+
+impl Device {
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Interpreter => "interp",
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "interp" | "interpreter" => Ok(Device::Interpreter),
+            other => Err(format!("unknown device `{other}` (available: interp)")),
+        }
+    }
+}
+
+/// Configures a [`Runtime`].
+#[derive(Clone, Debug)]
+pub struct RuntimeBuilder {
+    heap: HeapConfig,
+    workers: Option<usize>,
+    device: Device,
+    policy: AllocPolicy,
+    profile: bool,
+}
+
+impl RuntimeBuilder {
+    /// Bytes the heap starts with.
+    pub fn initial_heap(mut self, bytes: usize) -> Self {
+        self.heap.initial = bytes;
+        self
+    }
+    /// Bytes the heap may grow to.
+    pub fn max_heap(mut self, bytes: usize) -> Self {
+        self.heap.max = bytes;
+        self
+    }
+    /// TLAB size in bytes.
+    pub fn tlab_bytes(mut self, bytes: u32) -> Self {
+        self.heap.tlab_bytes = bytes;
+        self
+    }
+    /// Number of worker threads (the concurrent slots); default: every core.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n.max(1));
+        self
+    }
+    /// The device kernels run on.
+    pub fn device(mut self, d: Device) -> Self {
+        self.device = d;
+        self
+    }
+    /// The allocation policy.
+    pub fn alloc_policy(mut self, p: AllocPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+    /// Record interpreter profiles during launches.
+    pub fn profile(mut self, on: bool) -> Self {
+        self.profile = on;
+        self
+    }
+    /// Make the runtime.
+    pub fn build(self) -> Result<Runtime, OffloadError> {
+        let workers = self
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .thread_name(|i| format!("offload-worker-{i}"))
+            .build()
+            .map_err(|e| OffloadError::Setup(e.to_string()))?;
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                heap: Heap::new(self.heap)?,
+                pool,
+                workers,
+                device: self.device,
+                policy: self.policy,
+                profile: self.profile,
+                next_class: Mutex::new(0),
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) heap: Heap,
+    pub(crate) pool: rayon::ThreadPool,
+    pub(crate) workers: usize,
+    pub(crate) device: Device,
+    pub(crate) policy: AllocPolicy,
+    pub(crate) profile: bool,
+    next_class: Mutex<u32>,
+}
+
+/// The offload runtime: one managed heap, a pool of workers, a device.
+/// Cloning is cheap and shares everything.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// A loaded, verified module.
+#[derive(Clone, Debug)]
+pub struct Module {
+    pub(crate) rt: Runtime,
+    pub(crate) prog: Arc<Program>,
+    pub(crate) name: String,
+}
+
+/// A kernel with its captured values, type-checked against the signature.
+#[derive(Clone, Debug)]
+pub struct Closure {
+    pub(crate) module: Module,
+    pub(crate) kernel: FuncId,
+    pub(crate) captures: Vec<u64>,
+}
+
+/// A value passed to a kernel.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// An `i32`.
+    I32(i32),
+    /// An `i64`.
+    I64(i64),
+    /// An `f32`.
+    F32(f32),
+    /// An `f64`.
+    F64(f64),
+    /// A heap reference, with the runtime it belongs to.
+    Ref {
+        /// The reference.
+        r: Ref,
+        /// The owning runtime's id.
+        rt: u64,
+    },
+}
+
+impl From<i32> for Arg {
+    fn from(v: i32) -> Arg {
+        Arg::I32(v)
+    }
+}
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::I64(v)
+    }
+}
+impl From<f32> for Arg {
+    fn from(v: f32) -> Arg {
+        Arg::F32(v)
+    }
+}
+impl From<f64> for Arg {
+    fn from(v: f64) -> Arg {
+        Arg::F64(v)
+    }
+}
+
+/// A numeric array element type that Rust slices can be copied from and to.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// The bytecode element type.
+    const ELEM: Elem;
+    /// Raw bits as stored.
+    fn to_bits(self) -> u64;
+    /// From raw bits.
+    fn from_bits(b: u64) -> Self;
+}
+
+impl Element for i32 {
+    const ELEM: Elem = Elem::I32;
+    fn to_bits(self) -> u64 {
+        u64::from(self as u32)
+    }
+    fn from_bits(b: u64) -> Self {
+        b as u32 as i32
+    }
+}
+impl Element for i64 {
+    const ELEM: Elem = Elem::I64;
+    fn to_bits(self) -> u64 {
+        self as u64
+    }
+    fn from_bits(b: u64) -> Self {
+        b as i64
+    }
+}
+impl Element for f32 {
+    const ELEM: Elem = Elem::F32;
+    fn to_bits(self) -> u64 {
+        u64::from(f32::to_bits(self))
+    }
+    fn from_bits(b: u64) -> Self {
+        f32::from_bits(b as u32)
+    }
+}
+impl Element for f64 {
+    const ELEM: Elem = Elem::F64;
+    fn to_bits(self) -> u64 {
+        f64::to_bits(self)
+    }
+    fn from_bits(b: u64) -> Self {
+        f64::from_bits(b)
+    }
+}
+
+/// A handle to an array of `T` in a runtime's heap.
+#[derive(Debug)]
+pub struct Array<T: Element> {
+    r: Ref,
+    len: u32,
+    rt: u64,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> Clone for Array<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: Element> Copy for Array<T> {}
+
+impl<T: Element> Array<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The heap reference.
+    pub fn as_ref(&self) -> Ref {
+        self.r
+    }
+}
+
+impl<T: Element> From<&Array<T>> for Arg {
+    fn from(a: &Array<T>) -> Arg {
+        Arg::Ref { r: a.r, rt: a.rt }
+    }
+}
+impl<T: Element> From<Array<T>> for Arg {
+    fn from(a: Array<T>) -> Arg {
+        Arg::Ref { r: a.r, rt: a.rt }
+    }
+}
+
+/// A handle to an object of one of a module's classes.
+#[derive(Clone, Debug)]
+pub struct Object {
+    r: Ref,
+    class: ClassId,
+    module: Module,
+}
+
+impl Object {
+    /// The heap reference.
+    pub fn as_ref(&self) -> Ref {
+        self.r
+    }
+    /// The class name.
+    pub fn class_name(&self) -> &str {
+        &self.module.prog.verified().class(self.class).name
+    }
+}
+
+impl From<&Object> for Arg {
+    fn from(o: &Object) -> Arg {
+        Arg::Ref {
+            r: o.r,
+            rt: o.module.rt.inner.id,
+        }
+    }
+}
+
+impl Runtime {
+    /// A runtime with the defaults: the interpreter on every core and a heap
+    /// of 64 MiB growing to 4 GiB.
+    pub fn new() -> Result<Runtime, OffloadError> {
+        Runtime::builder().build()
+    }
+
+    /// Configure a runtime.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            heap: HeapConfig::default(),
+            workers: None,
+            device: Device::Interpreter,
+            policy: AllocPolicy::default(),
+            profile: false,
+        }
+    }
+
+    /// The device kernels run on.
+    pub fn device(&self) -> Device {
+        self.inner.device
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.inner.workers
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> &Heap {
+        &self.inner.heap
+    }
+
+    /// Load a module from `.obc` text; `name` names it in messages.
+    pub fn load(&self, name: &str, src: &str) -> Result<Module, OffloadError> {
+        let verified = offload_ir::load(name, src).map_err(|d| OffloadError::Load {
+            name: name.to_string(),
+            rendered: crate::diagnostics::render_all(&d.0, src),
+            diagnostics: d,
+        })?;
+        let mut next = self
+            .inner
+            .next_class
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let base = *next;
+        let count = verified.classes.len() as u32;
+        if u64::from(base) + u64::from(count) > u64::from(offload_tlab::layout::MAX_ARRAY_CLASS) {
+            return Err(OffloadError::Setup(
+                "too many classes loaded into one runtime".into(),
+            ));
+        }
+        *next += count;
+        Ok(Module {
+            rt: self.clone(),
+            prog: Arc::new(Program::new(Arc::new(verified), base)),
+            name: name.to_string(),
+        })
+    }
+
+    /// Load a module from a `.obc` file.
+    pub fn load_file(&self, path: impl AsRef<std::path::Path>) -> Result<Module, OffloadError> {
+        let path = path.as_ref();
+        let src = std::fs::read_to_string(path).map_err(|source| OffloadError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        self.load(&path.display().to_string(), &src)
+    }
+
+    /// A new array holding a copy of `data`.
+    pub fn array<T: Element>(&self, data: &[T]) -> Result<Array<T>, OffloadError> {
+        let a = self.new_array::<T>(data.len())?;
+        self.write(&a, 0, data)?;
+        Ok(a)
+    }
+
+    /// A new zeroed array of `len` elements.
+    pub fn new_array<T: Element>(&self, len: usize) -> Result<Array<T>, OffloadError> {
+        let len = u32::try_from(len)
+            .ok()
+            .filter(|&l| l <= i32::MAX as u32)
+            .ok_or_else(|| {
+                OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
+            })?;
+        let at = Allocator::alloc_host(
+            &self.inner.heap,
+            Header::Array {
+                elem: T::ELEM,
+                dims: 1,
+                len,
+            },
+        )?;
+        Ok(Array {
+            r: Ref(at),
+            len,
+            rt: self.inner.id,
+            _t: PhantomData,
+        })
+    }
+
+    fn check<T: Element>(&self, a: &Array<T>) -> Result<(), OffloadError> {
+        if a.rt != self.inner.id {
+            return Err(OffloadError::Handle(
+                "the array belongs to another runtime".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into `a` starting at element `at`.
+    pub fn write<T: Element>(
+        &self,
+        a: &Array<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<(), OffloadError> {
+        self.check(a)?;
+        if at.checked_add(data.len()).is_none_or(|e| e > a.len()) {
+            return Err(OffloadError::Handle(format!(
+                "writing {} elements at {at} overflows an array of {}",
+                data.len(),
+                a.len()
+            )));
+        }
+        let heap = &self.inner.heap;
+        let size = kind_size(array_elem_kind(T::ELEM, 1)) as usize;
+        let base = a.r.byte_offset() + 8 + at * size;
+        for (i, &x) in data.iter().enumerate() {
+            if size == 8 {
+                heap.store64(base + i * 8, x.to_bits())?;
+            } else {
+                heap.store32(base + i * 4, x.to_bits() as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy the whole array out.
+    pub fn read<T: Element>(&self, a: &Array<T>) -> Result<Vec<T>, OffloadError> {
+        let mut out = vec![T::from_bits(0); a.len()];
+        self.read_into(a, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copy `out.len()` elements starting at `at` into `out`.
+    pub fn read_into<T: Element>(
+        &self,
+        a: &Array<T>,
+        at: usize,
+        out: &mut [T],
+    ) -> Result<(), OffloadError> {
+        self.check(a)?;
+        if at.checked_add(out.len()).is_none_or(|e| e > a.len()) {
+            return Err(OffloadError::Handle(format!(
+                "reading {} elements at {at} overflows an array of {}",
+                out.len(),
+                a.len()
+            )));
+        }
+        let heap = &self.inner.heap;
+        let size = kind_size(array_elem_kind(T::ELEM, 1)) as usize;
+        let base = a.r.byte_offset() + 8 + at * size;
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = T::from_bits(if size == 8 {
+                heap.load64(base + i * 8)?
+            } else {
+                u64::from(heap.load32(base + i * 4)?)
+            });
+        }
+        Ok(())
+    }
+
+    /// Run `closure` for every workitem in `range`, on the runtime's device.
+    pub fn par_offload(
+        &self,
+        range: Range<i64>,
+        closure: &Closure,
+    ) -> Result<LaunchReport, OffloadError> {
+        if closure.module.rt.inner.id != self.inner.id {
+            return Err(OffloadError::Handle(
+                "the closure belongs to another runtime".into(),
+            ));
+        }
+        crate::launch::launch(self, range, closure)
+    }
+
+    /// Walk and verify the whole heap (between launches): every object has a
+    /// valid header and size, and every reference points at an object.
+    pub fn verify_heap(
+        &self,
+        modules: &[&Module],
+    ) -> Result<offload_tlab::WalkStats, OffloadError> {
+        Ok(self
+            .inner
+            .heap
+            .verify(|g| modules.iter().find_map(|m| m.prog.class_shape(g)))?)
+    }
+}
+
+impl Module {
+    /// The module's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The prepared program (verified module, layout, analyses).
+    pub fn program(&self) -> &Arc<Program> {
+        &self.prog
+    }
+
+    /// The names of the kernels.
+    pub fn kernels(&self) -> Vec<String> {
+        let v = self.prog.verified();
+        v.kernels().map(|k| v.func(k).name.clone()).collect()
+    }
+
+    /// Bind a kernel to its captures (every parameter after the index, in
+    /// order). Each capture is checked against its parameter: numbers by
+    /// type, references by the runtime type of the object they point at.
+    /// Captured references must not be null.
+    pub fn closure(
+        &self,
+        kernel: &str,
+        captures: impl IntoIterator<Item = Arg>,
+    ) -> Result<Closure, OffloadError> {
+        let v = self.prog.verified();
+        let k = v
+            .func_named(kernel)
+            .filter(|&k| self.prog.is_kernel(k))
+            .ok_or_else(|| OffloadError::NoSuchKernel {
+                module: self.name.clone(),
+                kernel: kernel.to_string(),
+                available: self.kernels().join(", "),
+            })?;
+        let f = v.func(k);
+        let params = &f.params()[1..];
+        let captures: Vec<Arg> = captures.into_iter().collect();
+        let cerr = |problem: String| OffloadError::Capture {
+            kernel: kernel.to_string(),
+            problem,
+        };
+        if captures.len() != params.len() {
+            let names: Vec<String> = params
+                .iter()
+                .map(|p| format!("{}: {}", p.name, v.type_name(p.ty)))
+                .collect();
+            return Err(cerr(format!(
+                "takes {} capture(s) ({}), {} given",
+                params.len(),
+                names.join(", "),
+                captures.len()
+            )));
+        }
+        let mut raw = Vec::with_capacity(captures.len());
+        for (i, (p, a)) in params.iter().zip(&captures).enumerate() {
+            let want = v.type_name(p.ty);
+            let bad = |found: String| {
+                cerr(format!(
+                    "capture {} (`{}`) must be {want}, found {found}",
+                    i + 1,
+                    p.name
+                ))
+            };
+            let bits = match (p.ty, *a) {
+                (Type::I32, Arg::I32(x)) => u64::from(x as u32),
+                (Type::I64, Arg::I64(x)) => x as u64,
+                (Type::F32, Arg::F32(x)) => u64::from(x.to_bits()),
+                (Type::F64, Arg::F64(x)) => x.to_bits(),
+                (t, Arg::Ref { r, rt }) if t.is_ref() => {
+                    if rt != self.rt.inner.id {
+                        return Err(bad("a reference from another runtime".into()));
+                    }
+                    if r.is_null() {
+                        return Err(bad("null".into()));
+                    }
+                    let found = self.runtime_type(r)?;
+                    if !self.is_instance(r, t)? {
+                        return Err(bad(found));
+                    }
+                    u64::from(r.0)
+                }
+                (_, a) => return Err(bad(arg_kind(a).into())),
+            };
+            raw.push(bits);
+        }
+        Ok(Closure {
+            module: self.clone(),
+            kernel: k,
+            captures: raw,
+        })
+    }
+
+    fn is_instance(&self, r: Ref, t: Type) -> Result<bool, OffloadError> {
+        let v = self.prog.verified();
+        Ok(match (self.rt.inner.heap.header(r)?, t) {
+            (_, Type::Ref) => true,
+            (Header::Object { class, .. }, Type::Class(c)) => self
+                .prog
+                .local_class(class)
+                .is_some_and(|l| v.is_subclass(l, c)),
+            (Header::Array { elem, dims, .. }, Type::Array(e, d)) => {
+                d == dims && self.prog.local_elem(elem) == Some(e)
+            }
+            _ => false,
+        })
+    }
+
+    fn runtime_type(&self, r: Ref) -> Result<String, OffloadError> {
+        let v = self.prog.verified();
+        Ok(match self.rt.inner.heap.header(r)? {
+            Header::Object { class, .. } => self
+                .prog
+                .local_class(class)
+                .map_or("an object of another module".into(), |c| {
+                    format!("`{}`", v.class(c).name)
+                }),
+            Header::Array { elem, dims, .. } => match self.prog.local_elem(elem) {
+                Some(e) => format!("`{}`", v.type_name(Type::Array(e, dims))),
+                None => "an array of another module's class".into(),
+            },
+            Header::Filler { .. } => "a dead object".into(),
+        })
+    }
+
+    /// A new zeroed instance of `class`.
+    pub fn new_object(&self, class: &str) -> Result<Object, OffloadError> {
+        let v = self.prog.verified();
+        let c = v.class_named(class).ok_or_else(|| {
+            OffloadError::Lookup(format!("module `{}` has no class `{class}`", self.name))
+        })?;
+        if let Some(&a) = v.vtable(c).iter().find(|&&m| v.func(m).is_abstract()) {
+            return Err(OffloadError::Lookup(format!(
+                "cannot instantiate `{class}`: `{}` is abstract",
+                v.func(a).name
+            )));
+        }
+        let at = Allocator::alloc_host(
+            &self.rt.inner.heap,
+            Header::Object {
+                class: self.prog.global_class(c),
+                size: self.prog.layout.class_size[c.index()],
+            },
+        )?;
+        Ok(Object {
+            r: Ref(at),
+            class: c,
+            module: self.clone(),
+        })
+    }
+
+    fn field_of(&self, o: &Object, name: &str) -> Result<(usize, Type), OffloadError> {
+        let v = self.prog.verified();
+        if o.module.rt.inner.id != self.rt.inner.id || !Arc::ptr_eq(&o.module.prog, &self.prog) {
+            return Err(OffloadError::Handle(
+                "the object belongs to another module".into(),
+            ));
+        }
+        let f = v.lookup_field(o.class, name).ok_or_else(|| {
+            OffloadError::Lookup(format!(
+                "class `{}` has no field `{name}`",
+                v.class(o.class).name
+            ))
+        })?;
+        Ok((
+            o.r.byte_offset() + self.prog.layout.field_offset[f.index()] as usize,
+            v.field(f).ty,
+        ))
+    }
+
+    /// Set a field of an object.
+    pub fn set_field(
+        &self,
+        o: &Object,
+        name: &str,
+        value: impl Into<Arg>,
+    ) -> Result<(), OffloadError> {
+        let (off, ty) = self.field_of(o, name)?;
+        let heap = &self.rt.inner.heap;
+        let value = value.into();
+        match (ty, value) {
+            (Type::I32, Arg::I32(x)) => heap.store32(off, x as u32)?,
+            (Type::F32, Arg::F32(x)) => heap.store32(off, x.to_bits())?,
+            (Type::I64, Arg::I64(x)) => heap.store64(off, x as u64)?,
+            (Type::F64, Arg::F64(x)) => heap.store64(off, x.to_bits())?,
+            (t, Arg::Ref { r, rt })
+                if t.is_ref()
+                    && rt == self.rt.inner.id
+                    && (r.is_null() || self.is_instance(r, t)?) =>
+            {
+                heap.store32(off, r.0)?
+            }
+            (t, a) => {
+                return Err(OffloadError::Lookup(format!(
+                    "field `{name}` has type {}, cannot store {}",
+                    self.prog.verified().type_name(t),
+                    arg_kind(a)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Read a numeric field of an object.
+    pub fn get_field<T: Element>(&self, o: &Object, name: &str) -> Result<T, OffloadError> {
+        let (off, ty) = self.field_of(o, name)?;
+        if ty != T::ELEM.to_type() {
+            return Err(OffloadError::Lookup(format!(
+                "field `{name}` has type {}, not {:?}",
+                self.prog.verified().type_name(ty),
+                T::ELEM
+            )));
+        }
+        let heap = &self.rt.inner.heap;
+        Ok(T::from_bits(if kind_size(ty.kind()) == 8 {
+            heap.load64(off)?
+        } else {
+            u64::from(heap.load32(off)?)
+        }))
+    }
+}
+
+fn arg_kind(a: Arg) -> &'static str {
+    match a {
+        Arg::I32(_) => "an i32",
+        Arg::I64(_) => "an i64",
+        Arg::F32(_) => "an f32",
+        Arg::F64(_) => "an f64",
+        Arg::Ref { .. } => "a reference",
+    }
+}
+
+impl Closure {
+    /// The kernel's name.
+    pub fn kernel_name(&self) -> &str {
+        &self.module.prog.verified().func(self.kernel).name
+    }
+    /// The module.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+}
+
+/// Run `closure` for every workitem of `range` on its runtime's device.
+pub fn par_offload(range: Range<i64>, closure: &Closure) -> Result<LaunchReport, OffloadError> {
+    closure.module.rt.par_offload(range, closure)
+}
