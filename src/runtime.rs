@@ -320,6 +320,11 @@ impl Runtime {
         }
     }
 
+    /// The null reference, as an argument.
+    pub fn null(&self) -> Arg {
+        Arg::Ref { r: Ref::NULL, rt: self.inner.id }
+    }
+
     /// The device kernels run on.
     pub fn device(&self) -> Device {
         self.inner.device
@@ -572,11 +577,11 @@ impl Module {
                 (Type::F32, Arg::F32(x)) => u64::from(x.to_bits()),
                 (Type::F64, Arg::F64(x)) => x.to_bits(),
                 (t, Arg::Ref { r, rt }) if t.is_ref() => {
-                    if rt != self.rt.inner.id {
-                        return Err(bad("a reference from another runtime".into()));
-                    }
                     if r.is_null() {
                         return Err(bad("null".into()));
+                    }
+                    if rt != self.rt.inner.id {
+                        return Err(bad("a reference from another runtime".into()));
                     }
                     let found = self.runtime_type(r)?;
                     if !self.is_instance(r, t)? {
@@ -735,6 +740,14 @@ fn arg_kind(a: Arg) -> &'static str {
 }
 
 impl Closure {
+    /// The kernel.
+    pub fn kernel(&self) -> FuncId {
+        self.kernel
+    }
+    /// The captured values as raw slots (what the interpreter receives).
+    pub fn captures(&self) -> &[u64] {
+        &self.captures
+    }
     /// The kernel's name.
     pub fn kernel_name(&self) -> &str {
         &self.module.prog.verified().func(self.kernel).name
