@@ -322,7 +322,10 @@ impl Runtime {
 
     /// The null reference, as an argument.
     pub fn null(&self) -> Arg {
-        Arg::Ref { r: Ref::NULL, rt: self.inner.id }
+        Arg::Ref {
+            r: Ref::NULL,
+            rt: self.inner.id,
+        }
     }
 
     /// The device kernels run on.

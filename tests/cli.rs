@@ -103,3 +103,30 @@ fn analyze_shows_sites() {
     assert_eq!(code, 1);
     assert!(err.contains("no function `nope`"), "{err}");
 }
+
+#[test]
+fn demo_runs_every_example_and_checks_it() {
+    let (code, out, err) = offload(&["demo", "--shrink", "50", "--workers", "2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("all 10 examples match native Rust"), "{out}");
+    for k in [
+        "saxpy",
+        "mandelbrot",
+        "nbody",
+        "blackscholes",
+        "matmul",
+        "histogram",
+        "alloc_vectors",
+        "linked_list",
+        "shape_areas",
+        "checked_div",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(k) && l.contains(" ok ")),
+            "{k} missing or failed:\n{out}"
+        );
+    }
+    let (code, _, err) = offload(&["demo", "--alloc", "bogus"]);
+    assert_eq!(code, 2, "clap rejects a bad policy");
+    assert!(err.contains("unknown allocation policy"), "{err}");
+}

@@ -16,7 +16,9 @@ fn snapshot(rt: &Runtime, arrays: &[Ref]) -> Vec<Vec<u32>> {
         .map(|&r| {
             let h = rt.heap().header(r).unwrap();
             let bytes = h.size().unwrap() as usize;
-            (0..bytes / 4).map(|i| rt.heap().load32(r.byte_offset() + 4 * i).unwrap()).collect()
+            (0..bytes / 4)
+                .map(|i| rt.heap().load32(r.byte_offset() + 4 * i).unwrap())
+                .collect()
         })
         .collect()
 }
@@ -34,7 +36,9 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     let arrays: Vec<Ref> = args
         .iter()
         .filter_map(|a| match a {
-            Arg::Ref { r, .. } => matches!(rt.heap().header(*r), Ok(Header::Array { .. })).then_some(*r),
+            Arg::Ref { r, .. } => {
+                matches!(rt.heap().header(*r), Ok(Header::Array { .. })).then_some(*r)
+            }
             _ => None,
         })
         .collect();
@@ -66,22 +70,48 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
                         reached[si] = true;
                         assert_eq!(values.len(), site.frame.len());
                         let mut fresh = Interpreter::new(prog, rt.heap(), &alloc, 0);
-                        let frames = [ResumeFrame { func: k, bci: site.bci, values }];
-                        fresh.resume(Some(w), &frames).expect("a valid resume request").err().map(|e| {
-                            assert_eq!(e.workitem, Some(w));
-                            e.kind
-                        })
+                        let frames = [ResumeFrame {
+                            func: k,
+                            bci: site.bci,
+                            values,
+                        }];
+                        fresh
+                            .resume(Some(w), &frames)
+                            .expect("a valid resume request")
+                            .err()
+                            .map(|e| {
+                                assert_eq!(e.workitem, Some(w));
+                                e.kind
+                            })
                     }
                     Ok(Outcome::Finished(_)) => None,
                     Err(e) => Some(e.kind),
                 };
-                assert_eq!(result, baseline[wi], "{kernel}: workitem {w} resumed at site @{} (occurrence {occurrence})", site.bci);
+                assert_eq!(
+                    result, baseline[wi],
+                    "{kernel}: workitem {w} resumed at site @{} (occurrence {occurrence})",
+                    site.bci
+                );
             }
-            assert_eq!(snapshot(rt, &arrays), expected, "{kernel}: heap differs after resuming at site @{} (occurrence {occurrence})", site.bci);
+            assert_eq!(
+                snapshot(rt, &arrays),
+                expected,
+                "{kernel}: heap differs after resuming at site @{} (occurrence {occurrence})",
+                site.bci
+            );
         }
     }
-    let missed: Vec<u32> = analysis.sites.iter().zip(&reached).filter(|(_, r)| !**r).map(|(s, _)| s.bci).collect();
-    assert!(missed.is_empty(), "{kernel}: sites never reached by the chosen workitems: {missed:?}");
+    let missed: Vec<u32> = analysis
+        .sites
+        .iter()
+        .zip(&reached)
+        .filter(|(_, r)| !**r)
+        .map(|(s, _)| s.bci)
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "{kernel}: sites never reached by the chosen workitems: {missed:?}"
+    );
 }
 
 #[test]
@@ -91,38 +121,95 @@ fn resume_from_every_site_of_every_example() {
     let w: &[i64] = &[0, 1, 2, 5, 7];
 
     let (x, y) = (f(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]), f(&[0.5; 8]));
-    check_example("saxpy.obc", "saxpy", vec![3.0f32.into(), (&x).into(), (&y).into()], &rt, w);
+    check_example(
+        "saxpy.obc",
+        "saxpy",
+        vec![3.0f32.into(), (&x).into(), (&y).into()],
+        &rt,
+        w,
+    );
 
     let img = rt.new_array::<i32>(64).unwrap();
-    check_example("mandelbrot.obc", "mandelbrot", vec![8i32.into(), 8i32.into(), 20i32.into(), (&img).into()], &rt, w);
+    check_example(
+        "mandelbrot.obc",
+        "mandelbrot",
+        vec![8i32.into(), 8i32.into(), 20i32.into(), (&img).into()],
+        &rt,
+        w,
+    );
 
     let b = offload::reference::Bodies::random(8, 1);
-    let arrs: Vec<Arg> = [&b.px, &b.py, &b.pz, &b.m, &b.vx, &b.vy, &b.vz].iter().map(|v| Arg::from(&f(v))).collect();
+    let arrs: Vec<Arg> = [&b.px, &b.py, &b.pz, &b.m, &b.vx, &b.vy, &b.vz]
+        .iter()
+        .map(|v| Arg::from(&f(v)))
+        .collect();
     let mut args = vec![8i32.into(), 0.01f32.into(), 0.01f32.into()];
     args.extend(arrs);
     check_example("nbody.obc", "nbody", args, &rt, w);
 
     let (s, x, t) = offload::reference::options(8, 2);
-    let (call, put) = (rt.new_array::<f32>(8).unwrap(), rt.new_array::<f32>(8).unwrap());
+    let (call, put) = (
+        rt.new_array::<f32>(8).unwrap(),
+        rt.new_array::<f32>(8).unwrap(),
+    );
     check_example(
         "blackscholes.obc",
         "blackscholes",
-        vec![0.02f32.into(), 0.3f32.into(), (&f(&s)).into(), (&f(&x)).into(), (&f(&t)).into(), (&call).into(), (&put).into()],
+        vec![
+            0.02f32.into(),
+            0.3f32.into(),
+            (&f(&s)).into(),
+            (&f(&x)).into(),
+            (&f(&t)).into(),
+            (&call).into(),
+            (&put).into(),
+        ],
         &rt,
         w,
     );
 
-    let (a, bm, cm) = (f(&[1.5; 16]), f(&[0.25; 16]), rt.new_array::<f32>(16).unwrap());
-    check_example("matmul.obc", "matmul", vec![4i32.into(), (&a).into(), (&bm).into(), (&cm).into()], &rt, w);
+    let (a, bm, cm) = (
+        f(&[1.5; 16]),
+        f(&[0.25; 16]),
+        rt.new_array::<f32>(16).unwrap(),
+    );
+    check_example(
+        "matmul.obc",
+        "matmul",
+        vec![4i32.into(), (&a).into(), (&bm).into(), (&cm).into()],
+        &rt,
+        w,
+    );
 
-    let (data, bins) = (rt.array(&[3i32, -9, 12, 7, 7, 100, 5, 1]).unwrap(), rt.new_array::<i32>(4).unwrap());
-    check_example("histogram.obc", "histogram", vec![(&data).into(), (&bins).into()], &rt, w);
+    let (data, bins) = (
+        rt.array(&[3i32, -9, 12, 7, 7, 100, 5, 1]).unwrap(),
+        rt.new_array::<i32>(4).unwrap(),
+    );
+    check_example(
+        "histogram.obc",
+        "histogram",
+        vec![(&data).into(), (&bins).into()],
+        &rt,
+        w,
+    );
 
     let out = rt.new_array::<f64>(8).unwrap();
-    check_example("alloc.obc", "alloc_vectors", vec![5i32.into(), (&out).into()], &rt, w);
+    check_example(
+        "alloc.obc",
+        "alloc_vectors",
+        vec![5i32.into(), (&out).into()],
+        &rt,
+        w,
+    );
 
     let sums = rt.new_array::<i64>(8).unwrap();
-    check_example("linkedlist.obc", "linked_list", vec![4i32.into(), (&sums).into()], &rt, w);
+    check_example(
+        "linkedlist.obc",
+        "linked_list",
+        vec![4i32.into(), (&sums).into()],
+        &rt,
+        w,
+    );
 
     let areas = rt.new_array::<f64>(8).unwrap();
     check_example("shapes.obc", "shape_areas", vec![(&areas).into()], &rt, w);
@@ -132,7 +219,13 @@ fn resume_from_every_site_of_every_example() {
         rt.array(&[2i32, 1, 0, 1, 1, 2, 1, 1]).unwrap(),
         rt.new_array::<i32>(8).unwrap(),
     );
-    check_example("throws.obc", "checked_div", vec![(&na).into(), (&nb).into(), (&no).into()], &rt, w);
+    check_example(
+        "throws.obc",
+        "checked_div",
+        vec![(&na).into(), (&nb).into(), (&no).into()],
+        &rt,
+        w,
+    );
 }
 
 #[test]
@@ -144,8 +237,26 @@ fn bad_resume_requests_are_errors() {
     let alloc = Allocator::new(rt.heap(), AllocPolicy::default(), 1);
     let mut it = Interpreter::new(prog, rt.heap(), &alloc, 0);
     assert!(it.resume(Some(0), &[]).is_err());
-    let e = it.resume(Some(0), &[ResumeFrame { func: k, bci: 1, values: vec![] }]).unwrap_err();
+    let e = it
+        .resume(
+            Some(0),
+            &[ResumeFrame {
+                func: k,
+                bci: 1,
+                values: vec![],
+            }],
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("not a deopt site"), "{e}");
-    let e = it.resume(Some(0), &[ResumeFrame { func: k, bci: 0, values: vec![1] }]).unwrap_err();
+    let e = it
+        .resume(
+            Some(0),
+            &[ResumeFrame {
+                func: k,
+                bci: 0,
+                values: vec![1],
+            }],
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("4 live values, 1 given"), "{e}");
 }

@@ -121,6 +121,21 @@ fn f64v(v: u64) -> f64 {
 fn of_i32(x: i32) -> u64 {
     u64::from(x as u32)
 }
+fn i32v(x: u64) -> i32 {
+    x as u32 as i32
+}
+fn i64v(x: u64) -> i64 {
+    x as i64
+}
+fn of_i64(x: i64) -> u64 {
+    x as u64
+}
+fn of_f64(x: f64) -> u64 {
+    x.to_bits()
+}
+fn of_bool(b: bool) -> u64 {
+    u64::from(b)
+}
 #[inline]
 fn of_f32(x: f32) -> u64 {
     u64::from(x.to_bits())
@@ -323,6 +338,7 @@ impl<'a> Interpreter<'a> {
         }
     }
 
+    #[inline]
     fn array_elem(&self, r: u32, idx: i32, esize: usize) -> Result<usize, Trap> {
         if r == 0 {
             return Err(Trap::Throw(
@@ -341,6 +357,7 @@ impl<'a> Interpreter<'a> {
         Ok(base + 8 + idx as usize * esize)
     }
 
+    #[inline]
     fn object(&self, r: u32, what: &str) -> Result<usize, Trap> {
         if r == 0 {
             Err(Trap::Throw(
@@ -409,7 +426,6 @@ impl<'a> Interpreter<'a> {
         }
     }
 
-    #[allow(clippy::too_many_lines)]
     fn run(&mut self, stop: Option<(Bci, u64)>) -> Result<Outcome, Trap> {
         let v: &'a Verified = self.prog.verified();
         let prog = self.prog;
@@ -418,6 +434,62 @@ impl<'a> Interpreter<'a> {
             return Ok(Outcome::Finished(None));
         };
         let mut body: &'a [Inst] = &v.func(fr.func).body;
+        let slow = stop.is_some() || self.profile.is_some();
+        loop {
+            if slow {
+                let pc = fr.pc;
+                if let Some((sbci, occ)) = stop
+                    && self.frames.len() == 1
+                    && pc == sbci
+                {
+                    if seen == occ {
+                        let a = prog.analysis(fr.func).expect("kernels have bodies");
+                        let site = a.site_at(pc).expect("stop only at sites");
+                        let sp0 = fr.base as usize + v.func(fr.func).locals.len();
+                        let vals = site
+                            .frame
+                            .values()
+                            .map(|(val, _)| match val {
+                                offload_ir::analysis::Value::Local(l) => {
+                                    self.stack[fr.base as usize + l.index()]
+                                }
+                                offload_ir::analysis::Value::Stack(i) => {
+                                    self.stack[sp0 + i as usize]
+                                }
+                            })
+                            .collect();
+                        self.frames.last_mut().expect("frame").pc = pc;
+                        return Err(Trap::Stop(vals));
+                    }
+                    seen += 1;
+                }
+                if let Some(p) = self.profile.as_mut() {
+                    p.exec(fr.func, pc);
+                }
+            }
+            match self.step(&mut fr, &mut body) {
+                Ok(None) => {}
+                Ok(Some(out)) => return Ok(out),
+                Err(t) => {
+                    // Only now does the frame's pc need to be current.
+                    if let Some(top) = self.frames.last_mut() {
+                        top.pc = fr.pc;
+                    }
+                    return Err(t);
+                }
+            }
+        }
+    }
+
+    /// Execute the instruction at `fr.pc`. On success `fr` and `body` move to
+    /// the next instruction (or into a callee, or back to the caller); on an
+    /// error they still name the faulting instruction.
+    #[inline(always)]
+    #[allow(clippy::too_many_lines)]
+    fn step(&mut self, fr: &mut Frame, body: &mut &'a [Inst]) -> Result<Option<Outcome>, Trap> {
+        let v: &'a Verified = self.prog.verified();
+        let prog = self.prog;
+        let pc = fr.pc;
         macro_rules! pop {
             () => {
                 self.stack.pop().unwrap_or(0)
@@ -442,508 +514,462 @@ impl<'a> Interpreter<'a> {
                 push!($put($e));
             }};
         }
-        fn i32v(x: u64) -> i32 {
-            x as u32 as i32
-        }
-        fn i64v(x: u64) -> i64 {
-            x as i64
-        }
-        fn of_i64(x: i64) -> u64 {
-            x as u64
-        }
-        fn of_f64(x: f64) -> u64 {
-            x.to_bits()
-        }
-        fn of_bool(b: bool) -> u64 {
-            u64::from(b)
-        }
-        loop {
-            let pc = fr.pc;
-            if let Some((sbci, occ)) = stop
-                && self.frames.len() == 1
-                && pc == sbci
-            {
-                if seen == occ {
-                    let a = prog.analysis(fr.func).expect("kernels have bodies");
-                    let site = a.site_at(pc).expect("stop only at sites");
-                    let sp0 = fr.base as usize + v.func(fr.func).locals.len();
-                    let vals = site
-                        .frame
-                        .values()
-                        .map(|(val, _)| match val {
-                            offload_ir::analysis::Value::Local(l) => {
-                                self.stack[fr.base as usize + l.index()]
-                            }
-                            offload_ir::analysis::Value::Stack(i) => self.stack[sp0 + i as usize],
-                        })
-                        .collect();
-                    self.frames.last_mut().expect("frame").pc = pc;
-                    return Err(Trap::Stop(vals));
-                }
-                seen += 1;
+        let inst = body[pc as usize];
+        let mut next = pc + 1;
+        let base = fr.base as usize;
+        match inst {
+            Inst::I32Const { value } => push!(of_i32(value)),
+            Inst::I64Const { value } => push!(value as u64),
+            Inst::F32Const { value } => push!(u64::from(value.0)),
+            Inst::F64Const { value } => push!(value.0),
+            Inst::RefNull => push!(0),
+            Inst::Load { local } => push!(self.stack[base + local.index()]),
+            Inst::Store { local } => {
+                let x = pop!();
+                self.stack[base + local.index()] = x;
             }
-            if let Some(p) = self.profile.as_mut() {
-                p.exec(fr.func, pc);
+            Inst::Inc { local, delta } => {
+                let slot = &mut self.stack[base + local.index()];
+                *slot = if v.func(fr.func).locals[local.index()].ty == Type::I32 {
+                    of_i32(i32v(*slot).wrapping_add(delta))
+                } else {
+                    of_i64(i64v(*slot).wrapping_add(i64::from(delta)))
+                };
             }
-            let inst = body[pc as usize];
-            let mut next = pc + 1;
-            // Keep the frame's pc current for exceptions.
-            if let Some(top) = self.frames.last_mut() {
-                top.pc = pc;
+            Inst::Dup => {
+                let x = *self.stack.last().unwrap_or(&0);
+                push!(x);
             }
-            let base = fr.base as usize;
-            match inst {
-                Inst::I32Const { value } => push!(of_i32(value)),
-                Inst::I64Const { value } => push!(value as u64),
-                Inst::F32Const { value } => push!(u64::from(value.0)),
-                Inst::F64Const { value } => push!(value.0),
-                Inst::RefNull => push!(0),
-                Inst::Load { local } => push!(self.stack[base + local.index()]),
-                Inst::Store { local } => {
-                    let x = pop!();
-                    self.stack[base + local.index()] = x;
-                }
-                Inst::Inc { local, delta } => {
-                    let slot = &mut self.stack[base + local.index()];
-                    *slot = if v.func(fr.func).locals[local.index()].ty == Type::I32 {
-                        of_i32(i32v(*slot).wrapping_add(delta))
-                    } else {
-                        of_i64(i64v(*slot).wrapping_add(i64::from(delta)))
-                    };
-                }
-                Inst::Dup => {
-                    let x = *self.stack.last().unwrap_or(&0);
-                    push!(x);
-                }
-                Inst::Pop => {
-                    pop!();
-                }
-                Inst::Swap => {
-                    let n = self.stack.len();
-                    self.stack.swap(n - 1, n - 2);
-                }
-                Inst::I32Add => bin!(i32v, of_i32, |a, b| a.wrapping_add(b)),
-                Inst::I32Sub => bin!(i32v, of_i32, |a, b| a.wrapping_sub(b)),
-                Inst::I32Mul => bin!(i32v, of_i32, |a, b| a.wrapping_mul(b)),
-                Inst::I32Div | Inst::I32Rem => {
-                    let b = i32v(pop!());
-                    let a = i32v(pop!());
-                    let r = if inst == Inst::I32Div {
-                        sem::i32_div(a, b)
-                    } else {
-                        sem::i32_rem(a, b)
-                    };
-                    match r {
-                        Some(r) => push!(of_i32(r)),
-                        None => {
-                            return Err(Trap::Throw(
-                                ExceptionKind::Arithmetic,
-                                "division by zero".into(),
-                            ));
-                        }
-                    }
-                }
-                Inst::I32Neg => un!(i32v, of_i32, |a| a.wrapping_neg()),
-                Inst::I32And => bin!(i32v, of_i32, |a, b| a & b),
-                Inst::I32Or => bin!(i32v, of_i32, |a, b| a | b),
-                Inst::I32Xor => bin!(i32v, of_i32, |a, b| a ^ b),
-                Inst::I32Shl => bin!(i32v, of_i32, |a, b| sem::i32_shl(a, b)),
-                Inst::I32Shr => bin!(i32v, of_i32, |a, b| sem::i32_shr(a, b)),
-                Inst::I32Ushr => bin!(i32v, of_i32, |a, b| sem::i32_ushr(a, b)),
-                Inst::I64Add => bin!(i64v, of_i64, |a, b| a.wrapping_add(b)),
-                Inst::I64Sub => bin!(i64v, of_i64, |a, b| a.wrapping_sub(b)),
-                Inst::I64Mul => bin!(i64v, of_i64, |a, b| a.wrapping_mul(b)),
-                Inst::I64Div | Inst::I64Rem => {
-                    let b = i64v(pop!());
-                    let a = i64v(pop!());
-                    let r = if inst == Inst::I64Div {
-                        sem::i64_div(a, b)
-                    } else {
-                        sem::i64_rem(a, b)
-                    };
-                    match r {
-                        Some(r) => push!(of_i64(r)),
-                        None => {
-                            return Err(Trap::Throw(
-                                ExceptionKind::Arithmetic,
-                                "division by zero".into(),
-                            ));
-                        }
-                    }
-                }
-                Inst::I64Neg => un!(i64v, of_i64, |a| a.wrapping_neg()),
-                Inst::I64And => bin!(i64v, of_i64, |a, b| a & b),
-                Inst::I64Or => bin!(i64v, of_i64, |a, b| a | b),
-                Inst::I64Xor => bin!(i64v, of_i64, |a, b| a ^ b),
-                Inst::I64Shl => bin!(i64v, of_i64, |a, b| sem::i64_shl(a, b)),
-                Inst::I64Shr => bin!(i64v, of_i64, |a, b| sem::i64_shr(a, b)),
-                Inst::I64Ushr => bin!(i64v, of_i64, |a, b| sem::i64_ushr(a, b)),
-                Inst::F32Add => bin!(f32v, of_f32, |a, b| a + b),
-                Inst::F32Sub => bin!(f32v, of_f32, |a, b| a - b),
-                Inst::F32Mul => bin!(f32v, of_f32, |a, b| a * b),
-                Inst::F32Div => bin!(f32v, of_f32, |a, b| a / b),
-                Inst::F32Rem => bin!(f32v, of_f32, |a, b| a % b),
-                Inst::F32Neg => un!(f32v, of_f32, |a| -a),
-                Inst::F64Add => bin!(f64v, of_f64, |a, b| a + b),
-                Inst::F64Sub => bin!(f64v, of_f64, |a, b| a - b),
-                Inst::F64Mul => bin!(f64v, of_f64, |a, b| a * b),
-                Inst::F64Div => bin!(f64v, of_f64, |a, b| a / b),
-                Inst::F64Rem => bin!(f64v, of_f64, |a, b| a % b),
-                Inst::F64Neg => un!(f64v, of_f64, |a| -a),
-                Inst::I32Eq => bin!(i32v, of_bool, |a, b| a == b),
-                Inst::I32Ne => bin!(i32v, of_bool, |a, b| a != b),
-                Inst::I32Lt => bin!(i32v, of_bool, |a, b| a < b),
-                Inst::I32Le => bin!(i32v, of_bool, |a, b| a <= b),
-                Inst::I32Gt => bin!(i32v, of_bool, |a, b| a > b),
-                Inst::I32Ge => bin!(i32v, of_bool, |a, b| a >= b),
-                Inst::I64Eq => bin!(i64v, of_bool, |a, b| a == b),
-                Inst::I64Ne => bin!(i64v, of_bool, |a, b| a != b),
-                Inst::I64Lt => bin!(i64v, of_bool, |a, b| a < b),
-                Inst::I64Le => bin!(i64v, of_bool, |a, b| a <= b),
-                Inst::I64Gt => bin!(i64v, of_bool, |a, b| a > b),
-                Inst::I64Ge => bin!(i64v, of_bool, |a, b| a >= b),
-                Inst::F32Eq => bin!(f32v, of_bool, |a, b| a == b),
-                Inst::F32Ne => bin!(f32v, of_bool, |a, b| a != b),
-                Inst::F32Lt => bin!(f32v, of_bool, |a, b| a < b),
-                Inst::F32Le => bin!(f32v, of_bool, |a, b| a <= b),
-                Inst::F32Gt => bin!(f32v, of_bool, |a, b| a > b),
-                Inst::F32Ge => bin!(f32v, of_bool, |a, b| a >= b),
-                Inst::F64Eq => bin!(f64v, of_bool, |a, b| a == b),
-                Inst::F64Ne => bin!(f64v, of_bool, |a, b| a != b),
-                Inst::F64Lt => bin!(f64v, of_bool, |a, b| a < b),
-                Inst::F64Le => bin!(f64v, of_bool, |a, b| a <= b),
-                Inst::F64Gt => bin!(f64v, of_bool, |a, b| a > b),
-                Inst::F64Ge => bin!(f64v, of_bool, |a, b| a >= b),
-                Inst::RefEq => bin!(i32v, of_bool, |a, b| a == b),
-                Inst::RefNe => bin!(i32v, of_bool, |a, b| a != b),
-                Inst::Br { target } => next = target.0,
-                Inst::BrIf { target }
-                | Inst::BrUnless { target }
-                | Inst::BrNull { target }
-                | Inst::BrNonNull { target } => {
-                    let x = pop!() as u32;
-                    let taken = match inst {
-                        Inst::BrIf { .. } => x != 0,
-                        Inst::BrUnless { .. } => x == 0,
-                        Inst::BrNull { .. } => x == 0,
-                        _ => x != 0,
-                    };
-                    if let Some(p) = self.profile.as_mut() {
-                        p.branch(fr.func, pc, taken);
-                        if matches!(inst, Inst::BrNull { .. } | Inst::BrNonNull { .. }) && x == 0 {
-                            p.null(fr.func, pc);
-                        }
-                    }
-                    if taken {
-                        let Label(t) = target;
-                        next = t;
-                    }
-                }
-                Inst::I32ToI64 => un!(i32v, of_i64, |a| i64::from(a)),
-                Inst::I32ToF32 => un!(i32v, of_f32, |a| a as f32),
-                Inst::I32ToF64 => un!(i32v, of_f64, |a| f64::from(a)),
-                Inst::I64ToI32 => un!(i64v, of_i32, |a| a as i32),
-                Inst::I64ToF32 => un!(i64v, of_f32, |a| a as f32),
-                Inst::I64ToF64 => un!(i64v, of_f64, |a| a as f64),
-                Inst::F32ToI32 => un!(f32v, of_i32, |a| sem::f32_to_i32(a)),
-                Inst::F32ToI64 => un!(f32v, of_i64, |a| sem::f32_to_i64(a)),
-                Inst::F32ToF64 => un!(f32v, of_f64, |a| f64::from(a)),
-                Inst::F64ToI32 => un!(f64v, of_i32, |a| sem::f64_to_i32(a)),
-                Inst::F64ToI64 => un!(f64v, of_i64, |a| sem::f64_to_i64(a)),
-                Inst::F64ToF32 => un!(f64v, of_f32, |a| a as f32),
-                Inst::NewArray { elem } => {
-                    let len = i32v(pop!());
-                    if len < 0 {
+            Inst::Pop => {
+                pop!();
+            }
+            Inst::Swap => {
+                let n = self.stack.len();
+                self.stack.swap(n - 1, n - 2);
+            }
+            Inst::I32Add => bin!(i32v, of_i32, |a, b| a.wrapping_add(b)),
+            Inst::I32Sub => bin!(i32v, of_i32, |a, b| a.wrapping_sub(b)),
+            Inst::I32Mul => bin!(i32v, of_i32, |a, b| a.wrapping_mul(b)),
+            Inst::I32Div | Inst::I32Rem => {
+                let b = i32v(pop!());
+                let a = i32v(pop!());
+                let r = if inst == Inst::I32Div {
+                    sem::i32_div(a, b)
+                } else {
+                    sem::i32_rem(a, b)
+                };
+                match r {
+                    Some(r) => push!(of_i32(r)),
+                    None => {
                         return Err(Trap::Throw(
-                            ExceptionKind::NegativeArraySize,
-                            format!("length {len}"),
-                        ));
-                    }
-                    let Some(Type::Array(e, d)) = elem.array_of() else {
-                        unreachable!("verified: the element type has an array type")
-                    };
-                    let at = self.allocate(Header::Array {
-                        elem: prog.global_elem(e),
-                        dims: d,
-                        len: len as u32,
-                    })?;
-                    push!(u64::from(at));
-                }
-                Inst::ArrayLen => {
-                    let r = pop!() as u32;
-                    let off = self.object(r, "array.len")?;
-                    if r == 0 {
-                        self.note_null(fr.func, pc);
-                    }
-                    push!(u64::from(self.heap.load32(off + 4)?));
-                }
-                Inst::I32ALoad | Inst::F32ALoad | Inst::RefALoad => {
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 4)?;
-                    push!(u64::from(self.heap.load32(at)?));
-                }
-                Inst::I64ALoad | Inst::F64ALoad => {
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 8)?;
-                    push!(self.heap.load64(at)?);
-                }
-                Inst::I32AStore | Inst::F32AStore | Inst::RefAStore => {
-                    let x = pop!();
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 4)?;
-                    self.heap.store32(at, x as u32)?;
-                }
-                Inst::I64AStore | Inst::F64AStore => {
-                    let x = pop!();
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 8)?;
-                    self.heap.store64(at, x)?;
-                }
-                Inst::New { class } => {
-                    let at = self.allocate(Header::Object {
-                        class: prog.global_class(class),
-                        size: prog.layout.class_size[class.index()],
-                    })?;
-                    push!(u64::from(at));
-                }
-                Inst::GetField { field } => {
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let off = self.object(r, "getfield")?
-                        + prog.layout.field_offset[field.index()] as usize;
-                    let x = if kind_size(v.field(field).ty.kind()) == 8 {
-                        self.heap.load64(off)?
-                    } else {
-                        u64::from(self.heap.load32(off)?)
-                    };
-                    push!(x);
-                }
-                Inst::PutField { field } => {
-                    let x = pop!();
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let off = self.object(r, "putfield")?
-                        + prog.layout.field_offset[field.index()] as usize;
-                    if kind_size(v.field(field).ty.kind()) == 8 {
-                        self.heap.store64(off, x)?;
-                    } else {
-                        self.heap.store32(off, x as u32)?;
-                    }
-                }
-                Inst::InstanceOf { ty } => {
-                    let r = pop!() as u32;
-                    let yes = r != 0 && self.is_instance(r, ty)?;
-                    push!(of_bool(yes));
-                }
-                Inst::CheckCast { ty } => {
-                    let r = *self.stack.last().unwrap_or(&0) as u32;
-                    if r != 0 && !self.is_instance(r, ty)? {
-                        return Err(Trap::Throw(
-                            ExceptionKind::ClassCast,
-                            format!(
-                                "{} cannot be cast to {}",
-                                self.type_name(r),
-                                v.type_name(ty)
-                            ),
+                            ExceptionKind::Arithmetic,
+                            "division by zero".into(),
                         ));
                     }
                 }
-                Inst::Call { func } | Inst::CallVirt { method: func } => {
-                    let callee = v.func(func);
-                    let nargs = callee.param_count as usize;
-                    let arg0 = self.stack.len() - nargs;
-                    let target = if let Inst::CallVirt { .. } = inst {
-                        let recv = self.stack[arg0] as u32;
-                        self.null_note(recv, fr.func, pc);
-                        let off = self.object(recv, "virtual call")?;
-                        let class = self.heap.load32(off)?;
-                        let local = prog.local_class(class).unwrap_or(ClassId(u32::MAX));
-                        if let Some(p) = self.profile.as_mut() {
-                            p.receiver(fr.func, pc, local.0);
-                        }
-                        prog.dispatch(local, func).ok_or_else(|| {
-                            Trap::Throw(
-                                ExceptionKind::IllegalState,
-                                format!("no implementation of `{}` for the receiver", callee.name),
-                            )
-                        })?
-                    } else {
-                        func
-                    };
-                    if self.frames.len() >= self.max_depth {
+            }
+            Inst::I32Neg => un!(i32v, of_i32, |a| a.wrapping_neg()),
+            Inst::I32And => bin!(i32v, of_i32, |a, b| a & b),
+            Inst::I32Or => bin!(i32v, of_i32, |a, b| a | b),
+            Inst::I32Xor => bin!(i32v, of_i32, |a, b| a ^ b),
+            Inst::I32Shl => bin!(i32v, of_i32, |a, b| sem::i32_shl(a, b)),
+            Inst::I32Shr => bin!(i32v, of_i32, |a, b| sem::i32_shr(a, b)),
+            Inst::I32Ushr => bin!(i32v, of_i32, |a, b| sem::i32_ushr(a, b)),
+            Inst::I64Add => bin!(i64v, of_i64, |a, b| a.wrapping_add(b)),
+            Inst::I64Sub => bin!(i64v, of_i64, |a, b| a.wrapping_sub(b)),
+            Inst::I64Mul => bin!(i64v, of_i64, |a, b| a.wrapping_mul(b)),
+            Inst::I64Div | Inst::I64Rem => {
+                let b = i64v(pop!());
+                let a = i64v(pop!());
+                let r = if inst == Inst::I64Div {
+                    sem::i64_div(a, b)
+                } else {
+                    sem::i64_rem(a, b)
+                };
+                match r {
+                    Some(r) => push!(of_i64(r)),
+                    None => {
                         return Err(Trap::Throw(
-                            ExceptionKind::StackOverflow,
-                            format!("more than {} nested calls", self.max_depth),
+                            ExceptionKind::Arithmetic,
+                            "division by zero".into(),
                         ));
                     }
-                    let nlocals = v.func(target).locals.len();
-                    self.stack.resize(arg0 + nlocals, 0);
-                    fr = Frame {
-                        func: target,
-                        pc: 0,
-                        base: arg0 as u32,
-                    };
-                    self.frames.push(fr);
-                    body = &v.func(target).body;
-                    continue;
                 }
-                Inst::F32Sqrt => un!(f32v, of_f32, |a| a.sqrt()),
-                Inst::F32Abs => un!(f32v, of_f32, |a| a.abs()),
-                Inst::F32Min => bin!(f32v, of_f32, |a, b| sem::f32_min(a, b)),
-                Inst::F32Max => bin!(f32v, of_f32, |a, b| sem::f32_max(a, b)),
-                Inst::F32Floor => un!(f32v, of_f32, |a| a.floor()),
-                Inst::F32Ceil => un!(f32v, of_f32, |a| a.ceil()),
-                Inst::F32Exp => un!(f32v, of_f32, |a| sem::f32_exp(a)),
-                Inst::F32Log => un!(f32v, of_f32, |a| sem::f32_log(a)),
-                Inst::F32Sin => un!(f32v, of_f32, |a| sem::f32_sin(a)),
-                Inst::F32Cos => un!(f32v, of_f32, |a| sem::f32_cos(a)),
-                Inst::F32Pow => bin!(f32v, of_f32, |a, b| sem::f32_pow(a, b)),
-                Inst::F32Fma => {
-                    let c = f32v(pop!());
-                    let b = f32v(pop!());
-                    let a = f32v(pop!());
-                    push!(of_f32(sem::f32_fma(a, b, c)));
+            }
+            Inst::I64Neg => un!(i64v, of_i64, |a| a.wrapping_neg()),
+            Inst::I64And => bin!(i64v, of_i64, |a, b| a & b),
+            Inst::I64Or => bin!(i64v, of_i64, |a, b| a | b),
+            Inst::I64Xor => bin!(i64v, of_i64, |a, b| a ^ b),
+            Inst::I64Shl => bin!(i64v, of_i64, |a, b| sem::i64_shl(a, b)),
+            Inst::I64Shr => bin!(i64v, of_i64, |a, b| sem::i64_shr(a, b)),
+            Inst::I64Ushr => bin!(i64v, of_i64, |a, b| sem::i64_ushr(a, b)),
+            Inst::F32Add => bin!(f32v, of_f32, |a, b| a + b),
+            Inst::F32Sub => bin!(f32v, of_f32, |a, b| a - b),
+            Inst::F32Mul => bin!(f32v, of_f32, |a, b| a * b),
+            Inst::F32Div => bin!(f32v, of_f32, |a, b| a / b),
+            Inst::F32Rem => bin!(f32v, of_f32, |a, b| a % b),
+            Inst::F32Neg => un!(f32v, of_f32, |a| -a),
+            Inst::F64Add => bin!(f64v, of_f64, |a, b| a + b),
+            Inst::F64Sub => bin!(f64v, of_f64, |a, b| a - b),
+            Inst::F64Mul => bin!(f64v, of_f64, |a, b| a * b),
+            Inst::F64Div => bin!(f64v, of_f64, |a, b| a / b),
+            Inst::F64Rem => bin!(f64v, of_f64, |a, b| a % b),
+            Inst::F64Neg => un!(f64v, of_f64, |a| -a),
+            Inst::I32Eq => bin!(i32v, of_bool, |a, b| a == b),
+            Inst::I32Ne => bin!(i32v, of_bool, |a, b| a != b),
+            Inst::I32Lt => bin!(i32v, of_bool, |a, b| a < b),
+            Inst::I32Le => bin!(i32v, of_bool, |a, b| a <= b),
+            Inst::I32Gt => bin!(i32v, of_bool, |a, b| a > b),
+            Inst::I32Ge => bin!(i32v, of_bool, |a, b| a >= b),
+            Inst::I64Eq => bin!(i64v, of_bool, |a, b| a == b),
+            Inst::I64Ne => bin!(i64v, of_bool, |a, b| a != b),
+            Inst::I64Lt => bin!(i64v, of_bool, |a, b| a < b),
+            Inst::I64Le => bin!(i64v, of_bool, |a, b| a <= b),
+            Inst::I64Gt => bin!(i64v, of_bool, |a, b| a > b),
+            Inst::I64Ge => bin!(i64v, of_bool, |a, b| a >= b),
+            Inst::F32Eq => bin!(f32v, of_bool, |a, b| a == b),
+            Inst::F32Ne => bin!(f32v, of_bool, |a, b| a != b),
+            Inst::F32Lt => bin!(f32v, of_bool, |a, b| a < b),
+            Inst::F32Le => bin!(f32v, of_bool, |a, b| a <= b),
+            Inst::F32Gt => bin!(f32v, of_bool, |a, b| a > b),
+            Inst::F32Ge => bin!(f32v, of_bool, |a, b| a >= b),
+            Inst::F64Eq => bin!(f64v, of_bool, |a, b| a == b),
+            Inst::F64Ne => bin!(f64v, of_bool, |a, b| a != b),
+            Inst::F64Lt => bin!(f64v, of_bool, |a, b| a < b),
+            Inst::F64Le => bin!(f64v, of_bool, |a, b| a <= b),
+            Inst::F64Gt => bin!(f64v, of_bool, |a, b| a > b),
+            Inst::F64Ge => bin!(f64v, of_bool, |a, b| a >= b),
+            Inst::RefEq => bin!(i32v, of_bool, |a, b| a == b),
+            Inst::RefNe => bin!(i32v, of_bool, |a, b| a != b),
+            Inst::Br { target } => next = target.0,
+            Inst::BrIf { target }
+            | Inst::BrUnless { target }
+            | Inst::BrNull { target }
+            | Inst::BrNonNull { target } => {
+                let x = pop!() as u32;
+                let taken = match inst {
+                    Inst::BrIf { .. } => x != 0,
+                    Inst::BrUnless { .. } => x == 0,
+                    Inst::BrNull { .. } => x == 0,
+                    _ => x != 0,
+                };
+                if let Some(p) = self.profile.as_mut() {
+                    p.branch(fr.func, pc, taken);
+                    if matches!(inst, Inst::BrNull { .. } | Inst::BrNonNull { .. }) && x == 0 {
+                        p.null(fr.func, pc);
+                    }
                 }
-                Inst::F64Sqrt => un!(f64v, of_f64, |a| a.sqrt()),
-                Inst::F64Abs => un!(f64v, of_f64, |a| a.abs()),
-                Inst::F64Min => bin!(f64v, of_f64, |a, b| sem::f64_min(a, b)),
-                Inst::F64Max => bin!(f64v, of_f64, |a, b| sem::f64_max(a, b)),
-                Inst::F64Floor => un!(f64v, of_f64, |a| a.floor()),
-                Inst::F64Ceil => un!(f64v, of_f64, |a| a.ceil()),
-                Inst::F64Exp => un!(f64v, of_f64, |a| sem::f64_exp(a)),
-                Inst::F64Log => un!(f64v, of_f64, |a| sem::f64_log(a)),
-                Inst::F64Sin => un!(f64v, of_f64, |a| sem::f64_sin(a)),
-                Inst::F64Cos => un!(f64v, of_f64, |a| sem::f64_cos(a)),
-                Inst::F64Pow => bin!(f64v, of_f64, |a, b| sem::f64_pow(a, b)),
-                Inst::F64Fma => {
-                    let c = f64v(pop!());
-                    let b = f64v(pop!());
-                    let a = f64v(pop!());
-                    push!(of_f64(sem::f64_fma(a, b, c)));
+                if taken {
+                    let Label(t) = target;
+                    next = t;
                 }
-                Inst::I32Abs => un!(i32v, of_i32, |a| a.wrapping_abs()),
-                Inst::I32Min => bin!(i32v, of_i32, |a, b| a.min(b)),
-                Inst::I32Max => bin!(i32v, of_i32, |a, b| a.max(b)),
-                Inst::I64Abs => un!(i64v, of_i64, |a| a.wrapping_abs()),
-                Inst::I64Min => bin!(i64v, of_i64, |a, b| a.min(b)),
-                Inst::I64Max => bin!(i64v, of_i64, |a, b| a.max(b)),
-                Inst::I32ArrayAtomicAdd => {
-                    let x = pop!() as u32;
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 4)?;
-                    push!(u64::from(
-                        self.heap.u32_cell(at)?.fetch_add(x, Ordering::SeqCst)
+            }
+            Inst::I32ToI64 => un!(i32v, of_i64, |a| i64::from(a)),
+            Inst::I32ToF32 => un!(i32v, of_f32, |a| a as f32),
+            Inst::I32ToF64 => un!(i32v, of_f64, |a| f64::from(a)),
+            Inst::I64ToI32 => un!(i64v, of_i32, |a| a as i32),
+            Inst::I64ToF32 => un!(i64v, of_f32, |a| a as f32),
+            Inst::I64ToF64 => un!(i64v, of_f64, |a| a as f64),
+            Inst::F32ToI32 => un!(f32v, of_i32, |a| sem::f32_to_i32(a)),
+            Inst::F32ToI64 => un!(f32v, of_i64, |a| sem::f32_to_i64(a)),
+            Inst::F32ToF64 => un!(f32v, of_f64, |a| f64::from(a)),
+            Inst::F64ToI32 => un!(f64v, of_i32, |a| sem::f64_to_i32(a)),
+            Inst::F64ToI64 => un!(f64v, of_i64, |a| sem::f64_to_i64(a)),
+            Inst::F64ToF32 => un!(f64v, of_f32, |a| a as f32),
+            Inst::NewArray { elem } => {
+                let len = i32v(pop!());
+                if len < 0 {
+                    return Err(Trap::Throw(
+                        ExceptionKind::NegativeArraySize,
+                        format!("length {len}"),
                     ));
                 }
-                Inst::I64ArrayAtomicAdd => {
-                    let x = pop!();
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 8)?;
-                    push!(self.heap.u64_cell(at)?.fetch_add(x, Ordering::SeqCst));
+                let Some(Type::Array(e, d)) = elem.array_of() else {
+                    unreachable!("verified: the element type has an array type")
+                };
+                let at = self.allocate(Header::Array {
+                    elem: prog.global_elem(e),
+                    dims: d,
+                    len: len as u32,
+                })?;
+                push!(u64::from(at));
+            }
+            Inst::ArrayLen => {
+                let r = pop!() as u32;
+                let off = self.object(r, "array.len")?;
+                if r == 0 {
+                    self.note_null(fr.func, pc);
                 }
-                Inst::I32ArrayCmpxchg => {
-                    let new = pop!() as u32;
-                    let expected = pop!() as u32;
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 4)?;
-                    let old = self.heap.u32_cell(at)?.compare_exchange(
-                        expected,
-                        new,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    push!(u64::from(old.unwrap_or_else(|x| x)));
-                }
-                Inst::I64ArrayCmpxchg => {
-                    let new = pop!();
-                    let expected = pop!();
-                    let i = i32v(pop!());
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let at = self.array_elem(r, i, 8)?;
-                    let old = self.heap.u64_cell(at)?.compare_exchange(
-                        expected,
-                        new,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    push!(old.unwrap_or_else(|x| x));
-                }
-                Inst::FieldAtomicAdd { field } | Inst::FieldCmpxchg { field } => {
-                    let new = pop!();
-                    let expected = if let Inst::FieldCmpxchg { .. } = inst {
-                        Some(pop!())
-                    } else {
-                        None
-                    };
-                    let r = pop!() as u32;
-                    self.null_note(r, fr.func, pc);
-                    let off = self.object(r, inst.opcode().mnemonic())?
-                        + prog.layout.field_offset[field.index()] as usize;
-                    let old = if v.field(field).ty == Type::I32 {
-                        let cell = self.heap.u32_cell(off)?;
-                        u64::from(match expected {
-                            None => cell.fetch_add(new as u32, Ordering::SeqCst),
-                            Some(e) => cell
-                                .compare_exchange(
-                                    e as u32,
-                                    new as u32,
-                                    Ordering::SeqCst,
-                                    Ordering::SeqCst,
-                                )
-                                .unwrap_or_else(|x| x),
-                        })
-                    } else {
-                        let cell = self.heap.u64_cell(off)?;
-                        match expected {
-                            None => cell.fetch_add(new, Ordering::SeqCst),
-                            Some(e) => cell
-                                .compare_exchange(e, new, Ordering::SeqCst, Ordering::SeqCst)
-                                .unwrap_or_else(|x| x),
-                        }
-                    };
-                    push!(old);
-                }
-                Inst::Ret => {
-                    let result = v.func(fr.func).ret.map(|_| pop!());
-                    self.frames.pop();
-                    self.stack.truncate(fr.base as usize);
-                    match self.frames.last().copied() {
-                        None => return Ok(Outcome::Finished(result)),
-                        Some(caller) => {
-                            if let Some(x) = result {
-                                push!(x);
-                            }
-                            fr = caller;
-                            fr.pc += 1;
-                            if let Some(top) = self.frames.last_mut() {
-                                top.pc = fr.pc;
-                            }
-                            body = &v.func(fr.func).body;
-                            continue;
-                        }
-                    }
-                }
-                Inst::Throw { kind } => {
-                    return Err(Trap::Throw(kind, "thrown by the kernel".into()));
+                push!(u64::from(self.heap.load32(off + 4)?));
+            }
+            Inst::I32ALoad | Inst::F32ALoad | Inst::RefALoad => {
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 4)?;
+                push!(u64::from(self.heap.load32(at)?));
+            }
+            Inst::I64ALoad | Inst::F64ALoad => {
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 8)?;
+                push!(self.heap.load64(at)?);
+            }
+            Inst::I32AStore | Inst::F32AStore | Inst::RefAStore => {
+                let x = pop!();
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 4)?;
+                self.heap.store32(at, x as u32)?;
+            }
+            Inst::I64AStore | Inst::F64AStore => {
+                let x = pop!();
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 8)?;
+                self.heap.store64(at, x)?;
+            }
+            Inst::New { class } => {
+                let at = self.allocate(Header::Object {
+                    class: prog.global_class(class),
+                    size: prog.layout.class_size[class.index()],
+                })?;
+                push!(u64::from(at));
+            }
+            Inst::GetField { field } => {
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let off =
+                    self.object(r, "getfield")? + prog.layout.field_offset[field.index()] as usize;
+                let x = if kind_size(v.field(field).ty.kind()) == 8 {
+                    self.heap.load64(off)?
+                } else {
+                    u64::from(self.heap.load32(off)?)
+                };
+                push!(x);
+            }
+            Inst::PutField { field } => {
+                let x = pop!();
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let off =
+                    self.object(r, "putfield")? + prog.layout.field_offset[field.index()] as usize;
+                if kind_size(v.field(field).ty.kind()) == 8 {
+                    self.heap.store64(off, x)?;
+                } else {
+                    self.heap.store32(off, x as u32)?;
                 }
             }
-            fr.pc = next;
+            Inst::InstanceOf { ty } => {
+                let r = pop!() as u32;
+                let yes = r != 0 && self.is_instance(r, ty)?;
+                push!(of_bool(yes));
+            }
+            Inst::CheckCast { ty } => {
+                let r = *self.stack.last().unwrap_or(&0) as u32;
+                if r != 0 && !self.is_instance(r, ty)? {
+                    return Err(Trap::Throw(
+                        ExceptionKind::ClassCast,
+                        format!(
+                            "{} cannot be cast to {}",
+                            self.type_name(r),
+                            v.type_name(ty)
+                        ),
+                    ));
+                }
+            }
+            Inst::Call { func } | Inst::CallVirt { method: func } => {
+                let callee = v.func(func);
+                let nargs = callee.param_count as usize;
+                let arg0 = self.stack.len() - nargs;
+                let target = if let Inst::CallVirt { .. } = inst {
+                    let recv = self.stack[arg0] as u32;
+                    self.null_note(recv, fr.func, pc);
+                    let off = self.object(recv, "virtual call")?;
+                    let class = self.heap.load32(off)?;
+                    let local = prog.local_class(class).unwrap_or(ClassId(u32::MAX));
+                    if let Some(p) = self.profile.as_mut() {
+                        p.receiver(fr.func, pc, local.0);
+                    }
+                    prog.dispatch(local, func).ok_or_else(|| {
+                        Trap::Throw(
+                            ExceptionKind::IllegalState,
+                            format!("no implementation of `{}` for the receiver", callee.name),
+                        )
+                    })?
+                } else {
+                    func
+                };
+                // The caller's pc, for traces and for the return.
+                if let Some(top) = self.frames.last_mut() {
+                    top.pc = pc;
+                }
+                if self.frames.len() >= self.max_depth {
+                    return Err(Trap::Throw(
+                        ExceptionKind::StackOverflow,
+                        format!("more than {} nested calls", self.max_depth),
+                    ));
+                }
+                let nlocals = v.func(target).locals.len();
+                self.stack.resize(arg0 + nlocals, 0);
+                *fr = Frame {
+                    func: target,
+                    pc: 0,
+                    base: arg0 as u32,
+                };
+                self.frames.push(*fr);
+                *body = &v.func(target).body;
+                return Ok(None);
+            }
+            Inst::F32Sqrt => un!(f32v, of_f32, |a| a.sqrt()),
+            Inst::F32Abs => un!(f32v, of_f32, |a| a.abs()),
+            Inst::F32Min => bin!(f32v, of_f32, |a, b| sem::f32_min(a, b)),
+            Inst::F32Max => bin!(f32v, of_f32, |a, b| sem::f32_max(a, b)),
+            Inst::F32Floor => un!(f32v, of_f32, |a| a.floor()),
+            Inst::F32Ceil => un!(f32v, of_f32, |a| a.ceil()),
+            Inst::F32Exp => un!(f32v, of_f32, |a| sem::f32_exp(a)),
+            Inst::F32Log => un!(f32v, of_f32, |a| sem::f32_log(a)),
+            Inst::F32Sin => un!(f32v, of_f32, |a| sem::f32_sin(a)),
+            Inst::F32Cos => un!(f32v, of_f32, |a| sem::f32_cos(a)),
+            Inst::F32Pow => bin!(f32v, of_f32, |a, b| sem::f32_pow(a, b)),
+            Inst::F32Fma => {
+                let c = f32v(pop!());
+                let b = f32v(pop!());
+                let a = f32v(pop!());
+                push!(of_f32(sem::f32_fma(a, b, c)));
+            }
+            Inst::F64Sqrt => un!(f64v, of_f64, |a| a.sqrt()),
+            Inst::F64Abs => un!(f64v, of_f64, |a| a.abs()),
+            Inst::F64Min => bin!(f64v, of_f64, |a, b| sem::f64_min(a, b)),
+            Inst::F64Max => bin!(f64v, of_f64, |a, b| sem::f64_max(a, b)),
+            Inst::F64Floor => un!(f64v, of_f64, |a| a.floor()),
+            Inst::F64Ceil => un!(f64v, of_f64, |a| a.ceil()),
+            Inst::F64Exp => un!(f64v, of_f64, |a| sem::f64_exp(a)),
+            Inst::F64Log => un!(f64v, of_f64, |a| sem::f64_log(a)),
+            Inst::F64Sin => un!(f64v, of_f64, |a| sem::f64_sin(a)),
+            Inst::F64Cos => un!(f64v, of_f64, |a| sem::f64_cos(a)),
+            Inst::F64Pow => bin!(f64v, of_f64, |a, b| sem::f64_pow(a, b)),
+            Inst::F64Fma => {
+                let c = f64v(pop!());
+                let b = f64v(pop!());
+                let a = f64v(pop!());
+                push!(of_f64(sem::f64_fma(a, b, c)));
+            }
+            Inst::I32Abs => un!(i32v, of_i32, |a| a.wrapping_abs()),
+            Inst::I32Min => bin!(i32v, of_i32, |a, b| a.min(b)),
+            Inst::I32Max => bin!(i32v, of_i32, |a, b| a.max(b)),
+            Inst::I64Abs => un!(i64v, of_i64, |a| a.wrapping_abs()),
+            Inst::I64Min => bin!(i64v, of_i64, |a, b| a.min(b)),
+            Inst::I64Max => bin!(i64v, of_i64, |a, b| a.max(b)),
+            Inst::I32ArrayAtomicAdd => {
+                let x = pop!() as u32;
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 4)?;
+                push!(u64::from(
+                    self.heap.u32_cell(at)?.fetch_add(x, Ordering::SeqCst)
+                ));
+            }
+            Inst::I64ArrayAtomicAdd => {
+                let x = pop!();
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 8)?;
+                push!(self.heap.u64_cell(at)?.fetch_add(x, Ordering::SeqCst));
+            }
+            Inst::I32ArrayCmpxchg => {
+                let new = pop!() as u32;
+                let expected = pop!() as u32;
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 4)?;
+                let old = self.heap.u32_cell(at)?.compare_exchange(
+                    expected,
+                    new,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                push!(u64::from(old.unwrap_or_else(|x| x)));
+            }
+            Inst::I64ArrayCmpxchg => {
+                let new = pop!();
+                let expected = pop!();
+                let i = i32v(pop!());
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let at = self.array_elem(r, i, 8)?;
+                let old = self.heap.u64_cell(at)?.compare_exchange(
+                    expected,
+                    new,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                push!(old.unwrap_or_else(|x| x));
+            }
+            Inst::FieldAtomicAdd { field } | Inst::FieldCmpxchg { field } => {
+                let new = pop!();
+                let expected = if let Inst::FieldCmpxchg { .. } = inst {
+                    Some(pop!())
+                } else {
+                    None
+                };
+                let r = pop!() as u32;
+                self.null_note(r, fr.func, pc);
+                let off = self.object(r, inst.opcode().mnemonic())?
+                    + prog.layout.field_offset[field.index()] as usize;
+                let old = if v.field(field).ty == Type::I32 {
+                    let cell = self.heap.u32_cell(off)?;
+                    u64::from(match expected {
+                        None => cell.fetch_add(new as u32, Ordering::SeqCst),
+                        Some(e) => cell
+                            .compare_exchange(
+                                e as u32,
+                                new as u32,
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            )
+                            .unwrap_or_else(|x| x),
+                    })
+                } else {
+                    let cell = self.heap.u64_cell(off)?;
+                    match expected {
+                        None => cell.fetch_add(new, Ordering::SeqCst),
+                        Some(e) => cell
+                            .compare_exchange(e, new, Ordering::SeqCst, Ordering::SeqCst)
+                            .unwrap_or_else(|x| x),
+                    }
+                };
+                push!(old);
+            }
+            Inst::Ret => {
+                let result = v.func(fr.func).ret.map(|_| pop!());
+                self.frames.pop();
+                self.stack.truncate(fr.base as usize);
+                match self.frames.last().copied() {
+                    None => return Ok(Some(Outcome::Finished(result))),
+                    Some(caller) => {
+                        if let Some(x) = result {
+                            push!(x);
+                        }
+                        *fr = caller;
+                        fr.pc += 1;
+                        *body = &v.func(fr.func).body;
+                        return Ok(None);
+                    }
+                }
+            }
+            Inst::Throw { kind } => {
+                return Err(Trap::Throw(kind, "thrown by the kernel".into()));
+            }
         }
+        fr.pc = next;
+        Ok(None)
     }
 
     fn null_note(&mut self, r: u32, f: FuncId, pc: Bci) {

@@ -549,8 +549,10 @@ macro_rules! define_isa {
         $(#[doc = $doc:literal])*
         $name:ident $({ $($field:ident : $fty:ty),* })? = $mn:literal, $eff:expr, $hz:expr, $flow:ident;
     )*) => {
-        /// One instruction with its operands.
+        /// One instruction with its operands. The explicit `u8` tag keeps the
+        /// discriminant a single byte load, which interpreters dispatch on.
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+        #[repr(u8)]
         pub enum Inst {
             $(
                 $(#[doc = $doc])*

@@ -69,6 +69,7 @@ impl Region {
     }
 
     /// Bytes committed: `[0, committed)` is readable and writable.
+    #[inline]
     pub fn committed(&self) -> usize {
         self.committed.load(Ordering::Acquire)
     }

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Turn criterion's results (target/criterion) into the ratio tables of
+BENCHMARKS.md. Every ratio compares two measurements of the same run:
+slowdown = offload time / native time (so 1.0 means as fast as native)."""
+import json, math, os, sys
+
+root = sys.argv[1] if len(sys.argv) > 1 else "target/criterion"
+
+def median(group, bench):
+    p = os.path.join(root, group, bench, "new", "estimates.json")
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)["median"]["point_estimate"]
+
+compute = ["saxpy", "mandelbrot", "nbody", "blackscholes", "matmul", "histogram", "shape_areas"]
+print("| kernel | native seq | native rayon | interp 1 worker | interp all | interp 1 / native seq | interp all / native seq | interp all / native rayon |")
+print("|---|---|---|---|---|---|---|---|")
+g1, gall, gr = [], [], []
+def ms(x):
+    return f"{x/1e6:.2f} ms" if x is not None else "-"
+for k in compute:
+    s, r, i1, ia = (median(k, b) for b in ("native_seq", "native_rayon", "interp_1", "interp_all"))
+    if None in (s, r, i1, ia):
+        continue
+    g1.append(i1 / s); gall.append(ia / s); gr.append(ia / r)
+    print(f"| {k} | {ms(s)} | {ms(r)} | {ms(i1)} | {ms(ia)} | {i1/s:.1f}x | {ia/s:.1f}x | {ia/r:.1f}x |")
+geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+print(f"| **geomean** | | | | | **{geo(g1):.1f}x** | **{geo(gall):.1f}x** | **{geo(gr):.1f}x** |")
+print()
+print("| kernel | native seq Box | native rayon Box | native rayon bump | interp 1 worker | interp all | interp all / rayon Box | interp all / rayon bump |")
+print("|---|---|---|---|---|---|---|---|")
+for k in ["alloc_vectors", "linked_list"]:
+    sb, rb, bump, i1, ia = (median(k, b) for b in ("native_seq_box", "native_rayon_box", "native_rayon_bump", "interp_1", "interp_all"))
+    if None in (sb, rb, i1, ia):
+        continue
+    bump_s = ms(bump)
+    print(f"| {k} | {ms(sb)} | {ms(rb)} | {bump_s} | {ms(i1)} | {ms(ia)} | {ia/rb:.1f}x | {(f'{ia/bump:.1f}x' if bump else '-')} |")
