@@ -604,35 +604,16 @@ impl Module {
     }
 
     fn is_instance(&self, r: Ref, t: Type) -> Result<bool, OffloadError> {
-        let v = self.prog.verified();
-        Ok(match (self.rt.inner.heap.header(r)?, t) {
-            (_, Type::Ref) => true,
-            (Header::Object { class, .. }, Type::Class(c)) => self
-                .prog
-                .local_class(class)
-                .is_some_and(|l| v.is_subclass(l, c)),
-            (Header::Array { elem, dims, .. }, Type::Array(e, d)) => {
-                d == dims && self.prog.local_elem(elem) == Some(e)
-            }
-            _ => false,
-        })
+        Ok(self
+            .prog
+            .header_is_instance(self.rt.inner.heap.header(r)?, t))
     }
 
     fn runtime_type(&self, r: Ref) -> Result<String, OffloadError> {
-        let v = self.prog.verified();
-        Ok(match self.rt.inner.heap.header(r)? {
-            Header::Object { class, .. } => self
-                .prog
-                .local_class(class)
-                .map_or("an object of another module".into(), |c| {
-                    format!("`{}`", v.class(c).name)
-                }),
-            Header::Array { elem, dims, .. } => match self.prog.local_elem(elem) {
-                Some(e) => format!("`{}`", v.type_name(Type::Array(e, dims))),
-                None => "an array of another module's class".into(),
-            },
-            Header::Filler { .. } => "a dead object".into(),
-        })
+        Ok(format!(
+            "`{}`",
+            self.prog.header_type_name(self.rt.inner.heap.header(r)?)
+        ))
     }
 
     /// A new zeroed instance of `class`.

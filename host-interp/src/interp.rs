@@ -390,32 +390,15 @@ impl<'a> Interpreter<'a> {
 
     /// Whether the object at `r` (non-null) is an instance of module type `t`.
     fn is_instance(&self, r: u32, t: Type) -> Result<bool, Trap> {
-        let h = self.heap.header(offload_tlab::Ref(r))?;
-        Ok(match (h, t) {
-            (_, Type::Ref) => true,
-            (Header::Object { class, .. }, Type::Class(c)) => self
-                .prog
-                .local_class(class)
-                .is_some_and(|l| self.v().is_subclass(l, c)),
-            (Header::Array { elem, dims, .. }, Type::Array(te, td)) => {
-                dims == td && self.prog.local_elem(elem) == Some(te)
-            }
-            _ => false,
-        })
+        Ok(self
+            .prog
+            .header_is_instance(self.heap.header(offload_tlab::Ref(r))?, t))
     }
 
     fn type_name(&self, r: u32) -> String {
-        match self.heap.header(offload_tlab::Ref(r)) {
-            Ok(Header::Object { class, .. }) => match self.prog.local_class(class) {
-                Some(c) => self.v().class(c).name.clone(),
-                None => format!("<foreign class {class}>"),
-            },
-            Ok(Header::Array { elem, dims, .. }) => match self.prog.local_elem(elem) {
-                Some(e) => self.v().type_name(Type::Array(e, dims)),
-                None => "<foreign array>".into(),
-            },
-            _ => "<filler>".into(),
-        }
+        self.heap
+            .header(offload_tlab::Ref(r))
+            .map_or_else(|e| format!("<{e}>"), |h| self.prog.header_type_name(h))
     }
 
     fn exec(&mut self, stop: Option<(Bci, u64)>) -> Result<Outcome, Exception> {

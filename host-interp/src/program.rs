@@ -150,6 +150,39 @@ impl Program {
         }
     }
 
+    /// Whether an object with header `h` is an instance of module type `t`
+    /// (arrays are invariant; every object is a `ref`).
+    pub fn header_is_instance(&self, h: offload_tlab::Header, t: Type) -> bool {
+        use offload_tlab::Header;
+        match (h, t) {
+            (Header::Filler { .. }, _) => false,
+            (_, Type::Ref) => true,
+            (Header::Object { class, .. }, Type::Class(c)) => self
+                .local_class(class)
+                .is_some_and(|l| self.verified.is_subclass(l, c)),
+            (Header::Array { elem, dims, .. }, Type::Array(e, d)) => {
+                d == dims && self.local_elem(elem) == Some(e)
+            }
+            _ => false,
+        }
+    }
+
+    /// The type of an object with header `h`, written as in the text form.
+    pub fn header_type_name(&self, h: offload_tlab::Header) -> String {
+        use offload_tlab::Header;
+        match h {
+            Header::Object { class, .. } => match self.local_class(class) {
+                Some(c) => self.verified.class(c).name.clone(),
+                None => format!("<class {class} of another module>"),
+            },
+            Header::Array { elem, dims, .. } => match self.local_elem(elem) {
+                Some(e) => self.verified.type_name(Type::Array(e, dims)),
+                None => "<array of another module's class>".into(),
+            },
+            Header::Filler { .. } => "<dead object>".into(),
+        }
+    }
+
     /// What the heap verifier needs to know about a global class id.
     pub fn class_shape(&self, global: u32) -> Option<ClassShape> {
         let c = self.local_class(global)?;
