@@ -302,9 +302,8 @@ impl Body<'_, '_, '_> {
     }
 
     fn patch(&mut self, at: usize, to: u32) {
-        if let Some(t) = self.insts[at].target_mut() {
-            *t = Label(to);
-        }
+        let t = self.insts[at].target_mut().expect("patching a branch");
+        *t = Label(to);
     }
 
     fn block(&mut self) -> Result<()> {
@@ -362,7 +361,6 @@ impl Body<'_, '_, '_> {
             5 if self.nesting < self.cfg.max_nesting => {
                 self.nesting += 1;
                 let before = self.assigned.clone();
-                let branch_at = self.insts.len();
                 if self.u.ratio(1, 4)? {
                     let t = self.pick_ref_type()?;
                     self.expr(t, 1)?;
@@ -371,6 +369,8 @@ impl Body<'_, '_, '_> {
                     self.expr(Type::I32, 1)?;
                     self.emit(Inst::BrUnless { target: Label(0) });
                 }
+                // The branch just emitted, patched to the else part below.
+                let branch_at = self.insts.len() - 1;
                 if self.u.ratio(1, 6)? {
                     let kind = *self.u.choose(&ExceptionKind::ALL)?;
                     self.emit(Inst::Throw { kind });

@@ -59,6 +59,20 @@ fn check_generated(bytes: &[u8]) -> Result<(), TestCaseError> {
         .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
     prop_assert_eq!(&again, &m, "print → parse changed the module:\n{}", text);
     prop_assert_eq!(print_module(&again), text.clone());
+    // Generated code terminates: its only backward branches are the
+    // unconditional back-edges of counted loops.
+    for f in &m.funcs {
+        for (bci, i) in f.body.iter().enumerate() {
+            if let Some(t) = i.target().filter(|&t| t as usize <= bci) {
+                prop_assert!(
+                    matches!(i, offload_ir::Inst::Br { .. }),
+                    "conditional backward branch {bci} -> {t} in {}:\n{}",
+                    f.name,
+                    text
+                );
+            }
+        }
+    }
     // The analyses run on everything the generator makes.
     for f in (0..verified.funcs.len()).map(offload_ir::FuncId::new) {
         let a = offload_ir::analysis::analyze(&verified, f);
