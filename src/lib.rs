@@ -24,6 +24,7 @@
 
 #![deny(missing_docs)]
 
+pub use offload_deopt as deopt;
 pub use offload_host_interp as interp;
 pub use offload_ir as ir;
 pub use offload_tlab as tlab;

@@ -1,9 +1,11 @@
 //! Resume: for every deopt site of every example kernel, run a workitem to
 //! that site, capture its frame state, resume it in a fresh interpreter, and
 //! check that the heap ends up exactly as after the uninterrupted run — the
-//! entry point deopt replay relies on.
+//! entry point deopt replay relies on. The first occurrence of each site goes
+//! through a save record (encode, store in the save area, decode, resume).
 
 use offload::demo::example;
+use offload::deopt::{DeoptMetadata, Record, SaveArea};
 use offload::interp::{Interpreter, Outcome, ResumeFrame};
 use offload::ir::ExceptionKind;
 use offload::tlab::layout::Header;
@@ -48,6 +50,8 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     let caps = c.captures();
     let analysis = prog.analysis(k).unwrap();
     let alloc = Allocator::new(rt.heap(), AllocPolicy::default(), 1);
+    let meta = DeoptMetadata::new(prog.verified(), analysis, k, 0);
+    let area = SaveArea::new(2, meta.layout);
     let initial = snapshot(rt, &arrays);
 
     // The uninterrupted run.
@@ -70,19 +74,36 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
                         reached[si] = true;
                         assert_eq!(values.len(), site.frame.len());
                         let mut fresh = Interpreter::new(prog, rt.heap(), &alloc, 0);
-                        let frames = [ResumeFrame {
-                            func: k,
-                            bci: site.bci,
-                            values,
-                        }];
-                        fresh
-                            .resume(Some(w), &frames)
-                            .expect("a valid resume request")
-                            .err()
-                            .map(|e| {
-                                assert_eq!(e.workitem, Some(w));
-                                e.kind
-                            })
+                        let result = if occurrence == 0 {
+                            // Through a save record, as deopt replay does.
+                            let record = Record {
+                                workitem: w,
+                                site: site.id,
+                                reason: meta.sites[si].reasons[0],
+                                values,
+                            };
+                            area.write(wi % area.slots(), &record).unwrap();
+                            let back = area
+                                .read(wi % area.slots(), &meta)
+                                .unwrap()
+                                .expect("just written");
+                            assert_eq!(back, record);
+                            fresh.resume_record(&meta, &back).expect("a valid record")
+                        } else {
+                            let frames = [ResumeFrame {
+                                func: k,
+                                bci: site.bci,
+                                values,
+                            }];
+                            fresh
+                                .resume(Some(w), &frames)
+                                .expect("a valid resume request")
+                                .map(|_| ())
+                        };
+                        result.err().map(|e| {
+                            assert_eq!(e.workitem, Some(w));
+                            e.kind
+                        })
                     }
                     Ok(Outcome::Finished(_)) => None,
                     Err(e) => Some(e.kind),

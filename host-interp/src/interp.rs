@@ -302,6 +302,28 @@ impl<'a> Interpreter<'a> {
         }))
     }
 
+    /// Resume the workitem of a save record (decoded against its kernel
+    /// version's metadata) and run it to its end: the host half of deopt
+    /// replay.
+    pub fn resume_record(
+        &mut self,
+        meta: &offload_deopt::DeoptMetadata,
+        record: &offload_deopt::Record,
+    ) -> Result<Result<(), Exception>, ResumeError> {
+        let site = meta
+            .site(record.site)
+            .ok_or_else(|| ResumeError::NotASite {
+                func: self.v().func(meta.kernel).name.clone(),
+                bci: u32::MAX,
+            })?;
+        let frame = ResumeFrame {
+            func: meta.kernel,
+            bci: site.bci,
+            values: record.values.clone(),
+        };
+        Ok(self.resume(Some(record.workitem), &[frame])?.map(|_| ()))
+    }
+
     fn enter(&mut self, f: FuncId, args: impl Iterator<Item = u64>) {
         self.stack.clear();
         self.frames.clear();

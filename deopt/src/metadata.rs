@@ -1,0 +1,225 @@
+//! Reasons, site maps and the save-record layout.
+
+use offload_ir::analysis::{FrameState, FuncAnalysis, Value};
+use offload_ir::isa::hz;
+use offload_ir::{Bci, ExceptionKind, FuncId, SiteId, Type, Verified};
+
+/// Why a workitem deoptimized.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    /// A null reference reached a dereference.
+    NullCheck,
+    /// An array index was out of bounds.
+    BoundsCheck,
+    /// An integer division by zero.
+    DivideByZero,
+    /// A `checkcast` failed.
+    ClassCast,
+    /// `newarray` with a negative length.
+    NegativeSize,
+    /// The TLAB could not be refilled (eden exhausted), or the policy said
+    /// not to wait for a refill.
+    AllocationFailure,
+    /// The host requested a safepoint.
+    Safepoint,
+    /// Code compiled as unreachable was reached (a speculated-away branch).
+    Unreached,
+    /// A speculated receiver class or non-null guard failed.
+    TypeGuard,
+    /// An explicit `throw`, or a call whose callee stopped, handed to the host.
+    Throw,
+}
+
+impl Reason {
+    /// Every reason, in code order.
+    pub const ALL: [Reason; 10] = [
+        Reason::NullCheck,
+        Reason::BoundsCheck,
+        Reason::DivideByZero,
+        Reason::ClassCast,
+        Reason::NegativeSize,
+        Reason::AllocationFailure,
+        Reason::Safepoint,
+        Reason::Unreached,
+        Reason::TypeGuard,
+        Reason::Throw,
+    ];
+
+    /// The code stored in save records.
+    pub fn code(self) -> u32 {
+        Reason::ALL.iter().position(|&r| r == self).expect("listed") as u32
+    }
+
+    /// The reason with this code.
+    pub fn from_code(c: u32) -> Option<Reason> {
+        Reason::ALL.get(c as usize).copied()
+    }
+
+    /// Short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::NullCheck => "null",
+            Reason::BoundsCheck => "bounds",
+            Reason::DivideByZero => "div0",
+            Reason::ClassCast => "cast",
+            Reason::NegativeSize => "negsize",
+            Reason::AllocationFailure => "alloc",
+            Reason::Safepoint => "safepoint",
+            Reason::Unreached => "unreached",
+            Reason::TypeGuard => "typeguard",
+            Reason::Throw => "throw",
+        }
+    }
+
+    /// The exception the interpreter raises when it re-executes the site and
+    /// the check really fails (`None` for reasons that are not failed checks).
+    pub fn exception(self) -> Option<ExceptionKind> {
+        Some(match self {
+            Reason::NullCheck => ExceptionKind::NullPointer,
+            Reason::BoundsCheck => ExceptionKind::IndexOutOfBounds,
+            Reason::DivideByZero => ExceptionKind::Arithmetic,
+            Reason::ClassCast => ExceptionKind::ClassCast,
+            Reason::NegativeSize => ExceptionKind::NegativeArraySize,
+            _ => return None,
+        })
+    }
+
+    /// The reasons a site with these hazards (and a poll, if `poll`) can
+    /// deoptimize for. Speculation adds `Unreached` and `TypeGuard` sites later.
+    pub fn for_site(hazards: offload_ir::Hazards, poll: bool) -> Vec<Reason> {
+        let mut out = Vec::new();
+        for (bit, r) in [
+            (hz::NULL_CHECK, Reason::NullCheck),
+            (hz::BOUNDS_CHECK, Reason::BoundsCheck),
+            (hz::DIV_CHECK, Reason::DivideByZero),
+            (hz::CAST_CHECK, Reason::ClassCast),
+            (hz::NEG_SIZE_CHECK, Reason::NegativeSize),
+            (hz::ALLOCATES, Reason::AllocationFailure),
+            (hz::THROWS, Reason::Throw),
+            (hz::CALLS, Reason::Throw),
+        ] {
+            if hazards.has(bit) && !out.contains(&r) {
+                out.push(r);
+            }
+        }
+        // Allocation's slow path polls for safepoints too.
+        if poll || hazards.has(hz::ALLOCATES) {
+            out.push(Reason::Safepoint);
+        }
+        out
+    }
+}
+
+/// Where one frame-state value sits in the save record.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SlotLoc {
+    /// The local or stack slot.
+    pub value: Value,
+    /// Its type at the site.
+    pub ty: Type,
+    /// Its word in the record (counting the two header words).
+    pub word: u32,
+}
+
+/// One deopt site of a kernel version with its frame-state map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteMap {
+    /// The site.
+    pub id: SiteId,
+    /// Its bytecode index (the interpreter re-executes this instruction).
+    pub bci: Bci,
+    /// Why it can deoptimize.
+    pub reasons: Vec<Reason>,
+    /// The live values and their record words.
+    pub slots: Vec<SlotLoc>,
+    /// The frame state as the `ir` analysis computed it.
+    pub frame: FrameState,
+}
+
+impl SiteMap {
+    /// The record words that hold references (the collector updates them).
+    pub fn ref_words(&self) -> impl Iterator<Item = u32> + '_ {
+        self.slots.iter().filter(|s| s.ty.is_ref()).map(|s| s.word)
+    }
+}
+
+/// The shape of a save record, shared by every code generator and the
+/// runtime.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SaveLayout {
+    /// Words per record: the header plus the widest frame state.
+    pub record_words: u32,
+}
+
+impl SaveLayout {
+    /// Header words before the values.
+    pub const HEADER_WORDS: u32 = 2;
+    /// Word of the workitem index.
+    pub const WORKITEM_WORD: u32 = 0;
+    /// Word of the site id and reason.
+    pub const SITE_WORD: u32 = 1;
+    /// The site word of an empty record.
+    pub const EMPTY: u64 = u64::MAX;
+
+    /// Pack the site word.
+    pub fn site_word(site: SiteId, reason: Reason) -> u64 {
+        u64::from(reason.code()) << 32 | u64::from(site.0)
+    }
+}
+
+/// The deopt metadata of one compiled kernel version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeoptMetadata {
+    /// The kernel.
+    pub kernel: FuncId,
+    /// The compiled version.
+    pub version: u32,
+    /// Its sites, in bytecode order (ids are indices).
+    pub sites: Vec<SiteMap>,
+    /// The record layout.
+    pub layout: SaveLayout,
+}
+
+impl DeoptMetadata {
+    /// The metadata of `kernel` from its shared analysis.
+    pub fn new(_v: &Verified, a: &FuncAnalysis, kernel: FuncId, version: u32) -> DeoptMetadata {
+        let sites: Vec<SiteMap> = a
+            .sites
+            .iter()
+            .map(|s| SiteMap {
+                id: s.id,
+                bci: s.bci,
+                reasons: Reason::for_site(s.hazards, s.poll),
+                slots: s
+                    .frame
+                    .values()
+                    .enumerate()
+                    .map(|(i, (value, ty))| SlotLoc {
+                        value,
+                        ty,
+                        word: SaveLayout::HEADER_WORDS + i as u32,
+                    })
+                    .collect(),
+                frame: s.frame.clone(),
+            })
+            .collect();
+        DeoptMetadata {
+            kernel,
+            version,
+            layout: SaveLayout {
+                record_words: SaveLayout::HEADER_WORDS + a.max_frame as u32,
+            },
+            sites,
+        }
+    }
+
+    /// The site with this id.
+    pub fn site(&self, id: SiteId) -> Option<&SiteMap> {
+        self.sites.get(id.index())
+    }
+
+    /// The site at this bytecode index.
+    pub fn site_at(&self, bci: Bci) -> Option<&SiteMap> {
+        self.sites.iter().find(|s| s.bci == bci)
+    }
+}

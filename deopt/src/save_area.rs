@@ -1,0 +1,207 @@
+//! The save area: one record per concurrent slot.
+
+use crate::metadata::{DeoptMetadata, Reason, SaveLayout};
+use offload_ir::SiteId;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A decoded save record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The workitem that stopped.
+    pub workitem: i64,
+    /// Where.
+    pub site: SiteId,
+    /// Why.
+    pub reason: Reason,
+    /// The site's frame-state values, in record order.
+    pub values: Vec<u64>,
+}
+
+/// A record that does not make sense.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeoptError {
+    /// Slot out of range.
+    #[error("save-area slot {slot} out of range ({slots} slots)")]
+    NoSuchSlot {
+        /// The slot.
+        slot: usize,
+        /// Slots there are.
+        slots: usize,
+    },
+    /// The site id is not a site of the kernel version.
+    #[error(
+        "save record in slot {slot} names site {site}, which kernel version {version} does not have"
+    )]
+    BadSite {
+        /// The slot.
+        slot: usize,
+        /// The site id.
+        site: u32,
+        /// The kernel version.
+        version: u32,
+    },
+    /// The reason code is unknown, or not one the site can have.
+    #[error("save record in slot {slot}: reason code {code} is not possible at site {site}")]
+    BadReason {
+        /// The slot.
+        slot: usize,
+        /// The code.
+        code: u32,
+        /// The site.
+        site: u32,
+    },
+    /// The value count does not match the site's frame state.
+    #[error("site {site} has {expected} live values, the record carries {found}")]
+    BadWidth {
+        /// The site.
+        site: u32,
+        /// Values the site has.
+        expected: usize,
+        /// Values given.
+        found: usize,
+    },
+    /// The record is wider than the layout.
+    #[error("a record of {words} words does not fit the layout's {record_words}")]
+    TooWide {
+        /// Words needed.
+        words: usize,
+        /// Words per record.
+        record_words: u32,
+    },
+}
+
+/// C save records of one layout, C being the number of concurrent slots —
+/// never the number of workitems.
+#[derive(Debug)]
+pub struct SaveArea {
+    layout: SaveLayout,
+    slots: usize,
+    words: Box<[AtomicU64]>,
+}
+
+impl SaveArea {
+    /// An area of `slots` empty records.
+    pub fn new(slots: usize, layout: SaveLayout) -> SaveArea {
+        let words = (0..slots * layout.record_words as usize)
+            .map(|i| {
+                AtomicU64::new(
+                    if i % layout.record_words as usize == SaveLayout::SITE_WORD as usize {
+                        SaveLayout::EMPTY
+                    } else {
+                        0
+                    },
+                )
+            })
+            .collect();
+        SaveArea {
+            layout,
+            slots,
+            words,
+        }
+    }
+
+    /// Number of records.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> SaveLayout {
+        self.layout
+    }
+
+    /// Bytes used: O(slots), whatever the range.
+    pub fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    fn base(&self, slot: usize) -> Result<usize, DeoptError> {
+        if slot < self.slots {
+            Ok(slot * self.layout.record_words as usize)
+        } else {
+            Err(DeoptError::NoSuchSlot {
+                slot,
+                slots: self.slots,
+            })
+        }
+    }
+
+    /// Store a record into `slot` (the host-side writer; device code stores
+    /// the same words directly). The site word is written last, with release
+    /// ordering, so a reader that sees it sees the values.
+    pub fn write(&self, slot: usize, r: &Record) -> Result<(), DeoptError> {
+        let base = self.base(slot)?;
+        let words = SaveLayout::HEADER_WORDS as usize + r.values.len();
+        if words > self.layout.record_words as usize {
+            return Err(DeoptError::TooWide {
+                words,
+                record_words: self.layout.record_words,
+            });
+        }
+        self.words[base].store(r.workitem as u64, Ordering::Relaxed);
+        for (i, &v) in r.values.iter().enumerate() {
+            self.words[base + SaveLayout::HEADER_WORDS as usize + i].store(v, Ordering::Relaxed);
+        }
+        self.words[base + SaveLayout::SITE_WORD as usize]
+            .store(SaveLayout::site_word(r.site, r.reason), Ordering::Release);
+        Ok(())
+    }
+
+    /// Decode the record in `slot` against the kernel version's metadata;
+    /// `None` if the slot is empty.
+    pub fn read(&self, slot: usize, meta: &DeoptMetadata) -> Result<Option<Record>, DeoptError> {
+        let base = self.base(slot)?;
+        let sw = self.words[base + SaveLayout::SITE_WORD as usize].load(Ordering::Acquire);
+        if sw == SaveLayout::EMPTY {
+            return Ok(None);
+        }
+        let (site_id, code) = (sw as u32, (sw >> 32) as u32);
+        let site = meta.site(SiteId(site_id)).ok_or(DeoptError::BadSite {
+            slot,
+            site: site_id,
+            version: meta.version,
+        })?;
+        let reason = Reason::from_code(code)
+            .filter(|r| site.reasons.contains(r))
+            .ok_or(DeoptError::BadReason {
+                slot,
+                code,
+                site: site_id,
+            })?;
+        let n = site.slots.len();
+        if SaveLayout::HEADER_WORDS as usize + n > self.layout.record_words as usize {
+            return Err(DeoptError::BadWidth {
+                site: site_id,
+                expected: n,
+                found: self.layout.record_words as usize - SaveLayout::HEADER_WORDS as usize,
+            });
+        }
+        let values = (0..n)
+            .map(|i| {
+                self.words[base + SaveLayout::HEADER_WORDS as usize + i].load(Ordering::Relaxed)
+            })
+            .collect();
+        Ok(Some(Record {
+            workitem: self.words[base].load(Ordering::Relaxed) as i64,
+            site: SiteId(site_id),
+            reason,
+            values,
+        }))
+    }
+
+    /// Every non-empty record.
+    pub fn records(&self, meta: &DeoptMetadata) -> Result<Vec<Record>, DeoptError> {
+        (0..self.slots)
+            .filter_map(|s| self.read(s, meta).transpose())
+            .collect()
+    }
+
+    /// Empty every record (before a relaunch).
+    pub fn clear(&self) {
+        for s in 0..self.slots {
+            let base = s * self.layout.record_words as usize;
+            self.words[base + SaveLayout::SITE_WORD as usize]
+                .store(SaveLayout::EMPTY, Ordering::Release);
+        }
+    }
+}
