@@ -52,6 +52,8 @@ pub struct LaunchReport {
     pub timings: Timings,
     /// The merged profile, if profiling was on.
     pub profile: Option<Profile>,
+    /// Safepoints that completed while the launch ran.
+    pub safepoints: u64,
 }
 
 impl fmt::Display for LaunchReport {
@@ -150,6 +152,7 @@ pub(crate) fn launch(
     let chunk = chunk_size(n, workers);
     let chunks = n.div_ceil(chunk);
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
+    let safepoints_before = inner.control.count();
     let t_setup = t0.elapsed();
 
     let t1 = Instant::now();
@@ -160,6 +163,7 @@ pub(crate) fn launch(
                 || {
                     let worker = rayon::current_thread_index().unwrap_or(0);
                     let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
+                    it.set_control(&inner.control);
                     if inner.profile {
                         it.enable_profile();
                     }
@@ -170,7 +174,9 @@ pub(crate) fn launch(
                     let hi = (lo + chunk as i64).min(range.end);
                     let mut done = 0u64;
                     let mut thrown = Thrown::default();
+                    let _running = inner.control.enter();
                     for w in lo..hi {
+                        inner.control.poll();
                         match it.run_kernel(closure.kernel, w, &closure.captures) {
                             Ok(()) => done += 1,
                             Err(e) => thrown.add(e),
@@ -222,6 +228,7 @@ pub(crate) fn launch(
             total: t0.elapsed(),
         },
         profile,
+        safepoints: inner.control.count() - safepoints_before,
     };
     match thrown.first {
         None => Ok(report),

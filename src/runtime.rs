@@ -103,6 +103,7 @@ impl RuntimeBuilder {
                 device: self.device,
                 policy: self.policy,
                 profile: self.profile,
+                control: offload_host_interp::Control::new(),
                 next_class: Mutex::new(0),
             }),
         })
@@ -118,6 +119,7 @@ pub(crate) struct Inner {
     pub(crate) device: Device,
     pub(crate) policy: AllocPolicy,
     pub(crate) profile: bool,
+    pub(crate) control: offload_host_interp::Control,
     next_class: Mutex<u32>,
 }
 
@@ -318,6 +320,20 @@ impl Runtime {
             policy: AllocPolicy::default(),
             profile: false,
         }
+    }
+
+    /// Bring every running launch to a safepoint — each worker stops at its
+    /// next poll (a loop back-edge, a call, or between workitems) with its
+    /// state intact — run `op` on the stopped heap, and let the launch go on.
+    /// Callable from any thread; with no launch running, `op` runs at once.
+    /// Returns `op`'s result and the time-to-safepoint.
+    pub fn safepoint<R>(&self, op: impl FnOnce(&Heap) -> R) -> (R, std::time::Duration) {
+        self.inner.control.safepoint(|| op(&self.inner.heap))
+    }
+
+    /// How many safepoints this runtime has completed.
+    pub fn safepoint_count(&self) -> u64 {
+        self.inner.control.count()
     }
 
     /// The null reference, as an argument.

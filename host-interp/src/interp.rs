@@ -105,6 +105,7 @@ pub struct Interpreter<'a> {
     frames: Vec<Frame>,
     profile: Option<Profile>,
     workitem: Option<i64>,
+    control: Option<&'a crate::Control>,
     /// Calls nested deeper than this throw `StackOverflow`.
     pub max_depth: usize,
 }
@@ -153,7 +154,20 @@ impl<'a> Interpreter<'a> {
             frames: Vec::with_capacity(16),
             profile: None,
             workitem: None,
+            control: None,
             max_depth: DEFAULT_MAX_DEPTH,
+        }
+    }
+
+    /// Poll `control` for safepoints at back-edges and calls.
+    pub fn set_control(&mut self, control: &'a crate::Control) {
+        self.control = Some(control);
+    }
+
+    #[inline]
+    fn poll(&self) {
+        if let Some(c) = self.control {
+            c.poll();
         }
     }
 
@@ -646,7 +660,12 @@ impl<'a> Interpreter<'a> {
             Inst::F64Ge => bin!(f64v, of_bool, |a, b| a >= b),
             Inst::RefEq => bin!(i32v, of_bool, |a, b| a == b),
             Inst::RefNe => bin!(i32v, of_bool, |a, b| a != b),
-            Inst::Br { target } => next = target.0,
+            Inst::Br { target } => {
+                next = target.0;
+                if next <= pc {
+                    self.poll();
+                }
+            }
             Inst::BrIf { target }
             | Inst::BrUnless { target }
             | Inst::BrNull { target }
@@ -667,6 +686,9 @@ impl<'a> Interpreter<'a> {
                 if taken {
                     let Label(t) = target;
                     next = t;
+                    if t <= pc {
+                        self.poll();
+                    }
                 }
             }
             Inst::I32ToI64 => un!(i32v, of_i64, |a| i64::from(a)),
@@ -812,6 +834,7 @@ impl<'a> Interpreter<'a> {
                 if let Some(top) = self.frames.last_mut() {
                     top.pc = pc;
                 }
+                self.poll();
                 if self.frames.len() >= self.max_depth {
                     return Err(Trap::Throw(
                         ExceptionKind::StackOverflow,

@@ -26,11 +26,13 @@
 
 #![deny(missing_docs)]
 
+mod control;
 mod exception;
 mod interp;
 mod profile;
 mod program;
 
+pub use control::{Control, Running};
 pub use exception::{Exception, TraceFrame};
 pub use interp::{DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, elem_bytes};
 pub use profile::{FuncProfile, Profile};

@@ -1,0 +1,117 @@
+//! Safepoints for the interpreter device.
+//!
+//! The interpreter polls at every taken back-edge, at every call and before
+//! every workitem. A safepoint request makes each running worker park at its
+//! next poll — with its frames intact, so nothing is lost or redone — and the
+//! requester's operation runs once every running worker is parked. Then all
+//! of them continue. (Compiled devices deoptimize at the poll instead; the
+//! interpreter can simply wait, as HotSpot's interpreter does.)
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default)]
+struct State {
+    requested: bool,
+    running: usize,
+    parked: usize,
+}
+
+/// The control word and the rendezvous of one runtime's workers.
+#[derive(Debug, Default)]
+pub struct Control {
+    requested: AtomicBool,
+    state: Mutex<State>,
+    cv: Condvar,
+    safepoints: AtomicU64,
+}
+
+/// Leaves the running set when dropped.
+#[derive(Debug)]
+pub struct Running<'a>(&'a Control);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        st.running -= 1;
+        self.0.cv.notify_all();
+    }
+}
+
+impl Control {
+    /// No safepoint requested, no worker running.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A worker starts running workitems (waiting first if a safepoint is in
+    /// progress). It leaves the running set when the guard drops.
+    pub fn enter(&self) -> Running<'_> {
+        let mut st = self.lock();
+        while st.requested {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.running += 1;
+        Running(self)
+    }
+
+    /// The poll: one relaxed load unless a safepoint is requested.
+    #[inline]
+    pub fn poll(&self) {
+        if self.requested.load(Ordering::Relaxed) {
+            self.park();
+        }
+    }
+
+    #[cold]
+    fn park(&self) {
+        let mut st = self.lock();
+        if !st.requested {
+            return;
+        }
+        st.parked += 1;
+        self.cv.notify_all();
+        while st.requested {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.parked -= 1;
+    }
+
+    /// Stop every running worker at its next poll, run `op` while they are
+    /// all stopped, then let them continue. Returns `op`'s result and the
+    /// time from the request until every worker had stopped. `op` must not
+    /// start work that needs these workers (a launch on the same runtime
+    /// would wait for the safepoint to end).
+    pub fn safepoint<R>(&self, op: impl FnOnce() -> R) -> (R, Duration) {
+        let t0 = Instant::now();
+        let mut st = self.lock();
+        // One safepoint at a time.
+        while st.requested {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.requested = true;
+        self.requested.store(true, Ordering::SeqCst);
+        while st.parked < st.running {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let tts = t0.elapsed();
+        drop(st);
+        let r = op();
+        let mut st = self.lock();
+        st.requested = false;
+        self.requested.store(false, Ordering::SeqCst);
+        self.safepoints.fetch_add(1, Ordering::Relaxed);
+        self.cv.notify_all();
+        (r, tts)
+    }
+
+    /// How many safepoints have completed.
+    pub fn count(&self) -> u64 {
+        self.safepoints.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,77 @@
+//! Safepoints from outside while a launch runs on the interpreter device:
+//! every worker stops at its next poll, the operation sees a still heap, and
+//! the launch then finishes with exact results.
+
+use offload::{Runtime, par_offload};
+use std::time::Duration;
+
+const SPIN: &str = "
+kernel spin(i: i64, iters: i32, counts: i64[]) {
+    local k: i32
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    i32.const 0
+    store k
+  loop:
+    load k
+    load iters
+    i32.ge
+    br_if done
+    load counts
+    load j
+    i64.const 1
+    i64.array_atomic_add
+    pop
+    inc k 1
+    br loop
+  done:
+    ret
+}
+";
+
+#[test]
+fn safepoints_stop_every_worker_and_lose_nothing() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let m = rt.load("spin.obc", SPIN).unwrap();
+    let n = 6;
+    let iters = 200_000;
+    let counts = rt.new_array::<i64>(n).unwrap();
+    let c = m.closure("spin", [iters.into(), (&counts).into()]).unwrap();
+    let (report, stops) = std::thread::scope(|s| {
+        let launch = s.spawn(|| par_offload(0..n as i64, &c).unwrap());
+        // Wait until the launch is under way.
+        while rt.read(&counts).unwrap().iter().sum::<i64>() == 0 {
+            std::thread::yield_now();
+        }
+        let mut stops = Vec::new();
+        for _ in 0..5 {
+            let ((before, after), tts) = rt.safepoint(|_heap| {
+                let before = rt.read(&counts).unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+                (before, rt.read(&counts).unwrap())
+            });
+            assert_eq!(before, after, "a worker ran during the safepoint");
+            stops.push(tts);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        (launch.join().unwrap(), stops)
+    });
+    assert_eq!(
+        rt.read(&counts).unwrap(),
+        vec![i64::from(iters); n],
+        "every increment exactly once"
+    );
+    assert!(report.safepoints >= 1, "{report}");
+    assert_eq!(rt.safepoint_count(), 5);
+    eprintln!("time to safepoint: {stops:?}");
+}
+
+#[test]
+fn a_safepoint_with_nothing_running_is_immediate() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let (v, tts) = rt.safepoint(|heap| heap.used());
+    assert!(v > 0);
+    assert!(tts < Duration::from_secs(1));
+}
