@@ -258,29 +258,9 @@ fn allocation(c: &mut Criterion) {
         })
     });
     g.finish();
-    // A fresh heap per measurement batch would be fairer to the allocator but
-    // hides growth; the heap is large enough for every iteration criterion runs.
-    let mut g = c.benchmark_group("alloc_vectors");
-    for (name, workers) in [
-        ("interp_1", 1),
-        (
-            "interp_all",
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-        ),
-    ] {
-        let rt = Runtime::builder()
-            .workers(workers)
-            .max_heap(16 << 30)
-            .build()
-            .unwrap();
-        let m = rt.load("alloc.obc", example("alloc.obc")).unwrap();
-        let o = rt.new_array::<f64>(n).unwrap();
-        let cl = m
-            .closure("alloc_vectors", [per.into(), (&o).into()])
-            .unwrap();
-        g.bench_function(name, |b| b.iter(|| par_offload(0..n as i64, &cl).unwrap()));
-    }
-    g.finish();
+    interp_alloc_bench(c, "alloc_vectors", "alloc.obc", n, |rt| {
+        vec![per.into(), (&rt.new_array::<f64>(n).unwrap()).into()]
+    });
 
     let (nl, len) = (5_000usize, 100);
     let mut sums = vec![0i64; nl];
@@ -300,25 +280,32 @@ fn allocation(c: &mut Criterion) {
         })
     });
     g.finish();
-    let mut g = c.benchmark_group("linked_list");
-    for (name, workers) in [
-        ("interp_1", 1),
-        (
-            "interp_all",
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-        ),
-    ] {
+    interp_alloc_bench(c, "linked_list", "linkedlist.obc", nl, |rt| {
+        vec![len.into(), (&rt.new_array::<i64>(nl).unwrap()).into()]
+    });
+}
+
+/// The interpreter on an allocating kernel, with one worker and with every
+/// core. There is no collector yet, so the heap only grows: it may reach
+/// 16 GiB, enough for every iteration criterion runs.
+fn interp_alloc_bench(
+    c: &mut Criterion,
+    kernel: &str,
+    file: &str,
+    n: usize,
+    args: impl Fn(&Runtime) -> Vec<Arg>,
+) {
+    let mut g = c.benchmark_group(kernel);
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (name, workers) in [("interp_1", 1), ("interp_all", all)] {
         let rt = Runtime::builder()
             .workers(workers)
             .max_heap(16 << 30)
             .build()
             .unwrap();
-        let m = rt
-            .load("linkedlist.obc", example("linkedlist.obc"))
-            .unwrap();
-        let o = rt.new_array::<i64>(nl).unwrap();
-        let cl = m.closure("linked_list", [len.into(), (&o).into()]).unwrap();
-        g.bench_function(name, |b| b.iter(|| par_offload(0..nl as i64, &cl).unwrap()));
+        let m = rt.load(file, example(file)).unwrap();
+        let cl = m.closure(kernel, args(&rt)).unwrap();
+        g.bench_function(name, |b| b.iter(|| par_offload(0..n as i64, &cl).unwrap()));
     }
     g.finish();
 }

@@ -128,13 +128,17 @@ fn nbody_accel(b: usize, p: &Bodies, eps2: f32) -> (f32, f32, f32) {
     (ax, ay, az)
 }
 
+fn kick(p: &mut Bodies, b: usize, dt: f32, (ax, ay, az): (f32, f32, f32)) {
+    p.vx[b] += dt * ax;
+    p.vy[b] += dt * ay;
+    p.vz[b] += dt * az;
+}
+
 /// One velocity kick of every body (see `nbody.obc`).
 pub fn nbody(p: &mut Bodies, dt: f32, eps2: f32) {
     for b in 0..p.px.len() {
-        let (ax, ay, az) = nbody_accel(b, p, eps2);
-        p.vx[b] += dt * ax;
-        p.vy[b] += dt * ay;
-        p.vz[b] += dt * az;
+        let a = nbody_accel(b, p, eps2);
+        kick(p, b, dt, a);
     }
 }
 
@@ -144,10 +148,8 @@ pub fn nbody_par(p: &mut Bodies, dt: f32, eps2: f32) {
         .into_par_iter()
         .map(|b| nbody_accel(b, p, eps2))
         .collect();
-    for (b, (ax, ay, az)) in acc.into_iter().enumerate() {
-        p.vx[b] += dt * ax;
-        p.vy[b] += dt * ay;
-        p.vz[b] += dt * az;
+    for (b, a) in acc.into_iter().enumerate() {
+        kick(p, b, dt, a);
     }
 }
 

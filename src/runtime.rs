@@ -436,6 +436,26 @@ impl Runtime {
         Ok(())
     }
 
+    /// Check that `a` is ours and `[at, at + n)` lies inside it; return the
+    /// byte offset of element `at` and the element size.
+    fn span<T: Element>(
+        &self,
+        a: &Array<T>,
+        at: usize,
+        n: usize,
+        what: &str,
+    ) -> Result<(usize, usize), OffloadError> {
+        self.check(a)?;
+        if at.checked_add(n).is_none_or(|e| e > a.len()) {
+            return Err(OffloadError::Handle(format!(
+                "{what} {n} elements at {at} overflows an array of {}",
+                a.len()
+            )));
+        }
+        let size = kind_size(array_elem_kind(T::ELEM, 1)) as usize;
+        Ok((a.r.byte_offset() + 8 + at * size, size))
+    }
+
     /// Copy `data` into `a` starting at element `at`.
     pub fn write<T: Element>(
         &self,
@@ -443,17 +463,8 @@ impl Runtime {
         at: usize,
         data: &[T],
     ) -> Result<(), OffloadError> {
-        self.check(a)?;
-        if at.checked_add(data.len()).is_none_or(|e| e > a.len()) {
-            return Err(OffloadError::Handle(format!(
-                "writing {} elements at {at} overflows an array of {}",
-                data.len(),
-                a.len()
-            )));
-        }
+        let (base, size) = self.span(a, at, data.len(), "writing")?;
         let heap = &self.inner.heap;
-        let size = kind_size(array_elem_kind(T::ELEM, 1)) as usize;
-        let base = a.r.byte_offset() + 8 + at * size;
         for (i, &x) in data.iter().enumerate() {
             if size == 8 {
                 heap.store64(base + i * 8, x.to_bits())?;
@@ -478,17 +489,8 @@ impl Runtime {
         at: usize,
         out: &mut [T],
     ) -> Result<(), OffloadError> {
-        self.check(a)?;
-        if at.checked_add(out.len()).is_none_or(|e| e > a.len()) {
-            return Err(OffloadError::Handle(format!(
-                "reading {} elements at {at} overflows an array of {}",
-                out.len(),
-                a.len()
-            )));
-        }
+        let (base, size) = self.span(a, at, out.len(), "reading")?;
         let heap = &self.inner.heap;
-        let size = kind_size(array_elem_kind(T::ELEM, 1)) as usize;
-        let base = a.r.byte_offset() + 8 + at * size;
         for (i, slot) in out.iter_mut().enumerate() {
             *slot = T::from_bits(if size == 8 {
                 heap.load64(base + i * 8)?
