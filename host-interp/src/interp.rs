@@ -33,6 +33,19 @@ impl From<HeapError> for Trap {
     }
 }
 
+/// What one step did: small, so the hot path returns it in registers (the
+/// rare trap is boxed).
+enum Step {
+    Next,
+    Done(Option<u64>),
+}
+
+impl From<HeapError> for Box<Trap> {
+    fn from(e: HeapError) -> Box<Trap> {
+        Box::new(Trap::from(e))
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -487,14 +500,14 @@ impl<'a> Interpreter<'a> {
                 }
             }
             match self.step(&mut fr, &mut body) {
-                Ok(None) => {}
-                Ok(Some(out)) => return Ok(out),
+                Ok(Step::Next) => {}
+                Ok(Step::Done(v)) => return Ok(Outcome::Finished(v)),
                 Err(t) => {
                     // Only now does the frame's pc need to be current.
                     if let Some(top) = self.frames.last_mut() {
                         top.pc = fr.pc;
                     }
-                    return Err(t);
+                    return Err(*t);
                 }
             }
         }
@@ -505,7 +518,7 @@ impl<'a> Interpreter<'a> {
     /// error they still name the faulting instruction.
     #[inline(always)]
     #[allow(clippy::too_many_lines)]
-    fn step(&mut self, fr: &mut Frame, body: &mut &'a [Inst]) -> Result<Option<Outcome>, Trap> {
+    fn step(&mut self, fr: &mut Frame, body: &mut &'a [Inst]) -> Result<Step, Box<Trap>> {
         let v: &'a Verified = self.prog.verified();
         let prog = self.prog;
         let pc = fr.pc;
@@ -580,10 +593,10 @@ impl<'a> Interpreter<'a> {
                 match r {
                     Some(r) => push!(of_i32(r)),
                     None => {
-                        return Err(Trap::Throw(
+                        return Err(Box::new(Trap::Throw(
                             ExceptionKind::Arithmetic,
                             "division by zero".into(),
-                        ));
+                        )));
                     }
                 }
             }
@@ -608,10 +621,10 @@ impl<'a> Interpreter<'a> {
                 match r {
                     Some(r) => push!(of_i64(r)),
                     None => {
-                        return Err(Trap::Throw(
+                        return Err(Box::new(Trap::Throw(
                             ExceptionKind::Arithmetic,
                             "division by zero".into(),
-                        ));
+                        )));
                     }
                 }
             }
@@ -706,10 +719,10 @@ impl<'a> Interpreter<'a> {
             Inst::NewArray { elem } => {
                 let len = i32v(pop!());
                 if len < 0 {
-                    return Err(Trap::Throw(
+                    return Err(Box::new(Trap::Throw(
                         ExceptionKind::NegativeArraySize,
                         format!("length {len}"),
-                    ));
+                    )));
                 }
                 let Some(Type::Array(e, d)) = elem.array_of() else {
                     unreachable!("verified: the element type has an array type")
@@ -798,14 +811,14 @@ impl<'a> Interpreter<'a> {
             Inst::CheckCast { ty } => {
                 let r = *self.stack.last().unwrap_or(&0) as u32;
                 if r != 0 && !self.is_instance(r, ty)? {
-                    return Err(Trap::Throw(
+                    return Err(Box::new(Trap::Throw(
                         ExceptionKind::ClassCast,
                         format!(
                             "{} cannot be cast to {}",
                             self.type_name(r),
                             v.type_name(ty)
                         ),
-                    ));
+                    )));
                 }
             }
             Inst::Call { func } | Inst::CallVirt { method: func } => {
@@ -836,10 +849,10 @@ impl<'a> Interpreter<'a> {
                 }
                 self.poll();
                 if self.frames.len() >= self.max_depth {
-                    return Err(Trap::Throw(
+                    return Err(Box::new(Trap::Throw(
                         ExceptionKind::StackOverflow,
                         format!("more than {} nested calls", self.max_depth),
-                    ));
+                    )));
                 }
                 let nlocals = v.func(target).locals.len();
                 self.stack.resize(arg0 + nlocals, 0);
@@ -850,7 +863,7 @@ impl<'a> Interpreter<'a> {
                 };
                 self.frames.push(*fr);
                 *body = &v.func(target).body;
-                return Ok(None);
+                return Ok(Step::Next);
             }
             Inst::F32Sqrt => un!(f32v, of_f32, |a| a.sqrt()),
             Inst::F32Abs => un!(f32v, of_f32, |a| a.abs()),
@@ -980,7 +993,7 @@ impl<'a> Interpreter<'a> {
                 self.frames.pop();
                 self.stack.truncate(fr.base as usize);
                 match self.frames.last().copied() {
-                    None => return Ok(Some(Outcome::Finished(result))),
+                    None => return Ok(Step::Done(result)),
                     Some(caller) => {
                         if let Some(x) = result {
                             push!(x);
@@ -988,16 +1001,16 @@ impl<'a> Interpreter<'a> {
                         *fr = caller;
                         fr.pc += 1;
                         *body = &v.func(fr.func).body;
-                        return Ok(None);
+                        return Ok(Step::Next);
                     }
                 }
             }
             Inst::Throw { kind } => {
-                return Err(Trap::Throw(kind, "thrown by the kernel".into()));
+                return Err(Box::new(Trap::Throw(kind, "thrown by the kernel".into())));
             }
         }
         fr.pc = next;
-        Ok(None)
+        Ok(Step::Next)
     }
 
     fn null_note(&mut self, r: u32, f: FuncId, pc: Bci) {
