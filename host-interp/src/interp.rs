@@ -119,6 +119,7 @@ pub struct Interpreter<'a> {
     profile: Option<Profile>,
     workitem: Option<i64>,
     control: Option<&'a crate::Control>,
+    checked_kernel: Option<(FuncId, usize)>,
     /// Calls nested deeper than this throw `StackOverflow`.
     pub max_depth: usize,
 }
@@ -168,6 +169,7 @@ impl<'a> Interpreter<'a> {
             profile: None,
             workitem: None,
             control: None,
+            checked_kernel: None,
             max_depth: DEFAULT_MAX_DEPTH,
         }
     }
@@ -217,6 +219,11 @@ impl<'a> Interpreter<'a> {
         captures: &[u64],
     ) -> Result<(), Exception> {
         self.workitem = Some(workitem);
+        // Launches run the same kernel for many workitems: check it once.
+        if self.checked_kernel != Some((k, captures.len())) {
+            self.check_entry(k, captures.len() + 1, true)?;
+            self.checked_kernel = Some((k, captures.len()));
+        }
         self.enter(
             k,
             std::iter::once(workitem as u64).chain(captures.iter().copied()),
@@ -224,10 +231,44 @@ impl<'a> Interpreter<'a> {
         self.exec(None).map(|_| ())
     }
 
+    /// Refuse to enter something that cannot run: a function that does not
+    /// exist or has no body, the wrong kind, or the wrong number of arguments.
+    fn check_entry(&self, f: FuncId, args: usize, kernel: bool) -> Result<(), Exception> {
+        let v = self.v();
+        let bad = |message: String| Exception {
+            kind: ExceptionKind::IllegalArgument,
+            workitem: self.workitem,
+            message,
+            trace: Vec::new(),
+        };
+        let Some(func) = v.funcs.get(f.index()) else {
+            return Err(bad(format!("function {} does not exist", f.0)));
+        };
+        if func.is_abstract() {
+            return Err(bad(format!("`{}` is abstract", func.name)));
+        }
+        if kernel != self.prog.is_kernel(f) {
+            let what = if kernel {
+                "is not a kernel"
+            } else {
+                "is a kernel; run it per workitem"
+            };
+            return Err(bad(format!("`{}` {what}", func.name)));
+        }
+        if args != func.param_count as usize {
+            return Err(bad(format!(
+                "`{}` takes {} argument(s), {args} given",
+                func.name, func.param_count
+            )));
+        }
+        Ok(())
+    }
+
     /// Call a function with raw argument values (receiver first for methods)
     /// and return its raw result.
     pub fn call(&mut self, f: FuncId, args: &[u64]) -> Result<Option<u64>, Exception> {
         self.workitem = None;
+        self.check_entry(f, args.len(), false)?;
         self.enter(f, args.iter().copied());
         match self.exec(None)? {
             Outcome::Finished(v) => Ok(v),
@@ -248,6 +289,23 @@ impl<'a> Interpreter<'a> {
         occurrence: u64,
     ) -> Result<Outcome, Exception> {
         self.workitem = Some(workitem);
+        self.check_entry(k, captures.len() + 1, true)?;
+        if self
+            .prog
+            .analysis(k)
+            .and_then(|a| a.site_at(site_bci))
+            .is_none()
+        {
+            return Err(Exception {
+                kind: ExceptionKind::IllegalArgument,
+                workitem: Some(workitem),
+                message: format!(
+                    "bci {site_bci} is not a deopt site of `{}`",
+                    self.v().func(k).name
+                ),
+                trace: Vec::new(),
+            });
+        }
         self.enter(
             k,
             std::iter::once(workitem as u64).chain(captures.iter().copied()),

@@ -199,3 +199,62 @@ fn runtests_cover_every_opcode() {
         "opcodes no run test executes: {missing:?}"
     );
 }
+
+#[test]
+fn misuse_of_the_entry_points_is_an_error_not_a_panic() {
+    let src = "class S {\n    abstract method m() -> i32\n}\n\nfunc f(a: i32) -> i32 {\n    load a\n    ret\n}\n\nkernel k(i: i64) {\n    ret\n}\n";
+    let v = Arc::new(offload_ir::load("m.obc", src).unwrap());
+    let prog = Program::new(v.clone(), 0);
+    let heap = Heap::new(HeapConfig {
+        initial: 1 << 20,
+        max: 8 << 20,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let alloc = Allocator::new(&heap, AllocPolicy::default(), 1);
+    let mut it = Interpreter::new(&prog, &heap, &alloc, 0);
+    let (m, f, k) = (
+        v.func_named("S.m").unwrap(),
+        v.func_named("f").unwrap(),
+        v.func_named("k").unwrap(),
+    );
+    assert!(it.call(m, &[0]).unwrap_err().message.contains("abstract"));
+    assert!(
+        it.call(f, &[])
+            .unwrap_err()
+            .message
+            .contains("takes 1 argument(s), 0 given")
+    );
+    assert!(
+        it.call(k, &[0])
+            .unwrap_err()
+            .message
+            .contains("is a kernel")
+    );
+    assert!(
+        it.call(FuncId(99), &[])
+            .unwrap_err()
+            .message
+            .contains("does not exist")
+    );
+    assert!(
+        it.run_kernel(f, 0, &[])
+            .unwrap_err()
+            .message
+            .contains("is not a kernel")
+    );
+    assert!(
+        it.run_kernel(k, 0, &[1])
+            .unwrap_err()
+            .message
+            .contains("takes 1 argument(s), 2 given")
+    );
+    assert!(
+        it.run_to_site(k, 0, &[], 99, 0)
+            .unwrap_err()
+            .message
+            .contains("not a deopt site")
+    );
+    assert_eq!(it.call(f, &[5]).unwrap(), Some(5));
+    assert!(it.run_kernel(k, 3, &[]).is_ok());
+}
