@@ -84,7 +84,8 @@ fn fmt_prints_canonical_text_and_check_mode_detects_drift() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
-        "kernel k(i: i64, xs: i32[]) {\n    load xs\n    i32.const 0\n    i32.const 1\n    i32.astore\n    ret\n}\n"
+        "; comment\nkernel k(i: i64, xs: i32[]) {\n    load xs\n    i32.const 0\n    i32.const 1              ; one\n    i32.astore\n    ret\n}\n",
+        "comments survive formatting"
     );
     let (code, _, err) = offload(&["fmt", "--check", p.to_str().unwrap()]);
     assert_eq!(code, 1);

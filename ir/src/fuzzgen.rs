@@ -70,6 +70,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             fields: Vec::new(),
             methods: Vec::new(),
             span: Meta::default(),
+            comments: Meta::default(),
         });
     }
     for c in 0..nclasses {
@@ -81,6 +82,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
                 class: ClassId::new(c),
                 ty,
                 span: Meta::default(),
+                comments: Meta::default(),
             });
             m.classes[c].fields.push(id);
         }

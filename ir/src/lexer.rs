@@ -61,9 +61,25 @@ fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
+/// A `;` comment: its line, its text (without the `;` and surrounding
+/// blanks), and whether code precedes it on its line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Comment {
+    pub line: u32,
+    pub text: String,
+    pub trailing: bool,
+}
+
 /// Split `src` into tokens. Never fails: unknown characters become
 /// [`Tok::Bad`] for the parser to report. Always ends with [`Tok::Eof`].
+#[cfg(test)]
 pub(crate) fn lex(src: &str) -> Vec<Token> {
+    lex_with_comments(src).0
+}
+
+/// [`lex`], also returning the comments.
+pub(crate) fn lex_with_comments(src: &str) -> (Vec<Token>, Vec<Comment>) {
+    let mut comments = Vec::new();
     let chars: Vec<(usize, char)> = src.char_indices().collect();
     let mut out = Vec::new();
     let (mut line, mut col) = (1u32, 1u32);
@@ -84,6 +100,15 @@ pub(crate) fn lex(src: &str) -> Vec<Token> {
                 while i < chars.len() && chars[i].1 != '\n' {
                     i += 1;
                 }
+                let text: String = chars[start + 1..i].iter().map(|&(_, c)| c).collect();
+                let trailing = out
+                    .last()
+                    .is_some_and(|t: &Token| t.span.line == line && t.tok != Tok::Newline);
+                comments.push(Comment {
+                    line,
+                    text: text.trim().to_string(),
+                    trailing,
+                });
                 None
             }
             c if c.is_whitespace() => {
@@ -175,7 +200,7 @@ pub(crate) fn lex(src: &str) -> Vec<Token> {
             col,
         },
     });
-    out
+    (out, comments)
 }
 
 #[cfg(test)]

@@ -55,6 +55,8 @@ pub struct Module {
     pub funcs: Vec<Function>,
     /// Where the module came from (file name for messages).
     pub source: Meta<Arc<str>>,
+    /// Comments after the last item.
+    pub tail_comments: Meta<Vec<String>>,
 }
 
 /// A class with single inheritance.
@@ -70,6 +72,8 @@ pub struct Class {
     pub methods: Vec<FuncId>,
     /// Where the class is declared.
     pub span: Meta<Span>,
+    /// Comment lines before the class, and before its closing brace.
+    pub comments: Meta<(Vec<String>, Vec<String>)>,
 }
 
 /// A field of a class.
@@ -83,6 +87,8 @@ pub struct Field {
     pub ty: Type,
     /// Where the field is declared.
     pub span: Meta<Span>,
+    /// Comment lines before the field.
+    pub comments: Meta<Vec<String>>,
 }
 
 /// What kind of function this is.
@@ -121,6 +127,16 @@ pub struct FuncDebug {
     pub inst_spans: Vec<Span>,
     /// Label names written by the author, by target bytecode index.
     pub labels: BTreeMap<Bci, String>,
+    /// Comment lines before the function.
+    pub leading: Vec<String>,
+    /// Comment lines between the header and the first instruction.
+    pub head: Vec<String>,
+    /// Comment lines before each instruction (and its label).
+    pub before: BTreeMap<Bci, Vec<String>>,
+    /// The comment at the end of an instruction's line.
+    pub trailing: BTreeMap<Bci, String>,
+    /// Comment lines before the closing brace.
+    pub end: Vec<String>,
 }
 
 /// A function body with its signature.

@@ -25,7 +25,7 @@
 
 use crate::diag::{Diagnostic, Diagnostics, Phase, Result};
 use crate::isa::{Label, OperandReader};
-use crate::lexer::{Tok, Token, lex};
+use crate::lexer::{Comment, Tok, Token, lex_with_comments};
 use crate::module::{Class, Field, FuncDebug, FuncKind, Function, Local, Meta, Module, Span};
 use crate::types::{
     Bci, ClassId, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, MAX_ARRAY_DIMS, Type,
@@ -39,14 +39,16 @@ const MAX_ERRORS: usize = 100;
 /// Parse and resolve a module. `file` names the source in messages.
 /// Returns every problem found (up to a limit), never panics.
 pub fn parse_module(file: &str, src: &str) -> Result<Module> {
+    let (toks, comments) = lex_with_comments(src);
     let mut p = Parser {
-        toks: lex(src),
+        toks,
         pos: 0,
         file: Arc::from(file),
         diags: Vec::new(),
     };
     let items = p.items();
-    let module = p.resolve(items);
+    let mut module = p.resolve(&items);
+    attach_comments(&mut module, &items, comments);
     if p.diags.is_empty() {
         Ok(module)
     } else {
@@ -88,6 +90,8 @@ struct FuncAst {
     locals: Vec<NamedAst>,
     labels: Vec<(String, Span, usize)>,
     insts: Vec<InstAst>,
+    /// Line of the closing brace (0 for abstract methods).
+    end_line: u32,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -104,6 +108,7 @@ struct ClassAst {
     superclass: Option<(String, Span)>,
     fields: Vec<NamedAst>,
     methods: Vec<FuncAst>,
+    end_line: u32,
 }
 
 #[derive(Debug)]
@@ -293,6 +298,7 @@ impl Parser {
             superclass,
             fields: Vec::new(),
             methods: Vec::new(),
+            end_line: 0,
         };
         loop {
             self.skip_newlines();
@@ -301,7 +307,7 @@ impl Parser {
             }
             let member = match self.peek().clone() {
                 Tok::RBrace => {
-                    self.bump();
+                    class.end_line = self.bump().span.line;
                     self.end_of_line()?;
                     return Ok(class);
                 }
@@ -369,6 +375,7 @@ impl Parser {
             locals: Vec::new(),
             labels: Vec::new(),
             insts: Vec::new(),
+            end_line: 0,
         };
         if kind == (AstKind::Method { is_abstract: true }) {
             self.end_of_line()?;
@@ -389,7 +396,7 @@ impl Parser {
             }
             match self.peek().clone() {
                 Tok::RBrace => {
-                    self.bump();
+                    f.end_line = self.bump().span.line;
                     self.end_of_line()?;
                     return if ok { Ok(()) } else { Err(Failed) };
                 }
@@ -465,7 +472,7 @@ impl Parser {
 
     // ----- resolution -----
 
-    fn resolve(&mut self, items: Vec<Item>) -> Module {
+    fn resolve(&mut self, items: &[Item]) -> Module {
         let mut m = Module {
             source: Meta(self.file.clone()),
             ..Module::default()
@@ -505,6 +512,7 @@ impl Parser {
                 fields: Vec::new(),
                 methods: Vec::new(),
                 span: Meta(c.span),
+                comments: Meta::default(),
             });
         }
         for (i, c) in classes.iter().enumerate() {
@@ -535,18 +543,13 @@ impl Parser {
                     class: ClassId::new(i),
                     ty,
                     span: Meta(f.span),
+                    comments: Meta::default(),
                 });
                 m.classes[i].fields.push(id);
             }
         }
         // Function table in canonical order: methods by class, then free functions.
-        let mut asts: Vec<(FuncAst, Option<ClassId>)> = Vec::new();
-        for (i, c) in classes.into_iter().enumerate() {
-            for meth in c.methods {
-                asts.push((meth, Some(ClassId::new(i))));
-            }
-        }
-        asts.extend(funcs.into_iter().map(|f| (f, None)));
+        let asts = canonical_funcs(&classes, &funcs);
         let mut func_ids: HashMap<String, FuncId> = HashMap::new();
         for (f, class) in &asts {
             let full = match class {
@@ -732,6 +735,130 @@ impl Parser {
         func.body = body;
         func.debug.inst_spans = spans;
         func.debug.labels = label_names;
+    }
+}
+
+/// Functions in canonical id order: the methods of each class in class
+/// order, then the free functions and kernels in declaration order.
+fn canonical_funcs<'a>(
+    classes: &[&'a ClassAst],
+    funcs: &[&'a FuncAst],
+) -> Vec<(&'a FuncAst, Option<ClassId>)> {
+    let mut asts = Vec::new();
+    for (i, c) in classes.iter().enumerate() {
+        for meth in &c.methods {
+            asts.push((meth, Some(ClassId::new(i))));
+        }
+    }
+    asts.extend(funcs.iter().map(|&f| (f, None)));
+    asts
+}
+
+/// Where a comment goes.
+#[derive(Copy, Clone, Debug)]
+enum Anchor {
+    ClassStart(usize),
+    ClassEnd(usize),
+    Field(usize),
+    FuncStart(usize),
+    FuncHead(usize),
+    Inst(usize, Bci),
+    FuncEnd(usize),
+}
+
+/// Attach every comment to the item that follows it (or, for a comment at
+/// the end of an instruction's line, to that instruction), so that the
+/// printer — and `offload fmt` — keeps them.
+fn attach_comments(m: &mut Module, items: &[Item], comments: Vec<Comment>) {
+    let mut classes = Vec::new();
+    let mut funcs = Vec::new();
+    for item in items {
+        match item {
+            Item::Class(c) => classes.push(c),
+            Item::Func(f) => funcs.push(f),
+        }
+    }
+    let mut anchors: Vec<(u32, Anchor)> = Vec::new();
+    let mut field = 0;
+    for (ci, c) in classes.iter().enumerate() {
+        anchors.push((c.span.line, Anchor::ClassStart(ci)));
+        for f in &c.fields {
+            anchors.push((f.span.line, Anchor::Field(field)));
+            field += 1;
+        }
+        anchors.push((c.end_line, Anchor::ClassEnd(ci)));
+    }
+    for (fi, (f, _)) in canonical_funcs(&classes, &funcs).into_iter().enumerate() {
+        anchors.push((f.span.line, Anchor::FuncStart(fi)));
+        for l in &f.locals {
+            anchors.push((l.span.line, Anchor::FuncHead(fi)));
+        }
+        for (_, span, at) in &f.labels {
+            anchors.push((span.line, Anchor::Inst(fi, *at as Bci)));
+        }
+        for (bci, i) in f.insts.iter().enumerate() {
+            anchors.push((i.span.line, Anchor::Inst(fi, bci as Bci)));
+        }
+        if f.end_line > 0 {
+            anchors.push((f.end_line, Anchor::FuncEnd(fi)));
+        }
+    }
+    anchors.sort_by_key(|&(line, _)| line);
+    for c in comments {
+        let trailing_inst = c
+            .trailing
+            .then(|| {
+                anchors
+                    .iter()
+                    .find(|(l, a)| *l == c.line && matches!(a, Anchor::Inst(..)))
+            })
+            .flatten();
+        if let Some(&(_, Anchor::Inst(fi, bci))) = trailing_inst {
+            if let Some(f) = m.funcs.get_mut(fi) {
+                f.debug.trailing.insert(bci, c.text);
+            }
+            continue;
+        }
+        let at = anchors.partition_point(|&(l, _)| l < c.line + u32::from(!c.trailing));
+        let text = c.text;
+        match anchors.get(at).map(|&(_, a)| a) {
+            None => m.tail_comments.push(text),
+            Some(Anchor::ClassStart(ci)) => {
+                if let Some(k) = m.classes.get_mut(ci) {
+                    k.comments.0.0.push(text);
+                }
+            }
+            Some(Anchor::ClassEnd(ci)) => {
+                if let Some(k) = m.classes.get_mut(ci) {
+                    k.comments.0.1.push(text);
+                }
+            }
+            Some(Anchor::Field(i)) => {
+                if let Some(f) = m.fields.get_mut(i) {
+                    f.comments.push(text);
+                }
+            }
+            Some(Anchor::FuncStart(fi)) => {
+                if let Some(f) = m.funcs.get_mut(fi) {
+                    f.debug.leading.push(text);
+                }
+            }
+            Some(Anchor::FuncHead(fi)) => {
+                if let Some(f) = m.funcs.get_mut(fi) {
+                    f.debug.head.push(text);
+                }
+            }
+            Some(Anchor::Inst(fi, bci)) => {
+                if let Some(f) = m.funcs.get_mut(fi) {
+                    f.debug.before.entry(bci).or_default().push(text);
+                }
+            }
+            Some(Anchor::FuncEnd(fi)) => {
+                if let Some(f) = m.funcs.get_mut(fi) {
+                    f.debug.end.push(text);
+                }
+            }
+        }
     }
 }
 

@@ -35,7 +35,18 @@ pub fn type_name(m: &Module, t: Type) -> String {
     }
 }
 
-/// Print a whole module in canonical form.
+fn comment_lines(out: &mut String, indent: &str, lines: &[String]) {
+    for l in lines {
+        if l.is_empty() {
+            let _ = writeln!(out, "{indent};");
+        } else {
+            let _ = writeln!(out, "{indent}; {l}");
+        }
+    }
+}
+
+/// Print a whole module in canonical form. Comments kept by the parser come
+/// back before the item, member or instruction they preceded.
 pub fn print_module(m: &Module) -> String {
     let mut out = String::new();
     let mut first = true;
@@ -44,6 +55,7 @@ pub fn print_module(m: &Module) -> String {
             out.push('\n');
         }
         first = false;
+        comment_lines(&mut out, "", &c.comments.0.0);
         let _ = write!(out, "class {}", c.name);
         if let Some(s) = c.superclass {
             let _ = write!(out, " extends {}", type_name(m, Type::Class(s)));
@@ -51,11 +63,13 @@ pub fn print_module(m: &Module) -> String {
         out.push_str(" {\n");
         for &f in &c.fields {
             let fd = m.field(f);
+            comment_lines(&mut out, "    ", &fd.comments);
             let _ = writeln!(out, "    field {}: {}", fd.name, type_name(m, fd.ty));
         }
         for &meth in &c.methods {
             print_function_into(m, m.func(meth), "    ", &mut out);
         }
+        comment_lines(&mut out, "    ", &c.comments.0.1);
         out.push_str("}\n");
         let _ = i;
     }
@@ -69,6 +83,12 @@ pub fn print_module(m: &Module) -> String {
         }
         first = false;
         print_function_into(m, f, "", &mut out);
+    }
+    if !m.tail_comments.is_empty() {
+        if !first {
+            out.push('\n');
+        }
+        comment_lines(&mut out, "", &m.tail_comments);
     }
     out
 }
@@ -121,6 +141,7 @@ fn print_function_into(m: &Module, f: &Function, indent: &str, out: &mut String)
         } => ("abstract method", 1),
         FuncKind::Method { .. } => ("method", 1),
     };
+    comment_lines(out, indent, &f.debug.leading);
     let params: Vec<String> = f
         .params()
         .iter()
@@ -144,13 +165,28 @@ fn print_function_into(m: &Module, f: &Function, indent: &str, out: &mut String)
     for l in &f.locals[(f.param_count as usize).min(f.locals.len())..] {
         let _ = writeln!(out, "{indent}    local {}: {}", l.name, type_name(m, l.ty));
     }
+    let body_indent = format!("{indent}    ");
+    comment_lines(out, &body_indent, &f.debug.head);
     let labels = label_names(f);
     for (bci, inst) in f.body.iter().enumerate() {
-        if let Some(l) = labels.get(&(bci as Bci)) {
+        let bci = bci as Bci;
+        if let Some(c) = f.debug.before.get(&bci) {
+            comment_lines(out, &body_indent, c);
+        }
+        if let Some(l) = labels.get(&bci) {
             let _ = writeln!(out, "{indent}  {l}:");
         }
-        let _ = writeln!(out, "{indent}    {}", inst_text(m, f, &labels, inst));
+        let text = inst_text(m, f, &labels, inst);
+        match f.debug.trailing.get(&bci) {
+            Some(c) => {
+                let _ = writeln!(out, "{body_indent}{text:<24} ; {c}");
+            }
+            None => {
+                let _ = writeln!(out, "{body_indent}{text}");
+            }
+        }
     }
+    comment_lines(out, &body_indent, &f.debug.end);
     let _ = writeln!(out, "{indent}}}");
 }
 
