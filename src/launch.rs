@@ -54,6 +54,60 @@ pub struct LaunchReport {
     pub profile: Option<Profile>,
     /// Safepoints that completed while the launch ran.
     pub safepoints: u64,
+    /// Workitems resumed in the interpreter after a deopt.
+    pub replayed: u64,
+    /// Workitems that never started in some device launch and were launched
+    /// again.
+    pub never_ran: u64,
+    /// Device launches (1 plus relaunches of never-ran work).
+    pub launches: u64,
+    /// Deopts by (site bytecode index, reason).
+    pub deopts: BTreeMap<(offload_ir::Bci, offload_deopt::Reason), u64>,
+    /// Why the kernel ran on the interpreter instead of the requested device.
+    pub fallback: Option<String>,
+    /// The deoptimized workitems, as Sumatra's table shows them (the first
+    /// [`LaunchReport::TABLE_ROWS`]).
+    pub deopt_table: Vec<DeoptRow>,
+}
+
+/// One row of the deopt table: a workitem that deoptimized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeoptRow {
+    /// The workitem.
+    pub workitem: i64,
+    /// What happened to it: replayed to completion, or threw.
+    pub action: &'static str,
+    /// Where it stopped.
+    pub bci: offload_ir::Bci,
+    /// Why.
+    pub reason: offload_deopt::Reason,
+    /// The saved frame-state values, raw.
+    pub values: Vec<u64>,
+}
+
+impl LaunchReport {
+    /// Rows kept in [`LaunchReport::deopt_table`].
+    pub const TABLE_ROWS: usize = 64;
+
+    /// The deopt table as text.
+    pub fn deopt_table_text(&self) -> String {
+        let mut s = format!(
+            "{:>10}  {:<18} {:>5}  {:<10} saved values\n",
+            "workitem", "action", "bci", "reason"
+        );
+        for r in &self.deopt_table {
+            let vals: Vec<String> = r.values.iter().map(|v| format!("{v:#x}")).collect();
+            s.push_str(&format!(
+                "{:>10}  {:<18} {:>5}  {:<10} {}\n",
+                r.workitem,
+                r.action,
+                r.bci,
+                r.reason.name(),
+                vals.join(" ")
+            ));
+        }
+        s
+    }
 }
 
 impl fmt::Display for LaunchReport {
@@ -81,15 +135,15 @@ impl fmt::Display for LaunchReport {
 
 /// Exceptions of a part of the range: bounded however many workitems throw.
 #[derive(Default)]
-struct Thrown {
+pub(crate) struct Thrown {
     first: Option<Exception>,
-    count: u64,
+    pub(crate) count: u64,
     by_kind: BTreeMap<ExceptionKind, u64>,
     lowest: Vec<i64>,
 }
 
 impl Thrown {
-    fn add(&mut self, e: Exception) {
+    pub(crate) fn add(&mut self, e: Exception) {
         let w = e.workitem.unwrap_or(i64::MAX);
         self.count += 1;
         *self.by_kind.entry(e.kind).or_default() += 1;
@@ -111,7 +165,7 @@ impl Thrown {
         }
     }
 
-    fn merge(mut self, other: Thrown) -> Thrown {
+    pub(crate) fn merge(mut self, other: Thrown) -> Thrown {
         self.count += other.count;
         for (k, n) in other.by_kind {
             *self.by_kind.entry(k).or_default() += n;
@@ -137,13 +191,46 @@ pub(crate) fn launch(
     range: Range<i64>,
     closure: &Closure,
 ) -> Result<LaunchReport, OffloadError> {
-    let t0 = Instant::now();
     if range.start > range.end {
         return Err(OffloadError::Range {
             start: range.start,
             end: range.end,
         });
     }
+    if rt.inner.device == Device::Cpu && rt.inner.profile {
+        let mut r = launch_interp(rt, range, closure);
+        let note = "ran on the interpreter: profiling is on".to_string();
+        match &mut r {
+            Ok(rep) => rep.fallback = Some(note),
+            Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
+            Err(_) => {}
+        }
+        return r;
+    }
+    if rt.inner.device == Device::Cpu {
+        match crate::cpu::compiled(rt, closure) {
+            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck),
+            Err(why) => {
+                let mut r = launch_interp(rt, range, closure);
+                let note = format!("ran on the interpreter: {why}");
+                match &mut r {
+                    Ok(rep) => rep.fallback = Some(note),
+                    Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
+                    Err(_) => {}
+                }
+                return r;
+            }
+        }
+    }
+    launch_interp(rt, range, closure)
+}
+
+fn launch_interp(
+    rt: &Runtime,
+    range: Range<i64>,
+    closure: &Closure,
+) -> Result<LaunchReport, OffloadError> {
+    let t0 = Instant::now();
     let inner = &rt.inner;
     let prog = &*closure.module.prog;
     let n = (range.end - range.start) as u64;
@@ -229,15 +316,28 @@ pub(crate) fn launch(
         },
         profile,
         safepoints: inner.control.count() - safepoints_before,
+        replayed: 0,
+        never_ran: 0,
+        launches: 1,
+        deopts: BTreeMap::new(),
+        fallback: None,
+        deopt_table: Vec::new(),
     };
-    match thrown.first {
-        None => Ok(report),
-        Some(first) => Err(OffloadError::Exceptions(Box::new(KernelExceptions {
-            first,
-            count: thrown.count,
-            by_kind: thrown.by_kind,
-            workitems: thrown.lowest,
-            report,
-        }))),
+    thrown.finish(report)
+}
+
+impl Thrown {
+    /// The launch's result: the report, or the exceptions with the report.
+    pub(crate) fn finish(self, report: LaunchReport) -> Result<LaunchReport, OffloadError> {
+        match self.first {
+            None => Ok(report),
+            Some(first) => Err(OffloadError::Exceptions(Box::new(KernelExceptions {
+                first,
+                count: self.count,
+                by_kind: self.by_kind,
+                workitems: self.lowest,
+                report,
+            }))),
+        }
     }
 }

@@ -29,6 +29,7 @@ pub use offload_host_interp as interp;
 pub use offload_ir as ir;
 pub use offload_tlab as tlab;
 
+mod cpu;
 pub mod demo;
 pub mod diagnostics;
 mod error;
@@ -37,7 +38,7 @@ pub mod reference;
 mod runtime;
 
 pub use error::{KernelExceptions, OffloadError};
-pub use launch::{LaunchReport, Timings};
+pub use launch::{DeoptRow, LaunchReport, Timings};
 pub use offload_tlab::AllocPolicy;
 pub use runtime::{
     Arg, Array, Closure, Device, Element, Module, Object, Runtime, RuntimeBuilder, par_offload,

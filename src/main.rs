@@ -48,6 +48,10 @@ enum Command {
         /// Allocation policy: shared[:N], fail-on-overflow[:N], private, eden-cas.
         #[arg(long, default_value = "shared:2")]
         alloc: offload::AllocPolicy,
+        /// Device: cpu (the Cranelift JIT, falling back to the interpreter
+        /// for what it does not compile yet) or interp.
+        #[arg(long, default_value = "cpu")]
+        device: offload::Device,
     },
     /// Show the verifier's types and the shared analyses (blocks, back-edges,
     /// liveness, deopt sites with frame states) of a file's functions.
@@ -128,8 +132,11 @@ fn run(cli: Cli) -> Result<(), String> {
             workers,
             shrink,
             alloc,
+            device,
         } => {
-            let mut b = offload::Runtime::builder().alloc_policy(alloc);
+            let mut b = offload::Runtime::builder()
+                .alloc_policy(alloc)
+                .device(device);
             if let Some(w) = workers {
                 b = b.workers(w);
             }

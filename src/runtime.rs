@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex};
 pub enum Device {
     /// The host interpreter on every core (the reference semantics).
     Interpreter,
+    /// Native code from the Cranelift JIT on every core, with deopt into the
+    /// interpreter. Kernels the JIT does not compile yet run on the
+    /// interpreter, and the launch report says why.
+    Cpu,
 }
 
 impl Device {
@@ -23,6 +27,7 @@ impl Device {
     pub fn name(self) -> &'static str {
         match self {
             Device::Interpreter => "interp",
+            Device::Cpu => "cpu",
         }
     }
 }
@@ -32,7 +37,8 @@ impl std::str::FromStr for Device {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "interp" | "interpreter" => Ok(Device::Interpreter),
-            other => Err(format!("unknown device `{other}` (available: interp)")),
+            "cpu" => Ok(Device::Cpu),
+            other => Err(format!("unknown device `{other}` (available: cpu, interp)")),
         }
     }
 }
@@ -45,9 +51,19 @@ pub struct RuntimeBuilder {
     device: Device,
     policy: AllocPolicy,
     profile: bool,
+    inject: Option<offload_jit::cpu::Injection>,
 }
 
 impl RuntimeBuilder {
+    /// Fault injection for tests: compile every kernel so that the chosen
+    /// workitems deoptimize at the chosen site (see
+    /// [`offload_jit::cpu::Injection`]). Kernels without that site run on the
+    /// interpreter, and their reports say so.
+    pub fn inject(mut self, inj: offload_jit::cpu::Injection) -> Self {
+        self.inject = Some(inj);
+        self
+    }
+
     /// Bytes the heap starts with.
     pub fn initial_heap(mut self, bytes: usize) -> Self {
         self.heap.initial = bytes;
@@ -104,6 +120,9 @@ impl RuntimeBuilder {
                 policy: self.policy,
                 profile: self.profile,
                 control: offload_host_interp::Control::new(),
+                jit: offload_jit::CpuJit::new(),
+                inject: self.inject,
+                compiled: dashmap::DashMap::new(),
                 next_class: Mutex::new(0),
             }),
         })
@@ -120,6 +139,15 @@ pub(crate) struct Inner {
     pub(crate) policy: AllocPolicy,
     pub(crate) profile: bool,
     pub(crate) control: offload_host_interp::Control,
+    pub(crate) jit: offload_jit::CpuJit,
+    pub(crate) inject: Option<offload_jit::cpu::Injection>,
+    /// Compiled kernel versions by (module class base, kernel, version), or
+    /// why the kernel could not be compiled.
+    #[allow(clippy::type_complexity)]
+    pub(crate) compiled: dashmap::DashMap<
+        (u32, FuncId, u32),
+        Result<Arc<offload_jit::CompiledKernel>, offload_jit::JitError>,
+    >,
     next_class: Mutex<u32>,
 }
 
@@ -305,8 +333,8 @@ impl From<&Object> for Arg {
 }
 
 impl Runtime {
-    /// A runtime with the defaults: the interpreter on every core and a heap
-    /// of 64 MiB growing to 4 GiB.
+    /// A runtime with the defaults: the CPU JIT on every core and a heap of
+    /// 64 MiB growing to 4 GiB.
     pub fn new() -> Result<Runtime, OffloadError> {
         Runtime::builder().build()
     }
@@ -316,9 +344,10 @@ impl Runtime {
         RuntimeBuilder {
             heap: HeapConfig::default(),
             workers: None,
-            device: Device::Interpreter,
+            device: Device::Cpu,
             policy: AllocPolicy::default(),
             profile: false,
+            inject: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! every worker stops at its next poll, the operation sees a still heap, and
 //! the launch then finishes with exact results.
 
-use offload::{Runtime, par_offload};
+use offload::{Device, Runtime, par_offload};
 use std::time::Duration;
 
 const SPIN: &str = "
@@ -31,12 +31,13 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 }
 ";
 
-#[test]
-fn safepoints_stop_every_worker_and_lose_nothing() {
-    let rt = Runtime::builder().workers(2).build().unwrap();
+fn safepoints_on(device: Device, n: usize, iters: i32) {
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(device)
+        .build()
+        .unwrap();
     let m = rt.load("spin.obc", SPIN).unwrap();
-    let n = 6;
-    let iters = 200_000;
     let counts = rt.new_array::<i64>(n).unwrap();
     let c = m.closure("spin", [iters.into(), (&counts).into()]).unwrap();
     let (report, stops) = std::thread::scope(|s| {
@@ -65,7 +66,27 @@ fn safepoints_stop_every_worker_and_lose_nothing() {
     );
     assert!(report.safepoints >= 1, "{report}");
     assert_eq!(rt.safepoint_count(), 5);
-    eprintln!("time to safepoint: {stops:?}");
+    assert!(report.fallback.is_none());
+    if device == Device::Cpu {
+        assert!(
+            report
+                .deopts
+                .keys()
+                .any(|&(_, r)| r == offload::deopt::Reason::Safepoint),
+            "{report:?}"
+        );
+    }
+    eprintln!("{device:?}: time to safepoint {stops:?}; {report}");
+}
+
+#[test]
+fn safepoints_stop_every_interpreter_worker_and_lose_nothing() {
+    safepoints_on(Device::Interpreter, 6, 200_000);
+}
+
+#[test]
+fn safepoints_stop_compiled_slots_which_deopt_at_their_back_edge_and_lose_nothing() {
+    safepoints_on(Device::Cpu, 4000, 20_000);
 }
 
 #[test]

@@ -110,6 +110,13 @@ impl SaveArea {
         self.layout
     }
 
+    /// The first word of the area, for compiled code that writes records
+    /// directly (record `s` starts at word `s * record_words`).
+    pub fn as_ptr(&self) -> *mut u64 {
+        // `AtomicU64` has the same in-memory representation as `u64`.
+        self.words.as_ptr() as *mut u64
+    }
+
     /// Bytes used: O(slots), whatever the range.
     pub fn bytes(&self) -> usize {
         self.words.len() * 8

@@ -7,8 +7,8 @@
 //! of them continue. (Compiled devices deoptimize at the poll instead; the
 //! interpreter can simply wait, as HotSpot's interpreter does.)
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
@@ -16,6 +16,10 @@ struct State {
     requested: bool,
     running: usize,
     parked: usize,
+    /// Control words of compiled launches in flight, and the bits that ask
+    /// their slots to stop.
+    words: Vec<(u64, Arc<AtomicU32>, u32)>,
+    next_word: u64,
 }
 
 /// The control word and the rendezvous of one runtime's workers.
@@ -25,6 +29,22 @@ pub struct Control {
     state: Mutex<State>,
     cv: Condvar,
     safepoints: AtomicU64,
+}
+
+/// Unregisters a control word when dropped.
+#[derive(Debug)]
+pub struct Registered<'a> {
+    control: &'a Control,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.control
+            .lock()
+            .words
+            .retain(|(id, _, _)| *id != self.id);
+    }
 }
 
 /// Leaves the running set when dropped.
@@ -58,6 +78,22 @@ impl Control {
         }
         st.running += 1;
         Running(self)
+    }
+
+    /// Register the control word of a compiled launch: while it is
+    /// registered, a safepoint request sets `stop_bits` in it (at once if one
+    /// is already in progress), so its slots leave at their next poll. The
+    /// slots themselves count as running (see [`Control::enter`]) until they
+    /// return.
+    pub fn register(&self, word: &Arc<AtomicU32>, stop_bits: u32) -> Registered<'_> {
+        let mut st = self.lock();
+        let id = st.next_word;
+        st.next_word += 1;
+        if st.requested {
+            word.fetch_or(stop_bits, Ordering::SeqCst);
+        }
+        st.words.push((id, word.clone(), stop_bits));
+        Registered { control: self, id }
     }
 
     /// The poll: one relaxed load unless a safepoint is requested.
@@ -96,6 +132,9 @@ impl Control {
         }
         st.requested = true;
         self.requested.store(true, Ordering::SeqCst);
+        for (_, word, bits) in &st.words {
+            word.fetch_or(*bits, Ordering::SeqCst);
+        }
         while st.parked < st.running {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }

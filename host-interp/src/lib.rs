@@ -32,7 +32,7 @@ mod interp;
 mod profile;
 mod program;
 
-pub use control::{Control, Running};
+pub use control::{Control, Registered, Running};
 pub use exception::{Exception, TraceFrame};
 pub use interp::{DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, elem_bytes};
 pub use profile::{FuncProfile, Profile};

@@ -128,6 +128,13 @@ impl Heap {
         &self.cfg
     }
 
+    /// The address of the heap's first byte, for compiled code that accesses
+    /// objects directly (it must stay inside committed memory: verified code
+    /// with its null and bounds checks does).
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.region.base_ptr()
+    }
+
     /// Bytes committed now.
     pub fn committed(&self) -> usize {
         self.region.committed()

@@ -63,6 +63,11 @@ impl Region {
         Ok(region)
     }
 
+    /// The first byte of the region.
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
     /// Bytes reserved.
     pub fn reserved(&self) -> usize {
         self.reserved

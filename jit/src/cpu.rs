@@ -1,0 +1,1077 @@
+//! The CPU backend: verified bytecode → Cranelift IR → native code, as one
+//! persistent slot loop per kernel (DESIGN.md, "Execution model"):
+//!
+//! ```text
+//! claim:  lo = atomic_add(cursor, chunk); if lo >= end: exit DONE
+//! item:   if w == hi: goto claim
+//!         if control != 0: never_ran[slot] = [w, hi); exit STOPPED
+//!         <the kernel body for workitem w>          ; `ret` → w += 1, goto item
+//! deopt:  save_area[slot] = (w, site, reason, live values); never_ran[slot] = [w+1, hi);
+//!         control |= DEOPT; exit DEOPT
+//! ```
+//!
+//! Locals and operand-stack slots are cranelift-frontend `Variable`s (one per
+//! local, one per stack depth and kind), so every deopt exit can store the
+//! exact frame state the `ir` analysis describes, in the save-record layout of
+//! [`offload_deopt::DeoptMetadata`]. Null, bounds, divide and explicit throws
+//! leave through deopt exits; back-edges poll the control word and leave with
+//! reason `Safepoint` at the loop header. Nothing traps.
+//!
+//! Not yet compiled (the kernel is refused with [`JitError::Unsupported`] and
+//! runs on the interpreter): calls, allocation, `instanceof`/`checkcast`.
+
+use crate::JitError;
+use crate::ctx::{CONTROL_DEOPT, CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
+use cranelift_codegen::ir::{
+    AbiParam, AtomicRmwOp, Block, FuncRef, InstBuilder, MemFlagsData, Signature, Type as ClType,
+    Value, types,
+};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId as ClFuncId, Linkage, Module};
+use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
+use offload_host_interp::Program;
+use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
+use offload_ir::{Bci, FuncId, Inst, Kind, Verified};
+use std::collections::HashMap;
+
+fn cl_type(k: Kind) -> ClType {
+    match k {
+        Kind::I32 | Kind::Ref => types::I32,
+        Kind::I64 => types::I64,
+        Kind::F32 => types::F32,
+        Kind::F64 => types::F64,
+    }
+}
+
+/// Why a kernel cannot be compiled yet, or `None` if it can.
+pub fn unsupported(v: &Verified, k: FuncId) -> Option<String> {
+    let f = v.func(k);
+    f.body.iter().enumerate().find_map(|(bci, i)| {
+        let why = match i {
+            Inst::Call { .. } | Inst::CallVirt { .. } => "calls",
+            Inst::New { .. } | Inst::NewArray { .. } => "allocation",
+            Inst::InstanceOf { .. } | Inst::CheckCast { .. } => "type tests",
+            _ => return None,
+        };
+        Some(format!(
+            "`{}` at bci {bci}: {why} are not compiled yet",
+            i.opcode().mnemonic()
+        ))
+    })
+}
+
+struct Imports {
+    funcs: HashMap<&'static str, ClFuncId>,
+}
+
+impl Imports {
+    fn declare(module: &mut JITModule) -> Result<Imports, JitError> {
+        let mut funcs = HashMap::new();
+        let sigs: [(&str, &[ClType]); 14] = [
+            ("offload_f32_rem", &[types::F32, types::F32]),
+            ("offload_f64_rem", &[types::F64, types::F64]),
+            ("offload_f32_exp", &[types::F32]),
+            ("offload_f64_exp", &[types::F64]),
+            ("offload_f32_log", &[types::F32]),
+            ("offload_f64_log", &[types::F64]),
+            ("offload_f32_sin", &[types::F32]),
+            ("offload_f64_sin", &[types::F64]),
+            ("offload_f32_cos", &[types::F32]),
+            ("offload_f64_cos", &[types::F64]),
+            ("offload_f32_pow", &[types::F32, types::F32]),
+            ("offload_f64_pow", &[types::F64, types::F64]),
+            ("offload_f32_fma", &[types::F32, types::F32, types::F32]),
+            ("offload_f64_fma", &[types::F64, types::F64, types::F64]),
+        ];
+        for (name, params) in sigs {
+            let mut sig = module.make_signature();
+            for &p in params {
+                sig.params.push(AbiParam::new(p));
+            }
+            sig.returns.push(AbiParam::new(params[0]));
+            let id = module
+                .declare_function(name, Linkage::Import, &sig)
+                .map_err(|e| JitError::Codegen(format!("declaring {name}: {e}")))?;
+            funcs.insert(name, id);
+        }
+        Ok(Imports { funcs })
+    }
+}
+
+/// Fault injection compiled into a kernel version (tests only; a version
+/// compiled without it pays nothing): workitems with
+/// `w % modulus == remainder` deoptimize just before executing the
+/// instruction at `site_bci` (which must be a deopt site), with the site's
+/// first reason — as if its check had failed spuriously.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Injection {
+    /// The site.
+    pub site_bci: Bci,
+    /// Workitems are chosen by `w % modulus == remainder`.
+    pub modulus: i64,
+    /// See `modulus`.
+    pub remainder: i64,
+}
+
+/// Compile the slot loop of kernel `k` into `module` as function `name`.
+pub(crate) fn compile(
+    module: &mut JITModule,
+    prog: &Program,
+    k: FuncId,
+    version: u32,
+    name: &str,
+    inject: Option<Injection>,
+) -> Result<(ClFuncId, DeoptMetadata), JitError> {
+    let v = prog.verified();
+    if let Some(why) = unsupported(v, k) {
+        return Err(JitError::Unsupported(why));
+    }
+    let analysis = prog
+        .analysis(k)
+        .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
+    let meta = DeoptMetadata::new(v, analysis, k, version);
+    if let Some(inj) = inject
+        && (meta.site_at(inj.site_bci).is_none() || inj.modulus <= 0)
+    {
+        return Err(JitError::Unsupported(format!(
+            "injection at bci {}: not a deopt site, or modulus not positive",
+            inj.site_bci
+        )));
+    }
+    let imports = Imports::declare(module)?;
+
+    let ptr = module.target_config().pointer_type();
+    let mut sig: Signature = module.make_signature();
+    sig.params.push(AbiParam::new(ptr));
+    sig.params.push(AbiParam::new(types::I64));
+    sig.returns.push(AbiParam::new(types::I32));
+    let id = module
+        .declare_function(name, Linkage::Local, &sig)
+        .map_err(|e| JitError::Codegen(e.to_string()))?;
+    let mut ctx = module.make_context();
+    ctx.func.signature = sig;
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let mut math = HashMap::new();
+        let mut lw = Lower {
+            b,
+            v,
+            prog,
+            k,
+            analysis,
+            meta: &meta,
+            ptr,
+            locals: Vec::new(),
+            stack: HashMap::new(),
+            depth: 0,
+            blocks: HashMap::new(),
+            env: Env::default(),
+            math: HashMap::new(),
+            inject,
+            pending_polls: Vec::new(),
+        };
+        for (name, &fid) in &imports.funcs {
+            let fr = module.declare_func_in_func(fid, lw.b.func);
+            math.insert(*name, fr);
+        }
+        lw.math = math;
+        lw.build()?;
+        lw.b.seal_all_blocks();
+        lw.b.finalize(module.target_config());
+    }
+    module
+        .define_function(id, &mut ctx)
+        .map_err(|e| JitError::Codegen(format!("{e:?}\n{}", ctx.func.display())))?;
+    module.clear_context(&mut ctx);
+    Ok((id, meta))
+}
+
+/// Values every part of the slot loop needs.
+#[derive(Default)]
+struct Env {
+    ctx: Option<Value>,
+    slot: Option<Value>,
+    heap: Option<Value>,
+    control: Option<Value>,
+    w: Option<Variable>,
+    hi: Option<Variable>,
+    done: Option<Variable>,
+    next_item: Option<Block>,
+    captures: Vec<Value>,
+}
+
+struct Lower<'a, 'f> {
+    b: FunctionBuilder<'f>,
+    v: &'a Verified,
+    prog: &'a Program,
+    k: FuncId,
+    analysis: &'a FuncAnalysis,
+    meta: &'a DeoptMetadata,
+    ptr: ClType,
+    locals: Vec<Variable>,
+    stack: HashMap<(usize, Kind), Variable>,
+    depth: usize,
+    blocks: HashMap<Bci, Block>,
+    env: Env,
+    math: HashMap<&'static str, FuncRef>,
+    inject: Option<Injection>,
+    pending_polls: Vec<(Block, Bci)>,
+}
+
+fn trusted() -> MemFlagsData {
+    MemFlagsData::trusted()
+}
+
+impl Lower<'_, '_> {
+    fn e(&self) -> (Value, Value, Value) {
+        (
+            self.env.ctx.expect("set"),
+            self.env.slot.expect("set"),
+            self.env.heap.expect("set"),
+        )
+    }
+
+    fn var(&mut self, ty: ClType) -> Variable {
+        self.b.declare_var(ty)
+    }
+
+    fn stack_var(&mut self, depth: usize, kind: Kind) -> Variable {
+        if let Some(&v) = self.stack.get(&(depth, kind)) {
+            return v;
+        }
+        let v = self.b.declare_var(cl_type(kind));
+        self.stack.insert((depth, kind), v);
+        v
+    }
+
+    fn push(&mut self, kind: Kind, x: Value) {
+        let var = self.stack_var(self.depth, kind);
+        self.b.def_var(var, x);
+        self.depth += 1;
+    }
+
+    fn pop(&mut self, kind: Kind) -> Value {
+        self.depth -= 1;
+        let var = self.stack_var(self.depth, kind);
+        self.b.use_var(var)
+    }
+
+    /// Kind of the stack slot `from_top` below the top at `bci`'s entry.
+    fn kind_at(&self, bci: Bci, from_top: usize) -> Kind {
+        let fr = self.v.types(self.k).frames[bci as usize]
+            .as_ref()
+            .expect("reachable");
+        fr.stack[fr.stack.len() - 1 - from_top].kind()
+    }
+
+    fn build(&mut self) -> Result<(), JitError> {
+        let f = self.v.func(self.k);
+        let entry = self.b.create_block();
+        self.b.append_block_params_for_function_params(entry);
+        self.b.switch_to_block(entry);
+        let ctx = self.b.block_params(entry)[0];
+        let slot = self.b.block_params(entry)[1];
+        let heap = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::HEAP_BASE);
+        let control = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::CONTROL);
+        let caps = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::CAPTURES);
+        self.env.ctx = Some(ctx);
+        self.env.slot = Some(slot);
+        self.env.heap = Some(heap);
+        self.env.control = Some(control);
+        for (i, p) in f.params().iter().enumerate().skip(1) {
+            let raw = self
+                .b
+                .ins()
+                .load(types::I64, trusted(), caps, ((i - 1) * 8) as i32);
+            let val = self.unpack_raw(p.ty.kind(), raw);
+            self.env.captures.push(val);
+        }
+        let w = self.var(types::I64);
+        let hi = self.var(types::I64);
+        let done = self.var(types::I64);
+        self.env.w = Some(w);
+        self.env.hi = Some(hi);
+        self.env.done = Some(done);
+        let zero64 = self.b.ins().iconst(types::I64, 0);
+        self.b.def_var(w, zero64);
+        self.b.def_var(hi, zero64);
+        self.b.def_var(done, zero64);
+        for l in &f.locals {
+            let var = self.b.declare_var(cl_type(l.ty.kind()));
+            self.locals.push(var);
+        }
+
+        let claim = self.b.create_block();
+        let item = self.b.create_block();
+        let next_item = self.b.create_block();
+        let exit_done = self.b.create_block();
+        let stopped = self.b.create_block();
+        self.env.next_item = Some(next_item);
+        self.b.ins().jump(claim, &[]);
+
+        // claim: lo = cursor.fetch_add(chunk)
+        self.b.switch_to_block(claim);
+        let cursor = self.b.ins().load(self.ptr, trusted(), ctx, offsets::CURSOR);
+        let chunk = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::CHUNK);
+        let end = self.b.ins().load(types::I64, trusted(), ctx, offsets::END);
+        let lo = self
+            .b
+            .ins()
+            .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, cursor, chunk);
+        let exhausted = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, lo, end);
+        let got = self.b.create_block();
+        self.b.ins().brif(exhausted, exit_done, &[], got, &[]);
+        self.b.switch_to_block(got);
+        let lo_chunk = self.b.ins().iadd(lo, chunk);
+        let h = self.b.ins().smin(lo_chunk, end);
+        self.b.def_var(hi, h);
+        self.b.def_var(w, lo);
+        self.b.ins().jump(item, &[]);
+
+        // item: stop between workitems when the control word is set.
+        self.b.switch_to_block(item);
+        let wv = self.b.use_var(w);
+        let hv = self.b.use_var(hi);
+        let chunk_done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
+        let check = self.b.create_block();
+        self.b.ins().brif(chunk_done, claim, &[], check, &[]);
+        self.b.switch_to_block(check);
+        let cw = self.b.ins().atomic_load(types::I32, trusted(), control);
+        let start = self.b.create_block();
+        self.b.ins().brif(cw, stopped, &[], start, &[]);
+        self.b.switch_to_block(start);
+        // Workitem entry: parameters, captures, zeroed locals.
+        let wv = self.b.use_var(w);
+        let lv0 = self.locals[0];
+        self.b.def_var(lv0, wv);
+        for i in 1..f.locals.len() {
+            let var = self.locals[i];
+            let val = if i < f.param_count as usize {
+                self.env.captures[i - 1]
+            } else {
+                self.zero(f.locals[i].ty.kind())
+            };
+            self.b.def_var(var, val);
+        }
+        // Blocks for every reachable leader.
+        let types_ = self.v.types(self.k);
+        for blk in &self.analysis.cfg.blocks {
+            if types_.frames[blk.start as usize].is_some() {
+                let cb = self.b.create_block();
+                self.blocks.insert(blk.start, cb);
+            }
+        }
+        let first = self.blocks[&0];
+        self.b.ins().jump(first, &[]);
+
+        self.body()?;
+
+        // next_item: count, advance.
+        self.b.switch_to_block(next_item);
+        let d = self.b.use_var(done);
+        let d1 = self.b.ins().iadd_imm_s(d, 1);
+        self.b.def_var(done, d1);
+        let wv = self.b.use_var(w);
+        let w1 = self.b.ins().iadd_imm_s(wv, 1);
+        self.b.def_var(w, w1);
+        self.b.ins().jump(item, &[]);
+
+        // exits
+        self.b.switch_to_block(exit_done);
+        let z = self.b.ins().iconst(types::I64, 0);
+        self.exit(z, z, EXIT_DONE);
+        self.b.switch_to_block(stopped);
+        let wv = self.b.use_var(w);
+        let hv = self.b.use_var(hi);
+        self.exit(wv, hv, EXIT_STOPPED);
+        Ok(())
+    }
+
+    fn zero(&mut self, k: Kind) -> Value {
+        match k {
+            Kind::I32 | Kind::Ref => self.b.ins().iconst(types::I32, 0),
+            Kind::I64 => self.b.ins().iconst(types::I64, 0),
+            Kind::F32 => self.b.ins().f32const(Ieee32::with_bits(0)),
+            Kind::F64 => self.b.ins().f64const(Ieee64::with_bits(0)),
+        }
+    }
+
+    /// A raw 64-bit slot as a value of kind `k`.
+    fn unpack_raw(&mut self, k: Kind, raw: Value) -> Value {
+        match k {
+            Kind::I64 => raw,
+            Kind::I32 | Kind::Ref => self.b.ins().ireduce(types::I32, raw),
+            Kind::F32 => {
+                let lo = self.b.ins().ireduce(types::I32, raw);
+                self.b.ins().bitcast(types::F32, MemFlagsData::new(), lo)
+            }
+            Kind::F64 => self.b.ins().bitcast(types::F64, MemFlagsData::new(), raw),
+        }
+    }
+
+    /// A value of kind `k` as a raw 64-bit slot (the save-record format).
+    fn pack_raw(&mut self, k: Kind, x: Value) -> Value {
+        match k {
+            Kind::I64 => x,
+            Kind::I32 | Kind::Ref => self.b.ins().uextend(types::I64, x),
+            Kind::F32 => {
+                let bits = self.b.ins().bitcast(types::I32, MemFlagsData::new(), x);
+                self.b.ins().uextend(types::I64, bits)
+            }
+            Kind::F64 => self.b.ins().bitcast(types::I64, MemFlagsData::new(), x),
+        }
+    }
+
+    /// Store this slot's counters and never-ran range, and return `code`.
+    fn exit(&mut self, nr_lo: Value, nr_hi: Value, code: u32) {
+        let (ctx, slot, _) = self.e();
+        let nr = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::NEVER_RAN);
+        let off = self.b.ins().imul_imm_s(slot, 16);
+        let at = self.b.ins().iadd(nr, off);
+        self.b.ins().store(trusted(), nr_lo, at, 0);
+        self.b.ins().store(trusted(), nr_hi, at, 8);
+        let comp = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::COMPLETED);
+        let off = self.b.ins().imul_imm_s(slot, 8);
+        let at = self.b.ins().iadd(comp, off);
+        let done = self.b.use_var(self.env.done.expect("set"));
+        self.b.ins().store(trusted(), done, at, 0);
+        let c = self.b.ins().iconst(types::I32, i64::from(code));
+        self.b.ins().return_(&[c]);
+    }
+
+    /// Emit a deopt exit for the site at `bci` (whose frame state is the
+    /// current variables) with `reason`, in the current block.
+    fn deopt_here(&mut self, bci: Bci, reason: Reason) {
+        let site = self
+            .meta
+            .site_at(bci)
+            .expect("deopt exits are at sites")
+            .clone();
+        debug_assert!(site.reasons.contains(&reason), "{reason:?} at {bci}");
+        let (ctx, slot, _) = self.e();
+        let area = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::SAVE_AREA);
+        let words = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::RECORD_WORDS);
+        let rec_words = self.b.ins().imul(slot, words);
+        let rec_bytes = self.b.ins().imul_imm_s(rec_words, 8);
+        let rec = self.b.ins().iadd(area, rec_bytes);
+        let w = self.b.use_var(self.env.w.expect("set"));
+        self.b
+            .ins()
+            .store(trusted(), w, rec, (SaveLayout::WORKITEM_WORD * 8) as i32);
+        for s in &site.slots {
+            let k = s.ty.kind();
+            let val = match s.value {
+                FsValue::Local(l) => {
+                    let var = self.locals[l.index()];
+                    self.b.use_var(var)
+                }
+                FsValue::Stack(i) => {
+                    let var = self.stack_var(i as usize, k);
+                    self.b.use_var(var)
+                }
+            };
+            let raw = self.pack_raw(k, val);
+            self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
+        }
+        let sw = self
+            .b
+            .ins()
+            .iconst(types::I64, SaveLayout::site_word(site.id, reason) as i64);
+        // The site word last, so a reader that sees it sees the values.
+        let site_at = self
+            .b
+            .ins()
+            .iadd_imm_s(rec, i64::from(SaveLayout::SITE_WORD * 8));
+        self.b.ins().atomic_store(trusted(), sw, site_at);
+        let control = self.env.control.expect("set");
+        let flag = self.b.ins().iconst(types::I32, i64::from(CONTROL_DEOPT));
+        self.b
+            .ins()
+            .atomic_rmw(types::I32, trusted(), AtomicRmwOp::Or, control, flag);
+        let w1 = self.b.ins().iadd_imm_s(w, 1);
+        let hi = self.b.use_var(self.env.hi.expect("set"));
+        self.exit(w1, hi, EXIT_DEOPT);
+    }
+
+    /// Branch to a deopt exit if `cond` is non-zero; continue otherwise.
+    fn deopt_if(&mut self, cond: Value, bci: Bci, reason: Reason) {
+        let out = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(cond, out, &[], cont, &[]);
+        self.b.switch_to_block(out);
+        self.deopt_here(bci, reason);
+        self.b.switch_to_block(cont);
+    }
+
+    fn null_check(&mut self, r: Value, bci: Bci) {
+        let is_null = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+        self.deopt_if(is_null, bci, Reason::NullCheck);
+    }
+
+    /// Address of the object `r` (non-null, checked by the caller).
+    fn obj_addr(&mut self, r: Value) -> Value {
+        let heap = self.env.heap.expect("set");
+        let r64 = self.b.ins().uextend(types::I64, r);
+        let off = self.b.ins().ishl_imm_u(r64, 3);
+        self.b.ins().iadd(heap, off)
+    }
+
+    /// Checked address of element `idx` of array `r`.
+    fn elem_addr(&mut self, r: Value, idx: Value, size: i64, bci: Bci) -> Value {
+        self.null_check(r, bci);
+        let base = self.obj_addr(r);
+        let len = self.b.ins().load(types::I32, trusted(), base, 4);
+        let oob = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, idx, len);
+        self.deopt_if(oob, bci, Reason::BoundsCheck);
+        let i64v = self.b.ins().uextend(types::I64, idx);
+        let scaled = self.b.ins().imul_imm_s(i64v, size);
+        let a = self.b.ins().iadd(base, scaled);
+        self.b.ins().iadd_imm_s(a, 8)
+    }
+
+    fn call_math(&mut self, name: &'static str, args: &[Value]) -> Value {
+        let fr = self.math[name];
+        let call = self.b.ins().call(fr, args);
+        self.b.inst_results(call)[0]
+    }
+
+    fn body(&mut self) -> Result<(), JitError> {
+        let f = self.v.func(self.k);
+        let types_ = self.v.types(self.k);
+        let mut terminated = true;
+        for (bci, &inst) in f.body.iter().enumerate() {
+            let bci = bci as Bci;
+            let Some(frame) = types_.frames[bci as usize].as_ref() else {
+                continue;
+            };
+            if let Some(&blk) = self.blocks.get(&bci) {
+                if !terminated {
+                    self.b.ins().jump(blk, &[]);
+                }
+                self.b.switch_to_block(blk);
+            }
+            self.depth = frame.stack.len();
+            if let Some(inj) = self.inject
+                && inj.site_bci == bci
+            {
+                let w = self.b.use_var(self.env.w.expect("set"));
+                let m = self.b.ins().srem_imm_s(w, inj.modulus);
+                let hit = self.b.ins().icmp_imm_s(IntCC::Equal, m, inj.remainder);
+                let reason = self
+                    .meta
+                    .site_at(bci)
+                    .expect("checked at compile start")
+                    .reasons[0];
+                self.deopt_if(hit, bci, reason);
+            }
+            terminated = self.inst(bci, inst)?;
+            if terminated {
+                self.flush_polls();
+            }
+        }
+        Ok(())
+    }
+
+    /// The block to go to for `target`, through a safepoint poll when the
+    /// edge goes backwards. The poll block is filled by [`Self::flush_polls`]
+    /// once the current block is terminated.
+    fn edge(&mut self, from: Bci, target: Bci) -> Block {
+        let dest = self.blocks[&target];
+        if target > from {
+            return dest;
+        }
+        let poll = self.b.create_block();
+        self.pending_polls.push((poll, target));
+        poll
+    }
+
+    /// Fill the poll blocks of the back-edges just emitted: read the control
+    /// word; on a safepoint request deoptimize at the loop header (whose frame
+    /// state is the edge's: the verifier made the depths agree).
+    fn flush_polls(&mut self) {
+        for (poll, target) in std::mem::take(&mut self.pending_polls) {
+            let dest = self.blocks[&target];
+            self.b.switch_to_block(poll);
+            let control = self.env.control.expect("set");
+            let cw = self.b.ins().atomic_load(types::I32, trusted(), control);
+            let sp = self.b.ins().band_imm_u(cw, i64::from(CONTROL_SAFEPOINT));
+            let out = self.b.create_block();
+            self.b.ins().brif(sp, out, &[], dest, &[]);
+            self.b.switch_to_block(out);
+            self.depth = self.v.types(self.k).frames[target as usize]
+                .as_ref()
+                .expect("reachable")
+                .stack
+                .len();
+            self.deopt_here(target, Reason::Safepoint);
+        }
+    }
+
+    /// Lower one instruction. Returns whether the block is terminated.
+    #[allow(clippy::too_many_lines)]
+    fn inst(&mut self, bci: Bci, inst: Inst) -> Result<bool, JitError> {
+        use Kind::{F32, F64, I32, I64, Ref};
+        macro_rules! bin {
+            ($k:expr, $op:ident) => {{
+                let b = self.pop($k);
+                let a = self.pop($k);
+                let r = self.b.ins().$op(a, b);
+                self.push($k, r);
+            }};
+        }
+        macro_rules! un {
+            ($k:expr, $op:ident) => {{
+                let a = self.pop($k);
+                let r = self.b.ins().$op(a);
+                self.push($k, r);
+            }};
+        }
+        macro_rules! icmp {
+            ($k:expr, $cc:expr) => {{
+                let b = self.pop($k);
+                let a = self.pop($k);
+                let c = self.b.ins().icmp($cc, a, b);
+                let r = self.b.ins().uextend(types::I32, c);
+                self.push(I32, r);
+            }};
+        }
+        macro_rules! fcmp {
+            ($k:expr, $cc:expr) => {{
+                let b = self.pop($k);
+                let a = self.pop($k);
+                let c = self.b.ins().fcmp($cc, a, b);
+                let r = self.b.ins().uextend(types::I32, c);
+                self.push(I32, r);
+            }};
+        }
+        macro_rules! math1 {
+            ($k:expr, $name:literal) => {{
+                let a = self.pop($k);
+                let r = self.call_math($name, &[a]);
+                self.push($k, r);
+            }};
+        }
+        macro_rules! math2 {
+            ($k:expr, $name:literal) => {{
+                let b = self.pop($k);
+                let a = self.pop($k);
+                let r = self.call_math($name, &[a, b]);
+                self.push($k, r);
+            }};
+        }
+        macro_rules! conv {
+            ($from:expr, $to:expr, $op:ident) => {{
+                let a = self.pop($from);
+                let r = self.b.ins().$op(cl_type($to), a);
+                self.push($to, r);
+            }};
+        }
+        match inst {
+            Inst::I32Const { value } => {
+                let c = self.b.ins().iconst(types::I32, i64::from(value));
+                self.push(I32, c);
+            }
+            Inst::I64Const { value } => {
+                let c = self.b.ins().iconst(types::I64, value);
+                self.push(I64, c);
+            }
+            Inst::F32Const { value } => {
+                let c = self.b.ins().f32const(Ieee32::with_bits(value.0));
+                self.push(F32, c);
+            }
+            Inst::F64Const { value } => {
+                let c = self.b.ins().f64const(Ieee64::with_bits(value.0));
+                self.push(F64, c);
+            }
+            Inst::RefNull => {
+                let c = self.b.ins().iconst(types::I32, 0);
+                self.push(Ref, c);
+            }
+            Inst::Load { local } => {
+                let k = self.v.func(self.k).locals[local.index()].ty.kind();
+                let var = self.locals[local.index()];
+                let x = self.b.use_var(var);
+                self.push(k, x);
+            }
+            Inst::Store { local } => {
+                let k = self.v.func(self.k).locals[local.index()].ty.kind();
+                let x = self.pop(k);
+                let var = self.locals[local.index()];
+                self.b.def_var(var, x);
+            }
+            Inst::Inc { local, delta } => {
+                let var = self.locals[local.index()];
+                let x = self.b.use_var(var);
+                let r = self.b.ins().iadd_imm_s(x, i64::from(delta));
+                self.b.def_var(var, r);
+            }
+            Inst::Dup => {
+                let k = self.kind_at(bci, 0);
+                let x = self.pop(k);
+                self.push(k, x);
+                self.push(k, x);
+            }
+            Inst::Pop => {
+                let k = self.kind_at(bci, 0);
+                self.pop(k);
+            }
+            Inst::Swap => {
+                let (ka, kb) = (self.kind_at(bci, 0), self.kind_at(bci, 1));
+                let a = self.pop(ka);
+                let b = self.pop(kb);
+                self.push(ka, a);
+                self.push(kb, b);
+            }
+            Inst::I32Add => bin!(I32, iadd),
+            Inst::I32Sub => bin!(I32, isub),
+            Inst::I32Mul => bin!(I32, imul),
+            Inst::I64Add => bin!(I64, iadd),
+            Inst::I64Sub => bin!(I64, isub),
+            Inst::I64Mul => bin!(I64, imul),
+            Inst::I32Div | Inst::I32Rem | Inst::I64Div | Inst::I64Rem => {
+                let k = if matches!(inst, Inst::I32Div | Inst::I32Rem) {
+                    I32
+                } else {
+                    I64
+                };
+                let t = cl_type(k);
+                let b = self.pop(k);
+                let a = self.pop(k);
+                // Re-push for the frame state: the deopt re-executes the division.
+                self.push(k, a);
+                self.push(k, b);
+                let zero = self.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
+                self.deopt_if(zero, bci, Reason::DivideByZero);
+                self.depth -= 2;
+                // MIN / -1 wraps (and MIN % -1 is 0) instead of trapping.
+                let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
+                let one = self.b.ins().iconst(t, 1);
+                let safe = self.b.ins().select(m1, one, b);
+                let r = if matches!(inst, Inst::I32Div | Inst::I64Div) {
+                    let q = self.b.ins().sdiv(a, safe);
+                    let neg = self.b.ins().ineg(a);
+                    self.b.ins().select(m1, neg, q)
+                } else {
+                    let rem = self.b.ins().srem(a, safe);
+                    let z = self.b.ins().iconst(t, 0);
+                    self.b.ins().select(m1, z, rem)
+                };
+                self.push(k, r);
+            }
+            Inst::I32Neg => un!(I32, ineg),
+            Inst::I64Neg => un!(I64, ineg),
+            Inst::I32And => bin!(I32, band),
+            Inst::I32Or => bin!(I32, bor),
+            Inst::I32Xor => bin!(I32, bxor),
+            Inst::I32Shl => bin!(I32, ishl),
+            Inst::I32Shr => bin!(I32, sshr),
+            Inst::I32Ushr => bin!(I32, ushr),
+            Inst::I64And => bin!(I64, band),
+            Inst::I64Or => bin!(I64, bor),
+            Inst::I64Xor => bin!(I64, bxor),
+            Inst::I64Shl => bin!(I64, ishl),
+            Inst::I64Shr => bin!(I64, sshr),
+            Inst::I64Ushr => bin!(I64, ushr),
+            Inst::F32Add => bin!(F32, fadd),
+            Inst::F32Sub => bin!(F32, fsub),
+            Inst::F32Mul => bin!(F32, fmul),
+            Inst::F32Div => bin!(F32, fdiv),
+            Inst::F32Rem => math2!(F32, "offload_f32_rem"),
+            Inst::F32Neg => un!(F32, fneg),
+            Inst::F64Add => bin!(F64, fadd),
+            Inst::F64Sub => bin!(F64, fsub),
+            Inst::F64Mul => bin!(F64, fmul),
+            Inst::F64Div => bin!(F64, fdiv),
+            Inst::F64Rem => math2!(F64, "offload_f64_rem"),
+            Inst::F64Neg => un!(F64, fneg),
+            Inst::I32Eq => icmp!(I32, IntCC::Equal),
+            Inst::I32Ne => icmp!(I32, IntCC::NotEqual),
+            Inst::I32Lt => icmp!(I32, IntCC::SignedLessThan),
+            Inst::I32Le => icmp!(I32, IntCC::SignedLessThanOrEqual),
+            Inst::I32Gt => icmp!(I32, IntCC::SignedGreaterThan),
+            Inst::I32Ge => icmp!(I32, IntCC::SignedGreaterThanOrEqual),
+            Inst::I64Eq => icmp!(I64, IntCC::Equal),
+            Inst::I64Ne => icmp!(I64, IntCC::NotEqual),
+            Inst::I64Lt => icmp!(I64, IntCC::SignedLessThan),
+            Inst::I64Le => icmp!(I64, IntCC::SignedLessThanOrEqual),
+            Inst::I64Gt => icmp!(I64, IntCC::SignedGreaterThan),
+            Inst::I64Ge => icmp!(I64, IntCC::SignedGreaterThanOrEqual),
+            Inst::F32Eq => fcmp!(F32, FloatCC::Equal),
+            Inst::F32Ne => fcmp!(F32, FloatCC::NotEqual),
+            Inst::F32Lt => fcmp!(F32, FloatCC::LessThan),
+            Inst::F32Le => fcmp!(F32, FloatCC::LessThanOrEqual),
+            Inst::F32Gt => fcmp!(F32, FloatCC::GreaterThan),
+            Inst::F32Ge => fcmp!(F32, FloatCC::GreaterThanOrEqual),
+            Inst::F64Eq => fcmp!(F64, FloatCC::Equal),
+            Inst::F64Ne => fcmp!(F64, FloatCC::NotEqual),
+            Inst::F64Lt => fcmp!(F64, FloatCC::LessThan),
+            Inst::F64Le => fcmp!(F64, FloatCC::LessThanOrEqual),
+            Inst::F64Gt => fcmp!(F64, FloatCC::GreaterThan),
+            Inst::F64Ge => fcmp!(F64, FloatCC::GreaterThanOrEqual),
+            Inst::RefEq => icmp!(Ref, IntCC::Equal),
+            Inst::RefNe => icmp!(Ref, IntCC::NotEqual),
+            Inst::Br { target } => {
+                let dest = self.edge(bci, target.0);
+                self.b.ins().jump(dest, &[]);
+                return Ok(true);
+            }
+            Inst::BrIf { target }
+            | Inst::BrUnless { target }
+            | Inst::BrNull { target }
+            | Inst::BrNonNull { target } => {
+                let k = if matches!(inst, Inst::BrIf { .. } | Inst::BrUnless { .. }) {
+                    I32
+                } else {
+                    Ref
+                };
+                let x = self.pop(k);
+                let dest = self.edge(bci, target.0);
+                let fall = self.blocks[&(bci + 1)];
+                // brif jumps on non-zero.
+                match inst {
+                    Inst::BrIf { .. } | Inst::BrNonNull { .. } => {
+                        self.b.ins().brif(x, dest, &[], fall, &[])
+                    }
+                    _ => self.b.ins().brif(x, fall, &[], dest, &[]),
+                };
+                return Ok(true);
+            }
+            Inst::I32ToI64 => conv!(I32, I64, sextend),
+            Inst::I32ToF32 => conv!(I32, F32, fcvt_from_sint),
+            Inst::I32ToF64 => conv!(I32, F64, fcvt_from_sint),
+            Inst::I64ToI32 => conv!(I64, I32, ireduce),
+            Inst::I64ToF32 => conv!(I64, F32, fcvt_from_sint),
+            Inst::I64ToF64 => conv!(I64, F64, fcvt_from_sint),
+            Inst::F32ToI32 => conv!(F32, I32, fcvt_to_sint_sat),
+            Inst::F32ToI64 => conv!(F32, I64, fcvt_to_sint_sat),
+            Inst::F32ToF64 => conv!(F32, F64, fpromote),
+            Inst::F64ToI32 => conv!(F64, I32, fcvt_to_sint_sat),
+            Inst::F64ToI64 => conv!(F64, I64, fcvt_to_sint_sat),
+            Inst::F64ToF32 => conv!(F64, F32, fdemote),
+            Inst::ArrayLen => {
+                let r = self.pop(Ref);
+                self.push(Ref, r);
+                self.null_check(r, bci);
+                self.depth -= 1;
+                let base = self.obj_addr(r);
+                let len = self.b.ins().load(types::I32, trusted(), base, 4);
+                self.push(I32, len);
+            }
+            Inst::I32ALoad | Inst::F32ALoad | Inst::RefALoad | Inst::I64ALoad | Inst::F64ALoad => {
+                let k = match inst {
+                    Inst::I32ALoad => I32,
+                    Inst::F32ALoad => F32,
+                    Inst::RefALoad => Ref,
+                    Inst::I64ALoad => I64,
+                    _ => F64,
+                };
+                let idx = self.pop(I32);
+                let r = self.pop(Ref);
+                self.depth += 2; // operands stay in the frame state for the checks
+                let size = if matches!(k, I64 | F64) { 8 } else { 4 };
+                let a = self.elem_addr(r, idx, size, bci);
+                self.depth -= 2;
+                let x = self.b.ins().load(cl_type(k), trusted(), a, 0);
+                self.push(k, x);
+            }
+            Inst::I32AStore
+            | Inst::F32AStore
+            | Inst::RefAStore
+            | Inst::I64AStore
+            | Inst::F64AStore => {
+                let k = match inst {
+                    Inst::I32AStore => I32,
+                    Inst::F32AStore => F32,
+                    Inst::RefAStore => Ref,
+                    Inst::I64AStore => I64,
+                    _ => F64,
+                };
+                let x = self.pop(k);
+                let idx = self.pop(I32);
+                let r = self.pop(Ref);
+                self.depth += 3;
+                let size = if matches!(k, I64 | F64) { 8 } else { 4 };
+                let a = self.elem_addr(r, idx, size, bci);
+                self.depth -= 3;
+                self.b.ins().store(trusted(), x, a, 0);
+            }
+            Inst::GetField { field } => {
+                let k = self.v.field(field).ty.kind();
+                let r = self.pop(Ref);
+                self.depth += 1;
+                self.null_check(r, bci);
+                self.depth -= 1;
+                let base = self.obj_addr(r);
+                let off = self.prog.layout.field_offset[field.index()] as i32;
+                let x = self.b.ins().load(cl_type(k), trusted(), base, off);
+                self.push(k, x);
+            }
+            Inst::PutField { field } => {
+                let k = self.v.field(field).ty.kind();
+                let x = self.pop(k);
+                let r = self.pop(Ref);
+                self.depth += 2;
+                self.null_check(r, bci);
+                self.depth -= 2;
+                let base = self.obj_addr(r);
+                let off = self.prog.layout.field_offset[field.index()] as i32;
+                self.b.ins().store(trusted(), x, base, off);
+            }
+            Inst::F32Sqrt => un!(F32, sqrt),
+            Inst::F32Abs => un!(F32, fabs),
+            Inst::F32Min => bin!(F32, fmin),
+            Inst::F32Max => bin!(F32, fmax),
+            Inst::F32Floor => un!(F32, floor),
+            Inst::F32Ceil => un!(F32, ceil),
+            Inst::F32Exp => math1!(F32, "offload_f32_exp"),
+            Inst::F32Log => math1!(F32, "offload_f32_log"),
+            Inst::F32Sin => math1!(F32, "offload_f32_sin"),
+            Inst::F32Cos => math1!(F32, "offload_f32_cos"),
+            Inst::F32Pow => math2!(F32, "offload_f32_pow"),
+            Inst::F64Sqrt => un!(F64, sqrt),
+            Inst::F64Abs => un!(F64, fabs),
+            Inst::F64Min => bin!(F64, fmin),
+            Inst::F64Max => bin!(F64, fmax),
+            Inst::F64Floor => un!(F64, floor),
+            Inst::F64Ceil => un!(F64, ceil),
+            Inst::F64Exp => math1!(F64, "offload_f64_exp"),
+            Inst::F64Log => math1!(F64, "offload_f64_log"),
+            Inst::F64Sin => math1!(F64, "offload_f64_sin"),
+            Inst::F64Cos => math1!(F64, "offload_f64_cos"),
+            Inst::F64Pow => math2!(F64, "offload_f64_pow"),
+            Inst::F32Fma | Inst::F64Fma => {
+                let (k, name) = if inst == Inst::F32Fma {
+                    (F32, "offload_f32_fma")
+                } else {
+                    (F64, "offload_f64_fma")
+                };
+                let c = self.pop(k);
+                let b = self.pop(k);
+                let a = self.pop(k);
+                let r = self.call_math(name, &[a, b, c]);
+                self.push(k, r);
+            }
+            Inst::I32Abs | Inst::I64Abs => {
+                let k = if inst == Inst::I32Abs { I32 } else { I64 };
+                let a = self.pop(k);
+                let neg = self.b.ins().ineg(a);
+                let is_neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, a, 0);
+                let r = self.b.ins().select(is_neg, neg, a);
+                self.push(k, r);
+            }
+            Inst::I32Min => bin!(I32, smin),
+            Inst::I32Max => bin!(I32, smax),
+            Inst::I64Min => bin!(I64, smin),
+            Inst::I64Max => bin!(I64, smax),
+            Inst::I32ArrayAtomicAdd | Inst::I64ArrayAtomicAdd => {
+                let k = if inst == Inst::I32ArrayAtomicAdd {
+                    I32
+                } else {
+                    I64
+                };
+                let x = self.pop(k);
+                let idx = self.pop(I32);
+                let r = self.pop(Ref);
+                self.depth += 3;
+                let a = self.elem_addr(r, idx, if k == I32 { 4 } else { 8 }, bci);
+                self.depth -= 3;
+                let old = self
+                    .b
+                    .ins()
+                    .atomic_rmw(cl_type(k), trusted(), AtomicRmwOp::Add, a, x);
+                self.push(k, old);
+            }
+            Inst::I32ArrayCmpxchg | Inst::I64ArrayCmpxchg => {
+                let k = if inst == Inst::I32ArrayCmpxchg {
+                    I32
+                } else {
+                    I64
+                };
+                let new = self.pop(k);
+                let expected = self.pop(k);
+                let idx = self.pop(I32);
+                let r = self.pop(Ref);
+                self.depth += 4;
+                let a = self.elem_addr(r, idx, if k == I32 { 4 } else { 8 }, bci);
+                self.depth -= 4;
+                let old = self.b.ins().atomic_cas(trusted(), a, expected, new);
+                self.push(k, old);
+            }
+            Inst::FieldAtomicAdd { field } | Inst::FieldCmpxchg { field } => {
+                let k = self.v.field(field).ty.kind();
+                let cas = matches!(inst, Inst::FieldCmpxchg { .. });
+                let new = self.pop(k);
+                let expected = if cas { Some(self.pop(k)) } else { None };
+                let r = self.pop(Ref);
+                let n = if cas { 3 } else { 2 };
+                self.depth += n;
+                self.null_check(r, bci);
+                self.depth -= n;
+                let base = self.obj_addr(r);
+                let off = self.prog.layout.field_offset[field.index()];
+                let a = self.b.ins().iadd_imm_s(base, i64::from(off));
+                let old = match expected {
+                    None => {
+                        self.b
+                            .ins()
+                            .atomic_rmw(cl_type(k), trusted(), AtomicRmwOp::Add, a, new)
+                    }
+                    Some(e) => self.b.ins().atomic_cas(trusted(), a, e, new),
+                };
+                self.push(k, old);
+            }
+            Inst::Ret => {
+                let next = self.env.next_item.expect("set");
+                self.b.ins().jump(next, &[]);
+                return Ok(true);
+            }
+            Inst::Throw { .. } => {
+                self.deopt_here(bci, Reason::Throw);
+                return Ok(true);
+            }
+            Inst::NewArray { .. }
+            | Inst::New { .. }
+            | Inst::InstanceOf { .. }
+            | Inst::CheckCast { .. }
+            | Inst::Call { .. }
+            | Inst::CallVirt { .. } => {
+                return Err(JitError::Unsupported(format!(
+                    "`{}`",
+                    inst.opcode().mnemonic()
+                )));
+            }
+        }
+        Ok(false)
+    }
+}

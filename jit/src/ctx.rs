@@ -1,0 +1,107 @@
+//! The interface between compiled slot loops and the runtime: the launch
+//! context every slot receives, and its exit codes. `#[repr(C)]`, with the
+//! field offsets the code generators use written down once here.
+
+use std::sync::atomic::{AtomicI64, AtomicU32};
+
+/// Control-word bit: some slot deoptimized; every slot stops before its next
+/// workitem.
+pub const CONTROL_DEOPT: u32 = 1;
+/// Control-word bit: the host requests a safepoint; slots stop before their
+/// next workitem and deoptimize at their next back-edge poll.
+pub const CONTROL_SAFEPOINT: u32 = 2;
+
+/// Slot exit: the range is exhausted.
+pub const EXIT_DONE: u32 = 0;
+/// Slot exit: it saw the control word set and stopped between workitems; its
+/// unstarted rest is in `never_ran`.
+pub const EXIT_STOPPED: u32 = 1;
+/// Slot exit: its workitem deoptimized; the record is in the save area.
+pub const EXIT_DEOPT: u32 = 2;
+
+/// What a compiled slot loop needs. The runtime owns every pointed-to object
+/// and keeps it alive (and the heap committed) for the whole launch.
+#[repr(C)]
+#[derive(Debug)]
+pub struct LaunchCtx {
+    /// The heap's first byte; references are word offsets from here.
+    pub heap_base: *mut u8,
+    /// The next unclaimed workitem.
+    pub cursor: *const AtomicI64,
+    /// One past the last workitem.
+    pub end: i64,
+    /// Workitems per claim.
+    pub chunk: i64,
+    /// The control word.
+    pub control: *const AtomicU32,
+    /// The save area: one record of `record_words` words per slot.
+    pub save_area: *mut u64,
+    /// Words per save record.
+    pub record_words: u64,
+    /// Per slot, two words: the unstarted `[start, end)` of its chunk.
+    pub never_ran: *mut i64,
+    /// Per slot, workitems it completed.
+    pub completed: *mut u64,
+    /// The kernel's captures, one raw slot each.
+    pub captures: *const u64,
+}
+
+// SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
+// points to is either atomic (`cursor`, `control`, the save area's site words
+// and the heap cells compiled code updates atomically), read-only during the
+// launch (`captures`, `end`, `chunk`), or divided by slot (each slot writes
+// only its own save record, `never_ran` pair and `completed` word).
+unsafe impl Sync for LaunchCtx {}
+// SAFETY: as above; the context holds no thread-affine state.
+unsafe impl Send for LaunchCtx {}
+
+/// Byte offsets of the [`LaunchCtx`] fields, for code generators.
+pub mod offsets {
+    /// `heap_base`.
+    pub const HEAP_BASE: i32 = 0;
+    /// `cursor`.
+    pub const CURSOR: i32 = 8;
+    /// `end`.
+    pub const END: i32 = 16;
+    /// `chunk`.
+    pub const CHUNK: i32 = 24;
+    /// `control`.
+    pub const CONTROL: i32 = 32;
+    /// `save_area`.
+    pub const SAVE_AREA: i32 = 40;
+    /// `record_words`.
+    pub const RECORD_WORDS: i32 = 48;
+    /// `never_ran`.
+    pub const NEVER_RAN: i32 = 56;
+    /// `completed`.
+    pub const COMPLETED: i32 = 64;
+    /// `captures`.
+    pub const CAPTURES: i32 = 72;
+}
+
+/// The compiled slot loop: run workitems until the range is exhausted or the
+/// control word says stop; returns an `EXIT_*` code.
+pub type SlotFn = unsafe extern "C" fn(ctx: *const LaunchCtx, slot: u64) -> u32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn offsets_match_the_struct() {
+        assert_eq!(offset_of!(LaunchCtx, heap_base) as i32, offsets::HEAP_BASE);
+        assert_eq!(offset_of!(LaunchCtx, cursor) as i32, offsets::CURSOR);
+        assert_eq!(offset_of!(LaunchCtx, end) as i32, offsets::END);
+        assert_eq!(offset_of!(LaunchCtx, chunk) as i32, offsets::CHUNK);
+        assert_eq!(offset_of!(LaunchCtx, control) as i32, offsets::CONTROL);
+        assert_eq!(offset_of!(LaunchCtx, save_area) as i32, offsets::SAVE_AREA);
+        assert_eq!(
+            offset_of!(LaunchCtx, record_words) as i32,
+            offsets::RECORD_WORDS
+        );
+        assert_eq!(offset_of!(LaunchCtx, never_ran) as i32, offsets::NEVER_RAN);
+        assert_eq!(offset_of!(LaunchCtx, completed) as i32, offsets::COMPLETED);
+        assert_eq!(offset_of!(LaunchCtx, captures) as i32, offsets::CAPTURES);
+    }
+}

@@ -1,0 +1,176 @@
+//! `offload-jit`: compiles verified kernels to native code.
+//!
+//! The CPU backend ([`cpu`]) lowers a kernel through cranelift-frontend into
+//! one persistent slot loop per kernel version: each slot claims chunks of
+//! workitems from an atomic cursor, checks the control word before every
+//! workitem, polls at loop back-edges, and leaves through deopt exits that
+//! write the site's frame state into the bounded save area in the layout of
+//! [`offload_deopt::SaveLayout`] — the same mechanism a GPU runs (the PTX
+//! backend comes next). The runtime (`offload`) owns the launch → replay
+//! loop.
+//!
+//! [`CpuJit`] owns the Cranelift module (one per kernel version, since a
+//! `JITModule` frees its code only when dropped whole) behind a mutex: a
+//! `JITModule` is `Send` but not `Sync`, so compilation is serialized while
+//! the finished function pointers are called from any thread.
+
+#![deny(missing_docs)]
+
+pub mod cpu;
+pub mod ctx;
+mod math;
+
+use cranelift_jit::{JITBuilder, JITModule};
+use offload_deopt::DeoptMetadata;
+use offload_host_interp::Program;
+use offload_ir::FuncId;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub use ctx::{LaunchCtx, SlotFn};
+
+/// Why a kernel was not compiled.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JitError {
+    /// The kernel uses something the backend does not compile yet.
+    #[error("not compiled by the CPU backend: {0}")]
+    Unsupported(String),
+    /// Cranelift rejected what we generated (a bug: the message carries the IR).
+    #[error("code generation failed: {0}")]
+    Codegen(String),
+    /// This machine is not a Cranelift target.
+    #[error("no native code generator for this machine: {0}")]
+    Host(String),
+}
+
+/// A compiled kernel version.
+pub struct CompiledKernel {
+    /// The kernel.
+    pub kernel: FuncId,
+    /// Its version.
+    pub version: u32,
+    /// Its deopt metadata (sites, frame states, save layout).
+    pub meta: DeoptMetadata,
+    /// How long compilation took.
+    pub compile_time: Duration,
+    program: *const Program,
+    entry: SlotFn,
+    /// Owns the code; freed when the kernel version is dropped.
+    module: Mutex<Option<JITModule>>,
+}
+
+impl std::fmt::Debug for CompiledKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledKernel")
+            .field("kernel", &self.kernel)
+            .field("version", &self.version)
+            .field("sites", &self.meta.sites.len())
+            .field("compile_time", &self.compile_time)
+            .finish()
+    }
+}
+
+// SAFETY: `program` is only compared, never dereferenced; the module is
+// behind a mutex and the entry point is plain code.
+unsafe impl Send for CompiledKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CompiledKernel {}
+
+impl CompiledKernel {
+    /// The program this version was compiled from (for identity checks only).
+    pub fn program(&self) -> *const Program {
+        self.program
+    }
+
+    /// Run slot `slot` of a launch: claim and run workitems until the range is
+    /// exhausted or the control word stops it. Returns an `EXIT_*` code.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` must describe a live launch of this kernel version: every pointer
+    /// valid for the whole call (the heap committed over every object the
+    /// kernel can reach, `captures` holding values that passed the closure's
+    /// type check, the save area and the `never_ran`/`completed` arrays sized
+    /// for at least `slot + 1` slots with this version's record width).
+    pub unsafe fn run_slot(&self, ctx: &LaunchCtx, slot: usize) -> u32 {
+        // SAFETY: the caller guarantees `ctx` (see above); the code stays
+        // alive as long as `self` does.
+        unsafe { (self.entry)(ctx, slot as u64) }
+    }
+}
+
+impl Drop for CompiledKernel {
+    fn drop(&mut self) {
+        if let Some(m) = self
+            .module
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            // SAFETY: the code can only be entered through `run_slot`, which
+            // borrows `self`; with `self` being dropped no call is running or
+            // can start.
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+/// The CPU JIT.
+#[derive(Debug, Default)]
+pub struct CpuJit {
+    lock: Mutex<()>,
+}
+
+impl CpuJit {
+    /// A JIT for this machine.
+    pub fn new() -> CpuJit {
+        CpuJit::default()
+    }
+
+    /// Compile version `version` of kernel `k` of `prog`.
+    pub fn compile(
+        &self,
+        prog: &Program,
+        k: FuncId,
+        version: u32,
+    ) -> Result<CompiledKernel, JitError> {
+        self.compile_with(prog, k, version, None)
+    }
+
+    /// Compile with fault injection (see [`cpu::Injection`]).
+    pub fn compile_with(
+        &self,
+        prog: &Program,
+        k: FuncId,
+        version: u32,
+        inject: Option<cpu::Injection>,
+    ) -> Result<CompiledKernel, JitError> {
+        let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
+        let mut builder = JITBuilder::new(cranelift_module::default_libcall_names())
+            .map_err(|e| JitError::Host(e.to_string()))?;
+        for (name, ptr) in math::symbols() {
+            builder.symbol(name, ptr);
+        }
+        let mut module = JITModule::new(builder);
+        let name = format!("k{}_v{version}", k.0);
+        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, inject)?;
+        module
+            .finalize_definitions()
+            .map_err(|e| JitError::Codegen(e.to_string()))?;
+        let code = module.get_finalized_function(id);
+        // SAFETY: `code` is the finalized code of a function declared with
+        // the signature `(ptr, i64) -> i32`, which is `SlotFn`'s C ABI; the
+        // module that owns the code is kept alive inside the returned value.
+        let entry: SlotFn = unsafe { std::mem::transmute::<*const u8, SlotFn>(code) };
+        Ok(CompiledKernel {
+            kernel: k,
+            version,
+            meta,
+            compile_time: t0.elapsed(),
+            program: prog,
+            entry,
+            module: Mutex::new(Some(module)),
+        })
+    }
+}

@@ -1,0 +1,205 @@
+//! The CPU device (Cranelift JIT + deopt + replay) against the interpreter.
+
+use offload::demo::example;
+use offload::deopt::Reason;
+use offload::ir::ExceptionKind;
+use offload::reference as native;
+use offload::{Device, OffloadError, Runtime, par_offload};
+use offload_jit::cpu::Injection;
+
+const INC: &str = "
+kernel inc(i: i64, out: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load out
+    load j
+    load out
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}
+";
+
+fn cpu(workers: usize) -> Runtime {
+    Runtime::builder()
+        .workers(workers)
+        .device(Device::Cpu)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_demo_matches_native_rust_on_the_cpu_device() {
+    let rt = cpu(2);
+    let rows = offload::demo::run(&rt, offload::demo::Sizes { shrink: 20 }).unwrap();
+    let bad: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
+    assert!(bad.is_empty(), "{}", offload::demo::table(&rows));
+}
+
+#[test]
+fn compiled_kernels_run_natively_and_others_fall_back_with_a_reason() {
+    let rt = cpu(2);
+    let m = rt.load("saxpy.obc", example("saxpy.obc")).unwrap();
+    let (x, y) = (
+        rt.array(&[1.0f32; 100]).unwrap(),
+        rt.array(&[2.0f32; 100]).unwrap(),
+    );
+    let r = par_offload(
+        0..100,
+        &m.closure("saxpy", [3.0f32.into(), (&x).into(), (&y).into()])
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (r.device, r.on_device, r.replayed, r.launches),
+        (Device::Cpu, 100, 0, 1),
+        "{r}"
+    );
+    assert!(r.fallback.is_none());
+    assert_eq!(rt.read(&y).unwrap(), vec![5.0; 100]);
+
+    let m = rt.load("shapes.obc", example("shapes.obc")).unwrap();
+    let out = rt.new_array::<f64>(10).unwrap();
+    let r = par_offload(0..10, &m.closure("shape_areas", [(&out).into()]).unwrap()).unwrap();
+    let why = r.fallback.expect("shapes allocates: interpreter");
+    assert!(why.contains("allocation"), "{why}");
+    assert_eq!(
+        rt.read(&out).unwrap(),
+        (0..10).map(native::shape_area).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn exceptions_deopt_and_are_reported_as_on_the_interpreter() {
+    let n = 20_000usize;
+    let a: Vec<i32> = (0..n as i32)
+        .map(|j| if j % 97 == 5 { -1 } else { j })
+        .collect();
+    let b: Vec<i32> = (0..n as i32)
+        .map(|j| if j % 1000 == 999 { 0 } else { 3 })
+        .collect();
+    let run = |rt: &Runtime| {
+        let m = rt.load("throws.obc", example("throws.obc")).unwrap();
+        let (aa, ba, oa) = (
+            rt.array(&a).unwrap(),
+            rt.array(&b).unwrap(),
+            rt.new_array::<i32>(n).unwrap(),
+        );
+        let c = m
+            .closure("checked_div", [(&aa).into(), (&ba).into(), (&oa).into()])
+            .unwrap();
+        let e = match par_offload(0..n as i64, &c) {
+            Err(OffloadError::Exceptions(e)) => e,
+            other => panic!("expected exceptions, got {other:?}"),
+        };
+        (e, rt.read(&oa).unwrap())
+    };
+    let (ei, oi) = run(&Runtime::builder()
+        .workers(2)
+        .device(Device::Interpreter)
+        .build()
+        .unwrap());
+    let (ec, oc) = run(&cpu(2));
+    assert_eq!(oc, oi, "same heap");
+    assert_eq!(
+        (ec.count, &ec.by_kind, &ec.workitems),
+        (ei.count, &ei.by_kind, &ei.workitems)
+    );
+    assert_eq!(ec.first.kind, ExceptionKind::IllegalArgument);
+    assert_eq!(ec.first.workitem, Some(5));
+    assert_eq!(
+        ec.first.trace, ei.first.trace,
+        "the replayed exception has the interpreter's trace"
+    );
+    let r = &ec.report;
+    assert!(r.fallback.is_none());
+    assert_eq!(
+        r.replayed, ec.count,
+        "every throwing workitem deopted and was replayed"
+    );
+    assert!(r.deopts.keys().any(|&(_, reason)| reason == Reason::Throw));
+    assert!(
+        r.deopts
+            .keys()
+            .any(|&(_, reason)| reason == Reason::DivideByZero)
+    );
+    assert!(r.launches > 1 && r.never_ran > 0, "{r}");
+    assert_eq!(r.completed, (n as u64) - ec.count);
+    assert!(!r.deopt_table.is_empty());
+    assert!(r.deopt_table_text().contains("replayed, threw"));
+}
+
+fn injected_inc(site_bci: u32, modulus: i64, n: usize) -> offload::LaunchReport {
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .inject(Injection {
+            site_bci,
+            modulus,
+            remainder: 3 % modulus,
+        })
+        .build()
+        .unwrap();
+    let m = rt.load("inc.obc", INC).unwrap();
+    let out = rt.new_array::<i32>(n).unwrap();
+    let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+    let got = rt.read(&out).unwrap();
+    let wrong: Vec<usize> = (0..n).filter(|&i| got[i] != 1).take(5).collect();
+    assert!(
+        wrong.is_empty(),
+        "cells not exactly 1 with deopts at bci {site_bci}: {wrong:?}\n{r}"
+    );
+    assert!(r.fallback.is_none(), "{:?}", r.fallback);
+    assert_eq!(
+        r.replayed,
+        (0..n as i64).filter(|w| w % modulus == 3 % modulus).count() as u64,
+        "{r}"
+    );
+    assert_eq!(r.completed, n as u64);
+    r
+}
+
+#[test]
+fn exactly_once_under_injected_deopts_at_every_site() {
+    // Sites of `inc`: the entry (0), the load of out[j] (7) and the store (10).
+    for site in [0, 7, 10] {
+        let r = injected_inc(site, 7, 20_000);
+        assert!(r.launches > 1 && r.never_ran > 0, "{r}");
+        let reason = if site == 0 {
+            Reason::Safepoint
+        } else {
+            Reason::NullCheck
+        };
+        assert!(r.deopts.contains_key(&(site, reason)), "{:?}", r.deopts);
+    }
+    // A deopt storm: every workitem deopts.
+    let r = injected_inc(10, 1, 3000);
+    assert_eq!(r.on_device, 0);
+}
+
+#[test]
+fn bounded_bookkeeping_for_a_huge_range() {
+    // 10^9 workitems where the first deopts: the launch stops at once and its
+    // bookkeeping is one record per slot plus the never-ran ranges, whatever
+    // the range. (Measured by what the report carries, not by timing.)
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .inject(Injection {
+            site_bci: 0,
+            modulus: 1_000_000_000_000,
+            remainder: 0,
+        })
+        .build()
+        .unwrap();
+    let m = rt.load("probe.obc", "kernel probe(i: i64, out: i64[]) {\n    load i\n    i64.const 1000000000\n    i64.lt\n    br_unless done\n  done:\n    ret\n}\n").unwrap();
+    let out = rt.new_array::<i64>(1).unwrap();
+    let r = par_offload(0..1_000, &m.closure("probe", [(&out).into()]).unwrap()).unwrap();
+    assert_eq!(r.replayed, 1);
+    assert!(r.deopt_table.len() <= offload::LaunchReport::TABLE_ROWS);
+}
