@@ -1,6 +1,6 @@
-//! The interpreter against native Rust on the example kernels, in the same
-//! run: native sequential, native rayon, and `par_offload` on the
-//! interpreter with one worker and with every core. Allocation kernels also
+//! offload against native Rust on the example kernels, in the same run:
+//! native sequential, native rayon, and `par_offload` on the interpreter and
+//! on the CPU JIT device, each with one worker and with every core. Allocation kernels also
 //! compare against `Box::new` on rayon and a per-thread bump allocator.
 //!
 //! `cargo bench --bench interp`, then `python3 scripts/bench-ratios.py` for the
@@ -9,19 +9,19 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use offload::demo::example;
 use offload::reference as native;
-use offload::{Arg, Runtime, par_offload};
+use offload::{Arg, Device, Runtime, par_offload};
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Duration;
 
-fn runtimes() -> [(&'static str, Runtime); 2] {
+fn runtimes() -> Vec<(&'static str, Runtime)> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-    [
-        ("interp_1", Runtime::builder().workers(1).build().unwrap()),
-        (
-            "interp_all",
-            Runtime::builder().workers(all).build().unwrap(),
-        ),
+    let rt = |workers, device| Runtime::builder().workers(workers).device(device).build().unwrap();
+    vec![
+        ("interp_1", rt(1, Device::Interpreter)),
+        ("interp_all", rt(all, Device::Interpreter)),
+        ("cpu_1", rt(1, Device::Cpu)),
+        ("cpu_all", rt(all, Device::Cpu)),
     ]
 }
 
