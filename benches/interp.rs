@@ -16,7 +16,13 @@ use std::time::Duration;
 
 fn runtimes() -> Vec<(&'static str, Runtime)> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let rt = |workers, device| Runtime::builder().workers(workers).device(device).build().unwrap();
+    let rt = |workers, device| {
+        Runtime::builder()
+            .workers(workers)
+            .device(device)
+            .build()
+            .unwrap()
+    };
     vec![
         ("interp_1", rt(1, Device::Interpreter)),
         ("interp_all", rt(all, Device::Interpreter)),
