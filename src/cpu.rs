@@ -28,21 +28,16 @@ use std::time::{Duration, Instant};
 /// The compiled version of the closure's kernel (compiled on first use and
 /// cached), or why it cannot be compiled.
 pub(crate) fn compiled(rt: &Runtime, closure: &Closure) -> Result<Arc<CompiledKernel>, JitError> {
-    let prog = &closure.module.prog;
-    let key = (prog.class_base, closure.kernel, 0);
-    // Modules share a runtime's class-id space, so the class base identifies
-    // the module; modules without classes share base values, so check the
-    // kernel really is this module's before trusting a cached entry.
-    if let Some(hit) = rt.inner.compiled.get(&key)
-        && let Ok(ck) = hit.value()
-        && std::ptr::eq(ck.program(), Arc::as_ptr(prog))
-    {
-        return Ok(ck.clone());
+    // Keyed by the module's id, which a runtime never reuses (an address or a
+    // class base could come back for another module).
+    let key = (closure.module.id, closure.kernel, 0);
+    if let Some(hit) = rt.inner.compiled.get(&key) {
+        return hit.value().clone();
     }
     let result = rt
         .inner
         .jit
-        .compile_with(prog, closure.kernel, 0, rt.inner.inject)
+        .compile_with(&closure.module.prog, closure.kernel, 0, rt.inner.inject)
         .map(Arc::new);
     rt.inner.compiled.insert(key, result.clone());
     result

@@ -124,6 +124,7 @@ impl RuntimeBuilder {
                 inject: self.inject,
                 compiled: dashmap::DashMap::new(),
                 next_class: Mutex::new(0),
+                next_module: AtomicU64::new(0),
             }),
         })
     }
@@ -141,14 +142,15 @@ pub(crate) struct Inner {
     pub(crate) control: offload_host_interp::Control,
     pub(crate) jit: offload_jit::CpuJit,
     pub(crate) inject: Option<offload_jit::cpu::Injection>,
-    /// Compiled kernel versions by (module class base, kernel, version), or
-    /// why the kernel could not be compiled.
+    /// Compiled kernel versions by (module id, kernel, version), or why the
+    /// kernel could not be compiled.
     #[allow(clippy::type_complexity)]
     pub(crate) compiled: dashmap::DashMap<
-        (u32, FuncId, u32),
+        (u64, FuncId, u32),
         Result<Arc<offload_jit::CompiledKernel>, offload_jit::JitError>,
     >,
     next_class: Mutex<u32>,
+    next_module: AtomicU64,
 }
 
 /// The offload runtime: one managed heap, a pool of workers, a device.
@@ -164,6 +166,8 @@ pub struct Module {
     pub(crate) rt: Runtime,
     pub(crate) prog: Arc<Program>,
     pub(crate) name: String,
+    /// Unique within the runtime, never reused: the key of compiled code.
+    pub(crate) id: u64,
 }
 
 /// A kernel with its captured values, type-checked against the signature.
@@ -412,6 +416,7 @@ impl Runtime {
             rt: self.clone(),
             prog: Arc::new(Program::new(Arc::new(verified), base)),
             name: name.to_string(),
+            id: self.inner.next_module.fetch_add(1, Ordering::Relaxed),
         })
     }
 

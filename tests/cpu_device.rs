@@ -203,3 +203,22 @@ fn bounded_bookkeeping_for_a_huge_range() {
     assert_eq!(r.replayed, 1);
     assert!(r.deopt_table.len() <= offload::LaunchReport::TABLE_ROWS);
 }
+
+#[test]
+fn compiled_code_is_never_reused_for_another_module() {
+    // Same kernel name and id, no classes, the first module dropped before the
+    // second is loaded: the second must run its own code.
+    let rt = cpu(1);
+    let src = |c: i32| {
+        format!(
+            "kernel k(i: i64, out: i32[]) {{\n    load out\n    load i\n    i64.to_i32\n    i32.const {c}\n    i32.astore\n    ret\n}}\n"
+        )
+    };
+    for c in [7, 9, 11] {
+        let m = rt.load("k.obc", &src(c)).unwrap();
+        let out = rt.new_array::<i32>(4).unwrap();
+        let r = par_offload(0..4, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+        assert!(r.fallback.is_none());
+        assert_eq!(rt.read(&out).unwrap(), vec![c; 4]);
+    }
+}

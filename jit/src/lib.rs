@@ -53,7 +53,6 @@ pub struct CompiledKernel {
     pub meta: DeoptMetadata,
     /// How long compilation took.
     pub compile_time: Duration,
-    program: *const Program,
     entry: SlotFn,
     /// Owns the code; freed when the kernel version is dropped.
     module: Mutex<Option<JITModule>>,
@@ -70,18 +69,13 @@ impl std::fmt::Debug for CompiledKernel {
     }
 }
 
-// SAFETY: `program` is only compared, never dereferenced; the module is
-// behind a mutex and the entry point is plain code.
+// SAFETY: the module is behind a mutex, and the entry point is plain code
+// that may run on any thread.
 unsafe impl Send for CompiledKernel {}
 // SAFETY: as above.
 unsafe impl Sync for CompiledKernel {}
 
 impl CompiledKernel {
-    /// The program this version was compiled from (for identity checks only).
-    pub fn program(&self) -> *const Program {
-        self.program
-    }
-
     /// Run slot `slot` of a launch: claim and run workitems until the range is
     /// exhausted or the control word stops it. Returns an `EXIT_*` code.
     ///
@@ -168,7 +162,6 @@ impl CpuJit {
             version,
             meta,
             compile_time: t0.elapsed(),
-            program: prog,
             entry,
             module: Mutex::new(Some(module)),
         })
