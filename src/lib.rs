@@ -29,6 +29,7 @@ pub use offload_host_interp as interp;
 pub use offload_ir as ir;
 pub use offload_tlab as tlab;
 
+pub mod bench;
 mod cpu;
 pub mod demo;
 pub mod diagnostics;

@@ -53,6 +53,27 @@ enum Command {
         #[arg(long, default_value = "cpu")]
         device: offload::Device,
     },
+    /// Benchmark offload against native Rust in the same run: compute
+    /// kernels against rayon, forced deopt rates against none, compile
+    /// latency. Ratios are baseline time ÷ offload time (above 1: offload is
+    /// faster).
+    Bench {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Device: cpu or interp.
+        #[arg(long, default_value = "cpu")]
+        device: offload::Device,
+        /// Worker threads (default: every core).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Divide every problem size by this (for quick runs).
+        #[arg(long, default_value_t = 1)]
+        shrink: usize,
+        /// Timed repetitions per measurement (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+    },
     /// Show the verifier's types and the shared analyses (blocks, back-edges,
     /// liveness, deopt sites with frame states) of a file's functions.
     Analyze {
@@ -156,6 +177,34 @@ fn run(cli: Cli) -> Result<(), String> {
                 ));
             }
             println!("all {} examples match native Rust", rows.len());
+            Ok(())
+        }
+        Command::Bench {
+            json,
+            device,
+            workers,
+            shrink,
+            reps,
+        } => {
+            let mut b = offload::Runtime::builder().device(device);
+            if let Some(w) = workers {
+                b = b.workers(w);
+            }
+            let rt = b.build().map_err(|e| format!("error: {e}"))?;
+            let rows =
+                offload::bench::run(&rt, shrink, reps.max(1)).map_err(|e| format!("error: {e}"))?;
+            if json {
+                for r in &rows {
+                    println!("{}", r.json());
+                }
+            } else {
+                println!(
+                    "offload bench: {} workers on the {} device (ratio = baseline time / offload time)",
+                    rt.workers(),
+                    device.name()
+                );
+                print!("{}", offload::bench::table(&rows));
+            }
             Ok(())
         }
         Command::Analyze { file, func } => {

@@ -131,3 +131,49 @@ fn demo_runs_every_example_and_checks_it() {
     assert_eq!(code, 2, "clap rejects a bad policy");
     assert!(err.contains("unknown allocation policy"), "{err}");
 }
+
+#[test]
+fn bench_prints_json_lines_with_ratios() {
+    let (code, out, err) = offload(&[
+        "bench",
+        "--json",
+        "--shrink",
+        "64",
+        "--reps",
+        "1",
+        "--workers",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() >= 10, "{out}");
+    for l in &lines {
+        for field in [
+            "\"bench\":",
+            "\"device\":\"cpu\"",
+            "\"baseline\":",
+            "\"ratio\":",
+            "\"offload_ns\":",
+            "\"baseline_ns\":",
+        ] {
+            assert!(l.contains(field), "{field} missing in {l}");
+        }
+        assert!(l.starts_with('{') && l.ends_with('}'), "{l}");
+    }
+    for b in [
+        "saxpy",
+        "mandelbrot",
+        "nbody",
+        "matmul",
+        "blackscholes",
+        "deopt 1%",
+        "compile saxpy",
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("\"bench\":\"{b}\""))),
+            "{b} missing:\n{out}"
+        );
+    }
+}

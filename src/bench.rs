@@ -1,0 +1,279 @@
+//! `offload bench`: offload against native Rust in the same run, as a table
+//! or as JSON lines (`bench`, `device`, `baseline`, `ratio`, `offload_ns`,
+//! `baseline_ns`; ratio = baseline time ÷ offload time, so above 1 means
+//! offload is faster). Medians of repeated runs; criterion benches
+//! (`cargo bench`) give the same comparisons with confidence intervals.
+
+use crate::demo::example;
+use crate::reference as native;
+use crate::{Arg, Device, OffloadError, Runtime, par_offload};
+use std::time::{Duration, Instant};
+
+/// One comparison.
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    /// What was measured.
+    pub bench: String,
+    /// The offload device.
+    pub device: Device,
+    /// What it was compared with.
+    pub baseline: String,
+    /// Median offload time.
+    pub offload: Duration,
+    /// Median baseline time.
+    pub baseline_time: Duration,
+    /// A note (e.g. the kernel ran on the interpreter, and why).
+    pub note: String,
+}
+
+impl BenchResult {
+    /// Baseline time ÷ offload time.
+    pub fn ratio(&self) -> f64 {
+        self.baseline_time.as_secs_f64() / self.offload.as_secs_f64().max(1e-12)
+    }
+
+    /// One JSON object.
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"bench\":\"{}\",\"device\":\"{}\",\"baseline\":\"{}\",\"ratio\":{:.4},\"offload_ns\":{},\"baseline_ns\":{},\"note\":\"{}\"}}",
+            self.bench,
+            self.device.name(),
+            self.baseline,
+            self.ratio(),
+            self.offload.as_nanos(),
+            self.baseline_time.as_nanos(),
+            self.note.replace('"', "'")
+        )
+    }
+}
+
+fn median(
+    mut f: impl FnMut() -> Result<(), OffloadError>,
+    reps: usize,
+) -> Result<Duration, OffloadError> {
+    f()?; // warm up (and compile)
+    let mut t: Vec<Duration> = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        f()?;
+        t.push(t0.elapsed());
+    }
+    t.sort();
+    Ok(t[t.len() / 2])
+}
+
+fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
+    median(
+        || {
+            f();
+            Ok(())
+        },
+        reps,
+    )
+    .expect("native code does not fail")
+}
+
+/// Run the benchmarks on `rt` (`shrink` divides the problem sizes).
+#[allow(clippy::too_many_lines)]
+pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
+    let s = shrink.max(1);
+    let device = rt.device();
+    let mut out = Vec::new();
+    let mut push =
+        |bench: &str, baseline: &str, offload: Duration, base: Duration, note: String| {
+            out.push(BenchResult {
+                bench: bench.into(),
+                device,
+                baseline: baseline.into(),
+                offload,
+                baseline_time: base,
+                note,
+            });
+        };
+    let note_of = |r: &crate::LaunchReport| r.fallback.clone().unwrap_or_default();
+
+    // saxpy
+    let n = (1 << 20) / s;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let mut y = vec![1.0f32; n];
+    let m = rt.load("saxpy.obc", example("saxpy.obc"))?;
+    let (xa, ya) = (rt.array(&x)?, rt.array(&y)?);
+    let c = m.closure("saxpy", [2.0f32.into(), (&xa).into(), (&ya).into()])?;
+    let mut note = String::new();
+    let t = median(
+        || par_offload(0..n as i64, &c).map(|r| note = note_of(&r)),
+        reps,
+    )?;
+    let b = native_median(|| native::saxpy_par(2.0, &x, &mut y), reps);
+    push("saxpy", "native rayon", t, b, note);
+
+    // mandelbrot
+    let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
+    let m = rt.load("mandelbrot.obc", example("mandelbrot.obc"))?;
+    let img = rt.new_array::<i32>((w * h) as usize)?;
+    let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
+    let mut note = String::new();
+    let t = median(
+        || par_offload(0..i64::from(w * h), &c).map(|r| note = note_of(&r)),
+        reps,
+    )?;
+    let mut nimg = vec![0; (w * h) as usize];
+    let b = native_median(|| native::mandelbrot_par(w, h, it, &mut nimg), reps);
+    push("mandelbrot", "native rayon", t, b, note);
+
+    // nbody
+    let nb = 512 / s.min(8);
+    let bodies = native::Bodies::random(nb, 3);
+    let m = rt.load("nbody.obc", example("nbody.obc"))?;
+    let mut args: Vec<Arg> = vec![(nb as i32).into(), 0.01f32.into(), 0.01f32.into()];
+    for v in [
+        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
+    ] {
+        args.push((&rt.array(v)?).into());
+    }
+    let c = m.closure("nbody", args)?;
+    let mut note = String::new();
+    let t = median(
+        || par_offload(0..nb as i64, &c).map(|r| note = note_of(&r)),
+        reps,
+    )?;
+    let mut p = bodies.clone();
+    let b = native_median(|| native::nbody_par(&mut p, 0.01, 0.01), reps);
+    push("nbody", "native rayon", t, b, note);
+
+    // matmul
+    let nm = 128 / s.min(4);
+    let a: Vec<f32> = (0..nm * nm).map(|i| (i % 17) as f32).collect();
+    let bm: Vec<f32> = (0..nm * nm).map(|i| (i % 13) as f32).collect();
+    let m = rt.load("matmul.obc", example("matmul.obc"))?;
+    let (aa, ba, ca) = (rt.array(&a)?, rt.array(&bm)?, rt.new_array::<f32>(nm * nm)?);
+    let c = m.closure(
+        "matmul",
+        [(nm as i32).into(), (&aa).into(), (&ba).into(), (&ca).into()],
+    )?;
+    let mut note = String::new();
+    let t = median(
+        || par_offload(0..(nm * nm) as i64, &c).map(|r| note = note_of(&r)),
+        reps,
+    )?;
+    let mut cm = vec![0.0; nm * nm];
+    let b = native_median(|| native::matmul_par(nm, &a, &bm, &mut cm), reps);
+    push("matmul", "native rayon", t, b, note);
+
+    // blackscholes
+    let no = 100_000 / s;
+    let (sp, st, ty) = native::options(no, 4);
+    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
+    let (sa, xa, ta, cl, pu) = (
+        rt.array(&sp)?,
+        rt.array(&st)?,
+        rt.array(&ty)?,
+        rt.new_array::<f32>(no)?,
+        rt.new_array::<f32>(no)?,
+    );
+    let c = m.closure(
+        "blackscholes",
+        [
+            0.02f32.into(),
+            0.3f32.into(),
+            (&sa).into(),
+            (&xa).into(),
+            (&ta).into(),
+            (&cl).into(),
+            (&pu).into(),
+        ],
+    )?;
+    let mut note = String::new();
+    let t = median(
+        || par_offload(0..no as i64, &c).map(|r| note = note_of(&r)),
+        reps,
+    )?;
+    let (mut wc, mut wp) = (vec![0.0; no], vec![0.0; no]);
+    let b = native_median(
+        || native::blackscholes_par(0.02, 0.3, &sp, &st, &ty, &mut wc, &mut wp),
+        reps,
+    );
+    push("blackscholes", "native rayon", t, b, note);
+
+    // Deopt rates: `inc` with every 1000th / 100th / 10th workitem forced to
+    // deopt at its store, against no deopts, on fresh runtimes of this device.
+    if device == Device::Cpu {
+        let ni = (1 << 20) / s;
+        let inc = "kernel inc(i: i64, out: i32[]) {\n    local j: i32\n    load i\n    i64.to_i32\n    store j\n    load out\n    load j\n    load out\n    load j\n    i32.aload\n    i32.const 1\n    i32.add\n    i32.astore\n    ret\n}\n";
+        let time_with = |modulus: Option<i64>| -> Result<(Duration, String), OffloadError> {
+            let mut b = Runtime::builder().workers(rt.workers()).device(Device::Cpu);
+            if let Some(m) = modulus {
+                b = b.inject(offload_jit::cpu::Injection {
+                    site_bci: 10,
+                    modulus: m,
+                    remainder: 0,
+                });
+            }
+            let r2 = b.build()?;
+            let m = r2.load("inc.obc", inc)?;
+            let o = r2.new_array::<i32>(ni)?;
+            let c = m.closure("inc", [(&o).into()])?;
+            let mut note = String::new();
+            let t = median(
+                || {
+                    par_offload(0..ni as i64, &c)
+                        .map(|r| note = format!("{} replayed, {} launches", r.replayed, r.launches))
+                },
+                reps,
+            )?;
+            Ok((t, note))
+        };
+        let (none, _) = time_with(None)?;
+        for (label, m) in [("deopt 0.1%", 1000), ("deopt 1%", 100), ("deopt 10%", 10)] {
+            let (t, note) = time_with(Some(m))?;
+            push(label, "no deopts", t, none, note);
+        }
+        // Compile latency: one fresh compile of each kernel above.
+        for (file, kernel) in [
+            ("saxpy.obc", "saxpy"),
+            ("mandelbrot.obc", "mandelbrot"),
+            ("nbody.obc", "nbody"),
+            ("matmul.obc", "matmul"),
+        ] {
+            let prog = rt.load(file, example(file))?;
+            let k = prog
+                .program()
+                .verified()
+                .func_named(kernel)
+                .expect("example kernel");
+            let jit = offload_jit::CpuJit::new();
+            let ck = jit
+                .compile(prog.program(), k, 0)
+                .map_err(|e| OffloadError::Setup(e.to_string()))?;
+            push(
+                &format!("compile {kernel}"),
+                "target 1 ms",
+                ck.compile_time,
+                Duration::from_millis(1),
+                String::new(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The results as a table.
+pub fn table(rows: &[BenchResult]) -> String {
+    let mut s = format!(
+        "{:<16} {:<7} {:<14} {:>12} {:>12} {:>8}  {}\n",
+        "bench", "device", "baseline", "offload", "baseline", "ratio", "note"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:<16} {:<7} {:<14} {:>12.3?} {:>12.3?} {:>7.2}x  {}\n",
+            r.bench,
+            r.device.name(),
+            r.baseline,
+            r.offload,
+            r.baseline_time,
+            r.ratio(),
+            r.note
+        ));
+    }
+    s
+}
