@@ -60,7 +60,7 @@ pub(crate) fn launch(
     let meta = &ck.meta;
     let area = SaveArea::new(workers, meta.layout);
     let alloc = Allocator::new(&inner.heap, inner.policy, workers);
-    let total = (range.end - range.start) as u64;
+    let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = chunk_size(total, workers);
     let mut pending: Vec<Range<i64>> = vec![range.clone()];
     let mut thrown = Thrown::default();
@@ -186,7 +186,10 @@ pub(crate) fn launch(
         if tail < r.end {
             rest.push(tail..r.end);
         }
-        never_ran += rest.iter().map(|r| (r.end - r.start) as u64).sum::<u64>();
+        never_ran += rest
+            .iter()
+            .map(|r| r.end.wrapping_sub(r.start) as u64)
+            .sum::<u64>();
         pending.extend(rest);
     }
     let alloc_stats = alloc.retire();

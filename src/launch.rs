@@ -197,9 +197,18 @@ pub(crate) fn launch(
             end: range.end,
         });
     }
-    if rt.inner.device == Device::Cpu && rt.inner.profile {
+    // The compiled slot loops claim chunks with an atomic add on the cursor,
+    // which every slot may push up to a chunk past the end; keep that far
+    // from overflowing.
+    let cursor_room = range.end <= i64::MAX - (1 << 32);
+    if rt.inner.device == Device::Cpu && (rt.inner.profile || !cursor_room) {
         let mut r = launch_interp(rt, range, closure);
-        let note = "ran on the interpreter: profiling is on".to_string();
+        let note = if cursor_room {
+            "ran on the interpreter: profiling is on".to_string()
+        } else {
+            "ran on the interpreter: the range ends too close to i64::MAX for the device cursor"
+                .to_string()
+        };
         match &mut r {
             Ok(rep) => rep.fallback = Some(note),
             Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
@@ -233,7 +242,7 @@ fn launch_interp(
     let t0 = Instant::now();
     let inner = &rt.inner;
     let prog = &*closure.module.prog;
-    let n = (range.end - range.start) as u64;
+    let n = range.end.wrapping_sub(range.start) as u64;
     let workers = inner.workers;
     let alloc = Allocator::new(&inner.heap, inner.policy, workers);
     let chunk = chunk_size(n, workers);
@@ -257,8 +266,8 @@ fn launch_interp(
                     (worker, it)
                 },
                 |(worker, it), c| {
-                    let lo = range.start + (c * chunk) as i64;
-                    let hi = (lo + chunk as i64).min(range.end);
+                    let lo = range.start.wrapping_add((c * chunk) as i64);
+                    let hi = lo.saturating_add(chunk as i64).min(range.end);
                     let mut done = 0u64;
                     let mut thrown = Thrown::default();
                     let _running = inner.control.enter();

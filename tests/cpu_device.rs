@@ -222,3 +222,39 @@ fn compiled_code_is_never_reused_for_another_module() {
         assert_eq!(rt.read(&out).unwrap(), vec![c; 4]);
     }
 }
+
+#[test]
+fn ranges_near_the_top_of_i64_do_not_wrap_the_cursor() {
+    let rt = cpu(2);
+    let src = "kernel k(i: i64, out: i64[]) {\n    load out\n    i32.const 0\n    i64.const 1\n    i64.array_atomic_add\n    pop\n    ret\n}\n";
+    let m = rt.load("k.obc", src).unwrap();
+    let out = rt.new_array::<i64>(1).unwrap();
+    let r = par_offload(
+        i64::MAX - 100..i64::MAX,
+        &m.closure("k", [(&out).into()]).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rt.read(&out).unwrap(), [100]);
+    assert!(r.fallback.unwrap().contains("i64::MAX"));
+    let r = par_offload(-50..50, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+    assert!(r.fallback.is_none());
+    assert_eq!(rt.read(&out).unwrap(), [200]);
+}
+
+#[test]
+fn ranges_near_the_bottom_of_i64_run_without_overflow() {
+    // Workitem indices near i64::MIN: chunk arithmetic must not overflow.
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .device(device)
+            .build()
+            .unwrap();
+        let m = rt
+            .load("k.obc", "kernel k(i: i64) {\n    ret\n}\n")
+            .unwrap();
+        let c = m.closure("k", []).unwrap();
+        let r = par_offload(i64::MIN..i64::MIN + 1000, &c).unwrap();
+        assert_eq!(r.completed, 1000, "{device:?}");
+    }
+}
