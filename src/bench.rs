@@ -199,7 +199,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     // deopt at its store, against no deopts, on fresh runtimes of this device.
     if device == Device::Cpu {
         let ni = (1 << 20) / s;
-        let inc = "kernel inc(i: i64, out: i32[]) {\n    local j: i32\n    load i\n    i64.to_i32\n    store j\n    load out\n    load j\n    load out\n    load j\n    i32.aload\n    i32.const 1\n    i32.add\n    i32.astore\n    ret\n}\n";
+        let inc = crate::demo::INC_KERNEL;
         let time_with = |modulus: Option<i64>| -> Result<(Duration, String), OffloadError> {
             let mut b = Runtime::builder().workers(rt.workers()).device(Device::Cpu);
             if let Some(m) = modulus {

@@ -32,6 +32,26 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("throws.obc", include_str!("../examples/kernels/throws.obc")),
 ];
 
+/// The exactly-once probe: `out[i] += 1` with a plain load and store, so a
+/// workitem run twice (or never) shows in the result. Its deopt sites are the
+/// entry (bci 0), the load of `out[j]` (bci 7) and the store (bci 10).
+pub const INC_KERNEL: &str = "kernel inc(i: i64, out: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load out
+    load j
+    load out
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}
+";
+
 /// The source of an example by file name.
 pub fn example(name: &str) -> &'static str {
     EXAMPLES

@@ -7,23 +7,7 @@ use offload::reference as native;
 use offload::{Device, OffloadError, Runtime, par_offload};
 use offload_jit::cpu::Injection;
 
-const INC: &str = "
-kernel inc(i: i64, out: i32[]) {
-    local j: i32
-    load i
-    i64.to_i32
-    store j
-    load out
-    load j
-    load out
-    load j
-    i32.aload
-    i32.const 1
-    i32.add
-    i32.astore
-    ret
-}
-";
+use offload::demo::INC_KERNEL as INC;
 
 fn cpu(workers: usize) -> Runtime {
     Runtime::builder()

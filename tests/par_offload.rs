@@ -5,23 +5,7 @@ use offload::ir::ExceptionKind;
 use offload::reference as native;
 use offload::{AllocPolicy, OffloadError, Runtime, par_offload};
 
-const INC: &str = "
-kernel inc(i: i64, out: i32[]) {
-    local j: i32
-    load i
-    i64.to_i32
-    store j
-    load out
-    load j
-    load out
-    load j
-    i32.aload
-    i32.const 1
-    i32.add
-    i32.astore
-    ret
-}
-";
+use offload::demo::INC_KERNEL as INC;
 
 fn rt() -> Runtime {
     Runtime::builder().workers(4).build().unwrap()
