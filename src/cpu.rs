@@ -118,8 +118,6 @@ pub(crate) fn launch(
         });
         device_time += td.elapsed();
         on_device += completed.iter().sum::<u64>();
-        let safepoint_stop =
-            control.load(Ordering::Acquire) & offload_jit::ctx::CONTROL_SAFEPOINT != 0;
 
         // Deopted workitems: resume in the interpreter, in parallel.
         let records = area
@@ -181,7 +179,6 @@ pub(crate) fn launch(
             .map(|p| p[0]..p[1])
             .filter(|r| r.start < r.end)
             .collect();
-        let _ = safepoint_stop;
         let tail = cursor.load(Ordering::Acquire).min(r.end);
         if tail < r.end {
             rest.push(tail..r.end);

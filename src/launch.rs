@@ -197,41 +197,30 @@ pub(crate) fn launch(
             end: range.end,
         });
     }
+    if rt.inner.device != Device::Cpu {
+        return launch_interp(rt, range, closure);
+    }
     // The compiled slot loops claim chunks with an atomic add on the cursor,
     // which every slot may push up to a chunk past the end; keep that far
     // from overflowing.
-    let cursor_room = range.end <= i64::MAX - (1 << 32);
-    if rt.inner.device == Device::Cpu && (rt.inner.profile || !cursor_room) {
-        let mut r = launch_interp(rt, range, closure);
-        let note = if cursor_room {
-            "ran on the interpreter: profiling is on".to_string()
-        } else {
-            "ran on the interpreter: the range ends too close to i64::MAX for the device cursor"
-                .to_string()
-        };
-        match &mut r {
-            Ok(rep) => rep.fallback = Some(note),
-            Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
-            Err(_) => {}
-        }
-        return r;
-    }
-    if rt.inner.device == Device::Cpu {
+    let why = if rt.inner.profile {
+        "profiling is on".to_string()
+    } else if range.end > i64::MAX - (1 << 32) {
+        "the range ends too close to i64::MAX for the device cursor".to_string()
+    } else {
         match crate::cpu::compiled(rt, closure) {
             Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck),
-            Err(why) => {
-                let mut r = launch_interp(rt, range, closure);
-                let note = format!("ran on the interpreter: {why}");
-                match &mut r {
-                    Ok(rep) => rep.fallback = Some(note),
-                    Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
-                    Err(_) => {}
-                }
-                return r;
-            }
+            Err(why) => why.to_string(),
         }
+    };
+    let mut r = launch_interp(rt, range, closure);
+    let note = Some(format!("ran on the interpreter: {why}"));
+    match &mut r {
+        Ok(rep) => rep.fallback = note,
+        Err(OffloadError::Exceptions(e)) => e.report.fallback = note,
+        Err(_) => {}
     }
-    launch_interp(rt, range, closure)
+    r
 }
 
 fn launch_interp(

@@ -50,7 +50,7 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     let caps = c.captures();
     let analysis = prog.analysis(k).unwrap();
     let alloc = Allocator::new(rt.heap(), AllocPolicy::default(), 1);
-    let meta = DeoptMetadata::new(prog.verified(), analysis, k, 0);
+    let meta = DeoptMetadata::new(analysis, k, 0);
     let area = SaveArea::new(2, meta.layout);
     let initial = snapshot(rt, &arrays);
 

@@ -30,7 +30,7 @@
 //! let src = "kernel k(i: i64, xs: i32[]) {\n    load xs\n    load i\n    i64.to_i32\n    i32.aload\n    pop\n    ret\n}\n";
 //! let v = offload_ir::load("k.obc", src).unwrap();
 //! let k = v.func_named("k").unwrap();
-//! let meta = DeoptMetadata::new(&v, &analyze(&v, k), k, 0);
+//! let meta = DeoptMetadata::new(&analyze(&v, k), k, 0);
 //! let site = meta.sites.iter().find(|s| s.reasons.contains(&Reason::BoundsCheck)).unwrap();
 //! let area = SaveArea::new(4, meta.layout);
 //! area.write(2, &Record { workitem: 7, site: site.id, reason: Reason::BoundsCheck, values: vec![16, 7] }).unwrap();

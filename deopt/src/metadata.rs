@@ -2,7 +2,7 @@
 
 use offload_ir::analysis::{FrameState, FuncAnalysis, Value};
 use offload_ir::isa::hz;
-use offload_ir::{Bci, ExceptionKind, FuncId, SiteId, Type, Verified};
+use offload_ir::{Bci, ExceptionKind, FuncId, SiteId, Type};
 
 /// Why a workitem deoptimized.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -182,7 +182,7 @@ pub struct DeoptMetadata {
 
 impl DeoptMetadata {
     /// The metadata of `kernel` from its shared analysis.
-    pub fn new(_v: &Verified, a: &FuncAnalysis, kernel: FuncId, version: u32) -> DeoptMetadata {
+    pub fn new(a: &FuncAnalysis, kernel: FuncId, version: u32) -> DeoptMetadata {
         let sites: Vec<SiteMap> = a
             .sites
             .iter()

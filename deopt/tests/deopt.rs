@@ -27,7 +27,7 @@ fn examples() -> Vec<(String, Verified)> {
 
 fn kernel_meta(v: &Verified) -> DeoptMetadata {
     let k = v.kernels().next().unwrap();
-    DeoptMetadata::new(v, &analyze(v, k), k, 0)
+    DeoptMetadata::new(&analyze(v, k), k, 0)
 }
 
 #[test]

@@ -5,8 +5,8 @@ use crate::profile::Profile;
 use crate::program::Program;
 use offload_ir::isa::Label;
 use offload_ir::semantics as sem;
-use offload_ir::{Bci, ClassId, Elem, ExceptionKind, FuncId, Inst, Type, Verified};
-use offload_tlab::layout::{Header, array_elem_kind, kind_size};
+use offload_ir::{Bci, ClassId, ExceptionKind, FuncId, Inst, Type, Verified};
+use offload_tlab::layout::{Header, kind_size};
 use offload_tlab::{AllocFailure, Allocator, Heap, HeapError};
 use std::sync::atomic::Ordering;
 
@@ -1082,9 +1082,4 @@ impl<'a> Interpreter<'a> {
             p.null(f, pc);
         }
     }
-}
-
-/// The byte size of an array element of type `t[]` (for host access).
-pub fn elem_bytes(elem: Elem, dims: u8) -> u32 {
-    kind_size(array_elem_kind(elem, dims))
 }

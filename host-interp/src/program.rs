@@ -196,13 +196,4 @@ impl Program {
     pub fn is_kernel(&self, f: FuncId) -> bool {
         self.verified.func(f).kind == FuncKind::Kernel
     }
-
-    /// The type of a module type as stored in the heap (global class ids).
-    pub fn global_type(&self, t: Type) -> Type {
-        match t {
-            Type::Class(c) => Type::Class(ClassId(self.global_class(c))),
-            Type::Array(e, d) => Type::Array(self.global_elem(e), d),
-            t => t,
-        }
-    }
 }

@@ -477,14 +477,7 @@ impl Parser {
             source: Meta(self.file.clone()),
             ..Module::default()
         };
-        let mut classes = Vec::new();
-        let mut funcs = Vec::new();
-        for item in items {
-            match item {
-                Item::Class(c) => classes.push(c),
-                Item::Func(f) => funcs.push(f),
-            }
-        }
+        let (classes, funcs) = split_items(items);
         // Classes.
         let mut class_ids: HashMap<String, ClassId> = HashMap::new();
         for c in &classes {
@@ -738,6 +731,19 @@ impl Parser {
     }
 }
 
+/// The classes and the free functions of a file, each in declaration order.
+fn split_items(items: &[Item]) -> (Vec<&ClassAst>, Vec<&FuncAst>) {
+    let mut classes = Vec::new();
+    let mut funcs = Vec::new();
+    for item in items {
+        match item {
+            Item::Class(c) => classes.push(c),
+            Item::Func(f) => funcs.push(f),
+        }
+    }
+    (classes, funcs)
+}
+
 /// Functions in canonical id order: the methods of each class in class
 /// order, then the free functions and kernels in declaration order.
 fn canonical_funcs<'a>(
@@ -770,14 +776,7 @@ enum Anchor {
 /// the end of an instruction's line, to that instruction), so that the
 /// printer — and `offload fmt` — keeps them.
 fn attach_comments(m: &mut Module, items: &[Item], comments: Vec<Comment>) {
-    let mut classes = Vec::new();
-    let mut funcs = Vec::new();
-    for item in items {
-        match item {
-            Item::Class(c) => classes.push(c),
-            Item::Func(f) => funcs.push(f),
-        }
-    }
+    let (classes, funcs) = split_items(items);
     let mut anchors: Vec<(u32, Anchor)> = Vec::new();
     let mut field = 0;
     for (ci, c) in classes.iter().enumerate() {

@@ -132,7 +132,7 @@ pub(crate) fn compile(
     let analysis = prog
         .analysis(k)
         .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
-    let meta = DeoptMetadata::new(v, analysis, k, version);
+    let meta = DeoptMetadata::new(analysis, k, version);
     if let Some(inj) = inject
         && (meta.site_at(inj.site_bci).is_none() || inj.modulus <= 0)
     {
@@ -156,7 +156,6 @@ pub(crate) fn compile(
     let mut fctx = FunctionBuilderContext::new();
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let mut math = HashMap::new();
         let mut lw = Lower {
             b,
             v,
@@ -176,9 +175,8 @@ pub(crate) fn compile(
         };
         for (name, &fid) in &imports.funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
-            math.insert(*name, fr);
+            lw.math.insert(*name, fr);
         }
-        lw.math = math;
         lw.build()?;
         lw.b.seal_all_blocks();
         lw.b.finalize(module.target_config());
