@@ -1,15 +1,24 @@
 //! The CPU device: the launch → replay loop around the JIT's slot loops
 //! (DESIGN.md, "Execution model"):
 //!
-//! 1. launch one slot loop per worker over the range;
-//! 2. when every slot has exited, resume each deoptimized workitem from its
-//!    save record in the interpreter, in parallel;
-//! 3. launch the device again on the never-ran work (each slot's unstarted
-//!    rest, and the untouched tail), until nothing is left.
+//! 1. launch one slot loop per worker over the range; a slot that deopts
+//!    writes a record into its part of the save area and goes on;
+//! 2. a slot stops when its records are full, or at a safepoint (after
+//!    parking until the safepoint's operation is done), leaving its
+//!    unstarted rest in `never_ran[slot]`;
+//! 3. its worker then resumes each of its deoptimized workitems from the
+//!    save records in the interpreter, and enters the slot loop again, which
+//!    starts with the never-ran rest and goes on claiming chunks, until the
+//!    range is exhausted.
 //!
-//! Every workitem runs exactly once: wholly on the device; on the device up to
-//! a deopt and the rest in the interpreter; or, if it never started, in a later
-//! launch. The bookkeeping is O(workers) whatever the range.
+//! On a GPU the host replays after the whole launch returns and relaunches
+//! on the never-ran work; on the CPU the device's worker *is* a host thread,
+//! so each slot drains its own records as soon as they are full and no slot
+//! waits for the others (a deopt costs its replay, not a relaunch of
+//! everything). Every workitem runs exactly once: wholly on the device; on
+//! the device up to a deopt and the rest in the interpreter; or, if it had
+//! not started when its slot stopped, on the next entry of that slot. The
+//! bookkeeping is O(workers × records per slot), whatever the range.
 
 use crate::error::OffloadError;
 use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
@@ -18,11 +27,11 @@ use offload_deopt::SaveArea;
 use offload_host_interp::Interpreter;
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
 use offload_tlab::Allocator;
-use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::time::{Duration, Instant};
 
 /// The compiled version of the closure's kernel (compiled on first use and
@@ -47,6 +56,20 @@ fn chunk_size(n: u64, workers: usize) -> i64 {
     (n / (workers as u64 * 32)).clamp(1, 1024) as i64
 }
 
+/// What one slot's worker did.
+#[derive(Default)]
+struct SlotOut {
+    on_device: u64,
+    replayed: u64,
+    never_ran: u64,
+    entries: u64,
+    deopts: BTreeMap<(u32, offload_deopt::Reason), u64>,
+    table: Vec<DeoptRow>,
+    thrown: Thrown,
+    replay_time: Duration,
+    error: Option<OffloadError>,
+}
+
 pub(crate) fn launch(
     rt: &Runtime,
     range: Range<i64>,
@@ -58,137 +81,126 @@ pub(crate) fn launch(
     let prog = &*closure.module.prog;
     let workers = inner.workers;
     let meta = &ck.meta;
-    let area = SaveArea::new(workers, meta.layout);
+    let per_slot = inner.deopt_records.max(1);
+    let area = SaveArea::new(workers * per_slot, meta.layout);
     let alloc = Allocator::new(&inner.heap, inner.policy, workers);
     let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = chunk_size(total, workers);
-    let mut pending: Vec<Range<i64>> = vec![range.clone()];
-    let mut thrown = Thrown::default();
-    let (mut on_device, mut replayed, mut never_ran, mut launches) = (0u64, 0u64, 0u64, 0u64);
-    let mut deopts = BTreeMap::new();
-    let mut table = Vec::new();
-    let (mut device_time, mut replay_time) = (Duration::ZERO, Duration::ZERO);
     let safepoints_before = inner.control.count();
     let mut never = vec![0i64; 2 * workers];
     let mut completed = vec![0u64; workers];
-    while let Some(r) = pending.pop() {
-        if r.start >= r.end {
-            continue;
-        }
-        launches += 1;
-        area.clear();
-        never.fill(0);
-        completed.fill(0);
-        let cursor = AtomicI64::new(r.start);
-        let control = Arc::new(AtomicU32::new(0));
-        // A safepoint request stops this launch's slots at their next poll.
-        let _registered = inner
-            .control
-            .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
-        let ctx = LaunchCtx {
-            heap_base: inner.heap.base_ptr(),
-            cursor: &cursor,
-            end: r.end,
-            chunk,
-            control: &*control,
-            save_area: area.as_ptr(),
-            record_words: u64::from(meta.layout.record_words),
-            never_ran: never.as_mut_ptr(),
-            completed: completed.as_mut_ptr(),
-            captures: closure.captures.as_ptr(),
-        };
-        let td = Instant::now();
-        inner.pool.scope(|s| {
-            for slot in 0..workers {
-                let ctx = &ctx;
-                s.spawn(move |_| {
-                    // Slots count as running for safepoints; they return
-                    // (rather than park) when one is requested.
-                    let _running = inner.control.enter();
+    let cursor = AtomicI64::new(range.start);
+    let control = Arc::new(AtomicU32::new(0));
+    // A safepoint request stops this launch's slots at their next poll.
+    let _registered = inner
+        .control
+        .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
+    let ctx = LaunchCtx {
+        heap_base: inner.heap.base_ptr(),
+        cursor: &cursor,
+        end: range.end,
+        chunk,
+        control: &*control,
+        save_area: area.as_ptr(),
+        record_words: u64::from(meta.layout.record_words),
+        never_ran: never.as_mut_ptr(),
+        completed: completed.as_mut_ptr(),
+        captures: closure.captures.as_ptr(),
+        records_per_slot: per_slot as u64,
+    };
+    let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
+    let td = Instant::now();
+    inner.pool.scope(|s| {
+        for slot in 0..workers {
+            let (ctx, area, alloc, out) = (&ctx, &area, &alloc, &outs[slot]);
+            s.spawn(move |_| {
+                let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                // Slots count as running for safepoints; compiled code
+                // returns (rather than parks) when one is requested, and
+                // this worker parks in `poll` below.
+                let _running = inner.control.enter();
+                let mut interp: Option<Interpreter> = None;
+                let mut values = Vec::new();
+                loop {
+                    out.entries += 1;
                     // SAFETY: `ctx` describes this launch of this kernel
                     // version: the heap outlives the launch and only grows;
                     // `captures` passed the closure's type check against the
-                    // kernel; the save area, `never` and `completed` have
-                    // `workers` slots of this version's layout and `slot <
-                    // workers`; the scope joins every slot before any of
-                    // them is read or freed.
-                    unsafe { ck.run_slot(ctx, slot) };
-                });
-            }
-        });
-        device_time += td.elapsed();
-        on_device += completed.iter().sum::<u64>();
-
-        // Deopted workitems: resume in the interpreter, in parallel.
-        let records = area
-            .records(meta)
-            .map_err(|e| OffloadError::Setup(format!("corrupt save area: {e}")))?;
-        let tr = Instant::now();
-        let results: Vec<_> = inner.pool.install(|| {
-            records
-                .par_iter()
-                .map_init(
-                    || {
-                        let worker = rayon::current_thread_index().unwrap_or(0);
-                        let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
-                        it.set_control(&inner.control);
-                        it
-                    },
-                    |it, rec| {
-                        let _running = inner.control.enter();
-                        it.resume_record(meta, rec)
-                    },
-                )
-                .collect()
-        });
-        replay_time += tr.elapsed();
-        for (rec, res) in records.into_iter().zip(results) {
-            let bci = meta.site(rec.site).map_or(u32::MAX, |s| s.bci);
-            *deopts.entry((bci, rec.reason)).or_insert(0) += 1;
-            let action = match res {
-                Ok(Ok(())) => {
-                    replayed += 1;
-                    "replayed"
+                    // kernel; the save area has `workers * per_slot` records
+                    // of this version's layout, `never` and `completed` have
+                    // `workers` entries, and `slot < workers`; slot `slot`'s
+                    // parts of them are touched only by this worker (between
+                    // its entries) and its compiled code (during them); the
+                    // scope joins every slot before any of them is freed.
+                    let code = unsafe { ck.run_slot(ctx, slot) };
+                    // SAFETY: compiled code for this slot has returned; these
+                    // words are this slot's alone (see above).
+                    let (done, rest) = unsafe {
+                        let d = *ctx.completed.add(slot);
+                        let lo = *ctx.never_ran.add(2 * slot);
+                        let hi = *ctx.never_ran.add(2 * slot + 1);
+                        (d, hi.saturating_sub(lo).max(0) as u64)
+                    };
+                    out.on_device += done;
+                    out.never_ran += rest;
+                    // Park here if a safepoint stopped the slot.
+                    inner.control.poll();
+                    let tr = Instant::now();
+                    for r in slot * per_slot..(slot + 1) * per_slot {
+                        let header = match area.read_into(r, meta, &mut values) {
+                            Ok(Some(h)) => h,
+                            Ok(None) => break, // a slot fills its records in order
+                            Err(e) => {
+                                out.error =
+                                    Some(OffloadError::Setup(format!("corrupt save area: {e}")));
+                                return;
+                            }
+                        };
+                        let _ = area.clear_one(r);
+                        inner.control.poll();
+                        let it = interp.get_or_insert_with(|| {
+                            let mut it = Interpreter::new(prog, &inner.heap, alloc, slot);
+                            it.set_control(&inner.control);
+                            it
+                        });
+                        let res = it.resume_values(meta, header.0, header.1, &values);
+                        if let Err(e) = replayed(&mut out, meta, header, &values, res) {
+                            out.error = Some(e);
+                            return;
+                        }
+                    }
+                    out.replay_time += tr.elapsed();
+                    if code == offload_jit::ctx::EXIT_DONE {
+                        return;
+                    }
                 }
-                Ok(Err(e)) => {
-                    replayed += 1;
-                    thrown.add(e);
-                    "replayed, threw"
-                }
-                Err(e) => {
-                    return Err(OffloadError::Setup(format!(
-                        "cannot resume workitem {}: {e}",
-                        rec.workitem
-                    )));
-                }
-            };
-            if table.len() < LaunchReport::TABLE_ROWS {
-                table.push(DeoptRow {
-                    workitem: rec.workitem,
-                    action,
-                    bci,
-                    reason: rec.reason,
-                    values: rec.values,
-                });
-            }
+            });
         }
-
-        // Never-ran work: each slot's unstarted rest, and the untouched tail.
-        let mut rest: Vec<Range<i64>> = never
-            .chunks(2)
-            .map(|p| p[0]..p[1])
-            .filter(|r| r.start < r.end)
-            .collect();
-        let tail = cursor.load(Ordering::Acquire).min(r.end);
-        if tail < r.end {
-            rest.push(tail..r.end);
+    });
+    let device_time = td.elapsed();
+    let mut thrown = Thrown::default();
+    let (mut on_device, mut replayed, mut never_ran, mut entries) = (0u64, 0u64, 0u64, 0u64);
+    let mut deopts = BTreeMap::new();
+    let mut table = Vec::new();
+    let mut replay_time = Duration::ZERO;
+    for o in outs {
+        let o = o.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = o.error {
+            return Err(e);
         }
-        never_ran += rest
-            .iter()
-            .map(|r| r.end.wrapping_sub(r.start) as u64)
-            .sum::<u64>();
-        pending.extend(rest);
+        on_device += o.on_device;
+        replayed += o.replayed;
+        never_ran += o.never_ran;
+        entries += o.entries;
+        for (k, n) in o.deopts {
+            *deopts.entry(k).or_insert(0) += n;
+        }
+        table.extend(o.table);
+        thrown = thrown.merge(o.thrown);
+        replay_time = replay_time.max(o.replay_time);
     }
+    table.sort_by_key(|r: &DeoptRow| r.workitem);
+    table.truncate(LaunchReport::TABLE_ROWS);
     let alloc_stats = alloc.retire();
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),
@@ -202,7 +214,7 @@ pub(crate) fn launch(
         alloc: alloc_stats,
         timings: Timings {
             setup: ck.compile_time,
-            run: device_time,
+            run: device_time.saturating_sub(replay_time),
             teardown: replay_time,
             total: t0.elapsed(),
         },
@@ -210,10 +222,46 @@ pub(crate) fn launch(
         safepoints: inner.control.count() - safepoints_before,
         replayed,
         never_ran,
-        launches,
+        launches: 1,
+        reentries: entries - workers as u64,
         deopts,
         fallback: None,
         deopt_table: table,
     };
     thrown.finish(report)
+}
+
+/// Account for one replayed record.
+fn replayed(
+    out: &mut SlotOut,
+    meta: &offload_deopt::DeoptMetadata,
+    (workitem, site, reason): (i64, offload_ir::SiteId, offload_deopt::Reason),
+    values: &[u64],
+    res: Result<Result<(), offload_host_interp::Exception>, offload_host_interp::ResumeError>,
+) -> Result<(), OffloadError> {
+    let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
+    *out.deopts.entry((bci, reason)).or_insert(0) += 1;
+    let action = match res {
+        Ok(Ok(())) => "replayed",
+        Ok(Err(e)) => {
+            out.thrown.add(e);
+            "replayed, threw"
+        }
+        Err(e) => {
+            return Err(OffloadError::Setup(format!(
+                "cannot resume workitem {workitem}: {e}"
+            )));
+        }
+    };
+    out.replayed += 1;
+    if out.table.len() < LaunchReport::TABLE_ROWS {
+        out.table.push(DeoptRow {
+            workitem,
+            action,
+            bci,
+            reason,
+            values: values.to_vec(),
+        });
+    }
+    Ok(())
 }

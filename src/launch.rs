@@ -59,8 +59,12 @@ pub struct LaunchReport {
     /// Workitems that never started in some device launch and were launched
     /// again.
     pub never_ran: u64,
-    /// Device launches (1 plus relaunches of never-ran work).
+    /// Device launches (1 plus relaunches of never-ran work; the CPU device
+    /// never relaunches, its slots re-enter instead).
     pub launches: u64,
+    /// Times a slot stopped (records full, safepoint), had its records
+    /// replayed, and entered the device again with its unstarted rest.
+    pub reentries: u64,
     /// Deopts by (site bytecode index, reason).
     pub deopts: BTreeMap<(offload_ir::Bci, offload_deopt::Reason), u64>,
     /// Why the kernel ran on the interpreter instead of the requested device.
@@ -317,6 +321,7 @@ fn launch_interp(
         replayed: 0,
         never_ran: 0,
         launches: 1,
+        reentries: 0,
         deopts: BTreeMap::new(),
         fallback: None,
         deopt_table: Vec::new(),

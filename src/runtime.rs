@@ -52,9 +52,23 @@ pub struct RuntimeBuilder {
     policy: AllocPolicy,
     profile: bool,
     inject: Option<offload_jit::cpu::Injection>,
+    deopt_records: usize,
 }
 
+/// Save records per slot on the CPU device unless configured.
+pub const DEFAULT_DEOPT_RECORDS: usize = 1024;
+
 impl RuntimeBuilder {
+    /// Save records per slot (at least 1; default [`DEFAULT_DEOPT_RECORDS`]).
+    /// A slot that deoptimizes writes a record and goes on with its next
+    /// workitem; only when its records are full does it stop, so a launch
+    /// relaunches about once per `workers * n` deopts. The save area is
+    /// `workers * n` records: bounded by the slots, never by the range.
+    pub fn deopt_records(mut self, n: usize) -> Self {
+        self.deopt_records = n.max(1);
+        self
+    }
+
     /// Fault injection for tests: compile every kernel so that the chosen
     /// workitems deoptimize at the chosen site (see
     /// [`offload_jit::cpu::Injection`]). Kernels without that site run on the
@@ -122,6 +136,7 @@ impl RuntimeBuilder {
                 control: offload_host_interp::Control::new(),
                 jit: offload_jit::CpuJit::new(),
                 inject: self.inject,
+                deopt_records: self.deopt_records,
                 compiled: dashmap::DashMap::new(),
                 next_class: Mutex::new(0),
                 next_module: AtomicU64::new(0),
@@ -142,6 +157,7 @@ pub(crate) struct Inner {
     pub(crate) control: offload_host_interp::Control,
     pub(crate) jit: offload_jit::CpuJit,
     pub(crate) inject: Option<offload_jit::cpu::Injection>,
+    pub(crate) deopt_records: usize,
     /// Compiled kernel versions by (module id, kernel, version), or why the
     /// kernel could not be compiled.
     #[allow(clippy::type_complexity)]
@@ -352,6 +368,7 @@ impl Runtime {
             policy: AllocPolicy::default(),
             profile: false,
             inject: None,
+            deopt_records: DEFAULT_DEOPT_RECORDS,
         }
     }
 

@@ -157,6 +157,26 @@ impl SaveArea {
     /// Decode the record in `slot` against the kernel version's metadata;
     /// `None` if the slot is empty.
     pub fn read(&self, slot: usize, meta: &DeoptMetadata) -> Result<Option<Record>, DeoptError> {
+        let mut values = Vec::new();
+        Ok(self
+            .read_into(slot, meta, &mut values)?
+            .map(|(workitem, site, reason)| Record {
+                workitem,
+                site,
+                reason,
+                values,
+            }))
+    }
+
+    /// Decode the record in `slot` without allocating: its values replace
+    /// the contents of `values`, and the header comes back as (workitem,
+    /// site, reason); `None` if the slot is empty.
+    pub fn read_into(
+        &self,
+        slot: usize,
+        meta: &DeoptMetadata,
+        values: &mut Vec<u64>,
+    ) -> Result<Option<(i64, SiteId, Reason)>, DeoptError> {
         let base = self.base(slot)?;
         let sw = self.words[base + SaveLayout::SITE_WORD as usize].load(Ordering::Acquire);
         if sw == SaveLayout::EMPTY {
@@ -183,17 +203,23 @@ impl SaveArea {
                 found: self.layout.record_words as usize - SaveLayout::HEADER_WORDS as usize,
             });
         }
-        let values = (0..n)
-            .map(|i| {
-                self.words[base + SaveLayout::HEADER_WORDS as usize + i].load(Ordering::Relaxed)
-            })
-            .collect();
-        Ok(Some(Record {
-            workitem: self.words[base].load(Ordering::Relaxed) as i64,
-            site: SiteId(site_id),
+        values.clear();
+        values.extend((0..n).map(|i| {
+            self.words[base + SaveLayout::HEADER_WORDS as usize + i].load(Ordering::Relaxed)
+        }));
+        Ok(Some((
+            self.words[base].load(Ordering::Relaxed) as i64,
+            SiteId(site_id),
             reason,
-            values,
-        }))
+        )))
+    }
+
+    /// Empty the record in `slot`.
+    pub fn clear_one(&self, slot: usize) -> Result<(), DeoptError> {
+        let base = self.base(slot)?;
+        self.words[base + SaveLayout::SITE_WORD as usize]
+            .store(SaveLayout::EMPTY, Ordering::Release);
+        Ok(())
     }
 
     /// Every non-empty record.
@@ -201,6 +227,26 @@ impl SaveArea {
         (0..self.slots)
             .filter_map(|s| self.read(s, meta).transpose())
             .collect()
+    }
+
+    /// Decode and empty the records `first .. first + count` (one slot's
+    /// records, when each slot owns several), in order.
+    pub fn take(
+        &self,
+        first: usize,
+        count: usize,
+        meta: &DeoptMetadata,
+    ) -> Result<Vec<Record>, DeoptError> {
+        let mut out = Vec::new();
+        for s in first..first + count {
+            if let Some(r) = self.read(s, meta)? {
+                out.push(r);
+            }
+            let base = self.base(s)?;
+            self.words[base + SaveLayout::SITE_WORD as usize]
+                .store(SaveLayout::EMPTY, Ordering::Release);
+        }
+        Ok(out)
     }
 
     /// Empty every record (before a relaunch).

@@ -82,7 +82,8 @@ impl Control {
 
     /// Register the control word of a compiled launch: while it is
     /// registered, a safepoint request sets `stop_bits` in it (at once if one
-    /// is already in progress), so its slots leave at their next poll. The
+    /// is already in progress), so its slots leave at their next poll, and
+    /// clears them when the safepoint ends. The
     /// slots themselves count as running (see [`Control::enter`]) until they
     /// return.
     pub fn register(&self, word: &Arc<AtomicU32>, stop_bits: u32) -> Registered<'_> {
@@ -142,6 +143,11 @@ impl Control {
         drop(st);
         let r = op();
         let mut st = self.lock();
+        // Clear the stop bits first: a compiled slot that re-enters after
+        // parking must not see this safepoint's request again.
+        for (_, word, bits) in &st.words {
+            word.fetch_and(!*bits, Ordering::SeqCst);
+        }
         st.requested = false;
         self.requested.store(false, Ordering::SeqCst);
         self.safepoints.fetch_add(1, Ordering::Relaxed);

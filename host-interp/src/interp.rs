@@ -320,71 +320,90 @@ impl<'a> Interpreter<'a> {
         workitem: Option<i64>,
         frames: &[ResumeFrame],
     ) -> Result<Result<Option<u64>, Exception>, ResumeError> {
-        let v = self.v();
         if frames.is_empty() {
             return Err(ResumeError::Empty);
         }
         self.stack.clear();
         self.frames.clear();
         for (i, rf) in frames.iter().enumerate() {
-            let func = v.func(rf.func);
-            let a = self
-                .prog
-                .analysis(rf.func)
-                .ok_or_else(|| ResumeError::NotASite {
-                    func: func.name.clone(),
-                    bci: rf.bci,
-                })?;
-            let site = a.site_at(rf.bci).ok_or_else(|| ResumeError::NotASite {
-                func: func.name.clone(),
-                bci: rf.bci,
-            })?;
-            if site.frame.len() != rf.values.len() {
-                return Err(ResumeError::WrongValueCount {
-                    func: func.name.clone(),
-                    bci: rf.bci,
-                    expected: site.frame.len(),
-                    found: rf.values.len(),
-                });
-            }
-            let base = self.stack.len() as u32;
-            self.stack.resize(base as usize + func.locals.len(), 0);
-            let mut vals = rf.values.iter();
-            for &(l, _) in &site.frame.locals {
-                self.stack[base as usize + l.index()] = *vals.next().expect("counted");
-            }
-            self.stack.extend(vals);
-            if let Some(next) = frames.get(i + 1) {
-                // An outer frame: stopped at a call whose arguments the next
-                // frame consumed.
-                let callee_arity = match func.body.get(rf.bci as usize) {
-                    Some(Inst::Call { func: c }) if *c == next.func => v.func(*c).param_count,
-                    Some(Inst::CallVirt { method })
-                        if v.func(*method).short_name() == v.func(next.func).short_name() =>
-                    {
-                        v.func(*method).param_count
-                    }
-                    _ => {
-                        return Err(ResumeError::NotACall {
-                            func: func.name.clone(),
-                            bci: rf.bci,
-                        });
-                    }
-                };
-                let keep = self.stack.len() - callee_arity as usize;
-                self.stack.truncate(keep);
-            }
-            self.frames.push(Frame {
-                func: rf.func,
-                pc: rf.bci,
-                base,
-            });
+            self.push_resumed(
+                rf.func,
+                rf.bci,
+                &rf.values,
+                frames.get(i + 1).map(|n| n.func),
+            )?;
         }
         self.workitem = workitem;
         Ok(self.exec(None).map(|o| match o {
             Outcome::Finished(v) => v,
             Outcome::Stopped(_) => None,
         }))
+    }
+
+    /// Push the frame of `func` stopped at `bci` with the site's live
+    /// `values`; `callee` is the function of the next (inner) frame, if any,
+    /// whose arguments this frame's stack no longer holds.
+    fn push_resumed(
+        &mut self,
+        func_id: FuncId,
+        bci: Bci,
+        values: &[u64],
+        callee: Option<FuncId>,
+    ) -> Result<(), ResumeError> {
+        let v = self.v();
+        let func = v.func(func_id);
+        let a = self
+            .prog
+            .analysis(func_id)
+            .ok_or_else(|| ResumeError::NotASite {
+                func: func.name.clone(),
+                bci,
+            })?;
+        let site = a.site_at(bci).ok_or_else(|| ResumeError::NotASite {
+            func: func.name.clone(),
+            bci,
+        })?;
+        if site.frame.len() != values.len() {
+            return Err(ResumeError::WrongValueCount {
+                func: func.name.clone(),
+                bci,
+                expected: site.frame.len(),
+                found: values.len(),
+            });
+        }
+        let base = self.stack.len() as u32;
+        self.stack.resize(base as usize + func.locals.len(), 0);
+        let mut vals = values.iter();
+        for &(l, _) in &site.frame.locals {
+            self.stack[base as usize + l.index()] = *vals.next().expect("counted");
+        }
+        self.stack.extend(vals);
+        if let Some(next) = callee {
+            // An outer frame: stopped at a call whose arguments the next
+            // frame consumed.
+            let callee_arity = match func.body.get(bci as usize) {
+                Some(Inst::Call { func: c }) if *c == next => v.func(*c).param_count,
+                Some(Inst::CallVirt { method })
+                    if v.func(*method).short_name() == v.func(next).short_name() =>
+                {
+                    v.func(*method).param_count
+                }
+                _ => {
+                    return Err(ResumeError::NotACall {
+                        func: func.name.clone(),
+                        bci,
+                    });
+                }
+            };
+            let keep = self.stack.len() - callee_arity as usize;
+            self.stack.truncate(keep);
+        }
+        self.frames.push(Frame {
+            func: func_id,
+            pc: bci,
+            base,
+        });
+        Ok(())
     }
 
     /// Resume the workitem of a save record (decoded against its kernel
@@ -395,18 +414,27 @@ impl<'a> Interpreter<'a> {
         meta: &offload_deopt::DeoptMetadata,
         record: &offload_deopt::Record,
     ) -> Result<Result<(), Exception>, ResumeError> {
-        let site = meta
-            .site(record.site)
-            .ok_or_else(|| ResumeError::NotASite {
-                func: self.v().func(meta.kernel).name.clone(),
-                bci: u32::MAX,
-            })?;
-        let frame = ResumeFrame {
-            func: meta.kernel,
-            bci: site.bci,
-            values: record.values.clone(),
-        };
-        Ok(self.resume(Some(record.workitem), &[frame])?.map(|_| ()))
+        self.resume_values(meta, record.workitem, record.site, &record.values)
+    }
+
+    /// [`Interpreter::resume_record`] from a record's parts (no copy of the
+    /// values).
+    pub fn resume_values(
+        &mut self,
+        meta: &offload_deopt::DeoptMetadata,
+        workitem: i64,
+        site: offload_ir::SiteId,
+        values: &[u64],
+    ) -> Result<Result<(), Exception>, ResumeError> {
+        let site = meta.site(site).ok_or_else(|| ResumeError::NotASite {
+            func: self.v().func(meta.kernel).name.clone(),
+            bci: u32::MAX,
+        })?;
+        self.stack.clear();
+        self.frames.clear();
+        self.push_resumed(meta.kernel, site.bci, values, None)?;
+        self.workitem = Some(workitem);
+        Ok(self.exec(None).map(|_| ()))
     }
 
     fn enter(&mut self, f: FuncId, args: impl Iterator<Item = u64>) {

@@ -2,12 +2,15 @@
 //! persistent slot loop per kernel (DESIGN.md, "Execution model"):
 //!
 //! ```text
+//! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
 //! claim:  lo = atomic_add(cursor, chunk); if lo >= end: exit DONE
 //! item:   if w == hi: goto claim
 //!         if control != 0: never_ran[slot] = [w, hi); exit STOPPED
 //!         <the kernel body for workitem w>          ; `ret` → w += 1, goto item
-//! deopt:  save_area[slot] = (w, site, reason, live values); never_ran[slot] = [w+1, hi);
-//!         control |= DEOPT; exit DEOPT
+//! deopt:  save_area[slot][n] = (w, site, reason, live values); n += 1
+//!         if n == records_per_slot or reason == Safepoint:
+//!             never_ran[slot] = [w+1, hi); exit DEOPT
+//!         w += 1; goto item                          ; the other slots go on
 //! ```
 //!
 //! Locals and operand-stack slots are cranelift-frontend `Variable`s (one per
@@ -21,7 +24,7 @@
 //! runs on the interpreter): calls, allocation, `instanceof`/`checkcast`.
 
 use crate::JitError;
-use crate::ctx::{CONTROL_DEOPT, CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
+use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{
@@ -199,6 +202,10 @@ struct Env {
     hi: Option<Variable>,
     done: Option<Variable>,
     next_item: Option<Block>,
+    /// Records this slot has written in this launch.
+    nrec: Option<Variable>,
+    /// Where a deopt exit goes once its record is written (not safepoints).
+    after_deopt: Option<Block>,
     captures: Vec<Value>,
 }
 
@@ -307,6 +314,9 @@ impl Lower<'_, '_> {
         self.b.def_var(w, zero64);
         self.b.def_var(hi, zero64);
         self.b.def_var(done, zero64);
+        let nrec = self.var(types::I64);
+        self.b.def_var(nrec, zero64);
+        self.env.nrec = Some(nrec);
         for l in &f.locals {
             let var = self.b.declare_var(cl_type(l.ty.kind()));
             self.locals.push(var);
@@ -317,8 +327,23 @@ impl Lower<'_, '_> {
         let next_item = self.b.create_block();
         let exit_done = self.b.create_block();
         let stopped = self.b.create_block();
+        let after_deopt = self.b.create_block();
         self.env.next_item = Some(next_item);
-        self.b.ins().jump(claim, &[]);
+        self.env.after_deopt = Some(after_deopt);
+        // A slot that stopped (records full, safepoint) is entered again
+        // with its unstarted rest in never_ran[slot]; start there.
+        let nr = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::NEVER_RAN);
+        let off = self.b.ins().imul_imm_s(slot, 16);
+        let at = self.b.ins().iadd(nr, off);
+        let rest_lo = self.b.ins().load(types::I64, trusted(), at, 0);
+        let rest_hi = self.b.ins().load(types::I64, trusted(), at, 8);
+        self.b.def_var(w, rest_lo);
+        self.b.def_var(hi, rest_hi);
+        let has_rest = self.b.ins().icmp(IntCC::SignedLessThan, rest_lo, rest_hi);
+        self.b.ins().brif(has_rest, item, &[], claim, &[]);
 
         // claim: lo = cursor.fetch_add(chunk)
         self.b.switch_to_block(claim);
@@ -389,6 +414,31 @@ impl Lower<'_, '_> {
         let w1 = self.b.ins().iadd_imm_s(wv, 1);
         self.b.def_var(w, w1);
         self.b.ins().jump(item, &[]);
+
+        // after_deopt: the record is written; stop when the records are
+        // full, else go on with the next workitem.
+        self.b.switch_to_block(after_deopt);
+        let n = self.b.use_var(nrec);
+        let n1 = self.b.ins().iadd_imm_s(n, 1);
+        self.b.def_var(nrec, n1);
+        let per = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
+        let full = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, n1, per);
+        let full_blk = self.b.create_block();
+        let more_blk = self.b.create_block();
+        self.b.ins().brif(full, full_blk, &[], more_blk, &[]);
+        self.b.switch_to_block(more_blk);
+        let wv = self.b.use_var(w);
+        let w1 = self.b.ins().iadd_imm_s(wv, 1);
+        self.b.def_var(w, w1);
+        self.b.ins().jump(item, &[]);
+        self.b.switch_to_block(full_blk);
+        let wv = self.b.use_var(w);
+        let w1 = self.b.ins().iadd_imm_s(wv, 1);
+        let hv = self.b.use_var(hi);
+        self.exit(w1, hv, EXIT_DEOPT);
 
         // exits
         self.b.switch_to_block(exit_done);
@@ -477,7 +527,14 @@ impl Lower<'_, '_> {
             .b
             .ins()
             .load(types::I64, trusted(), ctx, offsets::RECORD_WORDS);
-        let rec_words = self.b.ins().imul(slot, words);
+        let per = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
+        let first = self.b.ins().imul(slot, per);
+        let n = self.b.use_var(self.env.nrec.expect("set"));
+        let index = self.b.ins().iadd(first, n);
+        let rec_words = self.b.ins().imul(index, words);
         let rec_bytes = self.b.ins().imul_imm_s(rec_words, 8);
         let rec = self.b.ins().iadd(area, rec_bytes);
         let w = self.b.use_var(self.env.w.expect("set"));
@@ -509,14 +566,18 @@ impl Lower<'_, '_> {
             .ins()
             .iadd_imm_s(rec, i64::from(SaveLayout::SITE_WORD * 8));
         self.b.ins().atomic_store(trusted(), sw, site_at);
-        let control = self.env.control.expect("set");
-        let flag = self.b.ins().iconst(types::I32, i64::from(CONTROL_DEOPT));
-        self.b
-            .ins()
-            .atomic_rmw(types::I32, trusted(), AtomicRmwOp::Or, control, flag);
-        let w1 = self.b.ins().iadd_imm_s(w, 1);
-        let hi = self.b.use_var(self.env.hi.expect("set"));
-        self.exit(w1, hi, EXIT_DEOPT);
+        if reason == Reason::Safepoint {
+            // Everything stops at a safepoint: this slot's unstarted rest
+            // runs in the next launch.
+            let w1 = self.b.ins().iadd_imm_s(w, 1);
+            let hi = self.b.use_var(self.env.hi.expect("set"));
+            let n1 = self.b.ins().iadd_imm_s(n, 1);
+            self.b.def_var(self.env.nrec.expect("set"), n1);
+            self.exit(w1, hi, EXIT_DEOPT);
+        } else {
+            let next = self.env.after_deopt.expect("set");
+            self.b.ins().jump(next, &[]);
+        }
     }
 
     /// Branch to a deopt exit if `cond` is non-zero; continue otherwise.

@@ -4,11 +4,10 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU32};
 
-/// Control-word bit: some slot deoptimized; every slot stops before its next
-/// workitem.
-pub const CONTROL_DEOPT: u32 = 1;
 /// Control-word bit: the host requests a safepoint; slots stop before their
-/// next workitem and deoptimize at their next back-edge poll.
+/// next workitem and deoptimize at their next back-edge poll. (A deopt does
+/// not stop the other slots: each slot has its own records, see
+/// [`LaunchCtx::records_per_slot`].)
 pub const CONTROL_SAFEPOINT: u32 = 2;
 
 /// Slot exit: the range is exhausted.
@@ -16,7 +15,8 @@ pub const EXIT_DONE: u32 = 0;
 /// Slot exit: it saw the control word set and stopped between workitems; its
 /// unstarted rest is in `never_ran`.
 pub const EXIT_STOPPED: u32 = 1;
-/// Slot exit: its workitem deoptimized; the record is in the save area.
+/// Slot exit: its records are full, or it deoptimized at a safepoint; the
+/// records are in the save area and its unstarted rest in `never_ran`.
 pub const EXIT_DEOPT: u32 = 2;
 
 /// What a compiled slot loop needs. The runtime owns every pointed-to object
@@ -34,7 +34,8 @@ pub struct LaunchCtx {
     pub chunk: i64,
     /// The control word.
     pub control: *const AtomicU32,
-    /// The save area: one record of `record_words` words per slot.
+    /// The save area: `records_per_slot` records of `record_words` words per
+    /// slot (slot `s` owns records `s * records_per_slot ..`).
     pub save_area: *mut u64,
     /// Words per save record.
     pub record_words: u64,
@@ -44,6 +45,10 @@ pub struct LaunchCtx {
     pub completed: *mut u64,
     /// The kernel's captures, one raw slot each.
     pub captures: *const u64,
+    /// Save records per slot, at least 1. A slot that deoptimizes writes its
+    /// next record and goes on with its next workitem; it stops when its
+    /// records are full (or at a safepoint). The area stays O(slots).
+    pub records_per_slot: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -77,6 +82,8 @@ pub mod offsets {
     pub const COMPLETED: i32 = 64;
     /// `captures`.
     pub const CAPTURES: i32 = 72;
+    /// `records_per_slot`.
+    pub const RECORDS_PER_SLOT: i32 = 80;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -103,5 +110,9 @@ mod tests {
         assert_eq!(offset_of!(LaunchCtx, never_ran) as i32, offsets::NEVER_RAN);
         assert_eq!(offset_of!(LaunchCtx, completed) as i32, offsets::COMPLETED);
         assert_eq!(offset_of!(LaunchCtx, captures) as i32, offsets::CAPTURES);
+        assert_eq!(
+            offset_of!(LaunchCtx, records_per_slot) as i32,
+            offsets::RECORDS_PER_SLOT
+        );
     }
 }
