@@ -111,8 +111,8 @@ pub(crate) fn launch(
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
     inner.pool.scope(|s| {
-        for slot in 0..workers {
-            let (ctx, area, alloc, out) = (&ctx, &area, &alloc, &outs[slot]);
+        for (slot, out) in outs.iter().enumerate() {
+            let (ctx, area, alloc) = (&ctx, &area, &alloc);
             s.spawn(move |_| {
                 let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
                 // Slots count as running for safepoints; compiled code
