@@ -125,10 +125,12 @@ fn outcome(
 fn random_kernels_agree_between_the_cpu_device_and_the_interpreter() {
     // One worker each: generated kernels share their arrays between
     // workitems, so with more workers their results depend on the schedule.
-    // With one, both devices run the workitems in order (a deoptimized
-    // workitem is replayed before the relaunch goes on after it).
+    // With one, and one save record, both devices run the workitems in order
+    // (a deoptimized workitem fills the slot's records, so it is replayed
+    // before the slot goes on after it).
     let cpu = Runtime::builder()
         .workers(1)
+        .deopt_records(1)
         .device(Device::Cpu)
         .build()
         .unwrap();

@@ -56,7 +56,6 @@ pub fn unsupported(v: &Verified, k: FuncId) -> Option<String> {
         let why = match i {
             Inst::Call { .. } | Inst::CallVirt { .. } => "calls",
             Inst::New { .. } | Inst::NewArray { .. } => "allocation",
-            Inst::InstanceOf { .. } | Inst::CheckCast { .. } => "type tests",
             _ => return None,
         };
         Some(format!(
@@ -619,6 +618,51 @@ impl Lower<'_, '_> {
         self.b.ins().iadd_imm_s(a, 8)
     }
 
+    /// Whether the object `r` is an instance of `ty`, as an `i8` truth
+    /// value, reading its header (`r` may be null: word 0 of the heap is
+    /// reserved and readable, and the caller masks the answer).
+    fn type_test(&mut self, r: Value, ty: offload_ir::Type) -> Value {
+        use offload_ir::Type;
+        let base = self.obj_addr(r);
+        let tag = self.b.ins().load(types::I32, trusted(), base, 0);
+        match ty {
+            Type::Class(c) => {
+                // Class ids are global: this module's classes start at
+                // `class_base`. Test against every subclass of `c`.
+                let v = self.v;
+                let mut acc = self.b.ins().iconst(types::I8, 0);
+                for s in 0..v.classes.len() {
+                    let s = offload_ir::ClassId::new(s);
+                    if v.is_subclass(s, c) {
+                        let id = self.prog.global_class(s);
+                        let eq = self.b.ins().icmp_imm_s(IntCC::Equal, tag, i64::from(id));
+                        acc = self.b.ins().bor(acc, eq);
+                    }
+                }
+                acc
+            }
+            Type::Array(e, d) => {
+                let h = offload_tlab::Header::Array {
+                    elem: self.prog.global_elem(e),
+                    dims: d,
+                    len: 0,
+                };
+                match h.encode() {
+                    Some((want, _)) => {
+                        self.b
+                            .ins()
+                            .icmp_imm_s(IntCC::Equal, tag, i64::from(want as i32))
+                    }
+                    // A type no header can have: nothing is an instance.
+                    None => self.b.ins().iconst(types::I8, 0),
+                }
+            }
+            Type::Ref => self.b.ins().iconst(types::I8, 1),
+            // The verifier only lets reference types reach type tests.
+            _ => self.b.ins().iconst(types::I8, 0),
+        }
+    }
+
     fn call_math(&mut self, name: &'static str, args: &[Value]) -> Value {
         let fr = self.math[name];
         let call = self.b.ins().call(fr, args);
@@ -1119,10 +1163,26 @@ impl Lower<'_, '_> {
                 self.deopt_here(bci, Reason::Throw);
                 return Ok(true);
             }
+            Inst::InstanceOf { ty } => {
+                let r = self.pop(Ref);
+                let yes = self.type_test(r, ty);
+                let nonnull = self.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+                let both = self.b.ins().band(yes, nonnull);
+                let r = self.b.ins().uextend(types::I32, both);
+                self.push(I32, r);
+            }
+            Inst::CheckCast { ty } => {
+                // The reference stays on the stack (and in the frame state).
+                let r = self.pop(Ref);
+                self.push(Ref, r);
+                let yes = self.type_test(r, ty);
+                let nonnull = self.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+                let no = self.b.ins().bnot(yes);
+                let fail = self.b.ins().band(no, nonnull);
+                self.deopt_if(fail, bci, Reason::ClassCast);
+            }
             Inst::NewArray { .. }
             | Inst::New { .. }
-            | Inst::InstanceOf { .. }
-            | Inst::CheckCast { .. }
             | Inst::Call { .. }
             | Inst::CallVirt { .. } => {
                 return Err(JitError::Unsupported(format!(
