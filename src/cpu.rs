@@ -26,7 +26,6 @@ use crate::runtime::{Closure, Device, Runtime};
 use offload_deopt::SaveArea;
 use offload_host_interp::Interpreter;
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
-use offload_tlab::Allocator;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -83,7 +82,14 @@ pub(crate) fn launch(
     let meta = &ck.meta;
     let per_slot = inner.deopt_records.max(1);
     let area = SaveArea::new(workers * per_slot, meta.layout);
-    let alloc = Allocator::new(&inner.heap, inner.policy, workers);
+    let alloc = rt.allocator(workers);
+    let tlabs: Vec<*const offload_tlab::SharedTlab> = (0..workers)
+        .map(|w| {
+            alloc
+                .tlab_for(w)
+                .map_or(std::ptr::null(), std::ptr::from_ref)
+        })
+        .collect();
     let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = chunk_size(total, workers);
     let safepoints_before = inner.control.count();
@@ -107,6 +113,9 @@ pub(crate) fn launch(
         completed: completed.as_mut_ptr(),
         captures: closure.captures.as_ptr(),
         records_per_slot: per_slot as u64,
+        tlabs: tlabs.as_ptr(),
+        allocator: std::ptr::from_ref(&alloc).cast(),
+        large_words: u64::from(alloc.large_words()),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();

@@ -6,7 +6,7 @@ use crate::error::{KernelExceptions, OffloadError};
 use crate::runtime::{Closure, Device, Runtime};
 use offload_host_interp::{Exception, Interpreter, Profile};
 use offload_ir::ExceptionKind;
-use offload_tlab::{AllocStats, Allocator};
+use offload_tlab::AllocStats;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -237,7 +237,7 @@ fn launch_interp(
     let prog = &*closure.module.prog;
     let n = range.end.wrapping_sub(range.start) as u64;
     let workers = inner.workers;
-    let alloc = Allocator::new(&inner.heap, inner.policy, workers);
+    let alloc = rt.allocator(workers);
     let chunk = chunk_size(n, workers);
     let chunks = n.div_ceil(chunk);
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();

@@ -53,16 +53,27 @@ pub struct RuntimeBuilder {
     profile: bool,
     inject: Option<offload_jit::cpu::Injection>,
     deopt_records: usize,
+    fail_refills: Option<(u64, u64)>,
 }
 
 /// Save records per slot on the CPU device unless configured.
 pub const DEFAULT_DEOPT_RECORDS: usize = 1024;
 
 impl RuntimeBuilder {
+    /// Fault injection for tests: in every launch, TLAB refill number
+    /// `first` (1-based) and every `every`-th after it (0: only `first`)
+    /// fail for the allocation that does them (see
+    /// [`offload_tlab::RefillFault`]): compiled code deopts with
+    /// `AllocationFailure`, the interpreter retries.
+    pub fn fail_refills(mut self, first: u64, every: u64) -> Self {
+        self.fail_refills = Some((first, every));
+        self
+    }
+
     /// Save records per slot (at least 1; default [`DEFAULT_DEOPT_RECORDS`]).
     /// A slot that deoptimizes writes a record and goes on with its next
-    /// workitem; only when its records are full does it stop, so a launch
-    /// relaunches about once per `workers * n` deopts. The save area is
+    /// workitem; only when its records are full does it stop, so a slot
+    /// stops, replays its records and re-enters about once per `n` deopts. The save area is
     /// `workers * n` records: bounded by the slots, never by the range.
     pub fn deopt_records(mut self, n: usize) -> Self {
         self.deopt_records = n.max(1);
@@ -137,6 +148,7 @@ impl RuntimeBuilder {
                 jit: offload_jit::CpuJit::new(),
                 inject: self.inject,
                 deopt_records: self.deopt_records,
+                fail_refills: self.fail_refills,
                 compiled: dashmap::DashMap::new(),
                 next_class: Mutex::new(0),
                 next_module: AtomicU64::new(0),
@@ -158,6 +170,7 @@ pub(crate) struct Inner {
     pub(crate) jit: offload_jit::CpuJit,
     pub(crate) inject: Option<offload_jit::cpu::Injection>,
     pub(crate) deopt_records: usize,
+    pub(crate) fail_refills: Option<(u64, u64)>,
     /// Compiled kernel versions by (module id, kernel, version), or why the
     /// kernel could not be compiled.
     #[allow(clippy::type_complexity)]
@@ -369,6 +382,7 @@ impl Runtime {
             profile: false,
             inject: None,
             deopt_records: DEFAULT_DEOPT_RECORDS,
+            fail_refills: None,
         }
     }
 
@@ -402,6 +416,16 @@ impl Runtime {
     /// Number of workers.
     pub fn workers(&self) -> usize {
         self.inner.workers
+    }
+
+    /// The allocator of one launch with `workers` workers (with the refill
+    /// fault injection, if configured).
+    pub(crate) fn allocator(&self, workers: usize) -> offload_tlab::Allocator<'_> {
+        let a = offload_tlab::Allocator::new(&self.inner.heap, self.inner.policy, workers);
+        match self.inner.fail_refills {
+            Some((first, every)) => a.with_refill_fault(first, every),
+            None => a,
+        }
     }
 
     /// The heap.

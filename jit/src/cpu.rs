@@ -55,7 +55,6 @@ pub fn unsupported(v: &Verified, k: FuncId) -> Option<String> {
     f.body.iter().enumerate().find_map(|(bci, i)| {
         let why = match i {
             Inst::Call { .. } | Inst::CallVirt { .. } => "calls",
-            Inst::New { .. } | Inst::NewArray { .. } => "allocation",
             _ => return None,
         };
         Some(format!(
@@ -99,6 +98,24 @@ impl Imports {
                 .map_err(|e| JitError::Codegen(format!("declaring {name}: {e}")))?;
             funcs.insert(name, id);
         }
+        let ptr = module.target_config().pointer_type();
+        let mut sig = module.make_signature();
+        for p in [
+            ptr,
+            types::I64,
+            types::I32,
+            types::I32,
+            types::I64,
+            types::I64,
+            types::I32,
+        ] {
+            sig.params.push(AbiParam::new(p));
+        }
+        sig.returns.push(AbiParam::new(types::I32));
+        let id = module
+            .declare_function("offload_alloc_slow", Linkage::Import, &sig)
+            .map_err(|e| JitError::Codegen(format!("declaring offload_alloc_slow: {e}")))?;
+        funcs.insert("offload_alloc_slow", id);
         Ok(Imports { funcs })
     }
 }
@@ -201,6 +218,9 @@ struct Env {
     hi: Option<Variable>,
     done: Option<Variable>,
     next_item: Option<Block>,
+    /// This slot's shared TLAB (null: none) and the large-object limit.
+    tlab: Option<Value>,
+    large_words: Option<Value>,
     /// Records this slot has written in this launch.
     nrec: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).
@@ -295,6 +315,16 @@ impl Lower<'_, '_> {
         self.env.slot = Some(slot);
         self.env.heap = Some(heap);
         self.env.control = Some(control);
+        let tlabs = self.b.ins().load(self.ptr, trusted(), ctx, offsets::TLABS);
+        let toff = self.b.ins().imul_imm_s(slot, i64::from(self.ptr.bytes()));
+        let tat = self.b.ins().iadd(tlabs, toff);
+        let tlab = self.b.ins().load(self.ptr, trusted(), tat, 0);
+        let large = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
+        self.env.tlab = Some(tlab);
+        self.env.large_words = Some(large);
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw = self
                 .b
@@ -661,6 +691,113 @@ impl Lower<'_, '_> {
             // The verifier only lets reference types reach type tests.
             _ => self.b.ins().iconst(types::I8, 0),
         }
+    }
+
+    /// Allocate an object with header words `(tag, word1)` of `words` heap
+    /// words (`i64`): the TLAB fast path inline, the slow path in Rust.
+    /// Failure deopts with `AllocationFailure`, a safepoint requested during
+    /// the slow path with `Safepoint` (the frame state is the current one,
+    /// which must be the site's state at `bci`). Returns the reference.
+    fn allocate(&mut self, bci: Bci, tag: Value, word1: Value, words: Value) -> Value {
+        let (ctx, slot, heap) = self.e();
+        let tl = self.env.tlab.expect("set");
+        let large = self.env.large_words.expect("set");
+        let done = self.b.create_block();
+        self.b.append_block_param(done, types::I32);
+        let slow = self.b.create_block();
+        for t in [types::I64, types::I64, types::I32] {
+            self.b.append_block_param(slow, t);
+        }
+        let try_fast = self.b.create_block();
+        let add = self.b.create_block();
+        let got = self.b.create_block();
+        self.b.append_block_param(got, types::I64);
+
+        let z64 = self.b.ins().iconst(types::I64, 0);
+        let z32 = self.b.ins().iconst(types::I32, 0);
+        let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tl, 0);
+        let small = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, words, large);
+        let ok = self.b.ins().band(has, small);
+        self.b.ins().brif(
+            ok,
+            try_fast,
+            &[],
+            slow,
+            &[z64.into(), z64.into(), z32.into()],
+        );
+
+        // Step 1: the generation (not FAILED); step 2: the add.
+        self.b.switch_to_block(try_fast);
+        let ga = self
+            .b
+            .ins()
+            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::GENERATION_OFFSET));
+        let g = self.b.ins().atomic_load(types::I64, trusted(), ga);
+        let failed = self.b.ins().ushr_imm_u(g, 63);
+        self.b
+            .ins()
+            .brif(failed, slow, &[g.into(), z64.into(), z32.into()], add, &[]);
+        self.b.switch_to_block(add);
+        let sa = self
+            .b
+            .ins()
+            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
+        let old = self
+            .b
+            .ins()
+            .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, sa, words);
+        let top = self.b.ins().band_imm_u(old, 0xFFFF_FFFF);
+        let end = self.b.ins().ushr_imm_u(old, 32);
+        let new_top = self.b.ins().iadd(top, words);
+        let fits = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, new_top, end);
+        let one = self.b.ins().iconst(types::I32, 1);
+        self.b.ins().brif(
+            fits,
+            got,
+            &[top.into()],
+            slow,
+            &[g.into(), old.into(), one.into()],
+        );
+
+        // The object is at `top`: write its header (the memory is zero).
+        self.b.switch_to_block(got);
+        let at = self.b.block_params(got)[0];
+        let off = self.b.ins().ishl_imm_u(at, 3);
+        let addr = self.b.ins().iadd(heap, off);
+        self.b.ins().store(trusted(), tag, addr, 0);
+        self.b.ins().store(trusted(), word1, addr, 4);
+        let r = self.b.ins().ireduce(types::I32, at);
+        self.b.ins().jump(done, &[r.into()]);
+
+        // The slow path (refill, wait, large objects, no TLABs; a poll).
+        self.b.switch_to_block(slow);
+        let p = self.b.block_params(slow).to_vec();
+        let fr = self.math["offload_alloc_slow"];
+        let call = self
+            .b
+            .ins()
+            .call(fr, &[ctx, slot, tag, word1, p[0], p[1], p[2]]);
+        let res = self.b.inst_results(call)[0];
+        let failed = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::Equal, res, i64::from(crate::rt::ALLOC_FAILED));
+        self.deopt_if(failed, bci, Reason::AllocationFailure);
+        let sp = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::Equal, res, i64::from(crate::rt::ALLOC_SAFEPOINT));
+        self.deopt_if(sp, bci, Reason::Safepoint);
+        self.b.ins().jump(done, &[res.into()]);
+
+        self.b.switch_to_block(done);
+        self.b.block_params(done)[0]
     }
 
     fn call_math(&mut self, name: &'static str, args: &[Value]) -> Value {
@@ -1181,10 +1318,52 @@ impl Lower<'_, '_> {
                 let fail = self.b.ins().band(no, nonnull);
                 self.deopt_if(fail, bci, Reason::ClassCast);
             }
-            Inst::NewArray { .. }
-            | Inst::New { .. }
-            | Inst::Call { .. }
-            | Inst::CallVirt { .. } => {
+            Inst::New { class } => {
+                let size = self.prog.layout.class_size[class.index()];
+                let tag = self
+                    .b
+                    .ins()
+                    .iconst(types::I32, i64::from(self.prog.global_class(class)));
+                let word1 = self.b.ins().iconst(types::I32, i64::from(size));
+                let words = self.b.ins().iconst(types::I64, i64::from(size / 8));
+                let r = self.allocate(bci, tag, word1, words);
+                self.push(Ref, r);
+            }
+            Inst::NewArray { elem } => {
+                let Some(offload_ir::Type::Array(e, d)) = elem.array_of() else {
+                    return Err(JitError::Unsupported(format!(
+                        "`newarray` at bci {bci}: no array type of {elem:?}"
+                    )));
+                };
+                let h = offload_tlab::Header::Array {
+                    elem: self.prog.global_elem(e),
+                    dims: d,
+                    len: 0,
+                };
+                let Some((tag, _)) = h.encode() else {
+                    return Err(JitError::Unsupported(format!(
+                        "`newarray` at bci {bci}: element type has no header encoding"
+                    )));
+                };
+                let esize = offload_tlab::layout::kind_size(offload_tlab::layout::array_elem_kind(
+                    self.prog.global_elem(e),
+                    d,
+                ));
+                let len = self.pop(I32);
+                self.push(I32, len); // in the frame state for the checks
+                let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, len, 0);
+                self.deopt_if(neg, bci, Reason::NegativeSize);
+                let tag = self.b.ins().iconst(types::I32, i64::from(tag as i32));
+                // words = (8 + len * esize + 7) / 8
+                let len64 = self.b.ins().uextend(types::I64, len);
+                let bytes = self.b.ins().imul_imm_s(len64, i64::from(esize));
+                let bytes = self.b.ins().iadd_imm_s(bytes, 15);
+                let words = self.b.ins().ushr_imm_u(bytes, 3);
+                let r = self.allocate(bci, tag, len, words);
+                self.depth -= 1;
+                self.push(Ref, r);
+            }
+            Inst::Call { .. } | Inst::CallVirt { .. } => {
                 return Err(JitError::Unsupported(format!(
                     "`{}`",
                     inst.opcode().mnemonic()

@@ -49,6 +49,13 @@ pub struct LaunchCtx {
     /// next record and goes on with its next workitem; it stops when its
     /// records are full (or at a safepoint). The area stays O(slots).
     pub records_per_slot: u64,
+    /// Per slot, the shared TLAB its fast path allocates from (null: the
+    /// policy has none, every allocation takes the slow path).
+    pub tlabs: *const *const offload_tlab::SharedTlab,
+    /// The launch's `offload_tlab::Allocator`, for the slow path.
+    pub allocator: *const std::ffi::c_void,
+    /// Objects of more words than this skip the fast path.
+    pub large_words: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -84,6 +91,12 @@ pub mod offsets {
     pub const CAPTURES: i32 = 72;
     /// `records_per_slot`.
     pub const RECORDS_PER_SLOT: i32 = 80;
+    /// `tlabs`.
+    pub const TLABS: i32 = 88;
+    /// `allocator`.
+    pub const ALLOCATOR: i32 = 96;
+    /// `large_words`.
+    pub const LARGE_WORDS: i32 = 104;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -113,6 +126,12 @@ mod tests {
         assert_eq!(
             offset_of!(LaunchCtx, records_per_slot) as i32,
             offsets::RECORDS_PER_SLOT
+        );
+        assert_eq!(offset_of!(LaunchCtx, tlabs) as i32, offsets::TLABS);
+        assert_eq!(offset_of!(LaunchCtx, allocator) as i32, offsets::ALLOCATOR);
+        assert_eq!(
+            offset_of!(LaunchCtx, large_words) as i32,
+            offsets::LARGE_WORDS
         );
     }
 }

@@ -19,6 +19,7 @@
 pub mod cpu;
 pub mod ctx;
 mod math;
+pub mod rt;
 
 use cranelift_jit::{JITBuilder, JITModule};
 use offload_deopt::DeoptMetadata;
@@ -146,6 +147,7 @@ impl CpuJit {
         for (name, ptr) in math::symbols() {
             builder.symbol(name, ptr);
         }
+        builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
         let mut module = JITModule::new(builder);
         let name = format!("k{}_v{version}", k.0);
         let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, inject)?;

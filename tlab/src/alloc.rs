@@ -2,7 +2,7 @@
 
 use crate::heap::{Heap, HeapError};
 use crate::layout::{Header, words};
-use crate::tlab::{AllocFailure, SharedTlab};
+use crate::tlab::{AllocFailure, RefillFault, SharedTlab};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How workitems allocate. One knob for experiments (DESIGN.md, "Allocation").
@@ -84,6 +84,7 @@ pub struct Allocator<'h> {
     direct: AtomicU64,
     exhausted: AtomicU64,
     grows_at_start: u64,
+    fault: Option<RefillFault>,
 }
 
 impl<'h> Allocator<'h> {
@@ -111,7 +112,71 @@ impl<'h> Allocator<'h> {
             direct: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
             grows_at_start: heap.grow_count(),
+            fault: None,
         }
+    }
+
+    /// Fault injection (tests): refill number `first` (1-based, counted over
+    /// this allocator's slots) and every `every`-th after it (0: only the
+    /// first) fail for the allocation that does them; see [`RefillFault`].
+    pub fn with_refill_fault(mut self, first: u64, every: u64) -> Self {
+        self.fault = Some(RefillFault::new(first, every));
+        self
+    }
+
+    /// The shared TLAB `worker` allocates from, if the policy has TLABs
+    /// (compiled code runs its fast path inline).
+    pub fn tlab_for(&self, worker: usize) -> Option<&SharedTlab> {
+        if self.slots.is_empty() {
+            None
+        } else {
+            Some(&self.slots[(worker / self.group) % self.slots.len()])
+        }
+    }
+
+    /// Objects of more words than this are allocated straight from eden,
+    /// never from a TLAB.
+    pub fn large_words(&self) -> u32 {
+        self.large_words
+    }
+
+    /// Whether an allocator that overflows without being the refiller waits
+    /// for the refill (every policy but `FailOnOverflow`).
+    pub fn waits(&self) -> bool {
+        !matches!(self.policy, AllocPolicy::FailOnOverflow { .. })
+    }
+
+    /// Finish an allocation whose TLAB fast path compiled code ran on
+    /// `tlab_for(worker)`: it read generation `g`, its add returned `old`,
+    /// and the object did not fit (see [`SharedTlab::finish`]). Writes the
+    /// header on success.
+    pub fn finish(
+        &self,
+        worker: usize,
+        header: Header,
+        g: u64,
+        old: u64,
+    ) -> Result<u32, AllocFailure> {
+        let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
+        let slot = self.tlab_for(worker).ok_or(AllocFailure::Exhausted)?;
+        let at = slot
+            .finish(
+                g,
+                old,
+                words(bytes) as u32,
+                self.heap,
+                self.waits(),
+                self.fault.as_ref(),
+            )
+            .inspect_err(|e| {
+                if *e == AllocFailure::Exhausted {
+                    self.exhausted.fetch_add(1, Ordering::Relaxed);
+                }
+            })?;
+        self.heap
+            .write_header(at, header)
+            .map_err(|_| AllocFailure::Exhausted)?;
+        Ok(at)
     }
 
     /// The heap.
@@ -133,12 +198,12 @@ impl<'h> Allocator<'h> {
             })?
         } else {
             let slot = &self.slots[(worker / self.group) % self.slots.len()];
-            let wait = !matches!(self.policy, AllocPolicy::FailOnOverflow { .. });
-            slot.allocate(w as u32, self.heap, wait).inspect_err(|e| {
-                if *e == AllocFailure::Exhausted {
-                    self.exhausted.fetch_add(1, Ordering::Relaxed);
-                }
-            })?
+            slot.allocate_with(w as u32, self.heap, self.waits(), self.fault.as_ref())
+                .inspect_err(|e| {
+                    if *e == AllocFailure::Exhausted {
+                        self.exhausted.fetch_add(1, Ordering::Relaxed);
+                    }
+                })?
         };
         self.heap
             .write_header(at, header)

@@ -34,4 +34,4 @@ pub mod tlab;
 pub use alloc::{AllocPolicy, AllocStats, Allocator};
 pub use heap::{ClassShape, Heap, HeapConfig, HeapError, MAX_HEAP_BYTES, WalkStats};
 pub use layout::{Header, Ref};
-pub use tlab::{AllocFailure, Eden, SharedTlab};
+pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};

@@ -51,8 +51,12 @@ pub enum AllocFailure {
     Overflow,
 }
 
-/// One shared TLAB slot.
+/// One shared TLAB slot. `#[repr(C)]`: compiled code runs the fast path
+/// (steps 1–2) on [`SharedTlab::STATE_OFFSET`] and
+/// [`SharedTlab::GENERATION_OFFSET`] itself and hands anything else to
+/// [`SharedTlab::finish`].
 #[derive(Debug)]
+#[repr(C)]
 pub struct SharedTlab {
     state: AtomicU64,
     generation: AtomicU64,
@@ -73,7 +77,53 @@ impl Default for SharedTlab {
     }
 }
 
+/// What an allocator does after its add.
+enum After {
+    Got(u32),
+    Fail(AllocFailure),
+    Wait,
+}
+
+/// Fault injection: make chosen refills fail for the allocator that does
+/// them (tests only). The refill itself still happens — other allocators of
+/// the slot must not wait forever — but the refiller's own object becomes a
+/// filler and it gets [`AllocFailure::Overflow`] (transient: a device
+/// deopts, the host retries).
+#[derive(Debug)]
+pub struct RefillFault {
+    /// Fail refill number `first` (1-based across the allocator's slots) ...
+    pub first: u64,
+    /// ... and every `every`-th after it (0: only `first`).
+    pub every: u64,
+    /// Refills so far.
+    pub count: AtomicU64,
+}
+
+impl RefillFault {
+    /// Fail refill `first` (1-based; 0: none) and every `every`-th after it.
+    pub fn new(first: u64, every: u64) -> RefillFault {
+        RefillFault {
+            first,
+            every,
+            count: AtomicU64::new(0),
+        }
+    }
+
+    /// Count a refill; whether it is one to fail.
+    fn hit(&self) -> bool {
+        let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        self.first > 0
+            && n >= self.first
+            && (n == self.first || (self.every > 0 && (n - self.first).is_multiple_of(self.every)))
+    }
+}
+
 impl SharedTlab {
+    /// Byte offset of the state word (`end << 32 | top`, in heap words).
+    pub const STATE_OFFSET: i32 = 0;
+    /// Byte offset of the generation word (bit 63: [`FAILED`]).
+    pub const GENERATION_OFFSET: i32 = 8;
+
     /// An empty slot: the first allocation becomes its refiller.
     pub fn new() -> Self {
         SharedTlab {
@@ -86,6 +136,17 @@ impl SharedTlab {
     /// Allocate `words` words. With `wait` false, an allocator that overflows
     /// without being the refiller returns [`AllocFailure::Overflow`] at once.
     pub fn allocate(&self, words: u32, eden: &impl Eden, wait: bool) -> Result<u32, AllocFailure> {
+        self.allocate_with(words, eden, wait, None)
+    }
+
+    /// [`SharedTlab::allocate`] with optional refill fault injection.
+    pub fn allocate_with(
+        &self,
+        words: u32,
+        eden: &impl Eden,
+        wait: bool,
+        fault: Option<&RefillFault>,
+    ) -> Result<u32, AllocFailure> {
         debug_assert!(words > 0);
         loop {
             let g = self.generation.load(Ordering::Acquire);
@@ -93,41 +154,85 @@ impl SharedTlab {
                 return Err(AllocFailure::Exhausted);
             }
             let old = self.state.fetch_add(u64::from(words), Ordering::AcqRel);
-            let (top, end) = unpack(old);
-            let new_top = u64::from(top) + u64::from(words);
-            if new_top <= u64::from(end) {
-                return Ok(top);
+            match self.after_add(old, words, eden, fault) {
+                After::Got(at) => return Ok(at),
+                After::Fail(e) => return Err(e),
+                After::Wait if !wait => return Err(AllocFailure::Overflow),
+                After::Wait => self.wait_past(g),
             }
-            if top <= end {
-                // The designated refiller.
-                if top < end {
-                    eden.fill(top, end);
+        }
+    }
+
+    /// The rest of an allocation whose steps 1–2 compiled code ran: it read
+    /// generation `g` (not FAILED), its add of `words` returned `old`, and
+    /// the object did not fit. Completes the protocol (refill, or wait and
+    /// retry) exactly as [`SharedTlab::allocate_with`] would.
+    pub fn finish(
+        &self,
+        g: u64,
+        old: u64,
+        words: u32,
+        eden: &impl Eden,
+        wait: bool,
+        fault: Option<&RefillFault>,
+    ) -> Result<u32, AllocFailure> {
+        match self.after_add(old, words, eden, fault) {
+            After::Got(at) => Ok(at),
+            After::Fail(e) => Err(e),
+            After::Wait if !wait => Err(AllocFailure::Overflow),
+            After::Wait => {
+                self.wait_past(g);
+                self.allocate_with(words, eden, wait, fault)
+            }
+        }
+    }
+
+    fn after_add(
+        &self,
+        old: u64,
+        words: u32,
+        eden: &impl Eden,
+        fault: Option<&RefillFault>,
+    ) -> After {
+        let (top, end) = unpack(old);
+        let new_top = u64::from(top) + u64::from(words);
+        if new_top <= u64::from(end) {
+            return After::Got(top);
+        }
+        if top > end {
+            return After::Wait;
+        }
+        // The designated refiller.
+        if top < end {
+            eden.fill(top, end);
+        }
+        match eden.carve(words) {
+            Some((start, new_end)) => {
+                debug_assert!(u64::from(start) + u64::from(words) <= u64::from(new_end));
+                // A swap, not a store: the add that reads the new state is
+                // ordered after it in every model.
+                self.state
+                    .swap(pack(start + words, new_end), Ordering::AcqRel);
+                self.refills.fetch_add(1, Ordering::Relaxed);
+                self.generation.fetch_add(1, Ordering::Release);
+                if fault.is_some_and(RefillFault::hit) {
+                    eden.fill(start, start + words);
+                    return After::Fail(AllocFailure::Overflow);
                 }
-                return match eden.carve(words) {
-                    Some((start, new_end)) => {
-                        debug_assert!(u64::from(start) + u64::from(words) <= u64::from(new_end));
-                        // A swap, not a store: the add that reads the new
-                        // state is ordered after it in every model.
-                        self.state
-                            .swap(pack(start + words, new_end), Ordering::AcqRel);
-                        self.refills.fetch_add(1, Ordering::Relaxed);
-                        self.generation.fetch_add(1, Ordering::Release);
-                        Ok(start)
-                    }
-                    None => {
-                        self.generation.fetch_or(FAILED, Ordering::Release);
-                        Err(AllocFailure::Exhausted)
-                    }
-                };
+                After::Got(start)
             }
-            if !wait {
-                return Err(AllocFailure::Overflow);
+            None => {
+                self.generation.fetch_or(FAILED, Ordering::Release);
+                After::Fail(AllocFailure::Exhausted)
             }
-            let mut round = 0;
-            while load_for_wait(&self.generation) == g {
-                backoff(round);
-                round += 1;
-            }
+        }
+    }
+
+    fn wait_past(&self, g: u64) {
+        let mut round = 0;
+        while load_for_wait(&self.generation) == g {
+            backoff(round);
+            round += 1;
         }
     }
 

@@ -1,0 +1,78 @@
+//! The runtime calls compiled code makes: the allocation slow path.
+//!
+//! Compiled code runs the TLAB fast path (steps 1–2 of the protocol in
+//! `offload_tlab::tlab`) inline and calls [`offload_alloc_slow`] for
+//! everything else: the designated refill, waiting for another allocator's
+//! refill, large objects, policies without TLABs. The slow path is also a
+//! safepoint poll.
+
+use crate::ctx::{CONTROL_SAFEPOINT, LaunchCtx};
+use offload_tlab::{Allocator, Header};
+use std::sync::atomic::Ordering;
+
+/// The slow path's answer when the allocation failed (eden exhausted, or an
+/// overflow the policy does not wait for): deopt with `AllocationFailure`.
+pub const ALLOC_FAILED: u32 = 0;
+/// The slow path's answer when a safepoint is requested: the object (if one
+/// was carved) was turned into a filler; deopt with `Safepoint` and let the
+/// interpreter re-execute the allocation. Real references are at least
+/// `HEAP_START_WORDS` (2), so 0 and 1 are free as codes.
+pub const ALLOC_SAFEPOINT: u32 = 1;
+
+/// Allocate the object with header words `(tag, word1)` for slot `slot`.
+/// `added` non-zero means compiled code already read generation `g` and
+/// did its add on the slot's TLAB, which returned `old` without room; the
+/// protocol is completed here (this caller may be the designated refiller,
+/// so it must be). Returns the reference, [`ALLOC_FAILED`] or
+/// [`ALLOC_SAFEPOINT`].
+///
+/// # Safety
+///
+/// `ctx` is the live launch context of the calling slot loop, whose
+/// `allocator` points to the launch's [`Allocator`] and whose `control`
+/// is valid; `slot` is the caller's slot.
+pub unsafe extern "C" fn offload_alloc_slow(
+    ctx: *const LaunchCtx,
+    slot: u64,
+    tag: u32,
+    word1: u32,
+    g: u64,
+    old: u64,
+    added: u32,
+) -> u32 {
+    // Never unwind into compiled code: a panic is a failed allocation (the
+    // interpreter re-executes it and reports what is wrong).
+    std::panic::catch_unwind(|| {
+        // SAFETY: the caller guarantees `ctx` and what it points to.
+        let ctx = unsafe { &*ctx };
+        // SAFETY: `allocator` is the launch's allocator (see `LaunchCtx`).
+        let alloc = unsafe { &*ctx.allocator.cast::<Allocator<'_>>() };
+        let Some(header) = Header::decode(tag, word1) else {
+            return ALLOC_FAILED;
+        };
+        let at = if added != 0 {
+            alloc.finish(slot as usize, header, g, old)
+        } else {
+            alloc.alloc(slot as usize, header)
+        };
+        match at {
+            Ok(at) => {
+                // SAFETY: `control` is valid for the launch.
+                let cw = unsafe { &*ctx.control }.load(Ordering::Acquire);
+                if cw & CONTROL_SAFEPOINT != 0 {
+                    let size = header.size().unwrap_or(8) as u32;
+                    if alloc
+                        .heap()
+                        .write_header(at, Header::Filler { size })
+                        .is_ok()
+                    {
+                        return ALLOC_SAFEPOINT;
+                    }
+                }
+                at
+            }
+            Err(_) => ALLOC_FAILED,
+        }
+    })
+    .unwrap_or(ALLOC_FAILED)
+}

@@ -1,0 +1,272 @@
+//! Allocation in compiled code: the inline TLAB fast path, the designated
+//! refiller slow path, every allocation policy, and injected refill
+//! failures — with exact results and a heap that still parses.
+
+use offload::AllocPolicy;
+use offload::deopt::Reason;
+use offload::{Device, Runtime, par_offload};
+
+/// Each workitem builds a list of `n` nodes, each with a fresh array, then
+/// walks it: out[i] = sum over k < n of (i + k) + k = n*i + n*(n-1).
+pub const LIST: &str = "
+class Node {
+    field val: i64
+    field next: Node
+    field data: i32[]
+}
+
+kernel build(i: i64, n: i32, out: i64[]) {
+    local k: i32
+    local head: Node
+    local node: Node
+    local arr: i32[]
+    local s: i64
+    ref.null
+    store head
+    i64.const 0
+    store s
+    i32.const 0
+    store k
+  loop:
+    load k
+    load n
+    i32.ge
+    br_if walk
+    new Node
+    store node
+    load node
+    load i
+    load k
+    i32.to_i64
+    i64.add
+    putfield Node.val
+    load node
+    load head
+    putfield Node.next
+    load k
+    i32.const 1
+    i32.add
+    newarray i32
+    store arr
+    load arr
+    load k
+    load k
+    i32.astore
+    load node
+    load arr
+    putfield Node.data
+    load node
+    store head
+    inc k 1
+    br loop
+  walk:
+    load head
+    br_null end
+    load s
+    load head
+    getfield Node.val
+    i64.add
+    load head
+    getfield Node.data
+    dup
+    array.len
+    i32.const 1
+    i32.sub
+    i32.aload
+    i32.to_i64
+    i64.add
+    store s
+    load head
+    getfield Node.next
+    store head
+    br walk
+  end:
+    load out
+    load i
+    i64.to_i32
+    load s
+    i64.astore
+    ret
+}
+";
+
+fn run(b: offload::RuntimeBuilder, items: usize, n: i32) -> offload::LaunchReport {
+    let rt = b.build().unwrap();
+    let m = rt.load("list.obc", LIST).unwrap();
+    let out = rt.new_array::<i64>(items).unwrap();
+    let r = par_offload(
+        0..items as i64,
+        &m.closure("build", [n.into(), (&out).into()]).unwrap(),
+    )
+    .unwrap();
+    let got = rt.read(&out).unwrap();
+    let n64 = i64::from(n);
+    let want: Vec<i64> = (0..items as i64)
+        .map(|i| n64 * i + n64 * (n64 - 1))
+        .collect();
+    assert_eq!(got, want, "{r}");
+    assert!(r.fallback.is_none(), "{:?}", r.fallback);
+    let stats = rt.verify_heap(&[&m]).unwrap();
+    // Exactly the objects the workitems made (a failed or abandoned
+    // compiled allocation leaves a filler, never a second object).
+    let made = (items * n as usize) as u64;
+    assert_eq!((stats.objects, stats.arrays), (made, made + 1), "{stats:?}");
+    r
+}
+
+fn cpu() -> offload::RuntimeBuilder {
+    Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .tlab_bytes(512)
+}
+
+#[test]
+fn compiled_allocation_under_every_policy_is_exact_and_parses() {
+    for policy in [
+        AllocPolicy::SharedTlab { group: 2 },
+        AllocPolicy::SharedTlab { group: 1 },
+        AllocPolicy::FailOnOverflow { group: 2 },
+        AllocPolicy::PrivateTlab,
+        AllocPolicy::EdenCas,
+    ] {
+        let r = run(cpu().alloc_policy(policy), 3000, 12);
+        assert!(r.on_device > 0, "{policy:?}: {r}");
+        if policy != AllocPolicy::EdenCas {
+            assert!(r.alloc.refills > 100, "{policy:?}: {r}");
+        } else {
+            assert!(r.alloc.direct > 0, "{policy:?}: {r}");
+        }
+        // Only the overflow-failing policy may deopt (an overflowing
+        // allocator that is not the refiller gives up).
+        if !matches!(policy, AllocPolicy::FailOnOverflow { .. }) {
+            assert_eq!(r.replayed, 0, "{policy:?}: {r}");
+        }
+    }
+}
+
+#[test]
+fn injected_refill_failures_deopt_and_replay_exactly_once() {
+    for (first, every) in [(1, 0), (3, 0), (2, 5), (1, 1)] {
+        let r = run(cpu().fail_refills(first, every).deopt_records(2), 2000, 9);
+        let alloc_deopts: u64 = r
+            .deopts
+            .iter()
+            .filter(|((_, why), _)| *why == Reason::AllocationFailure)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(alloc_deopts >= 1, "refill {first}/{every}: {r}");
+        assert_eq!(r.replayed, alloc_deopts, "{r}");
+    }
+    // The interpreter device retries instead.
+    run(
+        Runtime::builder()
+            .workers(2)
+            .device(Device::Interpreter)
+            .tlab_bytes(512)
+            .fail_refills(1, 1),
+        500,
+        9,
+    );
+}
+
+#[test]
+fn large_arrays_skip_the_fast_path_and_exhaustion_is_an_exception() {
+    // Arrays of 1000 i32 are larger than a quarter TLAB: straight from eden.
+    let rt = cpu().build().unwrap();
+    let m = rt
+        .load(
+            "big.obc",
+            "kernel big(i: i64, out: i32[]) {\n    load out\n    load i\n    i64.to_i32\n    i32.const 1000\n    newarray i32\n    array.len\n    i32.astore\n    ret\n}\n",
+        )
+        .unwrap();
+    let out = rt.new_array::<i32>(64).unwrap();
+    let r = par_offload(0..64, &m.closure("big", [(&out).into()]).unwrap()).unwrap();
+    assert_eq!(rt.read(&out).unwrap(), vec![1000; 64]);
+    assert!(r.fallback.is_none() && r.alloc.direct >= 64, "{r}");
+
+    // A heap too small for the demand: the compiled allocation fails, the
+    // workitem deopts, and the interpreter reports OutOfMemory for it.
+    let rt = cpu()
+        .initial_heap(1 << 20)
+        .max_heap(1 << 20)
+        .build()
+        .unwrap();
+    let m = rt.load("list.obc", LIST).unwrap();
+    let out = rt.new_array::<i64>(4000).unwrap();
+    match par_offload(
+        0..4000,
+        &m.closure("build", [64.into(), (&out).into()]).unwrap(),
+    ) {
+        Err(offload::OffloadError::Exceptions(e)) => {
+            assert_eq!(e.first.kind, offload::ir::ExceptionKind::OutOfMemory);
+            assert!(
+                e.report
+                    .deopts
+                    .keys()
+                    .any(|&(_, why)| why == Reason::AllocationFailure),
+                "{}",
+                e.report
+            );
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+}
+
+#[test]
+fn negative_lengths_deopt_and_throw_as_on_the_interpreter() {
+    let src = "kernel neg(i: i64, out: i32[]) {\n    load i\n    i64.to_i32\n    i32.const 5\n    i32.sub\n    newarray f64\n    array.len\n    pop\n    load out\n    load i\n    i64.to_i32\n    i32.const 1\n    i32.astore\n    ret\n}\n";
+    let rt = cpu().build().unwrap();
+    let m = rt.load("neg.obc", src).unwrap();
+    let out = rt.new_array::<i32>(10).unwrap();
+    match par_offload(0..10, &m.closure("neg", [(&out).into()]).unwrap()) {
+        Err(offload::OffloadError::Exceptions(e)) => {
+            assert_eq!(e.count, 5);
+            assert_eq!(e.first.kind, offload::ir::ExceptionKind::NegativeArraySize);
+            assert!(e.report.fallback.is_none());
+            assert!(
+                e.report
+                    .deopts
+                    .keys()
+                    .any(|&(_, why)| why == Reason::NegativeSize)
+            );
+        }
+        other => panic!("expected exceptions, got {other:?}"),
+    }
+    assert_eq!(rt.read(&out).unwrap(), [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]);
+}
+
+#[test]
+fn safepoints_during_compiled_allocation_lose_nothing() {
+    // No loops: the only polls are between workitems and in the allocation
+    // slow path, which every allocation takes under `eden-cas`.
+    let src = "kernel one(i: i64, out: i32[]) {\n    load out\n    load i\n    i64.to_i32\n    i32.const 3\n    newarray i64\n    array.len\n    i32.astore\n    ret\n}\n";
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .alloc_policy(AllocPolicy::EdenCas)
+        .build()
+        .unwrap();
+    let m = rt.load("one.obc", src).unwrap();
+    let n = 400_000usize;
+    let out = rt.new_array::<i32>(n).unwrap();
+    let c = m.closure("one", [(&out).into()]).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (r, stops) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let r = par_offload(0..n as i64, &c).unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        let mut stops = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            rt.safepoint(|_| ());
+            stops += 1;
+        }
+        (h.join().unwrap(), stops)
+    });
+    assert_eq!(rt.read(&out).unwrap(), vec![3; n], "{r}");
+    assert!(stops > 0 && r.fallback.is_none(), "{r}");
+    let stats = rt.verify_heap(&[&m]).unwrap();
+    assert_eq!(stats.arrays, n as u64 + 1, "{stats:?}");
+}
