@@ -50,12 +50,24 @@ fn compiled_kernels_run_natively_and_others_fall_back_with_a_reason() {
     let m = rt.load("shapes.obc", example("shapes.obc")).unwrap();
     let out = rt.new_array::<f64>(10).unwrap();
     let r = par_offload(0..10, &m.closure("shape_areas", [(&out).into()]).unwrap()).unwrap();
-    let why = r.fallback.expect("shapes allocates: interpreter");
-    assert!(why.contains("allocation"), "{why}");
+    assert!(
+        r.fallback.is_none(),
+        "virtual calls and allocation compile: {r}"
+    );
     assert_eq!(
         rt.read(&out).unwrap(),
         (0..10).map(native::shape_area).collect::<Vec<_>>()
     );
+
+    // Recursion is not inlined: the kernel runs on the interpreter, and the
+    // report says why.
+    let src = "func fact(n: i64) -> i64 {\n    load n\n    i64.const 1\n    i64.le\n    br_unless rec\n    i64.const 1\n    ret\n  rec:\n    load n\n    load n\n    i64.const 1\n    i64.sub\n    call fact\n    i64.mul\n    ret\n}\n\nkernel k(i: i64, out: i64[]) {\n    load out\n    load i\n    i64.to_i32\n    load i\n    call fact\n    i64.astore\n    ret\n}\n";
+    let m = rt.load("fact.obc", src).unwrap();
+    let out = rt.new_array::<i64>(6).unwrap();
+    let r = par_offload(0..6, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+    let why = r.fallback.expect("recursion: interpreter");
+    assert!(why.contains("recursive"), "{why}");
+    assert_eq!(rt.read(&out).unwrap(), [1, 1, 2, 6, 24, 120]);
 }
 
 #[test]
@@ -248,4 +260,133 @@ fn ranges_near_the_bottom_of_i64_run_without_overflow() {
         let r = par_offload(i64::MIN..i64::MIN + 1000, &c).unwrap();
         assert_eq!(r.completed, 1000, "{device:?}");
     }
+}
+
+/// `k` calls `outer`, which calls the virtual `Acc.add` in a loop; the
+/// callee divides, so some workitems deopt two calls deep.
+const NESTED: &str = "
+class Acc {
+    field total: i64
+    method add(x: i64, d: i64) {
+        load this
+        load this
+        getfield Acc.total
+        load x
+        load d
+        i64.div
+        i64.add
+        putfield Acc.total
+        ret
+    }
+}
+
+class Twice extends Acc {
+    method add(x: i64, d: i64) {
+        load this
+        load this
+        getfield Acc.total
+        load x
+        i64.const 2
+        i64.mul
+        load d
+        i64.div
+        i64.add
+        putfield Acc.total
+        ret
+    }
+}
+
+func outer(a: Acc, n: i64, d: i64) -> i64 {
+    local j: i64
+    i64.const 0
+    store j
+  loop:
+    load j
+    load n
+    i64.ge
+    br_if done
+    load a
+    load j
+    load d
+    callvirt Acc.add
+    inc j 1
+    br loop
+  done:
+    load a
+    getfield Acc.total
+    ret
+}
+
+kernel k(i: i64, out: i64[]) {
+    local a: Acc
+    load i
+    i64.const 2
+    i64.rem
+    i64.const 0
+    i64.eq
+    br_if even
+    new Twice
+    store a
+    br go
+  even:
+    new Acc
+    store a
+  go:
+    load out
+    load i
+    i64.to_i32
+    load a
+    i64.const 50
+    load i
+    i64.const 7
+    i64.rem
+    call outer
+    i64.astore
+    ret
+}
+";
+
+#[test]
+fn deopts_in_inlined_calls_resume_every_frame() {
+    let run = |rt: &Runtime| {
+        let m = rt.load("nested.obc", NESTED).unwrap();
+        let out = rt.new_array::<i64>(700).unwrap();
+        let c = m.closure("k", [(&out).into()]).unwrap();
+        let r = par_offload(0..700, &c);
+        (r, rt.read(&out).unwrap())
+    };
+    let interp = Runtime::builder()
+        .workers(2)
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let cpu = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .deopt_records(3)
+        .build()
+        .unwrap();
+    let (ri, oi) = run(&interp);
+    let (rc, oc) = run(&cpu);
+    assert_eq!(oc, oi, "same heap");
+    let (Err(OffloadError::Exceptions(ei)), Err(OffloadError::Exceptions(ec))) = (ri, rc) else {
+        panic!("every 7th workitem divides by zero");
+    };
+    assert_eq!((ec.count, &ec.workitems), (ei.count, &ei.workitems));
+    assert_eq!(ec.count, 100);
+    assert_eq!(
+        ec.first.trace, ei.first.trace,
+        "three frames, as the interpreter has them"
+    );
+    assert_eq!(ec.first.trace.len(), 3);
+    let r = &ec.report;
+    assert!(r.fallback.is_none(), "{r}");
+    // Reported at the kernel's call (bci 19), where the inlined frames hang.
+    assert_eq!(
+        r.deopts.get(&(19, Reason::DivideByZero)),
+        Some(&100),
+        "{:?}",
+        r.deopts
+    );
+    assert_eq!(r.replayed, 100);
 }

@@ -31,13 +31,58 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 }
 ";
 
+/// The same loop, two calls deep (inlined by the CPU JIT: its polls deopt
+/// with three frames).
+const SPIN_CALL: &str = "
+func inner(counts: i64[], j: i32, iters: i32) {
+    local k: i32
+    i32.const 0
+    store k
+  loop:
+    load k
+    load iters
+    i32.ge
+    br_if done
+    load counts
+    load j
+    i64.const 1
+    i64.array_atomic_add
+    pop
+    inc k 1
+    br loop
+  done:
+    ret
+}
+
+func middle(counts: i64[], j: i32, iters: i32) {
+    load counts
+    load j
+    load iters
+    call inner
+    ret
+}
+
+kernel spin(i: i64, iters: i32, counts: i64[]) {
+    load counts
+    load i
+    i64.to_i32
+    load iters
+    call middle
+    ret
+}
+";
+
 fn safepoints_on(device: Device, n: usize, iters: i32) {
+    safepoints_in(SPIN, device, n, iters);
+}
+
+fn safepoints_in(src: &str, device: Device, n: usize, iters: i32) {
     let rt = Runtime::builder()
         .workers(2)
         .device(device)
         .build()
         .unwrap();
-    let m = rt.load("spin.obc", SPIN).unwrap();
+    let m = rt.load("spin.obc", src).unwrap();
     let counts = rt.new_array::<i64>(n).unwrap();
     let c = m.closure("spin", [iters.into(), (&counts).into()]).unwrap();
     let (report, stops) = std::thread::scope(|s| {
@@ -87,6 +132,11 @@ fn safepoints_stop_every_interpreter_worker_and_lose_nothing() {
 #[test]
 fn safepoints_stop_compiled_slots_which_deopt_at_their_back_edge_and_lose_nothing() {
     safepoints_on(Device::Cpu, 4000, 20_000);
+}
+
+#[test]
+fn safepoints_in_inlined_calls_deopt_with_every_frame_and_lose_nothing() {
+    safepoints_in(SPIN_CALL, Device::Cpu, 4000, 20_000);
 }
 
 #[test]

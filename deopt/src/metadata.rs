@@ -1,6 +1,6 @@
 //! Reasons, site maps and the save-record layout.
 
-use offload_ir::analysis::{FrameState, FuncAnalysis, Value};
+use offload_ir::analysis::{DeoptSite, FrameState, FuncAnalysis, Value};
 use offload_ir::isa::hz;
 use offload_ir::{Bci, ExceptionKind, FuncId, SiteId, Type};
 
@@ -121,19 +121,39 @@ pub struct SlotLoc {
     pub word: u32,
 }
 
+/// One frame of a deopt site: a kernel site has one; a site in code the
+/// compiler inlined has the kernel's frame stopped at its call, the frames of
+/// the calls in between, and the inlined function's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteFrame {
+    /// The function.
+    pub func: FuncId,
+    /// Where it stopped: the call for an outer frame, the site itself for the
+    /// innermost.
+    pub bci: Bci,
+    /// How many record values are this frame's (they follow the previous
+    /// frame's).
+    pub values: u32,
+}
+
 /// One deopt site of a kernel version with its frame-state map.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteMap {
     /// The site.
     pub id: SiteId,
-    /// Its bytecode index (the interpreter re-executes this instruction).
+    /// Its bytecode index in the kernel (for a site in inlined code, the
+    /// kernel's call that leads to it; see `frames`).
     pub bci: Bci,
     /// Why it can deoptimize.
     pub reasons: Vec<Reason>,
-    /// The live values and their record words.
+    /// The live values of every frame, outermost frame first, and their
+    /// record words.
     pub slots: Vec<SlotLoc>,
-    /// The frame state as the `ir` analysis computed it.
+    /// The innermost frame's state as the `ir` analysis computed it.
     pub frame: FrameState,
+    /// The frames, outermost (the kernel) first; the interpreter rebuilds
+    /// them all and re-executes the innermost frame's instruction.
+    pub frames: Vec<SiteFrame>,
 }
 
 impl SiteMap {
@@ -201,6 +221,11 @@ impl DeoptMetadata {
                     })
                     .collect(),
                 frame: s.frame.clone(),
+                frames: vec![SiteFrame {
+                    func: kernel,
+                    bci: s.bci,
+                    values: s.frame.len() as u32,
+                }],
             })
             .collect();
         DeoptMetadata {
@@ -213,13 +238,58 @@ impl DeoptMetadata {
         }
     }
 
+    /// Add a site in inlined code: `outer` lists the frames stopped at their
+    /// calls, outermost (the kernel) first, each with the analysis site of
+    /// its call; `site` is the inlined function `func`'s own site. Returns
+    /// the new site's id and widens the record layout if needed.
+    pub fn add_inlined(
+        &mut self,
+        outer: &[(FuncId, &DeoptSite)],
+        func: FuncId,
+        site: &DeoptSite,
+    ) -> SiteId {
+        let id = SiteId(self.sites.len() as u32);
+        let mut slots = Vec::new();
+        let mut frames = Vec::new();
+        for (f, s) in outer.iter().copied().chain(std::iter::once((func, site))) {
+            for (value, ty) in s.frame.values() {
+                slots.push(SlotLoc {
+                    value,
+                    ty,
+                    word: SaveLayout::HEADER_WORDS + slots.len() as u32,
+                });
+            }
+            frames.push(SiteFrame {
+                func: f,
+                bci: s.bci,
+                values: s.frame.len() as u32,
+            });
+        }
+        self.layout.record_words = self
+            .layout
+            .record_words
+            .max(SaveLayout::HEADER_WORDS + slots.len() as u32);
+        self.sites.push(SiteMap {
+            id,
+            bci: outer.first().map_or(site.bci, |(_, s)| s.bci),
+            reasons: Reason::for_site(site.hazards, site.poll),
+            slots,
+            frame: site.frame.clone(),
+            frames,
+        });
+        id
+    }
+
     /// The site with this id.
     pub fn site(&self, id: SiteId) -> Option<&SiteMap> {
         self.sites.get(id.index())
     }
 
-    /// The site at this bytecode index.
+    /// The kernel's own site at this bytecode index (not one in inlined
+    /// code).
     pub fn site_at(&self, bci: Bci) -> Option<&SiteMap> {
-        self.sites.iter().find(|s| s.bci == bci)
+        self.sites
+            .iter()
+            .find(|s| s.bci == bci && s.frames.len() == 1)
     }
 }

@@ -432,7 +432,22 @@ impl<'a> Interpreter<'a> {
         })?;
         self.stack.clear();
         self.frames.clear();
-        self.push_resumed(meta.kernel, site.bci, values, None)?;
+        let total: usize = site.frames.iter().map(|f| f.values as usize).sum();
+        if total != values.len() {
+            return Err(ResumeError::WrongValueCount {
+                func: self.v().func(meta.kernel).name.clone(),
+                bci: site.bci,
+                expected: total,
+                found: values.len(),
+            });
+        }
+        let mut at = 0;
+        for (i, f) in site.frames.iter().enumerate() {
+            let n = f.values as usize;
+            let callee = site.frames.get(i + 1).map(|n| n.func);
+            self.push_resumed(f.func, f.bci, &values[at..at + n], callee)?;
+            at += n;
+        }
         self.workitem = Some(workitem);
         Ok(self.exec(None).map(|_| ()))
     }

@@ -20,8 +20,23 @@
 //! leave through deopt exits; back-edges poll the control word and leave with
 //! reason `Safepoint` at the loop header. Nothing traps.
 //!
-//! Not yet compiled (the kernel is refused with [`JitError::Unsupported`] and
-//! runs on the interpreter): calls, allocation, `instanceof`/`checkcast`.
+//! Calls are inlined: a static call inlines its callee in a frame of its own
+//! variables; a virtual call tests the receiver's class id against the
+//! classes of each implementation (class hierarchy of the module) and
+//! inlines the matching one, and any other receiver deopts so that the
+//! interpreter makes the call. A deopt inside inlined code writes every
+//! frame — the kernel's and each caller's as they stopped at their calls,
+//! then the callee's — as one record ([`offload_deopt::SiteFrame`]), and the
+//! interpreter rebuilds them all. Recursion, nesting deeper than
+//! [`MAX_INLINE_DEPTH`] and more than [`MAX_INLINED_INSTS`] inlined
+//! instructions are refused with [`JitError::Unsupported`] (the kernel runs
+//! on the interpreter, and the launch report says why).
+//!
+//! `new`/`newarray` run the shared-TLAB fast path inline (generation check,
+//! one atomic add, bounds compare, header stores) and call
+//! [`crate::rt::offload_alloc_slow`] for the designated refill, waiting,
+//! large objects and TLAB-less policies; `instanceof`/`checkcast` compare
+//! the header's class id with the target's subclasses.
 
 use crate::JitError;
 use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
@@ -37,7 +52,7 @@ use cranelift_module::{FuncId as ClFuncId, Linkage, Module};
 use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
 use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
-use offload_ir::{Bci, FuncId, Inst, Kind, Verified};
+use offload_ir::{Bci, FuncId, Inst, Kind, SiteId, Verified};
 use std::collections::HashMap;
 
 fn cl_type(k: Kind) -> ClType {
@@ -47,21 +62,6 @@ fn cl_type(k: Kind) -> ClType {
         Kind::F32 => types::F32,
         Kind::F64 => types::F64,
     }
-}
-
-/// Why a kernel cannot be compiled yet, or `None` if it can.
-pub fn unsupported(v: &Verified, k: FuncId) -> Option<String> {
-    let f = v.func(k);
-    f.body.iter().enumerate().find_map(|(bci, i)| {
-        let why = match i {
-            Inst::Call { .. } | Inst::CallVirt { .. } => "calls",
-            _ => return None,
-        };
-        Some(format!(
-            "`{}` at bci {bci}: {why} are not compiled yet",
-            i.opcode().mnemonic()
-        ))
-    })
 }
 
 struct Imports {
@@ -145,13 +145,10 @@ pub(crate) fn compile(
     inject: Option<Injection>,
 ) -> Result<(ClFuncId, DeoptMetadata), JitError> {
     let v = prog.verified();
-    if let Some(why) = unsupported(v, k) {
-        return Err(JitError::Unsupported(why));
-    }
     let analysis = prog
         .analysis(k)
         .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
-    let meta = DeoptMetadata::new(analysis, k, version);
+    let mut meta = DeoptMetadata::new(analysis, k, version);
     if let Some(inj) = inject
         && (meta.site_at(inj.site_bci).is_none() || inj.modulus <= 0)
     {
@@ -179,18 +176,15 @@ pub(crate) fn compile(
             b,
             v,
             prog,
-            k,
-            analysis,
-            meta: &meta,
+            meta,
             ptr,
-            locals: Vec::new(),
-            stack: HashMap::new(),
-            depth: 0,
-            blocks: HashMap::new(),
+            cur: Frame::new(k, analysis),
+            outer: Vec::new(),
+            inlined_sites: HashMap::new(),
+            inlined_insts: 0,
             env: Env::default(),
             math: HashMap::new(),
             inject,
-            pending_polls: Vec::new(),
         };
         for (name, &fid) in &imports.funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
@@ -199,6 +193,7 @@ pub(crate) fn compile(
         lw.build()?;
         lw.b.seal_all_blocks();
         lw.b.finalize(module.target_config());
+        meta = lw.meta;
     }
     module
         .define_function(id, &mut ctx)
@@ -228,22 +223,69 @@ struct Env {
     captures: Vec<Value>,
 }
 
+/// Calls nest at most this deep in compiled code (deeper: the kernel runs on
+/// the interpreter).
+pub const MAX_INLINE_DEPTH: usize = 8;
+/// At most this many instructions are inlined into one kernel.
+pub const MAX_INLINED_INSTS: usize = 4096;
+
+/// A function being lowered: the kernel, or a function inlined into it.
+struct Frame<'a> {
+    func: FuncId,
+    analysis: &'a FuncAnalysis,
+    /// One variable per local.
+    locals: Vec<Variable>,
+    /// One variable per operand-stack depth and kind.
+    stack: HashMap<(usize, Kind), Variable>,
+    depth: usize,
+    /// The block of each reachable leader.
+    blocks: HashMap<Bci, Block>,
+    /// Back-edge poll blocks waiting to be filled.
+    pending_polls: Vec<(Block, Bci)>,
+    /// Where `ret` goes in an inlined function: the caller's continuation
+    /// (with a parameter for the result). `None` for the kernel.
+    ret_to: Option<Block>,
+}
+
+impl<'a> Frame<'a> {
+    fn new(func: FuncId, analysis: &'a FuncAnalysis) -> Frame<'a> {
+        Frame {
+            func,
+            analysis,
+            locals: Vec::new(),
+            stack: HashMap::new(),
+            depth: 0,
+            blocks: HashMap::new(),
+            pending_polls: Vec::new(),
+            ret_to: None,
+        }
+    }
+}
+
+/// A site in inlined code: the callers' (function, call bci) chain, the
+/// inlined function and its bci.
+type InlinedSiteKey = (Vec<(FuncId, Bci)>, FuncId, Bci);
+
+/// A caller whose call is being inlined, stopped at `call_bci`.
+struct Outer<'a> {
+    frame: Frame<'a>,
+    call_bci: Bci,
+}
+
 struct Lower<'a, 'f> {
     b: FunctionBuilder<'f>,
     v: &'a Verified,
     prog: &'a Program,
-    k: FuncId,
-    analysis: &'a FuncAnalysis,
-    meta: &'a DeoptMetadata,
+    meta: DeoptMetadata,
     ptr: ClType,
-    locals: Vec<Variable>,
-    stack: HashMap<(usize, Kind), Variable>,
-    depth: usize,
-    blocks: HashMap<Bci, Block>,
+    cur: Frame<'a>,
+    outer: Vec<Outer<'a>>,
+    /// Sites in inlined code, by (call chain, function, bci).
+    inlined_sites: HashMap<InlinedSiteKey, SiteId>,
+    inlined_insts: usize,
     env: Env,
     math: HashMap<&'static str, FuncRef>,
     inject: Option<Injection>,
-    pending_polls: Vec<(Block, Bci)>,
 }
 
 fn trusted() -> MemFlagsData {
@@ -264,36 +306,36 @@ impl Lower<'_, '_> {
     }
 
     fn stack_var(&mut self, depth: usize, kind: Kind) -> Variable {
-        if let Some(&v) = self.stack.get(&(depth, kind)) {
+        if let Some(&v) = self.cur.stack.get(&(depth, kind)) {
             return v;
         }
         let v = self.b.declare_var(cl_type(kind));
-        self.stack.insert((depth, kind), v);
+        self.cur.stack.insert((depth, kind), v);
         v
     }
 
     fn push(&mut self, kind: Kind, x: Value) {
-        let var = self.stack_var(self.depth, kind);
+        let var = self.stack_var(self.cur.depth, kind);
         self.b.def_var(var, x);
-        self.depth += 1;
+        self.cur.depth += 1;
     }
 
     fn pop(&mut self, kind: Kind) -> Value {
-        self.depth -= 1;
-        let var = self.stack_var(self.depth, kind);
+        self.cur.depth -= 1;
+        let var = self.stack_var(self.cur.depth, kind);
         self.b.use_var(var)
     }
 
     /// Kind of the stack slot `from_top` below the top at `bci`'s entry.
     fn kind_at(&self, bci: Bci, from_top: usize) -> Kind {
-        let fr = self.v.types(self.k).frames[bci as usize]
+        let fr = self.v.types(self.cur.func).frames[bci as usize]
             .as_ref()
             .expect("reachable");
         fr.stack[fr.stack.len() - 1 - from_top].kind()
     }
 
     fn build(&mut self) -> Result<(), JitError> {
-        let f = self.v.func(self.k);
+        let f = self.v.func(self.cur.func);
         let entry = self.b.create_block();
         self.b.append_block_params_for_function_params(entry);
         self.b.switch_to_block(entry);
@@ -348,7 +390,7 @@ impl Lower<'_, '_> {
         self.env.nrec = Some(nrec);
         for l in &f.locals {
             let var = self.b.declare_var(cl_type(l.ty.kind()));
-            self.locals.push(var);
+            self.cur.locals.push(var);
         }
 
         let claim = self.b.create_block();
@@ -410,10 +452,10 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(start);
         // Workitem entry: parameters, captures, zeroed locals.
         let wv = self.b.use_var(w);
-        let lv0 = self.locals[0];
+        let lv0 = self.cur.locals[0];
         self.b.def_var(lv0, wv);
         for i in 1..f.locals.len() {
-            let var = self.locals[i];
+            let var = self.cur.locals[i];
             let val = if i < f.param_count as usize {
                 self.env.captures[i - 1]
             } else {
@@ -421,15 +463,8 @@ impl Lower<'_, '_> {
             };
             self.b.def_var(var, val);
         }
-        // Blocks for every reachable leader.
-        let types_ = self.v.types(self.k);
-        for blk in &self.analysis.cfg.blocks {
-            if types_.frames[blk.start as usize].is_some() {
-                let cb = self.b.create_block();
-                self.blocks.insert(blk.start, cb);
-            }
-        }
-        let first = self.blocks[&0];
+        self.make_blocks();
+        let first = self.cur.blocks[&0];
         self.b.ins().jump(first, &[]);
 
         self.body()?;
@@ -541,11 +576,8 @@ impl Lower<'_, '_> {
     /// Emit a deopt exit for the site at `bci` (whose frame state is the
     /// current variables) with `reason`, in the current block.
     fn deopt_here(&mut self, bci: Bci, reason: Reason) {
-        let site = self
-            .meta
-            .site_at(bci)
-            .expect("deopt exits are at sites")
-            .clone();
+        let id = self.site_id(bci);
+        let site = self.meta.site(id).expect("created").clone();
         debug_assert!(site.reasons.contains(&reason), "{reason:?} at {bci}");
         let (ctx, slot, _) = self.e();
         let area = self
@@ -570,20 +602,32 @@ impl Lower<'_, '_> {
         self.b
             .ins()
             .store(trusted(), w, rec, (SaveLayout::WORKITEM_WORD * 8) as i32);
-        for s in &site.slots {
-            let k = s.ty.kind();
-            let val = match s.value {
-                FsValue::Local(l) => {
-                    let var = self.locals[l.index()];
-                    self.b.use_var(var)
-                }
-                FsValue::Stack(i) => {
-                    let var = self.stack_var(i as usize, k);
-                    self.b.use_var(var)
-                }
-            };
-            let raw = self.pack_raw(k, val);
-            self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
+        // Every frame's values, outermost first: the callers' frames as they
+        // stopped at their calls (their variables still hold those values),
+        // then this frame's.
+        let mut slots = site.slots.iter();
+        for (fi, sf) in site.frames.iter().enumerate() {
+            for s in slots.by_ref().take(sf.values as usize) {
+                let k = s.ty.kind();
+                let var = if fi < self.outer.len() {
+                    let fr = &self.outer[fi].frame;
+                    match s.value {
+                        FsValue::Local(l) => fr.locals[l.index()],
+                        FsValue::Stack(i) => *fr
+                            .stack
+                            .get(&(i as usize, k))
+                            .expect("a caller's stack value was pushed before its call"),
+                    }
+                } else {
+                    match s.value {
+                        FsValue::Local(l) => self.cur.locals[l.index()],
+                        FsValue::Stack(i) => self.stack_var(i as usize, k),
+                    }
+                };
+                let val = self.b.use_var(var);
+                let raw = self.pack_raw(k, val);
+                self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
+            }
         }
         let sw = self
             .b
@@ -607,6 +651,188 @@ impl Lower<'_, '_> {
             let next = self.env.after_deopt.expect("set");
             self.b.ins().jump(next, &[]);
         }
+    }
+
+    /// The site of the current frame's instruction at `bci`: a kernel site,
+    /// or (in inlined code) one made for this call chain on first use.
+    fn site_id(&mut self, bci: Bci) -> SiteId {
+        if self.outer.is_empty() {
+            return self.meta.site_at(bci).expect("deopt exits are at sites").id;
+        }
+        let chain: Vec<(FuncId, Bci)> = self
+            .outer
+            .iter()
+            .map(|o| (o.frame.func, o.call_bci))
+            .collect();
+        let key = (chain, self.cur.func, bci);
+        if let Some(&id) = self.inlined_sites.get(&key) {
+            return id;
+        }
+        let outer: Vec<(FuncId, &offload_ir::analysis::DeoptSite)> = self
+            .outer
+            .iter()
+            .map(|o| {
+                (
+                    o.frame.func,
+                    o.frame
+                        .analysis
+                        .site_at(o.call_bci)
+                        .expect("calls are deopt sites"),
+                )
+            })
+            .collect();
+        let own = self
+            .cur
+            .analysis
+            .site_at(bci)
+            .expect("deopt exits are at sites");
+        let id = self.meta.add_inlined(&outer, self.cur.func, own);
+        self.inlined_sites.insert(key, id);
+        id
+    }
+
+    /// Blocks for every reachable leader of the current frame's function.
+    fn make_blocks(&mut self) {
+        let types_ = self.v.types(self.cur.func);
+        for blk in &self.cur.analysis.cfg.blocks {
+            if types_.frames[blk.start as usize].is_some() {
+                let cb = self.b.create_block();
+                self.cur.blocks.insert(blk.start, cb);
+            }
+        }
+    }
+
+    /// Inline a call of `callee` at `bci`: pop its arguments, lower its body
+    /// in a frame of its own, and leave the builder in the continuation
+    /// block. Returns the result, if the callee returns one (not pushed).
+    fn inline(&mut self, bci: Bci, callee: FuncId) -> Result<Option<Value>, JitError> {
+        let f = self.v.func(callee);
+        let name = &f.name;
+        if callee == self.cur.func || self.outer.iter().any(|o| o.frame.func == callee) {
+            return Err(JitError::Unsupported(format!(
+                "call of `{name}` at bci {bci}: recursive calls are not compiled"
+            )));
+        }
+        if self.outer.len() + 1 > MAX_INLINE_DEPTH {
+            return Err(JitError::Unsupported(format!(
+                "call of `{name}` at bci {bci}: calls nest deeper than {MAX_INLINE_DEPTH}"
+            )));
+        }
+        self.inlined_insts += f.body.len();
+        if self.inlined_insts > MAX_INLINED_INSTS {
+            return Err(JitError::Unsupported(format!(
+                "call of `{name}` at bci {bci}: more than {MAX_INLINED_INSTS} instructions inlined"
+            )));
+        }
+        let analysis = self.prog.analysis(callee).ok_or_else(|| {
+            JitError::Unsupported(format!("call of abstract `{name}` at bci {bci}"))
+        })?;
+        // Arguments, last first.
+        let mut args = Vec::with_capacity(f.param_count as usize);
+        for p in f.params().iter().rev() {
+            args.push(self.pop(p.ty.kind()));
+        }
+        args.reverse();
+        let cont = self.b.create_block();
+        if let Some(t) = f.ret {
+            self.b.append_block_param(cont, cl_type(t.kind()));
+        }
+        let mut frame = Frame::new(callee, analysis);
+        frame.ret_to = Some(cont);
+        let caller = std::mem::replace(&mut self.cur, frame);
+        self.outer.push(Outer {
+            frame: caller,
+            call_bci: bci,
+        });
+        for (i, l) in f.locals.iter().enumerate() {
+            let var = self.b.declare_var(cl_type(l.ty.kind()));
+            let val = match args.get(i) {
+                Some(&a) => a,
+                None => self.zero(l.ty.kind()),
+            };
+            self.b.def_var(var, val);
+            self.cur.locals.push(var);
+        }
+        self.make_blocks();
+        let first = self.cur.blocks[&0];
+        self.b.ins().jump(first, &[]);
+        let lowered = self.body();
+        let o = self.outer.pop().expect("pushed");
+        self.cur = o.frame;
+        lowered?;
+        self.b.switch_to_block(cont);
+        Ok(f.ret.map(|_| self.b.block_params(cont)[0]))
+    }
+
+    /// `callvirt method` at `bci`: test the receiver's class against the
+    /// classes of each implementation (every subclass of the method's class
+    /// that this module has) and inline the matching one; a receiver of any
+    /// other class deopts and the interpreter makes the call.
+    fn call_virtual(&mut self, bci: Bci, method: FuncId) -> Result<(), JitError> {
+        let v = self.v;
+        let m = v.func(method);
+        let offload_ir::FuncKind::Method { class: decl, .. } = m.kind else {
+            return Err(JitError::Unsupported(format!(
+                "callvirt of non-method `{}` at bci {bci}",
+                m.name
+            )));
+        };
+        // Implementation → the global ids of the classes that use it.
+        let mut targets: Vec<(FuncId, Vec<u32>)> = Vec::new();
+        for c in 0..v.classes.len() {
+            let c = offload_ir::ClassId::new(c);
+            if !v.is_subclass(c, decl) {
+                continue;
+            }
+            let Some(imp) = self.prog.dispatch(c, method) else {
+                continue;
+            };
+            if v.func(imp).is_abstract() {
+                continue;
+            }
+            let id = self.prog.global_class(c);
+            match targets.iter_mut().find(|(f, _)| *f == imp) {
+                Some((_, ids)) => ids.push(id),
+                None => targets.push((imp, vec![id])),
+            }
+        }
+        let nargs = m.param_count as usize;
+        let d0 = self.cur.depth;
+        let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
+        let recv = self.b.use_var(recv_var);
+        self.null_check(recv, bci);
+        let base = self.obj_addr(recv);
+        let tag = self.b.ins().load(types::I32, trusted(), base, 0);
+        let join = self.b.create_block();
+        if let Some(t) = m.ret {
+            self.b.append_block_param(join, cl_type(t.kind()));
+        }
+        for (imp, ids) in targets {
+            let mut hit = self.b.ins().iconst(types::I8, 0);
+            for id in ids {
+                let eq = self.b.ins().icmp_imm_s(IntCC::Equal, tag, i64::from(id));
+                hit = self.b.ins().bor(hit, eq);
+            }
+            let take = self.b.create_block();
+            let next = self.b.create_block();
+            self.b.ins().brif(hit, take, &[], next, &[]);
+            self.b.switch_to_block(take);
+            self.cur.depth = d0;
+            let r = self.inline(bci, imp)?;
+            let args: Vec<_> = r.into_iter().map(Into::into).collect();
+            self.b.ins().jump(join, &args);
+            self.b.switch_to_block(next);
+        }
+        // A class no implementation was compiled for: the interpreter calls.
+        self.cur.depth = d0;
+        self.deopt_here(bci, Reason::Throw);
+        self.b.switch_to_block(join);
+        self.cur.depth = d0 - nargs;
+        if let Some(t) = m.ret {
+            let r = self.b.block_params(join)[0];
+            self.push(t.kind(), r);
+        }
+        Ok(())
     }
 
     /// Branch to a deopt exit if `cond` is non-zero; continue otherwise.
@@ -807,22 +1033,23 @@ impl Lower<'_, '_> {
     }
 
     fn body(&mut self) -> Result<(), JitError> {
-        let f = self.v.func(self.k);
-        let types_ = self.v.types(self.k);
+        let f = self.v.func(self.cur.func);
+        let types_ = self.v.types(self.cur.func);
         let mut terminated = true;
         for (bci, &inst) in f.body.iter().enumerate() {
             let bci = bci as Bci;
             let Some(frame) = types_.frames[bci as usize].as_ref() else {
                 continue;
             };
-            if let Some(&blk) = self.blocks.get(&bci) {
+            if let Some(&blk) = self.cur.blocks.get(&bci) {
                 if !terminated {
                     self.b.ins().jump(blk, &[]);
                 }
                 self.b.switch_to_block(blk);
             }
-            self.depth = frame.stack.len();
+            self.cur.depth = frame.stack.len();
             if let Some(inj) = self.inject
+                && self.outer.is_empty()
                 && inj.site_bci == bci
             {
                 let w = self.b.use_var(self.env.w.expect("set"));
@@ -847,12 +1074,12 @@ impl Lower<'_, '_> {
     /// edge goes backwards. The poll block is filled by [`Self::flush_polls`]
     /// once the current block is terminated.
     fn edge(&mut self, from: Bci, target: Bci) -> Block {
-        let dest = self.blocks[&target];
+        let dest = self.cur.blocks[&target];
         if target > from {
             return dest;
         }
         let poll = self.b.create_block();
-        self.pending_polls.push((poll, target));
+        self.cur.pending_polls.push((poll, target));
         poll
     }
 
@@ -860,8 +1087,8 @@ impl Lower<'_, '_> {
     /// word; on a safepoint request deoptimize at the loop header (whose frame
     /// state is the edge's: the verifier made the depths agree).
     fn flush_polls(&mut self) {
-        for (poll, target) in std::mem::take(&mut self.pending_polls) {
-            let dest = self.blocks[&target];
+        for (poll, target) in std::mem::take(&mut self.cur.pending_polls) {
+            let dest = self.cur.blocks[&target];
             self.b.switch_to_block(poll);
             let control = self.env.control.expect("set");
             let cw = self.b.ins().atomic_load(types::I32, trusted(), control);
@@ -869,7 +1096,7 @@ impl Lower<'_, '_> {
             let out = self.b.create_block();
             self.b.ins().brif(sp, out, &[], dest, &[]);
             self.b.switch_to_block(out);
-            self.depth = self.v.types(self.k).frames[target as usize]
+            self.cur.depth = self.v.types(self.cur.func).frames[target as usize]
                 .as_ref()
                 .expect("reachable")
                 .stack
@@ -959,19 +1186,19 @@ impl Lower<'_, '_> {
                 self.push(Ref, c);
             }
             Inst::Load { local } => {
-                let k = self.v.func(self.k).locals[local.index()].ty.kind();
-                let var = self.locals[local.index()];
+                let k = self.v.func(self.cur.func).locals[local.index()].ty.kind();
+                let var = self.cur.locals[local.index()];
                 let x = self.b.use_var(var);
                 self.push(k, x);
             }
             Inst::Store { local } => {
-                let k = self.v.func(self.k).locals[local.index()].ty.kind();
+                let k = self.v.func(self.cur.func).locals[local.index()].ty.kind();
                 let x = self.pop(k);
-                let var = self.locals[local.index()];
+                let var = self.cur.locals[local.index()];
                 self.b.def_var(var, x);
             }
             Inst::Inc { local, delta } => {
-                let var = self.locals[local.index()];
+                let var = self.cur.locals[local.index()];
                 let x = self.b.use_var(var);
                 let r = self.b.ins().iadd_imm_s(x, i64::from(delta));
                 self.b.def_var(var, r);
@@ -1013,7 +1240,7 @@ impl Lower<'_, '_> {
                 self.push(k, b);
                 let zero = self.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
                 self.deopt_if(zero, bci, Reason::DivideByZero);
-                self.depth -= 2;
+                self.cur.depth -= 2;
                 // MIN / -1 wraps (and MIN % -1 is 0) instead of trapping.
                 let m1 = self.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
                 let one = self.b.ins().iconst(t, 1);
@@ -1097,7 +1324,7 @@ impl Lower<'_, '_> {
                 };
                 let x = self.pop(k);
                 let dest = self.edge(bci, target.0);
-                let fall = self.blocks[&(bci + 1)];
+                let fall = self.cur.blocks[&(bci + 1)];
                 // brif jumps on non-zero.
                 match inst {
                     Inst::BrIf { .. } | Inst::BrNonNull { .. } => {
@@ -1123,7 +1350,7 @@ impl Lower<'_, '_> {
                 let r = self.pop(Ref);
                 self.push(Ref, r);
                 self.null_check(r, bci);
-                self.depth -= 1;
+                self.cur.depth -= 1;
                 let base = self.obj_addr(r);
                 let len = self.b.ins().load(types::I32, trusted(), base, 4);
                 self.push(I32, len);
@@ -1138,10 +1365,10 @@ impl Lower<'_, '_> {
                 };
                 let idx = self.pop(I32);
                 let r = self.pop(Ref);
-                self.depth += 2; // operands stay in the frame state for the checks
+                self.cur.depth += 2; // operands stay in the frame state for the checks
                 let size = if matches!(k, I64 | F64) { 8 } else { 4 };
                 let a = self.elem_addr(r, idx, size, bci);
-                self.depth -= 2;
+                self.cur.depth -= 2;
                 let x = self.b.ins().load(cl_type(k), trusted(), a, 0);
                 self.push(k, x);
             }
@@ -1160,18 +1387,18 @@ impl Lower<'_, '_> {
                 let x = self.pop(k);
                 let idx = self.pop(I32);
                 let r = self.pop(Ref);
-                self.depth += 3;
+                self.cur.depth += 3;
                 let size = if matches!(k, I64 | F64) { 8 } else { 4 };
                 let a = self.elem_addr(r, idx, size, bci);
-                self.depth -= 3;
+                self.cur.depth -= 3;
                 self.b.ins().store(trusted(), x, a, 0);
             }
             Inst::GetField { field } => {
                 let k = self.v.field(field).ty.kind();
                 let r = self.pop(Ref);
-                self.depth += 1;
+                self.cur.depth += 1;
                 self.null_check(r, bci);
-                self.depth -= 1;
+                self.cur.depth -= 1;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()] as i32;
                 let x = self.b.ins().load(cl_type(k), trusted(), base, off);
@@ -1181,9 +1408,9 @@ impl Lower<'_, '_> {
                 let k = self.v.field(field).ty.kind();
                 let x = self.pop(k);
                 let r = self.pop(Ref);
-                self.depth += 2;
+                self.cur.depth += 2;
                 self.null_check(r, bci);
-                self.depth -= 2;
+                self.cur.depth -= 2;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()] as i32;
                 self.b.ins().store(trusted(), x, base, off);
@@ -1243,9 +1470,9 @@ impl Lower<'_, '_> {
                 let x = self.pop(k);
                 let idx = self.pop(I32);
                 let r = self.pop(Ref);
-                self.depth += 3;
+                self.cur.depth += 3;
                 let a = self.elem_addr(r, idx, if k == I32 { 4 } else { 8 }, bci);
-                self.depth -= 3;
+                self.cur.depth -= 3;
                 let old = self
                     .b
                     .ins()
@@ -1262,9 +1489,9 @@ impl Lower<'_, '_> {
                 let expected = self.pop(k);
                 let idx = self.pop(I32);
                 let r = self.pop(Ref);
-                self.depth += 4;
+                self.cur.depth += 4;
                 let a = self.elem_addr(r, idx, if k == I32 { 4 } else { 8 }, bci);
-                self.depth -= 4;
+                self.cur.depth -= 4;
                 let old = self.b.ins().atomic_cas(trusted(), a, expected, new);
                 self.push(k, old);
             }
@@ -1275,9 +1502,9 @@ impl Lower<'_, '_> {
                 let expected = if cas { Some(self.pop(k)) } else { None };
                 let r = self.pop(Ref);
                 let n = if cas { 3 } else { 2 };
-                self.depth += n;
+                self.cur.depth += n;
                 self.null_check(r, bci);
-                self.depth -= n;
+                self.cur.depth -= n;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()];
                 let a = self.b.ins().iadd_imm_s(base, i64::from(off));
@@ -1292,10 +1519,29 @@ impl Lower<'_, '_> {
                 self.push(k, old);
             }
             Inst::Ret => {
-                let next = self.env.next_item.expect("set");
-                self.b.ins().jump(next, &[]);
+                match self.cur.ret_to {
+                    None => {
+                        let next = self.env.next_item.expect("set");
+                        self.b.ins().jump(next, &[]);
+                    }
+                    Some(cont) => {
+                        let ret = self.v.func(self.cur.func).ret;
+                        let args: Vec<_> = match ret {
+                            Some(t) => vec![self.pop(t.kind()).into()],
+                            None => Vec::new(),
+                        };
+                        self.b.ins().jump(cont, &args);
+                    }
+                }
                 return Ok(true);
             }
+            Inst::Call { func } => {
+                if let Some(r) = self.inline(bci, func)? {
+                    let k = self.v.func(func).ret.expect("returns").kind();
+                    self.push(k, r);
+                }
+            }
+            Inst::CallVirt { method } => self.call_virtual(bci, method)?,
             Inst::Throw { .. } => {
                 self.deopt_here(bci, Reason::Throw);
                 return Ok(true);
@@ -1360,14 +1606,8 @@ impl Lower<'_, '_> {
                 let bytes = self.b.ins().iadd_imm_s(bytes, 15);
                 let words = self.b.ins().ushr_imm_u(bytes, 3);
                 let r = self.allocate(bci, tag, len, words);
-                self.depth -= 1;
+                self.cur.depth -= 1;
                 self.push(Ref, r);
-            }
-            Inst::Call { .. } | Inst::CallVirt { .. } => {
-                return Err(JitError::Unsupported(format!(
-                    "`{}`",
-                    inst.opcode().mnemonic()
-                )));
             }
         }
         Ok(false)
