@@ -292,6 +292,14 @@ fn trusted() -> MemFlagsData {
     MemFlagsData::trusted()
 }
 
+/// A load of a value that never changes once the object exists (an array's
+/// length) from an address that is always readable (a reference of the
+/// heap, or null: heap word 0 is reserved and committed), so Cranelift may
+/// hoist it out of the slot loop when the reference is loop-invariant.
+fn invariant() -> MemFlagsData {
+    MemFlagsData::trusted().with_readonly().with_can_move()
+}
+
 impl Lower<'_, '_> {
     fn e(&self) -> (Value, Value, Value) {
         (
@@ -862,7 +870,7 @@ impl Lower<'_, '_> {
     fn elem_addr(&mut self, r: Value, idx: Value, size: i64, bci: Bci) -> Value {
         self.null_check(r, bci);
         let base = self.obj_addr(r);
-        let len = self.b.ins().load(types::I32, trusted(), base, 4);
+        let len = self.b.ins().load(types::I32, invariant(), base, 4);
         let oob = self
             .b
             .ins()
@@ -1352,7 +1360,7 @@ impl Lower<'_, '_> {
                 self.null_check(r, bci);
                 self.cur.depth -= 1;
                 let base = self.obj_addr(r);
-                let len = self.b.ins().load(types::I32, trusted(), base, 4);
+                let len = self.b.ins().load(types::I32, invariant(), base, 4);
                 self.push(I32, len);
             }
             Inst::I32ALoad | Inst::F32ALoad | Inst::RefALoad | Inst::I64ALoad | Inst::F64ALoad => {

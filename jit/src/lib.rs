@@ -142,8 +142,16 @@ impl CpuJit {
     ) -> Result<CompiledKernel, JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
-        let mut builder = JITBuilder::new(cranelift_module::default_libcall_names())
-            .map_err(|e| JitError::Host(e.to_string()))?;
+        // Optimize (`opt_level=speed`: GVN, LICM, egraph rewrites; the
+        // default is none). Cranelift's IR verifier runs in debug builds
+        // (every test), not in release builds, where it would double the
+        // compile latency.
+        let verify = if cfg!(debug_assertions) { "true" } else { "false" };
+        let mut builder = JITBuilder::with_flags(
+            &[("opt_level", "speed"), ("enable_verifier", verify)],
+            cranelift_module::default_libcall_names(),
+        )
+        .map_err(|e| JitError::Host(e.to_string()))?;
         for (name, ptr) in math::symbols() {
             builder.symbol(name, ptr);
         }
