@@ -45,7 +45,7 @@ pub(crate) fn compiled(rt: &Runtime, closure: &Closure) -> Result<Arc<CompiledKe
     let result = rt
         .inner
         .jit
-        .compile_with(&closure.module.prog, closure.kernel, 0, rt.inner.inject)
+        .compile_with(&closure.module.prog, closure.kernel, 0, rt.inner.compile)
         .map(Arc::new);
     rt.inner.compiled.insert(key, result.clone());
     result

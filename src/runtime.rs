@@ -51,7 +51,7 @@ pub struct RuntimeBuilder {
     device: Device,
     policy: AllocPolicy,
     profile: bool,
-    inject: Option<offload_jit::cpu::Injection>,
+    compile: offload_jit::cpu::CompileOptions,
     deopt_records: usize,
     fail_refills: Option<(u64, u64)>,
 }
@@ -85,7 +85,26 @@ impl RuntimeBuilder {
     /// [`offload_jit::cpu::Injection`]). Kernels without that site run on the
     /// interpreter, and their reports say so.
     pub fn inject(mut self, inj: offload_jit::cpu::Injection) -> Self {
-        self.inject = Some(inj);
+        self.compile.inject = Some(inj);
+        self
+    }
+
+    /// Fault injection for tests: compiled back-edge polls deopt as if a
+    /// safepoint had been requested — every `every`-th poll of a slot, or
+    /// with `seed`, each poll with probability 1/`every` (see
+    /// [`offload_jit::cpu::SafepointInjection`]).
+    pub fn inject_safepoints(mut self, every: u64, seed: Option<u64>) -> Self {
+        self.compile.safepoints = Some(offload_jit::cpu::SafepointInjection {
+            every: every.max(1),
+            seed,
+        });
+        self
+    }
+
+    /// Compile back-edge polls (default on). Off only to measure what they
+    /// cost: a safepoint then waits until each slot's current workitem ends.
+    pub fn back_edge_polls(mut self, on: bool) -> Self {
+        self.compile.no_polls = !on;
         self
     }
 
@@ -146,7 +165,7 @@ impl RuntimeBuilder {
                 profile: self.profile,
                 control: offload_host_interp::Control::new(),
                 jit: offload_jit::CpuJit::new(),
-                inject: self.inject,
+                compile: self.compile,
                 deopt_records: self.deopt_records,
                 fail_refills: self.fail_refills,
                 compiled: dashmap::DashMap::new(),
@@ -168,7 +187,7 @@ pub(crate) struct Inner {
     pub(crate) profile: bool,
     pub(crate) control: offload_host_interp::Control,
     pub(crate) jit: offload_jit::CpuJit,
-    pub(crate) inject: Option<offload_jit::cpu::Injection>,
+    pub(crate) compile: offload_jit::cpu::CompileOptions,
     pub(crate) deopt_records: usize,
     pub(crate) fail_refills: Option<(u64, u64)>,
     /// Compiled kernel versions by (module id, kernel, version), or why the
@@ -380,7 +399,7 @@ impl Runtime {
             device: Device::Cpu,
             policy: AllocPolicy::default(),
             profile: false,
-            inject: None,
+            compile: offload_jit::cpu::CompileOptions::default(),
             deopt_records: DEFAULT_DEOPT_RECORDS,
             fail_refills: None,
         }

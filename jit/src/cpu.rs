@@ -135,6 +135,31 @@ pub struct Injection {
     pub remainder: i64,
 }
 
+/// Fault injection compiled into a kernel version: back-edge polls deopt
+/// with reason `Safepoint` as if the host had requested a safepoint — every
+/// `every`-th poll of a slot, or, with a `seed`, each poll with probability
+/// 1/`every` (a per-slot xorshift stream seeded from `seed` and the slot).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SafepointInjection {
+    /// The period (or the inverse probability), at least 1.
+    pub every: u64,
+    /// Random instead of periodic.
+    pub seed: Option<u64>,
+}
+
+/// How a kernel version is compiled. The default is what production runs:
+/// polls at every back-edge, no fault injection.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// Force deopts at a site (tests).
+    pub inject: Option<Injection>,
+    /// Force safepoint deopts at back-edge polls (tests).
+    pub safepoints: Option<SafepointInjection>,
+    /// Leave out the back-edge polls — only to measure what they cost: a
+    /// safepoint then waits for each slot's current workitem to finish.
+    pub no_polls: bool,
+}
+
 /// Compile the slot loop of kernel `k` into `module` as function `name`.
 pub(crate) fn compile(
     module: &mut JITModule,
@@ -142,8 +167,9 @@ pub(crate) fn compile(
     k: FuncId,
     version: u32,
     name: &str,
-    inject: Option<Injection>,
+    opts: CompileOptions,
 ) -> Result<(ClFuncId, DeoptMetadata), JitError> {
+    let inject = opts.inject;
     let v = prog.verified();
     let analysis = prog
         .analysis(k)
@@ -184,7 +210,7 @@ pub(crate) fn compile(
             inlined_insts: 0,
             env: Env::default(),
             math: HashMap::new(),
-            inject,
+            opts,
         };
         for (name, &fid) in &imports.funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
@@ -218,6 +244,8 @@ struct Env {
     large_words: Option<Value>,
     /// Records this slot has written in this launch.
     nrec: Option<Variable>,
+    /// Injected safepoints: the poll counter or random state.
+    polls: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).
     after_deopt: Option<Block>,
     captures: Vec<Value>,
@@ -285,7 +313,7 @@ struct Lower<'a, 'f> {
     inlined_insts: usize,
     env: Env,
     math: HashMap<&'static str, FuncRef>,
-    inject: Option<Injection>,
+    opts: CompileOptions,
 }
 
 fn trusted() -> MemFlagsData {
@@ -396,6 +424,24 @@ impl Lower<'_, '_> {
         let nrec = self.var(types::I64);
         self.b.def_var(nrec, zero64);
         self.env.nrec = Some(nrec);
+        if let Some(si) = self.opts.safepoints {
+            let polls = self.var(types::I64);
+            let init = match si.seed {
+                // A non-zero xorshift state per slot.
+                Some(seed) => {
+                    let s0 = self
+                        .b
+                        .ins()
+                        .iconst(types::I64, (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) as i64);
+                    let sl = self.b.ins().imul_imm_s(slot, 0x2545_F491_4F6C_DD1D);
+                    let x = self.b.ins().bxor(s0, sl);
+                    self.b.ins().bor_imm_u(x, 1)
+                }
+                None => zero64,
+            };
+            self.b.def_var(polls, init);
+            self.env.polls = Some(polls);
+        }
         for l in &f.locals {
             let var = self.b.declare_var(cl_type(l.ty.kind()));
             self.cur.locals.push(var);
@@ -1056,7 +1102,7 @@ impl Lower<'_, '_> {
                 self.b.switch_to_block(blk);
             }
             self.cur.depth = frame.stack.len();
-            if let Some(inj) = self.inject
+            if let Some(inj) = self.opts.inject
                 && self.outer.is_empty()
                 && inj.site_bci == bci
             {
@@ -1083,7 +1129,7 @@ impl Lower<'_, '_> {
     /// once the current block is terminated.
     fn edge(&mut self, from: Bci, target: Bci) -> Block {
         let dest = self.cur.blocks[&target];
-        if target > from {
+        if target > from || self.opts.no_polls {
             return dest;
         }
         let poll = self.b.create_block();
@@ -1100,7 +1146,27 @@ impl Lower<'_, '_> {
             self.b.switch_to_block(poll);
             let control = self.env.control.expect("set");
             let cw = self.b.ins().atomic_load(types::I32, trusted(), control);
-            let sp = self.b.ins().band_imm_u(cw, i64::from(CONTROL_SAFEPOINT));
+            let mut sp = self.b.ins().band_imm_u(cw, i64::from(CONTROL_SAFEPOINT));
+            if let Some(si) = self.opts.safepoints {
+                let var = self.env.polls.expect("set with the option");
+                let x = self.b.use_var(var);
+                let next = if si.seed.is_some() {
+                    // xorshift64
+                    let a = self.b.ins().ishl_imm_u(x, 13);
+                    let x = self.b.ins().bxor(x, a);
+                    let a = self.b.ins().ushr_imm_u(x, 7);
+                    let x = self.b.ins().bxor(x, a);
+                    let a = self.b.ins().ishl_imm_u(x, 17);
+                    self.b.ins().bxor(x, a)
+                } else {
+                    self.b.ins().iadd_imm_s(x, 1)
+                };
+                self.b.def_var(var, next);
+                let r = self.b.ins().urem_imm_u(next, si.every.max(1) as i64);
+                let hit = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+                let hit = self.b.ins().uextend(types::I32, hit);
+                sp = self.b.ins().bor(sp, hit);
+            }
             let out = self.b.create_block();
             self.b.ins().brif(sp, out, &[], dest, &[]);
             self.b.switch_to_block(out);

@@ -129,16 +129,17 @@ impl CpuJit {
         k: FuncId,
         version: u32,
     ) -> Result<CompiledKernel, JitError> {
-        self.compile_with(prog, k, version, None)
+        self.compile_with(prog, k, version, cpu::CompileOptions::default())
     }
 
-    /// Compile with fault injection (see [`cpu::Injection`]).
+    /// Compile with options (fault injection, polls; see
+    /// [`cpu::CompileOptions`]).
     pub fn compile_with(
         &self,
         prog: &Program,
         k: FuncId,
         version: u32,
-        inject: Option<cpu::Injection>,
+        opts: cpu::CompileOptions,
     ) -> Result<CompiledKernel, JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
@@ -158,7 +159,7 @@ impl CpuJit {
         builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
         let mut module = JITModule::new(builder);
         let name = format!("k{}_v{version}", k.0);
-        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, inject)?;
+        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts)?;
         module
             .finalize_definitions()
             .map_err(|e| JitError::Codegen(e.to_string()))?;
