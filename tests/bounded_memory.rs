@@ -81,7 +81,10 @@ fn a_billion_workitems_cost_what_a_million_do() {
         big_alloc <= small_alloc + 16 * 1024,
         "10^9 workitems allocated {big_alloc} B, 10^6 allocated {small_alloc} B"
     );
-    assert!(big_peak <= small_peak + 16 * 1024, "{big_peak} vs {small_peak}");
+    assert!(
+        big_peak <= small_peak + 16 * 1024,
+        "{big_peak} vs {small_peak}"
+    );
     // And it is small in absolute terms: the save area (2 slots × 1024
     // records) and friends.
     assert!(big_peak < 1 << 20, "peak {big_peak} B");

@@ -491,7 +491,10 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
         assert!(r.fallback.is_none(), "case {case} {what:?}: {r}");
         let got = rt.read(&out).unwrap();
         let bad: Vec<usize> = (0..n).filter(|&i| got[i] != m).take(5).collect();
-        assert!(bad.is_empty(), "case {case} {what:?}: cells {bad:?} wrong\n{r}");
+        assert!(
+            bad.is_empty(),
+            "case {case} {what:?}: cells {bad:?} wrong\n{r}"
+        );
         assert_eq!(
             rt.read(&counter).unwrap(),
             [n as i64 * i64::from(m)],

@@ -429,10 +429,10 @@ impl Lower<'_, '_> {
             let init = match si.seed {
                 // A non-zero xorshift state per slot.
                 Some(seed) => {
-                    let s0 = self
-                        .b
-                        .ins()
-                        .iconst(types::I64, (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) as i64);
+                    let s0 = self.b.ins().iconst(
+                        types::I64,
+                        (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) as i64,
+                    );
                     let sl = self.b.ins().imul_imm_s(slot, 0x2545_F491_4F6C_DD1D);
                     let x = self.b.ins().bxor(s0, sl);
                     self.b.ins().bor_imm_u(x, 1)

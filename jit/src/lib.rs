@@ -147,7 +147,11 @@ impl CpuJit {
         // default is none). Cranelift's IR verifier runs in debug builds
         // (every test), not in release builds, where it would double the
         // compile latency.
-        let verify = if cfg!(debug_assertions) { "true" } else { "false" };
+        let verify = if cfg!(debug_assertions) {
+            "true"
+        } else {
+            "false"
+        };
         let mut builder = JITBuilder::with_flags(
             &[("opt_level", "speed"), ("enable_verifier", verify)],
             cranelift_module::default_libcall_names(),

@@ -1,0 +1,157 @@
+//! The deopt-frame checker (in the spirit of regalloc2's `checker.rs`): at
+//! every deopt site of generated kernels, force the compiled code to deopt
+//! there and check that the frame it saved — every live local and stack
+//! slot, as raw bits — equals the frame the interpreter has when it reaches
+//! the same bytecode index with the same inputs. Any register-allocation,
+//! variable-mapping or record-layout mistake in the JIT's deopt exits shows
+//! up here as a differing word, with the program printed.
+
+use offload::interp::{Interpreter, Outcome};
+use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
+use offload::ir::{Elem, Kind, Type, print_module};
+use offload::reference::Rng;
+use offload::tlab::Allocator;
+use offload::{Arg, Device, Runtime, par_offload};
+use offload_jit::cpu::Injection;
+
+/// The same arguments on any runtime for the same seed (numbers and arrays
+/// of numbers; `None` for kernels that take objects).
+fn args_for(rt: &Runtime, params: &[Type], seed: u64) -> Option<Vec<Arg>> {
+    let mut rng = Rng::new(seed);
+    params
+        .iter()
+        .map(|&t| {
+            Some(match t {
+                Type::I32 => Arg::I32(rng.below(7) as i32 - 2),
+                Type::I64 => Arg::I64(rng.below(7) as i64 - 2),
+                Type::F32 => Arg::F32(rng.f32_in(-4.0, 4.0)),
+                Type::F64 => Arg::F64(f64::from(rng.f32_in(-4.0, 4.0))),
+                Type::Array(Elem::I32, 1) => (&rt
+                    .array(&(0..5).map(|_| rng.below(9) as i32 - 3).collect::<Vec<_>>())
+                    .ok()?)
+                    .into(),
+                Type::Array(Elem::I64, 1) => (&rt
+                    .array(&(0..5).map(|_| rng.below(9) as i64 - 3).collect::<Vec<_>>())
+                    .ok()?)
+                    .into(),
+                Type::Array(Elem::F32, 1) => (&rt
+                    .array(&(0..5).map(|_| rng.f32_in(-2.0, 2.0)).collect::<Vec<_>>())
+                    .ok()?)
+                    .into(),
+                Type::Array(Elem::F64, 1) => (&rt
+                    .array(
+                        &(0..5)
+                            .map(|_| f64::from(rng.f32_in(-2.0, 2.0)))
+                            .collect::<Vec<_>>(),
+                    )
+                    .ok()?)
+                    .into(),
+                _ => return None,
+            })
+        })
+        .collect()
+}
+
+/// NaN payloads may differ between the host's float unit and libm.
+fn canon(kind: Kind, raw: u64) -> u64 {
+    match kind {
+        Kind::F32 if f32::from_bits(raw as u32).is_nan() => u64::from(f32::NAN.to_bits()),
+        Kind::F64 if f64::from_bits(raw).is_nan() => f64::NAN.to_bits(),
+        _ => raw,
+    }
+}
+
+#[test]
+fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
+    let mut rng = Rng::new(4242);
+    let (mut sites_checked, mut frames_checked) = (0, 0);
+    for case in 0..120 {
+        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
+        let Ok(module) = arbitrary_module(
+            &mut arbitrary::Unstructured::new(&bytes),
+            &GenConfig::default(),
+        ) else {
+            continue;
+        };
+        let text = print_module(&module);
+        let probe = Runtime::builder().workers(1).build().unwrap();
+        let pm = probe.load("case.obc", &text).unwrap();
+        for kname in pm.kernels() {
+            let v = pm.program().verified();
+            let kid = v.func_named(&kname).unwrap();
+            let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
+            let seed = rng.next_u64();
+            let sites: Vec<_> = pm.program().analysis(kid).unwrap().sites.clone();
+            for site in sites.iter().take(12) {
+                // The compiled side: deopt at this site on first arrival.
+                let cpu = Runtime::builder()
+                    .workers(1)
+                    .device(Device::Cpu)
+                    .inject(Injection {
+                        site_bci: site.bci,
+                        modulus: 1,
+                        remainder: 0,
+                    })
+                    .build()
+                    .unwrap();
+                let mc = cpu.load("case.obc", &text).unwrap();
+                let Some(ac) = args_for(&cpu, &params, seed) else {
+                    break;
+                };
+                let w = (seed % 5) as i64;
+                let report = match par_offload(w..w + 1, &mc.closure(&kname, ac).unwrap()) {
+                    Ok(r) => r,
+                    Err(offload::OffloadError::Exceptions(e)) => e.report,
+                    Err(e) => panic!("case {case}: {e}\n{text}"),
+                };
+                assert!(report.fallback.is_none(), "{:?}", report.fallback);
+                // The interpreter side: same inputs on a fresh runtime, run
+                // to the same bytecode index.
+                let interp = Runtime::builder().workers(1).build().unwrap();
+                let mi = interp.load("case.obc", &text).unwrap();
+                let ai = args_for(&interp, &params, seed).unwrap();
+                let ci = mi.closure(&kname, ai).unwrap();
+                let alloc = Allocator::new(interp.heap(), offload::AllocPolicy::default(), 1);
+                let mut it = Interpreter::new(mi.program(), interp.heap(), &alloc, 0);
+                let stopped = it.run_to_site(kid, w, ci.captures(), site.bci, 0);
+                let row = report.deopt_table.iter().find(|r| r.bci == site.bci);
+                match (stopped, row) {
+                    (Ok(Outcome::Stopped(want)), Some(row)) => {
+                        assert_eq!(row.workitem, w);
+                        let kinds: Vec<Kind> = site.frame.values().map(|(_, t)| t.kind()).collect();
+                        let got: Vec<u64> = row
+                            .values
+                            .iter()
+                            .zip(&kinds)
+                            .map(|(&x, &k)| canon(k, x))
+                            .collect();
+                        let want: Vec<u64> = want
+                            .iter()
+                            .zip(&kinds)
+                            .map(|(&x, &k)| canon(k, x))
+                            .collect();
+                        assert_eq!(
+                            got, want,
+                            "case {case} kernel {kname} site bci {} frame {:?}\n{text}",
+                            site.bci, site.frame
+                        );
+                        frames_checked += 1;
+                    }
+                    // Neither reached the site (the workitem ended or threw
+                    // before it).
+                    (Ok(Outcome::Finished(_)) | Err(_), None) => {}
+                    (s, r) => panic!(
+                        "case {case} kernel {kname} site bci {}: interpreter {s:?}, compiled {r:?}\n{text}",
+                        site.bci
+                    ),
+                }
+                sites_checked += 1;
+            }
+        }
+    }
+    eprintln!("{sites_checked} sites, {frames_checked} frames compared");
+    assert!(
+        frames_checked > 200,
+        "only {frames_checked} frames compared"
+    );
+}
