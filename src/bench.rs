@@ -9,6 +9,91 @@ use crate::reference as native;
 use crate::{Arg, Device, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
 
+/// The allocation benchmark: each workitem builds a list of `n` fresh
+/// nodes and sums it (native versions in [`crate::reference`]).
+pub const LIST_KERNEL: &str = "
+class Node {
+    field val: i64
+    field next: Node
+}
+
+kernel list(i: i64, n: i32, out: i64[]) {
+    local k: i32
+    local head: Node
+    local node: Node
+    local s: i64
+    ref.null
+    store head
+    i64.const 0
+    store s
+    i32.const 0
+    store k
+  build:
+    load k
+    load n
+    i32.ge
+    br_if walk
+    new Node
+    store node
+    load node
+    load i
+    load k
+    i32.to_i64
+    i64.add
+    putfield Node.val
+    load node
+    load head
+    putfield Node.next
+    load node
+    store head
+    inc k 1
+    br build
+  walk:
+    load head
+    br_null end
+    load s
+    load head
+    getfield Node.val
+    i64.add
+    store s
+    load head
+    getfield Node.next
+    store head
+    br walk
+  end:
+    load out
+    load i
+    i64.to_i32
+    load s
+    i64.astore
+    ret
+}
+";
+
+/// A loop that runs until told to stop (`flag[0] != 0`), for
+/// time-to-safepoint.
+const SPIN_KERNEL: &str = "
+kernel spin(i: i64, flag: i32[], sink: i64[]) {
+    local k: i64
+    i64.const 0
+    store k
+  loop:
+    load flag
+    i32.const 0
+    i32.aload
+    br_if done
+    inc k 1
+    br loop
+  done:
+    load sink
+    i32.const 0
+    load k
+    i64.array_atomic_add
+    pop
+    ret
+}
+";
+
 /// One comparison.
 #[derive(Clone, Debug)]
 pub struct BenchResult {
@@ -195,6 +280,46 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     );
     push("blackscholes", "native rayon", t, b, note);
 
+    // Allocation: a list of 16 fresh nodes per workitem, on this runtime's
+    // allocation policy and on shared TLABs of group 2 (two workers
+    // contending for one TLAB, as a GPU warp would).
+    {
+        let (items, n) = (20_000 / s.min(10), 16i32);
+        let mut nout = vec![0i64; items];
+        let bbox = native_median(|| native::list_sum_box_par(n, &mut nout), reps);
+        let bbump = native_median(|| native::list_sum_bump_par(n, &mut nout), reps);
+        for (label, policy) in [
+            ("alloc list", None),
+            (
+                "alloc list shared:2",
+                Some(crate::AllocPolicy::SharedTlab { group: 2 }),
+            ),
+        ] {
+            let r2 = match policy {
+                None => rt.clone(),
+                Some(p) => Runtime::builder()
+                    .workers(rt.workers())
+                    .device(device)
+                    .alloc_policy(p)
+                    .build()?,
+            };
+            let m = r2.load("list.obc", LIST_KERNEL)?;
+            let out = r2.new_array::<i64>(items)?;
+            let c = m.closure("list", [n.into(), (&out).into()])?;
+            let mut note = String::new();
+            let t = median(
+                || par_offload(0..items as i64, &c).map(|r| note = note_of(&r)),
+                reps,
+            )?;
+            let got = r2.read(&out)?;
+            if (0..items).any(|i| got[i] != native::list_sum_expected(i as i64, n)) {
+                note = "WRONG RESULT".into();
+            }
+            push(label, "rayon Box::new", t, bbox, note.clone());
+            push(label, "rayon bump", t, bbump, note);
+        }
+    }
+
     // Deopt rates: `inc` with every 1000th / 100th / 10th workitem forced to
     // deopt at its store, against no deopts, on fresh runtimes of this device.
     // The baseline carries the same injected test (`w % m == m` never holds),
@@ -231,6 +356,63 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             let (none, _) = time_with(m, m)?;
             let (t, note) = time_with(m, 0)?;
             push(label, "no deopts", t, none, note);
+        }
+        // Poll overhead: mandelbrot (a loop per pixel) with back-edge polls
+        // against the same code without them.
+        {
+            let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
+            let time_polls = |on: bool| -> Result<Duration, OffloadError> {
+                let r2 = Runtime::builder()
+                    .workers(rt.workers())
+                    .device(Device::Cpu)
+                    .back_edge_polls(on)
+                    .build()?;
+                let m = r2.load("mandelbrot.obc", example("mandelbrot.obc"))?;
+                let img = r2.new_array::<i32>((w * h) as usize)?;
+                let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
+                median(|| par_offload(0..i64::from(w * h), &c).map(|_| ()), reps)
+            };
+            let (off, on) = (time_polls(false)?, time_polls(true)?);
+            push(
+                "poll overhead",
+                "polls off",
+                on,
+                off,
+                "target: ratio >= 0.97".into(),
+            );
+        }
+        // Time to safepoint while every slot spins in a long loop.
+        {
+            let m = rt.load("spin.obc", SPIN_KERNEL)?;
+            let flag = rt.new_array::<i32>(1)?;
+            let sink = rt.new_array::<i64>(1)?;
+            let c = m.closure("spin", [(&flag).into(), (&sink).into()])?;
+            let workers = rt.workers() as i64;
+            let mut stops = Vec::new();
+            std::thread::scope(|sc| -> Result<(), OffloadError> {
+                let h = sc.spawn(|| par_offload(0..workers, &c));
+                // Wait until the slots spin (the kernel is compiled first).
+                std::thread::sleep(Duration::from_millis(50));
+                for _ in 0..reps.max(5) * 4 {
+                    let ((), tts) = rt.safepoint(|_| ());
+                    stops.push(tts);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                rt.write(&flag, 0, &[1])?;
+                h.join().expect("launch thread").map(|_| ())
+            })?;
+            stops.sort();
+            push(
+                "time to safepoint",
+                "target 100 µs",
+                stops[stops.len() / 2],
+                Duration::from_micros(100),
+                format!(
+                    "median of {}, max {:?}",
+                    stops.len(),
+                    stops[stops.len() - 1]
+                ),
+            );
         }
         // Compile latency: one fresh compile of each kernel above.
         for (file, kernel) in [

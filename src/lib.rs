@@ -33,6 +33,7 @@ pub mod bench;
 mod cpu;
 pub mod demo;
 pub mod diagnostics;
+pub mod differential;
 mod error;
 mod launch;
 pub mod reference;

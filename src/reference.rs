@@ -361,3 +361,62 @@ pub fn shape_area(i: i64) -> f64 {
         _ => size * size,
     }
 }
+
+/// The allocation benchmark kernel (`offload::bench::LIST_KERNEL`): each
+/// workitem `i` builds a list of `n` nodes with values `i + k` and sums it.
+pub fn list_sum_expected(i: i64, n: i32) -> i64 {
+    (0..i64::from(n)).map(|k| i + k).sum()
+}
+
+struct BoxNode {
+    val: i64,
+    next: Option<Box<BoxNode>>,
+}
+
+/// The list kernel in native Rust with `Box::new` per node (and the frees
+/// when each list is dropped), in parallel with rayon.
+pub fn list_sum_box_par(n: i32, out: &mut [i64]) {
+    out.par_iter_mut().enumerate().for_each(|(i, o)| {
+        let mut head: Option<Box<BoxNode>> = None;
+        for k in 0..i64::from(n) {
+            head = Some(Box::new(BoxNode {
+                val: i as i64 + k,
+                next: head,
+            }));
+        }
+        let mut s = 0;
+        let mut at = head.as_deref();
+        while let Some(nd) = at {
+            s += nd.val;
+            at = nd.next.as_deref();
+        }
+        *o = s;
+        // Drop iteratively (a long list would overflow the stack).
+        while let Some(mut nd) = head {
+            head = nd.next.take();
+        }
+    });
+}
+
+/// The list kernel in native Rust with a per-thread bump allocator: nodes
+/// are appended to the thread's arena (never freed until the run ends) and
+/// linked by index.
+pub fn list_sum_bump_par(n: i32, out: &mut [i64]) {
+    out.par_iter_mut().enumerate().for_each_init(
+        || Vec::<(i64, u32)>::with_capacity(1 << 16),
+        |arena, (i, o)| {
+            let mut head = u32::MAX;
+            for k in 0..i64::from(n) {
+                arena.push((i as i64 + k, head));
+                head = (arena.len() - 1) as u32;
+            }
+            let mut s = 0;
+            while head != u32::MAX {
+                let (v, next) = arena[head as usize];
+                s += v;
+                head = next;
+            }
+            *o = s;
+        },
+    );
+}

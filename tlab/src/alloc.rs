@@ -29,7 +29,7 @@ pub enum AllocPolicy {
 
 impl Default for AllocPolicy {
     fn default() -> Self {
-        AllocPolicy::SharedTlab { group: 2 }
+        AllocPolicy::SharedTlab { group: 1 }
     }
 }
 

@@ -1,0 +1,198 @@
+//! Differential testing of the CPU device against the interpreter, shared by
+//! the test suite (`tests/cpu_differential.rs`) and the `jit_differential`
+//! cargo-fuzz target: run every kernel of a module on both devices with the
+//! same generated inputs, and compare the heaps and the exceptions.
+
+use crate::reference::Rng;
+use crate::{Arg, Device, LaunchReport, OffloadError, Runtime, par_offload};
+use offload_ir::{Elem, Type};
+
+/// Two runtimes, one per device, each with one worker (generated kernels
+/// share their arrays between workitems, so with more workers results would
+/// depend on the schedule) and one save record per slot (a deopted workitem
+/// is replayed before its slot goes on, so both devices run workitems in
+/// order).
+#[derive(Debug)]
+pub struct Differ {
+    cpu: Runtime,
+    interp: Runtime,
+}
+
+/// What one comparison found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compared {
+    /// Kernels run on both devices.
+    pub kernels: usize,
+    /// Of those, kernels the JIT compiled (the rest fell back).
+    pub compiled: usize,
+}
+
+enum Out {
+    I32(crate::Array<i32>),
+    I64(crate::Array<i64>),
+    F32(crate::Array<f32>),
+    F64(crate::Array<f64>),
+}
+
+impl Differ {
+    /// Fresh runtimes.
+    pub fn new() -> Result<Differ, OffloadError> {
+        Ok(Differ {
+            cpu: Runtime::builder()
+                .workers(1)
+                .deopt_records(1)
+                .device(Device::Cpu)
+                .build()?,
+            interp: Runtime::builder()
+                .workers(1)
+                .device(Device::Interpreter)
+                .build()?,
+        })
+    }
+
+    /// Run every kernel of the module `text` over `0..16` on both devices
+    /// with inputs drawn from `seed`. `Err` describes the first mismatch
+    /// (with the program); kernels whose parameters cannot be generated are
+    /// skipped.
+    pub fn compare(&self, text: &str, seed: u64) -> Result<Compared, String> {
+        let load = |rt: &Runtime| rt.load("case.obc", text).map_err(|e| e.to_string());
+        let (mc, mi) = (load(&self.cpu)?, load(&self.interp)?);
+        let mut rng = Rng::new(seed);
+        let mut out = Compared::default();
+        for k in mc.kernels() {
+            let v = mc.program().verified();
+            let kid = v.func_named(&k).expect("listed");
+            let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
+            let s = rng.next_u64();
+            let (Some((ac, oc)), Some((ai, oi))) = (
+                args_for(&self.cpu, &mc, &params, s),
+                args_for(&self.interp, &mi, &params, s),
+            ) else {
+                continue;
+            };
+            let run = |m: &crate::Module, args| {
+                m.closure(&k, args)
+                    .map_err(|e| e.to_string())
+                    .map(|c| outcome(par_offload(0..16, &c)))
+            };
+            let (rc, native) = run(&mc, ac)??;
+            let (ri, _) = run(&mi, ai)??;
+            if rc != ri {
+                return Err(format!(
+                    "kernel {k}: exceptions differ: cpu {rc:?}, interpreter {ri:?}\n{text}"
+                ));
+            }
+            let (hc, hi) = (read_all(&self.cpu, &oc)?, read_all(&self.interp, &oi)?);
+            if hc != hi {
+                return Err(format!(
+                    "kernel {k}: heaps differ:\ncpu         {hc:?}\ninterpreter {hi:?}\n{text}"
+                ));
+            }
+            out.kernels += 1;
+            out.compiled += usize::from(native);
+        }
+        Ok(out)
+    }
+}
+
+type Outcome = Option<(u64, Option<i64>, String)>;
+
+fn outcome(r: Result<LaunchReport, OffloadError>) -> Result<(Outcome, bool), String> {
+    match r {
+        Ok(rep) => Ok((None, rep.fallback.is_none())),
+        Err(OffloadError::Exceptions(e)) => Ok((
+            Some((e.count, e.first.workitem, e.first.kind.name().to_string())),
+            e.report.fallback.is_none(),
+        )),
+        Err(e) => Err(format!("launch failed: {e}")),
+    }
+}
+
+fn args_for(
+    rt: &Runtime,
+    m: &crate::Module,
+    params: &[Type],
+    seed: u64,
+) -> Option<(Vec<Arg>, Vec<Out>)> {
+    let mut rng = Rng::new(seed);
+    let mut args = Vec::new();
+    let mut outs = Vec::new();
+    for &t in params {
+        args.push(match t {
+            Type::I32 => Arg::I32(rng.below(7) as i32 - 2),
+            Type::I64 => Arg::I64(rng.below(7) as i64 - 2),
+            Type::F32 => Arg::F32(rng.f32_in(-4.0, 4.0)),
+            Type::F64 => Arg::F64(f64::from(rng.f32_in(-4.0, 4.0))),
+            Type::Array(Elem::I32, 1) => {
+                let a = rt
+                    .array(&(0..5).map(|_| rng.below(9) as i32 - 3).collect::<Vec<_>>())
+                    .ok()?;
+                let arg = (&a).into();
+                outs.push(Out::I32(a));
+                arg
+            }
+            Type::Array(Elem::I64, 1) => {
+                let a = rt
+                    .array(&(0..5).map(|_| rng.below(9) as i64 - 3).collect::<Vec<_>>())
+                    .ok()?;
+                let arg = (&a).into();
+                outs.push(Out::I64(a));
+                arg
+            }
+            Type::Array(Elem::F32, 1) => {
+                let a = rt
+                    .array(&(0..5).map(|_| rng.f32_in(-2.0, 2.0)).collect::<Vec<_>>())
+                    .ok()?;
+                let arg = (&a).into();
+                outs.push(Out::F32(a));
+                arg
+            }
+            Type::Array(Elem::F64, 1) => {
+                let a = rt
+                    .array(
+                        &(0..5)
+                            .map(|_| f64::from(rng.f32_in(-2.0, 2.0)))
+                            .collect::<Vec<_>>(),
+                    )
+                    .ok()?;
+                let arg = (&a).into();
+                outs.push(Out::F64(a));
+                arg
+            }
+            Type::Class(c) => {
+                let name = m.program().verified().class(c).name.clone();
+                (&m.new_object(&name).ok()?).into()
+            }
+            _ => return None,
+        });
+    }
+    Some((args, outs))
+}
+
+// NaN payloads may differ between the host's float unit and libm; every NaN
+// is the same value to the bytecode.
+fn canon32(x: f32) -> u64 {
+    u64::from(if x.is_nan() { f32::NAN } else { x }.to_bits())
+}
+fn canon64(x: f64) -> u64 {
+    if x.is_nan() { f64::NAN } else { x }.to_bits()
+}
+
+fn read_all(rt: &Runtime, outs: &[Out]) -> Result<Vec<u64>, String> {
+    let mut v = Vec::new();
+    let e = |e: OffloadError| e.to_string();
+    for o in outs {
+        match o {
+            Out::I32(a) => v.extend(
+                rt.read(a)
+                    .map_err(e)?
+                    .into_iter()
+                    .map(|x| u64::from(x as u32)),
+            ),
+            Out::I64(a) => v.extend(rt.read(a).map_err(e)?.into_iter().map(|x| x as u64)),
+            Out::F32(a) => v.extend(rt.read(a).map_err(e)?.into_iter().map(canon32)),
+            Out::F64(a) => v.extend(rt.read(a).map_err(e)?.into_iter().map(canon64)),
+        }
+    }
+    Ok(v)
+}
