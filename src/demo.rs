@@ -74,6 +74,8 @@ pub struct DemoResult {
     pub ok: bool,
     /// What was checked.
     pub detail: String,
+    /// For the launch that deopts: its report and its deopt table.
+    pub deopts: Option<String>,
 }
 
 /// Problem sizes: `scale` 1 is the demo; tests use smaller ones.
@@ -96,6 +98,7 @@ fn row(
         time,
         ok,
         detail,
+        deopts: None,
     }
 }
 
@@ -323,13 +326,22 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
     let c = m.closure("checked_div", [(&aa).into(), (&ba).into(), (&oa).into()])?;
     let t = Instant::now();
     let result = par_offload(0..nt as i64, &c);
+    let result = result.map_err(|e| match e {
+        OffloadError::Exceptions(mut x) => {
+            // The demo shows the first rows of the deopt table only.
+            x.report.deopt_table.truncate(8);
+            OffloadError::Exceptions(x)
+        }
+        e => e,
+    });
     let time = t.elapsed();
     let bad: Vec<usize> = (0..nt).filter(|&j| a[j] < 0 || b[j] == 0).collect();
     let got = rt.read(&oa)?;
     let others_ok = (0..nt)
         .filter(|j| !bad.contains(j))
         .all(|j| got[j] == a[j] / b[j]);
-    let (ok, detail) = match result {
+    let mut deopts = None;
+    let (ok, detail) = match &result {
         Err(OffloadError::Exceptions(e)) => (
             others_ok && e.count == bad.len() as u64 && e.first.workitem == Some(bad[0] as i64),
             format!(
@@ -341,7 +353,28 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
         ),
         other => (false, format!("expected exceptions, got {other:?}")),
     };
-    out.push(row("checked_div", nt as u64, time, ok, detail));
+    if let Err(OffloadError::Exceptions(e)) = &result {
+        let r = &e.report;
+        let by: Vec<String> = r
+            .deopts
+            .iter()
+            .map(|((bci, why), n)| format!("{n} {} at bci {bci}", why.name()))
+            .collect();
+        deopts = Some(format!(
+            "checked_div on {}: {} workitems completed on the device, {} deopted and were replayed on the host ({}), {} slot re-entries, {} never-ran workitems rerun
+{}",
+            r.device.name(),
+            r.on_device,
+            r.replayed,
+            by.join(", "),
+            r.reentries,
+            r.never_ran,
+            r.deopt_table_text()
+        ));
+    }
+    let mut last = row("checked_div", nt as u64, time, ok, detail);
+    last.deopts = deopts;
+    out.push(last);
     Ok(out)
 }
 

@@ -46,7 +46,7 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         shrink: usize,
         /// Allocation policy: shared[:N], fail-on-overflow[:N], private, eden-cas.
-        #[arg(long, default_value = "shared:2")]
+        #[arg(long, default_value = "shared:1")]
         alloc: offload::AllocPolicy,
         /// Device: cpu (the Cranelift JIT, falling back to the interpreter
         /// for what it does not compile yet) or interp.
@@ -170,6 +170,11 @@ fn run(cli: Cli) -> Result<(), String> {
             let rows = offload::demo::run(&rt, offload::demo::Sizes { shrink })
                 .map_err(|e| format!("error: {e}"))?;
             print!("{}", offload::demo::table(&rows));
+            for r in &rows {
+                if let Some(d) = &r.deopts {
+                    print!("\n{d}");
+                }
+            }
             let failed = rows.iter().filter(|r| !r.ok).count();
             if failed > 0 {
                 return Err(format!(

@@ -1,4 +1,4 @@
-//! The save area: one record per concurrent slot.
+//! The save area: a fixed number of records per concurrent slot.
 
 use crate::metadata::{DeoptMetadata, Reason, SaveLayout};
 use offload_ir::SiteId;
@@ -70,7 +70,8 @@ pub enum DeoptError {
     },
 }
 
-/// C save records of one layout, C being the number of concurrent slots —
+/// Save records of one layout: C × K, C being the number of concurrent
+/// slots and K the records each slot may fill before it stops —
 /// never the number of workitems.
 #[derive(Debug)]
 pub struct SaveArea {
