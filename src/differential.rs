@@ -5,7 +5,7 @@
 
 use crate::reference::Rng;
 use crate::{Arg, Device, LaunchReport, OffloadError, Runtime, par_offload};
-use offload_ir::{Elem, Type};
+use offload_ir::{Elem, Kind, Type};
 
 /// Two runtimes, one per device, each with one worker (generated kernels
 /// share their arrays between workitems, so with more workers results would
@@ -169,13 +169,28 @@ fn args_for(
     Some((args, outs))
 }
 
-// NaN payloads may differ between the host's float unit and libm; every NaN
-// is the same value to the bytecode.
+/// A raw value slot of kind `kind` with every NaN made the same NaN: NaN
+/// payloads may differ between the host's float unit and libm, and every
+/// NaN is the same value to the bytecode.
+pub fn canonical_bits(kind: Kind, raw: u64) -> u64 {
+    match kind {
+        Kind::F32 if f32::from_bits(raw as u32).is_nan() => u64::from(f32::NAN.to_bits()),
+        Kind::F64 if f64::from_bits(raw).is_nan() => f64::NAN.to_bits(),
+        _ => raw,
+    }
+}
 fn canon32(x: f32) -> u64 {
-    u64::from(if x.is_nan() { f32::NAN } else { x }.to_bits())
+    canonical_bits(Kind::F32, u64::from(x.to_bits()))
 }
 fn canon64(x: f64) -> u64 {
-    if x.is_nan() { f64::NAN } else { x }.to_bits()
+    canonical_bits(Kind::F64, x.to_bits())
+}
+
+/// The arguments [`Differ::compare`] draws from `seed` for a kernel with
+/// these parameter types (after the workitem index) — the same on every
+/// runtime, objects included — or `None` if some type cannot be generated.
+pub fn inputs(rt: &Runtime, m: &crate::Module, params: &[Type], seed: u64) -> Option<Vec<Arg>> {
+    args_for(rt, m, params, seed).map(|(args, _)| args)
 }
 
 fn read_all(rt: &Runtime, outs: &[Out]) -> Result<Vec<u64>, String> {

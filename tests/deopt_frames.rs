@@ -6,60 +6,14 @@
 //! variable-mapping or record-layout mistake in the JIT's deopt exits shows
 //! up here as a differing word, with the program printed.
 
+use offload::differential::{canonical_bits as canon, inputs};
 use offload::interp::{Interpreter, Outcome};
 use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
-use offload::ir::{Elem, Kind, Type, print_module};
+use offload::ir::{Kind, Type, print_module};
 use offload::reference::Rng;
 use offload::tlab::Allocator;
-use offload::{Arg, Device, Runtime, par_offload};
+use offload::{Device, Runtime, par_offload};
 use offload_jit::cpu::Injection;
-
-/// The same arguments on any runtime for the same seed (numbers and arrays
-/// of numbers; `None` for kernels that take objects).
-fn args_for(rt: &Runtime, params: &[Type], seed: u64) -> Option<Vec<Arg>> {
-    let mut rng = Rng::new(seed);
-    params
-        .iter()
-        .map(|&t| {
-            Some(match t {
-                Type::I32 => Arg::I32(rng.below(7) as i32 - 2),
-                Type::I64 => Arg::I64(rng.below(7) as i64 - 2),
-                Type::F32 => Arg::F32(rng.f32_in(-4.0, 4.0)),
-                Type::F64 => Arg::F64(f64::from(rng.f32_in(-4.0, 4.0))),
-                Type::Array(Elem::I32, 1) => (&rt
-                    .array(&(0..5).map(|_| rng.below(9) as i32 - 3).collect::<Vec<_>>())
-                    .ok()?)
-                    .into(),
-                Type::Array(Elem::I64, 1) => (&rt
-                    .array(&(0..5).map(|_| rng.below(9) as i64 - 3).collect::<Vec<_>>())
-                    .ok()?)
-                    .into(),
-                Type::Array(Elem::F32, 1) => (&rt
-                    .array(&(0..5).map(|_| rng.f32_in(-2.0, 2.0)).collect::<Vec<_>>())
-                    .ok()?)
-                    .into(),
-                Type::Array(Elem::F64, 1) => (&rt
-                    .array(
-                        &(0..5)
-                            .map(|_| f64::from(rng.f32_in(-2.0, 2.0)))
-                            .collect::<Vec<_>>(),
-                    )
-                    .ok()?)
-                    .into(),
-                _ => return None,
-            })
-        })
-        .collect()
-}
-
-/// NaN payloads may differ between the host's float unit and libm.
-fn canon(kind: Kind, raw: u64) -> u64 {
-    match kind {
-        Kind::F32 if f32::from_bits(raw as u32).is_nan() => u64::from(f32::NAN.to_bits()),
-        Kind::F64 if f64::from_bits(raw).is_nan() => f64::NAN.to_bits(),
-        _ => raw,
-    }
-}
 
 #[test]
 fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
@@ -95,7 +49,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                     .build()
                     .unwrap();
                 let mc = cpu.load("case.obc", &text).unwrap();
-                let Some(ac) = args_for(&cpu, &params, seed) else {
+                let Some(ac) = inputs(&cpu, &mc, &params, seed) else {
                     break;
                 };
                 let w = (seed % 5) as i64;
@@ -109,7 +63,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                 // to the same bytecode index.
                 let interp = Runtime::builder().workers(1).build().unwrap();
                 let mi = interp.load("case.obc", &text).unwrap();
-                let ai = args_for(&interp, &params, seed).unwrap();
+                let ai = inputs(&interp, &mi, &params, seed).unwrap();
                 let ci = mi.closure(&kname, ai).unwrap();
                 let alloc = Allocator::new(interp.heap(), offload::AllocPolicy::default(), 1);
                 let mut it = Interpreter::new(mi.program(), interp.heap(), &alloc, 0);

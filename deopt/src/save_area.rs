@@ -230,26 +230,6 @@ impl SaveArea {
             .collect()
     }
 
-    /// Decode and empty the records `first .. first + count` (one slot's
-    /// records, when each slot owns several), in order.
-    pub fn take(
-        &self,
-        first: usize,
-        count: usize,
-        meta: &DeoptMetadata,
-    ) -> Result<Vec<Record>, DeoptError> {
-        let mut out = Vec::new();
-        for s in first..first + count {
-            if let Some(r) = self.read(s, meta)? {
-                out.push(r);
-            }
-            let base = self.base(s)?;
-            self.words[base + SaveLayout::SITE_WORD as usize]
-                .store(SaveLayout::EMPTY, Ordering::Release);
-        }
-        Ok(out)
-    }
-
     /// Empty every record (before a relaunch).
     pub fn clear(&self) {
         for s in 0..self.slots {

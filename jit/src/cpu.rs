@@ -695,11 +695,9 @@ impl Lower<'_, '_> {
         self.b.ins().atomic_store(trusted(), sw, site_at);
         if reason == Reason::Safepoint {
             // Everything stops at a safepoint: this slot's unstarted rest
-            // runs in the next launch.
+            // runs when the slot is entered again.
             let w1 = self.b.ins().iadd_imm_s(w, 1);
             let hi = self.b.use_var(self.env.hi.expect("set"));
-            let n1 = self.b.ins().iadd_imm_s(n, 1);
-            self.b.def_var(self.env.nrec.expect("set"), n1);
             self.exit(w1, hi, EXIT_DEOPT);
         } else {
             let next = self.env.after_deopt.expect("set");

@@ -159,20 +159,24 @@ impl<'h> Allocator<'h> {
     ) -> Result<u32, AllocFailure> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let slot = self.tlab_for(worker).ok_or(AllocFailure::Exhausted)?;
-        let at = slot
-            .finish(
-                g,
-                old,
-                words(bytes) as u32,
-                self.heap,
-                self.waits(),
-                self.fault.as_ref(),
-            )
-            .inspect_err(|e| {
-                if *e == AllocFailure::Exhausted {
-                    self.exhausted.fetch_add(1, Ordering::Relaxed);
-                }
-            })?;
+        let at = slot.finish(
+            g,
+            old,
+            words(bytes) as u32,
+            self.heap,
+            self.waits(),
+            self.fault.as_ref(),
+        );
+        self.placed(at, header)
+    }
+
+    /// Count an exhausted allocation, or write the header of a placed one.
+    fn placed(&self, at: Result<u32, AllocFailure>, header: Header) -> Result<u32, AllocFailure> {
+        let at = at.inspect_err(|e| {
+            if *e == AllocFailure::Exhausted {
+                self.exhausted.fetch_add(1, Ordering::Relaxed);
+            }
+        })?;
         self.heap
             .write_header(at, header)
             .map_err(|_| AllocFailure::Exhausted)?;
@@ -190,25 +194,18 @@ impl<'h> Allocator<'h> {
     pub fn alloc(&self, worker: usize, header: Header) -> Result<u32, AllocFailure> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let w = words(bytes);
-        let at = if self.slots.is_empty() || w > u64::from(self.large_words) {
-            self.direct.fetch_add(1, Ordering::Relaxed);
-            self.heap.alloc_direct(bytes).map_err(|_| {
-                self.exhausted.fetch_add(1, Ordering::Relaxed);
-                AllocFailure::Exhausted
-            })?
-        } else {
-            let slot = &self.slots[(worker / self.group) % self.slots.len()];
-            slot.allocate_with(w as u32, self.heap, self.waits(), self.fault.as_ref())
-                .inspect_err(|e| {
-                    if *e == AllocFailure::Exhausted {
-                        self.exhausted.fetch_add(1, Ordering::Relaxed);
-                    }
-                })?
+        let at = match self.tlab_for(worker) {
+            Some(slot) if w <= u64::from(self.large_words) => {
+                slot.allocate_with(w as u32, self.heap, self.waits(), self.fault.as_ref())
+            }
+            _ => {
+                self.direct.fetch_add(1, Ordering::Relaxed);
+                self.heap
+                    .alloc_direct(bytes)
+                    .map_err(|_| AllocFailure::Exhausted)
+            }
         };
-        self.heap
-            .write_header(at, header)
-            .map_err(|_| AllocFailure::Exhausted)?;
-        Ok(at)
+        self.placed(at, header)
     }
 
     /// Allocate from the host (no worker): straight from eden.
