@@ -40,6 +40,7 @@
 
 use crate::JitError;
 use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
+use crate::plan::{self, Inliner, TypeTest};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{
@@ -169,20 +170,12 @@ pub(crate) fn compile(
     name: &str,
     opts: CompileOptions,
 ) -> Result<(ClFuncId, DeoptMetadata), JitError> {
-    let inject = opts.inject;
     let v = prog.verified();
     let analysis = prog
         .analysis(k)
         .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
     let mut meta = DeoptMetadata::new(analysis, k, version);
-    if let Some(inj) = inject
-        && (meta.site_at(inj.site_bci).is_none() || inj.modulus <= 0)
-    {
-        return Err(JitError::Unsupported(format!(
-            "injection at bci {}: not a deopt site, or modulus not positive",
-            inj.site_bci
-        )));
-    }
+    plan::check_options(&meta, &opts)?;
     let imports = Imports::declare(module)?;
 
     let ptr = module.target_config().pointer_type();
@@ -206,8 +199,7 @@ pub(crate) fn compile(
             ptr,
             cur: Frame::new(k, analysis),
             outer: Vec::new(),
-            inlined_sites: HashMap::new(),
-            inlined_insts: 0,
+            inliner: Inliner::default(),
             env: Env::default(),
             math: HashMap::new(),
             opts,
@@ -290,10 +282,6 @@ impl<'a> Frame<'a> {
     }
 }
 
-/// A site in inlined code: the callers' (function, call bci) chain, the
-/// inlined function and its bci.
-type InlinedSiteKey = (Vec<(FuncId, Bci)>, FuncId, Bci);
-
 /// A caller whose call is being inlined, stopped at `call_bci`.
 struct Outer<'a> {
     frame: Frame<'a>,
@@ -308,9 +296,8 @@ struct Lower<'a, 'f> {
     ptr: ClType,
     cur: Frame<'a>,
     outer: Vec<Outer<'a>>,
-    /// Sites in inlined code, by (call chain, function, bci).
-    inlined_sites: HashMap<InlinedSiteKey, SiteId>,
-    inlined_insts: usize,
+    /// The inlining budget and the ids of sites in inlined code.
+    inliner: Inliner,
     env: Env,
     math: HashMap<&'static str, FuncRef>,
     opts: CompileOptions,
@@ -708,39 +695,18 @@ impl Lower<'_, '_> {
     /// The site of the current frame's instruction at `bci`: a kernel site,
     /// or (in inlined code) one made for this call chain on first use.
     fn site_id(&mut self, bci: Bci) -> SiteId {
-        if self.outer.is_empty() {
-            return self.meta.site_at(bci).expect("deopt exits are at sites").id;
-        }
-        let chain: Vec<(FuncId, Bci)> = self
+        let outer: Vec<(FuncId, &FuncAnalysis, Bci)> = self
             .outer
             .iter()
-            .map(|o| (o.frame.func, o.call_bci))
+            .map(|o| (o.frame.func, o.frame.analysis, o.call_bci))
             .collect();
-        let key = (chain, self.cur.func, bci);
-        if let Some(&id) = self.inlined_sites.get(&key) {
-            return id;
-        }
-        let outer: Vec<(FuncId, &offload_ir::analysis::DeoptSite)> = self
-            .outer
-            .iter()
-            .map(|o| {
-                (
-                    o.frame.func,
-                    o.frame
-                        .analysis
-                        .site_at(o.call_bci)
-                        .expect("calls are deopt sites"),
-                )
-            })
-            .collect();
-        let own = self
-            .cur
-            .analysis
-            .site_at(bci)
-            .expect("deopt exits are at sites");
-        let id = self.meta.add_inlined(&outer, self.cur.func, own);
-        self.inlined_sites.insert(key, id);
-        id
+        self.inliner.site(
+            &mut self.meta,
+            &outer,
+            self.cur.func,
+            self.cur.analysis,
+            bci,
+        )
     }
 
     /// Blocks for every reachable leader of the current frame's function.
@@ -759,26 +725,13 @@ impl Lower<'_, '_> {
     /// block. Returns the result, if the callee returns one (not pushed).
     fn inline(&mut self, bci: Bci, callee: FuncId) -> Result<Option<Value>, JitError> {
         let f = self.v.func(callee);
-        let name = &f.name;
-        if callee == self.cur.func || self.outer.iter().any(|o| o.frame.func == callee) {
-            return Err(JitError::Unsupported(format!(
-                "call of `{name}` at bci {bci}: recursive calls are not compiled"
-            )));
-        }
-        if self.outer.len() + 1 > MAX_INLINE_DEPTH {
-            return Err(JitError::Unsupported(format!(
-                "call of `{name}` at bci {bci}: calls nest deeper than {MAX_INLINE_DEPTH}"
-            )));
-        }
-        self.inlined_insts += f.body.len();
-        if self.inlined_insts > MAX_INLINED_INSTS {
-            return Err(JitError::Unsupported(format!(
-                "call of `{name}` at bci {bci}: more than {MAX_INLINED_INSTS} instructions inlined"
-            )));
-        }
-        let analysis = self.prog.analysis(callee).ok_or_else(|| {
-            JitError::Unsupported(format!("call of abstract `{name}` at bci {bci}"))
-        })?;
+        let chain: Vec<FuncId> = self
+            .outer
+            .iter()
+            .map(|o| o.frame.func)
+            .chain([self.cur.func])
+            .collect();
+        let analysis = self.inliner.enter(self.prog, &chain, callee, bci)?;
         // Arguments, last first.
         let mut args = Vec::with_capacity(f.param_count as usize);
         for p in f.params().iter().rev() {
@@ -821,33 +774,8 @@ impl Lower<'_, '_> {
     /// that this module has) and inline the matching one; a receiver of any
     /// other class deopts and the interpreter makes the call.
     fn call_virtual(&mut self, bci: Bci, method: FuncId) -> Result<(), JitError> {
-        let v = self.v;
-        let m = v.func(method);
-        let offload_ir::FuncKind::Method { class: decl, .. } = m.kind else {
-            return Err(JitError::Unsupported(format!(
-                "callvirt of non-method `{}` at bci {bci}",
-                m.name
-            )));
-        };
-        // Implementation → the global ids of the classes that use it.
-        let mut targets: Vec<(FuncId, Vec<u32>)> = Vec::new();
-        for c in 0..v.classes.len() {
-            let c = offload_ir::ClassId::new(c);
-            if !v.is_subclass(c, decl) {
-                continue;
-            }
-            let Some(imp) = self.prog.dispatch(c, method) else {
-                continue;
-            };
-            if v.func(imp).is_abstract() {
-                continue;
-            }
-            let id = self.prog.global_class(c);
-            match targets.iter_mut().find(|(f, _)| *f == imp) {
-                Some((_, ids)) => ids.push(id),
-                None => targets.push((imp, vec![id])),
-            }
-        }
+        let m = self.v.func(method);
+        let targets = plan::virtual_targets(self.prog, method, bci)?;
         let nargs = m.param_count as usize;
         let d0 = self.cur.depth;
         let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
@@ -930,44 +858,24 @@ impl Lower<'_, '_> {
     /// value, reading its header (`r` may be null: word 0 of the heap is
     /// reserved and readable, and the caller masks the answer).
     fn type_test(&mut self, r: Value, ty: offload_ir::Type) -> Value {
-        use offload_ir::Type;
         let base = self.obj_addr(r);
         let tag = self.b.ins().load(types::I32, trusted(), base, 0);
-        match ty {
-            Type::Class(c) => {
-                // Class ids are global: this module's classes start at
-                // `class_base`. Test against every subclass of `c`.
-                let v = self.v;
+        match plan::type_test(self.prog, ty) {
+            TypeTest::Classes(ids) => {
                 let mut acc = self.b.ins().iconst(types::I8, 0);
-                for s in 0..v.classes.len() {
-                    let s = offload_ir::ClassId::new(s);
-                    if v.is_subclass(s, c) {
-                        let id = self.prog.global_class(s);
-                        let eq = self.b.ins().icmp_imm_s(IntCC::Equal, tag, i64::from(id));
-                        acc = self.b.ins().bor(acc, eq);
-                    }
+                for id in ids {
+                    let eq = self.b.ins().icmp_imm_s(IntCC::Equal, tag, i64::from(id));
+                    acc = self.b.ins().bor(acc, eq);
                 }
                 acc
             }
-            Type::Array(e, d) => {
-                let h = offload_tlab::Header::Array {
-                    elem: self.prog.global_elem(e),
-                    dims: d,
-                    len: 0,
-                };
-                match h.encode() {
-                    Some((want, _)) => {
-                        self.b
-                            .ins()
-                            .icmp_imm_s(IntCC::Equal, tag, i64::from(want as i32))
-                    }
-                    // A type no header can have: nothing is an instance.
-                    None => self.b.ins().iconst(types::I8, 0),
-                }
+            TypeTest::Tag(want) => {
+                self.b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, tag, i64::from(want as i32))
             }
-            Type::Ref => self.b.ins().iconst(types::I8, 1),
-            // The verifier only lets reference types reach type tests.
-            _ => self.b.ins().iconst(types::I8, 0),
+            TypeTest::Always => self.b.ins().iconst(types::I8, 1),
+            TypeTest::Never => self.b.ins().iconst(types::I8, 0),
         }
     }
 
@@ -1637,36 +1545,15 @@ impl Lower<'_, '_> {
                 self.deopt_if(fail, bci, Reason::ClassCast);
             }
             Inst::New { class } => {
-                let size = self.prog.layout.class_size[class.index()];
-                let tag = self
-                    .b
-                    .ins()
-                    .iconst(types::I32, i64::from(self.prog.global_class(class)));
+                let (tag, size) = plan::new_object(self.prog, class);
+                let tag = self.b.ins().iconst(types::I32, i64::from(tag));
                 let word1 = self.b.ins().iconst(types::I32, i64::from(size));
                 let words = self.b.ins().iconst(types::I64, i64::from(size / 8));
                 let r = self.allocate(bci, tag, word1, words);
                 self.push(Ref, r);
             }
             Inst::NewArray { elem } => {
-                let Some(offload_ir::Type::Array(e, d)) = elem.array_of() else {
-                    return Err(JitError::Unsupported(format!(
-                        "`newarray` at bci {bci}: no array type of {elem:?}"
-                    )));
-                };
-                let h = offload_tlab::Header::Array {
-                    elem: self.prog.global_elem(e),
-                    dims: d,
-                    len: 0,
-                };
-                let Some((tag, _)) = h.encode() else {
-                    return Err(JitError::Unsupported(format!(
-                        "`newarray` at bci {bci}: element type has no header encoding"
-                    )));
-                };
-                let esize = offload_tlab::layout::kind_size(offload_tlab::layout::array_elem_kind(
-                    self.prog.global_elem(e),
-                    d,
-                ));
+                let (tag, esize) = plan::new_array(self.prog, elem, bci)?;
                 let len = self.pop(I32);
                 self.push(I32, len); // in the frame state for the checks
                 let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, len, 0);

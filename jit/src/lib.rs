@@ -19,6 +19,9 @@
 pub mod cpu;
 pub mod ctx;
 mod math;
+mod plan;
+pub mod ptx;
+pub mod ptxas;
 pub mod rt;
 
 use cranelift_jit::{JITBuilder, JITModule};

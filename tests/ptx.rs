@@ -1,0 +1,197 @@
+//! The PTX backend without a GPU: every PTX kernel the suite can produce —
+//! every example kernel, under every compile option the runtime uses, and
+//! a batch of generated programs — is assembled by NVIDIA's `ptxas` for
+//! sm_70, sm_80 and sm_90, and has exactly the CPU version's deopt
+//! metadata (the lowering decisions are shared). A missing `ptxas` fails
+//! the run: `scripts/test-all` installs it.
+
+use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
+use offload::ir::print_module;
+use offload::jit::cpu::{CompileOptions, Injection, SafepointInjection};
+use offload::jit::{CpuJit, JitError, ptx, ptxas};
+use offload::reference::Rng;
+use offload::{Device, Runtime};
+use std::path::PathBuf;
+
+fn ptxas_path() -> PathBuf {
+    ptxas::find().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn examples() -> Vec<(String, String)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
+    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "obc"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Compile every kernel of `text` to PTX and to CPU code with `opts`;
+/// check the metadata agree and ptxas accepts the PTX for every arch.
+/// Returns (kernels assembled, kernels refused with the reason).
+fn check_module(
+    rt: &Runtime,
+    name: &str,
+    text: &str,
+    opts: CompileOptions,
+    ptxas: &std::path::Path,
+    arches: &[&str],
+) -> (usize, Vec<String>) {
+    let m = rt.load(name, text).unwrap();
+    let prog = m.program();
+    let jit = CpuJit::new();
+    let (mut ok, mut refused) = (0, Vec::new());
+    for k in m.kernels() {
+        let f = prog.verified().func_named(&k).unwrap();
+        let cpu = jit.compile_with(prog, f, 1, opts);
+        let gpu = ptx::compile(prog, f, 1, opts);
+        match (&cpu, &gpu) {
+            (Ok(c), Ok(g)) => {
+                assert_eq!(c.meta, g.meta, "{name}: kernel {k}: metadata differ");
+                for arch in arches {
+                    if let Err(e) = ptxas::assemble(ptxas, &g.text, arch) {
+                        panic!("{name}: kernel {k}:\n{e}\n{}", g.text);
+                    }
+                }
+                ok += 1;
+            }
+            (_, Err(JitError::Unsupported(why))) => refused.push(format!("{name}::{k}: {why}")),
+            (Err(e), _) => panic!("{name}: kernel {k}: CPU refused but PTX did not: {e}"),
+            (_, Err(e)) => panic!("{name}: kernel {k}: {e}"),
+        }
+    }
+    (ok, refused)
+}
+
+#[test]
+fn every_example_kernel_assembles_for_sm70_sm80_sm90() {
+    let ptxas = ptxas_path();
+    let rt = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let (mut ok, mut refused) = (0, Vec::new());
+    for (name, text) in examples() {
+        let (o, r) = check_module(
+            &rt,
+            &name,
+            &text,
+            CompileOptions::default(),
+            &ptxas,
+            &ptxas::ARCHES,
+        );
+        ok += o;
+        refused.extend(r);
+    }
+    eprintln!("{ok} kernels assembled; refused: {refused:#?}");
+    // blackscholes uses `f32.log`/`f32.exp`: refused until the PTX transcendentals land.
+    assert!(ok >= 9, "only {ok} example kernels assembled");
+    assert!(refused.len() <= 1, "refused: {refused:?}");
+}
+
+#[test]
+fn every_compile_option_assembles() {
+    let ptxas = ptxas_path();
+    let rt = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let options = [
+        CompileOptions {
+            no_polls: true,
+            ..CompileOptions::default()
+        },
+        CompileOptions {
+            safepoints: Some(SafepointInjection {
+                every: 7,
+                seed: None,
+            }),
+            ..CompileOptions::default()
+        },
+        CompileOptions {
+            safepoints: Some(SafepointInjection {
+                every: 3,
+                seed: Some(11),
+            }),
+            ..CompileOptions::default()
+        },
+    ];
+    let mut ok = 0;
+    for (name, text) in examples() {
+        for opts in options {
+            ok += check_module(&rt, &name, &text, opts, &ptxas, &["sm_70"]).0;
+        }
+        // A forced deopt at every site of every kernel.
+        let m = rt.load(&name, &text).unwrap();
+        let prog = m.program();
+        for k in m.kernels() {
+            let f = prog.verified().func_named(&k).unwrap();
+            let Some(a) = prog.analysis(f) else { continue };
+            for site in &a.sites {
+                let opts = CompileOptions {
+                    inject: Some(Injection {
+                        site_bci: site.bci,
+                        modulus: 3,
+                        remainder: 1,
+                    }),
+                    ..CompileOptions::default()
+                };
+                match ptx::compile(prog, f, 1, opts) {
+                    Ok(g) => {
+                        let c = CpuJit::new().compile_with(prog, f, 1, opts).unwrap();
+                        assert_eq!(c.meta, g.meta);
+                        ptxas::assemble(&ptxas, &g.text, "sm_80")
+                            .unwrap_or_else(|e| panic!("{name}::{k} at {}: {e}", site.bci));
+                        ok += 1;
+                    }
+                    Err(JitError::Unsupported(_)) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    }
+    assert!(ok > 50, "only {ok} assembled");
+}
+
+#[test]
+fn generated_programs_assemble_and_share_the_cpu_metadata() {
+    let ptxas = ptxas_path();
+    let rt = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let mut rng = Rng::new(505);
+    let (mut ok, mut refused) = (0, 0);
+    for case in 0..120 {
+        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
+        let Ok(module) = arbitrary_module(
+            &mut arbitrary::Unstructured::new(&bytes),
+            &GenConfig::default(),
+        ) else {
+            continue;
+        };
+        let text = print_module(&module);
+        // One arch per program keeps the run short; the examples cover all three.
+        let arch = ptxas::ARCHES[case % 3];
+        let (o, r) = check_module(
+            &rt,
+            &format!("case{case}.obc"),
+            &text,
+            CompileOptions::default(),
+            &ptxas,
+            &[arch],
+        );
+        ok += o;
+        refused += r.len();
+    }
+    eprintln!("{ok} generated kernels assembled, {refused} refused (transcendentals)");
+    assert!(ok > 100, "only {ok} generated kernels assembled");
+}
