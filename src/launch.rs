@@ -201,9 +201,45 @@ pub(crate) fn launch(
             end: range.end,
         });
     }
-    if rt.inner.device != Device::Cpu {
+    if rt.inner.device == Device::Interpreter {
         return launch_interp(rt, range, closure);
     }
+    let mut cuda_note = None;
+    if let Some(gpu) = &rt.inner.gpu {
+        let why = if rt.inner.profile {
+            "profiling is on".to_string()
+        } else if range.end > i64::MAX - (1 << 32) {
+            "the range ends too close to i64::MAX for the device cursor".to_string()
+        } else {
+            match crate::cuda::launch(rt, gpu, range.clone(), closure) {
+                Ok(r) => return r,
+                Err(crate::cuda::Unsupported(why)) => why,
+            }
+        };
+        if rt.inner.strict {
+            return Err(OffloadError::Setup(format!(
+                "strict mode: `{}` cannot run on the CUDA device: {why}",
+                closure.kernel_name()
+            )));
+        }
+        cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
+    }
+    let mut r = launch_cpu(rt, range, closure);
+    if let Some(note) = cuda_note {
+        match &mut r {
+            Ok(rep) => rep.fallback = Some(note),
+            Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
+            Err(_) => {}
+        }
+    }
+    r
+}
+
+fn launch_cpu(
+    rt: &Runtime,
+    range: Range<i64>,
+    closure: &Closure,
+) -> Result<LaunchReport, OffloadError> {
     // The compiled slot loops claim chunks with an atomic add on the cursor,
     // which every slot may push up to a chunk past the end; keep that far
     // from overflowing.

@@ -32,6 +32,7 @@ pub use offload_tlab as tlab;
 
 pub mod bench;
 mod cpu;
+mod cuda;
 pub mod demo;
 pub mod diagnostics;
 pub mod differential;

@@ -49,9 +49,14 @@ enum Command {
         #[arg(long, default_value = "shared:1")]
         alloc: offload::AllocPolicy,
         /// Device: cpu (the Cranelift JIT, falling back to the interpreter
-        /// for what it does not compile yet) or interp.
+        /// for what it does not compile yet), cuda (an NVIDIA GPU, falling
+        /// back to the CPU device, reported) or interp.
         #[arg(long, default_value = "cpu")]
         device: offload::Device,
+        /// Make any fallback (no GPU, a kernel the PTX backend does not
+        /// compile) an error.
+        #[arg(long)]
+        strict: bool,
     },
     /// Benchmark offload against native Rust in the same run: compute
     /// kernels against rayon, forced deopt rates against none, compile
@@ -61,9 +66,12 @@ enum Command {
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
-        /// Device: cpu or interp.
+        /// Device: cpu, cuda or interp.
         #[arg(long, default_value = "cpu")]
         device: offload::Device,
+        /// Make any fallback an error.
+        #[arg(long)]
+        strict: bool,
         /// Worker threads (default: every core).
         #[arg(long)]
         workers: Option<usize>,
@@ -73,6 +81,17 @@ enum Command {
         /// Timed repetitions per measurement (the median is reported).
         #[arg(long, default_value_t = 7)]
         reps: usize,
+    },
+    /// Print the PTX the CUDA device runs for a kernel (sm_70 and newer).
+    Ptx {
+        /// The file.
+        file: PathBuf,
+        /// The kernel.
+        #[arg(long)]
+        kernel: String,
+        /// Also assemble it with ptxas for sm_70, sm_80 and sm_90.
+        #[arg(long)]
+        check: bool,
     },
     /// Show the verifier's types and the shared analyses (blocks, back-edges,
     /// liveness, deopt sites with frame states) of a file's functions.
@@ -154,10 +173,12 @@ fn run(cli: Cli) -> Result<(), String> {
             shrink,
             alloc,
             device,
+            strict,
         } => {
             let mut b = offload::Runtime::builder()
                 .alloc_policy(alloc)
-                .device(device);
+                .device(device)
+                .strict(strict);
             if let Some(w) = workers {
                 b = b.workers(w);
             }
@@ -167,6 +188,12 @@ fn run(cli: Cli) -> Result<(), String> {
                 rt.workers(),
                 rt.device().name()
             );
+            if let Some(why) = rt.fallback() {
+                println!("note: {why}");
+            }
+            if let Some(g) = rt.gpu() {
+                println!("GPU: {g}");
+            }
             let rows = offload::demo::run(&rt, offload::demo::Sizes { shrink })
                 .map_err(|e| format!("error: {e}"))?;
             print!("{}", offload::demo::table(&rows));
@@ -190,8 +217,9 @@ fn run(cli: Cli) -> Result<(), String> {
             workers,
             shrink,
             reps,
+            strict,
         } => {
-            let mut b = offload::Runtime::builder().device(device);
+            let mut b = offload::Runtime::builder().device(device).strict(strict);
             if let Some(w) = workers {
                 b = b.workers(w);
             }
@@ -206,9 +234,50 @@ fn run(cli: Cli) -> Result<(), String> {
                 println!(
                     "offload bench: {} workers on the {} device (ratio = baseline time / offload time)",
                     rt.workers(),
-                    device.name()
+                    rt.device().name()
                 );
+                if let Some(why) = rt.fallback() {
+                    println!("note: {why}");
+                }
                 print!("{}", offload::bench::table(&rows));
+            }
+            Ok(())
+        }
+        Command::Ptx {
+            file,
+            kernel,
+            check,
+        } => {
+            let src = read(&file)?;
+            let rt = offload::Runtime::builder()
+                .device(offload::Device::Interpreter)
+                .build()
+                .map_err(|e| format!("error: {e}"))?;
+            let m = rt
+                .load(&file.display().to_string(), &src)
+                .map_err(|e| format!("{e}"))?;
+            let prog = m.program();
+            let k = prog
+                .verified()
+                .func_named(&kernel)
+                .filter(|&k| prog.is_kernel(k))
+                .ok_or_else(|| {
+                    format!(
+                        "error: no kernel `{kernel}` in {} (kernels: {})",
+                        file.display(),
+                        m.kernels().join(", ")
+                    )
+                })?;
+            let p = offload::jit::ptx::compile(prog, k, 0, Default::default())
+                .map_err(|e| format!("error: kernel `{kernel}`: {e}"))?;
+            print!("{}", p.text);
+            if check {
+                let ptxas = offload::jit::ptxas::find().map_err(|e| format!("error: {e}"))?;
+                for arch in offload::jit::ptxas::ARCHES {
+                    offload::jit::ptxas::assemble(&ptxas, &p.text, arch)
+                        .map_err(|e| format!("error: {e}"))?;
+                    eprintln!("ptxas -arch={arch}: ok");
+                }
             }
             Ok(())
         }

@@ -20,6 +20,11 @@ pub enum Device {
     /// interpreter. Kernels the JIT does not compile yet run on the
     /// interpreter, and the launch report says why.
     Cpu,
+    /// An NVIDIA GPU (sm_70 or newer) through the CUDA driver, with deopt
+    /// into the interpreter. Kernels the PTX backend does not compile run
+    /// on the CPU device, and the launch report says why (an error in
+    /// strict mode).
+    Cuda,
 }
 
 impl Device {
@@ -28,6 +33,7 @@ impl Device {
         match self {
             Device::Interpreter => "interp",
             Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
         }
     }
 }
@@ -38,7 +44,10 @@ impl std::str::FromStr for Device {
         match s {
             "interp" | "interpreter" => Ok(Device::Interpreter),
             "cpu" => Ok(Device::Cpu),
-            other => Err(format!("unknown device `{other}` (available: cpu, interp)")),
+            "cuda" | "gpu" => Ok(Device::Cuda),
+            other => Err(format!(
+                "unknown device `{other}` (available: cuda, cpu, interp)"
+            )),
         }
     }
 }
@@ -48,7 +57,9 @@ impl std::str::FromStr for Device {
 pub struct RuntimeBuilder {
     heap: HeapConfig,
     workers: Option<usize>,
-    device: Device,
+    /// `None`: CUDA when a GPU is present, else the CPU (reported).
+    device: Option<Device>,
+    strict: bool,
     policy: AllocPolicy,
     profile: bool,
     compile: offload_jit::cpu::CompileOptions,
@@ -128,9 +139,20 @@ impl RuntimeBuilder {
         self.workers = Some(n.max(1));
         self
     }
-    /// The device kernels run on.
+    /// Force the device kernels run on. Without this, the runtime uses
+    /// CUDA when a usable GPU is present and the CPU device otherwise, and
+    /// says why in [`Runtime::fallback`]. Forcing `Cuda` on a machine
+    /// without one also falls back to the CPU, reported (an error in
+    /// strict mode).
     pub fn device(mut self, d: Device) -> Self {
-        self.device = d;
+        self.device = Some(d);
+        self
+    }
+    /// Strict mode: a fallback — no usable GPU for the CUDA device, or a
+    /// kernel the PTX backend does not compile — is an error instead of a
+    /// report.
+    pub fn strict(mut self, on: bool) -> Self {
+        self.strict = on;
         self
     }
     /// The allocation policy.
@@ -153,6 +175,31 @@ impl RuntimeBuilder {
             .thread_name(|i| format!("offload-worker-{i}"))
             .build()
             .map_err(|e| OffloadError::Setup(e.to_string()))?;
+        let (device, gpu, fallback) = match self.device {
+            Some(d @ (Device::Cpu | Device::Interpreter)) => (d, None, None),
+            want => match crate::cuda::probe() {
+                Ok(g) => (Device::Cuda, Some(g), None),
+                Err(why) if self.strict => {
+                    return Err(OffloadError::Setup(format!(
+                        "strict mode: the CUDA device is unavailable: {why}"
+                    )));
+                }
+                Err(why) => {
+                    let asked = if want.is_some() {
+                        "requested"
+                    } else {
+                        "default"
+                    };
+                    (
+                        Device::Cpu,
+                        None,
+                        Some(format!(
+                            "the {asked} CUDA device is unavailable ({why}); using the CPU device"
+                        )),
+                    )
+                }
+            },
+        };
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(Runtime {
             inner: Arc::new(Inner {
@@ -160,7 +207,10 @@ impl RuntimeBuilder {
                 heap: Heap::new(self.heap)?,
                 pool,
                 workers,
-                device: self.device,
+                device,
+                gpu,
+                fallback,
+                strict: self.strict,
                 policy: self.policy,
                 profile: self.profile,
                 control: offload_host_interp::Control::new(),
@@ -183,6 +233,9 @@ pub(crate) struct Inner {
     pub(crate) pool: rayon::ThreadPool,
     pub(crate) workers: usize,
     pub(crate) device: Device,
+    pub(crate) gpu: Option<crate::cuda::Gpu>,
+    pub(crate) fallback: Option<String>,
+    pub(crate) strict: bool,
     pub(crate) policy: AllocPolicy,
     pub(crate) profile: bool,
     pub(crate) control: offload_host_interp::Control,
@@ -385,8 +438,9 @@ impl From<&Object> for Arg {
 }
 
 impl Runtime {
-    /// A runtime with the defaults: the CPU JIT on every core and a heap of
-    /// 64 MiB growing to 4 GiB.
+    /// A runtime with the defaults: the GPU when a usable one is present,
+    /// else the CPU JIT on every core ([`Runtime::fallback`] says why), and
+    /// a heap of 64 MiB growing to 4 GiB.
     pub fn new() -> Result<Runtime, OffloadError> {
         Runtime::builder().build()
     }
@@ -396,7 +450,8 @@ impl Runtime {
         RuntimeBuilder {
             heap: HeapConfig::default(),
             workers: None,
-            device: Device::Cpu,
+            device: None,
+            strict: false,
             policy: AllocPolicy::default(),
             profile: false,
             compile: offload_jit::cpu::CompileOptions::default(),
@@ -430,6 +485,29 @@ impl Runtime {
     /// The device kernels run on.
     pub fn device(&self) -> Device {
         self.inner.device
+    }
+
+    /// Why the runtime is not on the device it was asked for (or, by
+    /// default, on CUDA): `None` when it is.
+    pub fn fallback(&self) -> Option<&str> {
+        self.inner.fallback.as_deref()
+    }
+
+    /// Compile the closure's kernel to PTX and load it on the GPU (cached
+    /// by kernel version); returns how long the driver's `load_module`
+    /// took. An error when the device is not CUDA or the kernel cannot run
+    /// on it.
+    pub fn gpu_load_time(&self, closure: &Closure) -> Result<std::time::Duration, OffloadError> {
+        let gpu =
+            self.inner.gpu.as_ref().ok_or_else(|| {
+                OffloadError::Setup("the runtime is not on the CUDA device".into())
+            })?;
+        crate::cuda::load_time(self, gpu, closure).map_err(OffloadError::Setup)
+    }
+
+    /// The GPU, described (`None` unless the device is CUDA).
+    pub fn gpu(&self) -> Option<String> {
+        self.inner.gpu.as_ref().map(crate::cuda::Gpu::describe)
     }
 
     /// Number of workers.

@@ -36,8 +36,8 @@ pub use ctx::{LaunchCtx, SlotFn};
 /// Why a kernel was not compiled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum JitError {
-    /// The kernel uses something the backend does not compile yet.
-    #[error("not compiled by the CPU backend: {0}")]
+    /// The kernel uses something this backend does not compile (yet).
+    #[error("not compiled to native code: {0}")]
     Unsupported(String),
     /// Cranelift rejected what we generated (a bug: the message carries the IR).
     #[error("code generation failed: {0}")]

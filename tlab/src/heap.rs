@@ -198,6 +198,20 @@ impl Heap {
         }
     }
 
+    /// Take `[start, end)` words of eden (at least `min_words`, at most
+    /// `want_words`), growing the heap if needed: the zeroed region a device
+    /// allocates from during a launch (its own eden). The caller must leave
+    /// it parsable, with objects and a filler over the unused rest
+    /// ([`Eden::fill`]). `None` when not even `min_words` fit.
+    pub fn carve_region(&self, min_words: u32, want_words: u32) -> Option<(u32, u32)> {
+        self.carve_words(
+            u64::from(min_words),
+            u64::from(want_words.max(min_words)),
+            true,
+        )
+        .map(|(s, e)| (s as u32, e as u32))
+    }
+
     /// Allocate `bytes` straight from eden with a CAS (large objects, host
     /// allocations, and the `EdenCas` policy), growing the heap if needed.
     /// Returns the word offset; the memory is zero.

@@ -1,0 +1,561 @@
+//! The CUDA device: PTX from [`offload_jit::ptx`] loaded through cudarc
+//! (dynamic loading: the project builds and runs without CUDA), with the
+//! launch → replay loop of a GPU (DESIGN.md, "Execution model"):
+//!
+//! 1. copy the heap image to the device, with a zeroed device eden carved
+//!    from the host heap for this launch (references are 32-bit word
+//!    offsets, so the image is relocatable and the same offsets mean the
+//!    same objects on both sides);
+//! 2. launch one persistent thread per resident slot (SM count × resident
+//!    blocks per SM × block, from the device's occupancy); each claims
+//!    chunks from the atomic cursor, polls the control word (pinned,
+//!    mapped host memory that this thread mirrors the runtime's safepoint
+//!    requests into while the kernel runs), allocates from warp-shared
+//!    TLABs and writes deopt records into its slot of the save area;
+//! 3. copy the heap image, records, never-ran ranges and counters back,
+//!    retire the TLABs and the device eden into fillers, replay the
+//!    records in the interpreter in parallel, and relaunch over the
+//!    never-ran work until every slot has exhausted the range.
+//!
+//! Why a heap image rather than managed memory (seed `002_…`): the image
+//! moves exactly the heap's used prefix in two bulk copies per launch and
+//! never page-faults on the device; managed memory with prefetch would
+//! spare the copy back of untouched pages, but migrates in 64 KiB units
+//! on first touch and needs the host heap to be allocated by CUDA, which
+//! would tie the CPU device and the interpreter to the driver. The save
+//! area is one record per slot (the Sumatra bound: O(resident threads),
+//! never O(range)).
+//!
+//! One launch at a time per runtime uses the GPU (the heap image is copied
+//! back whole, so launches are serialized by a lock).
+
+use crate::error::OffloadError;
+use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
+use crate::runtime::{Closure, Device, Runtime};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, sys,
+};
+use offload_deopt::SaveArea;
+use offload_host_interp::Interpreter;
+use offload_ir::FuncId;
+use offload_jit::ptx::{DEVICE_TLAB_BYTES, DeviceCtx, PtxKernel};
+use offload_tlab::Eden;
+use rayon::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Threads per block of every launch.
+const BLOCK: u32 = 256;
+/// Slots (threads) that share one TLAB: a warp.
+const TLAB_GROUP: u64 = 32;
+/// Bytes of device eden carved per launch (fewer if the heap has less).
+const DEVICE_EDEN_BYTES: u32 = 64 << 20;
+
+/// A kernel version loaded on the GPU.
+struct Loaded {
+    func: CudaFunction,
+    ptx: PtxKernel,
+    load_time: Duration,
+    grid: u32,
+}
+
+/// Loaded kernel versions by (module id, kernel, version), or why not.
+type ModuleCache = HashMap<(u64, FuncId, u32), Result<Arc<Loaded>, String>>;
+
+/// The GPU of a runtime.
+pub(crate) struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    name: String,
+    cc: (i32, i32),
+    sms: u32,
+    /// The control word: pinned, mapped host memory (host pointer), and
+    /// its device address.
+    control_host: *mut u32,
+    control_dev: u64,
+    _control: cudarc::driver::PinnedHostSlice<u32>,
+    modules: Mutex<ModuleCache>,
+    launch_lock: Mutex<()>,
+}
+
+// SAFETY: `control_host` points into the pinned allocation the struct
+// owns; it is only written with volatile stores by the launching thread
+// (under `launch_lock`). Everything else is cudarc's `Send + Sync` handles
+// or behind mutexes.
+unsafe impl Send for Gpu {}
+// SAFETY: as above.
+unsafe impl Sync for Gpu {}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("name", &self.name)
+            .field("cc", &self.cc)
+            .field("sms", &self.sms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why no GPU can be used, or the GPU.
+pub(crate) fn probe() -> Result<Gpu, String> {
+    // SAFETY: only tries to load the driver library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no CUDA driver: libcuda could not be loaded".into());
+    }
+    // cudarc panics on some driver failures; a panic is a missing GPU.
+    std::panic::catch_unwind(probe_driver)
+        .unwrap_or_else(|_| Err("the CUDA driver failed during start-up".into()))
+}
+
+fn probe_driver() -> Result<Gpu, String> {
+    let n = CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;
+    if n < 1 {
+        return Err("the CUDA driver reports no GPU".into());
+    }
+    let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context on GPU 0: {e}"))?;
+    let cc = ctx.compute_capability().map_err(|e| format!("CUDA: {e}"))?;
+    let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
+    if cc.0 < 7 {
+        return Err(format!(
+            "{name} is sm_{}{}; offload needs sm_70 or newer (independent thread scheduling)",
+            cc.0, cc.1
+        ));
+    }
+    let sms = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(|e| format!("CUDA: {e}"))? as u32;
+    let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
+    // SAFETY: the word is initialized right below, before any use.
+    let mut control = unsafe {
+        ctx.alloc_pinned_with_flags::<u32>(
+            1,
+            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+        )
+    }
+    .map_err(|e| format!("CUDA pinned control word: {e}"))?;
+    let control_host = control
+        .as_mut_ptr()
+        .map_err(|e| format!("CUDA pinned control word: {e}"))?;
+    // SAFETY: `control_host` is the one-word pinned allocation above.
+    unsafe { control_host.write_volatile(0) };
+    let mut control_dev: sys::CUdeviceptr = 0;
+    // SAFETY: `control_host` was allocated with DEVICEMAP in this context,
+    // which is current (alloc_pinned bound it to this thread).
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut control_dev, control_host.cast(), 0) }
+        .result()
+        .map_err(|e| format!("CUDA mapped control word: {e}"))?;
+    Ok(Gpu {
+        ctx,
+        stream,
+        name,
+        cc,
+        sms,
+        control_host,
+        control_dev,
+        _control: control,
+        modules: Mutex::new(HashMap::new()),
+        launch_lock: Mutex::new(()),
+    })
+}
+
+impl Gpu {
+    /// `name (sm_XY, N SMs)`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} (sm_{}{}, {} SMs)",
+            self.name, self.cc.0, self.cc.1, self.sms
+        )
+    }
+
+    /// The loaded version of the closure's kernel (compiled, loaded and
+    /// cached on first use), or why it cannot run on the GPU.
+    fn loaded(&self, rt: &Runtime, closure: &Closure) -> Result<Arc<Loaded>, String> {
+        let key = (closure.module.id, closure.kernel, 0);
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = modules.get(&key) {
+            return hit.clone();
+        }
+        let res = self.load(rt, closure).map(Arc::new);
+        modules.insert(key, res.clone());
+        res
+    }
+
+    fn load(&self, rt: &Runtime, closure: &Closure) -> Result<Loaded, String> {
+        let ptx =
+            offload_jit::ptx::compile(&closure.module.prog, closure.kernel, 0, rt.inner.compile)
+                .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.text.clone()))
+            .map_err(|e| {
+                format!(
+                    "the CUDA driver rejected the PTX of `{}`: {e}\n{}\n--- PTX ---\n{}",
+                    closure.kernel_name(),
+                    jit_log(&ptx.text),
+                    ptx.text
+                )
+            })?;
+        let func = module
+            .load_function(&ptx.name)
+            .map_err(|e| format!("CUDA: no entry `{}`: {e}", ptx.name))?;
+        let load_time = t.elapsed();
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
+            .map_err(|e| format!("CUDA occupancy of `{}`: {e}", ptx.name))?
+            .max(1);
+        Ok(Loaded {
+            func,
+            ptx,
+            load_time,
+            grid: self.sms * per_sm,
+        })
+    }
+}
+
+/// The JIT log of the driver for `text` (loaded again with log buffers;
+/// only on the error path).
+fn jit_log(text: &str) -> String {
+    let Ok(src) = std::ffi::CString::new(text) else {
+        return "(PTX contains a NUL byte)".into();
+    };
+    let mut err = vec![0u8; 16 << 10];
+    let mut info = vec![0u8; 16 << 10];
+    let mut opts = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut vals: [*mut std::ffi::c_void; 4] = [
+        err.as_mut_ptr().cast(),
+        err.len() as *mut std::ffi::c_void,
+        info.as_mut_ptr().cast(),
+        info.len() as *mut std::ffi::c_void,
+    ];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: the option arrays have matching lengths; the buffers outlive
+    // the call and their sizes are passed by value as the API specifies.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            src.as_ptr().cast(),
+            opts.len() as u32,
+            opts.as_mut_ptr(),
+            vals.as_mut_ptr(),
+        )
+    };
+    if r == sys::CUresult::CUDA_SUCCESS && !module.is_null() {
+        // SAFETY: the module was just loaded and is not used elsewhere.
+        let _ = unsafe { sys::cuModuleUnload(module) };
+    }
+    let text = |b: &[u8]| {
+        let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    format!(
+        "--- JIT error log ---\n{}\n--- JIT info log ---\n{}",
+        text(&err),
+        text(&info)
+    )
+}
+
+fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> OffloadError + '_ {
+    move |e| OffloadError::Setup(format!("CUDA {what}: {e}"))
+}
+
+/// The kernel cannot run on the GPU (the caller falls back, or errors in
+/// strict mode).
+pub(crate) struct Unsupported(pub(crate) String);
+
+/// Run `closure` over `range` on the GPU.
+pub(crate) fn launch(
+    rt: &Runtime,
+    gpu: &Gpu,
+    range: Range<i64>,
+    closure: &Closure,
+) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+    let loaded = gpu.loaded(rt, closure).map_err(Unsupported)?;
+    Ok(run(rt, gpu, &loaded, range, closure))
+}
+
+#[allow(clippy::too_many_lines)]
+fn run(
+    rt: &Runtime,
+    gpu: &Gpu,
+    k: &Loaded,
+    range: Range<i64>,
+    closure: &Closure,
+) -> Result<LaunchReport, OffloadError> {
+    let _one = gpu.launch_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    let inner = &rt.inner;
+    let heap = &inner.heap;
+    let meta = &k.ptx.meta;
+    let s = &gpu.stream;
+    let slots = (k.grid * BLOCK) as usize;
+    let total = range.end.wrapping_sub(range.start) as u64;
+    let chunk = (total / (slots as u64 * 4)).clamp(1, 256) as i64;
+    let area = SaveArea::new(slots, meta.layout);
+    let words = meta.layout.record_words as usize;
+    let safepoints_before = inner.control.count();
+    let tlab_words = u64::from(heap.config().tlab_bytes / 8);
+    let tlabs_n = (slots as u64).div_ceil(TLAB_GROUP) as usize;
+    let group = match inner.policy {
+        offload_tlab::AllocPolicy::EdenCas => 0,
+        _ => TLAB_GROUP,
+    };
+    // Per-launch device buffers.
+    let cursor: CudaSlice<i64> = s.clone_htod(&[range.start]).map_err(cuda_err("cursor"))?;
+    let never: CudaSlice<i64> = s.alloc_zeros(2 * slots).map_err(cuda_err("never_ran"))?;
+    let completed: CudaSlice<u64> = s.alloc_zeros(slots).map_err(cuda_err("completed"))?;
+    let exits: CudaSlice<u32> = s.alloc_zeros(slots).map_err(cuda_err("exits"))?;
+    let stats: CudaSlice<u64> = s.alloc_zeros(4).map_err(cuda_err("counters"))?;
+    let mut tlabs: CudaSlice<u8> = s
+        .alloc_zeros(tlabs_n * DEVICE_TLAB_BYTES as usize)
+        .map_err(cuda_err("TLABs"))?;
+    let captures: CudaSlice<u64> = s
+        .clone_htod(if closure.captures.is_empty() {
+            &[0u64][..]
+        } else {
+            &closure.captures[..]
+        })
+        .map_err(cuda_err("captures"))?;
+    // SAFETY: the save area's words are plain u64s, `slots * words` of them.
+    let area_host = unsafe { std::slice::from_raw_parts_mut(area.as_ptr(), slots * words) };
+    let mut area_dev: CudaSlice<u64> = s
+        .clone_htod(&area_host[..])
+        .map_err(cuda_err("save area"))?;
+    let mut eden: CudaSlice<u64> = s.alloc_zeros(2).map_err(cuda_err("eden"))?;
+    let control = Arc::new(AtomicU32::new(0));
+    let _registered = inner
+        .control
+        .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
+    let _running = inner.control.enter();
+
+    let (mut on_device, mut replayed, mut never_ran, mut launches) = (0u64, 0u64, 0u64, 0u64);
+    let mut deopts = BTreeMap::new();
+    let mut table: Vec<DeoptRow> = Vec::new();
+    let mut thrown = Thrown::default();
+    let (mut run_time, mut replay_time, mut copy_time) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let alloc = rt.allocator(inner.workers);
+    loop {
+        launches += 1;
+        // The heap image, with a fresh device eden above the used part.
+        let tc = Instant::now();
+        let want = DEVICE_EDEN_BYTES / 8;
+        let min = (tlab_words as u32).max(2);
+        let (es, ee) = heap.carve_region(min, want).ok_or_else(|| {
+            OffloadError::Setup(format!(
+                "heap exhausted: no room for a device eden of {} bytes",
+                u64::from(min) * 8
+            ))
+        })?;
+        let image_bytes = ee as usize * 8;
+        // SAFETY: `[0, ee)` words are committed (carve_region grew the heap
+        // to cover them) and no other launch runs (launch lock); host code
+        // does not touch the heap while the device owns the image.
+        let image = unsafe { std::slice::from_raw_parts_mut(heap.base_ptr(), image_bytes) };
+        let heap_dev: CudaSlice<u8> = s.clone_htod(&image[..]).map_err(cuda_err("heap image"))?;
+        s.memcpy_htod(&[u64::from(es), u64::from(ee)], &mut eden)
+            .map_err(cuda_err("eden"))?;
+        s.memset_zeros(&mut tlabs).map_err(cuda_err("TLABs"))?;
+        copy_time += tc.elapsed();
+        let tr = Instant::now();
+        // The device addresses are taken in a scope of their own: their
+        // guards record the launch's use of each buffer when they drop.
+        {
+            let (hp, _g1) = heap_dev.device_ptr(s);
+            let (cp, _g2) = cursor.device_ptr(s);
+            let (ap, _g3) = area_dev.device_ptr(s);
+            let (np, _g4) = never.device_ptr(s);
+            let (dp, _g5) = completed.device_ptr(s);
+            let (kp, _g6) = captures.device_ptr(s);
+            let (tp, _g7) = tlabs.device_ptr(s);
+            let (ep, _g8) = eden.device_ptr(s);
+            let (xp, _g9) = exits.device_ptr(s);
+            let (sp, _g10) = stats.device_ptr(s);
+            let dctx = DeviceCtx {
+                heap_base: hp,
+                cursor: cp,
+                end: range.end,
+                chunk,
+                control: gpu.control_dev,
+                save_area: ap,
+                record_words: words as u64,
+                never_ran: np,
+                completed: dp,
+                captures: kp,
+                records_per_slot: 1,
+                tlabs: tp,
+                tlab_group: group,
+                eden: ep,
+                large_words: tlab_words / 4,
+                slots: slots as u64,
+                tlab_words,
+                exits: xp,
+                stats: sp,
+            };
+            // SAFETY: `DeviceCtx` is `#[repr(C)]` and made of 19 `u64`/`i64`s.
+            let raw: [u64; 19] = unsafe { std::mem::transmute(dctx) };
+            let ctx_dev: CudaSlice<u64> =
+                s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
+            let (ctx_ptr, _g11) = ctx_dev.device_ptr(s);
+            // SAFETY: the word is the pinned control word; the device reads it.
+            unsafe { gpu.control_host.write_volatile(0) };
+            let mut b = s.launch_builder(&k.func);
+            b.arg(&ctx_ptr);
+            // SAFETY: the kernel takes one `u64`, the address of a `DeviceCtx`
+            // whose buffers are all alive until the stream is synchronized
+            // below; sizes match the slot count of the grid.
+            unsafe {
+                b.launch(LaunchConfig {
+                    grid_dim: (k.grid, 1, 1),
+                    block_dim: (BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map_err(cuda_err("launch"))?;
+        }
+        // Mirror safepoint requests into the mapped word while it runs.
+        let done = s.record_event(None).map_err(cuda_err("event"))?;
+        while !done.try_is_complete().map_err(cuda_err("kernel"))? {
+            let cw = control.load(Ordering::Acquire);
+            // SAFETY: as above.
+            unsafe { gpu.control_host.write_volatile(cw) };
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        s.synchronize().map_err(cuda_err("kernel"))?;
+        run_time += tr.elapsed();
+        // Copy back what the replay and the user need.
+        let tc = Instant::now();
+        s.memcpy_dtoh(&heap_dev, &mut image[..])
+            .map_err(cuda_err("heap image"))?;
+        s.memcpy_dtoh(&area_dev, &mut area_host[..])
+            .map_err(cuda_err("save area"))?;
+        let nr: Vec<i64> = s.clone_dtoh(&never).map_err(cuda_err("never_ran"))?;
+        let comp: Vec<u64> = s.clone_dtoh(&completed).map_err(cuda_err("completed"))?;
+        let ex: Vec<u32> = s.clone_dtoh(&exits).map_err(cuda_err("exits"))?;
+        let tl: Vec<u8> = s.clone_dtoh(&tlabs).map_err(cuda_err("TLABs"))?;
+        let ed: Vec<u64> = s.clone_dtoh(&eden).map_err(cuda_err("eden"))?;
+        copy_time += tc.elapsed();
+        // Retire the TLABs and the device eden: fillers over what is unused.
+        for t in tl.chunks_exact(DEVICE_TLAB_BYTES as usize) {
+            let state = u64::from_le_bytes(t[..8].try_into().expect("8 bytes"));
+            let (top, end) = (state as u32, (state >> 32) as u32);
+            if top < end {
+                heap.fill(top, end);
+            }
+        }
+        if ed[0] < u64::from(ee) {
+            heap.fill(ed[0] as u32, ee);
+        }
+        on_device += comp.iter().sum::<u64>();
+        // Replay the records, in parallel.
+        let tp = Instant::now();
+        let mut records = Vec::new();
+        let mut values = Vec::new();
+        for r in 0..slots {
+            match area.read_into(r, meta, &mut values) {
+                Ok(Some(h)) => records.push((h, values.clone())),
+                Ok(None) => {}
+                Err(e) => return Err(OffloadError::Setup(format!("corrupt save area: {e}"))),
+            }
+        }
+        area.clear();
+        let prog = &*closure.module.prog;
+        let results: Vec<_> = inner.pool.install(|| {
+            records
+                .par_iter()
+                .map_init(
+                    || {
+                        let w = rayon::current_thread_index().unwrap_or(0);
+                        let mut it = Interpreter::new(prog, heap, &alloc, w);
+                        it.set_control(&inner.control);
+                        it
+                    },
+                    |it, (h, vals)| it.resume_values(meta, h.0, h.1, vals),
+                )
+                .collect()
+        });
+        for ((h, vals), res) in records.iter().zip(results) {
+            let bci = meta.site(h.1).map_or(u32::MAX, |s| s.bci);
+            *deopts.entry((bci, h.2)).or_insert(0) += 1;
+            let action = match res {
+                Ok(Ok(())) => "replayed",
+                Ok(Err(e)) => {
+                    thrown.add(e);
+                    "replayed, threw"
+                }
+                Err(e) => {
+                    return Err(OffloadError::Setup(format!(
+                        "cannot resume workitem {}: {e}",
+                        h.0
+                    )));
+                }
+            };
+            replayed += 1;
+            if table.len() < LaunchReport::TABLE_ROWS {
+                table.push(DeoptRow {
+                    workitem: h.0,
+                    action,
+                    bci,
+                    reason: h.2,
+                    values: vals.clone(),
+                });
+            }
+        }
+        replay_time += tp.elapsed();
+        // A safepoint stopped the kernel: park until its operation is done.
+        inner.control.poll();
+        let rest: u64 = nr
+            .chunks_exact(2)
+            .map(|p| p[1].saturating_sub(p[0]).max(0) as u64)
+            .sum();
+        if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE) {
+            break;
+        }
+        never_ran += rest;
+        // Relaunch: the records are replayed; the never-ran rests and the
+        // cursor carry over (the device buffers keep them).
+        s.memcpy_htod(&area_host[..], &mut area_dev)
+            .map_err(cuda_err("save area"))?;
+    }
+    table.sort_by_key(|r| r.workitem);
+    let report = LaunchReport {
+        kernel: closure.kernel_name().to_string(),
+        device: Device::Cuda,
+        range,
+        on_device,
+        completed: on_device + replayed - thrown.count,
+        threw: thrown.count,
+        workers: slots,
+        chunks: total.div_ceil(chunk as u64),
+        alloc: alloc.retire(),
+        timings: Timings {
+            setup: k.ptx.compile_time + k.load_time + copy_time,
+            run: run_time,
+            teardown: replay_time,
+            total: t0.elapsed(),
+        },
+        profile: None,
+        safepoints: inner.control.count() - safepoints_before,
+        replayed,
+        never_ran,
+        launches,
+        reentries: launches - 1,
+        deopts,
+        fallback: None,
+        deopt_table: table,
+    };
+    thrown.finish(report)
+}
+
+/// `load_module` time of a kernel version on the GPU (loads it if needed).
+pub(crate) fn load_time(rt: &Runtime, gpu: &Gpu, closure: &Closure) -> Result<Duration, String> {
+    gpu.loaded(rt, closure).map(|l| l.load_time)
+}
