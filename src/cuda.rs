@@ -296,7 +296,11 @@ fn run(
     let heap = &inner.heap;
     let meta = &k.ptx.meta;
     let s = &gpu.stream;
-    let slots = (k.grid * BLOCK) as usize;
+    let slots = match inner.device_slots {
+        Some(n) => n.min((k.grid * BLOCK) as usize),
+        None => (k.grid * BLOCK) as usize,
+    };
+    let grid = (slots as u32).div_ceil(BLOCK);
     let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = (total / (slots as u64 * 4)).clamp(1, 256) as i64;
     let area = SaveArea::new(slots, meta.layout);
@@ -414,7 +418,7 @@ fn run(
             // below; sizes match the slot count of the grid.
             unsafe {
                 b.launch(LaunchConfig {
-                    grid_dim: (k.grid, 1, 1),
+                    grid_dim: (grid, 1, 1),
                     block_dim: (BLOCK, 1, 1),
                     shared_mem_bytes: 0,
                 })

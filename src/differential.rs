@@ -35,14 +35,26 @@ enum Out {
 }
 
 impl Differ {
-    /// Fresh runtimes.
+    /// Fresh runtimes: the CPU device against the interpreter.
     pub fn new() -> Result<Differ, OffloadError> {
+        Differ::on(Device::Cpu)
+    }
+
+    /// `device` against the interpreter; a CUDA launch uses one device
+    /// slot. An error when `device` is CUDA and no GPU is usable (kernels
+    /// the PTX backend refuses still fall back, and count as not compiled).
+    pub fn on(device: Device) -> Result<Differ, OffloadError> {
+        let native = Runtime::builder()
+            .workers(1)
+            .deopt_records(1)
+            .device_slots(1)
+            .device(device)
+            .build()?;
+        if let Some(why) = native.fallback() {
+            return Err(OffloadError::Setup(why.to_string()));
+        }
         Ok(Differ {
-            cpu: Runtime::builder()
-                .workers(1)
-                .deopt_records(1)
-                .device(Device::Cpu)
-                .build()?,
+            cpu: native,
             interp: Runtime::builder()
                 .workers(1)
                 .device(Device::Interpreter)

@@ -60,6 +60,7 @@ pub struct RuntimeBuilder {
     /// `None`: CUDA when a GPU is present, else the CPU (reported).
     device: Option<Device>,
     strict: bool,
+    device_slots: Option<usize>,
     policy: AllocPolicy,
     profile: bool,
     compile: offload_jit::cpu::CompileOptions,
@@ -148,6 +149,13 @@ impl RuntimeBuilder {
         self.device = Some(d);
         self
     }
+    /// Run CUDA launches with at most `n` slots (device threads) instead
+    /// of the device's resident capacity — 1 makes a launch run its
+    /// workitems in order, as the differential tests need.
+    pub fn device_slots(mut self, n: usize) -> Self {
+        self.device_slots = Some(n.max(1));
+        self
+    }
     /// Strict mode: a fallback — no usable GPU for the CUDA device, or a
     /// kernel the PTX backend does not compile — is an error instead of a
     /// report.
@@ -211,6 +219,7 @@ impl RuntimeBuilder {
                 gpu,
                 fallback,
                 strict: self.strict,
+                device_slots: self.device_slots,
                 policy: self.policy,
                 profile: self.profile,
                 control: offload_host_interp::Control::new(),
@@ -236,6 +245,7 @@ pub(crate) struct Inner {
     pub(crate) gpu: Option<crate::cuda::Gpu>,
     pub(crate) fallback: Option<String>,
     pub(crate) strict: bool,
+    pub(crate) device_slots: Option<usize>,
     pub(crate) policy: AllocPolicy,
     pub(crate) profile: bool,
     pub(crate) control: offload_host_interp::Control,
@@ -452,6 +462,7 @@ impl Runtime {
             workers: None,
             device: None,
             strict: false,
+            device_slots: None,
             policy: AllocPolicy::default(),
             profile: false,
             compile: offload_jit::cpu::CompileOptions::default(),

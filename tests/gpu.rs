@@ -1,0 +1,252 @@
+//! The CUDA device on a real GPU. These tests need an NVIDIA GPU (sm_70 or
+//! newer) with its driver, so the ordinary test run ignores them; on such a
+//! machine `scripts/gpu-tests` runs them (with `--ignored`) together with
+//! the CUDA benchmarks. Each test fails — never skips — when the runtime
+//! cannot get the GPU.
+
+use offload::differential::Differ;
+use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
+use offload::ir::print_module;
+use offload::reference::Rng;
+use offload::{Device, Runtime, par_offload};
+use std::time::{Duration, Instant};
+
+const NEEDS_GPU: &str = "needs an NVIDIA GPU: run scripts/gpu-tests";
+
+fn gpu() -> offload::RuntimeBuilder {
+    Runtime::builder().device(Device::Cuda).strict(true)
+}
+
+const SPIN: &str = "
+kernel spin(i: i64, iters: i32, counts: i64[]) {
+    local k: i32
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    i32.const 0
+    store k
+  loop:
+    load k
+    load iters
+    i32.ge
+    br_if done
+    load counts
+    load j
+    i64.const 1
+    i64.array_atomic_add
+    pop
+    inc k 1
+    br loop
+  done:
+    ret
+}
+";
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
+fn differential_random_programs_on_cuda() {
+    let differ = Differ::on(Device::Cuda).unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let mut rng = Rng::new(77);
+    let (mut compared, mut compiled) = (0, 0);
+    for case in 0..400 {
+        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
+        let Ok(module) = arbitrary_module(
+            &mut arbitrary::Unstructured::new(&bytes),
+            &GenConfig::default(),
+        ) else {
+            continue;
+        };
+        match differ.compare(&print_module(&module), rng.next_u64()) {
+            Ok(c) => {
+                compared += c.kernels;
+                compiled += c.compiled;
+            }
+            Err(why) => panic!("case {case}: {why}"),
+        }
+    }
+    eprintln!("{compared} kernels compared, {compiled} ran on the GPU");
+    assert!(compared > 300);
+    // Kernels with transcendentals fall back until the PTX backend has them.
+    assert!(
+        compiled * 10 >= compared * 6,
+        "only {compiled} of {compared} on the GPU"
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
+fn exactly_once_while_the_host_raises_safepoints() {
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("spin.obc", SPIN).unwrap();
+    let n = 200_000usize;
+    let counts = rt.new_array::<i64>(n).unwrap();
+    let c = m
+        .closure("spin", [2000i32.into(), (&counts).into()])
+        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (rep, raised) = std::thread::scope(|s| {
+        let raiser = s.spawn(|| {
+            let mut raised = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(2));
+                rt.safepoint(|_| ());
+                raised += 1;
+            }
+            raised
+        });
+        let rep = par_offload(0..n as i64, &c).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        (rep, raiser.join().unwrap())
+    });
+    assert_eq!(rep.device, Device::Cuda, "{rep}");
+    let got = rt.read(&counts).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 2000),
+        "a workitem ran twice or not at all\n{rep}"
+    );
+    eprintln!("{raised} safepoints raised; {rep}");
+    assert!(
+        rep.safepoints > 0 && rep.replayed > 0,
+        "no safepoint reached the kernel\n{rep}"
+    );
+}
+
+const LIST: &str = "
+class Node {
+    field val: i64
+    field next: Node
+}
+
+kernel build(i: i64, n: i32, out: i64[]) {
+    local head: Node
+    local k: i32
+    local s: i64
+    local node: Node
+    i32.const 0
+    store k
+    ref.null
+    store head
+    i64.const 0
+    store s
+  loop:
+    load k
+    load n
+    i32.ge
+    br_if walk
+    new Node
+    store node
+    load node
+    load i
+    load k
+    i32.to_i64
+    i64.add
+    putfield Node.val
+    load node
+    load head
+    putfield Node.next
+    load node
+    store head
+    inc k 1
+    br loop
+  walk:
+    load head
+    br_null end
+    load s
+    load head
+    getfield Node.val
+    i64.add
+    store s
+    load head
+    getfield Node.next
+    store head
+    br walk
+  end:
+    load out
+    load i
+    i64.to_i32
+    load s
+    i64.astore
+    ret
+}
+";
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
+fn tlab_refills_under_contention_from_the_full_grid() {
+    // Small TLABs: every warp refills often, and the whole grid contends.
+    let rt = gpu()
+        .tlab_bytes(512)
+        .build()
+        .unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("list.obc", LIST).unwrap();
+    let items = 1_000_000usize;
+    let n = 8i32;
+    let out = rt.new_array::<i64>(items).unwrap();
+    let rep = par_offload(
+        0..items as i64,
+        &m.closure("build", [n.into(), (&out).into()]).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rep.device, Device::Cuda, "{rep}");
+    let got = rt.read(&out).unwrap();
+    let want: Vec<i64> = (0..items as i64).map(|i| 8 * i + 28).collect();
+    assert_eq!(got, want, "{rep}");
+    let stats = rt.verify_heap(&[&m]).unwrap();
+    eprintln!("{rep}\n{stats:?}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
+fn deopt_storm_every_workitem_deopts() {
+    let src = "
+kernel div(i: i64, out: i32[]) {
+    load out
+    load i
+    i64.to_i32
+    i32.const 7
+    i32.const 0
+    i32.div
+    i32.astore
+    ret
+}
+";
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("storm.obc", src).unwrap();
+    let n = 300_000;
+    let out = rt.new_array::<i32>(n).unwrap();
+    let err = par_offload(0..n as i64, &m.closure("div", [(&out).into()]).unwrap()).unwrap_err();
+    let offload::OffloadError::Exceptions(e) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(e.count, n as u64, "every workitem throws exactly once");
+    assert_eq!(e.report.replayed, n as u64);
+    assert_eq!(e.report.device, Device::Cuda);
+    eprintln!("{}", e.report);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
+fn load_module_and_launch_overhead() {
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt
+        .load("nop.obc", "kernel nop(i: i64, out: i32[]) {\n ret\n}\n")
+        .unwrap();
+    let out = rt.new_array::<i32>(1).unwrap();
+    let c = m.closure("nop", [(&out).into()]).unwrap();
+    let load = rt.gpu_load_time(&c).unwrap();
+    let mut times = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        par_offload(0..1, &c).unwrap();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    eprintln!(
+        "GPU {}: load_module {:?}; empty launch median {:?} (min {:?})",
+        rt.gpu().unwrap(),
+        load,
+        times[times.len() / 2],
+        times[0]
+    );
+}
