@@ -1,12 +1,20 @@
 //! `offload` runs data-parallel `for_each` closures written in a small typed
-//! stack bytecode on every CPU core (and, as later stages land, an NVIDIA
-//! GPU), with the runtime cooperation that OpenJDK's Sumatra project built for
+//! stack bytecode on an NVIDIA GPU or every CPU core, with the runtime
+//! cooperation that OpenJDK's Sumatra project built for
 //! Java on GPUs: safepoint polls, shared-TLAB allocation, deoptimization into
 //! a bounded save area, and host replay.
 //!
 //! This crate is the facade: the [`Runtime`] (heap, workers, device), loaded
 //! [`Module`]s, typed heap handles ([`Array`], [`Object`]), [`Closure`]s
 //! type-checked against their kernel, and [`par_offload`].
+//!
+//! Device selection (a change to DESIGN.md's "Devices", which named the CPU
+//! the embedded default): the default runtime uses the CUDA device when a
+//! usable GPU is present and the CPU device otherwise, with the reason in
+//! [`Runtime::fallback`] — the CPU stays the embedded default on every
+//! machine without a GPU, and a machine with one gets it without asking.
+//! Forcing a device is [`RuntimeBuilder::device`]; strict mode
+//! ([`RuntimeBuilder::strict`]) turns every fallback into an error.
 //!
 //! ```
 //! use offload::{Runtime, par_offload};
