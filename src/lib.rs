@@ -53,5 +53,6 @@ pub use error::{KernelExceptions, OffloadError};
 pub use launch::{DeoptRow, LaunchReport, Timings};
 pub use offload_tlab::AllocPolicy;
 pub use runtime::{
-    Arg, Array, Closure, Device, Element, Module, Object, Runtime, RuntimeBuilder, par_offload,
+    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, Module, Object, Runtime,
+    RuntimeBuilder, par_offload,
 };
