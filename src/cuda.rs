@@ -328,10 +328,9 @@ fn run(
             &closure.captures[..]
         })
         .map_err(cuda_err("captures"))?;
-    // SAFETY: the save area's words are plain u64s, `slots * words` of them.
-    let area_host = unsafe { std::slice::from_raw_parts_mut(area.as_ptr(), slots * words) };
+    // SAFETY: nothing else reads or writes the area during the copy.
     let mut area_dev: CudaSlice<u64> = s
-        .clone_htod(&area_host[..])
+        .clone_htod(unsafe { area_words(&area) })
         .map_err(cuda_err("save area"))?;
     let mut eden: CudaSlice<u64> = s.alloc_zeros(2).map_err(cuda_err("eden"))?;
     let control = Arc::new(AtomicU32::new(0));
@@ -361,10 +360,11 @@ fn run(
         })?;
         let image_bytes = ee as usize * 8;
         // SAFETY: `[0, ee)` words are committed (carve_region grew the heap
-        // to cover them) and no other launch runs (launch lock); host code
-        // does not touch the heap while the device owns the image.
-        let image = unsafe { std::slice::from_raw_parts_mut(heap.base_ptr(), image_bytes) };
-        let heap_dev: CudaSlice<u8> = s.clone_htod(&image[..]).map_err(cuda_err("heap image"))?;
+        // to cover them); no other launch runs (launch lock), and no host
+        // code of this launch touches the heap during the copy.
+        let heap_dev: CudaSlice<u8> = s
+            .clone_htod(unsafe { heap_image(heap, image_bytes) })
+            .map_err(cuda_err("heap image"))?;
         s.memcpy_htod(&[u64::from(es), u64::from(ee)], &mut eden)
             .map_err(cuda_err("eden"))?;
         s.memset_zeros(&mut tlabs).map_err(cuda_err("TLABs"))?;
@@ -437,9 +437,12 @@ fn run(
         run_time += tr.elapsed();
         // Copy back what the replay and the user need.
         let tc = Instant::now();
-        s.memcpy_dtoh(&heap_dev, &mut image[..])
+        // SAFETY: as for the upload; the kernel has finished, and the
+        // replay (the next host access) starts after these copies.
+        s.memcpy_dtoh(&heap_dev, unsafe { heap_image(heap, image_bytes) })
             .map_err(cuda_err("heap image"))?;
-        s.memcpy_dtoh(&area_dev, &mut area_host[..])
+        // SAFETY: nothing else reads or writes the area during the copy.
+        s.memcpy_dtoh(&area_dev, unsafe { area_words(&area) })
             .map_err(cuda_err("save area"))?;
         let nr: Vec<i64> = s.clone_dtoh(&never).map_err(cuda_err("never_ran"))?;
         let comp: Vec<u64> = s.clone_dtoh(&completed).map_err(cuda_err("completed"))?;
@@ -526,7 +529,8 @@ fn run(
         never_ran += rest;
         // Relaunch: the records are replayed; the never-ran rests and the
         // cursor carry over (the device buffers keep them).
-        s.memcpy_htod(&area_host[..], &mut area_dev)
+        // SAFETY: nothing else reads or writes the area during the copy.
+        s.memcpy_htod(unsafe { area_words(&area) }, &mut area_dev)
             .map_err(cuda_err("save area"))?;
     }
     table.sort_by_key(|r| r.workitem);
@@ -557,6 +561,35 @@ fn run(
         deopt_table: table,
     };
     thrown.finish(report)
+}
+
+/// The save area's words, for one copy to or from the device.
+///
+/// # Safety
+///
+/// Nothing else may access the area while the slice lives (keep it to
+/// one copy).
+// The slice aliases memory behind a shared reference; the caller
+// guarantees exclusivity for its short life (see # Safety).
+#[allow(clippy::mut_from_ref)]
+unsafe fn area_words(area: &SaveArea) -> &mut [u64] {
+    // SAFETY: the area is `bytes() / 8` contiguous `AtomicU64`s, which have
+    // the layout of `u64`; exclusivity is the caller's.
+    unsafe { std::slice::from_raw_parts_mut(area.as_ptr(), area.bytes() / 8) }
+}
+
+/// The first `bytes` of the heap, for one copy to or from the device.
+///
+/// # Safety
+///
+/// `bytes` must be committed, and nothing else may access the heap while
+/// the slice lives (keep it to one copy).
+// The slice aliases memory behind a shared reference; the caller
+// guarantees exclusivity for its short life (see # Safety).
+#[allow(clippy::mut_from_ref)]
+unsafe fn heap_image(heap: &offload_tlab::Heap, bytes: usize) -> &mut [u8] {
+    // SAFETY: the caller guarantees the range and exclusivity.
+    unsafe { std::slice::from_raw_parts_mut(heap.base_ptr(), bytes) }
 }
 
 /// `load_module` time of a kernel version on the GPU (loads it if needed).

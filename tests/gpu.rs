@@ -112,65 +112,6 @@ fn exactly_once_while_the_host_raises_safepoints() {
     );
 }
 
-const LIST: &str = "
-class Node {
-    field val: i64
-    field next: Node
-}
-
-kernel build(i: i64, n: i32, out: i64[]) {
-    local head: Node
-    local k: i32
-    local s: i64
-    local node: Node
-    i32.const 0
-    store k
-    ref.null
-    store head
-    i64.const 0
-    store s
-  loop:
-    load k
-    load n
-    i32.ge
-    br_if walk
-    new Node
-    store node
-    load node
-    load i
-    load k
-    i32.to_i64
-    i64.add
-    putfield Node.val
-    load node
-    load head
-    putfield Node.next
-    load node
-    store head
-    inc k 1
-    br loop
-  walk:
-    load head
-    br_null end
-    load s
-    load head
-    getfield Node.val
-    i64.add
-    store s
-    load head
-    getfield Node.next
-    store head
-    br walk
-  end:
-    load out
-    load i
-    i64.to_i32
-    load s
-    i64.astore
-    ret
-}
-";
-
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
 fn tlab_refills_under_contention_from_the_full_grid() {
@@ -179,18 +120,20 @@ fn tlab_refills_under_contention_from_the_full_grid() {
         .tlab_bytes(512)
         .build()
         .unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
-    let m = rt.load("list.obc", LIST).unwrap();
+    let m = rt.load("list.obc", offload::bench::LIST_KERNEL).unwrap();
     let items = 1_000_000usize;
     let n = 8i32;
     let out = rt.new_array::<i64>(items).unwrap();
     let rep = par_offload(
         0..items as i64,
-        &m.closure("build", [n.into(), (&out).into()]).unwrap(),
+        &m.closure("list", [n.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     assert_eq!(rep.device, Device::Cuda, "{rep}");
     let got = rt.read(&out).unwrap();
-    let want: Vec<i64> = (0..items as i64).map(|i| 8 * i + 28).collect();
+    let want: Vec<i64> = (0..items as i64)
+        .map(|i| offload::reference::list_sum_expected(i, n))
+        .collect();
     assert_eq!(got, want, "{rep}");
     let stats = rt.verify_heap(&[&m]).unwrap();
     eprintln!("{rep}\n{stats:?}");

@@ -161,6 +161,17 @@ impl SiteMap {
     pub fn ref_words(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots.iter().filter(|s| s.ty.is_ref()).map(|s| s.word)
     }
+
+    /// Every slot with the index (into [`SiteMap::frames`]) of the frame it
+    /// belongs to, outermost frame first: what a code generator stores at
+    /// a deopt exit.
+    pub fn frame_slots(&self) -> impl Iterator<Item = (usize, &SlotLoc)> + '_ {
+        self.frames
+            .iter()
+            .enumerate()
+            .flat_map(|(fi, f)| std::iter::repeat_n(fi, f.values as usize))
+            .zip(&self.slots)
+    }
 }
 
 /// The shape of a save record, shared by every code generator and the

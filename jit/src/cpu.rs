@@ -646,29 +646,26 @@ impl Lower<'_, '_> {
         // Every frame's values, outermost first: the callers' frames as they
         // stopped at their calls (their variables still hold those values),
         // then this frame's.
-        let mut slots = site.slots.iter();
-        for (fi, sf) in site.frames.iter().enumerate() {
-            for s in slots.by_ref().take(sf.values as usize) {
-                let k = s.ty.kind();
-                let var = if fi < self.outer.len() {
-                    let fr = &self.outer[fi].frame;
-                    match s.value {
-                        FsValue::Local(l) => fr.locals[l.index()],
-                        FsValue::Stack(i) => *fr
-                            .stack
-                            .get(&(i as usize, k))
-                            .expect("a caller's stack value was pushed before its call"),
-                    }
-                } else {
-                    match s.value {
-                        FsValue::Local(l) => self.cur.locals[l.index()],
-                        FsValue::Stack(i) => self.stack_var(i as usize, k),
-                    }
-                };
-                let val = self.b.use_var(var);
-                let raw = self.pack_raw(k, val);
-                self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
-            }
+        for (fi, s) in site.frame_slots() {
+            let k = s.ty.kind();
+            let var = if fi < self.outer.len() {
+                let fr = &self.outer[fi].frame;
+                match s.value {
+                    FsValue::Local(l) => fr.locals[l.index()],
+                    FsValue::Stack(i) => *fr
+                        .stack
+                        .get(&(i as usize, k))
+                        .expect("a caller's stack value was pushed before its call"),
+                }
+            } else {
+                match s.value {
+                    FsValue::Local(l) => self.cur.locals[l.index()],
+                    FsValue::Stack(i) => self.stack_var(i as usize, k),
+                }
+            };
+            let val = self.b.use_var(var);
+            let raw = self.pack_raw(k, val);
+            self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
         }
         let sw = self
             .b

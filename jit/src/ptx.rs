@@ -661,29 +661,26 @@ impl Lower<'_> {
             "st.u64 [{rec}+{}], {W};",
             SaveLayout::WORKITEM_WORD * 8
         ));
-        let mut slots = site.slots.iter();
-        for (fi, sf) in site.frames.iter().enumerate() {
-            for s in slots.by_ref().take(sf.values as usize) {
-                let k = s.ty.kind();
-                let var = if fi < self.outer.len() {
-                    let fr = &self.outer[fi].frame;
-                    match s.value {
-                        FsValue::Local(l) => fr.locals[l.index()].clone(),
-                        FsValue::Stack(i) => fr
-                            .stack
-                            .get(&(i as usize, k))
-                            .expect("a caller's stack value was pushed before its call")
-                            .clone(),
-                    }
-                } else {
-                    match s.value {
-                        FsValue::Local(l) => self.cur.locals[l.index()].clone(),
-                        FsValue::Stack(i) => self.stack_var(i as usize, k),
-                    }
-                };
-                let raw = self.pack_raw(k, &var);
-                self.emit(format!("st.u64 [{rec}+{}], {raw};", s.word * 8));
-            }
+        for (fi, s) in site.frame_slots() {
+            let k = s.ty.kind();
+            let var = if fi < self.outer.len() {
+                let fr = &self.outer[fi].frame;
+                match s.value {
+                    FsValue::Local(l) => fr.locals[l.index()].clone(),
+                    FsValue::Stack(i) => fr
+                        .stack
+                        .get(&(i as usize, k))
+                        .expect("a caller's stack value was pushed before its call")
+                        .clone(),
+                }
+            } else {
+                match s.value {
+                    FsValue::Local(l) => self.cur.locals[l.index()].clone(),
+                    FsValue::Stack(i) => self.stack_var(i as usize, k),
+                }
+            };
+            let raw = self.pack_raw(k, &var);
+            self.emit(format!("st.u64 [{rec}+{}], {raw};", s.word * 8));
         }
         // The values before the site word: a reader that sees the word sees
         // the frame.
@@ -939,7 +936,6 @@ impl Lower<'_> {
     fn body(&mut self) -> Result<(), JitError> {
         let f = self.v.func(self.cur.func);
         let types_ = self.v.types(self.cur.func);
-        let mut terminated = false;
         let first = self.cur.blocks[&0].clone();
         self.emit(format!("bra {first};"));
         for (bci, &inst) in f.body.iter().enumerate() {
@@ -950,7 +946,6 @@ impl Lower<'_> {
             if let Some(l) = self.cur.blocks.get(&bci).cloned() {
                 self.label(&l);
             }
-            let _ = terminated;
             self.cur.depth = frame.stack.len();
             if let Some(inj) = self.opts.inject
                 && self.outer.is_empty()
@@ -970,8 +965,7 @@ impl Lower<'_> {
                 self.deopt_here(bci, reason);
                 self.label(&cont);
             }
-            terminated = self.inst(bci, inst)?;
-            if terminated {
+            if self.inst(bci, inst)? {
                 self.flush_polls();
             }
         }
@@ -1154,6 +1148,21 @@ impl Lower<'_> {
         self.push(k, &r);
     }
 
+    /// One step of `fmod`'s long division: `i = ux - uy`; if it does not
+    /// borrow, it becomes `ux` (or the result is zero, at `zero`).
+    fn fmod_step(&mut self, ux: &str, uy: &str, i: &str, zero: &str) {
+        self.emit(format!("sub.u64 {i}, {ux}, {uy};"));
+        let p = self.t(Cls::Pred);
+        let skip = self.new_label();
+        self.emit(format!("setp.lt.s64 {p}, {i}, 0;"));
+        self.emit(format!("@{p} bra {skip};"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.eq.u64 {p}, {i}, 0;"));
+        self.emit(format!("@{p} bra {zero};"));
+        self.emit(format!("mov.u64 {ux}, {i};"));
+        self.label(&skip);
+    }
+
     /// Exact `fmod` on `f64` (the `f32` form widens, which is exact, and
     /// narrows the exact result): musl's algorithm, shift-subtract on the
     /// significands.
@@ -1225,30 +1234,12 @@ impl Lower<'_> {
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.le.s64 {p}, {ex}, {ey};"));
         self.emit(format!("@{p} bra {last};"));
-        self.emit(format!("sub.u64 {i}, {ux}, {uy};"));
-        let p = self.t(Cls::Pred);
-        let skip = self.new_label();
-        self.emit(format!("setp.lt.s64 {p}, {i}, 0;"));
-        self.emit(format!("@{p} bra {skip};"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.eq.u64 {p}, {i}, 0;"));
-        self.emit(format!("@{p} bra {zero};"));
-        self.emit(format!("mov.u64 {ux}, {i};"));
-        self.label(&skip);
+        self.fmod_step(&ux, &uy, &i, &zero);
         self.emit(format!("shl.b64 {ux}, {ux}, 1;"));
         self.emit(format!("sub.s64 {ex}, {ex}, 1;"));
         self.emit(format!("bra {lp};"));
         self.label(&last);
-        self.emit(format!("sub.u64 {i}, {ux}, {uy};"));
-        let p = self.t(Cls::Pred);
-        let skip = self.new_label();
-        self.emit(format!("setp.lt.s64 {p}, {i}, 0;"));
-        self.emit(format!("@{p} bra {skip};"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.eq.u64 {p}, {i}, 0;"));
-        self.emit(format!("@{p} bra {zero};"));
-        self.emit(format!("mov.u64 {ux}, {i};"));
-        self.label(&skip);
+        self.fmod_step(&ux, &uy, &i, &zero);
         // Renormalize: shift the leading one up to bit 52.
         let c = self.t(Cls::B32);
         self.emit(format!("clz.b64 {c}, {ux};"));
