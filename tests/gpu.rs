@@ -141,6 +141,66 @@ fn tlab_refills_under_contention_from_the_full_grid() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
+fn transcendentals_match_libm_and_huge_trig_arguments_go_to_the_host() {
+    // exp/log/sin/cos/pow in f32 and f64 through the PTX math library, bit
+    // for bit against the host's libm; sine and cosine of huge arguments
+    // deoptimize (DeviceLimit) and the host finishes them.
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("math.obc", include_str!("ptx/math.obc")).unwrap();
+    let n = 200_000;
+    let mut rng = Rng::new(3);
+    let xs: Vec<f64> = (0..n)
+        .map(|i| match i % 97 {
+            0 => 1e9 * (rng.next_u64() % 1000) as f64,
+            1 => f64::from_bits(rng.next_u64()),
+            _ => (rng.next_u64() % 20_000) as f64 * 1e-3 - 10.0,
+        })
+        .collect();
+    let xf: Vec<f32> = xs.iter().map(|&x| x as f32).collect();
+    let (a, out) = (rt.array(&xs).unwrap(), rt.new_array::<f64>(n).unwrap());
+    let (b, outf) = (rt.array(&xf).unwrap(), rt.new_array::<f32>(n).unwrap());
+    let c = m
+        .closure(
+            "trig",
+            [(&a).into(), (&out).into(), (&b).into(), (&outf).into()],
+        )
+        .unwrap();
+    let r = par_offload(0..n as i64, &c).unwrap();
+    assert_eq!(r.device, Device::Cuda, "{r}");
+    let (od, of) = (rt.read(&out).unwrap(), rt.read(&outf).unwrap());
+    for i in 0..n {
+        let (x, y) = (xs[i], xf[i]);
+        let wd = libm::pow(libm::exp(libm::sin(x) + libm::cos(x)), libm::log(x.abs()));
+        let wf = libm::powf(
+            libm::expf(libm::sinf(y) * libm::cosf(y)),
+            libm::logf(y.abs()),
+        );
+        assert!(
+            od[i].to_bits() == wd.to_bits() || (od[i].is_nan() && wd.is_nan()),
+            "f64 lane {i}: x = {x:e}: {:e} vs libm {wd:e}",
+            od[i]
+        );
+        assert!(
+            of[i].to_bits() == wf.to_bits() || (of[i].is_nan() && wf.is_nan()),
+            "f32 lane {i}: x = {y:e}: {:e} vs libm {wf:e}",
+            of[i]
+        );
+    }
+    let devlimit: u64 = r
+        .deopts
+        .iter()
+        .filter(|((_, reason), _)| *reason == offload::deopt::Reason::DeviceLimit)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        devlimit > 0,
+        "huge arguments were not handed to the host: {r}"
+    );
+    eprintln!("{r}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
 fn deopt_storm_every_workitem_deopts() {
     let src = "
 kernel div(i: i64, out: i32[]) {

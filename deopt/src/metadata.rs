@@ -28,11 +28,16 @@ pub enum Reason {
     TypeGuard,
     /// An explicit `throw`, or a call whose callee stopped, handed to the host.
     Throw,
+    /// The device has no code for this case and hands it to the host: sine
+    /// and cosine of arguments so large that their reduction needs libm's
+    /// multi-word 2/pi table (|x| >= 2^20*pi/2 in f64, 2^28*pi/2 in f32) on
+    /// the GPU. The CPU device calls libm and never takes it.
+    DeviceLimit,
 }
 
 impl Reason {
     /// Every reason, in code order.
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::NullCheck,
         Reason::BoundsCheck,
         Reason::DivideByZero,
@@ -43,6 +48,7 @@ impl Reason {
         Reason::Unreached,
         Reason::TypeGuard,
         Reason::Throw,
+        Reason::DeviceLimit,
     ];
 
     /// The code stored in save records.
@@ -68,6 +74,7 @@ impl Reason {
             Reason::Unreached => "unreached",
             Reason::TypeGuard => "typeguard",
             Reason::Throw => "throw",
+            Reason::DeviceLimit => "devlimit",
         }
     }
 
@@ -97,6 +104,7 @@ impl Reason {
             (hz::ALLOCATES, Reason::AllocationFailure),
             (hz::THROWS, Reason::Throw),
             (hz::CALLS, Reason::Throw),
+            (hz::HOST_MATH, Reason::DeviceLimit),
         ] {
             if hazards.has(bit) && !out.contains(&r) {
                 out.push(r);

@@ -76,6 +76,9 @@ pub mod hz {
     pub const CALLS: u16 = 1 << 6;
     /// Throws explicitly.
     pub const THROWS: u16 = 1 << 7;
+    /// A transcendental some devices hand to the host for part of its domain
+    /// (sine and cosine of huge arguments on the GPU).
+    pub const HOST_MATH: u16 = 1 << 8;
 }
 
 impl Hazards {
@@ -89,7 +92,7 @@ impl Hazards {
     }
     /// Names of the set bits, for printing.
     pub fn names(self) -> Vec<&'static str> {
-        const NAMES: [(u16, &str); 8] = [
+        const NAMES: [(u16, &str); 9] = [
             (hz::NULL_CHECK, "null"),
             (hz::BOUNDS_CHECK, "bounds"),
             (hz::DIV_CHECK, "div"),
@@ -98,6 +101,7 @@ impl Hazards {
             (hz::ALLOCATES, "alloc"),
             (hz::CALLS, "call"),
             (hz::THROWS, "throw"),
+            (hz::HOST_MATH, "hostmath"),
         ];
         NAMES
             .iter()
@@ -466,9 +470,9 @@ macro_rules! for_each_op {
             /// Natural logarithm.
             F32Log = "f32.log", fixed!([F32] -> [F32]), NONE, Next;
             /// Sine (radians).
-            F32Sin = "f32.sin", fixed!([F32] -> [F32]), NONE, Next;
+            F32Sin = "f32.sin", fixed!([F32] -> [F32]), HOST_MATH, Next;
             /// Cosine (radians).
-            F32Cos = "f32.cos", fixed!([F32] -> [F32]), NONE, Next;
+            F32Cos = "f32.cos", fixed!([F32] -> [F32]), HOST_MATH, Next;
             /// First operand raised to the second.
             F32Pow = "f32.pow", fixed!([F32, F32] -> [F32]), NONE, Next;
             /// Fused multiply-add `a * b + c` with one rounding.
@@ -490,9 +494,9 @@ macro_rules! for_each_op {
             /// Natural logarithm.
             F64Log = "f64.log", fixed!([F64] -> [F64]), NONE, Next;
             /// Sine (radians).
-            F64Sin = "f64.sin", fixed!([F64] -> [F64]), NONE, Next;
+            F64Sin = "f64.sin", fixed!([F64] -> [F64]), HOST_MATH, Next;
             /// Cosine (radians).
-            F64Cos = "f64.cos", fixed!([F64] -> [F64]), NONE, Next;
+            F64Cos = "f64.cos", fixed!([F64] -> [F64]), HOST_MATH, Next;
             /// First operand raised to the second.
             F64Pow = "f64.pow", fixed!([F64, F64] -> [F64]), NONE, Next;
             /// Fused multiply-add `a * b + c` with one rounding.

@@ -22,6 +22,8 @@ mod math;
 mod plan;
 pub mod ptx;
 pub mod ptxas;
+pub mod ptxlib;
+pub mod ptxsim;
 pub mod rt;
 
 use cranelift_jit::{JITBuilder, JITModule};

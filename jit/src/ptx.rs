@@ -40,18 +40,21 @@
 //! forms with denormals preserved (no `.ftz`, no `.approx`); `f.rem` is
 //! an exact `fmod` (integer long division on the significands, like musl),
 //! `min`/`max` propagate NaN and order `-0 < +0`. The transcendentals
-//! (`exp`, `log`, `sin`, `cos`, `pow`) are not compiled yet: a kernel that
-//! uses one is refused with [`JitError::Unsupported`] and runs on the CPU
-//! device, reported (see the issue tracker).
+//! (`exp`, `log`, `sin`, `cos`, `pow`) call [`ptxlib`]'s routines, the
+//! host's libm ported to PTX and checked bit for bit on the host by
+//! [`crate::ptxsim`]; sine and cosine of huge arguments (beyond the
+//! single-word reduction) deoptimize with reason `DeviceLimit` and the host
+//! finishes them.
 
 use crate::JitError;
 use crate::cpu::CompileOptions;
 use crate::plan::{self, Inliner, TypeTest};
+use crate::ptxlib;
 use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
 use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
 use offload_ir::{Bci, FuncId, Inst, Kind, SiteId, Verified};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -185,6 +188,7 @@ pub fn compile(
         outer: Vec::new(),
         inliner: Inliner::default(),
         opts,
+        math: BTreeSet::new(),
     };
     lw.build()?;
     let mut text = String::new();
@@ -198,6 +202,10 @@ pub fn compile(
         text,
         ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n"
     );
+    if !lw.math.is_empty() {
+        text.push_str(&ptxlib::definitions(lw.math.iter().copied()));
+        text.push('\n');
+    }
     let _ = writeln!(text, ".visible .entry {name}(\n\t.param .u64 p_ctx\n)\n{{");
     for (i, n) in lw.next.iter().enumerate() {
         if *n > 0 {
@@ -315,6 +323,8 @@ struct Lower<'a> {
     outer: Vec<Outer<'a>>,
     inliner: Inliner,
     opts: CompileOptions,
+    /// Math-library routines the kernel calls.
+    math: BTreeSet<&'static str>,
 }
 
 // Named registers of the slot loop.
@@ -732,6 +742,49 @@ impl Lower<'_> {
         self.emit(format!("@!{p} bra {cont};"));
         self.deopt_here(bci, reason);
         self.label(&cont);
+    }
+
+    /// A call into the math library ([`ptxlib`]). Sine and cosine first hand
+    /// arguments beyond the device's reduction to the host (`devlimit`).
+    fn transcendental(&mut self, r: ptxlib::Routine, bci: Bci) {
+        let (k, ty) = if r.f64 {
+            (Kind::F64, "f64")
+        } else {
+            (Kind::F32, "f32")
+        };
+        let b = (r.arity == 2).then(|| self.pop(k));
+        let a = self.pop(k);
+        if r.trig {
+            let (limit, inf) = if r.f64 {
+                (
+                    format!("0d{:016X}", ptxlib::TRIG_HOST_F64.to_bits()),
+                    "0d7FF0000000000000".to_string(),
+                )
+            } else {
+                (
+                    format!("0f{:08X}", ptxlib::TRIG_HOST_F32.to_bits()),
+                    "0f7F800000".to_string(),
+                )
+            };
+            let abs = self.t(cls(k));
+            self.emit(format!("abs.{ty} {abs}, {a};"));
+            let (big, finite) = (self.t(Cls::Pred), self.t(Cls::Pred));
+            self.emit(format!("setp.ge.{ty} {big}, {abs}, {limit};"));
+            self.emit(format!("setp.lt.{ty} {finite}, {abs}, {inf};"));
+            self.emit(format!("and.pred {big}, {big}, {finite};"));
+            self.cur.depth += 1; // the host re-executes the instruction
+            self.deopt_if(&big, bci, Reason::DeviceLimit);
+            self.cur.depth -= 1;
+        }
+        self.math.insert(r.name);
+        let mut args = vec![a];
+        args.extend(b);
+        if let Some(sel) = r.selector {
+            args.push(sel.to_string());
+        }
+        let res = self.t(cls(k));
+        self.emit(format!("call ({res}), {}, ({});", r.name, args.join(", ")));
+        self.push(k, &res);
     }
 
     fn null_check(&mut self, r: &str, bci: Bci) {
@@ -1624,10 +1677,8 @@ impl Lower<'_> {
             | Inst::F64Sin
             | Inst::F64Cos
             | Inst::F64Pow => {
-                return Err(JitError::Unsupported(format!(
-                    "`{}` at bci {bci}: transcendentals are not compiled to PTX yet",
-                    inst.opcode().mnemonic()
-                )));
+                let r = ptxlib::routine(inst).expect("a transcendental");
+                self.transcendental(r, bci);
             }
             Inst::F32Fma | Inst::F64Fma => {
                 let (k, op) = if inst == Inst::F32Fma {
