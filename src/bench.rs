@@ -463,3 +463,256 @@ pub fn table(rows: &[BenchResult]) -> String {
     }
     s
 }
+
+/// `offload bench --device cuda`: the example kernels on the GPU against the
+/// same kernels in CUDA C (`benches/cuda/baselines.cu`, compiled by NVRTC
+/// with `--fmad=false`), and offload's TLAB allocation against CUDA's device
+/// `malloc`. Each pair first runs once on fresh inputs and the outputs are
+/// compared (bit for bit, except blackscholes, whose CUDA C uses CUDA's own
+/// `expf`/`logf`: within 1e-4 relative), then both are timed (median of
+/// `reps`, kernels synchronized). Ratio = CUDA C time ÷ offload time.
+pub fn run_cuda_c(
+    rt: &Runtime,
+    shrink: usize,
+    reps: usize,
+) -> Result<Vec<BenchResult>, OffloadError> {
+    use crate::cuda_c::Arg as C;
+    let s = shrink.max(1);
+    let cc = rt.cuda_c()?;
+    let baseline = "CUDA C (NVRTC)";
+    let mut out = Vec::new();
+    let mismatch = |bench: &str, what: String| {
+        OffloadError::Setup(format!("{bench}: offload and CUDA C disagree: {what}"))
+    };
+    let cerr = OffloadError::Setup;
+    let mut row = |bench: &str, t: Duration, b: Duration, note: String| {
+        out.push(BenchResult {
+            bench: bench.into(),
+            device: Device::Cuda,
+            baseline: baseline.into(),
+            offload: t,
+            baseline_time: b,
+            note,
+        })
+    };
+    fn same_f32(a: &[f32], b: &[f32]) -> Option<String> {
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x.to_bits() != y.to_bits())
+            .map(|i| format!("element {i}: {} vs {}", a[i], b[i]))
+    }
+
+    // saxpy
+    let n = (1 << 24) / s;
+    let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    let y = vec![1.0f32; n];
+    let m = rt.load("saxpy.obc", example("saxpy.obc"))?;
+    let (xa, ya) = (rt.array(&x)?, rt.array(&y)?);
+    let c = m.closure("saxpy", [2.0f32.into(), (&xa).into(), (&ya).into()])?;
+    let r = par_offload(0..n as i64, &c)?;
+    let mut args = [C::F32(2.0), C::F32s(x.clone()), C::F32s(y.clone())];
+    let b = cc.run("saxpy", n as i64, &mut args, reps).map_err(cerr)?;
+    if let C::F32s(cy) = &args[2]
+        && let Some(w) = same_f32(&rt.read(&ya)?, cy)
+    {
+        return Err(mismatch("saxpy", w));
+    }
+    let t = median(|| par_offload(0..n as i64, &c).map(|_| ()), reps)?;
+    row("saxpy", t, b, r.fallback.unwrap_or_default());
+
+    // mandelbrot
+    let (w, h, it) = (1024 / s.min(16) as i32, 1024 / s.min(16) as i32, 256);
+    let np = (w * h) as usize;
+    let m = rt.load("mandelbrot.obc", example("mandelbrot.obc"))?;
+    let img = rt.new_array::<i32>(np)?;
+    let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
+    let r = par_offload(0..np as i64, &c)?;
+    let mut args = [C::I32(w), C::I32(h), C::I32(it), C::I32s(vec![0; np])];
+    let b = cc
+        .run("mandelbrot", np as i64, &mut args, reps)
+        .map_err(cerr)?;
+    if let C::I32s(ci) = &args[3]
+        && *ci != rt.read(&img)?
+    {
+        return Err(mismatch("mandelbrot", "iteration counts differ".into()));
+    }
+    let t = median(|| par_offload(0..np as i64, &c).map(|_| ()), reps)?;
+    row("mandelbrot", t, b, r.fallback.unwrap_or_default());
+
+    // nbody (one step: accelerations from positions, velocities kicked)
+    let nb = 4096 / s.min(8);
+    let bodies = native::Bodies::random(nb, 3);
+    let m = rt.load("nbody.obc", example("nbody.obc"))?;
+    let mut oargs: Vec<Arg> = vec![(nb as i32).into(), 0.01f32.into(), 0.01f32.into()];
+    let mut arrays = Vec::new();
+    for v in [
+        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
+    ] {
+        arrays.push(rt.array(v)?);
+    }
+    for a in &arrays {
+        oargs.push(a.into());
+    }
+    let c = m.closure("nbody", oargs)?;
+    let r = par_offload(0..nb as i64, &c)?;
+    let mut args = vec![C::I32(nb as i32), C::F32(0.01), C::F32(0.01)];
+    for v in [
+        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
+    ] {
+        args.push(C::F32s(v.clone()));
+    }
+    let b = cc.run("nbody", nb as i64, &mut args, reps).map_err(cerr)?;
+    for (k, a) in arrays.iter().enumerate().skip(4) {
+        if let C::F32s(cv) = &args[3 + k]
+            && let Some(w) = same_f32(&rt.read(a)?, cv)
+        {
+            return Err(mismatch("nbody", w));
+        }
+    }
+    let t = median(|| par_offload(0..nb as i64, &c).map(|_| ()), reps)?;
+    row("nbody", t, b, r.fallback.unwrap_or_default());
+
+    // matmul
+    let nm = 512 / s.min(8);
+    let a: Vec<f32> = (0..nm * nm).map(|i| (i % 17) as f32 * 0.25).collect();
+    let bm: Vec<f32> = (0..nm * nm).map(|i| (i % 13) as f32 * 0.5).collect();
+    let m = rt.load("matmul.obc", example("matmul.obc"))?;
+    let (aa, ba, ca) = (rt.array(&a)?, rt.array(&bm)?, rt.new_array::<f32>(nm * nm)?);
+    let c = m.closure(
+        "matmul",
+        [(nm as i32).into(), (&aa).into(), (&ba).into(), (&ca).into()],
+    )?;
+    let r = par_offload(0..(nm * nm) as i64, &c)?;
+    let mut args = [
+        C::I32(nm as i32),
+        C::F32s(a.clone()),
+        C::F32s(bm.clone()),
+        C::F32s(vec![0.0; nm * nm]),
+    ];
+    let b = cc
+        .run("matmul", (nm * nm) as i64, &mut args, reps)
+        .map_err(cerr)?;
+    if let C::F32s(cm) = &args[3]
+        && let Some(w) = same_f32(&rt.read(&ca)?, cm)
+    {
+        return Err(mismatch("matmul", w));
+    }
+    let t = median(|| par_offload(0..(nm * nm) as i64, &c).map(|_| ()), reps)?;
+    row("matmul", t, b, r.fallback.unwrap_or_default());
+
+    // histogram
+    let nh = (1 << 22) / s;
+    let nbins = 256;
+    let mut rng = native::Rng::new(9);
+    let data: Vec<i32> = (0..nh).map(|_| rng.next_u64() as i32).collect();
+    let m = rt.load("histogram.obc", example("histogram.obc"))?;
+    let (da, bins) = (rt.array(&data)?, rt.new_array::<i32>(nbins)?);
+    let c = m.closure("histogram", [(&da).into(), (&bins).into()])?;
+    let r = par_offload(0..nh as i64, &c)?;
+    let mut args = [
+        C::I32s(data.clone()),
+        C::I32s(vec![0; nbins]),
+        C::I32(nbins as i32),
+    ];
+    let b = cc
+        .run("histogram", nh as i64, &mut args, reps)
+        .map_err(cerr)?;
+    if let C::I32s(cb) = &args[1]
+        && *cb != rt.read(&bins)?
+    {
+        return Err(mismatch("histogram", "bin counts differ".into()));
+    }
+    let t = median(|| par_offload(0..nh as i64, &c).map(|_| ()), reps)?;
+    row("histogram", t, b, r.fallback.unwrap_or_default());
+
+    // blackscholes
+    let no = (1 << 22) / s;
+    let (sp, st, ty) = native::options(no, 4);
+    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
+    let (sa, xa, ta, cl, pu) = (
+        rt.array(&sp)?,
+        rt.array(&st)?,
+        rt.array(&ty)?,
+        rt.new_array::<f32>(no)?,
+        rt.new_array::<f32>(no)?,
+    );
+    let c = m.closure(
+        "blackscholes",
+        [
+            0.02f32.into(),
+            0.3f32.into(),
+            (&sa).into(),
+            (&xa).into(),
+            (&ta).into(),
+            (&cl).into(),
+            (&pu).into(),
+        ],
+    )?;
+    let r = par_offload(0..no as i64, &c)?;
+    let mut args = [
+        C::F32(0.02),
+        C::F32(0.3),
+        C::F32s(sp.clone()),
+        C::F32s(st.clone()),
+        C::F32s(ty.clone()),
+        C::F32s(vec![0.0; no]),
+        C::F32s(vec![0.0; no]),
+    ];
+    let b = cc
+        .run("blackscholes", no as i64, &mut args, reps)
+        .map_err(cerr)?;
+    if let C::F32s(ccall) = &args[5] {
+        let ocall = rt.read(&cl)?;
+        if let Some(i) =
+            (0..no).find(|&i| (ocall[i] - ccall[i]).abs() > 1e-4 * ocall[i].abs().max(1.0))
+        {
+            return Err(mismatch(
+                "blackscholes",
+                format!("call {i}: {} vs {}", ocall[i], ccall[i]),
+            ));
+        }
+    }
+    let t = median(|| par_offload(0..no as i64, &c).map(|_| ()), reps)?;
+    row("blackscholes", t, b, r.fallback.unwrap_or_default());
+
+    // Allocation: offload's shared TLABs against CUDA's device malloc/free,
+    // three fresh Vec3 objects per loop iteration.
+    let (items, count) = ((1 << 17) / s, 16i32);
+    let m = rt.load("alloc.obc", example("alloc.obc"))?;
+    let ao = rt.new_array::<f64>(items)?;
+    let c = m.closure("alloc_vectors", [count.into(), (&ao).into()])?;
+    let r = par_offload(0..items as i64, &c)?;
+    let mut args = [C::I32(count), C::F64s(vec![0.0; items]), C::I32s(vec![0])];
+    let b = cc
+        .run("alloc_vectors", items as i64, &mut args, reps)
+        .map_err(cerr)?;
+    let failed = match &args[2] {
+        C::I32s(f) => f[0],
+        _ => 0,
+    };
+    if let C::F64s(cv) = &args[1]
+        && failed == 0
+    {
+        let ov = rt.read(&ao)?;
+        if let Some(i) = (0..items).find(|&i| ov[i].to_bits() != cv[i].to_bits()) {
+            return Err(mismatch(
+                "alloc",
+                format!("item {i}: {} vs {}", ov[i], cv[i]),
+            ));
+        }
+    }
+    let t = median(|| par_offload(0..items as i64, &c).map(|_| ()), reps)?;
+    let mut note = r.fallback.unwrap_or_default();
+    if failed > 0 {
+        note = format!("{note} device malloc failed in {failed} workitems");
+    }
+    out.push(BenchResult {
+        bench: "alloc Vec3 (TLAB vs device malloc)".into(),
+        device: Device::Cuda,
+        baseline: "CUDA C malloc/free".into(),
+        offload: t,
+        baseline_time: b,
+        note,
+    });
+    Ok(out)
+}

@@ -67,11 +67,11 @@ type ModuleCache = HashMap<(u64, FuncId, u32), Result<Arc<Loaded>, String>>;
 
 /// The GPU of a runtime.
 pub(crate) struct Gpu {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
     name: String,
     cc: (i32, i32),
-    sms: u32,
+    pub(crate) sms: u32,
     /// The control word: pinned, mapped host memory (host pointer), and
     /// its device address.
     control_host: *mut u32,

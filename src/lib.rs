@@ -41,6 +41,7 @@ pub use offload_tlab as tlab;
 pub mod bench;
 mod cpu;
 mod cuda;
+pub mod cuda_c;
 pub mod demo;
 pub mod diagnostics;
 pub mod differential;

@@ -224,8 +224,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 b = b.workers(w);
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
-            let rows =
+            let mut rows =
                 offload::bench::run(&rt, shrink, reps.max(1)).map_err(|e| format!("error: {e}"))?;
+            if rt.device() == offload::Device::Cuda {
+                rows.extend(
+                    offload::bench::run_cuda_c(&rt, shrink, reps.max(1))
+                        .map_err(|e| format!("error: {e}"))?,
+                );
+            }
             if json {
                 for r in &rows {
                     println!("{}", r.json());

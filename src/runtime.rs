@@ -516,6 +516,16 @@ impl Runtime {
         crate::cuda::load_time(self, gpu, closure).map_err(OffloadError::Setup)
     }
 
+    /// The CUDA C baselines of the GPU benchmarks, loaded on this runtime's
+    /// GPU (an error unless the device is CUDA).
+    pub fn cuda_c(&self) -> Result<crate::cuda_c::CudaC, OffloadError> {
+        let gpu =
+            self.inner.gpu.as_ref().ok_or_else(|| {
+                OffloadError::Setup("the runtime is not on the CUDA device".into())
+            })?;
+        crate::cuda_c::CudaC::load(gpu).map_err(OffloadError::Setup)
+    }
+
     /// The GPU, described (`None` unless the device is CUDA).
     pub fn gpu(&self) -> Option<String> {
         self.inner.gpu.as_ref().map(crate::cuda::Gpu::describe)

@@ -198,3 +198,14 @@ fn generated_programs_assemble_and_share_the_cpu_metadata() {
     );
     assert!(ok > 150, "only {ok} generated kernels assembled");
 }
+
+#[test]
+fn the_cuda_c_baselines_assemble_for_sm70_sm80_sm90() {
+    // The GPU benchmarks load this NVRTC output through the driver; it is
+    // checked in, so the ordinary run makes sure ptxas takes it.
+    let ptxas = ptxas_path();
+    for arch in ptxas::ARCHES {
+        ptxas::assemble(&ptxas, offload::cuda_c::PTX, arch)
+            .unwrap_or_else(|e| panic!("benches/cuda/baselines.ptx for {arch}: {e}"));
+    }
+}

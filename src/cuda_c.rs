@@ -1,0 +1,197 @@
+//! The CUDA C baselines of the GPU benchmarks: `benches/cuda/baselines.cu`,
+//! compiled by NVRTC (`scripts/cuda-baselines`) into the checked-in
+//! `baselines.ptx`, loaded through the same driver and timed the same way as
+//! offload's launches (upload once, then the median of synchronized kernel
+//! runs). Only the benchmarks use it.
+
+use crate::cuda::Gpu;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The baselines' PTX (NVRTC output for compute_70, `.version` lowered to 6.3).
+pub const PTX: &str = include_str!("../benches/cuda/baselines.ptx");
+/// Their source, whose hash the PTX header records.
+pub const SOURCE: &str = include_str!("../benches/cuda/baselines.cu");
+
+/// Device heap for the `malloc` baseline.
+const MALLOC_HEAP: usize = 512 << 20;
+const BLOCK: u32 = 256;
+
+/// One kernel argument after the leading workitem count.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    /// A 32-bit integer.
+    I32(i32),
+    /// A float.
+    F32(f32),
+    /// An array of floats (copied to the device, and back after the run).
+    F32s(Vec<f32>),
+    /// An array of doubles.
+    F64s(Vec<f64>),
+    /// An array of 32-bit integers.
+    I32s(Vec<i32>),
+}
+
+enum Dev {
+    Scalar,
+    F32(CudaSlice<f32>),
+    F64(CudaSlice<f64>),
+    I32(CudaSlice<i32>),
+}
+
+/// The loaded baselines.
+pub struct CudaC {
+    stream: Arc<CudaStream>,
+    sms: u32,
+    module: Arc<CudaModule>,
+}
+
+impl std::fmt::Debug for CudaC {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaC")
+            .field("sms", &self.sms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaC {
+    /// Loads the baselines' module (after sizing the device `malloc` heap).
+    pub(crate) fn load(gpu: &Gpu) -> Result<CudaC, String> {
+        let ctx: &Arc<CudaContext> = &gpu.ctx;
+        ctx.bind_to_thread().map_err(|e| format!("CUDA: {e}"))?;
+        // SAFETY: sets a context limit of the current context before any
+        // kernel that uses `malloc` is loaded; no pointers are involved.
+        unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE, MALLOC_HEAP) }
+            .result()
+            .map_err(|e| format!("CUDA malloc heap limit: {e}"))?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
+            .map_err(|e| format!("the CUDA driver rejected the CUDA C baselines: {e}"))?;
+        Ok(CudaC {
+            stream: gpu.stream.clone(),
+            sms: gpu.sms,
+            module,
+        })
+    }
+
+    fn function(&self, name: &str) -> Result<CudaFunction, String> {
+        self.module
+            .load_function(name)
+            .map_err(|e| format!("CUDA C baseline `{name}`: {e}"))
+    }
+
+    /// Runs `kernel(n, args...)` once on fresh copies of `args` (whose arrays
+    /// then hold the results), then `reps` more times for the median time.
+    pub fn run(
+        &self,
+        kernel: &str,
+        n: i64,
+        args: &mut [Arg],
+        reps: usize,
+    ) -> Result<Duration, String> {
+        let f = self.function(kernel)?;
+        let s = &self.stream;
+        let err = |what: &'static str| {
+            move |e: cudarc::driver::DriverError| format!("CUDA C {kernel}: {what}: {e}")
+        };
+        let mut dev = Vec::with_capacity(args.len());
+        for a in args.iter() {
+            dev.push(match a {
+                Arg::I32(_) | Arg::F32(_) => Dev::Scalar,
+                Arg::F32s(v) => Dev::F32(s.clone_htod(v).map_err(err("upload"))?),
+                Arg::F64s(v) => Dev::F64(s.clone_htod(v).map_err(err("upload"))?),
+                Arg::I32s(v) => Dev::I32(s.clone_htod(v).map_err(err("upload"))?),
+            });
+        }
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
+            .map_err(err("occupancy"))?
+            .max(1);
+        let cfg = LaunchConfig {
+            grid_dim: (self.sms * per_sm, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut times = Vec::with_capacity(reps + 1);
+        for _ in 0..=reps {
+            let t = Instant::now();
+            let mut b = s.launch_builder(&f);
+            b.arg(&n);
+            for (a, d) in args.iter().zip(&dev) {
+                match (a, d) {
+                    (Arg::I32(v), _) => b.arg(v),
+                    (Arg::F32(v), _) => b.arg(v),
+                    (_, Dev::F32(d)) => b.arg(d),
+                    (_, Dev::F64(d)) => b.arg(d),
+                    (_, Dev::I32(d)) => b.arg(d),
+                    (_, Dev::Scalar) => unreachable!("arrays have buffers"),
+                };
+            }
+            // SAFETY: the argument list matches the kernel's signature in
+            // baselines.cu (checked by the benchmark that names it); the
+            // buffers outlive the synchronize below.
+            unsafe { b.launch(cfg) }.map_err(err("launch"))?;
+            s.synchronize().map_err(err("kernel"))?;
+            times.push(t.elapsed());
+            if times.len() == 1 {
+                for (a, d) in args.iter_mut().zip(&dev) {
+                    match (a, d) {
+                        (Arg::F32s(v), Dev::F32(d)) => {
+                            *v = s.clone_dtoh(d).map_err(err("download"))?
+                        }
+                        (Arg::F64s(v), Dev::F64(d)) => {
+                            *v = s.clone_dtoh(d).map_err(err("download"))?
+                        }
+                        (Arg::I32s(v), Dev::I32(d)) => {
+                            *v = s.clone_dtoh(d).map_err(err("download"))?
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let mut timed = times.split_off(1);
+        timed.sort();
+        Ok(timed.get(timed.len() / 2).copied().unwrap_or(times[0]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checked_in_ptx_is_generated_from_the_source() {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write as _;
+        // The PTX header records the source's SHA-256; editing baselines.cu
+        // without running scripts/cuda-baselines fails here.
+        let want = PTX
+            .lines()
+            .find_map(|l| l.strip_prefix("// source sha256: "))
+            .expect("header");
+        let digest = Sha256::digest(SOURCE.as_bytes());
+        let mut hex = String::new();
+        for b in digest {
+            let _ = write!(hex, "{b:02x}");
+        }
+        assert_eq!(
+            hex, want,
+            "benches/cuda/baselines.ptx is stale: run scripts/cuda-baselines"
+        );
+        for k in [
+            "saxpy",
+            "mandelbrot",
+            "nbody",
+            "matmul",
+            "histogram",
+            "blackscholes",
+            "alloc_vectors",
+        ] {
+            assert!(PTX.contains(&format!(".entry {k}(")), "{k}");
+        }
+    }
+}
