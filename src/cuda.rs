@@ -278,6 +278,14 @@ pub(crate) fn launch(
     range: Range<i64>,
     closure: &Closure,
 ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+    if rt.inner.fail_refills.is_some() {
+        // The device TLAB protocol fails refills only when eden is really
+        // exhausted (a small heap forces that on a GPU); the injected
+        // failures are a hook of the host allocator.
+        return Err(Unsupported(
+            "refill fault injection (`fail_refills`) is a CPU-device test hook".into(),
+        ));
+    }
     let loaded = gpu.loaded(rt, closure).map_err(Unsupported)?;
     Ok(run(rt, gpu, &loaded, range, closure))
 }
