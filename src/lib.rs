@@ -47,6 +47,7 @@ pub mod diagnostics;
 pub mod differential;
 mod error;
 mod launch;
+pub mod policy;
 pub mod reference;
 mod runtime;
 
