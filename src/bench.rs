@@ -6,7 +6,7 @@
 
 use crate::demo::example;
 use crate::reference as native;
-use crate::{Arg, Device, OffloadError, Runtime, par_offload};
+use crate::{Device, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
 
 /// The allocation benchmark: each workitem builds a list of `n` fresh
@@ -209,14 +209,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     // nbody
     let nb = 512 / s.min(8);
     let bodies = native::Bodies::random(nb, 3);
-    let m = rt.load("nbody.obc", example("nbody.obc"))?;
-    let mut args: Vec<Arg> = vec![(nb as i32).into(), 0.01f32.into(), 0.01f32.into()];
-    for v in [
-        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
-    ] {
-        args.push((&rt.array(v)?).into());
-    }
-    let c = m.closure("nbody", args)?;
+    let (c, _) = crate::demo::nbody_closure(rt, &bodies)?;
     let mut note = String::new();
     let t = median(
         || par_offload(0..nb as i64, &c).map(|r| note = note_of(&r)),
@@ -248,26 +241,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     // blackscholes
     let no = 100_000 / s;
     let (sp, st, ty) = native::options(no, 4);
-    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
-    let (sa, xa, ta, cl, pu) = (
-        rt.array(&sp)?,
-        rt.array(&st)?,
-        rt.array(&ty)?,
-        rt.new_array::<f32>(no)?,
-        rt.new_array::<f32>(no)?,
-    );
-    let c = m.closure(
-        "blackscholes",
-        [
-            0.02f32.into(),
-            0.3f32.into(),
-            (&sa).into(),
-            (&xa).into(),
-            (&ta).into(),
-            (&cl).into(),
-            (&pu).into(),
-        ],
-    )?;
+    let (c, _, _) = crate::demo::blackscholes_closure(rt, &sp, &st, &ty)?;
     let mut note = String::new();
     let t = median(
         || par_offload(0..no as i64, &c).map(|r| note = note_of(&r)),
@@ -542,25 +516,10 @@ pub fn run_cuda_c(
     // nbody (one step: accelerations from positions, velocities kicked)
     let nb = 4096 / s.min(8);
     let bodies = native::Bodies::random(nb, 3);
-    let m = rt.load("nbody.obc", example("nbody.obc"))?;
-    let mut oargs: Vec<Arg> = vec![(nb as i32).into(), 0.01f32.into(), 0.01f32.into()];
-    let mut arrays = Vec::new();
-    for v in [
-        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
-    ] {
-        arrays.push(rt.array(v)?);
-    }
-    for a in &arrays {
-        oargs.push(a.into());
-    }
-    let c = m.closure("nbody", oargs)?;
+    let (c, arrays) = crate::demo::nbody_closure(rt, &bodies)?;
     let r = par_offload(0..nb as i64, &c)?;
     let mut args = vec![C::I32(nb as i32), C::F32(0.01), C::F32(0.01)];
-    for v in [
-        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
-    ] {
-        args.push(C::F32s(v.clone()));
-    }
+    args.extend(bodies.columns().into_iter().map(|v| C::F32s(v.clone())));
     let b = cc.run("nbody", nb as i64, &mut args, reps).map_err(cerr)?;
     for (k, a) in arrays.iter().enumerate().skip(4) {
         if let C::F32s(cv) = &args[3 + k]
@@ -628,26 +587,7 @@ pub fn run_cuda_c(
     // blackscholes
     let no = (1 << 22) / s;
     let (sp, st, ty) = native::options(no, 4);
-    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
-    let (sa, xa, ta, cl, pu) = (
-        rt.array(&sp)?,
-        rt.array(&st)?,
-        rt.array(&ty)?,
-        rt.new_array::<f32>(no)?,
-        rt.new_array::<f32>(no)?,
-    );
-    let c = m.closure(
-        "blackscholes",
-        [
-            0.02f32.into(),
-            0.3f32.into(),
-            (&sa).into(),
-            (&xa).into(),
-            (&ta).into(),
-            (&cl).into(),
-            (&pu).into(),
-        ],
-    )?;
+    let (c, cl, _) = crate::demo::blackscholes_closure(rt, &sp, &st, &ty)?;
     let r = par_offload(0..no as i64, &c)?;
     let mut args = [
         C::F32(0.02),

@@ -3,7 +3,7 @@
 //! ([`crate::reference`]), with timings.
 
 use crate::reference as native;
-use crate::{OffloadError, Runtime, par_offload};
+use crate::{Array, Closure, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
 
 /// The example kernels, compiled into the binary.
@@ -151,15 +151,7 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
     // nbody
     let nb = 1024 / s.min(8);
     let mut bodies = native::Bodies::random(nb, 3);
-    let m = rt.load("nbody.obc", example("nbody.obc"))?;
-    let arrs = [
-        &bodies.px, &bodies.py, &bodies.pz, &bodies.m, &bodies.vx, &bodies.vy, &bodies.vz,
-    ]
-    .map(|v| rt.array(v));
-    let arrs: Vec<_> = arrs.into_iter().collect::<Result<_, _>>()?;
-    let mut args: Vec<crate::Arg> = vec![(nb as i32).into(), 0.01f32.into(), 0.01f32.into()];
-    args.extend(arrs.iter().map(crate::Arg::from));
-    let c = m.closure("nbody", args)?;
+    let (c, arrs) = nbody_closure(rt, &bodies)?;
     let t = Instant::now();
     par_offload(0..nb as i64, &c)?;
     let time = t.elapsed();
@@ -178,21 +170,7 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
     // blackscholes
     let no = 200_000 / s;
     let (sp, st, ty) = native::options(no, 4);
-    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
-    let (sa, xa, ta) = (rt.array(&sp)?, rt.array(&st)?, rt.array(&ty)?);
-    let (ca, pa) = (rt.new_array::<f32>(no)?, rt.new_array::<f32>(no)?);
-    let c = m.closure(
-        "blackscholes",
-        [
-            0.02f32.into(),
-            0.3f32.into(),
-            (&sa).into(),
-            (&xa).into(),
-            (&ta).into(),
-            (&ca).into(),
-            (&pa).into(),
-        ],
-    )?;
+    let (c, ca, pa) = blackscholes_closure(rt, &sp, &st, &ty)?;
     let t = Instant::now();
     par_offload(0..no as i64, &c)?;
     let time = t.elapsed();
@@ -395,4 +373,52 @@ pub fn table(rows: &[DemoResult]) -> String {
         ));
     }
     s
+}
+
+/// The `nbody` example (one step, dt = eps2 = 0.01) over `bodies`: the
+/// closure and its arrays in [`native::Bodies::columns`] order (the
+/// velocities, indices 4..7, are what it writes).
+pub(crate) fn nbody_closure(
+    rt: &Runtime,
+    bodies: &native::Bodies,
+) -> Result<(Closure, Vec<Array<f32>>), OffloadError> {
+    let m = rt.load("nbody.obc", example("nbody.obc"))?;
+    let arrays = bodies
+        .columns()
+        .into_iter()
+        .map(|v| rt.array(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut args: Vec<crate::Arg> = vec![
+        (bodies.px.len() as i32).into(),
+        0.01f32.into(),
+        0.01f32.into(),
+    ];
+    args.extend(arrays.iter().map(crate::Arg::from));
+    Ok((m.closure("nbody", args)?, arrays))
+}
+
+/// The `blackscholes` example over options `(s, x, t)` at r = 0.02 and
+/// v = 0.3: the closure and its `call` and `put` output arrays.
+pub(crate) fn blackscholes_closure(
+    rt: &Runtime,
+    s: &[f32],
+    x: &[f32],
+    t: &[f32],
+) -> Result<(Closure, Array<f32>, Array<f32>), OffloadError> {
+    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
+    let (sa, xa, ta) = (rt.array(s)?, rt.array(x)?, rt.array(t)?);
+    let (call, put) = (rt.new_array::<f32>(s.len())?, rt.new_array::<f32>(s.len())?);
+    let c = m.closure(
+        "blackscholes",
+        [
+            0.02f32.into(),
+            0.3f32.into(),
+            (&sa).into(),
+            (&xa).into(),
+            (&ta).into(),
+            (&call).into(),
+            (&put).into(),
+        ],
+    )?;
+    Ok((c, call, put))
 }

@@ -111,6 +111,14 @@ impl Bodies {
             vz: v(-0.1, 0.1),
         }
     }
+
+    /// The columns in the `nbody` kernel's argument order: px, py, pz, m,
+    /// vx, vy, vz.
+    pub fn columns(&self) -> [&Vec<f32>; 7] {
+        [
+            &self.px, &self.py, &self.pz, &self.m, &self.vx, &self.vy, &self.vz,
+        ]
+    }
 }
 
 fn nbody_accel(b: usize, p: &Bodies, eps2: f32) -> (f32, f32, f32) {

@@ -126,28 +126,40 @@ fn inputs32(rng: &mut Rng, n: usize, thresholds: &[u32]) -> Vec<f32> {
     v
 }
 
-fn check1_64(name: &str, reference: fn(f64) -> f64, xs: &[f64], skip: fn(f64) -> bool) {
-    let lib = lib();
-    let mut bad = Vec::new();
-    let mut n = 0;
-    for &x in xs {
-        if skip(x) {
-            continue;
-        }
-        n += 1;
-        let (got, want) = (lib.f64_1(name, x), reference(x));
-        if !same64(got, want) && bad.len() < 8 {
-            bad.push(format!(
-                "{name}({x:e} = {:#x}) = {got:e}, libm {want:e}",
-                x.to_bits()
-            ));
-        }
-    }
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
-    assert!(n > 1000, "{name}: only {n} inputs checked");
+/// An f32 or f64 as the checks need it.
+trait Float: Copy + std::fmt::LowerExp {
+    fn same(self, other: Self) -> bool;
+    fn bits(self) -> u64;
+    /// Runs a one-argument routine of the library.
+    fn call1(lib: &Library, name: &str, x: Self) -> Self;
 }
 
-fn check1_32(name: &str, reference: fn(f32) -> f32, xs: &[f32], skip: fn(f32) -> bool) {
+impl Float for f64 {
+    fn same(self, other: f64) -> bool {
+        same64(self, other)
+    }
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
+    fn call1(lib: &Library, name: &str, x: f64) -> f64 {
+        lib.f64_1(name, x)
+    }
+}
+
+impl Float for f32 {
+    fn same(self, other: f32) -> bool {
+        same32(self, other)
+    }
+    fn bits(self) -> u64 {
+        u64::from(self.to_bits())
+    }
+    fn call1(lib: &Library, name: &str, x: f32) -> f32 {
+        lib.f32_1(name, x)
+    }
+}
+
+/// `name` against `reference` on every input not `skip`ped, bit for bit.
+fn check1<T: Float>(name: &str, reference: fn(T) -> T, xs: &[T], skip: fn(T) -> bool) {
     let lib = lib();
     let mut bad = Vec::new();
     let mut n = 0;
@@ -156,11 +168,11 @@ fn check1_32(name: &str, reference: fn(f32) -> f32, xs: &[f32], skip: fn(f32) ->
             continue;
         }
         n += 1;
-        let (got, want) = (lib.f32_1(name, x), reference(x));
-        if !same32(got, want) && bad.len() < 8 {
+        let (got, want) = (T::call1(&lib, name, x), reference(x));
+        if !got.same(want) && bad.len() < 8 {
             bad.push(format!(
                 "{name}({x:e} = {:#x}) = {got:e}, libm {want:e}",
-                x.to_bits()
+                x.bits()
             ));
         }
     }
@@ -179,7 +191,7 @@ fn exp_f64() {
             0x4086232b, 0x3fd62e42, 0x3ff0a2b2, 0x3e300000, 0x40862e42, 0x40874910,
         ],
     );
-    check1_64("offload_f64_exp", libm::exp, &xs, |_| false);
+    check1("offload_f64_exp", libm::exp, &xs, |_| false);
 }
 
 #[test]
@@ -191,7 +203,7 @@ fn exp_f32() {
             0x42aeac50, 0x42b17218, 0x42cff1b5, 0x3eb17218, 0x3f851592, 0x39000000,
         ],
     );
-    check1_32("offload_f32_exp", libm::expf, &xs, |_| false);
+    check1("offload_f32_exp", libm::expf, &xs, |_| false);
 }
 
 #[test]
@@ -203,7 +215,7 @@ fn log_f64() {
     );
     let mut rng = Rng(33);
     xs.extend((0..N).map(|_| rng.range(0.5, 2.0)));
-    check1_64("offload_f64_log", libm::log, &xs, |_| false);
+    check1("offload_f64_log", libm::log, &xs, |_| false);
 }
 
 #[test]
@@ -215,7 +227,7 @@ fn log_f32() {
     );
     let mut rng = Rng(44);
     xs.extend((0..N).map(|_| rng.range(0.5, 2.0) as f32));
-    check1_32("offload_f32_log", libm::logf, &xs, |_| false);
+    check1("offload_f32_log", libm::logf, &xs, |_| false);
 }
 
 const TRIG64: &[u32] = &[
@@ -260,14 +272,14 @@ const TRIG32: &[u32] = &[
 fn sin_f32() {
     let mut xs = inputs32(&mut Rng(6), N, TRIG32);
     xs.extend((1..2000).map(|k| (k as f64 * std::f64::consts::FRAC_PI_2) as f32));
-    check1_32("offload_f32_sin", libm::sinf, &xs, trig_needs_host_f32);
+    check1("offload_f32_sin", libm::sinf, &xs, trig_needs_host_f32);
 }
 
 #[test]
 fn cos_f32() {
     let mut xs = inputs32(&mut Rng(7), N, TRIG32);
     xs.extend((1..2000).map(|k| (k as f64 * std::f64::consts::FRAC_PI_2) as f32));
-    check1_32("offload_f32_cos", libm::cosf, &xs, trig_needs_host_f32);
+    check1("offload_f32_cos", libm::cosf, &xs, trig_needs_host_f32);
 }
 
 #[test]
