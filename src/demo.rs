@@ -52,6 +52,35 @@ pub const INC_KERNEL: &str = "kernel inc(i: i64, out: i32[]) {
 }
 ";
 
+/// The safepoint probe: workitem `i` adds 1 to `counts[i]` `iters` times in
+/// a loop, so back-edge polls are frequent and the count shows a workitem
+/// run twice or cut short.
+pub const SPIN_KERNEL: &str = "
+kernel spin(i: i64, iters: i32, counts: i64[]) {
+    local k: i32
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    i32.const 0
+    store k
+  loop:
+    load k
+    load iters
+    i32.ge
+    br_if done
+    load counts
+    load j
+    i64.const 1
+    i64.array_atomic_add
+    pop
+    inc k 1
+    br loop
+  done:
+    ret
+}
+";
+
 /// The source of an example by file name.
 pub fn example(name: &str) -> &'static str {
     EXAMPLES

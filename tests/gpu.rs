@@ -17,32 +17,6 @@ fn gpu() -> offload::RuntimeBuilder {
     Runtime::builder().device(Device::Cuda).strict(true)
 }
 
-const SPIN: &str = "
-kernel spin(i: i64, iters: i32, counts: i64[]) {
-    local k: i32
-    local j: i32
-    load i
-    i64.to_i32
-    store j
-    i32.const 0
-    store k
-  loop:
-    load k
-    load iters
-    i32.ge
-    br_if done
-    load counts
-    load j
-    i64.const 1
-    i64.array_atomic_add
-    pop
-    inc k 1
-    br loop
-  done:
-    ret
-}
-";
-
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
 fn differential_random_programs_on_cuda() {
@@ -78,7 +52,7 @@ fn differential_random_programs_on_cuda() {
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-tests"]
 fn exactly_once_while_the_host_raises_safepoints() {
     let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
-    let m = rt.load("spin.obc", SPIN).unwrap();
+    let m = rt.load("spin.obc", offload::demo::SPIN_KERNEL).unwrap();
     let n = 200_000usize;
     let counts = rt.new_array::<i64>(n).unwrap();
     let c = m

@@ -5,32 +5,6 @@
 use offload::{Device, Runtime, par_offload};
 use std::time::Duration;
 
-const SPIN: &str = "
-kernel spin(i: i64, iters: i32, counts: i64[]) {
-    local k: i32
-    local j: i32
-    load i
-    i64.to_i32
-    store j
-    i32.const 0
-    store k
-  loop:
-    load k
-    load iters
-    i32.ge
-    br_if done
-    load counts
-    load j
-    i64.const 1
-    i64.array_atomic_add
-    pop
-    inc k 1
-    br loop
-  done:
-    ret
-}
-";
-
 /// The same loop, two calls deep (inlined by the CPU JIT: its polls deopt
 /// with three frames).
 const SPIN_CALL: &str = "
@@ -73,7 +47,7 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 ";
 
 fn safepoints_on(device: Device, n: usize, iters: i32) {
-    safepoints_in(SPIN, device, n, iters);
+    safepoints_in(offload::demo::SPIN_KERNEL, device, n, iters);
 }
 
 fn safepoints_in(src: &str, device: Device, n: usize, iters: i32) {
