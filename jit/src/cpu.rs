@@ -53,6 +53,7 @@ use cranelift_module::{FuncId as ClFuncId, Linkage, Module};
 use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
 use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
+use offload_ir::isa::hz;
 use offload_ir::{Bci, FuncId, Inst, Kind, SiteId, Verified};
 use std::collections::HashMap;
 
@@ -1141,6 +1142,12 @@ impl Lower<'_, '_> {
                 self.push($to, r);
             }};
         }
+        if inst.opcode().hazards().has(hz::HOST_MATH) {
+            // Sine and cosine carry a `DeviceLimit` site (the GPU hands huge
+            // arguments to the host); libm here covers them, so the site is
+            // only registered, keeping the metadata equal to the PTX version's.
+            self.site_id(bci);
+        }
         match inst {
             Inst::I32Const { value } => {
                 let c = self.b.ins().iconst(types::I32, i64::from(value));
@@ -1400,17 +1407,8 @@ impl Lower<'_, '_> {
             Inst::F32Ceil => un!(F32, ceil),
             Inst::F32Exp => math1!(F32, "offload_f32_exp"),
             Inst::F32Log => math1!(F32, "offload_f32_log"),
-            // Sine and cosine carry a `DeviceLimit` site (the GPU hands huge
-            // arguments to the host); libm here covers them, so the site is
-            // only registered, keeping the metadata equal to the PTX version's.
-            Inst::F32Sin => {
-                self.site_id(bci);
-                math1!(F32, "offload_f32_sin")
-            }
-            Inst::F32Cos => {
-                self.site_id(bci);
-                math1!(F32, "offload_f32_cos")
-            }
+            Inst::F32Sin => math1!(F32, "offload_f32_sin"),
+            Inst::F32Cos => math1!(F32, "offload_f32_cos"),
             Inst::F32Pow => math2!(F32, "offload_f32_pow"),
             Inst::F64Sqrt => un!(F64, sqrt),
             Inst::F64Abs => un!(F64, fabs),
@@ -1420,14 +1418,8 @@ impl Lower<'_, '_> {
             Inst::F64Ceil => un!(F64, ceil),
             Inst::F64Exp => math1!(F64, "offload_f64_exp"),
             Inst::F64Log => math1!(F64, "offload_f64_log"),
-            Inst::F64Sin => {
-                self.site_id(bci);
-                math1!(F64, "offload_f64_sin")
-            }
-            Inst::F64Cos => {
-                self.site_id(bci);
-                math1!(F64, "offload_f64_cos")
-            }
+            Inst::F64Sin => math1!(F64, "offload_f64_sin"),
+            Inst::F64Cos => math1!(F64, "offload_f64_cos"),
             Inst::F64Pow => math2!(F64, "offload_f64_pow"),
             Inst::F32Fma | Inst::F64Fma => {
                 let (k, name) = if inst == Inst::F32Fma {

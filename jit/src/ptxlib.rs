@@ -94,9 +94,8 @@ fn defs() -> Vec<Def> {
             let text = &TEXT[s..offset];
             let header = text.lines().next().unwrap_or("");
             let name = header
-                .split(')')
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
+                .strip_prefix(".func ")
+                .and_then(crate::ptxsim::header_name)
                 .unwrap_or("");
             let calls = text
                 .lines()

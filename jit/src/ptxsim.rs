@@ -480,8 +480,8 @@ fn strip_comment(line: &str) -> &str {
     line.split("//").next().unwrap_or("")
 }
 
-/// `(.reg .f64 %ret) NAME (...)` → NAME.
-fn header_name(rest: &str) -> Option<&str> {
+/// `(.reg .f64 %ret) NAME (...)` (a `.func` header after `.func `) → NAME.
+pub(crate) fn header_name(rest: &str) -> Option<&str> {
     let after = &rest[rest.find(')')? + 1..];
     after
         .trim()
