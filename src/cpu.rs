@@ -20,6 +20,7 @@
 //! not started when its slot stopped, on the next entry of that slot. The
 //! bookkeeping is O(workers × records per slot), whatever the range.
 
+use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
 use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
 use crate::runtime::{Closure, Device, Runtime};
@@ -33,19 +34,29 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::time::{Duration, Instant};
 
-/// The compiled version of the closure's kernel (compiled on first use and
+/// Version `ver` of the closure's kernel (compiled on first use and
 /// cached), or why it cannot be compiled.
-pub(crate) fn compiled(rt: &Runtime, closure: &Closure) -> Result<Arc<CompiledKernel>, JitError> {
+pub(crate) fn compiled(
+    rt: &Runtime,
+    closure: &Closure,
+    ver: &Version,
+) -> Result<Arc<CompiledKernel>, JitError> {
     // Keyed by the module's id, which a runtime never reuses (an address or a
     // class base could come back for another module).
-    let key = (closure.module.id, closure.kernel, 0);
+    let key = (closure.module.id, closure.kernel, ver.number);
     if let Some(hit) = rt.inner.compiled.get(&key) {
         return hit.value().clone();
     }
     let result = rt
         .inner
         .jit
-        .compile_with(&closure.module.prog, closure.kernel, 0, rt.inner.compile)
+        .compile_speculative(
+            &closure.module.prog,
+            closure.kernel,
+            ver.number,
+            rt.inner.compile,
+            &ver.spec,
+        )
         .map(Arc::new);
     rt.inner.compiled.insert(key, result.clone());
     result
@@ -63,6 +74,7 @@ struct SlotOut {
     never_ran: u64,
     entries: u64,
     deopts: BTreeMap<(u32, offload_deopt::Reason), u64>,
+    sites: BTreeMap<(offload_ir::SiteId, offload_deopt::Reason), u64>,
     table: Vec<DeoptRow>,
     thrown: Thrown,
     replay_time: Duration,
@@ -74,6 +86,7 @@ pub(crate) fn launch(
     range: Range<i64>,
     closure: &Closure,
     ck: &CompiledKernel,
+    plan: &Plan,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = &rt.inner;
@@ -82,7 +95,7 @@ pub(crate) fn launch(
     let meta = &ck.meta;
     let per_slot = inner.deopt_records.max(1);
     let area = SaveArea::new(workers * per_slot, meta.layout);
-    let alloc = rt.allocator(workers);
+    let alloc = rt.allocator(workers, plan.tlab_bytes);
     let tlabs: Vec<*const offload_tlab::SharedTlab> = (0..workers)
         .map(|w| {
             alloc
@@ -91,7 +104,9 @@ pub(crate) fn launch(
         })
         .collect();
     let total = range.end.wrapping_sub(range.start) as u64;
-    let chunk = chunk_size(total, workers);
+    let chunk = plan
+        .chunk
+        .map_or_else(|| chunk_size(total, workers), |c| c.min(1 << 20) as i64);
     let safepoints_before = inner.control.count();
     let mut never = vec![0i64; 2 * workers];
     let mut completed = vec![0u64; workers];
@@ -190,6 +205,7 @@ pub(crate) fn launch(
     let mut thrown = Thrown::default();
     let (mut on_device, mut replayed, mut never_ran, mut entries) = (0u64, 0u64, 0u64, 0u64);
     let mut deopts = BTreeMap::new();
+    let mut site_deopts = BTreeMap::new();
     let mut table = Vec::new();
     let mut replay_time = Duration::ZERO;
     for o in outs {
@@ -203,6 +219,9 @@ pub(crate) fn launch(
         entries += o.entries;
         for (k, n) in o.deopts {
             *deopts.entry(k).or_insert(0) += n;
+        }
+        for (k, n) in o.sites {
+            *site_deopts.entry(k).or_insert(0) += n;
         }
         table.extend(o.table);
         thrown = thrown.merge(o.thrown);
@@ -224,6 +243,7 @@ pub(crate) fn launch(
         timings: Timings {
             setup: ck.compile_time,
             run: device_time.saturating_sub(replay_time),
+            replay: replay_time,
             teardown: replay_time,
             total: t0.elapsed(),
         },
@@ -234,6 +254,10 @@ pub(crate) fn launch(
         launches: 1,
         reentries: entries - workers as u64,
         deopts,
+        site_deopts,
+        version: Some(ck.version),
+        speculations: meta.speculations.clone(),
+        decision: None,
         fallback: None,
         deopt_table: table,
     };
@@ -250,6 +274,7 @@ fn replayed(
 ) -> Result<(), OffloadError> {
     let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
     *out.deopts.entry((bci, reason)).or_insert(0) += 1;
+    *out.sites.entry((site, reason)).or_insert(0) += 1;
     let action = match res {
         Ok(Ok(())) => "replayed",
         Ok(Err(e)) => {

@@ -29,6 +29,7 @@
 //! One launch at a time per runtime uses the GPU (the heap image is copied
 //! back whole, so launches are serialized by a lock).
 
+use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
 use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
 use crate::runtime::{Closure, Device, Runtime};
@@ -172,21 +173,31 @@ impl Gpu {
 
     /// The loaded version of the closure's kernel (compiled, loaded and
     /// cached on first use), or why it cannot run on the GPU.
-    fn loaded(&self, rt: &Runtime, closure: &Closure) -> Result<Arc<Loaded>, String> {
-        let key = (closure.module.id, closure.kernel, 0);
+    fn loaded(
+        &self,
+        rt: &Runtime,
+        closure: &Closure,
+        ver: &Version,
+    ) -> Result<Arc<Loaded>, String> {
+        let key = (closure.module.id, closure.kernel, ver.number);
         let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hit) = modules.get(&key) {
             return hit.clone();
         }
-        let res = self.load(rt, closure).map(Arc::new);
+        let res = self.load(rt, closure, ver).map(Arc::new);
         modules.insert(key, res.clone());
         res
     }
 
-    fn load(&self, rt: &Runtime, closure: &Closure) -> Result<Loaded, String> {
-        let ptx =
-            offload_jit::ptx::compile(&closure.module.prog, closure.kernel, 0, rt.inner.compile)
-                .map_err(|e| e.to_string())?;
+    fn load(&self, rt: &Runtime, closure: &Closure, ver: &Version) -> Result<Loaded, String> {
+        let ptx = offload_jit::ptx::compile_speculative(
+            &closure.module.prog,
+            closure.kernel,
+            ver.number,
+            rt.inner.compile,
+            &ver.spec,
+        )
+        .map_err(|e| e.to_string())?;
         let t = Instant::now();
         let module = self
             .ctx
@@ -277,6 +288,7 @@ pub(crate) fn launch(
     gpu: &Gpu,
     range: Range<i64>,
     closure: &Closure,
+    plan: &Plan,
 ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
     if rt.inner.fail_refills.is_some() {
         // The device TLAB protocol fails refills only when eden is really
@@ -286,8 +298,10 @@ pub(crate) fn launch(
             "refill fault injection (`fail_refills`) is a CPU-device test hook".into(),
         ));
     }
-    let loaded = gpu.loaded(rt, closure).map_err(Unsupported)?;
-    Ok(run(rt, gpu, &loaded, range, closure))
+    let loaded = gpu
+        .loaded(rt, closure, &plan.version)
+        .map_err(Unsupported)?;
+    Ok(run(rt, gpu, &loaded, range, closure, plan))
 }
 
 #[allow(clippy::too_many_lines)]
@@ -297,6 +311,7 @@ fn run(
     k: &Loaded,
     range: Range<i64>,
     closure: &Closure,
+    plan: &Plan,
 ) -> Result<LaunchReport, OffloadError> {
     let _one = gpu.launch_lock.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
@@ -349,11 +364,12 @@ fn run(
 
     let (mut on_device, mut replayed, mut never_ran, mut launches) = (0u64, 0u64, 0u64, 0u64);
     let mut deopts = BTreeMap::new();
+    let mut site_deopts = BTreeMap::new();
     let mut table: Vec<DeoptRow> = Vec::new();
     let mut thrown = Thrown::default();
     let (mut run_time, mut replay_time, mut copy_time) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    let alloc = rt.allocator(inner.workers);
+    let alloc = rt.allocator(inner.workers, plan.tlab_bytes);
     loop {
         launches += 1;
         // The heap image, with a fresh device eden above the used part.
@@ -500,6 +516,7 @@ fn run(
         for ((h, vals), res) in records.iter().zip(results) {
             let bci = meta.site(h.1).map_or(u32::MAX, |s| s.bci);
             *deopts.entry((bci, h.2)).or_insert(0) += 1;
+            *site_deopts.entry((h.1, h.2)).or_insert(0) += 1;
             let action = match res {
                 Ok(Ok(())) => "replayed",
                 Ok(Err(e)) => {
@@ -555,6 +572,7 @@ fn run(
         timings: Timings {
             setup: k.ptx.compile_time + k.load_time + copy_time,
             run: run_time,
+            replay: replay_time,
             teardown: replay_time,
             total: t0.elapsed(),
         },
@@ -565,6 +583,10 @@ fn run(
         launches,
         reentries: launches - 1,
         deopts,
+        site_deopts,
+        version: Some(k.ptx.version),
+        speculations: k.ptx.meta.speculations.clone(),
+        decision: None,
         fallback: None,
         deopt_table: table,
     };
@@ -602,5 +624,11 @@ unsafe fn heap_image(heap: &offload_tlab::Heap, bytes: usize) -> &mut [u8] {
 
 /// `load_module` time of a kernel version on the GPU (loads it if needed).
 pub(crate) fn load_time(rt: &Runtime, gpu: &Gpu, closure: &Closure) -> Result<Duration, String> {
-    gpu.loaded(rt, closure).map(|l| l.load_time)
+    // The version the kernel's next launch runs.
+    let plan = rt
+        .kernel_state(closure)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .plan(rt);
+    gpu.loaded(rt, closure, &plan.version).map(|l| l.load_time)
 }

@@ -2,6 +2,7 @@
 //! the workers claim; each worker runs its chunks' workitems one after another
 //! in its own interpreter, allocating from its TLAB slot.
 
+use crate::adaptive::Plan;
 use crate::error::{KernelExceptions, OffloadError};
 use crate::runtime::{Closure, Device, Runtime};
 use offload_host_interp::{Exception, Interpreter, Profile};
@@ -19,8 +20,12 @@ use std::time::{Duration, Instant};
 pub struct Timings {
     /// Setting up slots and TLABs.
     pub setup: Duration,
-    /// Running workitems.
+    /// Running workitems on the device (compiled code; on the
+    /// interpreter, everything).
     pub run: Duration,
+    /// Replaying deoptimized workitems in the interpreter (included in
+    /// `teardown`; what a recompilation policy weighs against `run`).
+    pub replay: Duration,
     /// Retiring TLABs and merging results.
     pub teardown: Duration,
     /// Everything.
@@ -67,6 +72,17 @@ pub struct LaunchReport {
     pub reentries: u64,
     /// Deopts by (site bytecode index, reason).
     pub deopts: BTreeMap<(offload_ir::Bci, offload_deopt::Reason), u64>,
+    /// Deopts by (site of the version that ran, reason): the counters the
+    /// recompilation policy sees.
+    pub site_deopts: BTreeMap<(offload_ir::SiteId, offload_deopt::Reason), u64>,
+    /// The compiled version that ran (`None`: the interpreter ran the
+    /// launch).
+    pub version: Option<u32>,
+    /// The speculations compiled into that version, with the sites that
+    /// guard them.
+    pub speculations: Vec<offload_deopt::SpecRecord>,
+    /// The recompilation policy's decision after this launch.
+    pub decision: Option<crate::adaptive::Logged>,
     /// Why the kernel ran on the interpreter instead of the requested device.
     pub fallback: Option<String>,
     /// The deoptimized workitems, as Sumatra's table shows them (the first
@@ -201,17 +217,48 @@ pub(crate) fn launch(
             end: range.end,
         });
     }
-    if rt.inner.device == Device::Interpreter {
-        return launch_interp(rt, range, closure);
+    let state = rt.kernel_state(closure);
+    let plan = state.lock().unwrap_or_else(|e| e.into_inner()).plan(rt);
+    let mut r = launch_on(rt, range, closure, &plan);
+    let report = match &mut r {
+        Ok(rep) => Some(rep),
+        Err(OffloadError::Exceptions(e)) => Some(&mut e.report),
+        Err(_) => None,
+    };
+    if let Some(rep) = report {
+        state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .after(rt, &plan, rep);
+    }
+    r
+}
+
+/// Run one launch as `plan` says: on its device, falling back from CUDA to
+/// the CPU and from the CPU to the interpreter when the kernel cannot run
+/// there (reported; an error in strict mode).
+fn launch_on(
+    rt: &Runtime,
+    range: Range<i64>,
+    closure: &Closure,
+    plan: &Plan,
+) -> Result<LaunchReport, OffloadError> {
+    if plan.device == Device::Interpreter {
+        return launch_interp(rt, range, closure, plan);
     }
     let mut cuda_note = None;
-    if let Some(gpu) = &rt.inner.gpu {
+    if let Some(gpu) = rt
+        .inner
+        .gpu
+        .as_ref()
+        .filter(|_| plan.device == Device::Cuda)
+    {
         let why = if rt.inner.profile {
             "profiling is on".to_string()
         } else if range.end > i64::MAX - (1 << 32) {
             "the range ends too close to i64::MAX for the device cursor".to_string()
         } else {
-            match crate::cuda::launch(rt, gpu, range.clone(), closure) {
+            match crate::cuda::launch(rt, gpu, range.clone(), closure, plan) {
                 Ok(r) => return r,
                 Err(crate::cuda::Unsupported(why)) => why,
             }
@@ -224,7 +271,7 @@ pub(crate) fn launch(
         }
         cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
     }
-    let mut r = launch_cpu(rt, range, closure);
+    let mut r = launch_cpu(rt, range, closure, plan);
     if let Some(note) = cuda_note {
         match &mut r {
             Ok(rep) => rep.fallback = Some(note),
@@ -239,6 +286,7 @@ fn launch_cpu(
     rt: &Runtime,
     range: Range<i64>,
     closure: &Closure,
+    plan: &Plan,
 ) -> Result<LaunchReport, OffloadError> {
     // The compiled slot loops claim chunks with an atomic add on the cursor,
     // which every slot may push up to a chunk past the end; keep that far
@@ -248,12 +296,12 @@ fn launch_cpu(
     } else if range.end > i64::MAX - (1 << 32) {
         "the range ends too close to i64::MAX for the device cursor".to_string()
     } else {
-        match crate::cpu::compiled(rt, closure) {
-            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck),
+        match crate::cpu::compiled(rt, closure, &plan.version) {
+            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck, plan),
             Err(why) => why.to_string(),
         }
     };
-    let mut r = launch_interp(rt, range, closure);
+    let mut r = launch_interp(rt, range, closure, plan);
     let note = Some(format!("ran on the interpreter: {why}"));
     match &mut r {
         Ok(rep) => rep.fallback = note,
@@ -267,14 +315,16 @@ fn launch_interp(
     rt: &Runtime,
     range: Range<i64>,
     closure: &Closure,
+    plan: &Plan,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = &rt.inner;
     let prog = &*closure.module.prog;
     let n = range.end.wrapping_sub(range.start) as u64;
     let workers = inner.workers;
-    let alloc = rt.allocator(workers);
-    let chunk = chunk_size(n, workers);
+    let alloc = rt.allocator(workers, plan.tlab_bytes);
+    let chunk = plan.chunk.unwrap_or_else(|| chunk_size(n, workers));
+    let profiling = inner.profile || plan.warmup;
     let chunks = n.div_ceil(chunk);
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
     let safepoints_before = inner.control.count();
@@ -289,7 +339,7 @@ fn launch_interp(
                     let worker = rayon::current_thread_index().unwrap_or(0);
                     let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
                     it.set_control(&inner.control);
-                    if inner.profile {
+                    if profiling {
                         it.enable_profile();
                     }
                     (worker, it)
@@ -307,7 +357,7 @@ fn launch_interp(
                             Err(e) => thrown.add(e),
                         }
                     }
-                    if inner.profile {
+                    if profiling {
                         let mut slot = profiles[*worker % profiles.len()]
                             .lock()
                             .unwrap_or_else(|e| e.into_inner());
@@ -326,7 +376,7 @@ fn launch_interp(
 
     let t2 = Instant::now();
     let alloc_stats = alloc.retire();
-    let profile = inner.profile.then(|| {
+    let profile = profiling.then(|| {
         let mut all = Profile::new(prog.verified());
         for p in profiles
             .into_iter()
@@ -338,7 +388,7 @@ fn launch_interp(
     });
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),
-        device: inner.device,
+        device: Device::Interpreter,
         range,
         on_device: n,
         completed,
@@ -349,6 +399,7 @@ fn launch_interp(
         timings: Timings {
             setup: t_setup,
             run: t_run,
+            replay: Duration::ZERO,
             teardown: t2.elapsed(),
             total: t0.elapsed(),
         },
@@ -359,6 +410,10 @@ fn launch_interp(
         launches: 1,
         reentries: 0,
         deopts: BTreeMap::new(),
+        site_deopts: BTreeMap::new(),
+        version: None,
+        speculations: Vec::new(),
+        decision: None,
         fallback: None,
         deopt_table: Vec::new(),
     };

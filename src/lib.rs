@@ -38,6 +38,7 @@ pub use offload_ir as ir;
 pub use offload_jit as jit;
 pub use offload_tlab as tlab;
 
+pub mod adaptive;
 pub mod bench;
 mod cpu;
 mod cuda;
@@ -46,6 +47,7 @@ pub mod demo;
 pub mod diagnostics;
 pub mod differential;
 mod error;
+pub mod experiment;
 mod launch;
 pub mod policy;
 pub mod reference;

@@ -82,6 +82,50 @@ enum Command {
         #[arg(long, default_value_t = 7)]
         reps: usize,
     },
+    /// Compare recompilation policies on workloads: repeated launches under
+    /// each policy, with total time, work on the device vs replayed, deopts
+    /// by reason, recompiles and final decisions.
+    Experiment {
+        /// The workload (stable, phase-change, rare-null, megamorphic,
+        /// alloc-pressure, safepoint-storm).
+        #[arg(long, required_unless_present = "all")]
+        workload: Option<String>,
+        /// The policy (never, trap-limit, deopt-rate, cost-model); repeat
+        /// for several; default: every policy.
+        #[arg(long)]
+        policy: Vec<String>,
+        /// Every workload under every policy.
+        #[arg(long, conflicts_with = "workload")]
+        all: bool,
+        /// Launches per run, warm-up included.
+        #[arg(long, default_value_t = 20)]
+        launches: u32,
+        /// Workitems per launch.
+        #[arg(long, default_value_t = 1 << 16)]
+        items: usize,
+        /// Warm-up launches profiled in the interpreter.
+        #[arg(long, default_value_t = 1)]
+        warmup: u32,
+        /// Device: cpu, cuda or interp.
+        #[arg(long, default_value = "cpu")]
+        device: offload::Device,
+        /// Worker threads (default: every core).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Also run each workload on the interpreter and check that every
+        /// policy's outputs equal it.
+        #[arg(long)]
+        check: bool,
+        /// Write per-launch rows as CSV here.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+        /// Write an SVG plot of cumulative time per policy here.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+        /// Print every policy decision as it is made.
+        #[arg(long)]
+        log: bool,
+    },
     /// Print the PTX the CUDA device runs for a kernel (sm_70 and newer).
     Ptx {
         /// The file.
@@ -249,6 +293,22 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Experiment {
+            workload,
+            policy,
+            all,
+            launches,
+            items,
+            warmup,
+            device,
+            workers,
+            check,
+            csv,
+            svg,
+            log,
+        } => experiment(
+            workload, policy, all, launches, items, warmup, device, workers, check, csv, svg, log,
+        ),
         Command::Ptx {
             file,
             kernel,
@@ -316,4 +376,103 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+#[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
+fn experiment(
+    workload: Option<String>,
+    policies: Vec<String>,
+    all: bool,
+    launches: u32,
+    items: usize,
+    warmup: u32,
+    device: offload::Device,
+    workers: Option<usize>,
+    check: bool,
+    csv: Option<PathBuf>,
+    svg: Option<PathBuf>,
+    log: bool,
+) -> Result<(), String> {
+    use offload::experiment::{self, WORKLOADS};
+    use offload::policy::NAMES;
+    let workloads: Vec<String> = if all {
+        WORKLOADS.iter().map(ToString::to_string).collect()
+    } else {
+        let w = workload.unwrap_or_default();
+        if experiment::source(&w).is_none() {
+            return Err(format!(
+                "error: unknown workload `{w}` (available: {})",
+                WORKLOADS.join(", ")
+            ));
+        }
+        vec![w]
+    };
+    let policies: Vec<String> = if policies.is_empty() {
+        NAMES.iter().map(ToString::to_string).collect()
+    } else {
+        policies
+    };
+    if let Some(bad) = policies
+        .iter()
+        .find(|p| offload::policy::by_name(p).is_none())
+    {
+        return Err(format!(
+            "error: unknown policy `{bad}` (available: {})",
+            NAMES.join(", ")
+        ));
+    }
+    if launches == 0 || items == 0 {
+        return Err("error: --launches and --items must be at least 1".into());
+    }
+    let cfg = experiment::Config {
+        device,
+        launches,
+        items,
+        warmup,
+        workers,
+        check,
+    };
+    let total = (workloads.len() * policies.len()) as u64 * u64::from(launches);
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} launches {msg}")
+            .map_err(|e| format!("error: {e}"))?,
+    );
+    let mut results = Vec::new();
+    for w in &workloads {
+        for p in &policies {
+            bar.set_message(format!("{w} / {p}"));
+            let r = experiment::run(w, p, &cfg, &|| bar.inc(1))
+                .map_err(|e| format!("error: {w} under {p}: {e}"))?;
+            if log {
+                for d in r.launches.iter().filter_map(|l| l.decision.as_ref()) {
+                    bar.suspend(|| eprintln!("{w} / {p}: {d}"));
+                }
+            }
+            results.push(r);
+        }
+    }
+    bar.finish_and_clear();
+    println!(
+        "offload experiment: {launches} launches of {items} workitems, warm-up {warmup}, phase change at launch {}, on the {} device",
+        cfg.phase_launch(),
+        device.name()
+    );
+    if let Some(why) = results.iter().find_map(|r| r.fallback.as_deref()) {
+        println!("note: {why}");
+    }
+    print!("{}", experiment::table(&results));
+    if let Some(path) = csv {
+        std::fs::write(&path, experiment::csv(&results))
+            .map_err(|e| format!("error: cannot write {}: {e}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(path) = svg {
+        experiment::svg(&results, &path).map_err(|e| format!("error: {e}"))?;
+        println!("wrote {}", path.display());
+    }
+    if results.iter().any(|r| r.matches_interpreter == Some(false)) {
+        return Err("error: some outputs differ from the interpreter's".into());
+    }
+    Ok(())
 }

@@ -24,7 +24,7 @@
 
 use crate::Device;
 use offload_deopt::Reason;
-use offload_ir::Bci;
+use offload_ir::SiteId;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -39,8 +39,8 @@ pub struct LaunchOutcome {
     pub on_device: u64,
     /// Workitems the host replayed after a deopt.
     pub replayed: u64,
-    /// Deopts by (site bytecode index, reason).
-    pub deopts: BTreeMap<(Bci, Reason), u64>,
+    /// Deopts by (site of the version, reason).
+    pub deopts: BTreeMap<(SiteId, Reason), u64>,
     /// Time on the device (launches, including never-ran relaunches).
     pub device_time: Duration,
     /// Time the host spent replaying.
@@ -58,7 +58,7 @@ impl LaunchOutcome {
     }
 
     /// Deopts whose reason is a failed speculation (`Unreached`, `TypeGuard`).
-    pub fn speculation_failures(&self) -> impl Iterator<Item = ((Bci, Reason), u64)> + '_ {
+    pub fn speculation_failures(&self) -> impl Iterator<Item = ((SiteId, Reason), u64)> + '_ {
         self.deopts
             .iter()
             .filter(|((_, r), _)| is_speculative(*r))
@@ -77,11 +77,11 @@ pub fn is_speculative(r: Reason) -> bool {
 pub enum Decision {
     /// Keep running this version.
     Keep,
-    /// Compile a new version without the speculations at these sites
-    /// (`None`: without any speculation).
+    /// Compile a new version without the speculations guarded by these
+    /// sites of the current version (`None`: without any speculation).
     Recompile {
         /// The failed speculations, by (site, reason).
-        drop: Option<Vec<(Bci, Reason)>>,
+        drop: Option<Vec<(SiteId, Reason)>>,
     },
     /// Change the shared TLAB size (bytes) or the chunk size (workitems).
     Resize {
@@ -220,7 +220,7 @@ impl Policy for TrapLimit {
     }
     fn decide(&mut self, launch: &LaunchOutcome, cx: &Context<'_>) -> Decided {
         // Traps of this version so far: earlier launches of it plus this one.
-        let mut per_site: BTreeMap<(Bci, Reason), u64> = BTreeMap::new();
+        let mut per_site: BTreeMap<(SiteId, Reason), u64> = BTreeMap::new();
         for l in cx
             .history
             .iter()
@@ -241,7 +241,7 @@ impl Policy for TrapLimit {
                 ),
             };
         }
-        let over: Vec<(Bci, Reason)> = per_site
+        let over: Vec<(SiteId, Reason)> = per_site
             .iter()
             .filter(|&(_, &n)| n > self.per_site)
             .map(|(&k, _)| k)
@@ -249,7 +249,7 @@ impl Policy for TrapLimit {
         if !over.is_empty() {
             let sites: Vec<String> = over
                 .iter()
-                .map(|(b, r)| format!("{} at bci {b}", r.name()))
+                .map(|(s, r)| format!("{} at site {}", r.name(), s.0))
                 .collect();
             return Decided {
                 decision: Decision::Recompile { drop: Some(over) },
@@ -295,7 +295,7 @@ impl Policy for DeoptRate {
                 ))
             });
         }
-        let failed: Vec<(Bci, Reason)> = launch.speculation_failures().map(|(k, _)| k).collect();
+        let failed: Vec<(SiteId, Reason)> = launch.speculation_failures().map(|(k, _)| k).collect();
         if !failed.is_empty() {
             return Decided {
                 decision: Decision::Recompile { drop: Some(failed) },
@@ -379,7 +379,7 @@ impl Policy for CostModel {
                 ))
             });
         }
-        let failed: Vec<(Bci, Reason)> = launch.speculation_failures().map(|(k, _)| k).collect();
+        let failed: Vec<(SiteId, Reason)> = launch.speculation_failures().map(|(k, _)| k).collect();
         if !failed.is_empty() {
             return Decided {
                 decision: Decision::Recompile { drop: Some(failed) },
@@ -422,14 +422,17 @@ pub const NAMES: [&str; 4] = ["never", "trap-limit", "deopt-rate", "cost-model"]
 mod tests {
     use super::*;
 
-    fn launch(version: u32, workitems: u64, deopts: &[(Bci, Reason, u64)]) -> LaunchOutcome {
+    fn launch(version: u32, workitems: u64, deopts: &[(u32, Reason, u64)]) -> LaunchOutcome {
         let replayed = deopts.iter().map(|d| d.2).sum();
         LaunchOutcome {
             version,
             workitems,
             on_device: workitems - replayed,
             replayed,
-            deopts: deopts.iter().map(|&(b, r, n)| ((b, r), n)).collect(),
+            deopts: deopts
+                .iter()
+                .map(|&(b, r, n)| ((SiteId(b), r), n))
+                .collect(),
             device_time: Duration::from_millis(10),
             replay_time: Duration::from_millis(1),
         }
@@ -486,7 +489,7 @@ mod tests {
         assert_eq!(
             d[2],
             Decision::Recompile {
-                drop: Some(vec![(7, Reason::Unreached)])
+                drop: Some(vec![(SiteId(7), Reason::Unreached)])
             }
         );
         // Safepoint deopts are never a reason to recompile; a new version
@@ -523,7 +526,7 @@ mod tests {
         assert_eq!(
             p.decide(&over, &cx(&[])).decision,
             Decision::Recompile {
-                drop: Some(vec![(7, Reason::TypeGuard)])
+                drop: Some(vec![(SiteId(7), Reason::TypeGuard)])
             }
         );
         // 30% real null checks: nothing to recompile, the kernel moves down.
@@ -574,10 +577,10 @@ mod tests {
                 to: Device::Interpreter
             }
         );
-        costly.deopts.insert((9, Reason::Unreached), 5);
+        costly.deopts.insert((SiteId(9), Reason::Unreached), 5);
         assert!(matches!(
             p.decide(&costly, &cx(&[])).decision,
-            Decision::Recompile { drop: Some(ref d) } if d == &vec![(9, Reason::Unreached)]
+            Decision::Recompile { drop: Some(ref d) } if d == &vec![(SiteId(9), Reason::Unreached)]
         ));
         // Off the device: keep waiting, then go back.
         let off = LaunchOutcome {

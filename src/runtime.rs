@@ -1,7 +1,9 @@
 //! The runtime: heap, workers, devices, loaded modules and host handles.
 
+use crate::adaptive::{KernelInfo, KernelState};
 use crate::error::OffloadError;
 use crate::launch::LaunchReport;
+use crate::policy::Policy;
 use offload_host_interp::Program;
 use offload_ir::{ClassId, Elem, FuncId, Type};
 use offload_tlab::layout::{Header, array_elem_kind, kind_size};
@@ -66,6 +68,37 @@ pub struct RuntimeBuilder {
     compile: offload_jit::cpu::CompileOptions,
     deopt_records: usize,
     fail_refills: Option<(u64, u64)>,
+    warmup: u32,
+    spec_cfg: offload_jit::SpecConfig,
+    /// The policy, or the unknown name asked for (an error at `build`).
+    recompile_policy: Result<PolicyFactory, String>,
+}
+
+/// Makes one recompilation policy per kernel.
+#[derive(Clone)]
+pub(crate) struct PolicyFactory(Arc<dyn Fn() -> Box<dyn Policy> + Send + Sync>);
+
+impl PolicyFactory {
+    fn named(name: &str) -> Option<PolicyFactory> {
+        crate::policy::by_name(name)?;
+        let name = name.to_string();
+        Some(PolicyFactory(Arc::new(move || {
+            crate::policy::by_name(&name).expect("checked")
+        })))
+    }
+}
+
+impl std::ops::Deref for PolicyFactory {
+    type Target = dyn Fn() -> Box<dyn Policy> + Send + Sync;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for PolicyFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PolicyFactory({})", (self.0)().name())
+    }
 }
 
 /// Save records per slot on the CPU device unless configured.
@@ -173,8 +206,50 @@ impl RuntimeBuilder {
         self.profile = on;
         self
     }
+
+    /// Speculate: the first `launches` launches of each kernel (its
+    /// warm-up) run in the interpreter with profiling, and the kernel is
+    /// then compiled with the speculations the profile supports (see
+    /// [`offload_jit::spec`]) — untaken branches, one or two receiver
+    /// classes at virtual calls, values never seen null. 0 (the default)
+    /// compiles at the first launch without speculation: a warm-up in the
+    /// interpreter pays off only for kernels launched many times.
+    pub fn speculate(mut self, launches: u32) -> Self {
+        self.warmup = launches;
+        self
+    }
+
+    /// How speculative compilation is (minimum profile counts, receiver
+    /// classes inlined per call).
+    pub fn spec_config(mut self, cfg: offload_jit::SpecConfig) -> Self {
+        self.spec_cfg = cfg;
+        self
+    }
+
+    /// The recompilation policy applied after every launch, by name (see
+    /// [`crate::policy::NAMES`]; the default is `never`, Sumatra's
+    /// behaviour). An unknown name makes [`RuntimeBuilder::build`] fail.
+    pub fn policy(mut self, name: &str) -> Self {
+        self.recompile_policy = PolicyFactory::named(name).ok_or_else(|| name.to_string());
+        self
+    }
+
+    /// A recompilation policy of your own: `make` is called once per kernel.
+    pub fn policy_with(
+        mut self,
+        make: impl Fn() -> Box<dyn Policy> + Send + Sync + 'static,
+    ) -> Self {
+        self.recompile_policy = Ok(PolicyFactory(Arc::new(make)));
+        self
+    }
     /// Make the runtime.
     pub fn build(self) -> Result<Runtime, OffloadError> {
+        let policy_factory = self.recompile_policy.map_err(|bad| {
+            OffloadError::Setup(format!(
+                "unknown recompilation policy `{bad}` (available: {})",
+                crate::policy::NAMES.join(", ")
+            ))
+        })?;
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -227,6 +302,10 @@ impl RuntimeBuilder {
                 compile: self.compile,
                 deopt_records: self.deopt_records,
                 fail_refills: self.fail_refills,
+                warmup: self.warmup,
+                spec_cfg: self.spec_cfg,
+                policy_factory,
+                kernels: dashmap::DashMap::new(),
                 compiled: dashmap::DashMap::new(),
                 next_class: Mutex::new(0),
                 next_module: AtomicU64::new(0),
@@ -253,6 +332,11 @@ pub(crate) struct Inner {
     pub(crate) compile: offload_jit::cpu::CompileOptions,
     pub(crate) deopt_records: usize,
     pub(crate) fail_refills: Option<(u64, u64)>,
+    pub(crate) warmup: u32,
+    pub(crate) spec_cfg: offload_jit::SpecConfig,
+    pub(crate) policy_factory: PolicyFactory,
+    /// The adaptive state of every kernel launched, by (module id, kernel).
+    pub(crate) kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
     /// Compiled kernel versions by (module id, kernel, version), or why the
     /// kernel could not be compiled.
     #[allow(clippy::type_complexity)]
@@ -468,6 +552,9 @@ impl Runtime {
             compile: offload_jit::cpu::CompileOptions::default(),
             deopt_records: DEFAULT_DEOPT_RECORDS,
             fail_refills: None,
+            warmup: 0,
+            spec_cfg: offload_jit::SpecConfig::default(),
+            recompile_policy: PolicyFactory::named("never").ok_or_else(|| "never".to_string()),
         }
     }
 
@@ -537,9 +624,17 @@ impl Runtime {
     }
 
     /// The allocator of one launch with `workers` workers (with the refill
-    /// fault injection, if configured).
-    pub(crate) fn allocator(&self, workers: usize) -> offload_tlab::Allocator<'_> {
-        let a = offload_tlab::Allocator::new(&self.inner.heap, self.inner.policy, workers);
+    /// fault injection, if configured, and the kernel's TLAB size, if a
+    /// policy changed it).
+    pub(crate) fn allocator(
+        &self,
+        workers: usize,
+        tlab_bytes: Option<u32>,
+    ) -> offload_tlab::Allocator<'_> {
+        let mut a = offload_tlab::Allocator::new(&self.inner.heap, self.inner.policy, workers);
+        if let Some(t) = tlab_bytes {
+            a = a.with_tlab_bytes(t);
+        }
         match self.inner.fail_refills {
             Some((first, every)) => a.with_refill_fault(first, every),
             None => a,
@@ -706,6 +801,35 @@ impl Runtime {
             ));
         }
         crate::launch::launch(self, range, closure)
+    }
+
+    /// The adaptive state of `closure`'s kernel (created on first use).
+    pub(crate) fn kernel_state(&self, closure: &Closure) -> Arc<Mutex<KernelState>> {
+        self.inner
+            .kernels
+            .entry((closure.module.id, closure.kernel))
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(KernelState::new(
+                    self,
+                    closure.module.prog.clone(),
+                    closure.kernel,
+                )))
+            })
+            .clone()
+    }
+
+    /// What the runtime knows about `closure`'s kernel: its version and
+    /// speculations, its deopt counters per (version, site, reason), where
+    /// it runs now, and its policy's decisions. `None` before its first
+    /// launch.
+    pub fn kernel_info(&self, closure: &Closure) -> Option<KernelInfo> {
+        let st = self
+            .inner
+            .kernels
+            .get(&(closure.module.id, closure.kernel))?
+            .clone();
+        let st = st.lock().unwrap_or_else(|e| e.into_inner());
+        Some(st.info(self))
     }
 
     /// Walk and verify the whole heap (between launches): every object has a

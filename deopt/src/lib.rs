@@ -47,6 +47,9 @@ mod never_ran;
 mod save_area;
 
 pub use counters::{DeoptCounters, KernelVersion};
-pub use metadata::{DeoptMetadata, Reason, SaveLayout, SiteFrame, SiteMap, SlotLoc};
+pub use metadata::{
+    Assumption, DeoptMetadata, Reason, SaveLayout, SiteFrame, SiteMap, SlotLoc, SpecRecord,
+    Speculation,
+};
 pub use never_ran::NeverRan;
 pub use save_area::{DeoptError, Record, SaveArea};

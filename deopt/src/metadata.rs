@@ -2,7 +2,7 @@
 
 use offload_ir::analysis::{DeoptSite, FrameState, FuncAnalysis, Value};
 use offload_ir::isa::hz;
-use offload_ir::{Bci, ExceptionKind, FuncId, SiteId, Type};
+use offload_ir::{Bci, ClassId, ExceptionKind, FuncId, SiteId, Type};
 
 /// Why a workitem deoptimized.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,7 +92,8 @@ impl Reason {
     }
 
     /// The reasons a site with these hazards (and a poll, if `poll`) can
-    /// deoptimize for. Speculation adds `Unreached` and `TypeGuard` sites later.
+    /// deoptimize for. A speculation adds its own reason (`Unreached`,
+    /// `TypeGuard`) to the site it guards ([`DeoptMetadata::speculate`]).
     pub fn for_site(hazards: offload_ir::Hazards, poll: bool) -> Vec<Reason> {
         let mut out = Vec::new();
         for (bit, r) in [
@@ -116,6 +117,83 @@ impl Reason {
         }
         out
     }
+}
+
+/// What a compiled version assumed at one instruction, from the
+/// interpreter's profile.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Assumption {
+    /// The conditional branch always went one way (`taken`: it jumped; else
+    /// it fell through); the other way is compiled as a deopt
+    /// ([`Reason::Unreached`]).
+    Branch {
+        /// The direction the profile saw.
+        taken: bool,
+    },
+    /// The virtual call's receiver is of one of these classes (module class
+    /// ids); each is guarded and its implementation inlined, any other class
+    /// deopts ([`Reason::TypeGuard`]).
+    Receivers(Vec<ClassId>),
+    /// The reference this instruction dereferences is never null: the check
+    /// is a guard that deopts as a failed speculation
+    /// ([`Reason::TypeGuard`]) instead of a null check.
+    NonNull,
+}
+
+impl Assumption {
+    /// The reason a failure of this assumption deopts with.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Assumption::Branch { .. } => Reason::Unreached,
+            Assumption::Receivers(_) | Assumption::NonNull => Reason::TypeGuard,
+        }
+    }
+
+    /// Short name of the kind, for reports: `branch`, `receivers`, `nonnull`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Assumption::Branch { .. } => "branch",
+            Assumption::Receivers(_) => "receivers",
+            Assumption::NonNull => "nonnull",
+        }
+    }
+}
+
+/// One speculation: an assumption about instruction `bci` of function
+/// `func` (the kernel, or a function inlined into it — one speculation then
+/// guards every inlined copy).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Speculation {
+    /// The function.
+    pub func: FuncId,
+    /// The instruction.
+    pub bci: Bci,
+    /// What was assumed.
+    pub assumed: Assumption,
+}
+
+impl std::fmt::Display for Speculation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "f{}@{}: ", self.func.0, self.bci)?;
+        match &self.assumed {
+            Assumption::Branch { taken: true } => write!(f, "branch always taken"),
+            Assumption::Branch { taken: false } => write!(f, "branch never taken"),
+            Assumption::Receivers(cs) => {
+                let ids: Vec<String> = cs.iter().map(|c| c.0.to_string()).collect();
+                write!(f, "receiver class in {{{}}}", ids.join(", "))
+            }
+            Assumption::NonNull => write!(f, "never null"),
+        }
+    }
+}
+
+/// A speculation compiled into a version, with the site that guards it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecRecord {
+    /// The site whose exit the failed guard takes.
+    pub site: SiteId,
+    /// The speculation.
+    pub spec: Speculation,
 }
 
 /// Where one frame-state value sits in the save record.
@@ -217,6 +295,9 @@ pub struct DeoptMetadata {
     pub sites: Vec<SiteMap>,
     /// The record layout.
     pub layout: SaveLayout,
+    /// The speculations compiled into this version, in the order the code
+    /// generator met them.
+    pub speculations: Vec<SpecRecord>,
 }
 
 impl DeoptMetadata {
@@ -254,7 +335,34 @@ impl DeoptMetadata {
                 record_words: SaveLayout::HEADER_WORDS + a.max_frame as u32,
             },
             sites,
+            speculations: Vec::new(),
         }
+    }
+
+    /// Record that the guard of `spec` exits through `site`, adding the
+    /// speculation's reason to the site's reasons.
+    pub fn speculate(&mut self, site: SiteId, spec: Speculation) {
+        let reason = spec.assumed.reason();
+        let s = &mut self.sites[site.index()];
+        if !s.reasons.contains(&reason) {
+            s.reasons.push(reason);
+        }
+        let rec = SpecRecord { site, spec };
+        if !self.speculations.contains(&rec) {
+            self.speculations.push(rec);
+        }
+    }
+
+    /// The speculations a deopt at `site` for `reason` can come from.
+    pub fn speculations_at(
+        &self,
+        site: SiteId,
+        reason: Reason,
+    ) -> impl Iterator<Item = &Speculation> + '_ {
+        self.speculations
+            .iter()
+            .filter(move |r| r.site == site && r.spec.assumed.reason() == reason)
+            .map(|r| &r.spec)
     }
 
     /// Add a site in inlined code: `outer` lists the frames stopped at their

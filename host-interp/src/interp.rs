@@ -359,10 +359,19 @@ impl<'a> Interpreter<'a> {
                 func: func.name.clone(),
                 bci,
             })?;
-        let site = a.site_at(bci).ok_or_else(|| ResumeError::NotASite {
-            func: func.name.clone(),
-            bci,
-        })?;
+        // A potential site of the analysis, or an instruction a compiled
+        // version speculated on (a branch), whose frame is its entry state.
+        let site = match a.site_at(bci) {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(
+                offload_ir::analysis::site_or_frame(v, func_id, a, bci).ok_or_else(|| {
+                    ResumeError::NotASite {
+                        func: func.name.clone(),
+                        bci,
+                    }
+                })?,
+            ),
+        };
         if site.frame.len() != values.len() {
             return Err(ResumeError::WrongValueCount {
                 func: func.name.clone(),

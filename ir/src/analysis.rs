@@ -199,6 +199,31 @@ impl FuncAnalysis {
     }
 }
 
+/// The deopt site at `bci` of `func`, or — for an instruction that is not a
+/// potential site, such as a branch the compiler speculates on — a site made
+/// for it with the frame state at its entry (no hazards, no poll, and an id
+/// of `u32::MAX`: the caller numbers it). `None` when `bci` is unreachable.
+pub fn site_or_frame(v: &Verified, func: FuncId, a: &FuncAnalysis, bci: Bci) -> Option<DeoptSite> {
+    if let Some(s) = a.site_at(bci) {
+        return Some(s.clone());
+    }
+    let frame = v.types(func).frames.get(bci as usize)?.as_ref()?;
+    let locals = a.live_in[bci as usize]
+        .ones()
+        .filter_map(|l| frame.locals[l].map(|t| (LocalId::new(l), t)))
+        .collect();
+    Some(DeoptSite {
+        id: SiteId(u32::MAX),
+        bci,
+        poll: false,
+        hazards: Hazards::default(),
+        frame: FrameState {
+            locals,
+            stack: frame.stack.clone(),
+        },
+    })
+}
+
 /// Analyse function `func` of a verified module.
 pub fn analyze(v: &Verified, func: FuncId) -> FuncAnalysis {
     let f = v.func(func);

@@ -41,6 +41,7 @@
 use crate::JitError;
 use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
 use crate::plan::{self, Inliner, TypeTest};
+use crate::spec::Speculations;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{
@@ -50,7 +51,7 @@ use cranelift_codegen::ir::{
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId as ClFuncId, Linkage, Module};
-use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
+use offload_deopt::{Assumption, DeoptMetadata, Reason, SaveLayout, Speculation};
 use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
 use offload_ir::isa::hz;
@@ -170,6 +171,7 @@ pub(crate) fn compile(
     version: u32,
     name: &str,
     opts: CompileOptions,
+    spec: &Speculations,
 ) -> Result<(ClFuncId, DeoptMetadata), JitError> {
     let v = prog.verified();
     let analysis = prog
@@ -204,6 +206,7 @@ pub(crate) fn compile(
             env: Env::default(),
             math: HashMap::new(),
             opts,
+            spec,
         };
         for (name, &fid) in &imports.funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
@@ -302,6 +305,7 @@ struct Lower<'a, 'f> {
     env: Env,
     math: HashMap<&'static str, FuncRef>,
     opts: CompileOptions,
+    spec: &'a Speculations,
 }
 
 fn trusted() -> MemFlagsData {
@@ -699,6 +703,7 @@ impl Lower<'_, '_> {
             .map(|o| (o.frame.func, o.frame.analysis, o.call_bci))
             .collect();
         self.inliner.site(
+            self.prog,
             &mut self.meta,
             &outer,
             self.cur.func,
@@ -773,7 +778,19 @@ impl Lower<'_, '_> {
     /// other class deopts and the interpreter makes the call.
     fn call_virtual(&mut self, bci: Bci, method: FuncId) -> Result<(), JitError> {
         let m = self.v.func(method);
-        let targets = plan::virtual_targets(self.prog, method, bci)?;
+        let (targets, miss) = match self.spec.receivers(self.cur.func, bci) {
+            Some(classes) => {
+                self.speculate(bci, Assumption::Receivers(classes.to_vec()));
+                (
+                    plan::speculated_targets(self.prog, method, classes),
+                    Reason::TypeGuard,
+                )
+            }
+            None => (
+                plan::virtual_targets(self.prog, method, bci)?,
+                Reason::Throw,
+            ),
+        };
         let nargs = m.param_count as usize;
         let d0 = self.cur.depth;
         let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
@@ -801,9 +818,10 @@ impl Lower<'_, '_> {
             self.b.ins().jump(join, &args);
             self.b.switch_to_block(next);
         }
-        // A class no implementation was compiled for: the interpreter calls.
+        // A class no implementation was compiled for (or, speculating, one
+        // the profile never saw): the interpreter calls.
         self.cur.depth = d0;
-        self.deopt_here(bci, Reason::Throw);
+        self.deopt_here(bci, miss);
         self.b.switch_to_block(join);
         self.cur.depth = d0 - nargs;
         if let Some(t) = m.ret {
@@ -811,6 +829,32 @@ impl Lower<'_, '_> {
             self.push(t.kind(), r);
         }
         Ok(())
+    }
+
+    /// A conditional branch the profile saw go one way only (`taken`): that
+    /// way is compiled, the other is a deopt exit (`Unreached`) with the
+    /// frame at the branch's entry (the condition `x` still on the stack),
+    /// where the interpreter re-executes the branch.
+    fn speculated_branch(&mut self, inst: Inst, bci: Bci, target: Bci, x: Value, taken: bool) {
+        self.speculate(bci, Assumption::Branch { taken });
+        let kept = if taken {
+            self.edge(bci, target)
+        } else {
+            self.cur.blocks[&(bci + 1)]
+        };
+        let out = self.b.create_block();
+        // brif jumps on non-zero; `jumps` is whether non-zero means taken.
+        let jumps = matches!(inst, Inst::BrIf { .. } | Inst::BrNonNull { .. });
+        let (nonzero, zero) = if jumps == taken {
+            (kept, out)
+        } else {
+            (out, kept)
+        };
+        self.b.ins().brif(x, nonzero, &[], zero, &[]);
+        self.b.switch_to_block(out);
+        self.cur.depth += 1;
+        self.deopt_here(bci, Reason::Unreached);
+        self.cur.depth -= 1;
     }
 
     /// Branch to a deopt exit if `cond` is non-zero; continue otherwise.
@@ -823,9 +867,35 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(cont);
     }
 
+    /// Deopt if `r` is null: a null check, or where the profile never saw
+    /// null here, a guard of that speculation.
     fn null_check(&mut self, r: Value, bci: Bci) {
+        let reason = self.null_reason(bci);
         let is_null = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
-        self.deopt_if(is_null, bci, Reason::NullCheck);
+        self.deopt_if(is_null, bci, reason);
+    }
+
+    /// Record the speculation `assumed` at `bci` of the current function,
+    /// guarded by that instruction's site (in this inlining chain).
+    fn speculate(&mut self, bci: Bci, assumed: Assumption) {
+        let id = self.site_id(bci);
+        let spec = Speculation {
+            func: self.cur.func,
+            bci,
+            assumed,
+        };
+        self.meta.speculate(id, spec);
+    }
+
+    /// The reason a null at `bci` deopts with (recording the non-null
+    /// speculation if there is one).
+    fn null_reason(&mut self, bci: Bci) -> Reason {
+        if self.spec.non_null(self.cur.func, bci) {
+            self.speculate(bci, Assumption::NonNull);
+            Reason::TypeGuard
+        } else {
+            Reason::NullCheck
+        }
     }
 
     /// Address of the object `r` (non-null, checked by the caller).
@@ -1307,6 +1377,10 @@ impl Lower<'_, '_> {
                     Ref
                 };
                 let x = self.pop(k);
+                if let Some(taken) = self.spec.branch(self.cur.func, bci) {
+                    self.speculated_branch(inst, bci, target.0, x, taken);
+                    return Ok(true);
+                }
                 let dest = self.edge(bci, target.0);
                 let fall = self.cur.blocks[&(bci + 1)];
                 // brif jumps on non-zero.

@@ -25,6 +25,7 @@ pub mod ptxas;
 pub mod ptxlib;
 pub mod ptxsim;
 pub mod rt;
+pub mod spec;
 
 use cranelift_jit::{JITBuilder, JITModule};
 use offload_deopt::DeoptMetadata;
@@ -34,6 +35,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use ctx::{LaunchCtx, SlotFn};
+pub use spec::{SpecConfig, Speculations};
 
 /// Why a kernel was not compiled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -146,6 +148,20 @@ impl CpuJit {
         version: u32,
         opts: cpu::CompileOptions,
     ) -> Result<CompiledKernel, JitError> {
+        self.compile_speculative(prog, k, version, opts, &Speculations::none())
+    }
+
+    /// Compile with options and speculations (see [`spec`]): the version's
+    /// metadata records each speculation compiled in and the site whose
+    /// exit its failing guard takes.
+    pub fn compile_speculative(
+        &self,
+        prog: &Program,
+        k: FuncId,
+        version: u32,
+        opts: cpu::CompileOptions,
+        spec: &Speculations,
+    ) -> Result<CompiledKernel, JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
         // Optimize (`opt_level=speed`: GVN, LICM, egraph rewrites; the
@@ -168,7 +184,7 @@ impl CpuJit {
         builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
         let mut module = JITModule::new(builder);
         let name = format!("k{}_v{version}", k.0);
-        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts)?;
+        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts, spec)?;
         module
             .finalize_definitions()
             .map_err(|e| JitError::Codegen(e.to_string()))?;

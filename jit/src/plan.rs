@@ -65,17 +65,23 @@ impl Inliner {
 
     /// The id of the site at `bci` of `cur`, called through `outer` (each
     /// caller with its analysis and call bci, the kernel first): a kernel
-    /// site, or one made for this call chain on first use.
+    /// site, or one made for this call chain on first use. An instruction
+    /// that is not a potential site of the analysis (a branch speculated
+    /// on) gets a site with the frame state at its entry, numbered after
+    /// the analysis' sites.
     pub(crate) fn site(
         &mut self,
+        prog: &Program,
         meta: &mut DeoptMetadata,
         outer: &[(FuncId, &FuncAnalysis, Bci)],
         cur: FuncId,
         analysis: &FuncAnalysis,
         bci: Bci,
     ) -> SiteId {
-        if outer.is_empty() {
-            return meta.site_at(bci).expect("deopt exits are at sites").id;
+        if outer.is_empty()
+            && let Some(s) = meta.site_at(bci)
+        {
+            return s.id;
         }
         let chain: Vec<(FuncId, Bci)> = outer.iter().map(|&(f, _, b)| (f, b)).collect();
         let key = (chain, cur, bci);
@@ -86,8 +92,9 @@ impl Inliner {
             .iter()
             .map(|&(f, a, b)| (f, a.site_at(b).expect("calls are deopt sites")))
             .collect();
-        let own = analysis.site_at(bci).expect("deopt exits are at sites");
-        let id = meta.add_inlined(&callers, cur, own);
+        let own = offload_ir::analysis::site_or_frame(prog.verified(), cur, analysis, bci)
+            .expect("deopt exits are at reachable instructions");
+        let id = meta.add_inlined(&callers, cur, &own);
         self.sites.insert(key, id);
         id
     }
@@ -141,6 +148,33 @@ pub(crate) fn virtual_targets(
         }
     }
     Ok(targets)
+}
+
+/// The implementations a speculated `callvirt method` inlines: for each
+/// receiver class the profile saw (module class ids, most frequent first),
+/// the implementation it dispatches to, with the global class ids that
+/// select it. Any other receiver fails the guard.
+pub(crate) fn speculated_targets(
+    prog: &Program,
+    method: FuncId,
+    classes: &[ClassId],
+) -> Vec<(FuncId, Vec<u32>)> {
+    let v = prog.verified();
+    let mut targets: Vec<(FuncId, Vec<u32>)> = Vec::new();
+    for &c in classes {
+        let Some(imp) = prog
+            .dispatch(c, method)
+            .filter(|&f| !v.func(f).is_abstract())
+        else {
+            continue;
+        };
+        let id = prog.global_class(c);
+        match targets.iter_mut().find(|(f, _)| *f == imp) {
+            Some((_, ids)) => ids.push(id),
+            None => targets.push((imp, vec![id])),
+        }
+    }
+    targets
 }
 
 /// How `instanceof`/`checkcast ty` tests a (non-null) object's header tag.

@@ -50,7 +50,8 @@ use crate::JitError;
 use crate::cpu::CompileOptions;
 use crate::plan::{self, Inliner, TypeTest};
 use crate::ptxlib;
-use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
+use crate::spec::Speculations;
+use offload_deopt::{Assumption, DeoptMetadata, Reason, SaveLayout, Speculation};
 use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
 use offload_ir::{Bci, FuncId, Inst, Kind, SiteId, Verified};
@@ -167,6 +168,19 @@ pub fn compile(
     version: u32,
     opts: CompileOptions,
 ) -> Result<PtxKernel, JitError> {
+    compile_speculative(prog, k, version, opts, &Speculations::none())
+}
+
+/// Compile version `version` of kernel `k` to PTX with speculations (see
+/// [`crate::spec`]); the metadata records them exactly as the CPU
+/// backend's does.
+pub fn compile_speculative(
+    prog: &Program,
+    k: FuncId,
+    version: u32,
+    opts: CompileOptions,
+    spec: &Speculations,
+) -> Result<PtxKernel, JitError> {
     let t0 = Instant::now();
     let v = prog.verified();
     let analysis = prog
@@ -189,6 +203,7 @@ pub fn compile(
         inliner: Inliner::default(),
         opts,
         math: BTreeSet::new(),
+        spec,
     };
     lw.build()?;
     let mut text = String::new();
@@ -325,6 +340,7 @@ struct Lower<'a> {
     opts: CompileOptions,
     /// Math-library routines the kernel calls.
     math: BTreeSet<&'static str>,
+    spec: &'a Speculations,
 }
 
 // Named registers of the slot loop.
@@ -718,6 +734,7 @@ impl Lower<'_> {
             .map(|o| (o.frame.func, o.frame.analysis, o.call_bci))
             .collect();
         self.inliner.site(
+            self.prog,
             &mut self.meta,
             &outer,
             self.cur.func,
@@ -734,6 +751,31 @@ impl Lower<'_> {
                 self.cur.blocks.insert(blk.start, l);
             }
         }
+    }
+
+    /// A conditional branch the profile saw go one way only (`taken`): that
+    /// way is compiled, the other is a deopt exit (`Unreached`) with the
+    /// frame at the branch's entry (the condition `x` still on the stack).
+    fn speculated_branch(&mut self, inst: Inst, bci: Bci, target: Bci, x: &str, taken: bool) {
+        self.speculate(bci, Assumption::Branch { taken });
+        let kept = if taken {
+            self.edge(bci, target)
+        } else {
+            self.cur.blocks[&(bci + 1)].clone()
+        };
+        // `p`: the branch would jump.
+        let p = self.t(Cls::Pred);
+        let cc = if matches!(inst, Inst::BrIf { .. } | Inst::BrNonNull { .. }) {
+            "ne"
+        } else {
+            "eq"
+        };
+        self.emit(format!("setp.{cc}.u32 {p}, {x}, 0;"));
+        let neg = if taken { "" } else { "!" };
+        self.emit(format!("@{neg}{p} bra {kept};"));
+        self.cur.depth += 1;
+        self.deopt_here(bci, Reason::Unreached);
+        self.cur.depth -= 1;
     }
 
     /// Branch to a deopt exit if predicate `p` holds.
@@ -787,10 +829,36 @@ impl Lower<'_> {
         self.push(k, &res);
     }
 
+    /// Deopt if `r` is null: a null check, or where the profile never saw
+    /// null here, a guard of that speculation.
     fn null_check(&mut self, r: &str, bci: Bci) {
+        let reason = self.null_reason(bci);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.eq.u32 {p}, {r}, 0;"));
-        self.deopt_if(&p, bci, Reason::NullCheck);
+        self.deopt_if(&p, bci, reason);
+    }
+
+    /// Record the speculation `assumed` at `bci` of the current function,
+    /// guarded by that instruction's site (in this inlining chain).
+    fn speculate(&mut self, bci: Bci, assumed: Assumption) {
+        let id = self.site_id(bci);
+        let spec = Speculation {
+            func: self.cur.func,
+            bci,
+            assumed,
+        };
+        self.meta.speculate(id, spec);
+    }
+
+    /// The reason a null at `bci` deopts with (recording the non-null
+    /// speculation if there is one).
+    fn null_reason(&mut self, bci: Bci) -> Reason {
+        if self.spec.non_null(self.cur.func, bci) {
+            self.speculate(bci, Assumption::NonNull);
+            Reason::TypeGuard
+        } else {
+            Reason::NullCheck
+        }
     }
 
     fn obj_addr(&mut self, r: &str) -> String {
@@ -1129,7 +1197,19 @@ impl Lower<'_> {
 
     fn call_virtual(&mut self, bci: Bci, method: FuncId) -> Result<(), JitError> {
         let m = self.v.func(method);
-        let targets = plan::virtual_targets(self.prog, method, bci)?;
+        let (targets, miss) = match self.spec.receivers(self.cur.func, bci) {
+            Some(classes) => {
+                self.speculate(bci, Assumption::Receivers(classes.to_vec()));
+                (
+                    plan::speculated_targets(self.prog, method, classes),
+                    Reason::TypeGuard,
+                )
+            }
+            None => (
+                plan::virtual_targets(self.prog, method, bci)?,
+                Reason::Throw,
+            ),
+        };
         let nargs = m.param_count as usize;
         let d0 = self.cur.depth;
         let recv = self.stack_var(d0 - nargs, Kind::Ref);
@@ -1159,7 +1239,7 @@ impl Lower<'_> {
             self.label(&next);
         }
         self.cur.depth = d0;
-        self.deopt_here(bci, Reason::Throw);
+        self.deopt_here(bci, miss);
         self.label(&join);
         self.cur.depth = d0 - nargs;
         if let (Some(r), Some(t)) = (result, m.ret) {
@@ -1561,6 +1641,10 @@ impl Lower<'_> {
                 } else {
                     self.pop(Ref)
                 };
+                if let Some(taken) = self.spec.branch(self.cur.func, bci) {
+                    self.speculated_branch(inst, bci, target.0, &x, taken);
+                    return Ok(true);
+                }
                 let dest = self.edge(bci, target.0);
                 let fall = self.cur.blocks[&(bci + 1)].clone();
                 let p = self.t(Cls::Pred);

@@ -2,7 +2,7 @@
 
 use crate::heap::{Heap, HeapError};
 use crate::layout::{Header, words};
-use crate::tlab::{AllocFailure, RefillFault, SharedTlab};
+use crate::tlab::{AllocFailure, Eden, RefillFault, SharedTlab};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How workitems allocate. One knob for experiments (DESIGN.md, "Allocation").
@@ -81,6 +81,8 @@ pub struct Allocator<'h> {
     slots: Box<[SharedTlab]>,
     group: usize,
     large_words: u32,
+    /// Words a refill carves (the heap's TLAB size unless overridden).
+    tlab_words: u32,
     direct: AtomicU64,
     exhausted: AtomicU64,
     grows_at_start: u64,
@@ -109,6 +111,7 @@ impl<'h> Allocator<'h> {
             slots: (0..nslots).map(|_| SharedTlab::new()).collect(),
             group,
             large_words: (heap.config().tlab_bytes / 8 / 4).max(1),
+            tlab_words: heap.config().tlab_bytes / 8,
             direct: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
             grows_at_start: heap.grow_count(),
@@ -122,6 +125,21 @@ impl<'h> Allocator<'h> {
     pub fn with_refill_fault(mut self, first: u64, every: u64) -> Self {
         self.fault = Some(RefillFault::new(first, every));
         self
+    }
+
+    /// Refill TLABs with `bytes` (rounded down to words, at least 8 words)
+    /// instead of the heap's configured TLAB size — what a recompilation
+    /// policy changes for one kernel's launches. Objects above a quarter of
+    /// it are allocated straight from eden, as with the heap's size.
+    pub fn with_tlab_bytes(mut self, bytes: u32) -> Self {
+        self.tlab_words = (bytes / 8).max(8);
+        self.large_words = (self.tlab_words / 4).max(1);
+        self
+    }
+
+    /// The words a TLAB refill carves.
+    pub fn tlab_words(&self) -> u32 {
+        self.tlab_words
     }
 
     /// The shared TLAB `worker` allocates from, if the policy has TLABs
@@ -159,11 +177,15 @@ impl<'h> Allocator<'h> {
     ) -> Result<u32, AllocFailure> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let slot = self.tlab_for(worker).ok_or(AllocFailure::Exhausted)?;
+        let eden = SizedEden {
+            heap: self.heap,
+            words: self.tlab_words,
+        };
         let at = slot.finish(
             g,
             old,
             words(bytes) as u32,
-            self.heap,
+            &eden,
             self.waits(),
             self.fault.as_ref(),
         );
@@ -196,7 +218,11 @@ impl<'h> Allocator<'h> {
         let w = words(bytes);
         let at = match self.tlab_for(worker) {
             Some(slot) if w <= u64::from(self.large_words) => {
-                slot.allocate_with(w as u32, self.heap, self.waits(), self.fault.as_ref())
+                let eden = SizedEden {
+                    heap: self.heap,
+                    words: self.tlab_words,
+                };
+                slot.allocate_with(w as u32, &eden, self.waits(), self.fault.as_ref())
             }
             _ => {
                 self.direct.fetch_add(1, Ordering::Relaxed);
@@ -252,5 +278,22 @@ impl Drop for Allocator<'_> {
         for s in self.slots.iter() {
             s.retire(self.heap);
         }
+    }
+}
+
+/// The heap's eden as an allocator's TLABs see it: refills carve the
+/// allocator's TLAB size.
+struct SizedEden<'h> {
+    heap: &'h Heap,
+    words: u32,
+}
+
+impl Eden for SizedEden<'_> {
+    fn carve(&self, min_words: u32) -> Option<(u32, u32)> {
+        self.heap.carve_region(min_words, self.words.max(min_words))
+    }
+
+    fn fill(&self, start: u32, end: u32) {
+        Eden::fill(self.heap, start, end);
     }
 }

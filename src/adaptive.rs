@@ -1,0 +1,433 @@
+//! Per-kernel adaptive state: the warm-up that profiles a kernel in the
+//! interpreter, the compiled version and its speculations, the deopt
+//! counters per (version, site, reason), and the recompilation policy that
+//! runs after every launch (DESIGN.md, "Speculation and recompilation").
+//!
+//! A launch asks its kernel's state for a [`Plan`] (where to run, which
+//! version, which TLAB and chunk sizes), runs it, and hands the report back
+//! to [`KernelState::after`], which counts the deopts, asks the policy, and
+//! applies the decision to the next launch:
+//!
+//! - `Recompile` drops the speculations the failing sites guard (found in
+//!   the version's metadata) and makes the next version from the warm-up
+//!   profile without them; versions are compiled on first use;
+//! - `Resize` changes the kernel's TLAB and chunk sizes;
+//! - `StopOffloading` moves the kernel to the device below; `RetryLater`
+//!   moves it back after a number of launches.
+//!
+//! Every decision is kept in the kernel's log (with what applying it did)
+//! and emitted as a `tracing` event.
+
+use crate::launch::LaunchReport;
+use crate::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
+use crate::runtime::{Device, Runtime};
+use offload_deopt::{DeoptCounters, KernelVersion, Reason, Speculation};
+use offload_host_interp::{Profile, Program};
+use offload_ir::{Bci, FuncId, SiteId};
+use offload_jit::{SpecConfig, Speculations};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Launch outcomes a kernel keeps for its policy (the oldest are dropped).
+const HISTORY: usize = 4096;
+
+/// A compiled version of a kernel: its number and what it speculates on.
+#[derive(Debug)]
+pub(crate) struct Version {
+    pub(crate) number: u32,
+    pub(crate) spec: Speculations,
+}
+
+/// How the next launch of a kernel runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    /// The device to run on.
+    pub(crate) device: Device,
+    /// A warm-up launch: the interpreter, profiling.
+    pub(crate) warmup: bool,
+    /// The version to run where code is compiled.
+    pub(crate) version: Arc<Version>,
+    /// The kernel's TLAB size, if a policy changed it.
+    pub(crate) tlab_bytes: Option<u32>,
+    /// The kernel's chunk size, if a policy changed it.
+    pub(crate) chunk: Option<u64>,
+}
+
+/// One decision of a kernel's policy, as logged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logged {
+    /// The launch it followed (1-based, warm-up launches included).
+    pub launch: u64,
+    /// The version that ran (`None`: the interpreter ran it).
+    pub version: Option<u32>,
+    /// Where the launch ran.
+    pub device: Device,
+    /// The policy.
+    pub policy: &'static str,
+    /// Its decision and reason.
+    pub decided: Decided,
+    /// What applying it did.
+    pub applied: String,
+}
+
+impl std::fmt::Display for Logged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self
+            .version
+            .map_or("interp".to_string(), |v| format!("v{v}"));
+        write!(
+            f,
+            "launch {} ({v} on {}): {} decided {} — {}; {}",
+            self.launch,
+            self.device.name(),
+            self.policy,
+            decision_name(&self.decided.decision),
+            self.decided.why,
+            self.applied
+        )
+    }
+}
+
+/// A decision's short name for tables: `keep`, `recompile`, `resize`,
+/// `stop->interp`, `retry`.
+pub fn decision_name(d: &Decision) -> String {
+    match d {
+        Decision::Keep => "keep".into(),
+        Decision::Recompile { .. } => "recompile".into(),
+        Decision::Resize { .. } => "resize".into(),
+        Decision::StopOffloading { to } => format!("stop->{}", to.name()),
+        Decision::RetryLater { .. } => "retry".into(),
+    }
+}
+
+/// What a kernel's adaptive state says about it now.
+#[derive(Clone, Debug)]
+pub struct KernelInfo {
+    /// Launches so far, warm-up included.
+    pub launches: u64,
+    /// Warm-up launches still to run.
+    pub warmup_left: u32,
+    /// The current version.
+    pub version: u32,
+    /// Its speculations.
+    pub speculations: Vec<Speculation>,
+    /// Versions compiled after the first (recompiles).
+    pub recompiles: u32,
+    /// Where the next launch runs.
+    pub device: Device,
+    /// Deopts by (version, site, reason), over every launch.
+    pub deopts: BTreeMap<(u32, SiteId, Reason), u64>,
+    /// The policy's decisions, oldest first.
+    pub log: Vec<Logged>,
+}
+
+/// The adaptive state of one kernel of one module.
+pub(crate) struct KernelState {
+    kernel: FuncId,
+    prog: Arc<Program>,
+    policy: Box<dyn Policy>,
+    spec_cfg: SpecConfig,
+    launches: u64,
+    warmup_left: u32,
+    profile: Option<Profile>,
+    version: Arc<Version>,
+    /// Instructions whose speculation failed: never speculated on again.
+    excluded: BTreeSet<(FuncId, Bci)>,
+    /// A policy asked for no speculation at all.
+    no_speculation: bool,
+    recompiles: u32,
+    /// Where the policy moved the kernel (`None`: the runtime's device).
+    target: Option<Device>,
+    /// Launches until the kernel goes back to the runtime's device.
+    retry_in: Option<u32>,
+    tlab_bytes: Option<u32>,
+    chunk: Option<u64>,
+    history: Vec<LaunchOutcome>,
+    counters: DeoptCounters,
+    log: Vec<Logged>,
+}
+
+impl KernelState {
+    pub(crate) fn new(rt: &Runtime, prog: Arc<Program>, kernel: FuncId) -> KernelState {
+        let inner = &rt.inner;
+        KernelState {
+            kernel,
+            prog,
+            policy: (inner.policy_factory)(),
+            spec_cfg: inner.spec_cfg,
+            launches: 0,
+            warmup_left: if inner.device == Device::Interpreter {
+                0
+            } else {
+                inner.warmup
+            },
+            profile: None,
+            version: Arc::new(Version {
+                number: 0,
+                spec: Speculations::none(),
+            }),
+            excluded: BTreeSet::new(),
+            no_speculation: false,
+            recompiles: 0,
+            target: None,
+            retry_in: None,
+            tlab_bytes: None,
+            chunk: None,
+            history: Vec::new(),
+            counters: DeoptCounters::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// How the next launch runs.
+    pub(crate) fn plan(&self, rt: &Runtime) -> Plan {
+        let warmup = self.warmup_left > 0;
+        Plan {
+            device: if warmup {
+                Device::Interpreter
+            } else {
+                self.target.unwrap_or(rt.inner.device)
+            },
+            warmup,
+            version: self.version.clone(),
+            tlab_bytes: self.tlab_bytes,
+            chunk: self.chunk,
+        }
+    }
+
+    /// Account for a finished launch run by `plan` and apply the policy.
+    pub(crate) fn after(&mut self, rt: &Runtime, plan: &Plan, rep: &mut LaunchReport) {
+        self.launches += 1;
+        if plan.warmup {
+            self.warmed_up(rep);
+            return;
+        }
+        if let Some(v) = rep.version {
+            let kv = KernelVersion {
+                kernel: self.kernel,
+                version: v,
+            };
+            for (&(site, reason), &n) in &rep.site_deopts {
+                self.counters.add(kv, site, reason, n);
+            }
+        }
+        let offloaded = rep.device != Device::Interpreter;
+        let outcome = LaunchOutcome {
+            version: rep.version.unwrap_or(self.version.number),
+            workitems: rep.range.end.wrapping_sub(rep.range.start) as u64,
+            on_device: if offloaded { rep.on_device } else { 0 },
+            replayed: rep.replayed,
+            deopts: rep.site_deopts.clone(),
+            device_time: rep.timings.run,
+            replay_time: rep.timings.replay,
+        };
+        let tlab = self
+            .tlab_bytes
+            .map_or(rt.inner.heap.config().tlab_bytes, |t| t) as usize;
+        let decided = self.policy.decide(
+            &outcome,
+            &Context {
+                device: rep.device,
+                tlab_bytes: tlab,
+                history: &self.history,
+            },
+        );
+        if self.history.len() >= HISTORY {
+            self.history.remove(0);
+        }
+        self.history.push(outcome);
+        let applied = self.apply(rt, &decided.decision, rep);
+        let logged = Logged {
+            launch: self.launches,
+            version: rep.version,
+            device: rep.device,
+            policy: self.policy.name(),
+            decided,
+            applied,
+        };
+        tracing::info!(kernel = %rep.kernel, "{logged}");
+        rep.decision = Some(logged.clone());
+        self.log.push(logged);
+    }
+
+    /// A warm-up launch finished: keep its profile; after the last, make
+    /// the first speculative version.
+    fn warmed_up(&mut self, rep: &mut LaunchReport) {
+        if let Some(p) = &rep.profile {
+            match &mut self.profile {
+                Some(all) => all.merge(p),
+                None => self.profile = Some(p.clone()),
+            }
+        }
+        self.warmup_left = self.warmup_left.saturating_sub(1);
+        let applied = if self.warmup_left == 0 {
+            self.recompile();
+            format!(
+                "warm-up done: version {} with {} speculation(s)",
+                self.version.number,
+                self.version.spec.len()
+            )
+        } else {
+            format!("warm-up: {} launch(es) to go", self.warmup_left)
+        };
+        let logged = Logged {
+            launch: self.launches,
+            version: None,
+            device: rep.device,
+            policy: self.policy.name(),
+            decided: Decided {
+                decision: Decision::Keep,
+                why: "profiling in the interpreter".into(),
+            },
+            applied,
+        };
+        tracing::info!(kernel = %rep.kernel, "{logged}");
+        rep.decision = Some(logged.clone());
+        self.log.push(logged);
+    }
+
+    /// Make the next version from the profile, without the excluded
+    /// speculations.
+    fn recompile(&mut self) {
+        let spec = match &self.profile {
+            Some(p) if !self.no_speculation => {
+                Speculations::from_profile(&self.prog, p, self.spec_cfg, &self.excluded)
+            }
+            _ => Speculations::none(),
+        };
+        self.version = Arc::new(Version {
+            number: self.version.number + 1,
+            spec,
+        });
+    }
+
+    fn apply(&mut self, rt: &Runtime, d: &Decision, rep: &LaunchReport) -> String {
+        // A pending retry counts down on every launch off the device.
+        let mut back = String::new();
+        if let Some(n) = self.retry_in {
+            if n <= 1 {
+                self.retry_in = None;
+                self.target = None;
+                back = format!("; back to the {} device", rt.inner.device.name());
+            } else {
+                self.retry_in = Some(n - 1);
+            }
+        }
+        let what = match d {
+            Decision::Keep => "kept".to_string(),
+            Decision::Recompile { drop } => {
+                let before = self.version.number;
+                let had = self.version.spec.len();
+                match drop {
+                    None => {
+                        self.no_speculation = true;
+                        if had == 0 {
+                            "no speculation to drop: kept".to_string()
+                        } else {
+                            self.recompile();
+                            self.recompiles += 1;
+                            format!(
+                                "version {} → {} without speculation",
+                                before, self.version.number
+                            )
+                        }
+                    }
+                    Some(sites) => {
+                        let mut dropped: Vec<String> = Vec::new();
+                        for &(site, reason) in sites {
+                            for r in rep
+                                .speculations
+                                .iter()
+                                .filter(|r| r.site == site && r.spec.assumed.reason() == reason)
+                            {
+                                if self.excluded.insert((r.spec.func, r.spec.bci)) {
+                                    dropped.push(r.spec.to_string());
+                                }
+                            }
+                        }
+                        if dropped.is_empty() {
+                            "no speculation at those sites: kept".to_string()
+                        } else {
+                            self.recompile();
+                            self.recompiles += 1;
+                            format!(
+                                "version {} → {} without [{}] ({} speculation(s) left)",
+                                before,
+                                self.version.number,
+                                dropped.join("; "),
+                                self.version.spec.len()
+                            )
+                        }
+                    }
+                }
+            }
+            Decision::Resize { tlab_bytes, chunk } => {
+                if let Some(t) = tlab_bytes {
+                    let t = (*t).clamp(64, 64 << 20) as u32 & !7;
+                    self.tlab_bytes = Some(t);
+                }
+                if let Some(c) = chunk {
+                    self.chunk = Some((*c).max(1));
+                }
+                format!(
+                    "TLAB {} bytes, chunk {}",
+                    self.tlab_bytes
+                        .map_or(rt.inner.heap.config().tlab_bytes, |t| t),
+                    self.chunk.map_or("default".to_string(), |c| c.to_string())
+                )
+            }
+            Decision::StopOffloading { to } => {
+                self.target = Some(*to);
+                self.retry_in = None;
+                back.clear();
+                format!("next launches on the {} device", to.name())
+            }
+            Decision::RetryLater { after } => {
+                if *after == 0 {
+                    self.target = None;
+                    self.retry_in = None;
+                    back.clear();
+                    format!("back to the {} device", rt.inner.device.name())
+                } else {
+                    self.retry_in = Some(*after);
+                    format!("back to the device in {after} launch(es)")
+                }
+            }
+        };
+        what + &back
+    }
+
+    pub(crate) fn info(&self, rt: &Runtime) -> KernelInfo {
+        let mut deopts = BTreeMap::new();
+        for v in 0..=self.version.number {
+            let kv = KernelVersion {
+                kernel: self.kernel,
+                version: v,
+            };
+            for ((site, reason), n) in self.counters.by_site(kv) {
+                deopts.insert((v, site, reason), n);
+            }
+        }
+        KernelInfo {
+            launches: self.launches,
+            warmup_left: self.warmup_left,
+            version: self.version.number,
+            speculations: self.version.spec.iter().collect(),
+            recompiles: self.recompiles,
+            device: self.plan(rt).device,
+            deopts,
+            log: self.log.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for KernelState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelState")
+            .field("kernel", &self.kernel)
+            .field("policy", &self.policy.name())
+            .field("launches", &self.launches)
+            .field("version", &self.version.number)
+            .finish_non_exhaustive()
+    }
+}
