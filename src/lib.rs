@@ -16,6 +16,17 @@
 //! Forcing a device is [`RuntimeBuilder::device`]; strict mode
 //! ([`RuntimeBuilder::strict`]) turns every fallback into an error.
 //!
+//! Speculation and recompilation (DESIGN.md, "Speculation and
+//! recompilation"; [`adaptive`], [`policy`], [`experiment`]): speculation is
+//! opt-in ([`RuntimeBuilder::speculate`]) because its warm-up runs the first
+//! launches in the interpreter, which only kernels launched many times win
+//! back; without it kernels compile at their first launch with no
+//! speculation, as before. The default policy is `never` (Sumatra's), so a
+//! runtime acts on deopts only when asked to
+//! ([`RuntimeBuilder::policy`]). A launch that ran in the interpreter —
+//! warm-up, a policy's decision, or a fallback — reports
+//! [`Device::Interpreter`] as its device.
+//!
 //! ```
 //! use offload::{Runtime, par_offload};
 //!

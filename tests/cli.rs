@@ -177,3 +177,76 @@ fn bench_prints_json_lines_with_ratios() {
         );
     }
 }
+
+#[test]
+fn experiment_all_writes_a_table_csv_and_svg() {
+    let dir = std::env::temp_dir().join(format!("offload-exp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("exp.csv");
+    let svg = dir.join("exp.svg");
+    let (code, out, err) = offload(&[
+        "experiment",
+        "--all",
+        "--launches",
+        "4",
+        "--items",
+        "512",
+        "--workers",
+        "2",
+        "--check",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    // A table row per (workload, policy), each checked against the
+    // interpreter.
+    for w in offload::experiment::WORKLOADS {
+        for p in offload::policy::NAMES {
+            let row = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{w:<16} {p:<11}")))
+                .unwrap_or_else(|| panic!("no row for {w} / {p} in\n{out}"));
+            assert!(row.trim_end().ends_with("yes"), "{row}");
+        }
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "workload,policy,launch,device,version,time_ms,cumulative_ms,on_device,replayed,deopts,decision"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 6 * 4 * 4);
+    assert!(rows.iter().all(|r| r.split(',').count() == 11), "{text}");
+    // The warm-up launch ran in the interpreter, the next on a compiled
+    // version.
+    assert!(
+        rows[0].starts_with("stable,never,0,interp,interp,"),
+        "{}",
+        rows[0]
+    );
+    assert!(rows[1].starts_with("stable,never,1,cpu,1,"), "{}", rows[1]);
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg"), "{}", &plot[..plot.len().min(200)]);
+    for label in ["phase-change: cumulative time", "trap-limit", "cost-model"] {
+        assert!(plot.contains(label), "{label} missing from the SVG");
+    }
+}
+
+#[test]
+fn experiment_rejects_unknown_workloads_and_policies() {
+    let (code, _, err) = offload(&["experiment", "--workload", "nope"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("unknown workload `nope`") && err.contains("phase-change"),
+        "{err}"
+    );
+    let (code, _, err) = offload(&["experiment", "--workload", "stable", "--policy", "maybe"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("unknown policy `maybe`") && err.contains("trap-limit"),
+        "{err}"
+    );
+}

@@ -359,17 +359,27 @@ impl<'a> Interpreter<'a> {
                 func: func.name.clone(),
                 bci,
             })?;
-        // A potential site of the analysis, or an instruction a compiled
-        // version speculated on (a branch), whose frame is its entry state.
+        // A potential site of the analysis, or a conditional branch a
+        // compiled version speculated on, whose frame is its entry state.
+        let speculated_branch = matches!(
+            func.body.get(bci as usize),
+            Some(
+                Inst::BrIf { .. }
+                    | Inst::BrUnless { .. }
+                    | Inst::BrNull { .. }
+                    | Inst::BrNonNull { .. }
+            )
+        );
         let site = match a.site_at(bci) {
             Some(s) => std::borrow::Cow::Borrowed(s),
             None => std::borrow::Cow::Owned(
-                offload_ir::analysis::site_or_frame(v, func_id, a, bci).ok_or_else(|| {
-                    ResumeError::NotASite {
+                speculated_branch
+                    .then(|| offload_ir::analysis::site_or_frame(v, func_id, a, bci))
+                    .flatten()
+                    .ok_or_else(|| ResumeError::NotASite {
                         func: func.name.clone(),
                         bci,
-                    }
-                })?,
+                    })?,
             ),
         };
         if site.frame.len() != values.len() {

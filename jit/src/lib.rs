@@ -9,6 +9,10 @@
 //! backend comes next). The runtime (`offload`) owns the launch → replay
 //! loop.
 //!
+//! Both backends compile a version with the speculations of [`spec`]
+//! (chosen from the interpreter's profile) and record each one in the
+//! version's metadata with the site its guard exits through.
+//!
 //! [`CpuJit`] owns the Cranelift module (one per kernel version, since a
 //! `JITModule` frees its code only when dropped whole) behind a mutex: a
 //! `JITModule` is `Send` but not `Sync`, so compilation is serialized while
