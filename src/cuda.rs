@@ -325,11 +325,15 @@ fn run(
     };
     let grid = (slots as u32).div_ceil(BLOCK);
     let total = range.end.wrapping_sub(range.start) as u64;
-    let chunk = (total / (slots as u64 * 4)).clamp(1, 256) as i64;
+    let chunk = plan.chunk.map_or_else(
+        || (total / (slots as u64 * 4)).clamp(1, 256) as i64,
+        |c| c.min(1 << 20) as i64,
+    );
     let area = SaveArea::new(slots, meta.layout);
     let words = meta.layout.record_words as usize;
     let safepoints_before = inner.control.count();
-    let tlab_words = u64::from(heap.config().tlab_bytes / 8);
+    // The kernel's TLAB size, if its policy changed it.
+    let tlab_words = u64::from(plan.tlab_bytes.unwrap_or(heap.config().tlab_bytes) / 8);
     let tlabs_n = (slots as u64).div_ceil(TLAB_GROUP) as usize;
     let group = match inner.policy {
         offload_tlab::AllocPolicy::EdenCas => 0,
