@@ -778,19 +778,14 @@ impl Lower<'_, '_> {
     /// other class deopts and the interpreter makes the call.
     fn call_virtual(&mut self, bci: Bci, method: FuncId) -> Result<(), JitError> {
         let m = self.v.func(method);
-        let (targets, miss) = match self.spec.receivers(self.cur.func, bci) {
-            Some(classes) => {
-                self.speculate(bci, Assumption::Receivers(classes.to_vec()));
-                (
-                    plan::speculated_targets(self.prog, method, classes),
-                    Reason::TypeGuard,
-                )
-            }
-            None => (
-                plan::virtual_targets(self.prog, method, bci)?,
-                Reason::Throw,
-            ),
-        };
+        let plan::VirtualCall {
+            targets,
+            miss,
+            assumed,
+        } = plan::virtual_call(self.prog, self.spec, self.cur.func, method, bci)?;
+        if let Some(a) = assumed {
+            self.speculate(bci, a);
+        }
         let nargs = m.param_count as usize;
         let d0 = self.cur.depth;
         let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
@@ -890,12 +885,11 @@ impl Lower<'_, '_> {
     /// The reason a null at `bci` deopts with (recording the non-null
     /// speculation if there is one).
     fn null_reason(&mut self, bci: Bci) -> Reason {
-        if self.spec.non_null(self.cur.func, bci) {
-            self.speculate(bci, Assumption::NonNull);
-            Reason::TypeGuard
-        } else {
-            Reason::NullCheck
+        let (reason, assumed) = plan::null_check(self.spec, self.cur.func, bci);
+        if let Some(a) = assumed {
+            self.speculate(bci, a);
         }
+        reason
     }
 
     /// Address of the object `r` (non-null, checked by the caller).

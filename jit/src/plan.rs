@@ -13,7 +13,8 @@
 
 use crate::JitError;
 use crate::cpu::{CompileOptions, MAX_INLINE_DEPTH, MAX_INLINED_INSTS};
-use offload_deopt::DeoptMetadata;
+use crate::spec::Speculations;
+use offload_deopt::{Assumption, DeoptMetadata, Reason};
 use offload_host_interp::Program;
 use offload_ir::analysis::{DeoptSite, FuncAnalysis};
 use offload_ir::{Bci, ClassId, FuncId, SiteId, Type};
@@ -150,11 +151,61 @@ pub(crate) fn virtual_targets(
     Ok(targets)
 }
 
+/// What a backend compiles at a `callvirt`: the implementations to inline,
+/// each with the global class ids that select it; the reason any other
+/// receiver deopts with; and the speculation to record, if the call is
+/// guarded for the receiver classes the profile saw.
+pub(crate) struct VirtualCall {
+    pub(crate) targets: Vec<(FuncId, Vec<u32>)>,
+    pub(crate) miss: Reason,
+    pub(crate) assumed: Option<Assumption>,
+}
+
+/// The `callvirt method` at `bci` of `func`: guarded for the profiled
+/// receiver classes when `spec` speculates on them (others fail the guard,
+/// `TypeGuard`), else the class hierarchy's every implementation (a class
+/// none was compiled for deopts with `Throw` and the interpreter calls).
+pub(crate) fn virtual_call(
+    prog: &Program,
+    spec: &Speculations,
+    func: FuncId,
+    method: FuncId,
+    bci: Bci,
+) -> Result<VirtualCall, JitError> {
+    Ok(match spec.receivers(func, bci) {
+        Some(classes) => VirtualCall {
+            targets: speculated_targets(prog, method, classes),
+            miss: Reason::TypeGuard,
+            assumed: Some(Assumption::Receivers(classes.to_vec())),
+        },
+        None => VirtualCall {
+            targets: virtual_targets(prog, method, bci)?,
+            miss: Reason::Throw,
+            assumed: None,
+        },
+    })
+}
+
+/// What a null dereferenced at `bci` of `func` deopts with: a failed
+/// non-null speculation (`TypeGuard`, with the speculation to record) where
+/// `spec` assumes the value is never null, else a null check.
+pub(crate) fn null_check(
+    spec: &Speculations,
+    func: FuncId,
+    bci: Bci,
+) -> (Reason, Option<Assumption>) {
+    if spec.non_null(func, bci) {
+        (Reason::TypeGuard, Some(Assumption::NonNull))
+    } else {
+        (Reason::NullCheck, None)
+    }
+}
+
 /// The implementations a speculated `callvirt method` inlines: for each
 /// receiver class the profile saw (module class ids, most frequent first),
 /// the implementation it dispatches to, with the global class ids that
 /// select it. Any other receiver fails the guard.
-pub(crate) fn speculated_targets(
+fn speculated_targets(
     prog: &Program,
     method: FuncId,
     classes: &[ClassId],
