@@ -28,7 +28,9 @@ use offload_jit::{SpecConfig, Speculations};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Launch outcomes a kernel keeps for its policy (the oldest are dropped).
+/// Launch outcomes a kernel keeps for its policy, and decisions it keeps in
+/// its log (the oldest are dropped: memory stays bounded however many
+/// times a kernel is launched).
 const HISTORY: usize = 4096;
 
 /// A compiled version of a kernel: its number and what it speculates on.
@@ -117,7 +119,7 @@ pub struct KernelInfo {
     pub device: Device,
     /// Deopts by (version, site, reason), over every launch.
     pub deopts: BTreeMap<(u32, SiteId, Reason), u64>,
-    /// The policy's decisions, oldest first.
+    /// The policy's decisions, oldest first (the last 4096).
     pub log: Vec<Logged>,
 }
 
@@ -221,9 +223,7 @@ impl KernelState {
             device_time: rep.timings.run,
             replay_time: rep.timings.replay,
         };
-        let tlab = self
-            .tlab_bytes
-            .map_or(rt.inner.heap.config().tlab_bytes, |t| t) as usize;
+        let tlab = self.tlab_bytes.unwrap_or(rt.inner.heap.config().tlab_bytes) as usize;
         let decided = self.policy.decide(
             &outcome,
             &Context {
@@ -232,10 +232,7 @@ impl KernelState {
                 history: &self.history,
             },
         );
-        if self.history.len() >= HISTORY {
-            self.history.remove(0);
-        }
-        self.history.push(outcome);
+        keep_last(&mut self.history, outcome);
         let applied = self.apply(rt, &decided.decision, rep);
         let logged = Logged {
             launch: self.launches,
@@ -247,7 +244,7 @@ impl KernelState {
         };
         tracing::info!(kernel = %rep.kernel, "{logged}");
         rep.decision = Some(logged.clone());
-        self.log.push(logged);
+        keep_last(&mut self.log, logged);
     }
 
     /// A warm-up launch finished: keep its profile; after the last, make
@@ -283,7 +280,7 @@ impl KernelState {
         };
         tracing::info!(kernel = %rep.kernel, "{logged}");
         rep.decision = Some(logged.clone());
-        self.log.push(logged);
+        keep_last(&mut self.log, logged);
     }
 
     /// Make the next version from the profile, without the excluded
@@ -371,8 +368,7 @@ impl KernelState {
                 }
                 format!(
                     "TLAB {} bytes, chunk {}",
-                    self.tlab_bytes
-                        .map_or(rt.inner.heap.config().tlab_bytes, |t| t),
+                    self.tlab_bytes.unwrap_or(rt.inner.heap.config().tlab_bytes),
                     self.chunk.map_or("default".to_string(), |c| c.to_string())
                 )
             }
@@ -421,6 +417,14 @@ impl KernelState {
     }
 }
 
+/// Append `x`, dropping the oldest entry once there are [`HISTORY`].
+fn keep_last<T>(v: &mut Vec<T>, x: T) {
+    if v.len() >= HISTORY {
+        v.remove(0);
+    }
+    v.push(x);
+}
+
 impl std::fmt::Debug for KernelState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelState")
@@ -429,5 +433,21 @@ impl std::fmt::Debug for KernelState {
             .field("launches", &self.launches)
             .field("version", &self.version.number)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_and_log_keep_only_the_newest_entries() {
+        let mut v = Vec::new();
+        for i in 0..HISTORY + 10 {
+            keep_last(&mut v, i);
+        }
+        assert_eq!(v.len(), HISTORY);
+        assert_eq!(v.first(), Some(&10));
+        assert_eq!(v.last(), Some(&(HISTORY + 9)));
     }
 }
