@@ -79,6 +79,10 @@ struct SlotOut {
     thrown: Thrown,
     replay_time: Duration,
     error: Option<OffloadError>,
+    /// Workitems an interrupt stopped part-way.
+    abandoned: u64,
+    /// The slot saw the launch's interrupt and left.
+    cut: bool,
 }
 
 pub(crate) fn launch(
@@ -108,6 +112,7 @@ pub(crate) fn launch(
         .chunk
         .map_or_else(|| chunk_size(total, workers), |c| c.min(1 << 20) as i64);
     let safepoints_before = inner.control.count();
+    let epoch = inner.control.interrupt_epoch();
     let mut never = vec![0i64; 2 * workers];
     let mut completed = vec![0u64; workers];
     let cursor = AtomicI64::new(range.start);
@@ -146,6 +151,10 @@ pub(crate) fn launch(
                 let mut interp: Option<Interpreter> = None;
                 let mut values = Vec::new();
                 loop {
+                    if inner.control.interrupted_since(epoch) {
+                        out.cut = true;
+                        return;
+                    }
                     out.entries += 1;
                     // SAFETY: `ctx` describes this launch of this kernel
                     // version: the heap outlives the launch and only grows;
@@ -166,9 +175,14 @@ pub(crate) fn launch(
                         (d, hi.saturating_sub(lo).max(0) as u64)
                     };
                     out.on_device += done;
-                    out.never_ran += rest;
-                    // Park here if a safepoint stopped the slot.
+                    // Park here if a safepoint stopped the slot; if it was an
+                    // interrupt, the unstarted rest stays unstarted and the
+                    // saved frames are dropped, not replayed.
                     inner.control.poll();
+                    out.cut |= inner.control.interrupted_since(epoch);
+                    if !out.cut {
+                        out.never_ran += rest;
+                    }
                     let tr = Instant::now();
                     for r in slot * per_slot..(slot + 1) * per_slot {
                         let header = match area.read_into(r, meta, &mut values) {
@@ -182,19 +196,29 @@ pub(crate) fn launch(
                         };
                         let _ = area.clear_one(r);
                         inner.control.poll();
+                        out.cut |= inner.control.interrupted_since(epoch);
+                        if out.cut {
+                            abandoned(&mut out, meta, header, &values);
+                            continue;
+                        }
                         let it = interp.get_or_insert_with(|| {
                             let mut it = Interpreter::new(prog, &inner.heap, alloc, slot);
-                            it.set_control(&inner.control);
+                            it.set_control(&inner.control, epoch);
                             it
                         });
                         let res = it.resume_values(meta, header.0, header.1, &values);
+                        if it.take_interrupted() {
+                            out.cut = true;
+                            abandoned(&mut out, meta, header, &values);
+                            continue;
+                        }
                         if let Err(e) = replayed(&mut out, meta, header, &values, res) {
                             out.error = Some(e);
                             return;
                         }
                     }
                     out.replay_time += tr.elapsed();
-                    if code == offload_jit::ctx::EXIT_DONE {
+                    if code == offload_jit::ctx::EXIT_DONE || out.cut {
                         return;
                     }
                 }
@@ -204,6 +228,7 @@ pub(crate) fn launch(
     let device_time = td.elapsed();
     let mut thrown = Thrown::default();
     let (mut on_device, mut replayed, mut never_ran, mut entries) = (0u64, 0u64, 0u64, 0u64);
+    let mut abandoned = 0u64;
     let mut deopts = BTreeMap::new();
     let mut site_deopts = BTreeMap::new();
     let mut table = Vec::new();
@@ -217,6 +242,7 @@ pub(crate) fn launch(
         replayed += o.replayed;
         never_ran += o.never_ran;
         entries += o.entries;
+        abandoned += o.abandoned;
         for (k, n) in o.deopts {
             *deopts.entry(k).or_insert(0) += n;
         }
@@ -252,7 +278,7 @@ pub(crate) fn launch(
         replayed,
         never_ran,
         launches: 1,
-        reentries: entries - workers as u64,
+        reentries: entries.saturating_sub(workers as u64),
         deopts,
         site_deopts,
         version: Some(ck.version),
@@ -260,8 +286,31 @@ pub(crate) fn launch(
         decision: None,
         fallback: None,
         deopt_table: table,
+        interrupted: abandoned > 0 || on_device + replayed + abandoned < total,
+        abandoned,
     };
     thrown.finish(report)
+}
+
+/// Account for one record an interrupt dropped.
+fn abandoned(
+    out: &mut SlotOut,
+    meta: &offload_deopt::DeoptMetadata,
+    (workitem, site, reason): (i64, offload_ir::SiteId, offload_deopt::Reason),
+    values: &[u64],
+) {
+    let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
+    *out.deopts.entry((bci, reason)).or_insert(0) += 1;
+    out.abandoned += 1;
+    if out.table.len() < LaunchReport::TABLE_ROWS {
+        out.table.push(DeoptRow {
+            workitem,
+            action: "interrupted",
+            bci,
+            reason,
+            values: values.to_vec(),
+        });
+    }
 }
 
 /// Account for one replayed record.

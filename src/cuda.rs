@@ -365,8 +365,10 @@ fn run(
         .control
         .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
     let _running = inner.control.enter();
+    let epoch = inner.control.interrupt_epoch();
 
     let (mut on_device, mut replayed, mut never_ran, mut launches) = (0u64, 0u64, 0u64, 0u64);
+    let (mut abandoned, mut cut) = (0u64, false);
     let mut deopts = BTreeMap::new();
     let mut site_deopts = BTreeMap::new();
     let mut table: Vec<DeoptRow> = Vec::new();
@@ -502,6 +504,26 @@ fn run(
             }
         }
         area.clear();
+        // An interrupt stopped the kernel: drop the saved frames instead of
+        // replaying them, and launch nothing more.
+        if inner.control.interrupted_since(epoch) {
+            for (h, vals) in records {
+                let bci = meta.site(h.1).map_or(u32::MAX, |s| s.bci);
+                *deopts.entry((bci, h.2)).or_insert(0) += 1;
+                abandoned += 1;
+                if table.len() < LaunchReport::TABLE_ROWS {
+                    table.push(DeoptRow {
+                        workitem: h.0,
+                        action: "interrupted",
+                        bci,
+                        reason: h.2,
+                        values: vals,
+                    });
+                }
+            }
+            inner.control.poll();
+            break;
+        }
         let prog = &*closure.module.prog;
         let results: Vec<_> = inner.pool.install(|| {
             records
@@ -510,18 +532,25 @@ fn run(
                     || {
                         let w = rayon::current_thread_index().unwrap_or(0);
                         let mut it = Interpreter::new(prog, heap, &alloc, w);
-                        it.set_control(&inner.control);
+                        it.set_control(&inner.control, epoch);
                         it
                     },
-                    |it, (h, vals)| it.resume_values(meta, h.0, h.1, vals),
+                    |it, (h, vals)| {
+                        let r = it.resume_values(meta, h.0, h.1, vals);
+                        (r, it.take_interrupted())
+                    },
                 )
                 .collect()
         });
-        for ((h, vals), res) in records.iter().zip(results) {
+        for ((h, vals), (res, stopped)) in records.iter().zip(results) {
             let bci = meta.site(h.1).map_or(u32::MAX, |s| s.bci);
             *deopts.entry((bci, h.2)).or_insert(0) += 1;
-            *site_deopts.entry((h.1, h.2)).or_insert(0) += 1;
             let action = match res {
+                _ if stopped => {
+                    cut = true;
+                    abandoned += 1;
+                    "interrupted"
+                }
                 Ok(Ok(())) => "replayed",
                 Ok(Err(e)) => {
                     thrown.add(e);
@@ -534,7 +563,10 @@ fn run(
                     )));
                 }
             };
-            replayed += 1;
+            if !stopped {
+                replayed += 1;
+                *site_deopts.entry((h.1, h.2)).or_insert(0) += 1;
+            }
             if table.len() < LaunchReport::TABLE_ROWS {
                 table.push(DeoptRow {
                     workitem: h.0,
@@ -552,7 +584,10 @@ fn run(
             .chunks_exact(2)
             .map(|p| p[1].saturating_sub(p[0]).max(0) as u64)
             .sum();
-        if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE) {
+        if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE)
+            || cut
+            || inner.control.interrupted_since(epoch)
+        {
             break;
         }
         never_ran += rest;
@@ -593,6 +628,8 @@ fn run(
         decision: None,
         fallback: None,
         deopt_table: table,
+        interrupted: abandoned > 0 || on_device + replayed + abandoned < total,
+        abandoned,
     };
     thrown.finish(report)
 }

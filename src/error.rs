@@ -22,6 +22,19 @@ pub struct KernelExceptions {
     pub report: LaunchReport,
 }
 
+fn interrupted_text(r: &LaunchReport) -> String {
+    format!(
+        "launch of `{}` over {}..{} interrupted: {} completed, {} threw, {} stopped part-way, {} not started",
+        r.kernel,
+        r.range.start,
+        r.range.end,
+        r.completed,
+        r.threw,
+        r.abandoned,
+        r.not_started()
+    )
+}
+
 impl KernelExceptions {
     /// How many workitem numbers are listed.
     pub const LISTED: usize = 16;
@@ -107,6 +120,11 @@ pub enum OffloadError {
     /// Workitems threw.
     #[error("{0}")]
     Exceptions(Box<KernelExceptions>),
+    /// The launch was interrupted ([`crate::Runtime::interrupt`]): the report
+    /// says how many workitems completed, how many were stopped part-way
+    /// ([`LaunchReport::abandoned`]) and how many never started.
+    #[error("{}", interrupted_text(.0))]
+    Interrupted(Box<LaunchReport>),
     /// The heap could not be created or an allocation failed.
     #[error("heap: {0}")]
     Heap(#[from] offload_tlab::HeapError),

@@ -88,6 +88,13 @@ pub struct LaunchReport {
     /// The deoptimized workitems, as Sumatra's table shows them (the first
     /// [`LaunchReport::TABLE_ROWS`]).
     pub deopt_table: Vec<DeoptRow>,
+    /// Whether [`crate::Runtime::interrupt`] stopped the launch (it then
+    /// returns [`OffloadError::Interrupted`] with this report).
+    pub interrupted: bool,
+    /// Workitems the interrupt stopped part-way: their frames were dropped,
+    /// not replayed (what they wrote before stays written; every object is
+    /// whole).
+    pub abandoned: u64,
 }
 
 /// One row of the deopt table: a workitem that deoptimized.
@@ -108,6 +115,13 @@ pub struct DeoptRow {
 impl LaunchReport {
     /// Rows kept in [`LaunchReport::deopt_table`].
     pub const TABLE_ROWS: usize = 64;
+
+    /// Workitems of the range that never started (nonzero only when
+    /// interrupted).
+    pub fn not_started(&self) -> u64 {
+        let n = self.range.end.wrapping_sub(self.range.start) as u64;
+        n.saturating_sub(self.completed + self.threw + self.abandoned)
+    }
 
     /// The deopt table as text.
     pub fn deopt_table_text(&self) -> String {
@@ -220,6 +234,8 @@ pub(crate) fn launch(
     let state = rt.kernel_state(closure);
     let plan = state.lock().unwrap_or_else(|e| e.into_inner()).plan(rt);
     let mut r = launch_on(rt, range, closure, &plan);
+    // An interrupted launch ran part of its range: it tells the policy
+    // nothing about the kernel.
     let report = match &mut r {
         Ok(rep) => Some(rep),
         Err(OffloadError::Exceptions(e)) => Some(&mut e.report),
@@ -326,19 +342,20 @@ fn launch_interp(
     let chunk = plan.chunk.unwrap_or_else(|| chunk_size(n, workers));
     let profiling = inner.profile || plan.warmup;
     let chunks = n.div_ceil(chunk);
+    let epoch = inner.control.interrupt_epoch();
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
     let safepoints_before = inner.control.count();
     let t_setup = t0.elapsed();
 
     let t1 = Instant::now();
-    let (completed, thrown) = inner.pool.install(|| {
+    let (completed, mut cut, thrown) = inner.pool.install(|| {
         (0..chunks)
             .into_par_iter()
             .map_init(
                 || {
                     let worker = rayon::current_thread_index().unwrap_or(0);
                     let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
-                    it.set_control(&inner.control);
+                    it.set_control(&inner.control, epoch);
                     if profiling {
                         it.enable_profile();
                     }
@@ -347,13 +364,25 @@ fn launch_interp(
                 |(worker, it), c| {
                     let lo = range.start.wrapping_add((c * chunk) as i64);
                     let hi = lo.saturating_add(chunk as i64).min(range.end);
-                    let mut done = 0u64;
+                    let (mut done, mut abandoned) = (0u64, Vec::new());
                     let mut thrown = Thrown::default();
                     let _running = inner.control.enter();
                     for w in lo..hi {
                         inner.control.poll();
+                        if inner.control.interrupted_since(epoch) {
+                            break;
+                        }
                         match it.run_kernel(closure.kernel, w, &closure.captures) {
                             Ok(()) => done += 1,
+                            // Stopped at a poll: the row shows where (the
+                            // interpreter keeps no save-area values).
+                            Err(e) if it.take_interrupted() => abandoned.push(DeoptRow {
+                                workitem: w,
+                                action: "interrupted",
+                                bci: e.trace.first().map_or(0, |f| f.bci),
+                                reason: offload_deopt::Reason::Safepoint,
+                                values: Vec::new(),
+                            }),
                             Err(e) => thrown.add(e),
                         }
                     }
@@ -364,12 +393,15 @@ fn launch_interp(
                         let p = slot.get_or_insert_with(|| Profile::new(prog.verified()));
                         it.drain_profile_into(p);
                     }
-                    (done, thrown)
+                    (done, abandoned, thrown)
                 },
             )
             .reduce(
-                || (0, Thrown::default()),
-                |a, b| (a.0 + b.0, a.1.merge(b.1)),
+                || (0, Vec::new(), Thrown::default()),
+                |mut a, b| {
+                    a.1.extend(b.1);
+                    (a.0 + b.0, a.1, a.2.merge(b.2))
+                },
             )
     });
     let t_run = t1.elapsed();
@@ -386,11 +418,14 @@ fn launch_interp(
         }
         all
     });
+    let abandoned = cut.len() as u64;
+    cut.sort_by_key(|r| r.workitem);
+    cut.truncate(LaunchReport::TABLE_ROWS);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),
         device: Device::Interpreter,
         range,
-        on_device: n,
+        on_device: completed + thrown.count + abandoned,
         completed,
         threw: thrown.count,
         workers,
@@ -415,7 +450,11 @@ fn launch_interp(
         speculations: Vec::new(),
         decision: None,
         fallback: None,
-        deopt_table: Vec::new(),
+        deopt_table: cut,
+        // Only what the interrupt actually stopped counts: one that came
+        // after the last workitem changed nothing.
+        interrupted: abandoned > 0 || completed + thrown.count < n,
+        abandoned,
     };
     thrown.finish(report)
 }
@@ -423,6 +462,9 @@ fn launch_interp(
 impl Thrown {
     /// The launch's result: the report, or the exceptions with the report.
     pub(crate) fn finish(self, report: LaunchReport) -> Result<LaunchReport, OffloadError> {
+        if report.interrupted {
+            return Err(OffloadError::Interrupted(Box::new(report)));
+        }
         match self.first {
             None => Ok(report),
             Some(first) => Err(OffloadError::Exceptions(Box::new(KernelExceptions {

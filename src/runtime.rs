@@ -567,6 +567,19 @@ impl Runtime {
         self.inner.control.safepoint(|| op(&self.inner.heap))
     }
 
+    /// Interrupt every launch running now (callable from any thread — a
+    /// Ctrl-C handler, a watchdog): each stops at its next poll, as for a
+    /// safepoint, and then leaves instead of going on. Workitems that had
+    /// completed stay completed; those stopped part-way are dropped, not
+    /// replayed ([`LaunchReport::abandoned`]; the deopt table lists them as
+    /// `interrupted`); the rest never start. The heap stays whole: TLABs
+    /// are retired as after any launch. The launch returns
+    /// [`OffloadError::Interrupted`] with its report. Launches that start
+    /// later run normally. Returns the time-to-safepoint.
+    pub fn interrupt(&self) -> std::time::Duration {
+        self.inner.control.interrupt()
+    }
+
     /// How many safepoints this runtime has completed.
     pub fn safepoint_count(&self) -> u64 {
         self.inner.control.count()

@@ -29,6 +29,9 @@ pub struct Control {
     state: Mutex<State>,
     cv: Condvar,
     safepoints: AtomicU64,
+    /// Bumped by each [`Control::interrupt`]; a launch remembers the value
+    /// it started under and stops once it changes.
+    interrupts: AtomicU64,
 }
 
 /// Unregisters a control word when dropped.
@@ -97,19 +100,23 @@ impl Control {
         Registered { control: self, id }
     }
 
-    /// The poll: one relaxed load unless a safepoint is requested.
+    /// The poll: one relaxed load unless a safepoint is requested. Returns
+    /// whether the worker parked (only then can an interrupt have arrived
+    /// that a running worker must notice: see [`Control::interrupt`]).
     #[inline]
-    pub fn poll(&self) {
+    pub fn poll(&self) -> bool {
         if self.requested.load(Ordering::Relaxed) {
-            self.park();
+            self.park()
+        } else {
+            false
         }
     }
 
     #[cold]
-    fn park(&self) {
+    fn park(&self) -> bool {
         let mut st = self.lock();
         if !st.requested {
-            return;
+            return false;
         }
         st.parked += 1;
         self.cv.notify_all();
@@ -117,6 +124,29 @@ impl Control {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         st.parked -= 1;
+        true
+    }
+
+    /// The interrupt epoch: a launch takes it when it starts and passes it
+    /// to [`Control::interrupted_since`].
+    pub fn interrupt_epoch(&self) -> u64 {
+        self.interrupts.load(Ordering::SeqCst)
+    }
+
+    /// Whether [`Control::interrupt`] was called since `epoch` was taken.
+    #[inline]
+    pub fn interrupted_since(&self, epoch: u64) -> bool {
+        self.interrupts.load(Ordering::Relaxed) != epoch
+    }
+
+    /// Interrupt every launch running now: bump the epoch, then bring them
+    /// to a safepoint, so each running worker stops at its next poll and,
+    /// when the safepoint ends, sees the new epoch and leaves its launch
+    /// instead of going on. A launch that starts afterwards is not
+    /// affected. Returns the time-to-safepoint.
+    pub fn interrupt(&self) -> Duration {
+        self.interrupts.fetch_add(1, Ordering::SeqCst);
+        self.safepoint(|| ()).1
     }
 
     /// Stop every running worker at its next poll, run `op` while they are

@@ -25,6 +25,8 @@ struct Frame {
 enum Trap {
     Throw(ExceptionKind, String),
     Stop(Vec<u64>),
+    /// The launch was interrupted ([`crate::Control::interrupt`]).
+    Interrupted,
 }
 
 impl From<HeapError> for Trap {
@@ -119,6 +121,9 @@ pub struct Interpreter<'a> {
     profile: Option<Profile>,
     workitem: Option<i64>,
     control: Option<&'a crate::Control>,
+    /// The interrupt epoch of the launch this interpreter serves.
+    epoch: u64,
+    interrupted: bool,
     checked_kernel: Option<(FuncId, usize)>,
     /// Calls nested deeper than this throw `StackOverflow`.
     pub max_depth: usize,
@@ -169,21 +174,37 @@ impl<'a> Interpreter<'a> {
             profile: None,
             workitem: None,
             control: None,
+            epoch: 0,
+            interrupted: false,
             checked_kernel: None,
             max_depth: DEFAULT_MAX_DEPTH,
         }
     }
 
-    /// Poll `control` for safepoints at back-edges and calls.
-    pub fn set_control(&mut self, control: &'a crate::Control) {
+    /// Poll `control` for safepoints at back-edges and calls, and stop the
+    /// workitem if the launch, which started under interrupt epoch `epoch`
+    /// ([`crate::Control::interrupt_epoch`]), is interrupted.
+    pub fn set_control(&mut self, control: &'a crate::Control, epoch: u64) {
         self.control = Some(control);
+        self.epoch = epoch;
+    }
+
+    /// Whether the last workitem ended because its launch was interrupted
+    /// (its `Err` is then that, not an exception of the kernel); clears
+    /// the flag.
+    pub fn take_interrupted(&mut self) -> bool {
+        std::mem::take(&mut self.interrupted)
     }
 
     #[inline]
-    fn poll(&self) {
-        if let Some(c) = self.control {
-            c.poll();
+    fn poll(&self) -> Result<(), Box<Trap>> {
+        if let Some(c) = self.control
+            && c.poll()
+            && c.interrupted_since(self.epoch)
+        {
+            return Err(Box::new(Trap::Interrupted));
         }
+        Ok(())
     }
 
     /// Start collecting a profile (branch counts, receivers, nulls).
@@ -575,6 +596,10 @@ impl<'a> Interpreter<'a> {
             Ok(o) => Ok(o),
             Err(Trap::Stop(vals)) => Ok(Outcome::Stopped(vals)),
             Err(Trap::Throw(kind, msg)) => Err(self.exception(kind, msg)),
+            Err(Trap::Interrupted) => {
+                self.interrupted = true;
+                Err(self.exception(ExceptionKind::IllegalState, "interrupted".into()))
+            }
         }
     }
 
@@ -796,7 +821,7 @@ impl<'a> Interpreter<'a> {
             Inst::Br { target } => {
                 next = target.0;
                 if next <= pc {
-                    self.poll();
+                    self.poll()?;
                 }
             }
             Inst::BrIf { target }
@@ -820,7 +845,7 @@ impl<'a> Interpreter<'a> {
                     let Label(t) = target;
                     next = t;
                     if t <= pc {
-                        self.poll();
+                        self.poll()?;
                     }
                 }
             }
@@ -967,7 +992,7 @@ impl<'a> Interpreter<'a> {
                 if let Some(top) = self.frames.last_mut() {
                     top.pc = pc;
                 }
-                self.poll();
+                self.poll()?;
                 if self.frames.len() >= self.max_depth {
                     return Err(Box::new(Trap::Throw(
                         ExceptionKind::StackOverflow,

@@ -1,0 +1,94 @@
+//! `Runtime::interrupt`: a launch stops at its next poll and returns
+//! `OffloadError::Interrupted` with what completed; every workitem is counted
+//! once (completed, stopped part-way, or never started), the heap stays
+//! whole, and the next launch runs normally. On every device without a GPU.
+
+use offload::{Device, OffloadError, Runtime, par_offload};
+use std::time::Duration;
+
+const SPIN: &str = include_str!("../examples/kernels/spin.obc");
+
+fn interrupted_launch(device: Device) {
+    let rt = Runtime::builder()
+        .device(device)
+        .workers(2)
+        .build()
+        .unwrap();
+    let m = rt.load("spin.obc", SPIN).unwrap();
+    let n = 4096usize;
+    // Each workitem spins long enough that the whole range would take many
+    // seconds: the interrupt must cut it short.
+    let iters = if device == Device::Interpreter {
+        200_000
+    } else {
+        5_000_000
+    };
+    let out = rt.new_array::<i32>(n).unwrap();
+    let k = m.closure("spin", [iters.into(), (&out).into()]).unwrap();
+    let r = std::thread::scope(|s| {
+        let h = s.spawn(|| par_offload(0..n as i64, &k));
+        std::thread::sleep(Duration::from_millis(300));
+        rt.interrupt();
+        h.join().unwrap()
+    });
+    let rep = match r {
+        Err(OffloadError::Interrupted(rep)) => rep,
+        other => panic!("{device:?}: expected an interrupted launch, got {other:?}"),
+    };
+    assert!(rep.interrupted);
+    assert_eq!(rep.threw, 0);
+    assert!(rep.completed < n as u64, "{device:?}: {rep:?}");
+    assert_eq!(
+        rep.completed + rep.abandoned + rep.not_started(),
+        n as u64,
+        "{device:?}: every workitem is counted once"
+    );
+    // Exactly the completed workitems stored their count (the store is their
+    // last act, so an abandoned one stored nothing).
+    let vals = rt.read(&out).unwrap();
+    let stored = vals.iter().filter(|&&v| v == iters).count() as u64;
+    assert_eq!(stored, rep.completed, "{device:?}");
+    assert!(vals.iter().all(|&v| v == 0 || v == iters));
+    // Interrupted rows of the deopt table are the abandoned workitems.
+    let cut = rep
+        .deopt_table
+        .iter()
+        .filter(|r| r.action == "interrupted")
+        .count() as u64;
+    assert_eq!(
+        cut,
+        rep.abandoned.min(offload::LaunchReport::TABLE_ROWS as u64)
+    );
+    rt.verify_heap(&[&m]).unwrap();
+    let msg = OffloadError::Interrupted(rep).to_string();
+    assert!(msg.contains("interrupted"), "{msg}");
+    assert!(msg.contains("not started"), "{msg}");
+    // The runtime goes on: a later launch is not affected.
+    let small = m.closure("spin", [10.into(), (&out).into()]).unwrap();
+    let rep = par_offload(0..64, &small).unwrap();
+    assert_eq!(rep.completed, 64);
+    assert!(!rep.interrupted);
+}
+
+#[test]
+fn interrupting_a_cpu_launch() {
+    interrupted_launch(Device::Cpu);
+}
+
+#[test]
+fn interrupting_an_interpreter_launch() {
+    interrupted_launch(Device::Interpreter);
+}
+
+/// An interrupt with no launch running changes nothing for the next one.
+#[test]
+fn an_interrupt_between_launches_is_harmless() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let m = rt.load("spin.obc", SPIN).unwrap();
+    let out = rt.new_array::<i32>(100).unwrap();
+    rt.interrupt();
+    let k = m.closure("spin", [3.into(), (&out).into()]).unwrap();
+    let rep = par_offload(0..100, &k).unwrap();
+    assert_eq!(rep.completed, 100);
+    assert_eq!(rep.abandoned, 0);
+}
