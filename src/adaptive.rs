@@ -181,6 +181,11 @@ impl KernelState {
         }
     }
 
+    /// The version the next compiled launch runs.
+    pub(crate) fn current_version(&self) -> Arc<Version> {
+        self.version.clone()
+    }
+
     /// How the next launch runs.
     pub(crate) fn plan(&self, rt: &Runtime) -> Plan {
         let warmup = self.warmup_left > 0;

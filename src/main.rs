@@ -6,6 +6,29 @@ use offload::ir;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod repl;
+
+/// The runtime a REPL session starts with (`:set` changes it later).
+#[derive(clap::Args, Debug)]
+struct SessionArgs {
+    /// The device: cpu, cuda or interp.
+    #[arg(long, default_value = "cpu")]
+    device: offload::Device,
+    /// Worker threads (default: every core).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+impl SessionArgs {
+    fn settings(&self) -> repl::Settings {
+        repl::Settings {
+            device: self.device,
+            workers: self.workers,
+            ..repl::Settings::default()
+        }
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "offload",
@@ -19,6 +42,27 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The interactive REPL: define classes and kernels, make arrays and
+    /// objects, offload ranges, inspect deopts and code (`:help` inside).
+    /// Reads entries from standard input when it is not a terminal.
+    Repl {
+        #[command(flatten)]
+        session: SessionArgs,
+        /// The history file (default: $OFFLOAD_HISTORY, else
+        /// ~/.offload_history).
+        #[arg(long)]
+        history: Option<PathBuf>,
+    },
+    /// Run a script of REPL entries (`.ofs`), stopping at the first error.
+    Run {
+        /// The script.
+        file: PathBuf,
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print each entry after a prompt before its output, like a session.
+        #[arg(long)]
+        echo: bool,
+    },
     /// Parse and verify `.obc` files, reporting every error.
     Check {
         /// The files to check.
@@ -168,6 +212,12 @@ fn load(path: &PathBuf) -> Result<(String, ir::Verified), String> {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
+        Command::Repl { session, history } => repl::repl(session.settings(), history),
+        Command::Run {
+            file,
+            session,
+            echo,
+        } => repl::script(session.settings(), &file, echo),
         Command::Check { files } => {
             let mut failed = 0;
             for f in &files {

@@ -1061,6 +1061,188 @@ impl Module {
     }
 }
 
+/// A handle to a one-dimensional array of references to one of a module's
+/// classes (`Shape[]`): its elements are null or instances of the class or
+/// its subclasses.
+#[derive(Clone, Debug)]
+pub struct RefArray {
+    r: Ref,
+    len: u32,
+    elem: ClassId,
+    module: Module,
+}
+
+impl RefArray {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The heap reference.
+    pub fn as_ref(&self) -> Ref {
+        self.r
+    }
+    /// The element class.
+    pub fn elem_class(&self) -> &str {
+        &self.module.prog.verified().class(self.elem).name
+    }
+}
+
+impl From<&RefArray> for Arg {
+    fn from(a: &RefArray) -> Arg {
+        Arg::Ref {
+            r: a.r,
+            rt: a.module.rt.inner.id,
+        }
+    }
+}
+
+impl Module {
+    /// A new array of `len` null references to `class` (`class[]`).
+    pub fn new_ref_array(&self, class: &str, len: usize) -> Result<RefArray, OffloadError> {
+        let c = self.prog.verified().class_named(class).ok_or_else(|| {
+            OffloadError::Lookup(format!("module `{}` has no class `{class}`", self.name))
+        })?;
+        let len = u32::try_from(len)
+            .ok()
+            .filter(|&l| l <= i32::MAX as u32)
+            .ok_or_else(|| {
+                OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
+            })?;
+        let at = Allocator::alloc_host(
+            &self.rt.inner.heap,
+            Header::Array {
+                elem: self.prog.global_elem(Elem::Class(c)),
+                dims: 1,
+                len,
+            },
+        )?;
+        Ok(RefArray {
+            r: Ref(at),
+            len,
+            elem: c,
+            module: self.clone(),
+        })
+    }
+
+    fn ref_slot(&self, a: &RefArray, i: usize) -> Result<usize, OffloadError> {
+        if a.module.rt.inner.id != self.rt.inner.id || !Arc::ptr_eq(&a.module.prog, &self.prog) {
+            return Err(OffloadError::Handle(
+                "the array belongs to another module".into(),
+            ));
+        }
+        if i >= a.len() {
+            return Err(OffloadError::Handle(format!(
+                "index {i} is out of bounds of an array of {}",
+                a.len()
+            )));
+        }
+        Ok(a.r.byte_offset() + 8 + i * 4)
+    }
+
+    /// Store a reference (null, or an instance of the element class) in
+    /// element `i`.
+    pub fn set_element(
+        &self,
+        a: &RefArray,
+        i: usize,
+        value: impl Into<Arg>,
+    ) -> Result<(), OffloadError> {
+        let off = self.ref_slot(a, i)?;
+        match value.into() {
+            Arg::Ref { r, rt }
+                if rt == self.rt.inner.id
+                    && (r.is_null() || self.is_instance(r, Type::Class(a.elem))?) =>
+            {
+                self.rt.inner.heap.store32(off, r.0)?;
+                Ok(())
+            }
+            Arg::Ref { r, .. } if !r.is_null() => Err(OffloadError::Lookup(format!(
+                "cannot store a {} in an element of `{}[]`",
+                self.runtime_type(r)?,
+                a.elem_class()
+            ))),
+            v => Err(OffloadError::Lookup(format!(
+                "cannot store {} in an element of `{}[]`",
+                arg_kind(v),
+                a.elem_class()
+            ))),
+        }
+    }
+
+    /// Element `i`: `None` for null, else the reference and the name of
+    /// its runtime class.
+    pub fn element(&self, a: &RefArray, i: usize) -> Result<Option<(Ref, String)>, OffloadError> {
+        let off = self.ref_slot(a, i)?;
+        let r = Ref(self.rt.inner.heap.load32(off)?);
+        if r.is_null() {
+            return Ok(None);
+        }
+        Ok(Some((
+            r,
+            self.prog.header_type_name(self.rt.inner.heap.header(r)?),
+        )))
+    }
+
+    /// Read a reference field of an object.
+    pub fn get_ref_field(&self, o: &Object, name: &str) -> Result<Ref, OffloadError> {
+        let (off, ty) = self.field_of(o, name)?;
+        if !ty.is_ref() {
+            return Err(OffloadError::Lookup(format!(
+                "field `{name}` has type {}, not a reference",
+                self.prog.verified().type_name(ty)
+            )));
+        }
+        Ok(Ref(self.rt.inner.heap.load32(off)?))
+    }
+
+    /// Every field of `o` (inherited ones first) with its type and value,
+    /// as text: numbers as Rust prints them, references as `null` or
+    /// `Type@offset`.
+    pub fn fields(&self, o: &Object) -> Result<Vec<(String, String, String)>, OffloadError> {
+        let v = self.prog.verified();
+        let mut chain: Vec<ClassId> = v.ancestors(o.class).collect();
+        chain.reverse();
+        let heap = &self.rt.inner.heap;
+        let mut out = Vec::new();
+        for c in chain {
+            for &f in &v.class(c).fields {
+                let fd = v.field(f);
+                let (off, ty) = self.field_of(o, &fd.name)?;
+                let text = match ty {
+                    Type::I32 => (heap.load32(off)? as i32).to_string(),
+                    Type::F32 => format!("{:?}", f32::from_bits(heap.load32(off)?)),
+                    Type::I64 => (heap.load64(off)? as i64).to_string(),
+                    Type::F64 => format!("{:?}", f64::from_bits(heap.load64(off)?)),
+                    _ => {
+                        let r = Ref(heap.load32(off)?);
+                        match self.type_of(r)? {
+                            None => "null".to_string(),
+                            Some(t) => format!("{t}@{:#x}", r.byte_offset()),
+                        }
+                    }
+                };
+                out.push((fd.name.clone(), v.type_name(ty), text));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The runtime type of the object `r` points at, as the text form
+    /// writes it (`None` for null).
+    pub fn type_of(&self, r: Ref) -> Result<Option<String>, OffloadError> {
+        if r.is_null() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.prog.header_type_name(self.rt.inner.heap.header(r)?),
+        ))
+    }
+}
+
 fn arg_kind(a: Arg) -> &'static str {
     match a {
         Arg::I32(_) => "an i32",

@@ -172,6 +172,7 @@ pub(crate) fn compile(
     name: &str,
     opts: CompileOptions,
     spec: &Speculations,
+    clif: Option<&mut String>,
 ) -> Result<(ClFuncId, DeoptMetadata), JitError> {
     let v = prog.verified();
     let analysis = prog
@@ -220,6 +221,11 @@ pub(crate) fn compile(
     module
         .define_function(id, &mut ctx)
         .map_err(|e| JitError::Codegen(format!("{e:?}\n{}", ctx.func.display())))?;
+    // After `define_function`, `ctx.func` is the optimized function that
+    // was lowered to machine code.
+    if let Some(out) = clif {
+        *out = ctx.func.display().to_string();
+    }
     module.clear_context(&mut ctx);
     Ok((id, meta))
 }

@@ -155,19 +155,37 @@ impl CpuJit {
         self.compile_speculative(prog, k, version, opts, &Speculations::none())
     }
 
-    /// Compile with options and speculations (see [`spec`]): the version's
-    /// metadata records each speculation compiled in and the site whose
-    /// exit its failing guard takes.
-    pub fn compile_speculative(
+    /// The Cranelift IR of a kernel version's slot loop as
+    /// [`CpuJit::compile_speculative`] would compile it, after Cranelift's
+    /// optimizations (what is lowered to machine code), with its metadata;
+    /// the code is thrown away.
+    pub fn clif(
         &self,
         prog: &Program,
         k: FuncId,
         version: u32,
         opts: cpu::CompileOptions,
         spec: &Speculations,
-    ) -> Result<CompiledKernel, JitError> {
+    ) -> Result<(String, DeoptMetadata), JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let t0 = Instant::now();
+        let mut module = Self::module()?;
+        let name = format!("k{}_v{version}", k.0);
+        let mut text = String::new();
+        let (_, meta) = cpu::compile(
+            &mut module,
+            prog,
+            k,
+            version,
+            &name,
+            opts,
+            spec,
+            Some(&mut text),
+        )?;
+        Ok((text, meta))
+    }
+
+    /// A JIT module with our flags and the runtime's symbols.
+    fn module() -> Result<JITModule, JitError> {
         // Optimize (`opt_level=speed`: GVN, LICM, egraph rewrites; the
         // default is none). Cranelift's IR verifier runs in debug builds
         // (every test), not in release builds, where it would double the
@@ -186,9 +204,25 @@ impl CpuJit {
             builder.symbol(name, ptr);
         }
         builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
-        let mut module = JITModule::new(builder);
+        Ok(JITModule::new(builder))
+    }
+
+    /// Compile with options and speculations (see [`spec`]): the version's
+    /// metadata records each speculation compiled in and the site whose
+    /// exit its failing guard takes.
+    pub fn compile_speculative(
+        &self,
+        prog: &Program,
+        k: FuncId,
+        version: u32,
+        opts: cpu::CompileOptions,
+        spec: &Speculations,
+    ) -> Result<CompiledKernel, JitError> {
+        let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let t0 = Instant::now();
+        let mut module = Self::module()?;
         let name = format!("k{}_v{version}", k.0);
-        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts, spec)?;
+        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts, spec, None)?;
         module
             .finalize_definitions()
             .map_err(|e| JitError::Codegen(e.to_string()))?;

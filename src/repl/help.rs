@@ -1,0 +1,240 @@
+//! `:help`: every command with an example.
+
+/// One command: its names, synopsis, what it does, and an example.
+pub struct Cmd {
+    pub names: &'static [&'static str],
+    pub synopsis: &'static str,
+    pub about: &'static str,
+    pub example: &'static str,
+}
+
+/// Every command, in the order `:help` lists them.
+pub const COMMANDS: &[Cmd] = &[
+    Cmd {
+        names: &["kernel", "class", "func"],
+        synopsis: "kernel|class|func NAME ... { ... }",
+        about: "Define, or redefine, a kernel, class or function by typing or pasting .obc text; \
+                the entry goes on until its braces close. Redefining reloads every definition \
+                (objects made before keep their old class; kernels start again at version 0).",
+        example: "kernel inc(i: i64, a: i32[]) {\n    load a\n    load i\n    i64.to_i32\n    load a\n    load i\n    i64.to_i32\n    i32.aload\n    i32.const 1\n    i32.add\n    i32.astore\n    ret\n}",
+    },
+    Cmd {
+        names: &[":load", ":l"],
+        synopsis: ":load FILE.obc",
+        about: "Define everything in a .obc file (errors name the file, line and column).",
+        example: ":load examples/kernels/saxpy.obc",
+    },
+    Cmd {
+        names: &[":defs"],
+        synopsis: ":defs",
+        about: "List the definitions and where each came from.",
+        example: ":defs",
+    },
+    Cmd {
+        names: &["let"],
+        synopsis: "let NAME = TYPE[LEN] [zero | fill V | range [START [STEP]] | random SEED [LO..HI]]\n       let NAME = CLASS[LEN] [null | new [CLASS]]\n       let NAME = new CLASS [FIELD=VALUE ...]\n       let NAME = LITERAL | NAME",
+        about: "Make a host variable: an array of i32, i64, f32, f64 or references to a class, \
+                with an initializer (random: uniform in LO..HI, by default 0..100 for integers \
+                and 0..1 for floats, from the seed); an object; or a number (2 is an i32, 2i64 \
+                an i64, 2.5 an f64, 2.5f32 an f32).",
+        example: "let x = f32[1000] random 7\nlet n = 1000\nlet c = new Circle r=2.0",
+    },
+    Cmd {
+        names: &["set"],
+        synopsis: "set OBJ.FIELD = VALUE | set ARRAY[I] = VALUE",
+        about: "Store into a field of an object or an element of an array.",
+        example: "set c.r = 3.5\nset x[0] = 42.0",
+    },
+    Cmd {
+        names: &["print", "p"],
+        synopsis: "print NAME | NAME[I] | NAME[A..B] | OBJ.FIELD",
+        about: "Show a value, an object's fields, or a slice of an array (the first 16 \
+                elements by default).",
+        example: "print y[0..8]",
+    },
+    Cmd {
+        names: &[":vars"],
+        synopsis: ":vars",
+        about: "List the variables with their types.",
+        example: ":vars",
+    },
+    Cmd {
+        names: &["run"],
+        synopsis: "run KERNEL START..END ARGS...   (or run KERNEL N ARGS... for 0..N)",
+        about: "Offload KERNEL over the range with the arguments after the index (variables \
+                or literals, which take the parameter's type), and summarize: device, time, \
+                completed on the device, deopts by reason, never-ran, replayed, exceptions \
+                (the first with its bytecode trace). Ctrl-C interrupts it cleanly.",
+        example: "run saxpy 0..1000 2.0 x y",
+    },
+    Cmd {
+        names: &[":time"],
+        synopsis: ":time [N] run KERNEL RANGE ARGS...",
+        about: "Run a launch N times (5 by default) and show the min, median and max time.",
+        example: ":time 10 run saxpy 0..1000 2.0 x y",
+    },
+    Cmd {
+        names: &[":safepoint"],
+        synopsis: ":safepoint DELAY | off",
+        about: "Request a safepoint DELAY (20ms, 1s, 300us) after the next launch starts, \
+                and report how long the workers took to stop.",
+        example: ":safepoint 5ms",
+    },
+    Cmd {
+        names: &[":report"],
+        synopsis: ":report",
+        about: "Show the last launch's summary again.",
+        example: ":report",
+    },
+    Cmd {
+        names: &[":deopts"],
+        synopsis: ":deopts",
+        about: "The Sumatra-style deopt table of the last launch: workitem, action \
+                (replayed, replayed and threw, interrupted), deopt bci, reason and the \
+                saved frame-state values.",
+        example: ":deopts",
+    },
+    Cmd {
+        names: &[":sites"],
+        synopsis: ":sites",
+        about: "Deopt counters of the last launch, per bytecode index and per site of the \
+                version that ran.",
+        example: ":sites",
+    },
+    Cmd {
+        names: &[":profile"],
+        synopsis: ":profile",
+        about: "The last launch's profile: entries, branch counts, receiver classes and nulls \
+                per bytecode index (needs `:set profile on` or warm-up launches).",
+        example: ":profile",
+    },
+    Cmd {
+        names: &[":info"],
+        synopsis: ":info KERNEL",
+        about: "What the runtime knows of a kernel: launches, version, speculations, deopt \
+                counters per version and site, and the policy's decisions.",
+        example: ":info saxpy",
+    },
+    Cmd {
+        names: &[":bytecode", ":bc"],
+        synopsis: ":bytecode FUNCTION",
+        about: "The bytecode of a kernel, function or Class.method with the verifier's \
+                types: blocks, back-edges, live locals, deopt sites and their typed frame states.",
+        example: ":bytecode saxpy",
+    },
+    Cmd {
+        names: &[":clif"],
+        synopsis: ":clif KERNEL",
+        about: "The Cranelift IR the CPU device runs for a kernel (after optimization).",
+        example: ":clif saxpy",
+    },
+    Cmd {
+        names: &[":ptx"],
+        synopsis: ":ptx KERNEL",
+        about: "The PTX the CUDA device runs for a kernel (sm_70 and newer).",
+        example: ":ptx saxpy",
+    },
+    Cmd {
+        names: &[":meta"],
+        synopsis: ":meta KERNEL",
+        about: "The deopt metadata of a kernel's current version: save-record layout, sites \
+                with their reasons, frames and record words, speculations.",
+        example: ":meta saxpy",
+    },
+    Cmd {
+        names: &[":set"],
+        synopsis: ":set device cpu|cuda|interp | workers N | policy NAME | speculate N|off\n       \
+                   | tlab BYTES|default | inject every N | inject random N seed S | inject off\n       \
+                   | fail-refills FIRST EVERY | fail-refills off | profile on|off\n       \
+                   | max-heap BYTES | deopt-records N",
+        about: "Change a setting. The runtime is rebuilt: definitions are reloaded and \
+                variables copied into the new heap (references between them kept).",
+        example: ":set device interp\n:set inject every 100",
+    },
+    Cmd {
+        names: &[":settings"],
+        synopsis: ":settings",
+        about: "Show the settings.",
+        example: ":settings",
+    },
+    Cmd {
+        names: &[":heap"],
+        synopsis: ":heap",
+        about: "Walk and verify the whole heap.",
+        example: ":heap",
+    },
+    Cmd {
+        names: &[":help", ":h"],
+        synopsis: ":help [COMMAND]",
+        about: "This list, or one command in full.",
+        example: ":help run",
+    },
+    Cmd {
+        names: &[":quit", ":q"],
+        synopsis: ":quit",
+        about: "Leave (Ctrl-D too).",
+        example: ":quit",
+    },
+];
+
+/// Every command name, for completion.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    COMMANDS.iter().flat_map(|c| c.names.iter().copied())
+}
+
+/// `:help` or `:help CMD`.
+pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
+    let mut s = String::new();
+    match cmd {
+        None => {
+            s.push_str("Commands (`:help COMMAND` shows one in full, with an example):\n");
+            for c in COMMANDS {
+                let first = c.synopsis.lines().next().unwrap_or("");
+                s.push_str(&format!("  {first}\n"));
+            }
+            s.push_str("Ctrl-C interrupts a running launch; Ctrl-D or :quit leaves.\n");
+        }
+        Some(name) => {
+            let want = if name.starts_with(':') || !name.chars().all(char::is_alphabetic) {
+                name.to_string()
+            } else {
+                name.to_string()
+            };
+            let c = COMMANDS
+                .iter()
+                .find(|c| {
+                    c.names
+                        .iter()
+                        .any(|n| *n == want || n.trim_start_matches(':') == want)
+                })
+                .ok_or_else(|| {
+                    super::session::ReplError(format!("no command `{name}` (`:help` lists them)"))
+                })?;
+            s.push_str(&format!("{}\n\n", c.synopsis));
+            s.push_str(&textwrap(c.about, 78));
+            s.push_str("\n\nExample:\n");
+            for l in c.example.lines() {
+                s.push_str(&format!("    {l}\n"));
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn textwrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for w in text.split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + w.len() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(w);
+    }
+    out.push_str(&line);
+    out
+}
