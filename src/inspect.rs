@@ -117,20 +117,16 @@ impl Module {
         );
         for s in &meta.sites {
             let reasons: Vec<&str> = s.reasons.iter().map(|r| r.name()).collect();
-            let _ = writeln!(
-                out,
-                "  site {} @{} [{}]",
-                s.id.0,
-                s.bci,
-                reasons.join(", ")
-            );
+            let _ = writeln!(out, "  site {} @{} [{}]", s.id.0, s.bci, reasons.join(", "));
             let mut slots = s.frame_slots().peekable();
             for (i, fr) in s.frames.iter().enumerate() {
                 let f = v.func(fr.func);
                 let vals: Vec<String> = std::iter::from_fn(|| slots.next_if(|(fi, _)| *fi == i))
                     .map(|(_, sl)| {
                         let what = match sl.value {
-                            offload_ir::analysis::Value::Local(l) => f.locals[l.index()].name.clone(),
+                            offload_ir::analysis::Value::Local(l) => {
+                                f.locals[l.index()].name.clone()
+                            }
                             offload_ir::analysis::Value::Stack(k) => format!("s{k}"),
                         };
                         format!("{what}: {} @w{}", type_name(m, sl.ty), sl.word)
@@ -167,5 +163,7 @@ impl Module {
 }
 
 fn cannot(kernel: &str, device: &str, e: impl std::fmt::Display) -> OffloadError {
-    OffloadError::Setup(format!("kernel `{kernel}` cannot be compiled for {device}: {e}"))
+    OffloadError::Setup(format!(
+        "kernel `{kernel}` cannot be compiled for {device}: {e}"
+    ))
 }

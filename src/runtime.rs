@@ -520,6 +520,10 @@ impl Object {
     pub fn class_name(&self) -> &str {
         &self.module.prog.verified().class(self.class).name
     }
+    /// The module whose class it is an instance of.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
 }
 
 impl From<&Object> for Arg {
@@ -1089,6 +1093,10 @@ impl RefArray {
     pub fn elem_class(&self) -> &str {
         &self.module.prog.verified().class(self.elem).name
     }
+    /// The module of the element class.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
 }
 
 impl From<&RefArray> for Arg {
@@ -1229,6 +1237,30 @@ impl Module {
             }
         }
         Ok(out)
+    }
+
+    /// A handle to the object `r` points at (made by a kernel, or found in
+    /// a field or array element): an error unless it is an instance of one
+    /// of this module's classes.
+    pub fn object_at(&self, r: Ref) -> Result<Object, OffloadError> {
+        let h = self.rt.inner.heap.header(r)?;
+        match h {
+            Header::Object { class, .. } => match self.prog.local_class(class) {
+                Some(c) => Ok(Object {
+                    r,
+                    class: c,
+                    module: self.clone(),
+                }),
+                None => Err(OffloadError::Handle(format!(
+                    "{} is an object of another module",
+                    self.runtime_type(r)?
+                ))),
+            },
+            _ => Err(OffloadError::Handle(format!(
+                "{} is not an object",
+                self.runtime_type(r)?
+            ))),
+        }
     }
 
     /// The runtime type of the object `r` points at, as the text form

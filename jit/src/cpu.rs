@@ -163,7 +163,9 @@ pub struct CompileOptions {
     pub no_polls: bool,
 }
 
-/// Compile the slot loop of kernel `k` into `module` as function `name`.
+/// Compile the slot loop of kernel `k` into `module` as function `name`
+/// (and, with `clif`, write its optimized Cranelift IR there).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn compile(
     module: &mut JITModule,
     prog: &Program,
@@ -209,7 +211,10 @@ pub(crate) fn compile(
             opts,
             spec,
         };
-        for (name, &fid) in &imports.funcs {
+        // In name order, so the function's text is the same every time.
+        let mut funcs: Vec<_> = imports.funcs.iter().collect();
+        funcs.sort_by_key(|(name, _)| **name);
+        for (name, &fid) in funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
             lw.math.insert(*name, fr);
         }

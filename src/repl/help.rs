@@ -195,11 +195,7 @@ pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
             s.push_str("Ctrl-C interrupts a running launch; Ctrl-D or :quit leaves.\n");
         }
         Some(name) => {
-            let want = if name.starts_with(':') || !name.chars().all(char::is_alphabetic) {
-                name.to_string()
-            } else {
-                name.to_string()
-            };
+            let want = name;
             let c = COMMANDS
                 .iter()
                 .find(|c| {

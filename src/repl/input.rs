@@ -32,9 +32,10 @@ pub const DEF_KEYWORDS: [&str; 3] = ["class", "kernel", "func"];
 /// Whether `line` starts (or, as a comment, may precede) a definition.
 pub fn starts_definition(line: &str) -> bool {
     let t = line.trim_start();
-    DEF_KEYWORDS
-        .iter()
-        .any(|k| t.strip_prefix(k).is_some_and(|r| r.starts_with(char::is_whitespace)))
+    DEF_KEYWORDS.iter().any(|k| {
+        t.strip_prefix(k)
+            .is_some_and(|r| r.starts_with(char::is_whitespace))
+    })
 }
 
 /// Whether `text` (one or more lines) is a complete entry.
@@ -157,9 +158,18 @@ mod tests {
         let src = "; top\n\n; about A\nclass A {\n    field x: i32\n}\n\nkernel k(i: i64) {\n    ret\n}\nfunc f() -> i32 { i32.const 1\n ret }\n";
         let it = items(src);
         assert_eq!(it.len(), 3);
-        assert_eq!((it[0].kind, it[0].name.as_str(), it[0].line), ("class", "A", 3));
+        assert_eq!(
+            (it[0].kind, it[0].name.as_str(), it[0].line),
+            ("class", "A", 3)
+        );
         assert!(it[0].text.starts_with("; about A\nclass A {"));
-        assert_eq!((it[1].kind, it[1].name.as_str(), it[1].line), ("kernel", "k", 8));
-        assert_eq!((it[2].kind, it[2].name.as_str(), it[2].line), ("func", "f", 11));
+        assert_eq!(
+            (it[1].kind, it[1].name.as_str(), it[1].line),
+            ("kernel", "k", 8)
+        );
+        assert_eq!(
+            (it[2].kind, it[2].name.as_str(), it[2].line),
+            ("func", "f", 11)
+        );
     }
 }

@@ -52,10 +52,10 @@ fn is_quit(entry: &str) -> bool {
 /// `offload repl`.
 pub fn repl(settings: Settings, history: Option<PathBuf>) -> Result<(), String> {
     let mut s = Session::new(settings).map_err(|e| format!("error: {}", e.0))?;
-    install_ctrl_c(&s)?;
     if std::io::stdin().is_terminal() {
         interactive(&mut s, history)
     } else {
+        install_ctrl_c(&s)?;
         piped(&mut s)
     }
 }
@@ -65,9 +65,12 @@ fn piped(s: &mut Session) -> Result<(), String> {
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
     let mut entry = String::new();
-    for line in stdin.lock().lines() {
+    let mut start = 1u32;
+    for (i, line) in stdin.lock().lines().enumerate() {
         let line = line.map_err(|e| format!("error: reading standard input: {e}"))?;
-        if !entry.is_empty() {
+        if entry.is_empty() {
+            start = i as u32 + 1;
+        } else {
             entry.push('\n');
         }
         entry.push_str(&line);
@@ -75,13 +78,12 @@ fn piped(s: &mut Session) -> Result<(), String> {
             continue;
         }
         let e = std::mem::take(&mut entry);
-        let echo = e.replace('\n', "\n... ");
-        let _ = writeln!(stdout, "{PROMPT}{echo}");
+        echo_entry(&mut stdout, &e);
         if is_quit(&e) {
             return Ok(());
         }
         let mut out = String::new();
-        let r = s.execute(&e, "<stdin>", &mut out);
+        let r = s.execute_at(&e, "<stdin>", start, &mut out);
         let _ = write!(stdout, "{out}");
         if let Err(ReplError(msg)) = r {
             let _ = writeln!(stdout, "error: {msg}");
@@ -97,11 +99,24 @@ fn piped(s: &mut Session) -> Result<(), String> {
     Ok(())
 }
 
+/// Show an entry as if typed after the prompt; comments between entries
+/// are the script's narration, shown as they are.
+fn echo_entry(out: &mut impl Write, e: &str) {
+    if e.trim().is_empty() {
+        return;
+    }
+    if e.lines().all(|l| l.trim_start().starts_with(';')) {
+        let _ = writeln!(out, "{e}");
+    } else {
+        let _ = writeln!(out, "{PROMPT}{}", e.replace('\n', "\n... "));
+    }
+}
+
 /// `offload run FILE [--echo]`: stop at the first error, naming its line.
 pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("error: cannot read {name}: {e}"))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {name}: {e}"))?;
     let mut s = Session::new(settings).map_err(|e| format!("error: {}", e.0))?;
     install_ctrl_c(&s)?;
     let mut stdout = std::io::stdout();
@@ -124,8 +139,8 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
                 "error: {name}:{start}: the file ended inside a definition (its braces never closed)"
             ));
         }
-        if echo && !e.trim().is_empty() {
-            let _ = writeln!(stdout, "{PROMPT}{}", e.replace('\n', "\n... "));
+        if echo {
+            echo_entry(&mut stdout, &e);
         }
         if is_quit(&e) {
             return Ok(());
@@ -192,8 +207,16 @@ impl Completer for LineHelper {
                 ":help" | ":h" => pool.extend(help::names().map(String::from)),
                 ":set" => pool.extend(
                     [
-                        "device", "workers", "policy", "speculate", "tlab", "inject",
-                        "fail-refills", "profile", "max-heap", "deopt-records",
+                        "device",
+                        "workers",
+                        "policy",
+                        "speculate",
+                        "tlab",
+                        "inject",
+                        "fail-refills",
+                        "profile",
+                        "max-heap",
+                        "deopt-records",
                     ]
                     .map(String::from),
                 ),
@@ -243,11 +266,16 @@ fn interactive(s: &mut Session, history: Option<PathBuf>) -> Result<(), String> 
         .map_err(|e| format!("error: {e}"))?
         .build();
     let mut rl: Editor<LineHelper, rustyline::history::DefaultHistory> =
-        Editor::with_config(config).map_err(|e| format!("error: cannot start the line editor: {e}"))?;
+        Editor::with_config(config)
+            .map_err(|e| format!("error: cannot start the line editor: {e}"))?;
     let names = Arc::new(Mutex::new(Names::default()));
     rl.set_helper(Some(LineHelper {
         names: names.clone(),
     }));
+    // After the editor: it takes SIGINT for itself while it lives (and
+    // reads Ctrl-C as a key while editing, in raw mode); the handler set
+    // here replaces its handler, so a Ctrl-C during a launch interrupts it.
+    install_ctrl_c(s)?;
     let history = history_path(history);
     if let Some(h) = &history {
         // A missing history file is a first session, not an error.

@@ -2,7 +2,7 @@
 
 use super::help;
 use super::input::{self, Item};
-use offload::ir::{Diagnostic, Elem, Type};
+use offload::ir::{Elem, Type};
 use offload::{
     Arg, Array, Device, LaunchReport, Module, Object, OffloadError, RefArray, Runtime, par_offload,
 };
@@ -345,9 +345,9 @@ impl Session {
             "run" | ":run" => self.run(rest, None, out),
             ":time" => self.time(rest, out),
             ":safepoint" => self.arm_safepoint(rest, out),
-            ":report" => self.with_last(out, |l, out| summary(l, out)),
-            ":deopts" => self.with_last(out, |l, out| deopt_table(l, out)),
-            ":sites" => self.with_last(out, |l, out| sites(l, out)),
+            ":report" => self.with_last(out, summary),
+            ":deopts" => self.with_last(out, deopt_table),
+            ":sites" => self.with_last(out, sites),
             ":profile" => self.profile(out),
             ":info" => self.info(rest, out),
             ":bytecode" | ":bc" => {
@@ -389,9 +389,9 @@ impl Session {
     }
 
     fn module(&self) -> Result<&Module> {
-        self.module
-            .as_ref()
-            .ok_or_else(|| ReplError("nothing is defined yet: define a kernel or `:load FILE`".into()))
+        self.module.as_ref().ok_or_else(|| {
+            ReplError("nothing is defined yet: define a kernel or `:load FILE`".into())
+        })
     }
 
     // ---- definitions -------------------------------------------------------
@@ -399,11 +399,10 @@ impl Session {
     /// Define (or redefine) every item of `text`, which came from `origin`
     /// starting at line `line`.
     fn define(&mut self, text: &str, origin: &str, line: u32, out: &mut String) -> Result<()> {
-        // Parse the new text on its own first, so its errors point into it.
+        // Items are split textually; the whole session's text is then parsed
+        // and verified at once (a definition may use any other), and each
+        // error is shown in the definition it is in.
         let padded = format!("{}{}", "\n".repeat(line as usize - 1), text);
-        if let Err(ds) = offload::ir::parse_module(origin, &padded) {
-            bail!("{}", render(&ds.0, &padded));
-        }
         let items = input::items(&padded);
         if items.is_empty() {
             bail!("{origin}: no class, kernel or func definition found");
@@ -414,7 +413,11 @@ impl Session {
             let old = defs
                 .iter()
                 .position(|d| d.item.name == item.name && same_namespace(d.item.kind, item.kind));
-            let verb = if old.is_some() { "redefined" } else { "defined" };
+            let verb = if old.is_some() {
+                "redefined"
+            } else {
+                "defined"
+            };
             said.push(format!("{verb} {} {}", item.kind, item.name));
             let def = Def {
                 item,
@@ -425,48 +428,50 @@ impl Session {
                 None => defs.push(def),
             }
         }
-        let module = self.load_defs(&defs)?;
+        let module = load_defs(&self.rt, &defs)?;
+        // Objects are instances of a module's classes: make the variables'
+        // objects again from the new definitions.
+        let (vars, lost) = carry_over(&self.rt, &self.vars, &self.rt, Some(&module))?;
         self.defs = defs;
         self.module = Some(module);
+        self.vars = vars;
         for s in said {
             let _ = writeln!(out, "{s}");
         }
+        lost_note(&lost, out);
         Ok(())
     }
 
-    /// Load `defs` as one module; errors point into the definition (and
-    /// its file and line) they are in.
-    fn load_defs(&self, defs: &[Def]) -> Result<Module> {
-        let mut src = String::new();
-        let mut starts = Vec::new();
-        for d in defs {
-            starts.push(src.len());
-            src.push_str(&d.item.text);
-            if !d.item.text.ends_with('\n') {
-                src.push('\n');
+    /// Where line `line` of the session's combined source came from:
+    /// `FILE:LINE` of its definition.
+    fn origin_of(&self, line: u32) -> Option<String> {
+        let mut first = 1u32;
+        for d in &self.defs {
+            let n = d.item.text.lines().count() as u32;
+            if line < first + n {
+                return Some(format!("{}:{}", d.origin, d.item.line + (line - first)));
             }
+            first += n;
         }
-        match self.rt.load("<session>", &src) {
-            Ok(m) => Ok(m),
-            Err(OffloadError::Load { diagnostics, .. }) => {
-                let mut text = String::new();
-                for d in &diagnostics.0 {
-                    let at = d.span.start as usize;
-                    let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
-                    let def = &defs[i];
-                    let pad = "\n".repeat(def.item.line as usize - 1);
-                    let shift = pad.len() as i64 - starts[i] as i64;
-                    let mut moved = d.clone();
-                    moved.file = def.origin.as_str().into();
-                    moved.span.start = (i64::from(d.span.start) + shift) as u32;
-                    moved.span.end = (i64::from(d.span.end) + shift) as u32;
-                    let local = format!("{pad}{}", def.item.text);
-                    text.push_str(&offload::diagnostics::render(&moved, &local));
+        None
+    }
+
+    /// Trace lines name lines of the combined source (`line N)`): name the
+    /// definition's file and line instead.
+    fn source_lines(&self, text: &str) -> String {
+        text.lines()
+            .map(|l| {
+                let Some(at) = l.rfind(", line ") else {
+                    return l.to_string();
+                };
+                let num = l[at + 7..].trim_end_matches(')');
+                match num.parse().ok().and_then(|n| self.origin_of(n)) {
+                    Some(o) => format!("{}, {o})", &l[..at]),
+                    None => l.to_string(),
                 }
-                bail!("{}", text.trim_end())
-            }
-            Err(e) => Err(e.into()),
-        }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn load(&mut self, path: &str, out: &mut String) -> Result<()> {
@@ -519,7 +524,9 @@ impl Session {
             || !name.chars().all(|c| c.is_alphanumeric() || c == '_')
             || name.starts_with(|c: char| c.is_ascii_digit())
         {
-            bail!("`{name}` is not a variable name (letters, digits and _, not starting with a digit)");
+            bail!(
+                "`{name}` is not a variable name (letters, digits and _, not starting with a digit)"
+            );
         }
         let words: Vec<&str> = expr.split_whitespace().collect();
         let Some(&head) = words.first() else {
@@ -552,7 +559,8 @@ impl Session {
             .iter()
             .find_map(|suf| s.strip_suffix(suf).map(|b| (b, Some(*suf))))
             .unwrap_or((s, None));
-        let is_float = body.contains(['.', 'e', 'E']) || body == "inf" || body == "-inf" || body == "nan";
+        let is_float =
+            body.contains(['.', 'e', 'E']) || body == "inf" || body == "-inf" || body == "nan";
         let ty = match (suffix, want) {
             (Some("i32"), _) => Type::I32,
             (Some("i64"), _) => Type::I64,
@@ -662,7 +670,7 @@ impl Session {
                             }
                             None => ($rlo, $rhi),
                         };
-                        if !(lo < hi) {
+                        if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
                             bail!("the random range {lo}..{hi} is empty");
                         }
                         let mut g = rand_xorshift::XorShiftRng::seed_from_u64(seed);
@@ -681,10 +689,38 @@ impl Session {
         let float_rand =
             |g: &mut rand_xorshift::XorShiftRng, lo: f64, hi: f64| g.random_range(lo..hi);
         Ok(match elem {
-            "i32" => num!(i32, I32, |x: f64| x as i32, |g: &mut _, lo, hi| int_rand(g, lo, hi) as i32, 0.0, 100.0),
-            "i64" => num!(i64, I64, |x: f64| x as i64, |g: &mut _, lo, hi| int_rand(g, lo, hi), 0.0, 100.0),
-            "f32" => num!(f32, F32, |x: f64| x as f32, |g: &mut _, lo, hi| float_rand(g, lo, hi) as f32, 0.0, 1.0),
-            "f64" => num!(f64, F64, |x: f64| x, |g: &mut _, lo, hi| float_rand(g, lo, hi), 0.0, 1.0),
+            "i32" => num!(
+                i32,
+                I32,
+                |x: f64| x as i32,
+                |g: &mut _, lo, hi| int_rand(g, lo, hi) as i32,
+                0.0,
+                100.0
+            ),
+            "i64" => num!(
+                i64,
+                I64,
+                |x: f64| x as i64,
+                |g: &mut _, lo, hi| int_rand(g, lo, hi),
+                0.0,
+                100.0
+            ),
+            "f32" => num!(
+                f32,
+                F32,
+                |x: f64| x as f32,
+                |g: &mut _, lo, hi| float_rand(g, lo, hi) as f32,
+                0.0,
+                1.0
+            ),
+            "f64" => num!(
+                f64,
+                F64,
+                |x: f64| x,
+                |g: &mut _, lo, hi| float_rand(g, lo, hi),
+                0.0,
+                1.0
+            ),
             class => {
                 let m = self.module()?.clone();
                 let a = m.new_ref_array(class, len)?;
@@ -717,8 +753,7 @@ impl Session {
                 bail!("`{obj}` is not an object");
             };
             let o = o.clone();
-            let m = self.module()?.clone();
-            self.store_field(&m, &o, field, value)?;
+            self.store_field(&o.module().clone(), &o, field, value)?;
             let _ = writeln!(out, "{lhs} = {value}");
             return Ok(());
         }
@@ -738,7 +773,7 @@ impl Session {
                     Some(v) => v.arg(),
                     None => self.literal(value, None)?,
                 };
-                self.module()?.set_element(a, idx, v)?;
+                a.module().set_element(a, idx, v)?;
             }
             _ => bail!("`{name}` is not an array"),
         }
@@ -756,8 +791,8 @@ impl Session {
             let Var::Obj(o) = self.var(obj)? else {
                 bail!("`{obj}` is not an object");
             };
-            let m = self.module()?;
-            let (_, t, v) = m
+            let (_, t, v) = o
+                .module()
                 .fields(o)?
                 .into_iter()
                 .find(|(n, _, _)| n == field)
@@ -781,7 +816,7 @@ impl Session {
             }
             Var::Obj(o) => {
                 let _ = writeln!(out, "{name}: {}", o.class_name());
-                for (f, t, v) in self.module()?.fields(o)? {
+                for (f, t, v) in o.module().fields(o)? {
                     let _ = writeln!(out, "  {f}: {t} = {v}");
                 }
                 return Ok(());
@@ -797,8 +832,16 @@ impl Session {
             Some(r) => {
                 let (lo, hi) = match r.split_once("..") {
                     Some((a, b)) => (
-                        if a.is_empty() { Ok(0) } else { a.parse::<usize>() },
-                        if b.is_empty() { Ok(len) } else { b.parse::<usize>() },
+                        if a.is_empty() {
+                            Ok(0)
+                        } else {
+                            a.parse::<usize>()
+                        },
+                        if b.is_empty() {
+                            Ok(len)
+                        } else {
+                            b.parse::<usize>()
+                        },
                     ),
                     None => (r.parse::<usize>(), r.parse::<usize>().map(|x| x + 1)),
                 };
@@ -812,12 +855,24 @@ impl Session {
             }
         };
         let cells: Vec<String> = match var {
-            Var::I32(a) => slice(&self.rt, a, lo, hi)?.iter().map(i32::to_string).collect(),
-            Var::I64(a) => slice(&self.rt, a, lo, hi)?.iter().map(i64::to_string).collect(),
-            Var::F32(a) => slice(&self.rt, a, lo, hi)?.iter().map(|x| format!("{x:?}")).collect(),
-            Var::F64(a) => slice(&self.rt, a, lo, hi)?.iter().map(|x| format!("{x:?}")).collect(),
+            Var::I32(a) => slice(&self.rt, a, lo, hi)?
+                .iter()
+                .map(i32::to_string)
+                .collect(),
+            Var::I64(a) => slice(&self.rt, a, lo, hi)?
+                .iter()
+                .map(i64::to_string)
+                .collect(),
+            Var::F32(a) => slice(&self.rt, a, lo, hi)?
+                .iter()
+                .map(|x| format!("{x:?}"))
+                .collect(),
+            Var::F64(a) => slice(&self.rt, a, lo, hi)?
+                .iter()
+                .map(|x| format!("{x:?}"))
+                .collect(),
             Var::Refs(a) => {
-                let m = self.module()?;
+                let m = a.module();
                 (lo..hi)
                     .map(|i| {
                         Ok(match m.element(a, i)? {
@@ -900,9 +955,7 @@ impl Session {
         let rt = self.rt.clone();
         let timer = armed.map(|delay| {
             std::thread::spawn(move || match stop_rx.recv_timeout(delay) {
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    Some(rt.safepoint(|heap| heap.used()))
-                }
+                Err(mpsc::RecvTimeoutError::Timeout) => Some(rt.safepoint(|heap| heap.used())),
                 _ => None,
             })
         });
@@ -914,16 +967,13 @@ impl Session {
         let (report, exceptions, interrupted) = match r {
             Ok(rep) => (rep, None, false),
             Err(OffloadError::Exceptions(e)) => {
-                let text = e.to_string();
+                let text = self.source_lines(&e.to_string());
                 (e.report, Some(text), false)
             }
             Err(OffloadError::Interrupted(rep)) => (*rep, None, true),
             Err(e) => return Err(e.into()),
         };
-        let last = Last {
-            report,
-            exceptions,
-        };
+        let last = Last { report, exceptions };
         if let Some(reps) = quiet {
             reps.push(last.report.clone());
             self.last = Some(last);
@@ -1098,7 +1148,12 @@ impl Session {
             let _ = writeln!(out, "  speculates {s}");
         }
         for ((ver, site, reason), n) in &info.deopts {
-            let _ = writeln!(out, "  v{ver} site {} {}: {n} deopts", site.0, reason.name());
+            let _ = writeln!(
+                out,
+                "  v{ver} site {} {}: {n} deopts",
+                site.0,
+                reason.name()
+            );
         }
         for l in &info.log {
             let _ = writeln!(out, "  {l}");
@@ -1138,19 +1193,30 @@ impl Session {
                 }
                 s.policy = p.to_string();
             }
-            "speculate" => s.speculate = if val("N|off")? == "off" { 0 } else { num("N")? as u32 },
+            "speculate" => {
+                s.speculate = if val("N|off")? == "off" {
+                    0
+                } else {
+                    num("N")? as u32
+                }
+            }
             "tlab" => {
                 s.tlab = if val("BYTES|default")? == "default" {
                     None
                 } else {
-                    Some(u32::try_from(num("BYTES")?).map_err(|_| ReplError("TLAB too large".into()))?)
+                    Some(
+                        u32::try_from(num("BYTES")?)
+                            .map_err(|_| ReplError("TLAB too large".into()))?,
+                    )
                 }
             }
             "inject" => {
                 s.inject = match vals {
                     ["off"] => None,
                     ["every", n] => Some((parse_u64(n)?.max(1), None)),
-                    ["random", n, "seed", seed] => Some((parse_u64(n)?.max(1), Some(parse_u64(seed)?))),
+                    ["random", n, "seed", seed] => {
+                        Some((parse_u64(n)?.max(1), Some(parse_u64(seed)?)))
+                    }
                     _ => bail!("usage: :set inject every N | random N seed S | off"),
                 }
             }
@@ -1187,88 +1253,18 @@ impl Session {
     /// profiles, counters) starts afresh.
     fn rebuild(&mut self, s: Settings, out: &mut String) -> Result<()> {
         let rt = s.build()?;
-        let mut next = Session {
-            settings: s,
-            rt: rt.clone(),
-            current: self.current.clone(),
-            defs: self.defs.clone(),
-            module: None,
-            vars: BTreeMap::new(),
-            last: None,
-            safepoint_after: self.safepoint_after,
+        let module = if self.defs.is_empty() {
+            None
+        } else {
+            Some(load_defs(&rt, &self.defs)?)
         };
-        if !self.defs.is_empty() {
-            next.module = Some(next.load_defs(&self.defs)?);
-        }
-        let mut moved: Vec<(offload::tlab::Ref, Arg)> = Vec::new();
-        let mut lost = Vec::new();
-        // Pass 1: make every array and object; copy numbers.
-        for (name, v) in &self.vars {
-            let nv = match v {
-                Var::Scalar(a) if matches!(a, Arg::Ref { .. }) => Var::Scalar(rt.null()),
-                Var::Scalar(a) => Var::Scalar(*a),
-                Var::I32(a) => Var::I32(rt.array(&self.rt.read(a)?)?),
-                Var::I64(a) => Var::I64(rt.array(&self.rt.read(a)?)?),
-                Var::F32(a) => Var::F32(rt.array(&self.rt.read(a)?)?),
-                Var::F64(a) => Var::F64(rt.array(&self.rt.read(a)?)?),
-                Var::Refs(a) => Var::Refs(next.module()?.new_ref_array(a.elem_class(), a.len())?),
-                Var::Obj(o) => {
-                    let m = next.module()?;
-                    let no = m.new_object(o.class_name())?;
-                    let old = self.module()?;
-                    for (f, t, _) in old.fields(o)? {
-                        match t.as_str() {
-                            "i32" => m.set_field(&no, &f, old.get_field::<i32>(o, &f)?)?,
-                            "i64" => m.set_field(&no, &f, old.get_field::<i64>(o, &f)?)?,
-                            "f32" => m.set_field(&no, &f, old.get_field::<f32>(o, &f)?)?,
-                            "f64" => m.set_field(&no, &f, old.get_field::<f64>(o, &f)?)?,
-                            _ => {}
-                        }
-                    }
-                    Var::Obj(no)
-                }
-            };
-            if let Arg::Ref { r, .. } = v.arg() {
-                moved.push((r, nv.arg()));
-            }
-            next.vars.insert(name.clone(), nv);
-        }
-        // Pass 2: references between variables.
-        let find = |r: offload::tlab::Ref| -> Option<Arg> {
-            if r.is_null() {
-                return Some(next.rt.null());
-            }
-            moved.iter().find(|(o, _)| *o == r).map(|(_, n)| *n)
-        };
-        for (name, v) in &self.vars {
-            match (v, &next.vars[name]) {
-                (Var::Obj(o), Var::Obj(no)) => {
-                    let old = self.module()?;
-                    for (f, t, _) in old.fields(o)? {
-                        if matches!(t.as_str(), "i32" | "i64" | "f32" | "f64") {
-                            continue;
-                        }
-                        match find(old.get_ref_field(o, &f)?) {
-                            Some(a) => next.module()?.set_field(no, &f, a)?,
-                            None => lost.push(format!("{name}.{f}")),
-                        }
-                    }
-                }
-                (Var::Refs(a), Var::Refs(na)) => {
-                    let old = self.module()?;
-                    for i in 0..a.len() {
-                        let r = old.element(a, i)?.map_or(offload::tlab::Ref(0), |(r, _)| r);
-                        match find(r) {
-                            Some(x) => next.module()?.set_element(na, i, x)?,
-                            None => lost.push(format!("{name}[{i}]")),
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = rt;
-        *self = next;
+        let (vars, lost) = carry_over(&self.rt, &self.vars, &rt, module.as_ref())?;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = rt.clone();
+        self.settings = s;
+        self.rt = rt;
+        self.module = module;
+        self.vars = vars;
+        self.last = None;
         let _ = writeln!(
             out,
             "runtime rebuilt: device {}{}, {} workers; {} definitions reloaded, {} variables copied",
@@ -1281,17 +1277,204 @@ impl Session {
             self.defs.len(),
             self.vars.len()
         );
-        if !lost.is_empty() {
-            let shown: Vec<&str> = lost.iter().take(8).map(String::as_str).collect();
-            let _ = writeln!(
-                out,
-                "note: {} reference(s) pointed at objects no variable holds and are now null: {}{}",
-                lost.len(),
-                shown.join(", "),
-                if lost.len() > 8 { ", …" } else { "" }
-            );
-        }
+        lost_note(&lost, out);
         Ok(())
+    }
+}
+
+/// Say which references could not be carried over.
+fn lost_note(lost: &[String], out: &mut String) {
+    if lost.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = lost.iter().take(8).map(String::as_str).collect();
+    let _ = writeln!(
+        out,
+        "note: {} value(s) could not be carried over: {}{}",
+        lost.len(),
+        shown.join(", "),
+        if lost.len() > 8 { ", …" } else { "" }
+    );
+}
+
+/// The variables of `vars` (on `from`) moved to runtime `to` and module
+/// `module`: numbers copied (arrays of numbers are shared when the runtime
+/// is the same), objects and reference arrays made again from their
+/// class's new definition with the fields of the same name and type,
+/// references between variables kept. Returns the variables and what
+/// could not be carried over (a reference to an object no variable holds,
+/// a field or class that is gone).
+fn carry_over(
+    from: &Runtime,
+    vars: &BTreeMap<String, Var>,
+    to: &Runtime,
+    module: Option<&Module>,
+) -> Result<(BTreeMap<String, Var>, Vec<String>)> {
+    let same = std::ptr::eq(from, to) || from.heap().base_ptr() == to.heap().base_ptr();
+    let mut next = BTreeMap::new();
+    let mut moved: Vec<(offload::tlab::Ref, Arg)> = Vec::new();
+    let mut lost = Vec::new();
+    // Pass 1: make every array and object; copy numbers.
+    for (name, v) in vars {
+        let nv = match v {
+            Var::Scalar(Arg::Ref { r, .. }) if !same && !r.is_null() => {
+                lost.push(name.clone());
+                continue;
+            }
+            Var::Scalar(a) => Var::Scalar(*a),
+            Var::I32(_) | Var::I64(_) | Var::F32(_) | Var::F64(_) if same => v.clone(),
+            Var::I32(a) => Var::I32(to.array(&from.read(a)?)?),
+            Var::I64(a) => Var::I64(to.array(&from.read(a)?)?),
+            Var::F32(a) => Var::F32(to.array(&from.read(a)?)?),
+            Var::F64(a) => Var::F64(to.array(&from.read(a)?)?),
+            Var::Refs(a) => match module.map(|m| m.new_ref_array(a.elem_class(), a.len())) {
+                Some(Ok(na)) => Var::Refs(na),
+                _ => {
+                    lost.push(format!("{name} (class `{}` is gone)", a.elem_class()));
+                    continue;
+                }
+            },
+            Var::Obj(o) => {
+                let Some(no) = module.and_then(|m| m.new_object(o.class_name()).ok()) else {
+                    lost.push(format!("{name} (class `{}` is gone)", o.class_name()));
+                    continue;
+                };
+                let old = o.module();
+                let m = no.module().clone();
+                let new_fields = m.fields(&no)?;
+                for (f, t, _) in old.fields(o)? {
+                    if !new_fields.iter().any(|(nf, nt, _)| *nf == f && *nt == t) {
+                        lost.push(format!("{name}.{f}"));
+                        continue;
+                    }
+                    match t.as_str() {
+                        "i32" => m.set_field(&no, &f, old.get_field::<i32>(o, &f)?)?,
+                        "i64" => m.set_field(&no, &f, old.get_field::<i64>(o, &f)?)?,
+                        "f32" => m.set_field(&no, &f, old.get_field::<f32>(o, &f)?)?,
+                        "f64" => m.set_field(&no, &f, old.get_field::<f64>(o, &f)?)?,
+                        _ => {}
+                    }
+                }
+                Var::Obj(no)
+            }
+        };
+        if let Arg::Ref { r, .. } = v.arg() {
+            moved.push((r, nv.arg()));
+        }
+        next.insert(name.clone(), nv);
+    }
+    // Pass 2: references. An object reached from a variable that no
+    // variable holds (one a kernel made, an element made by `new`) is
+    // copied too, as far as it reaches.
+    let mut work: Vec<(Object, Object)> = Vec::new();
+    for (name, v) in vars {
+        match (v, next.get(name)) {
+            (Var::Obj(o), Some(Var::Obj(no))) => work.push((o.clone(), no.clone())),
+            (Var::Refs(a), Some(Var::Refs(na))) => {
+                let old = a.module();
+                for i in 0..a.len() {
+                    let r = old.element(a, i)?.map_or(offload::tlab::Ref(0), |(r, _)| r);
+                    match reach(r, old, module, to, &mut moved, &mut work)
+                        .map(|x| na.module().set_element(na, i, x))
+                    {
+                        Some(Ok(())) => {}
+                        _ => lost.push(format!("{name}[{i}]")),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    while let Some((o, no)) = work.pop() {
+        let old = o.module().clone();
+        for (f, t, _) in old.fields(&o)? {
+            if matches!(t.as_str(), "i32" | "i64" | "f32" | "f64") {
+                continue;
+            }
+            let r = old.get_ref_field(&o, &f)?;
+            match reach(r, &old, module, to, &mut moved, &mut work)
+                .map(|a| no.module().set_field(&no, &f, a))
+            {
+                Some(Ok(())) => {}
+                _ => lost.push(format!("{}.{f}", o.class_name())),
+            }
+        }
+    }
+    Ok((next, lost))
+}
+
+/// The new value of old reference `r`: null, what it was moved to, or a
+/// copy of the object it points at (queued on `work` for its fields);
+/// `None` when it cannot be moved (an array no variable holds, a class
+/// that is gone).
+fn reach(
+    r: offload::tlab::Ref,
+    old: &Module,
+    module: Option<&Module>,
+    to: &Runtime,
+    moved: &mut Vec<(offload::tlab::Ref, Arg)>,
+    work: &mut Vec<(Object, Object)>,
+) -> Option<Arg> {
+    if r.is_null() {
+        return Some(to.null());
+    }
+    if let Some((_, n)) = moved.iter().find(|(o, _)| *o == r) {
+        return Some(*n);
+    }
+    let o = old.object_at(r).ok()?;
+    let no = module?.new_object(o.class_name()).ok()?;
+    let m = no.module().clone();
+    let new_fields = m.fields(&no).ok()?;
+    for (f, t, _) in old.fields(&o).ok()? {
+        if !new_fields.iter().any(|(nf, nt, _)| *nf == f && *nt == t) {
+            continue;
+        }
+        let _ = match t.as_str() {
+            "i32" => m.set_field(&no, &f, old.get_field::<i32>(&o, &f).ok()?),
+            "i64" => m.set_field(&no, &f, old.get_field::<i64>(&o, &f).ok()?),
+            "f32" => m.set_field(&no, &f, old.get_field::<f32>(&o, &f).ok()?),
+            "f64" => m.set_field(&no, &f, old.get_field::<f64>(&o, &f).ok()?),
+            _ => Ok(()),
+        };
+    }
+    let a = Arg::from(&no);
+    moved.push((r, a));
+    work.push((o, no));
+    Some(a)
+}
+
+/// Load `defs` as one module; errors point into the definition (and its
+/// file and line) they are in.
+fn load_defs(rt: &Runtime, defs: &[Def]) -> Result<Module> {
+    let mut src = String::new();
+    let mut starts = Vec::new();
+    for d in defs {
+        starts.push(src.len());
+        src.push_str(&d.item.text);
+        if !d.item.text.ends_with('\n') {
+            src.push('\n');
+        }
+    }
+    match rt.load("<session>", &src) {
+        Ok(m) => Ok(m),
+        Err(OffloadError::Load { diagnostics, .. }) => {
+            let mut text = String::new();
+            for d in &diagnostics.0 {
+                let at = d.span.start as usize;
+                let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
+                let def = &defs[i];
+                let pad = "\n".repeat(def.item.line as usize - 1);
+                let shift = pad.len() as i64 - starts[i] as i64;
+                let mut moved = d.clone();
+                moved.file = def.origin.as_str().into();
+                moved.span.start = (i64::from(d.span.start) + shift) as u32;
+                moved.span.end = (i64::from(d.span.end) + shift) as u32;
+                let local = format!("{pad}{}", def.item.text);
+                text.push_str(&offload::diagnostics::render(&moved, &local));
+            }
+            bail!("{}", strip_error(&text))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -1301,10 +1484,10 @@ fn same_namespace(a: &str, b: &str) -> bool {
     (a == "class") == (b == "class")
 }
 
-fn render(ds: &[Diagnostic], src: &str) -> String {
-    offload::diagnostics::render_all(ds, src)
-        .trim_end()
-        .to_string()
+/// Rendered diagnostics start with `error: `, which the REPL adds itself.
+fn strip_error(text: &str) -> String {
+    let t = text.trim_end();
+    t.strip_prefix("error: ").unwrap_or(t).to_string()
 }
 
 fn one<'a>(words: &[&'a str], usage: &str) -> Result<&'a str> {
@@ -1494,7 +1677,11 @@ fn deopt_table(last: &Last, out: &mut String) {
     let r = &last.report;
     let total: u64 = r.deopts.values().sum::<u64>().max(r.abandoned);
     if r.deopt_table.is_empty() {
-        let _ = writeln!(out, "no workitem deoptimized in the last launch of {}", r.kernel);
+        let _ = writeln!(
+            out,
+            "no workitem deoptimized in the last launch of {}",
+            r.kernel
+        );
         return;
     }
     let _ = writeln!(

@@ -1,0 +1,267 @@
+//! The REPL, through the real binary.
+//!
+//! - Golden transcripts: each `tests/repl/NAME.ofs` goes into `offload
+//!   repl` on a pipe (entries echoed after the prompt, errors shown and the
+//!   session going on), and the output must equal `tests/repl/NAME.out`,
+//!   with times masked. `OFFLOAD_BLESS=1 cargo test --test repl` rewrites
+//!   the expected files.
+//! - Script mode: every example script runs cleanly; a script stops at its
+//!   first error and names the file and line.
+//! - An interactive session in a pseudo-terminal (see `interactive`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_offload")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Mask what changes from run to run: times.
+fn normalize(s: &str) -> String {
+    let mut out = String::new();
+    for line in s.lines() {
+        let mut l = String::new();
+        let words: Vec<&str> = line.split(' ').collect();
+        for (i, w) in words.iter().enumerate() {
+            if i > 0 {
+                l.push(' ');
+            }
+            let next_is_ms = words.get(i + 1).is_some_and(|n| n.starts_with("ms"));
+            if next_is_ms && w.parse::<f64>().is_ok() {
+                l.push_str("<t>");
+            } else {
+                l.push_str(w);
+            }
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+fn transcript(name: &str) {
+    let input = root().join(format!("tests/repl/{name}.ofs"));
+    let expected_path = root().join(format!("tests/repl/{name}.out"));
+    let out = Command::new(bin())
+        .args(["repl", "--workers", "2", "--device", "cpu"])
+        .current_dir(root())
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "offload repl failed on {name}");
+    let got = normalize(&String::from_utf8(out.stdout).unwrap());
+    if std::env::var_os("OFFLOAD_BLESS").is_some() {
+        std::fs::write(&expected_path, &got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&expected_path).unwrap_or_else(|_| {
+        panic!(
+            "no {}: run with OFFLOAD_BLESS=1 to create it",
+            expected_path.display()
+        )
+    });
+    if got != want {
+        let diff: Vec<String> = got
+            .lines()
+            .zip(want.lines())
+            .enumerate()
+            .filter(|(_, (g, w))| g != w)
+            .take(5)
+            .map(|(i, (g, w))| format!("line {}:\n  got:  {g}\n  want: {w}", i + 1))
+            .collect();
+        panic!(
+            "transcript {name} differs ({} vs {} lines; OFFLOAD_BLESS=1 rewrites it):\n{}",
+            got.lines().count(),
+            want.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
+#[test]
+fn transcript_define() {
+    transcript("define");
+}
+
+#[test]
+fn transcript_run() {
+    transcript("run");
+}
+
+#[test]
+fn transcript_deopts() {
+    transcript("deopts");
+}
+
+#[test]
+fn transcript_inspect() {
+    transcript("inspect");
+}
+
+#[test]
+fn transcript_errors() {
+    transcript("errors");
+}
+
+/// Every example script runs cleanly.
+#[test]
+fn example_scripts_run() {
+    let mut n = 0;
+    for e in std::fs::read_dir(root().join("examples")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "ofs") {
+            let out = Command::new(bin())
+                .args(["run", "--workers", "2"])
+                .arg(&p)
+                .current_dir(root())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{} failed:\n{}",
+                p.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 1, "no example scripts found");
+}
+
+/// A script stops at its first error, naming the file and line.
+#[test]
+fn a_script_stops_at_its_first_error() {
+    let dir = std::env::temp_dir().join(format!("offload-script-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("bad.ofs");
+    std::fs::write(
+        &script,
+        "let a = i32[4]\nprint a\nprint b\nlet c = i32[2]\nprint c\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--workers", "2"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("a[0..4]"), "{stdout}");
+    assert!(!stdout.contains("c[0..2]"), "ran past the error: {stdout}");
+    assert!(
+        stderr.contains(&format!("{}:3: no variable `b`", script.display())),
+        "{stderr}"
+    );
+    // A definition error names the file, line and column.
+    std::fs::write(
+        &script,
+        "let a = i32[4]\nkernel k(i: i64) {\n    i32.add\n    ret\n}\nprint a\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["run"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}:3:5", script.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains('^'), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Type `keys` and flush them to the terminal.
+#[cfg(unix)]
+fn type_(p: &mut rexpect::session::PtySession, keys: &str) {
+    // Like a person: a line editor may drop input typed ahead of it.
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    p.send(keys).unwrap();
+    p.flush().unwrap();
+}
+
+/// An interactive session in a pseudo-terminal: a multi-line definition,
+/// tab completion, history (within a session and across sessions),
+/// Ctrl-C interrupting a long launch without ending the REPL, Ctrl-D.
+#[cfg(unix)]
+#[test]
+fn interactive() {
+    use rexpect::session::spawn_command;
+    let dir = std::env::temp_dir().join(format!("offload-pty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = dir.join("history");
+    let start = |history: &Path| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["repl", "--workers", "2", "--history"])
+            .arg(history)
+            .current_dir(root())
+            .env("TERM", "xterm");
+        spawn_command(cmd, Some(60_000)).unwrap()
+    };
+    let mut p = start(&history);
+    p.exp_string("offload> ").unwrap();
+    // A multi-line definition, typed line by line.
+    for l in [
+        "kernel twice(i: i64, a: i32[]) {",
+        "    load a",
+        "    load i",
+        "    i64.to_i32",
+        "    i64.const 2",
+        "    load i",
+        "    i64.mul",
+        "    i64.to_i32",
+        "    i32.astore",
+        "    ret",
+        "}",
+    ] {
+        type_(&mut p, l);
+        type_(&mut p, "\r");
+    }
+    p.exp_string("defined kernel twice").unwrap();
+    // Completion of a command (`:lo` -> `:load`) and of a kernel name.
+    type_(&mut p, ":lo\t");
+    type_(&mut p, " examples/kernels/spin.obc\r");
+    p.exp_string("defined kernel spin").unwrap();
+    type_(&mut p, "let a = i32[8]\r");
+    p.exp_string("a: i32[8]").unwrap();
+    type_(&mut p, "run tw\t 8 a\r");
+    p.exp_string("twice over 0..8").unwrap();
+    type_(&mut p, "print a\r");
+    p.exp_string("[0, 2, 4, 6, 8, 10, 12, 14]").unwrap();
+    // History: Up recalls the last entry.
+    type_(&mut p, "\x1b[A\r");
+    p.exp_string("[0, 2, 4, 6, 8, 10, 12, 14]").unwrap();
+    // Ctrl-C interrupts a launch that would take minutes; the REPL goes on.
+    type_(&mut p, "let c = i32[200000]\r");
+    p.exp_string("c: i32[200000]").unwrap();
+    type_(&mut p, "run spin 200000 20000000 c\r");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    p.send_control('c').unwrap();
+    p.exp_string("interrupted:").unwrap();
+    p.exp_string("offload> ").unwrap();
+    type_(&mut p, ":heap\r");
+    p.exp_string("heap ok").unwrap();
+    type_(&mut p, "print a[1]\r");
+    p.exp_string("[2]").unwrap();
+    // Ctrl-D leaves.
+    p.send_control('d').unwrap();
+    p.exp_eof().unwrap();
+    // The history persists: a new session recalls the last entry.
+    let saved = std::fs::read_to_string(&history).unwrap();
+    assert!(saved.contains("print a[1]"), "{saved}");
+    let mut p = start(&history);
+    p.exp_string("offload> ").unwrap();
+    type_(&mut p, "\x1b[A\r");
+    p.exp_string("no variable `a`").unwrap();
+    type_(&mut p, ":quit\r");
+    p.exp_eof().unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+}
