@@ -27,6 +27,18 @@
 //! warm-up, a policy's decision, or a fallback — reports
 //! [`Device::Interpreter`] as its device.
 //!
+//! Interrupting a launch ([`Runtime::interrupt`], what Ctrl-C does in the
+//! REPL) is an addition to DESIGN.md's launch protocol: it is a safepoint
+//! after which the running launch leaves instead of going on. Completed
+//! workitems stay completed; workitems stopped part-way are dropped, not
+//! replayed (reported as [`LaunchReport::abandoned`] and as `interrupted`
+//! rows of the deopt table); the rest never start; the launch returns
+//! [`OffloadError::Interrupted`]. Exactly-once becomes at-most-once for that
+//! launch only, and says so. The REPL (`offload repl`, `offload run`) lives
+//! in the binary and uses only this crate's public API; [`inspect`] gives it
+//! (and anyone) a kernel's bytecode with verifier types, Cranelift IR, PTX
+//! and deopt metadata.
+//!
 //! ```
 //! use offload::{Runtime, par_offload};
 //!
