@@ -71,7 +71,7 @@ impl Module {
     /// What the runtime knows about `kernel` of this module (see
     /// [`crate::Runtime::kernel_info`]); `None` before its first launch.
     pub fn kernel_info(&self, kernel: &str) -> Result<Option<KernelInfo>, OffloadError> {
-        let (k, _, _) = self.current(kernel)?;
+        let k = self.kernel_id(kernel)?;
         let Some(st) = self.rt.inner.kernels.get(&(self.id, k)).map(|s| s.clone()) else {
             return Ok(None);
         };
@@ -81,15 +81,7 @@ impl Module {
 
     /// The kernel, its current version and speculations.
     fn current(&self, kernel: &str) -> Result<(FuncId, u32, Speculations), OffloadError> {
-        let v = self.prog.verified();
-        let k = v
-            .func_named(kernel)
-            .filter(|&k| self.prog.is_kernel(k))
-            .ok_or_else(|| OffloadError::NoSuchKernel {
-                module: self.name.clone(),
-                kernel: kernel.to_string(),
-                available: self.kernels().join(", "),
-            })?;
+        let k = self.kernel_id(kernel)?;
         let (version, spec) = match self.rt.inner.kernels.get(&(self.id, k)) {
             Some(st) => {
                 let st = st.lock().unwrap_or_else(|e| e.into_inner());

@@ -879,6 +879,19 @@ impl Module {
         v.kernels().map(|k| v.func(k).name.clone()).collect()
     }
 
+    /// The kernel named `kernel`, or an error listing the kernels there are.
+    pub(crate) fn kernel_id(&self, kernel: &str) -> Result<FuncId, OffloadError> {
+        self.prog
+            .verified()
+            .func_named(kernel)
+            .filter(|&k| self.prog.is_kernel(k))
+            .ok_or_else(|| OffloadError::NoSuchKernel {
+                module: self.name.clone(),
+                kernel: kernel.to_string(),
+                available: self.kernels().join(", "),
+            })
+    }
+
     /// Bind a kernel to its captures (every parameter after the index, in
     /// order). Each capture is checked against its parameter: numbers by
     /// type, references by the runtime type of the object they point at.
@@ -889,14 +902,7 @@ impl Module {
         captures: impl IntoIterator<Item = Arg>,
     ) -> Result<Closure, OffloadError> {
         let v = self.prog.verified();
-        let k = v
-            .func_named(kernel)
-            .filter(|&k| self.prog.is_kernel(k))
-            .ok_or_else(|| OffloadError::NoSuchKernel {
-                module: self.name.clone(),
-                kernel: kernel.to_string(),
-                available: self.kernels().join(", "),
-            })?;
+        let k = self.kernel_id(kernel)?;
         let f = v.func(k);
         let params = &f.params()[1..];
         let captures: Vec<Arg> = captures.into_iter().collect();
