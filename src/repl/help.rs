@@ -195,13 +195,12 @@ pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
             s.push_str("Ctrl-C interrupts a running launch; Ctrl-D or :quit leaves.\n");
         }
         Some(name) => {
-            let want = name;
             let c = COMMANDS
                 .iter()
                 .find(|c| {
                     c.names
                         .iter()
-                        .any(|n| *n == want || n.trim_start_matches(':') == want)
+                        .any(|n| *n == name || n.trim_start_matches(':') == name)
                 })
                 .ok_or_else(|| {
                     super::session::ReplError(format!("no command `{name}` (`:help` lists them)"))

@@ -1335,26 +1335,11 @@ fn carry_over(
                 }
             },
             Var::Obj(o) => {
-                let Some(no) = module.and_then(|m| m.new_object(o.class_name()).ok()) else {
+                let Some((no, missing)) = remake(o, module)? else {
                     lost.push(format!("{name} (class `{}` is gone)", o.class_name()));
                     continue;
                 };
-                let old = o.module();
-                let m = no.module().clone();
-                let new_fields = m.fields(&no)?;
-                for (f, t, _) in old.fields(o)? {
-                    if !new_fields.iter().any(|(nf, nt, _)| *nf == f && *nt == t) {
-                        lost.push(format!("{name}.{f}"));
-                        continue;
-                    }
-                    match t.as_str() {
-                        "i32" => m.set_field(&no, &f, old.get_field::<i32>(o, &f)?)?,
-                        "i64" => m.set_field(&no, &f, old.get_field::<i64>(o, &f)?)?,
-                        "f32" => m.set_field(&no, &f, old.get_field::<f32>(o, &f)?)?,
-                        "f64" => m.set_field(&no, &f, old.get_field::<f64>(o, &f)?)?,
-                        _ => {}
-                    }
-                }
+                lost.extend(missing.iter().map(|f| format!("{name}.{f}")));
                 Var::Obj(no)
             }
         };
@@ -1403,6 +1388,34 @@ fn carry_over(
     Ok((next, lost))
 }
 
+/// A new instance of `o`'s class in `module`, with `o`'s number fields
+/// that the new class has with the same name and type (references are
+/// left to the caller); `None` when the class is gone. Also returns the
+/// fields the new class lacks.
+fn remake(o: &Object, module: Option<&Module>) -> Result<Option<(Object, Vec<String>)>> {
+    let Some(no) = module.and_then(|m| m.new_object(o.class_name()).ok()) else {
+        return Ok(None);
+    };
+    let old = o.module();
+    let m = no.module().clone();
+    let new_fields = m.fields(&no)?;
+    let mut missing = Vec::new();
+    for (f, t, _) in old.fields(o)? {
+        if !new_fields.iter().any(|(nf, nt, _)| *nf == f && *nt == t) {
+            missing.push(f);
+            continue;
+        }
+        match t.as_str() {
+            "i32" => m.set_field(&no, &f, old.get_field::<i32>(o, &f)?)?,
+            "i64" => m.set_field(&no, &f, old.get_field::<i64>(o, &f)?)?,
+            "f32" => m.set_field(&no, &f, old.get_field::<f32>(o, &f)?)?,
+            "f64" => m.set_field(&no, &f, old.get_field::<f64>(o, &f)?)?,
+            _ => {}
+        }
+    }
+    Ok(Some((no, missing)))
+}
+
 /// The new value of old reference `r`: null, what it was moved to, or a
 /// copy of the object it points at (queued on `work` for its fields);
 /// `None` when it cannot be moved (an array no variable holds, a class
@@ -1422,21 +1435,7 @@ fn reach(
         return Some(*n);
     }
     let o = old.object_at(r).ok()?;
-    let no = module?.new_object(o.class_name()).ok()?;
-    let m = no.module().clone();
-    let new_fields = m.fields(&no).ok()?;
-    for (f, t, _) in old.fields(&o).ok()? {
-        if !new_fields.iter().any(|(nf, nt, _)| *nf == f && *nt == t) {
-            continue;
-        }
-        let _ = match t.as_str() {
-            "i32" => m.set_field(&no, &f, old.get_field::<i32>(&o, &f).ok()?),
-            "i64" => m.set_field(&no, &f, old.get_field::<i64>(&o, &f).ok()?),
-            "f32" => m.set_field(&no, &f, old.get_field::<f32>(&o, &f).ok()?),
-            "f64" => m.set_field(&no, &f, old.get_field::<f64>(&o, &f).ok()?),
-            _ => Ok(()),
-        };
-    }
+    let (no, _) = remake(&o, module).ok()??;
     let a = Arg::from(&no);
     moved.push((r, a));
     work.push((o, no));
