@@ -286,7 +286,7 @@ pub(crate) fn launch(
         decision: None,
         fallback: None,
         deopt_table: table,
-        interrupted: abandoned > 0 || on_device + replayed + abandoned < total,
+        interrupted: false, // Thrown::finish
         abandoned,
     };
     thrown.finish(report)

@@ -628,7 +628,7 @@ fn run(
         decision: None,
         fallback: None,
         deopt_table: table,
-        interrupted: abandoned > 0 || on_device + replayed + abandoned < total,
+        interrupted: false, // Thrown::finish
         abandoned,
     };
     thrown.finish(report)

@@ -451,9 +451,7 @@ fn launch_interp(
         decision: None,
         fallback: None,
         deopt_table: cut,
-        // Only what the interrupt actually stopped counts: one that came
-        // after the last workitem changed nothing.
-        interrupted: abandoned > 0 || completed + thrown.count < n,
+        interrupted: false, // Thrown::finish
         abandoned,
     };
     thrown.finish(report)
@@ -461,7 +459,11 @@ fn launch_interp(
 
 impl Thrown {
     /// The launch's result: the report, or the exceptions with the report.
-    pub(crate) fn finish(self, report: LaunchReport) -> Result<LaunchReport, OffloadError> {
+    /// Whether an interrupt cut the launch short is derived here, for every
+    /// device: only what it actually stopped counts (one that came after
+    /// the last workitem changed nothing).
+    pub(crate) fn finish(self, mut report: LaunchReport) -> Result<LaunchReport, OffloadError> {
+        report.interrupted = report.abandoned > 0 || report.not_started() > 0;
         if report.interrupted {
             return Err(OffloadError::Interrupted(Box::new(report)));
         }
