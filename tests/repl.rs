@@ -108,6 +108,62 @@ fn transcript_errors() {
     transcript("errors");
 }
 
+/// The settings that shape the runtime take effect (policy, TLAB size,
+/// refill faults), `:time` repeats a launch, and `:safepoint` stops a
+/// running launch's workers and lets it finish. What these print depends
+/// on timing, so they are checked here rather than pinned in a transcript.
+#[test]
+fn settings_time_and_safepoint() {
+    let script = "\
+:load examples/kernels/alloc.obc
+:load examples/kernels/spin.obc
+let out = f64[64]
+let c = i32[4]
+:set policy trap-limit
+:set tlab 4096
+:set fail-refills 1 2
+:settings
+run alloc_vectors 64 50 out
+:time 3 run spin 4 100 c
+:safepoint 0ms
+run spin 4 30000000 c
+print c
+";
+    let mut child = Command::new(bin())
+        .args(["repl", "--workers", "2"])
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "policy      trap-limit",
+        "tlab        4096 bytes",
+        "fail-refills refill 1 fails, then one refill in every 2",
+        "alloc_vectors over 0..64 on cpu v0 (2 workers): 64 of 64 completed",
+        "trap-limit decided resize",
+        "spin over 0..4 on cpu, 3 launches: min ",
+        "safepoint requested after 0.000 ms: every worker stopped within ",
+        "then the launch went on",
+        "spin over 0..4 on cpu v0 (2 workers): 4 of 4 completed",
+        "c[0..4] of i32[4] = [30000000, 30000000, 30000000, 30000000]",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+    // The refill faults made allocation deopts, replayed to completion.
+    assert!(text.contains("(alloc "), "{text}");
+    assert!(!text.contains("error:"), "{text}");
+}
+
 /// Every example script runs cleanly.
 #[test]
 fn example_scripts_run() {

@@ -149,7 +149,7 @@ impl Settings {
             "fail-refills {}",
             self.fail_refills
                 .map_or("off".to_string(), |(f, e)| format!(
-                    "the {f}th refill and every {e}th after"
+                    "refill {f} fails, then one refill in every {e}"
                 ))
         );
         let _ = writeln!(s, "profile     {}", if self.profile { "on" } else { "off" });
