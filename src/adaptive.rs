@@ -144,9 +144,9 @@ pub(crate) struct KernelState {
     retry_in: Option<u32>,
     tlab_bytes: Option<u32>,
     chunk: Option<u64>,
-    history: Vec<LaunchOutcome>,
+    history: Recent<LaunchOutcome>,
     counters: DeoptCounters,
-    log: Vec<Logged>,
+    log: Recent<Logged>,
 }
 
 impl KernelState {
@@ -175,9 +175,9 @@ impl KernelState {
             retry_in: None,
             tlab_bytes: None,
             chunk: None,
-            history: Vec::new(),
+            history: Recent::default(),
             counters: DeoptCounters::new(),
-            log: Vec::new(),
+            log: Recent::default(),
         }
     }
 
@@ -234,10 +234,10 @@ impl KernelState {
             &Context {
                 device: rep.device,
                 tlab_bytes: tlab,
-                history: &self.history,
+                history: self.history.as_slice(),
             },
         );
-        keep_last(&mut self.history, outcome);
+        self.history.push(outcome);
         let applied = self.apply(rt, &decided.decision, rep);
         let logged = Logged {
             launch: self.launches,
@@ -249,7 +249,7 @@ impl KernelState {
         };
         tracing::info!(kernel = %rep.kernel, "{logged}");
         rep.decision = Some(logged.clone());
-        keep_last(&mut self.log, logged);
+        self.log.push(logged);
     }
 
     /// A warm-up launch finished: keep its profile; after the last, make
@@ -285,7 +285,7 @@ impl KernelState {
         };
         tracing::info!(kernel = %rep.kernel, "{logged}");
         rep.decision = Some(logged.clone());
-        keep_last(&mut self.log, logged);
+        self.log.push(logged);
     }
 
     /// Make the next version from the profile, without the excluded
@@ -417,17 +417,34 @@ impl KernelState {
             recompiles: self.recompiles,
             device: self.plan(rt).device,
             deopts,
-            log: self.log.clone(),
+            log: self.log.as_slice().to_vec(),
         }
     }
 }
 
-/// Append `x`, dropping the oldest entry once there are [`HISTORY`].
-fn keep_last<T>(v: &mut Vec<T>, x: T) {
-    if v.len() >= HISTORY {
-        v.remove(0);
+/// The newest [`HISTORY`] entries of a stream, oldest first. The vector is
+/// trimmed only once it holds twice as many, so an append costs O(1)
+/// amortized (removing the oldest entry on every launch moved the whole
+/// history, which cost more than a small kernel's launch).
+struct Recent<T>(Vec<T>);
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Recent(Vec::new())
     }
-    v.push(x);
+}
+
+impl<T> Recent<T> {
+    fn push(&mut self, x: T) {
+        if self.0.len() >= 2 * HISTORY {
+            self.0.drain(..self.0.len() - HISTORY);
+        }
+        self.0.push(x);
+    }
+
+    fn as_slice(&self) -> &[T] {
+        &self.0[self.0.len().saturating_sub(HISTORY)..]
+    }
 }
 
 impl std::fmt::Debug for KernelState {
@@ -447,12 +464,18 @@ mod tests {
 
     #[test]
     fn history_and_log_keep_only_the_newest_entries() {
-        let mut v = Vec::new();
-        for i in 0..HISTORY + 10 {
-            keep_last(&mut v, i);
+        let mut v = Recent::default();
+        for i in 0..3 {
+            v.push(i);
         }
-        assert_eq!(v.len(), HISTORY);
-        assert_eq!(v.first(), Some(&10));
-        assert_eq!(v.last(), Some(&(HISTORY + 9)));
+        assert_eq!(v.as_slice(), &[0, 1, 2]);
+        for i in 3..5 * HISTORY + 10 {
+            v.push(i);
+            let s = v.as_slice();
+            assert_eq!(s.len(), (i + 1).min(HISTORY));
+            assert_eq!(s.last(), Some(&i));
+            assert_eq!(s[0], (i + 1).saturating_sub(HISTORY));
+            assert!(v.0.len() <= 2 * HISTORY);
+        }
     }
 }

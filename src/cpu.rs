@@ -24,7 +24,6 @@ use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
 use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
 use crate::runtime::{Closure, Device, Runtime};
-use offload_deopt::SaveArea;
 use offload_host_interp::Interpreter;
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
 use std::collections::BTreeMap;
@@ -98,7 +97,7 @@ pub(crate) fn launch(
     let workers = inner.workers;
     let meta = &ck.meta;
     let per_slot = inner.deopt_records.max(1);
-    let area = SaveArea::new(workers * per_slot, meta.layout);
+    let area = rt.take_save_area(workers * per_slot, meta.layout);
     let alloc = rt.allocator(workers, plan.tlab_bytes);
     let tlabs: Vec<*const offload_tlab::SharedTlab> = (0..workers)
         .map(|w| {
@@ -256,6 +255,7 @@ pub(crate) fn launch(
     table.sort_by_key(|r: &DeoptRow| r.workitem);
     table.truncate(LaunchReport::TABLE_ROWS);
     let alloc_stats = alloc.retire();
+    rt.give_back_save_area(area);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),
         device: Device::Cpu,

@@ -309,6 +309,7 @@ impl RuntimeBuilder {
                 compiled: dashmap::DashMap::new(),
                 next_class: Mutex::new(0),
                 next_module: AtomicU64::new(0),
+                save_areas: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -346,6 +347,10 @@ pub(crate) struct Inner {
     >,
     next_class: Mutex<u32>,
     next_module: AtomicU64,
+    /// Empty save areas of finished CPU launches, kept for the next launch
+    /// of the same shape (a fresh one per launch costs more than a small
+    /// kernel's whole run).
+    pub(crate) save_areas: Mutex<Vec<offload_deopt::SaveArea>>,
 }
 
 /// The offload runtime: one managed heap, a pool of workers, a device.
@@ -655,6 +660,44 @@ impl Runtime {
         match self.inner.fail_refills {
             Some((first, every)) => a.with_refill_fault(first, every),
             None => a,
+        }
+    }
+
+    /// An empty save area of `slots` records of `layout`: one a finished
+    /// launch gave back, or a new one.
+    pub(crate) fn take_save_area(
+        &self,
+        slots: usize,
+        layout: offload_deopt::SaveLayout,
+    ) -> offload_deopt::SaveArea {
+        let mut pool = self
+            .inner
+            .save_areas
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pool
+            .iter()
+            .position(|a| a.slots() == slots && a.layout() == layout)
+        {
+            Some(i) => pool.swap_remove(i),
+            None => offload_deopt::SaveArea::new(slots, layout),
+        }
+    }
+
+    /// Keep `area` for a later launch if every record in it is empty (a
+    /// launch that failed part-way may leave records behind).
+    pub(crate) fn give_back_save_area(&self, area: offload_deopt::SaveArea) {
+        const KEPT: usize = 8;
+        if area.is_clear() {
+            let mut pool = self
+                .inner
+                .save_areas
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if pool.len() == KEPT {
+                pool.remove(0);
+            }
+            pool.push(area);
         }
     }
 

@@ -230,6 +230,14 @@ impl SaveArea {
             .collect()
     }
 
+    /// Whether every record is empty (an area that may be reused as is).
+    pub fn is_clear(&self) -> bool {
+        (0..self.slots).all(|s| {
+            let w = s * self.layout.record_words as usize + SaveLayout::SITE_WORD as usize;
+            self.words[w].load(Ordering::Acquire) == SaveLayout::EMPTY
+        })
+    }
+
     /// Empty every record (before a relaunch).
     pub fn clear(&self) {
         for s in 0..self.slots {

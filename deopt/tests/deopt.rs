@@ -95,6 +95,7 @@ fn save_area_round_trips_and_rejects_nonsense() {
     let area = SaveArea::new(3, meta.layout);
     assert_eq!(area.bytes(), 3 * 9 * 8);
     assert!(area.records(&meta).unwrap().is_empty());
+    assert!(area.is_clear());
     let r = Record {
         workitem: 1 << 40,
         site: SiteId(1),
@@ -102,6 +103,7 @@ fn save_area_round_trips_and_rejects_nonsense() {
         values: vec![1, 2, 3, 4, 5, 6, 7],
     };
     area.write(1, &r).unwrap();
+    assert!(!area.is_clear());
     assert_eq!(area.read(1, &meta).unwrap(), Some(r.clone()));
     assert_eq!(area.records(&meta).unwrap(), vec![r.clone()]);
     assert!(matches!(
@@ -141,8 +143,12 @@ fn save_area_round_trips_and_rejects_nonsense() {
         area.read(0, &meta),
         Err(DeoptError::BadSite { .. })
     ));
+    assert!(!area.is_clear());
+    area.clear_one(0).unwrap();
+    assert!(!area.is_clear(), "record 1 is still there");
     area.clear();
     assert!(area.records(&meta).unwrap().is_empty());
+    assert!(area.is_clear());
 }
 
 #[test]
