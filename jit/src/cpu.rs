@@ -210,6 +210,7 @@ pub(crate) fn compile(
             math: HashMap::new(),
             opts,
             spec,
+            exits: HashMap::new(),
         };
         // In name order, so the function's text is the same every time.
         let mut funcs: Vec<_> = imports.funcs.iter().collect();
@@ -317,6 +318,8 @@ struct Lower<'a, 'f> {
     math: HashMap<&'static str, FuncRef>,
     opts: CompileOptions,
     spec: &'a Speculations,
+    /// The shared deopt exit of each site (see [`Lower::deopt_if`]).
+    exits: HashMap<SiteId, Block>,
 }
 
 fn trusted() -> MemFlagsData {
@@ -456,6 +459,9 @@ impl Lower<'_, '_> {
         let exit_done = self.b.create_block();
         let stopped = self.b.create_block();
         let after_deopt = self.b.create_block();
+        for b in [exit_done, stopped, after_deopt] {
+            self.b.set_cold_block(b);
+        }
         self.env.next_item = Some(next_item);
         self.env.after_deopt = Some(after_deopt);
         // A slot that stopped (records full, safepoint) is entered again
@@ -634,8 +640,24 @@ impl Lower<'_, '_> {
     /// current variables) with `reason`, in the current block.
     fn deopt_here(&mut self, bci: Bci, reason: Reason) {
         let id = self.site_id(bci);
+        let sw = self
+            .b
+            .ins()
+            .iconst(types::I64, SaveLayout::site_word(id, reason) as i64);
+        self.deopt_exit(id, reason, sw);
+    }
+
+    /// The body of a deopt exit from site `id` (whose frame state is the
+    /// current variables), in the current block: write the record with
+    /// site word `sw`, then go on (or stop, for a safepoint).
+    fn deopt_exit(&mut self, id: SiteId, reason: Reason, sw: Value) {
+        // Deopt exits are laid out after the hot code, so that the checks
+        // guarding them fall through.
+        if let Some(exit) = self.b.current_block() {
+            self.b.set_cold_block(exit);
+        }
         let site = self.meta.site(id).expect("created").clone();
-        debug_assert!(site.reasons.contains(&reason), "{reason:?} at {bci}");
+        debug_assert!(site.reasons.contains(&reason), "{reason:?} at {id:?}");
         let (ctx, slot, _) = self.e();
         let area = self
             .b
@@ -683,10 +705,6 @@ impl Lower<'_, '_> {
             let raw = self.pack_raw(k, val);
             self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
         }
-        let sw = self
-            .b
-            .ins()
-            .iconst(types::I64, SaveLayout::site_word(site.id, reason) as i64);
         // The site word last, so a reader that sees it sees the values.
         let site_at = self
             .b
@@ -864,12 +882,39 @@ impl Lower<'_, '_> {
     }
 
     /// Branch to a deopt exit if `cond` is non-zero; continue otherwise.
+    ///
+    /// The checks of one instruction (a null check and a bounds check, say)
+    /// share its site's exit, which takes the site word (and so the reason)
+    /// as a parameter: they all see the frame state before the instruction,
+    /// and one copy of the record stores is half the code of two.
     fn deopt_if(&mut self, cond: Value, bci: Bci, reason: Reason) {
-        let out = self.b.create_block();
+        let id = self.site_id(bci);
+        let sw = self
+            .b
+            .ins()
+            .iconst(types::I64, SaveLayout::site_word(id, reason) as i64);
         let cont = self.b.create_block();
-        self.b.ins().brif(cond, out, &[], cont, &[]);
-        self.b.switch_to_block(out);
-        self.deopt_here(bci, reason);
+        if reason == Reason::Safepoint {
+            // Stops the slot: an exit of its own.
+            let out = self.b.create_block();
+            self.b.ins().brif(cond, out, &[], cont, &[]);
+            self.b.switch_to_block(out);
+            self.deopt_exit(id, reason, sw);
+        } else if let Some(&out) = self.exits.get(&id) {
+            debug_assert!(
+                self.meta
+                    .site(id)
+                    .is_some_and(|s| s.reasons.contains(&reason))
+            );
+            self.b.ins().brif(cond, out, &[sw.into()], cont, &[]);
+        } else {
+            let out = self.b.create_block();
+            let param = self.b.append_block_param(out, types::I64);
+            self.exits.insert(id, out);
+            self.b.ins().brif(cond, out, &[sw.into()], cont, &[]);
+            self.b.switch_to_block(out);
+            self.deopt_exit(id, reason, param);
+        }
         self.b.switch_to_block(cont);
     }
 
@@ -1036,6 +1081,7 @@ impl Lower<'_, '_> {
 
         // The slow path (refill, wait, large objects, no TLABs; a poll).
         self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
         let p = self.b.block_params(slow).to_vec();
         let fr = self.math["offload_alloc_slow"];
         let call = self
