@@ -29,12 +29,34 @@ use offload_jit::{CompiledKernel, JitError, LaunchCtx};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU32};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The compiled code of one kernel version: the tier its first launch ran
+/// (quick, or optimized when tiering is off), or why it cannot be compiled;
+/// and the optimized tier once a background compile has made it.
+#[derive(Debug)]
+pub(crate) struct Tiers {
+    first: Result<Arc<CompiledKernel>, JitError>,
+    optimized: OnceLock<Arc<CompiledKernel>>,
+}
+
+impl Tiers {
+    /// The best code there is now.
+    fn best(&self) -> Result<Arc<CompiledKernel>, JitError> {
+        match self.optimized.get() {
+            Some(ck) => Ok(ck.clone()),
+            None => self.first.clone(),
+        }
+    }
+}
+
 /// Version `ver` of the closure's kernel (compiled on first use and
-/// cached), or why it cannot be compiled.
+/// cached), or why it cannot be compiled. With tiering, the first use
+/// compiles the quick tier and starts the optimized compile on a background
+/// thread; later uses get the optimized code once it is done. Both tiers
+/// come from the same lowering, with the same deopt metadata.
 pub(crate) fn compiled(
     rt: &Runtime,
     closure: &Closure,
@@ -44,21 +66,58 @@ pub(crate) fn compiled(
     // class base could come back for another module).
     let key = (closure.module.id, closure.kernel, ver.number);
     if let Some(hit) = rt.inner.compiled.get(&key) {
-        return hit.value().clone();
+        return hit.value().best();
     }
-    let result = rt
-        .inner
+    let inner = &rt.inner;
+    let opts = offload_jit::cpu::CompileOptions {
+        quick: inner.tiered,
+        ..inner.compile
+    };
+    let first = inner
         .jit
         .compile_speculative(
             &closure.module.prog,
             closure.kernel,
             ver.number,
-            rt.inner.compile,
+            opts,
             &ver.spec,
         )
         .map(Arc::new);
-    rt.inner.compiled.insert(key, result.clone());
-    result
+    let tiers = Arc::new(Tiers {
+        first: first.clone(),
+        optimized: OnceLock::new(),
+    });
+    if let Ok(ck) = &first {
+        if ck.quick {
+            let (tiers, prog, spec) =
+                (tiers.clone(), closure.module.prog.clone(), ver.spec.clone());
+            let (k, number, opts) = (closure.kernel, ver.number, inner.compile);
+            let job = std::thread::Builder::new()
+                .name("offload-compile".into())
+                .spawn(move || {
+                    let jit = offload_jit::CpuJit::new();
+                    // The quick tier compiled, so this one does too; if it
+                    // did not, launches would keep the quick tier.
+                    if let Ok(ck) = jit.compile_speculative(&prog, k, number, opts, &spec) {
+                        let _ = tiers.optimized.set(Arc::new(ck));
+                    }
+                });
+            // No thread to be had: launches keep the quick tier.
+            if let Ok(h) = job {
+                let mut pending = inner
+                    .background
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Finished compiles need no joining.
+                pending.retain(|h| !h.is_finished());
+                pending.push(h);
+            }
+        } else {
+            let _ = tiers.optimized.set(ck.clone());
+        }
+    }
+    inner.compiled.insert(key, tiers);
+    first
 }
 
 fn chunk_size(n: u64, workers: usize) -> i64 {
@@ -135,6 +194,7 @@ pub(crate) fn launch(
         tlabs: tlabs.as_ptr(),
         allocator: std::ptr::from_ref(&alloc).cast(),
         large_words: u64::from(alloc.large_words()),
+        exclusive_tlabs: u64::from(exclusive(&tlabs)),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
@@ -282,6 +342,7 @@ pub(crate) fn launch(
         deopts,
         site_deopts,
         version: Some(ck.version),
+        quick_tier: ck.quick,
         speculations: meta.speculations.clone(),
         decision: None,
         fallback: None,
@@ -290,6 +351,14 @@ pub(crate) fn launch(
         abandoned,
     };
     thrown.finish(report)
+}
+
+/// Whether every slot has a TLAB and no two share one.
+fn exclusive(tlabs: &[*const offload_tlab::SharedTlab]) -> bool {
+    let mut seen: Vec<_> = tlabs.to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len() == tlabs.len() && !seen.contains(&std::ptr::null())
 }
 
 /// Account for one record an interrupt dropped.
@@ -347,4 +416,19 @@ fn replayed(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exclusive;
+
+    #[test]
+    fn tlabs_are_exclusive_only_when_each_slot_has_its_own() {
+        let t: Vec<offload_tlab::SharedTlab> = (0..3).map(|_| Default::default()).collect();
+        let p = |i: usize| std::ptr::from_ref(&t[i]);
+        assert!(exclusive(&[p(0), p(1), p(2)]));
+        assert!(exclusive(&[p(2)]));
+        assert!(!exclusive(&[p(0), p(0), p(1)]), "a group of two");
+        assert!(!exclusive(&[p(0), std::ptr::null()]), "a slot without one");
+    }
 }

@@ -624,6 +624,7 @@ fn run(
         deopts,
         site_deopts,
         version: Some(k.ptx.version),
+        quick_tier: false,
         speculations: k.ptx.meta.speculations.clone(),
         decision: None,
         fallback: None,

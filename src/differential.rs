@@ -7,14 +7,16 @@ use crate::reference::Rng;
 use crate::{Arg, Device, LaunchReport, OffloadError, Runtime, par_offload};
 use offload_ir::{Elem, Kind, Type};
 
-/// Two runtimes, one per device, each with one worker (generated kernels
-/// share their arrays between workitems, so with more workers results would
-/// depend on the schedule) and one save record per slot (a deopted workitem
-/// is replayed before its slot goes on, so both devices run workitems in
-/// order).
+/// Runtimes, one per device (on the CPU, one per compiler tier), each with
+/// one worker (generated kernels share their arrays between workitems, so
+/// with more workers results would depend on the schedule) and one save
+/// record per slot (a deopted workitem is replayed before its slot goes on,
+/// so every device runs workitems in order).
 #[derive(Debug)]
 pub struct Differ {
     cpu: Runtime,
+    /// The CPU's optimized tier (`cpu` runs each kernel once: its quick tier).
+    optimized: Option<Runtime>,
     interp: Runtime,
 }
 
@@ -53,8 +55,22 @@ impl Differ {
         if let Some(why) = native.fallback() {
             return Err(OffloadError::Setup(why.to_string()));
         }
+        // On the CPU, a tiered runtime's single launch runs the quick tier;
+        // the optimized tier runs on a second runtime that compiles only it.
+        let optimized = match device {
+            Device::Cpu => Some(
+                Runtime::builder()
+                    .workers(1)
+                    .deopt_records(1)
+                    .device(device)
+                    .tiered(false)
+                    .build()?,
+            ),
+            _ => None,
+        };
         Ok(Differ {
             cpu: native,
+            optimized,
             interp: Runtime::builder()
                 .workers(1)
                 .device(Device::Interpreter)
@@ -68,18 +84,29 @@ impl Differ {
     /// skipped.
     pub fn compare(&self, text: &str, seed: u64) -> Result<Compared, String> {
         let load = |rt: &Runtime| rt.load("case.obc", text).map_err(|e| e.to_string());
-        let (mc, mi) = (load(&self.cpu)?, load(&self.interp)?);
+        let mi = load(&self.interp)?;
+        let natives: Vec<(&str, &Runtime, crate::Module)> = [
+            (
+                if self.optimized.is_some() {
+                    "cpu (quick tier)"
+                } else {
+                    "device"
+                },
+                Some(&self.cpu),
+            ),
+            ("cpu (optimized tier)", self.optimized.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(name, rt)| rt.map(|rt| load(rt).map(|m| (name, rt, m))))
+        .collect::<Result<_, _>>()?;
         let mut rng = Rng::new(seed);
         let mut out = Compared::default();
-        for k in mc.kernels() {
-            let v = mc.program().verified();
+        for k in mi.kernels() {
+            let v = mi.program().verified();
             let kid = v.func_named(&k).expect("listed");
             let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
             let s = rng.next_u64();
-            let (Some((ac, oc)), Some((ai, oi))) = (
-                args_for(&self.cpu, &mc, &params, s),
-                args_for(&self.interp, &mi, &params, s),
-            ) else {
+            let Some((ai, oi)) = args_for(&self.interp, &mi, &params, s) else {
                 continue;
             };
             let run = |m: &crate::Module, args| {
@@ -87,21 +114,28 @@ impl Differ {
                     .map_err(|e| e.to_string())
                     .map(|c| outcome(par_offload(0..16, &c)))
             };
-            let (rc, native) = run(&mc, ac)??;
             let (ri, _) = run(&mi, ai)??;
-            if rc != ri {
-                return Err(format!(
-                    "kernel {k}: exceptions differ: cpu {rc:?}, interpreter {ri:?}\n{text}"
-                ));
-            }
-            let (hc, hi) = (read_all(&self.cpu, &oc)?, read_all(&self.interp, &oi)?);
-            if hc != hi {
-                return Err(format!(
-                    "kernel {k}: heaps differ:\ncpu         {hc:?}\ninterpreter {hi:?}\n{text}"
-                ));
+            let hi = read_all(&self.interp, &oi)?;
+            let mut all_native = true;
+            for (name, rt, m) in &natives {
+                let (ac, oc) = args_for(rt, m, &params, s)
+                    .ok_or_else(|| format!("kernel {k}: no inputs on the {name}"))?;
+                let (rc, native) = run(m, ac)??;
+                all_native &= native;
+                if rc != ri {
+                    return Err(format!(
+                        "kernel {k}: exceptions differ: {name} {rc:?}, interpreter {ri:?}\n{text}"
+                    ));
+                }
+                let hc = read_all(rt, &oc)?;
+                if hc != hi {
+                    return Err(format!(
+                        "kernel {k}: heaps differ:\n{name} {hc:?}\ninterpreter {hi:?}\n{text}"
+                    ));
+                }
             }
             out.kernels += 1;
-            out.compiled += usize::from(native);
+            out.compiled += usize::from(all_native);
         }
         Ok(out)
     }

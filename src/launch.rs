@@ -78,6 +78,9 @@ pub struct LaunchReport {
     /// The compiled version that ran (`None`: the interpreter ran the
     /// launch).
     pub version: Option<u32>,
+    /// The CPU device ran the version's quick tier: its optimized code was
+    /// still being compiled (see [`crate::RuntimeBuilder::tiered`]).
+    pub quick_tier: bool,
     /// The speculations compiled into that version, with the sites that
     /// guard them.
     pub speculations: Vec<offload_deopt::SpecRecord>,
@@ -447,6 +450,7 @@ fn launch_interp(
         deopts: BTreeMap::new(),
         site_deopts: BTreeMap::new(),
         version: None,
+        quick_tier: false,
         speculations: Vec::new(),
         decision: None,
         fallback: None,

@@ -27,6 +27,16 @@
 //! warm-up, a policy's decision, or a fallback — reports
 //! [`Device::Interpreter`] as its device.
 //!
+//! Tiered compilation on the CPU ([`RuntimeBuilder::tiered`], on by
+//! default): a kernel version's first launch waits only for a quick compile
+//! (no Cranelift optimizations, single-pass register allocation: 2–3x
+//! quicker to compile, about 2x slower to run), and the optimized compile
+//! runs on a background thread; later launches take the optimized code once
+//! it is there ([`LaunchReport::quick_tier`] says which ran,
+//! [`Runtime::finish_compiles`] waits for it). Both tiers come from one
+//! lowering with the same deopt sites and metadata, so a version's counters,
+//! records and speculations do not depend on the tier.
+//!
 //! Interrupting a launch ([`Runtime::interrupt`], what Ctrl-C does in the
 //! REPL) is an addition to DESIGN.md's launch protocol: it is a safepoint
 //! after which the running launch leaves instead of going on. Completed

@@ -70,6 +70,7 @@ pub struct RuntimeBuilder {
     fail_refills: Option<(u64, u64)>,
     warmup: u32,
     spec_cfg: offload_jit::SpecConfig,
+    tiered: bool,
     /// The policy, or the unknown name asked for (an error at `build`).
     recompile_policy: Result<PolicyFactory, String>,
 }
@@ -143,6 +144,17 @@ impl RuntimeBuilder {
             every: every.max(1),
             seed,
         });
+        self
+    }
+
+    /// Tiered compilation on the CPU (default on): a kernel version is
+    /// first compiled quickly (no Cranelift optimizations, single-pass
+    /// register allocation) so that its first launch starts soon, and
+    /// compiled again, optimized, on a background thread; launches use the
+    /// optimized code once it is there. Off: every version is compiled
+    /// optimized before its first launch.
+    pub fn tiered(mut self, on: bool) -> Self {
+        self.tiered = on;
         self
     }
 
@@ -307,6 +319,8 @@ impl RuntimeBuilder {
                 policy_factory,
                 kernels: dashmap::DashMap::new(),
                 compiled: dashmap::DashMap::new(),
+                tiered: self.tiered,
+                background: Mutex::new(Vec::new()),
                 next_class: Mutex::new(0),
                 next_module: AtomicU64::new(0),
                 save_areas: Mutex::new(Vec::new()),
@@ -338,13 +352,13 @@ pub(crate) struct Inner {
     pub(crate) policy_factory: PolicyFactory,
     /// The adaptive state of every kernel launched, by (module id, kernel).
     pub(crate) kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
-    /// Compiled kernel versions by (module id, kernel, version), or why the
-    /// kernel could not be compiled.
-    #[allow(clippy::type_complexity)]
-    pub(crate) compiled: dashmap::DashMap<
-        (u64, FuncId, u32),
-        Result<Arc<offload_jit::CompiledKernel>, offload_jit::JitError>,
-    >,
+    /// Compiled kernel versions by (module id, kernel, version), in their
+    /// tiers, or why the kernel could not be compiled.
+    pub(crate) compiled: dashmap::DashMap<(u64, FuncId, u32), Arc<crate::cpu::Tiers>>,
+    /// Whether versions are compiled quick first, optimized in the background.
+    pub(crate) tiered: bool,
+    /// The background compiles not yet joined.
+    pub(crate) background: Mutex<Vec<std::thread::JoinHandle<()>>>,
     next_class: Mutex<u32>,
     next_module: AtomicU64,
     /// Empty save areas of finished CPU launches, kept for the next launch
@@ -563,6 +577,7 @@ impl Runtime {
             fail_refills: None,
             warmup: 0,
             spec_cfg: offload_jit::SpecConfig::default(),
+            tiered: true,
             recompile_policy: PolicyFactory::named("never").ok_or_else(|| "never".to_string()),
         }
     }
@@ -660,6 +675,28 @@ impl Runtime {
         match self.inner.fail_refills {
             Some((first, every)) => a.with_refill_fault(first, every),
             None => a,
+        }
+    }
+
+    /// Wait until every background compile started so far (the optimized
+    /// tier of kernel versions already launched) has finished, so that the
+    /// next launches run optimized code — before timing launches, say.
+    pub fn finish_compiles(&self) {
+        loop {
+            let pending = std::mem::take(
+                &mut *self
+                    .inner
+                    .background
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            if pending.is_empty() {
+                return;
+            }
+            for h in pending {
+                // A compile that panicked leaves the quick tier in use.
+                let _ = h.join();
+            }
         }
     }
 

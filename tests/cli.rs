@@ -167,7 +167,8 @@ fn bench_prints_json_lines_with_ratios() {
         "matmul",
         "blackscholes",
         "deopt 1%",
-        "compile saxpy",
+        "compile saxpy (quick)",
+        "compile saxpy (optimized)",
     ] {
         assert!(
             lines

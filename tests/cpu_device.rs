@@ -517,3 +517,79 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
         }
     }
 }
+
+#[test]
+fn a_tiered_runtime_runs_the_quick_tier_first_and_the_optimized_tier_once_compiled() {
+    let mandel = |rt: &Runtime| {
+        let m = rt
+            .load("mandelbrot.obc", example("mandelbrot.obc"))
+            .unwrap();
+        let img = rt.new_array::<i32>(32 * 32).unwrap();
+        let c = m
+            .closure(
+                "mandelbrot",
+                [32.into(), 32.into(), 64.into(), (&img).into()],
+            )
+            .unwrap();
+        (c, img)
+    };
+    let mut want = vec![0; 32 * 32];
+    native::mandelbrot_par(32, 32, 64, &mut want);
+
+    let rt = cpu(2);
+    let (c, img) = mandel(&rt);
+    let first = par_offload(0..32 * 32, &c).unwrap();
+    assert!(first.fallback.is_none(), "{:?}", first.fallback);
+    assert!(
+        first.quick_tier,
+        "the first launch waits only for the quick tier"
+    );
+    assert_eq!(rt.read(&img).unwrap(), want);
+    rt.finish_compiles();
+    rt.write(&img, 0, &vec![0; 32 * 32]).unwrap();
+    let later = par_offload(0..32 * 32, &c).unwrap();
+    assert!(!later.quick_tier, "the optimized tier was compiled");
+    assert_eq!(later.version, first.version, "a tier is not a new version");
+    assert_eq!(rt.read(&img).unwrap(), want);
+
+    // Without tiering the first launch runs optimized code.
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .tiered(false)
+        .build()
+        .unwrap();
+    let (c, img) = mandel(&rt);
+    let r = par_offload(0..32 * 32, &c).unwrap();
+    assert!(!r.quick_tier);
+    assert_eq!(rt.read(&img).unwrap(), want);
+}
+
+#[test]
+fn both_tiers_deopt_at_the_same_sites_and_replay_exactly_once() {
+    // Every 7th workitem deopts at the store; `inc` adds one per workitem.
+    for tiered in [true, false] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .device(Device::Cpu)
+            .tiered(tiered)
+            .inject(Injection {
+                site_bci: 10,
+                modulus: 7,
+                remainder: 3,
+            })
+            .build()
+            .unwrap();
+        let m = rt.load("inc.obc", INC).unwrap();
+        let out = rt.new_array::<i32>(1000).unwrap();
+        let c = m.closure("inc", [(&out).into()]).unwrap();
+        let r = par_offload(0..1000, &c).unwrap();
+        assert_eq!(r.quick_tier, tiered);
+        assert_eq!(r.replayed, (0..1000).filter(|w| w % 7 == 3).count() as u64);
+        rt.finish_compiles();
+        let r2 = par_offload(0..1000, &c).unwrap();
+        assert!(!r2.quick_tier);
+        assert_eq!(r2.deopts, r.deopts, "same sites, same reasons");
+        assert!(rt.read(&out).unwrap().iter().all(|&x| x == 2));
+    }
+}

@@ -19,6 +19,8 @@ use offload_jit::cpu::Injection;
 fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
     let mut rng = Rng::new(4242);
     let (mut sites_checked, mut frames_checked) = (0, 0);
+    // Frames checked per tier: [quick, optimized].
+    let mut per_tier = [0; 2];
     for case in 0..120 {
         let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
         let Ok(module) = arbitrary_module(
@@ -36,11 +38,15 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
             let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
             let seed = rng.next_u64();
             let sites: Vec<_> = pm.program().analysis(kid).unwrap().sites.clone();
-            for site in sites.iter().take(12) {
-                // The compiled side: deopt at this site on first arrival.
+            for (n, site) in sites.iter().take(12).enumerate() {
+                // The compiled side: deopt at this site on first arrival, in
+                // the quick tier (a tiered runtime's first launch) or the
+                // optimized one, by turns.
+                let optimized = (case + n) % 2 == 1;
                 let cpu = Runtime::builder()
                     .workers(1)
                     .device(Device::Cpu)
+                    .tiered(!optimized)
                     .inject(Injection {
                         site_bci: site.bci,
                         modulus: 1,
@@ -90,6 +96,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                             site.bci, site.frame
                         );
                         frames_checked += 1;
+                        per_tier[usize::from(optimized)] += 1;
                     }
                     // Neither reached the site (the workitem ended or threw
                     // before it).
@@ -103,7 +110,14 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
             }
         }
     }
-    eprintln!("{sites_checked} sites, {frames_checked} frames compared");
+    eprintln!(
+        "{sites_checked} sites, {frames_checked} frames compared ({} quick tier, {} optimized)",
+        per_tier[0], per_tier[1]
+    );
+    assert!(
+        per_tier.iter().all(|&n| n > 80),
+        "too few frames in a tier: {per_tier:?}"
+    );
     assert!(
         frames_checked > 200,
         "only {frames_checked} frames compared"

@@ -56,13 +56,20 @@ pub struct LaunchCtx {
     pub allocator: *const std::ffi::c_void,
     /// Objects of more words than this skip the fast path.
     pub large_words: u64,
+    /// Non-zero when every slot's TLAB is its own (a TLAB group of one): the
+    /// compiled fast path then bumps `top` with a plain load and store
+    /// instead of the shared protocol's atomic add, and takes the shared
+    /// path only when the object does not fit.
+    pub exclusive_tlabs: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
 // points to is either atomic (`cursor`, `control`, the save area's site words
 // and the heap cells compiled code updates atomically), read-only during the
 // launch (`captures`, `end`, `chunk`), or divided by slot (each slot writes
-// only its own save record, `never_ran` pair and `completed` word).
+// only its own save record, `never_ran` pair and `completed` word, and with
+// `exclusive_tlabs` its own TLAB's state word, which the host reads only
+// after the slot has returned).
 unsafe impl Sync for LaunchCtx {}
 // SAFETY: as above; the context holds no thread-affine state.
 unsafe impl Send for LaunchCtx {}
@@ -97,6 +104,8 @@ pub mod offsets {
     pub const ALLOCATOR: i32 = 96;
     /// `large_words`.
     pub const LARGE_WORDS: i32 = 104;
+    /// `exclusive_tlabs`.
+    pub const EXCLUSIVE_TLABS: i32 = 112;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -132,6 +141,10 @@ mod tests {
         assert_eq!(
             offset_of!(LaunchCtx, large_words) as i32,
             offsets::LARGE_WORDS
+        );
+        assert_eq!(
+            offset_of!(LaunchCtx, exclusive_tlabs) as i32,
+            offsets::EXCLUSIVE_TLABS
         );
     }
 }

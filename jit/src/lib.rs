@@ -65,6 +65,8 @@ pub struct CompiledKernel {
     pub meta: DeoptMetadata,
     /// How long compilation took.
     pub compile_time: Duration,
+    /// The quick tier (see [`cpu::CompileOptions::quick`]).
+    pub quick: bool,
     entry: SlotFn,
     /// Owns the code; freed when the kernel version is dropped.
     module: Mutex<Option<JITModule>>,
@@ -77,6 +79,7 @@ impl std::fmt::Debug for CompiledKernel {
             .field("version", &self.version)
             .field("sites", &self.meta.sites.len())
             .field("compile_time", &self.compile_time)
+            .field("quick", &self.quick)
             .finish()
     }
 }
@@ -168,7 +171,7 @@ impl CpuJit {
         spec: &Speculations,
     ) -> Result<(String, DeoptMetadata), JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let mut module = Self::module()?;
+        let mut module = Self::module(opts.quick)?;
         let name = format!("k{}_v{version}", k.0);
         let mut text = String::new();
         let (_, meta) = cpu::compile(
@@ -184,19 +187,30 @@ impl CpuJit {
         Ok((text, meta))
     }
 
-    /// A JIT module with our flags and the runtime's symbols.
-    fn module() -> Result<JITModule, JitError> {
+    /// A JIT module with our flags and the runtime's symbols: optimizing,
+    /// or (`quick`) for the least compile time.
+    fn module(quick: bool) -> Result<JITModule, JitError> {
         // Optimize (`opt_level=speed`: GVN, LICM, egraph rewrites; the
-        // default is none). Cranelift's IR verifier runs in debug builds
-        // (every test), not in release builds, where it would double the
-        // compile latency.
+        // default is none) with the backtracking register allocator; the
+        // quick tier does neither. Cranelift's IR verifier runs in debug
+        // builds (every test), not in release builds, where it would double
+        // the compile latency.
         let verify = if cfg!(debug_assertions) {
             "true"
         } else {
             "false"
         };
+        let (opt, regalloc) = if quick {
+            ("none", "single_pass")
+        } else {
+            ("speed", "backtracking")
+        };
         let mut builder = JITBuilder::with_flags(
-            &[("opt_level", "speed"), ("enable_verifier", verify)],
+            &[
+                ("opt_level", opt),
+                ("regalloc_algorithm", regalloc),
+                ("enable_verifier", verify),
+            ],
             cranelift_module::default_libcall_names(),
         )
         .map_err(|e| JitError::Host(e.to_string()))?;
@@ -220,7 +234,7 @@ impl CpuJit {
     ) -> Result<CompiledKernel, JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
-        let mut module = Self::module()?;
+        let mut module = Self::module(opts.quick)?;
         let name = format!("k{}_v{version}", k.0);
         let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts, spec, None)?;
         module
@@ -236,6 +250,7 @@ impl CpuJit {
             version,
             meta,
             compile_time: t0.elapsed(),
+            quick: opts.quick,
             entry,
             module: Mutex::new(Some(module)),
         })

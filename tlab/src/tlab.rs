@@ -55,8 +55,14 @@ pub enum AllocFailure {
 /// (steps 1–2) on [`SharedTlab::STATE_OFFSET`] and
 /// [`SharedTlab::GENERATION_OFFSET`] itself and hands anything else to
 /// [`SharedTlab::finish`].
+///
+/// Aligned to 128 bytes (two cache lines, as the adjacent-line prefetcher
+/// fetches them) so that the slots of different groups, which sit side by
+/// side in the allocator, never share a line: with 24-byte slots, two
+/// workers' atomic adds bounced one line between their cores and the
+/// allocation kernel ran 2.6x slower.
 #[derive(Debug)]
-#[repr(C)]
+#[repr(C, align(128))]
 pub struct SharedTlab {
     state: AtomicU64,
     generation: AtomicU64,
@@ -259,5 +265,18 @@ impl SharedTlab {
             eden.fill(top, end);
         }
         self.state.store(pack(end, end), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedTlab;
+
+    #[test]
+    fn slots_side_by_side_never_share_a_cache_line() {
+        assert_eq!(std::mem::align_of::<SharedTlab>(), 128);
+        let two = [SharedTlab::new(), SharedTlab::new()];
+        let (a, b) = (&raw const two[0] as usize, &raw const two[1] as usize);
+        assert!(b - a >= 128 && a % 128 == 0);
     }
 }
