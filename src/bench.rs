@@ -159,6 +159,34 @@ fn offload_median(
     median(f, reps)
 }
 
+/// Medians of `offload` (a launch on `rt`, once its optimized tier is
+/// there) and of its native baseline, timed by turns — offload, native,
+/// offload, ... — so that a change in the machine's load during the run
+/// (this is a shared machine) weighs on both alike.
+fn paired(
+    rt: &Runtime,
+    mut offload: impl FnMut() -> Result<(), OffloadError>,
+    mut native: impl FnMut(),
+    reps: usize,
+) -> Result<(Duration, Duration), OffloadError> {
+    offload()?; // compile
+    rt.finish_compiles();
+    offload()?;
+    native();
+    let (mut t, mut b) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        offload()?;
+        t.push(t0.elapsed());
+        let t0 = Instant::now();
+        native();
+        b.push(t0.elapsed());
+    }
+    t.sort();
+    b.sort();
+    Ok((t[t.len() / 2], b[b.len() / 2]))
+}
+
 fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
     median(
         || {
@@ -197,12 +225,12 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     let (xa, ya) = (rt.array(&x)?, rt.array(&y)?);
     let c = m.closure("saxpy", [2.0f32.into(), (&xa).into(), (&ya).into()])?;
     let mut note = String::new();
-    let t = offload_median(
+    let (t, b) = paired(
         rt,
         || par_offload(0..n as i64, &c).map(|r| note = note_of(&r)),
+        || native::saxpy_par(2.0, &x, &mut y),
         reps,
     )?;
-    let b = native_median(|| native::saxpy_par(2.0, &x, &mut y), reps);
     push("saxpy", "native rayon", t, b, note);
 
     // mandelbrot
@@ -211,13 +239,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     let img = rt.new_array::<i32>((w * h) as usize)?;
     let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
     let mut note = String::new();
-    let t = offload_median(
+    let mut nimg = vec![0; (w * h) as usize];
+    let (t, b) = paired(
         rt,
         || par_offload(0..i64::from(w * h), &c).map(|r| note = note_of(&r)),
+        || native::mandelbrot_par(w, h, it, &mut nimg),
         reps,
     )?;
-    let mut nimg = vec![0; (w * h) as usize];
-    let b = native_median(|| native::mandelbrot_par(w, h, it, &mut nimg), reps);
     push("mandelbrot", "native rayon", t, b, note);
 
     // nbody
@@ -225,13 +253,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     let bodies = native::Bodies::random(nb, 3);
     let (c, _) = crate::demo::nbody_closure(rt, &bodies)?;
     let mut note = String::new();
-    let t = offload_median(
+    let mut p = bodies.clone();
+    let (t, b) = paired(
         rt,
         || par_offload(0..nb as i64, &c).map(|r| note = note_of(&r)),
+        || native::nbody_par(&mut p, 0.01, 0.01),
         reps,
     )?;
-    let mut p = bodies.clone();
-    let b = native_median(|| native::nbody_par(&mut p, 0.01, 0.01), reps);
     push("nbody", "native rayon", t, b, note);
 
     // matmul
@@ -245,13 +273,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         [(nm as i32).into(), (&aa).into(), (&ba).into(), (&ca).into()],
     )?;
     let mut note = String::new();
-    let t = offload_median(
+    let mut cm = vec![0.0; nm * nm];
+    let (t, b) = paired(
         rt,
         || par_offload(0..(nm * nm) as i64, &c).map(|r| note = note_of(&r)),
+        || native::matmul_par(nm, &a, &bm, &mut cm),
         reps,
     )?;
-    let mut cm = vec![0.0; nm * nm];
-    let b = native_median(|| native::matmul_par(nm, &a, &bm, &mut cm), reps);
     push("matmul", "native rayon", t, b, note);
 
     // blackscholes
@@ -259,16 +287,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     let (sp, st, ty) = native::options(no, 4);
     let (c, _, _) = crate::demo::blackscholes_closure(rt, &sp, &st, &ty)?;
     let mut note = String::new();
-    let t = offload_median(
+    let (mut wc, mut wp) = (vec![0.0; no], vec![0.0; no]);
+    let (t, b) = paired(
         rt,
         || par_offload(0..no as i64, &c).map(|r| note = note_of(&r)),
-        reps,
-    )?;
-    let (mut wc, mut wp) = (vec![0.0; no], vec![0.0; no]);
-    let b = native_median(
         || native::blackscholes_par(0.02, 0.3, &sp, &st, &ty, &mut wc, &mut wp),
         reps,
-    );
+    )?;
     push("blackscholes", "native rayon", t, b, note);
 
     // Allocation: a list of 16 fresh nodes per workitem, on this runtime's
@@ -453,8 +478,36 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             }
         }
     }
+    // The geometric means of the compute rows (their ratio is the geomean
+    // of the ratios): the figure issue 4's target (>= 0.8x) is about.
+    let compute: Vec<&BenchResult> = out
+        .iter()
+        .filter(|r| COMPUTE.contains(&r.bench.as_str()))
+        .collect();
+    if compute.len() == COMPUTE.len() {
+        let geo = |f: &dyn Fn(&BenchResult) -> Duration| {
+            let l: f64 = compute.iter().map(|r| f(r).as_secs_f64().ln()).sum();
+            Duration::from_secs_f64((l / compute.len() as f64).exp())
+        };
+        let row = BenchResult {
+            bench: "compute geomean".into(),
+            device,
+            baseline: "native rayon".into(),
+            offload: geo(&|r| r.offload),
+            baseline_time: geo(&|r| r.baseline_time),
+            note: "target: ratio >= 0.8".into(),
+        };
+        let at = out
+            .iter()
+            .position(|r| r.bench == COMPUTE[COMPUTE.len() - 1])
+            .map_or(out.len(), |i| i + 1);
+        out.insert(at, row);
+    }
     Ok(out)
 }
+
+/// The compute examples, each against native Rust on rayon.
+const COMPUTE: [&str; 5] = ["saxpy", "mandelbrot", "nbody", "matmul", "blackscholes"];
 
 /// The results as a table.
 pub fn table(rows: &[BenchResult]) -> String {
