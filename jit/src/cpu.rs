@@ -1007,6 +1007,19 @@ impl Lower<'_, '_> {
         }
     }
 
+    /// Unpack a TLAB state word `st` (`end << 32 | top`): `top`, and whether
+    /// an object of `words` words fits at it.
+    fn tlab_fits(&mut self, st: Value, words: Value) -> (Value, Value) {
+        let top = self.b.ins().band_imm_u(st, 0xFFFF_FFFF);
+        let end = self.b.ins().ushr_imm_u(st, 32);
+        let new_top = self.b.ins().iadd(top, words);
+        let fits = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, new_top, end);
+        (top, fits)
+    }
+
     /// Allocate an object with header words `(tag, word1)` of `words` heap
     /// words (`i64`): the TLAB fast path inline, the slow path in Rust.
     /// Failure deopts with `AllocationFailure`, a safepoint requested during
@@ -1035,6 +1048,11 @@ impl Lower<'_, '_> {
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, words, large);
         let ok = self.b.ins().band(has, small);
+        // The state word's address (used only when there is a TLAB).
+        let sa = self
+            .b
+            .ins()
+            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
         let own = self.b.create_block();
         let own_bump = self.b.create_block();
         self.b
@@ -1052,18 +1070,8 @@ impl Lower<'_, '_> {
                 .load(types::I64, invariant_ctx(), ctx, offsets::EXCLUSIVE_TLABS);
         self.b.ins().brif(exclusive, own_bump, &[], try_fast, &[]);
         self.b.switch_to_block(own_bump);
-        let sa = self
-            .b
-            .ins()
-            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
         let st = self.b.ins().load(types::I64, trusted(), sa, 0);
-        let top = self.b.ins().band_imm_u(st, 0xFFFF_FFFF);
-        let end = self.b.ins().ushr_imm_u(st, 32);
-        let new_top = self.b.ins().iadd(top, words);
-        let fits = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedLessThanOrEqual, new_top, end);
+        let (top, fits) = self.tlab_fits(st, words);
         let bumped = self.b.create_block();
         self.b.ins().brif(fits, bumped, &[], try_fast, &[]);
         self.b.switch_to_block(bumped);
@@ -1083,21 +1091,11 @@ impl Lower<'_, '_> {
             .ins()
             .brif(failed, slow, &[g.into(), z64.into(), z32.into()], add, &[]);
         self.b.switch_to_block(add);
-        let sa = self
-            .b
-            .ins()
-            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
         let old = self
             .b
             .ins()
             .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, sa, words);
-        let top = self.b.ins().band_imm_u(old, 0xFFFF_FFFF);
-        let end = self.b.ins().ushr_imm_u(old, 32);
-        let new_top = self.b.ins().iadd(top, words);
-        let fits = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedLessThanOrEqual, new_top, end);
+        let (top, fits) = self.tlab_fits(old, words);
         let one = self.b.ins().iconst(types::I32, 1);
         self.b.ins().brif(
             fits,
