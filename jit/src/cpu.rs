@@ -332,14 +332,10 @@ fn trusted() -> MemFlagsData {
 }
 
 /// A load of a value that never changes once the object exists (an array's
-/// length) from an address that is always readable (a reference of the
-/// heap, or null: heap word 0 is reserved and committed), so Cranelift may
-/// hoist it out of the slot loop when the reference is loop-invariant.
-fn invariant_ctx() -> MemFlagsData {
-    // The launch context does not change during a launch.
-    MemFlagsData::trusted().with_readonly().with_can_move()
-}
-
+/// length, a field of the launch context) from an address that is always
+/// readable (a reference of the heap, or null: heap word 0 is reserved and
+/// committed; the context, which lives for the launch), so Cranelift may
+/// hoist it out of the slot loop when the address is loop-invariant.
 fn invariant() -> MemFlagsData {
     MemFlagsData::trusted().with_readonly().with_can_move()
 }
@@ -1064,10 +1060,10 @@ impl Lower<'_, '_> {
         // during the launch, and a FAILED slot never fits: the failing
         // refiller's add left `top` past `end`); else the shared protocol.
         self.b.switch_to_block(own);
-        let exclusive =
-            self.b
-                .ins()
-                .load(types::I64, invariant_ctx(), ctx, offsets::EXCLUSIVE_TLABS);
+        let exclusive = self
+            .b
+            .ins()
+            .load(types::I64, invariant(), ctx, offsets::EXCLUSIVE_TLABS);
         self.b.ins().brif(exclusive, own_bump, &[], try_fast, &[]);
         self.b.switch_to_block(own_bump);
         let st = self.b.ins().load(types::I64, trusted(), sa, 0);
