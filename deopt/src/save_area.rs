@@ -230,19 +230,20 @@ impl SaveArea {
             .collect()
     }
 
+    /// The site word of record `s` (`s < slots`).
+    fn site_word(&self, s: usize) -> &AtomicU64 {
+        &self.words[s * self.layout.record_words as usize + SaveLayout::SITE_WORD as usize]
+    }
+
     /// Whether every record is empty (an area that may be reused as is).
     pub fn is_clear(&self) -> bool {
-        (0..self.slots).all(|s| {
-            let w = s * self.layout.record_words as usize + SaveLayout::SITE_WORD as usize;
-            self.words[w].load(Ordering::Acquire) == SaveLayout::EMPTY
-        })
+        (0..self.slots).all(|s| self.site_word(s).load(Ordering::Acquire) == SaveLayout::EMPTY)
     }
 
     /// Empty every record (before a relaunch).
     pub fn clear(&self) {
         for s in 0..self.slots {
-            let base = s * self.layout.record_words as usize;
-            self.words[base + SaveLayout::SITE_WORD as usize]
+            self.site_word(s)
                 .store(SaveLayout::EMPTY, Ordering::Release);
         }
     }
