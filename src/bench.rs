@@ -143,8 +143,13 @@ fn median(
         f()?;
         t.push(t0.elapsed());
     }
+    Ok(middle(t))
+}
+
+/// The median of some timings (at least one).
+fn middle(mut t: Vec<Duration>) -> Duration {
     t.sort();
-    Ok(t[t.len() / 2])
+    t[t.len() / 2]
 }
 
 /// The median time of `f`, a launch on `rt`, once the optimized tier of
@@ -182,9 +187,7 @@ fn paired(
         native();
         b.push(t0.elapsed());
     }
-    t.sort();
-    b.sort();
-    Ok((t[t.len() / 2], b[b.len() / 2]))
+    Ok((middle(t), middle(b)))
 }
 
 fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
@@ -456,18 +459,17 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                     quick,
                     ..Default::default()
                 };
-                let mut times = Vec::with_capacity(reps);
-                for _ in 0..reps.max(1) {
-                    let ck = jit
-                        .compile_with(prog.program(), k, 0, opts)
-                        .map_err(|e| OffloadError::Setup(e.to_string()))?;
-                    times.push(ck.compile_time);
-                }
-                times.sort();
+                let times = (0..reps.max(1))
+                    .map(|_| {
+                        jit.compile_with(prog.program(), k, 0, opts)
+                            .map(|ck| ck.compile_time)
+                            .map_err(|e| OffloadError::Setup(e.to_string()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
                 push(
                     &format!("compile {kernel} ({tier})"),
                     "target 1 ms",
-                    times[times.len() / 2],
+                    middle(times),
                     Duration::from_millis(1),
                     if quick {
                         "what the first launch waits for".into()
