@@ -593,3 +593,70 @@ fn both_tiers_deopt_at_the_same_sites_and_replay_exactly_once() {
         assert!(rt.read(&out).unwrap().iter().all(|&x| x == 2));
     }
 }
+
+/// One compare checks an array access for both null and bounds (null reads
+/// as an array of length 0); the record still names the right reason, and
+/// the replay throws the right exception, in both tiers.
+#[test]
+fn a_null_array_and_an_index_out_of_bounds_deopt_with_their_own_reasons() {
+    // Workitems 0..4 read `a`, the others a local that is still null.
+    const GET: &str = "kernel get(i: i64, a: i32[], out: i32[]) {
+    local src: i32[]
+    ref.null
+    store src
+    load i
+    i64.const 4
+    i64.ge
+    br_if read
+    load a
+    store src
+  read:
+    load out
+    load i
+    i64.to_i32
+    load src
+    load i
+    i64.to_i32
+    i32.aload
+    i32.astore
+    ret
+}";
+    // The aload's bytecode index (the site both checks share).
+    const ALOAD: u32 = 14;
+    for tier in ["quick", "optimized"] {
+        let rt = cpu(2);
+        let m = rt.load("get.obc", GET).unwrap();
+        let out = rt.new_array::<i32>(8).unwrap();
+        let a = rt.array(&[7i32; 4]).unwrap();
+        if tier == "optimized" {
+            // Warm up, then wait for the optimized tier.
+            let c = m.closure("get", [(&a).into(), (&out).into()]).unwrap();
+            par_offload(0..4, &c).unwrap();
+            rt.finish_compiles();
+        }
+        // Out of bounds for 2..4 (a has 2 elements), null for 4..8.
+        let out = rt.new_array::<i32>(8).unwrap();
+        let a = rt.array(&[7i32; 2]).unwrap();
+        let c = m.closure("get", [(&a).into(), (&out).into()]).unwrap();
+        let e = match par_offload(0..8, &c) {
+            Err(OffloadError::Exceptions(e)) => e,
+            other => panic!("{tier}: expected exceptions, got {other:?}"),
+        };
+        assert_eq!(e.report.quick_tier, tier == "quick", "{}", e.report);
+        assert_eq!(e.workitems, vec![2, 3, 4, 5, 6, 7]);
+        assert_eq!(e.by_kind.get(&ExceptionKind::IndexOutOfBounds), Some(&2));
+        assert_eq!(e.by_kind.get(&ExceptionKind::NullPointer), Some(&4));
+        let deopts = &e.report.deopts;
+        assert_eq!(
+            deopts.get(&(ALOAD, Reason::BoundsCheck)),
+            Some(&2),
+            "{tier}: {deopts:?}"
+        );
+        assert_eq!(
+            deopts.get(&(ALOAD, Reason::NullCheck)),
+            Some(&4),
+            "{tier}: {deopts:?}"
+        );
+        assert_eq!(rt.read(&out).unwrap(), [7, 7, 0, 0, 0, 0, 0, 0]);
+    }
+}

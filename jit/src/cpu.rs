@@ -906,22 +906,34 @@ impl Lower<'_, '_> {
             self.b.ins().brif(cond, out, &[], cont, &[]);
             self.b.switch_to_block(out);
             self.deopt_exit(id, reason, sw);
-        } else if let Some(&out) = self.exits.get(&id) {
+        } else {
             debug_assert!(
                 self.meta
                     .site(id)
                     .is_some_and(|s| s.reasons.contains(&reason))
             );
+            let (out, new) = self.shared_exit(id);
             self.b.ins().brif(cond, out, &[sw.into()], cont, &[]);
-        } else {
-            let out = self.b.create_block();
-            let param = self.b.append_block_param(out, types::I64);
-            self.exits.insert(id, out);
-            self.b.ins().brif(cond, out, &[sw.into()], cont, &[]);
-            self.b.switch_to_block(out);
-            self.deopt_exit(id, reason, param);
+            if new {
+                self.b.switch_to_block(out);
+                let param = self.b.block_params(out)[0];
+                self.deopt_exit(id, reason, param);
+            }
         }
         self.b.switch_to_block(cont);
+    }
+
+    /// The shared exit of site `id` (a block taking the site word), and
+    /// whether it is new: then the caller, once its own block is filled,
+    /// switches to it and emits its body with [`Lower::deopt_exit`].
+    fn shared_exit(&mut self, id: SiteId) -> (Block, bool) {
+        if let Some(&out) = self.exits.get(&id) {
+            return (out, false);
+        }
+        let out = self.b.create_block();
+        self.b.append_block_param(out, types::I64);
+        self.exits.insert(id, out);
+        (out, true)
     }
 
     /// Deopt if `r` is null: a null check, or where the profile never saw
@@ -963,15 +975,41 @@ impl Lower<'_, '_> {
     }
 
     /// Checked address of element `idx` of array `r`.
+    ///
+    /// One compare checks both null and bounds: null's "header" is heap
+    /// word 0, reserved and zero, so it reads as an array of length 0 and
+    /// every index is out of its bounds. The cold failure block tells the
+    /// two apart for the record's reason. (A separate null check would be
+    /// loop-invariant for a captured array; Cranelift hoists its flag out of
+    /// the loop, and one flag register per array was what made nbody's
+    /// inner loop spill.)
     fn elem_addr(&mut self, r: Value, idx: Value, size: i64, bci: Bci) -> Value {
-        self.null_check(r, bci);
+        let null_reason = self.null_reason(bci);
         let base = self.obj_addr(r);
         let len = self.b.ins().load(types::I32, invariant(), base, 4);
         let oob = self
             .b
             .ins()
             .icmp(IntCC::UnsignedGreaterThanOrEqual, idx, len);
-        self.deopt_if(oob, bci, Reason::BoundsCheck);
+        let id = self.site_id(bci);
+        let fail = self.b.create_block();
+        self.b.set_cold_block(fail);
+        let cont = self.b.create_block();
+        self.b.ins().brif(oob, fail, &[], cont, &[]);
+        self.b.switch_to_block(fail);
+        let is_null = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+        let word = |reason| SaveLayout::site_word(id, reason) as i64;
+        let null_word = self.b.ins().iconst(types::I64, word(null_reason));
+        let bounds_word = self.b.ins().iconst(types::I64, word(Reason::BoundsCheck));
+        let sw = self.b.ins().select(is_null, null_word, bounds_word);
+        let (out, new) = self.shared_exit(id);
+        self.b.ins().jump(out, &[sw.into()]);
+        if new {
+            self.b.switch_to_block(out);
+            let param = self.b.block_params(out)[0];
+            self.deopt_exit(id, Reason::BoundsCheck, param);
+        }
+        self.b.switch_to_block(cont);
         let i64v = self.b.ins().uextend(types::I64, idx);
         let scaled = self.b.ins().imul_imm_s(i64v, size);
         let a = self.b.ins().iadd(base, scaled);

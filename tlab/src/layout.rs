@@ -37,6 +37,9 @@ impl Ref {
 /// Size of an object header.
 pub const HEADER_BYTES: u32 = 8;
 /// Words at the heap's start that hold no object (so that no object is null).
+/// They stay zero and nothing writes them: null's "header" reads as tag 0,
+/// length 0, which compiled code relies on to check an array access for
+/// null and bounds with one compare (every index is out of bounds of null).
 pub const HEAP_START_WORDS: u32 = 2;
 /// Tag of filler objects.
 pub const FILLER_TAG: u32 = 0xFFFF_FFFF;
