@@ -173,6 +173,7 @@ pub(crate) fn launch(
     let epoch = inner.control.interrupt_epoch();
     let mut never = vec![0i64; 2 * workers];
     let mut completed = vec![0u64; workers];
+    let mut records = vec![0u64; workers];
     let cursor = AtomicI64::new(range.start);
     let control = Arc::new(AtomicU32::new(0));
     // A safepoint request stops this launch's slots at their next poll.
@@ -195,6 +196,7 @@ pub(crate) fn launch(
         allocator: std::ptr::from_ref(&alloc).cast(),
         large_words: u64::from(alloc.large_words()),
         exclusive_tlabs: u64::from(exclusive(&tlabs)),
+        records: records.as_mut_ptr(),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
@@ -215,25 +217,35 @@ pub(crate) fn launch(
                         return;
                     }
                     out.entries += 1;
-                    // SAFETY: `ctx` describes this launch of this kernel
-                    // version: the heap outlives the launch and only grows;
-                    // `captures` passed the closure's type check against the
-                    // kernel; the save area has `workers * per_slot` records
-                    // of this version's layout, `never` and `completed` have
-                    // `workers` entries, and `slot < workers`; slot `slot`'s
-                    // parts of them are touched only by this worker (between
-                    // its entries) and its compiled code (during them); the
-                    // scope joins every slot before any of them is freed.
-                    let code = unsafe { ck.run_slot(ctx, slot) };
-                    // SAFETY: compiled code for this slot has returned; these
-                    // words are this slot's alone (see above).
-                    let (done, rest) = unsafe {
-                        let d = *ctx.completed.add(slot);
+                    // A slot that wrote a record and has room for more
+                    // returns `EXIT_RECORDED`, and is entered again at once
+                    // (compiled code checks the control word itself).
+                    let code = loop {
+                        // SAFETY: `ctx` describes this launch of this kernel
+                        // version: the heap outlives the launch and only
+                        // grows; `captures` passed the closure's type check
+                        // against the kernel; the save area has `workers *
+                        // per_slot` records of this version's layout,
+                        // `never`, `completed` and `records` have `workers`
+                        // entries, and `slot < workers`; slot `slot`'s parts
+                        // of them are touched only by this worker (between
+                        // its entries) and its compiled code (during them);
+                        // the scope joins every slot before any of them is
+                        // freed.
+                        let code = unsafe { ck.run_slot(ctx, slot) };
+                        // SAFETY: compiled code for this slot has returned;
+                        // this word is this slot's alone (see above).
+                        out.on_device += unsafe { *ctx.completed.add(slot) };
+                        if code != offload_jit::ctx::EXIT_RECORDED {
+                            break code;
+                        }
+                    };
+                    // SAFETY: as above.
+                    let rest = unsafe {
                         let lo = *ctx.never_ran.add(2 * slot);
                         let hi = *ctx.never_ran.add(2 * slot + 1);
-                        (d, hi.saturating_sub(lo).max(0) as u64)
+                        hi.saturating_sub(lo).max(0) as u64
                     };
-                    out.on_device += done;
                     // Park here if a safepoint stopped the slot; if it was an
                     // interrupt, the unstarted rest stays unstarted and the
                     // saved frames are dropped, not replayed.
@@ -276,6 +288,10 @@ pub(crate) fn launch(
                             return;
                         }
                     }
+                    // SAFETY: compiled code for this slot has returned, and
+                    // the word is this slot's alone (see above); its records
+                    // are replayed (or abandoned) and cleared.
+                    unsafe { *ctx.records.add(slot) = 0 };
                     out.replay_time += tr.elapsed();
                     if code == offload_jit::ctx::EXIT_DONE || out.cut {
                         return;

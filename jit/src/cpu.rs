@@ -2,16 +2,22 @@
 //! persistent slot loop per kernel (DESIGN.md, "Execution model"):
 //!
 //! ```text
-//! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
+//! entry:  n = records[slot]                         ; records not yet replayed
+//!         [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
 //! claim:  lo = atomic_add(cursor, chunk); if lo >= end: exit DONE
 //! item:   if w == hi: goto claim
 //!         if control != 0: never_ran[slot] = [w, hi); exit STOPPED
 //!         <the kernel body for workitem w>          ; `ret` → w += 1, goto item
 //! deopt:  save_area[slot][n] = (w, site, reason, live values); n += 1
-//!         if n == records_per_slot or reason == Safepoint:
-//!             never_ran[slot] = [w+1, hi); exit DEOPT
-//!         w += 1; goto item                          ; the other slots go on
+//!         never_ran[slot] = [w+1, hi)
+//!         if n == records_per_slot or reason == Safepoint: exit DEOPT
+//!         exit RECORDED                              ; entered again at once
 //! ```
+//!
+//! Every exit stores `n` in `records[slot]`. The other slots go on while one
+//! deopts. A deopt exit returns rather than jumping back into the loop: the
+//! exits are then outside the loop, and what only they use stays out of the
+//! loop's registers (see `EXIT_RECORDED`).
 //!
 //! Locals and operand-stack slots are cranelift-frontend `Variable`s (one per
 //! local, one per stack depth and kind), so every deopt exit can store the
@@ -39,7 +45,7 @@
 //! the header's class id with the target's subclasses.
 
 use crate::JitError;
-use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_STOPPED, offsets};
+use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_RECORDED, EXIT_STOPPED, offsets};
 use crate::plan::{self, Inliner, TypeTest};
 use crate::spec::Speculations;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -247,7 +253,6 @@ struct Env {
     ctx: Option<Value>,
     slot: Option<Value>,
     heap: Option<Value>,
-    control: Option<Value>,
     w: Option<Variable>,
     hi: Option<Variable>,
     done: Option<Variable>,
@@ -255,8 +260,6 @@ struct Env {
     /// This slot's shared TLAB (null: none) and the large-object limit.
     tlab: Option<Value>,
     large_words: Option<Value>,
-    /// Records this slot has written in this launch.
-    nrec: Option<Variable>,
     /// Injected safepoints: the poll counter or random state.
     polls: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).
@@ -393,10 +396,6 @@ impl Lower<'_, '_> {
             .b
             .ins()
             .load(self.ptr, trusted(), ctx, offsets::HEAP_BASE);
-        let control = self
-            .b
-            .ins()
-            .load(self.ptr, trusted(), ctx, offsets::CONTROL);
         let caps = self
             .b
             .ins()
@@ -404,7 +403,6 @@ impl Lower<'_, '_> {
         self.env.ctx = Some(ctx);
         self.env.slot = Some(slot);
         self.env.heap = Some(heap);
-        self.env.control = Some(control);
         let tlabs = self.b.ins().load(self.ptr, trusted(), ctx, offsets::TLABS);
         let toff = self.b.ins().imul_imm_s(slot, i64::from(self.ptr.bytes()));
         let tat = self.b.ins().iadd(tlabs, toff);
@@ -433,9 +431,6 @@ impl Lower<'_, '_> {
         self.b.def_var(w, zero64);
         self.b.def_var(hi, zero64);
         self.b.def_var(done, zero64);
-        let nrec = self.var(types::I64);
-        self.b.def_var(nrec, zero64);
-        self.env.nrec = Some(nrec);
         if let Some(si) = self.opts.safepoints {
             let polls = self.var(types::I64);
             let init = match si.seed {
@@ -515,7 +510,7 @@ impl Lower<'_, '_> {
         let check = self.b.create_block();
         self.b.ins().brif(chunk_done, claim, &[], check, &[]);
         self.b.switch_to_block(check);
-        let cw = self.b.ins().atomic_load(types::I32, trusted(), control);
+        let cw = self.control_word();
         let start = self.b.create_block();
         self.b.ins().brif(cw, stopped, &[], start, &[]);
         self.b.switch_to_block(start);
@@ -548,12 +543,15 @@ impl Lower<'_, '_> {
         self.b.def_var(w, w1);
         self.b.ins().jump(item, &[]);
 
-        // after_deopt: the record is written; stop when the records are
-        // full, else go on with the next workitem.
+        // after_deopt: the record is written; leave the slot function, to
+        // be entered again at the next workitem (`EXIT_RECORDED`), or after
+        // the host has replayed the records when they are full. Leaving,
+        // rather than jumping back to `item`, keeps the deopt exits out of
+        // the loop: Cranelift hoists loop-invariant values out of loops, and
+        // those only the exits use would otherwise hold registers (or stack
+        // slots) across every workitem.
         self.b.switch_to_block(after_deopt);
-        let n = self.b.use_var(nrec);
-        let n1 = self.b.ins().iadd_imm_s(n, 1);
-        self.b.def_var(nrec, n1);
+        let n1 = self.count_record();
         let per = self
             .b
             .ins()
@@ -565,8 +563,8 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(more_blk);
         let wv = self.b.use_var(w);
         let w1 = self.b.ins().iadd_imm_s(wv, 1);
-        self.b.def_var(w, w1);
-        self.b.ins().jump(item, &[]);
+        let hv = self.b.use_var(hi);
+        self.exit(w1, hv, EXIT_RECORDED);
         self.b.switch_to_block(full_blk);
         let wv = self.b.use_var(w);
         let w1 = self.b.ins().iadd_imm_s(wv, 1);
@@ -582,6 +580,40 @@ impl Lower<'_, '_> {
         let hv = self.b.use_var(hi);
         self.exit(wv, hv, EXIT_STOPPED);
         Ok(())
+    }
+
+    /// The address of `records[slot]`: the records this slot has written
+    /// and the host has not replayed yet. Only deopt exits change it, and
+    /// they leave the slot function, so it is kept in memory rather than in
+    /// a variable that would hold a register across the loop.
+    fn records_word(&mut self) -> Value {
+        let (ctx, slot, _) = self.e();
+        let recs = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::RECORDS);
+        let off = self.b.ins().imul_imm_s(slot, 8);
+        self.b.ins().iadd(recs, off)
+    }
+
+    /// Count the record just written in `records[slot]`; returns the count.
+    fn count_record(&mut self) -> Value {
+        let at = self.records_word();
+        let n = self.b.ins().load(types::I64, trusted(), at, 0);
+        let n1 = self.b.ins().iadd_imm_s(n, 1);
+        self.b.ins().store(trusted(), n1, at, 0);
+        n1
+    }
+
+    /// The control word, read through the context each time: the pointer
+    /// is not kept in a register across the loop (the load hits L1).
+    fn control_word(&mut self) -> Value {
+        let (ctx, _, _) = self.e();
+        let control = self
+            .b
+            .ins()
+            .load(self.ptr, trusted(), ctx, offsets::CONTROL);
+        self.b.ins().atomic_load(types::I32, trusted(), control)
     }
 
     fn zero(&mut self, k: Kind) -> Value {
@@ -678,7 +710,8 @@ impl Lower<'_, '_> {
             .ins()
             .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
         let first = self.b.ins().imul(slot, per);
-        let n = self.b.use_var(self.env.nrec.expect("set"));
+        let at = self.records_word();
+        let n = self.b.ins().load(types::I64, trusted(), at, 0);
         let index = self.b.ins().iadd(first, n);
         let rec_words = self.b.ins().imul(index, words);
         let rec_bytes = self.b.ins().imul_imm_s(rec_words, 8);
@@ -720,6 +753,7 @@ impl Lower<'_, '_> {
         if reason == Reason::Safepoint {
             // Everything stops at a safepoint: this slot's unstarted rest
             // runs when the slot is entered again.
+            self.count_record();
             let w1 = self.b.ins().iadd_imm_s(w, 1);
             let hi = self.b.use_var(self.env.hi.expect("set"));
             self.exit(w1, hi, EXIT_DEOPT);
@@ -1239,8 +1273,7 @@ impl Lower<'_, '_> {
         for (poll, target) in std::mem::take(&mut self.cur.pending_polls) {
             let dest = self.cur.blocks[&target];
             self.b.switch_to_block(poll);
-            let control = self.env.control.expect("set");
-            let cw = self.b.ins().atomic_load(types::I32, trusted(), control);
+            let cw = self.control_word();
             let mut sp = self.b.ins().band_imm_u(cw, i64::from(CONTROL_SAFEPOINT));
             if let Some(si) = self.opts.safepoints {
                 let var = self.env.polls.expect("set with the option");

@@ -18,6 +18,12 @@ pub const EXIT_STOPPED: u32 = 1;
 /// Slot exit: its records are full, or it deoptimized at a safepoint; the
 /// records are in the save area and its unstarted rest in `never_ran`.
 pub const EXIT_DEOPT: u32 = 2;
+/// Slot exit: it wrote a save record and has room for more; its unstarted
+/// rest is in `never_ran` and its record count in `records`. The host enters
+/// it again at once (and replays nothing yet). Deopt exits leave the slot
+/// function rather than jump back into its loop, so that Cranelift keeps
+/// what only they use out of the loop's registers.
+pub const EXIT_RECORDED: u32 = 3;
 
 /// What a compiled slot loop needs. The runtime owns every pointed-to object
 /// and keeps it alive (and the heap committed) for the whole launch.
@@ -61,13 +67,17 @@ pub struct LaunchCtx {
     /// instead of the shared protocol's atomic add, and takes the shared
     /// path only when the object does not fit.
     pub exclusive_tlabs: u64,
+    /// Per slot, the save records it has written since the host last
+    /// replayed them (the host sets it to 0 when it has).
+    pub records: *mut u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
 // points to is either atomic (`cursor`, `control`, the save area's site words
 // and the heap cells compiled code updates atomically), read-only during the
 // launch (`captures`, `end`, `chunk`), or divided by slot (each slot writes
-// only its own save record, `never_ran` pair and `completed` word, and with
+// only its own save records, `never_ran` pair, `completed` and `records`
+// words, and with
 // `exclusive_tlabs` its own TLAB's state word, which the host reads only
 // after the slot has returned).
 unsafe impl Sync for LaunchCtx {}
@@ -106,6 +116,8 @@ pub mod offsets {
     pub const LARGE_WORDS: i32 = 104;
     /// `exclusive_tlabs`.
     pub const EXCLUSIVE_TLABS: i32 = 112;
+    /// `records`.
+    pub const RECORDS: i32 = 120;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -146,5 +158,6 @@ mod tests {
             offset_of!(LaunchCtx, exclusive_tlabs) as i32,
             offsets::EXCLUSIVE_TLABS
         );
+        assert_eq!(offset_of!(LaunchCtx, records) as i32, offsets::RECORDS);
     }
 }
