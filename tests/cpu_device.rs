@@ -660,3 +660,72 @@ fn a_null_array_and_an_index_out_of_bounds_deopt_with_their_own_reasons() {
         assert_eq!(rt.read(&out).unwrap(), [7, 7, 0, 0, 0, 0, 0, 0]);
     }
 }
+
+/// Accesses indexed by the workitem number run unchecked in chunks that
+/// lie inside their arrays, and checked elsewhere: a range that runs past
+/// the end of one array gives exactly the interpreter's results and
+/// exceptions, in both tiers.
+#[test]
+fn chunks_inside_the_arrays_and_chunks_past_their_end_agree_with_the_interpreter() {
+    const ADD1: &str = "kernel add1(i: i64, a: i32[], out: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load out
+    load j
+    load a
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}";
+    let run = |rt: &Runtime, n: usize, warm: bool| {
+        let m = rt.load("add1.obc", ADD1).unwrap();
+        let a = rt.array(&(0..40).collect::<Vec<i32>>()).unwrap();
+        if warm {
+            let out = rt.new_array::<i32>(40).unwrap();
+            let c = m.closure("add1", [(&a).into(), (&out).into()]).unwrap();
+            par_offload(0..40, &c).unwrap();
+            rt.finish_compiles();
+        }
+        let out = rt.new_array::<i32>(n).unwrap();
+        let c = m.closure("add1", [(&a).into(), (&out).into()]).unwrap();
+        let res = par_offload(0..n as i64, &c);
+        let (quick, thrown) = match res {
+            Ok(r) => (r.quick_tier, (0, Vec::new())),
+            Err(OffloadError::Exceptions(e)) => (
+                e.report.quick_tier,
+                (
+                    e.by_kind
+                        .get(&ExceptionKind::IndexOutOfBounds)
+                        .copied()
+                        .unwrap_or(0),
+                    e.workitems.clone(),
+                ),
+            ),
+            Err(e) => panic!("{e}"),
+        };
+        (quick, thrown, rt.read(&out).unwrap())
+    };
+    let interp = Runtime::builder()
+        .workers(2)
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    for n in [1usize, 39, 40, 41, 64, 1000, 2000] {
+        let (_, want_thrown, want) = run(&interp, n, false);
+        assert_eq!(want_thrown.0, n.saturating_sub(40) as u64);
+        // Chunks are n / 64 workitems (at least 1): with n = 1000 and 2000
+        // the first chunks lie inside `a` and one runs past its end.
+        for warm in [false, true] {
+            let rt = cpu(2);
+            let (quick, thrown, got) = run(&rt, n, warm);
+            assert_eq!(quick, !warm, "n {n}");
+            assert_eq!(got, want, "n {n}, warm {warm}");
+            assert_eq!(thrown, want_thrown, "n {n}, warm {warm}");
+        }
+    }
+}

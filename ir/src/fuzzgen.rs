@@ -244,6 +244,8 @@ struct Body<'m, 'u, 'a> {
     calls: &'m [FuncId],
     virtuals: &'m [FuncId],
     nesting: usize,
+    /// A kernel: local 0 is its workitem number.
+    workitem: bool,
     /// Instructions left before the generator stops adding statements.
     budget: usize,
 }
@@ -278,6 +280,8 @@ fn gen_body(
         calls,
         virtuals,
         nesting: 0,
+        workitem: func.kind == FuncKind::Kernel
+            && func.locals.first().map(|l| l.ty) == Some(Type::I64),
         budget: 400,
     };
     // Make sure each body has something in it when the input allows.
@@ -471,7 +475,15 @@ impl Body<'_, '_, '_> {
     }
 
     fn index(&mut self) -> Result<()> {
-        if self.u.ratio(3, 4)? {
+        if self.workitem && self.u.ratio(1, 4)? {
+            // The workitem number: the indexing compiled code may prove in
+            // bounds for a whole chunk (and so check once per chunk).
+            self.emit(Inst::Load {
+                local: LocalId::new(0),
+            });
+            self.emit(Inst::I64ToI32);
+            Ok(())
+        } else if self.u.ratio(3, 4)? {
             let value = self.u.int_in_range(0..=3)?;
             self.emit(Inst::I32Const { value });
             Ok(())

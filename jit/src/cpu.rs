@@ -222,6 +222,7 @@ pub(crate) fn compile(
             opts,
             spec,
             exits: HashMap::new(),
+            unchecked: Default::default(),
         };
         // In name order, so the function's text is the same every time.
         let mut funcs: Vec<_> = imports.funcs.iter().collect();
@@ -328,6 +329,9 @@ struct Lower<'a, 'f> {
     spec: &'a Speculations,
     /// The shared deopt exit of each site (see [`Lower::deopt_if`]).
     exits: HashMap<SiteId, Block>,
+    /// While lowering the unchecked version of the body: the kernel's
+    /// array accesses that cannot fail in this chunk.
+    unchecked: std::collections::BTreeSet<Bci>,
 }
 
 fn trusted() -> MemFlagsData {
@@ -478,7 +482,19 @@ impl Lower<'_, '_> {
         self.b.def_var(w, rest_lo);
         self.b.def_var(hi, rest_hi);
         let has_rest = self.b.ins().icmp(IntCC::SignedLessThan, rest_lo, rest_hi);
-        self.b.ins().brif(has_rest, item, &[], claim, &[]);
+        // With accesses indexed by the workitem number, a chunk whose range
+        // is inside every such array runs a version of the body without
+        // their checks (`plan::workitem_indexed`); the quick tier has one
+        // version only.
+        let unchecked = if self.opts.quick {
+            Default::default()
+        } else {
+            plan::workitem_indexed(self.v, self.cur.func, self.cur.analysis)
+        };
+        let pick = (!unchecked.is_empty()).then(|| self.b.create_block());
+        self.b
+            .ins()
+            .brif(has_rest, pick.unwrap_or(item), &[], claim, &[]);
 
         // claim: lo = cursor.fetch_add(chunk)
         self.b.switch_to_block(claim);
@@ -500,48 +516,37 @@ impl Lower<'_, '_> {
         let h = self.b.ins().smin(lo_chunk, end);
         self.b.def_var(hi, h);
         self.b.def_var(w, lo);
-        self.b.ins().jump(item, &[]);
+        self.b.ins().jump(pick.unwrap_or(item), &[]);
 
-        // item: stop between workitems when the control word is set.
-        self.b.switch_to_block(item);
-        let wv = self.b.use_var(w);
-        let hv = self.b.use_var(hi);
-        let chunk_done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
-        let check = self.b.create_block();
-        self.b.ins().brif(chunk_done, claim, &[], check, &[]);
-        self.b.switch_to_block(check);
-        let cw = self.control_word();
-        let start = self.b.create_block();
-        self.b.ins().brif(cw, stopped, &[], start, &[]);
-        self.b.switch_to_block(start);
-        // Workitem entry: parameters, captures, zeroed locals.
-        let wv = self.b.use_var(w);
-        let lv0 = self.cur.locals[0];
-        self.b.def_var(lv0, wv);
-        for i in 1..f.locals.len() {
-            let var = self.cur.locals[i];
-            let val = if i < f.param_count as usize {
-                self.env.captures[i - 1]
-            } else {
-                self.zero(f.locals[i].ty.kind())
-            };
-            self.b.def_var(var, val);
+        // The checked version.
+        self.item_loop(item, claim, stopped, next_item)?;
+        if let Some(pick) = pick {
+            // pick: the unchecked version when 0 <= w and hi <= the length
+            // of every array those accesses index (null's is 0).
+            self.b.switch_to_block(pick);
+            let wv = self.b.use_var(w);
+            let hv = self.b.use_var(hi);
+            let mut ok = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, wv, 0);
+            let arrays: std::collections::BTreeSet<u32> = unchecked.values().copied().collect();
+            for p in arrays {
+                let r = self.env.captures[p as usize - 1];
+                let base = self.obj_addr(r);
+                let len = self.b.ins().load(types::I32, invariant(), base, 4);
+                let len = self.b.ins().uextend(types::I64, len);
+                let fits = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, hv, len);
+                ok = self.b.ins().band(ok, fits);
+            }
+            let fast_item = self.b.create_block();
+            self.b.ins().brif(ok, fast_item, &[], item, &[]);
+            let fast_next = self.b.create_block();
+            self.unchecked = unchecked.into_keys().collect();
+            self.inliner.next_version();
+            self.item_loop(fast_item, claim, stopped, fast_next)?;
+            self.unchecked.clear();
         }
-        self.make_blocks();
-        let first = self.cur.blocks[&0];
-        self.b.ins().jump(first, &[]);
-
-        self.body()?;
-
-        // next_item: count, advance.
-        self.b.switch_to_block(next_item);
-        let d = self.b.use_var(done);
-        let d1 = self.b.ins().iadd_imm_s(d, 1);
-        self.b.def_var(done, d1);
-        let wv = self.b.use_var(w);
-        let w1 = self.b.ins().iadd_imm_s(wv, 1);
-        self.b.def_var(w, w1);
-        self.b.ins().jump(item, &[]);
 
         // after_deopt: the record is written; leave the slot function, to
         // be entered again at the next workitem (`EXIT_RECORDED`), or after
@@ -579,6 +584,66 @@ impl Lower<'_, '_> {
         let wv = self.b.use_var(w);
         let hv = self.b.use_var(hi);
         self.exit(wv, hv, EXIT_STOPPED);
+        Ok(())
+    }
+
+    /// One version of the per-workitem loop: `item` stops between workitems
+    /// when the control word is set, and otherwise runs the body, whose
+    /// `ret` goes to `next_item`, which counts and advances.
+    fn item_loop(
+        &mut self,
+        item: Block,
+        claim: Block,
+        stopped: Block,
+        next_item: Block,
+    ) -> Result<(), JitError> {
+        let f = self.v.func(self.cur.func);
+        let (w, hi, done) = (
+            self.env.w.expect("set"),
+            self.env.hi.expect("set"),
+            self.env.done.expect("set"),
+        );
+        self.env.next_item = Some(next_item);
+        self.b.switch_to_block(item);
+        let wv = self.b.use_var(w);
+        let hv = self.b.use_var(hi);
+        let chunk_done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
+        let check = self.b.create_block();
+        self.b.ins().brif(chunk_done, claim, &[], check, &[]);
+        self.b.switch_to_block(check);
+        let cw = self.control_word();
+        let start = self.b.create_block();
+        self.b.ins().brif(cw, stopped, &[], start, &[]);
+        self.b.switch_to_block(start);
+        // Workitem entry: parameters, captures, zeroed locals.
+        let wv = self.b.use_var(w);
+        let lv0 = self.cur.locals[0];
+        self.b.def_var(lv0, wv);
+        for i in 1..f.locals.len() {
+            let var = self.cur.locals[i];
+            let val = if i < f.param_count as usize {
+                self.env.captures[i - 1]
+            } else {
+                self.zero(f.locals[i].ty.kind())
+            };
+            self.b.def_var(var, val);
+        }
+        self.cur.blocks.clear();
+        self.make_blocks();
+        let first = self.cur.blocks[&0];
+        self.b.ins().jump(first, &[]);
+
+        self.body()?;
+
+        // next_item: count, advance.
+        self.b.switch_to_block(next_item);
+        let d = self.b.use_var(done);
+        let d1 = self.b.ins().iadd_imm_s(d, 1);
+        self.b.def_var(done, d1);
+        let wv = self.b.use_var(w);
+        let w1 = self.b.ins().iadd_imm_s(wv, 1);
+        self.b.def_var(w, w1);
+        self.b.ins().jump(item, &[]);
         Ok(())
     }
 
@@ -1018,6 +1083,14 @@ impl Lower<'_, '_> {
     /// the loop, and one flag register per array was what made nbody's
     /// inner loop spill.)
     fn elem_addr(&mut self, r: Value, idx: Value, size: i64, bci: Bci) -> Value {
+        if self.outer.is_empty() && self.unchecked.contains(&bci) {
+            // Proven for this chunk: 0 <= idx < length (see `build`).
+            let base = self.obj_addr(r);
+            let i64v = self.b.ins().uextend(types::I64, idx);
+            let scaled = self.b.ins().imul_imm_s(i64v, size);
+            let a = self.b.ins().iadd(base, scaled);
+            return self.b.ins().iadd_imm_s(a, 8);
+        }
         let null_reason = self.null_reason(bci);
         let base = self.obj_addr(r);
         let len = self.b.ins().load(types::I32, invariant(), base, 4);
