@@ -99,8 +99,9 @@ impl CompiledKernel {
     /// `ctx` must describe a live launch of this kernel version: every pointer
     /// valid for the whole call (the heap committed over every object the
     /// kernel can reach, `captures` holding values that passed the closure's
-    /// type check, the save area and the `never_ran`/`completed` arrays sized
-    /// for at least `slot + 1` slots with this version's record width).
+    /// type check, the save area and the `never_ran`/`completed`/`records`
+    /// arrays sized for at least `slot + 1` slots with this version's record
+    /// width).
     pub unsafe fn run_slot(&self, ctx: &LaunchCtx, slot: usize) -> u32 {
         // SAFETY: the caller guarantees `ctx` (see above); the code stays
         // alive as long as `self` does.
