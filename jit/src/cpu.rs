@@ -26,6 +26,15 @@
 //! leave through deopt exits; back-edges poll the control word and leave with
 //! reason `Safepoint` at the loop header. Nothing traps.
 //!
+//! An array access checks null and bounds with one compare: null's header
+//! (heap word 0) reads as an array of length 0. In the optimized tier, a
+//! kernel whose accesses are indexed by the workitem number into arrays it
+//! never reassigns (`plan::workitem_indexed`) gets a second version of the
+//! item loop without those checks; a chunk `[lo, hi)` runs it when `0 <= lo`
+//! and `hi` is at most each such array's length, and the checked version
+//! otherwise (so the chunk that runs past an array's end deopts exactly as
+//! before).
+//!
 //! Calls are inlined: a static call inlines its callee in a frame of its own
 //! variables; a virtual call tests the receiver's class id against the
 //! classes of each implementation (class hierarchy of the module) and
