@@ -818,12 +818,12 @@ impl Lower<'_, '_> {
             let raw = self.pack_raw(k, val);
             self.b.ins().store(trusted(), raw, rec, (s.word * 8) as i32);
         }
-        // The site word last, so a reader that sees it sees the values.
-        let site_at = self
-            .b
+        // The site word marks the record as written. Only this slot's own
+        // worker reads the record, after the slot function has returned, so
+        // a plain store suffices (an atomic one costs a full fence on x86).
+        self.b
             .ins()
-            .iadd_imm_s(rec, i64::from(SaveLayout::SITE_WORD * 8));
-        self.b.ins().atomic_store(trusted(), sw, site_at);
+            .store(trusted(), sw, rec, (SaveLayout::SITE_WORD * 8) as i32);
         if reason == Reason::Safepoint {
             // Everything stops at a safepoint: this slot's unstarted rest
             // runs when the slot is entered again.
