@@ -476,7 +476,6 @@ impl Lower<'_, '_> {
         for b in [exit_done, stopped, after_deopt] {
             self.b.set_cold_block(b);
         }
-        self.env.next_item = Some(next_item);
         self.env.after_deopt = Some(after_deopt);
         // A slot that stopped (records full, safepoint) is entered again
         // with its unstarted rest in never_ran[slot]; start there.
