@@ -2,20 +2,20 @@
 //! persistent slot loop per kernel (DESIGN.md, "Execution model"):
 //!
 //! ```text
-//! entry:  n = records[slot]                         ; records not yet replayed
-//!         [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
+//! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
 //! claim:  lo = atomic_add(cursor, chunk); if lo >= end: exit DONE
 //! item:   if w == hi: goto claim
 //!         if control != 0: never_ran[slot] = [w, hi); exit STOPPED
 //!         <the kernel body for workitem w>          ; `ret` → w += 1, goto item
-//! deopt:  save_area[slot][n] = (w, site, reason, live values); n += 1
+//! deopt:  n = records[slot] + 1                     ; records not yet replayed
+//!         save_area[slot][n - 1] = (w, site, reason, live values); records[slot] = n
 //!         never_ran[slot] = [w+1, hi)
 //!         if n == records_per_slot or reason == Safepoint: exit DEOPT
 //!         exit RECORDED                              ; entered again at once
 //! ```
 //!
-//! Every exit stores `n` in `records[slot]`. The other slots go on while one
-//! deopts. A deopt exit returns rather than jumping back into the loop: the
+//! The record count lives in `records[slot]` (only deopt exits change it).
+//! The other slots go on while one deopts. A deopt exit returns rather than jumping back into the loop: the
 //! exits are then outside the loop, and what only they use stays out of the
 //! loop's registers (see `EXIT_RECORDED`).
 //!
@@ -570,18 +570,15 @@ impl Lower<'_, '_> {
             .ins()
             .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
         let full = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, n1, per);
+        let wv = self.b.use_var(w);
+        let w1 = self.b.ins().iadd_imm_s(wv, 1);
+        let hv = self.b.use_var(hi);
         let full_blk = self.b.create_block();
         let more_blk = self.b.create_block();
         self.b.ins().brif(full, full_blk, &[], more_blk, &[]);
         self.b.switch_to_block(more_blk);
-        let wv = self.b.use_var(w);
-        let w1 = self.b.ins().iadd_imm_s(wv, 1);
-        let hv = self.b.use_var(hi);
         self.exit(w1, hv, EXIT_RECORDED);
         self.b.switch_to_block(full_blk);
-        let wv = self.b.use_var(w);
-        let w1 = self.b.ins().iadd_imm_s(wv, 1);
-        let hv = self.b.use_var(hi);
         self.exit(w1, hv, EXIT_DEOPT);
 
         // exits
@@ -1019,28 +1016,38 @@ impl Lower<'_, '_> {
                     .site(id)
                     .is_some_and(|s| s.reasons.contains(&reason))
             );
-            let (out, new) = self.shared_exit(id);
-            self.b.ins().brif(cond, out, &[sw.into()], cont, &[]);
-            if new {
-                self.b.switch_to_block(out);
-                let param = self.b.block_params(out)[0];
-                self.deopt_exit(id, reason, param);
-            }
+            self.branch_to_exit(id, reason, |b, out| {
+                b.ins().brif(cond, out, &[sw.into()], cont, &[]);
+            });
         }
         self.b.switch_to_block(cont);
     }
 
-    /// The shared exit of site `id` (a block taking the site word), and
-    /// whether it is new: then the caller, once its own block is filled,
-    /// switches to it and emits its body with [`Lower::deopt_exit`].
-    fn shared_exit(&mut self, id: SiteId) -> (Block, bool) {
-        if let Some(&out) = self.exits.get(&id) {
-            return (out, false);
+    /// End the current block with `branch`, which goes to site `id`'s
+    /// shared exit (a block taking the site word) on failure; the first
+    /// time, emit that exit's body with [`Lower::deopt_exit`] (the exit
+    /// checks `reason` is one of the site's).
+    fn branch_to_exit(
+        &mut self,
+        id: SiteId,
+        reason: Reason,
+        branch: impl FnOnce(&mut FunctionBuilder<'_>, Block),
+    ) {
+        let (out, new) = match self.exits.get(&id) {
+            Some(&out) => (out, false),
+            None => {
+                let out = self.b.create_block();
+                self.b.append_block_param(out, types::I64);
+                self.exits.insert(id, out);
+                (out, true)
+            }
+        };
+        branch(&mut self.b, out);
+        if new {
+            self.b.switch_to_block(out);
+            let param = self.b.block_params(out)[0];
+            self.deopt_exit(id, reason, param);
         }
-        let out = self.b.create_block();
-        self.b.append_block_param(out, types::I64);
-        self.exits.insert(id, out);
-        (out, true)
     }
 
     /// Deopt if `r` is null: a null check, or where the profile never saw
@@ -1082,25 +1089,28 @@ impl Lower<'_, '_> {
     }
 
     /// Checked address of element `idx` of array `r`.
-    ///
-    /// One compare checks both null and bounds: null's "header" is heap
-    /// word 0, reserved and zero, so it reads as an array of length 0 and
-    /// every index is out of its bounds. The cold failure block tells the
-    /// two apart for the record's reason. (A separate null check would be
-    /// loop-invariant for a captured array; Cranelift hoists its flag out of
-    /// the loop, and one flag register per array was what made nbody's
-    /// inner loop spill.)
     fn elem_addr(&mut self, r: Value, idx: Value, size: i64, bci: Bci) -> Value {
-        if self.outer.is_empty() && self.unchecked.contains(&bci) {
-            // Proven for this chunk: 0 <= idx < length (see `build`).
-            let base = self.obj_addr(r);
-            let i64v = self.b.ins().uextend(types::I64, idx);
-            let scaled = self.b.ins().imul_imm_s(i64v, size);
-            let a = self.b.ins().iadd(base, scaled);
-            return self.b.ins().iadd_imm_s(a, 8);
-        }
-        let null_reason = self.null_reason(bci);
         let base = self.obj_addr(r);
+        // In the unchecked version, the kernel's accesses `build` proved
+        // in bounds for this chunk (0 <= idx < length) go unchecked.
+        if !(self.outer.is_empty() && self.unchecked.contains(&bci)) {
+            self.null_or_bounds_check(r, base, idx, bci);
+        }
+        let i64v = self.b.ins().uextend(types::I64, idx);
+        let scaled = self.b.ins().imul_imm_s(i64v, size);
+        let a = self.b.ins().iadd(base, scaled);
+        self.b.ins().iadd_imm_s(a, 8)
+    }
+
+    /// Deopt unless `idx` is inside array `r` (at `base`), in one compare:
+    /// null's "header" is heap word 0, reserved and zero, so it reads as an
+    /// array of length 0 and every index is out of its bounds. The cold
+    /// failure block tells the two apart for the record's reason. (A
+    /// separate null check would be loop-invariant for a captured array;
+    /// Cranelift hoists its flag out of the loop, and one flag register per
+    /// array was what made nbody's inner loop spill.)
+    fn null_or_bounds_check(&mut self, r: Value, base: Value, idx: Value, bci: Bci) {
+        let null_reason = self.null_reason(bci);
         let len = self.b.ins().load(types::I32, invariant(), base, 4);
         let oob = self
             .b
@@ -1117,18 +1127,10 @@ impl Lower<'_, '_> {
         let null_word = self.b.ins().iconst(types::I64, word(null_reason));
         let bounds_word = self.b.ins().iconst(types::I64, word(Reason::BoundsCheck));
         let sw = self.b.ins().select(is_null, null_word, bounds_word);
-        let (out, new) = self.shared_exit(id);
-        self.b.ins().jump(out, &[sw.into()]);
-        if new {
-            self.b.switch_to_block(out);
-            let param = self.b.block_params(out)[0];
-            self.deopt_exit(id, Reason::BoundsCheck, param);
-        }
+        self.branch_to_exit(id, Reason::BoundsCheck, |b, out| {
+            b.ins().jump(out, &[sw.into()]);
+        });
         self.b.switch_to_block(cont);
-        let i64v = self.b.ins().uextend(types::I64, idx);
-        let scaled = self.b.ins().imul_imm_s(i64v, size);
-        let a = self.b.ins().iadd(base, scaled);
-        self.b.ins().iadd_imm_s(a, 8)
     }
 
     /// Whether the object `r` is an instance of `ty`, as an `i8` truth
