@@ -73,13 +73,12 @@ pub struct LaunchCtx {
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
-// points to is either atomic (`cursor`, `control`, the save area's site words
-// and the heap cells compiled code updates atomically), read-only during the
-// launch (`captures`, `end`, `chunk`), or divided by slot (each slot writes
-// only its own save records, `never_ran` pair, `completed` and `records`
-// words, and with
-// `exclusive_tlabs` its own TLAB's state word, which the host reads only
-// after the slot has returned).
+// points to is either atomic (`cursor`, `control` and the heap cells compiled
+// code updates atomically), read-only during the launch (`captures`, `end`,
+// `chunk`), or divided by slot (each slot writes only its own save records,
+// `never_ran` pair, `completed` and `records` words, and with
+// `exclusive_tlabs` its own TLAB's state word, all of which the host reads
+// only after the slot has returned).
 unsafe impl Sync for LaunchCtx {}
 // SAFETY: as above; the context holds no thread-affine state.
 unsafe impl Send for LaunchCtx {}

@@ -374,6 +374,14 @@ pub(crate) fn workitem_indexed(
                 stack.resize(depth, Sym::Other);
             }
             let pop = |s: &mut Vec<Sym>| s.pop().unwrap_or(Sym::Other);
+            // Pop an access's index and array; note it if it qualifies.
+            let access =
+                |s: &mut Vec<Sym>, bci: usize, out: &mut std::collections::BTreeMap<Bci, u32>| {
+                    let idx = pop(s);
+                    if let (Sym::WorkitemI32, Sym::Param(p)) = (idx, pop(s)) {
+                        out.insert(bci as Bci, p);
+                    }
+                };
             match inst {
                 Inst::Load { local } => {
                     let l = local.index();
@@ -425,31 +433,17 @@ pub(crate) fn workitem_indexed(
                 | Inst::I64ALoad
                 | Inst::F32ALoad
                 | Inst::F64ALoad
-                | Inst::RefALoad
-                | Inst::I32AStore
+                | Inst::RefALoad => {
+                    access(&mut stack, bci, &mut out);
+                    stack.push(Sym::Other);
+                }
+                Inst::I32AStore
                 | Inst::I64AStore
                 | Inst::F32AStore
                 | Inst::F64AStore
                 | Inst::RefAStore => {
-                    let store = !matches!(
-                        inst,
-                        Inst::I32ALoad
-                            | Inst::I64ALoad
-                            | Inst::F32ALoad
-                            | Inst::F64ALoad
-                            | Inst::RefALoad
-                    );
-                    if store {
-                        pop(&mut stack);
-                    }
-                    let idx = pop(&mut stack);
-                    let arr = pop(&mut stack);
-                    if let (Sym::WorkitemI32, Sym::Param(p)) = (idx, arr) {
-                        out.insert(bci as Bci, p);
-                    }
-                    if !store {
-                        stack.push(Sym::Other);
-                    }
+                    pop(&mut stack);
+                    access(&mut stack, bci, &mut out);
                 }
                 _ => {
                     // Any other instruction pops some operands and pushes at
