@@ -185,6 +185,48 @@ fn exactly_once_under_injected_deopts_at_every_site() {
     assert_eq!(r.on_device, 0);
 }
 
+/// The optimized tier runs `inc`'s chunks unchecked and four workitems per
+/// control-word check: deopts forced at the first, second, third and fourth
+/// workitem of those groups, at the entry, the load and the store, still
+/// leave every cell incremented exactly once, and every forced workitem is
+/// replayed.
+#[test]
+fn deopts_inside_unrolled_groups_are_replayed_exactly_once() {
+    let n = 20_000usize;
+    for site_bci in [0, 7, 10] {
+        for (modulus, remainder) in [(4, 0), (4, 1), (4, 2), (4, 3), (9, 5)] {
+            let rt = Runtime::builder()
+                .workers(2)
+                .device(Device::Cpu)
+                .deopt_records(3)
+                .inject(Injection {
+                    site_bci,
+                    modulus,
+                    remainder,
+                })
+                .build()
+                .unwrap();
+            let m = rt.load("inc.obc", INC).unwrap();
+            let warm = rt.new_array::<i32>(n).unwrap();
+            par_offload(0..n as i64, &m.closure("inc", [(&warm).into()]).unwrap()).unwrap();
+            rt.finish_compiles();
+            let out = rt.new_array::<i32>(n).unwrap();
+            let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+            assert!(!r.quick_tier, "the optimized tier runs");
+            let got = rt.read(&out).unwrap();
+            let wrong: Vec<usize> = (0..n).filter(|&i| got[i] != 1).take(5).collect();
+            assert!(
+                wrong.is_empty(),
+                "bci {site_bci}, w % {modulus} == {remainder}: cells {wrong:?}\n{r}"
+            );
+            let forced = (0..n as i64).filter(|w| w % modulus == remainder).count() as u64;
+            assert_eq!(r.replayed, forced, "{r}");
+            assert_eq!(r.completed, n as u64);
+            assert_eq!(r.on_device, n as u64 - forced, "{r}");
+        }
+    }
+}
+
 #[test]
 fn bounded_bookkeeping_for_a_huge_range() {
     // 10^9 workitems where the first deopts: the launch stops at once and its

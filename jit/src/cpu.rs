@@ -33,7 +33,10 @@
 //! item loop without those checks; a chunk `[lo, hi)` runs it when `0 <= lo`
 //! and `hi` is at most each such array's length, and the checked version
 //! otherwise (so the chunk that runs past an array's end deopts exactly as
-//! before).
+//! before). For a small kernel with no loop and no call, that version also
+//! checks the control word once per group of `plan::UNROLL` workitems and
+//! runs their bodies back to back (`plan::unroll_factor`); a chunk's last
+//! few workitems go one by one.
 //!
 //! Calls are inlined: a static call inlines its callee in a frame of its own
 //! variables; a virtual call tests the receiver's class id against the
@@ -527,7 +530,7 @@ impl Lower<'_, '_> {
         self.b.ins().jump(pick.unwrap_or(item), &[]);
 
         // The checked version.
-        self.item_loop(item, claim, stopped, next_item)?;
+        self.item_loop(item, claim, stopped, next_item, 1)?;
         if let Some(pick) = pick {
             // pick: the unchecked version when 0 <= w and hi <= the length
             // of every array those accesses index (null's is 0).
@@ -552,7 +555,8 @@ impl Lower<'_, '_> {
             let fast_next = self.b.create_block();
             self.unchecked = unchecked.into_keys().collect();
             self.inliner.next_version();
-            self.item_loop(fast_item, claim, stopped, fast_next)?;
+            let unroll = plan::unroll_factor(self.v, self.cur.func);
+            self.item_loop(fast_item, claim, stopped, fast_next, unroll)?;
             self.unchecked.clear();
         }
 
@@ -595,32 +599,69 @@ impl Lower<'_, '_> {
     /// One version of the per-workitem loop: `item` stops between workitems
     /// when the control word is set, and otherwise runs the body, whose
     /// `ret` goes to `next_item`, which counts and advances.
+    ///
+    /// With `unroll > 1`, while at least `unroll` workitems of the chunk are
+    /// left, one check of the control word precedes `unroll` copies of the
+    /// body, each ending where the next begins ([`plan::unroll_factor`]);
+    /// the last few workitems of a chunk go one by one.
     fn item_loop(
         &mut self,
         item: Block,
         claim: Block,
         stopped: Block,
         next_item: Block,
+        unroll: u32,
     ) -> Result<(), JitError> {
-        let f = self.v.func(self.cur.func);
-        let (w, hi, done) = (
-            self.env.w.expect("set"),
-            self.env.hi.expect("set"),
-            self.env.done.expect("set"),
-        );
-        self.env.next_item = Some(next_item);
+        let (w, hi) = (self.env.w.expect("set"), self.env.hi.expect("set"));
         self.b.switch_to_block(item);
         let wv = self.b.use_var(w);
         let hv = self.b.use_var(hi);
         let chunk_done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
         let check = self.b.create_block();
-        self.b.ins().brif(chunk_done, claim, &[], check, &[]);
+        if unroll > 1 {
+            let group = self.b.create_block();
+            let one = self.b.create_block();
+            self.b.ins().brif(chunk_done, claim, &[], one, &[]);
+            self.b.switch_to_block(one);
+            let left = self.b.ins().isub(hv, wv);
+            let full =
+                self.b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, left, i64::from(unroll));
+            self.b.ins().brif(full, group, &[], check, &[]);
+            self.b.switch_to_block(group);
+            let cw = self.control_word();
+            let mut start = self.b.create_block();
+            self.b.ins().brif(cw, stopped, &[], start, &[]);
+            for j in 0..unroll {
+                let next = self.b.create_block();
+                let then = if j + 1 == unroll {
+                    item
+                } else {
+                    self.b.create_block()
+                };
+                self.one_workitem(start, next, then)?;
+                start = then;
+            }
+        } else {
+            self.b.ins().brif(chunk_done, claim, &[], check, &[]);
+        }
         self.b.switch_to_block(check);
         let cw = self.control_word();
         let start = self.b.create_block();
         self.b.ins().brif(cw, stopped, &[], start, &[]);
+        self.one_workitem(start, next_item, item)
+    }
+
+    /// One copy of the body for workitem `w`, starting at `start`: its
+    /// entry (parameters, captures, zeroed locals), the body, whose `ret`
+    /// goes to `next`, and `next` itself, which counts the workitem,
+    /// advances `w` and goes on to `then`.
+    fn one_workitem(&mut self, start: Block, next: Block, then: Block) -> Result<(), JitError> {
+        let f = self.v.func(self.cur.func);
+        let (w, done) = (self.env.w.expect("set"), self.env.done.expect("set"));
+        self.env.next_item = Some(next);
         self.b.switch_to_block(start);
-        // Workitem entry: parameters, captures, zeroed locals.
         let wv = self.b.use_var(w);
         let lv0 = self.cur.locals[0];
         self.b.def_var(lv0, wv);
@@ -640,15 +681,14 @@ impl Lower<'_, '_> {
 
         self.body()?;
 
-        // next_item: count, advance.
-        self.b.switch_to_block(next_item);
+        self.b.switch_to_block(next);
         let d = self.b.use_var(done);
         let d1 = self.b.ins().iadd_imm_s(d, 1);
         self.b.def_var(done, d1);
         let wv = self.b.use_var(w);
         let w1 = self.b.ins().iadd_imm_s(wv, 1);
         self.b.def_var(w, w1);
-        self.b.ins().jump(item, &[]);
+        self.b.ins().jump(then, &[]);
         Ok(())
     }
 

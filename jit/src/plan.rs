@@ -322,6 +322,35 @@ enum Sym {
     Param(u32),
 }
 
+/// The most bytecode instructions a kernel may have for its unchecked item
+/// loop to be unrolled.
+pub(crate) const UNROLL_MAX_INSTS: usize = 64;
+
+/// How many workitems the unchecked version of kernel `k`'s item loop runs
+/// per control-word check: [`UNROLL`] for a small kernel (at most
+/// [`UNROLL_MAX_INSTS`] instructions) with no loop and no call, else 1.
+///
+/// For such a kernel the per-workitem work of the loop (the chunk-end
+/// compare, the control-word load and test, the branch back) is as large as
+/// the body itself (saxpy's body is six machine instructions); with the
+/// body repeated `UNROLL` times between checks, that work is paid once per
+/// group. The control word is still read before every group, so a
+/// safepoint or another slot's deopt waits for at most `UNROLL - 1` more
+/// straight-line workitems. Kernels with loops gain nothing (the body
+/// dominates) and calls would be inlined `UNROLL` more times.
+pub(crate) fn unroll_factor(v: &offload_ir::Verified, k: FuncId) -> u32 {
+    use offload_ir::isa::hz;
+    let f = v.func(k);
+    let small = f.body.len() <= UNROLL_MAX_INSTS;
+    let straight = f.body.iter().enumerate().all(|(bci, inst)| {
+        inst.target().is_none_or(|t| t as usize > bci) && !inst.opcode().hazards().has(hz::CALLS)
+    });
+    if small && straight { UNROLL } else { 1 }
+}
+
+/// Workitems per control-word check in an unrolled item loop.
+pub(crate) const UNROLL: u32 = 4;
+
 /// The array accesses of kernel `k` whose index is the workitem number
 /// (converted to `i32`) and whose array is a reference parameter the kernel
 /// never assigns, by bytecode index, with that parameter's local index.
@@ -465,9 +494,42 @@ pub(crate) fn workitem_indexed(
 
 #[cfg(test)]
 mod tests {
-    use super::workitem_indexed;
+    use super::{UNROLL, UNROLL_MAX_INSTS, unroll_factor, workitem_indexed};
     use offload_ir::{Bci, parse_module, verify};
     use std::collections::BTreeMap;
+
+    /// `unroll_factor` of the first function of `src`.
+    fn unroll(src: &str) -> u32 {
+        let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
+        unroll_factor(&v, offload_ir::FuncId::new(0))
+    }
+
+    #[test]
+    fn small_straight_kernels_unroll_and_loops_calls_and_big_bodies_do_not() {
+        let saxpy = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/kernels/saxpy.obc"
+        ))
+        .unwrap();
+        assert_eq!(unroll(&saxpy), UNROLL);
+        // A forward branch is fine.
+        let fwd = "kernel k(i: i64, a: i32[]) {\n load i\n i64.const 3\n i64.lt\n br_if out\n load a\n i32.const 0\n i32.const 1\n i32.astore\n out:\n ret\n}";
+        assert_eq!(unroll(fwd), UNROLL);
+        let looped = "kernel k(i: i64, a: i32[]) {\n local k: i32\n i32.const 0\n store k\n top:\n inc k 1\n load k\n i32.const 9\n i32.lt\n br_if top\n ret\n}";
+        assert_eq!(unroll(looped), 1);
+        let called = "func f(x: i32) -> i32 {\n load x\n ret\n}\nkernel k(i: i64, a: i32[]) {\n i32.const 1\n call f\n pop\n ret\n}";
+        let v = verify(parse_module("t.obc", called).unwrap()).unwrap();
+        let k = (0..2)
+            .map(offload_ir::FuncId::new)
+            .find(|&f| v.func(f).name == "k")
+            .unwrap();
+        assert_eq!(unroll_factor(&v, k), 1);
+        let big = format!(
+            "kernel k(i: i64, a: i32[]) {{\n{}\n ret\n}}",
+            "i32.const 1\n pop\n".repeat(UNROLL_MAX_INSTS / 2)
+        );
+        assert_eq!(unroll(&big), 1);
+    }
 
     /// `workitem_indexed` of the first function of `src`.
     fn indexed(src: &str) -> BTreeMap<Bci, u32> {
