@@ -771,3 +771,107 @@ fn chunks_inside_the_arrays_and_chunks_past_their_end_agree_with_the_interpreter
         }
     }
 }
+
+/// Loops whose accesses the optimized tier checks once at entry
+/// (`plan::loop_predicates`): where the check holds, where it fails because
+/// an array is short, the start is negative, or the counter would wrap past
+/// `i32::MAX`, the CPU device gives the interpreter's results and
+/// exceptions (same workitems, same kinds).
+#[test]
+fn loops_checked_once_at_entry_agree_with_the_interpreter() {
+    // out[row] = sum of a[row * m + k - k0] for k = k0, k0 + 2, ... < n.
+    const ROWSUM: &str = "kernel rowsum(i: i64, n: i32, k0: i32, m: i32, a: i32[], out: i64[]) {
+    local row: i32
+    local k: i32
+    local s: i64
+    load i
+    i64.to_i32
+    store row
+    i64.const 0
+    store s
+    load k0
+    store k
+  loop:
+    load k
+    load n
+    i32.ge
+    br_if done
+    load s
+    load a
+    load row
+    load m
+    i32.mul
+    load k
+    i32.add
+    load k0
+    i32.sub
+    i32.aload
+    i32.to_i64
+    i64.add
+    store s
+    inc k 2
+    br loop
+  done:
+    load out
+    load row
+    load s
+    i64.astore
+    ret
+}";
+    let run = |rt: &Runtime, rows: usize, n: i32, k0: i32, m: i32, len: usize| {
+        let module = rt.load("rowsum.obc", ROWSUM).unwrap();
+        let a = rt.array(&(0..len as i32).collect::<Vec<i32>>()).unwrap();
+        let out = rt.new_array::<i64>(rows).unwrap();
+        let c = module
+            .closure(
+                "rowsum",
+                [n.into(), k0.into(), m.into(), (&a).into(), (&out).into()],
+            )
+            .unwrap();
+        let thrown = match par_offload(0..rows as i64, &c) {
+            Ok(r) => {
+                assert!(r.fallback.is_none(), "{:?}", r.fallback);
+                (0, Vec::new(), Vec::new())
+            }
+            Err(OffloadError::Exceptions(e)) => {
+                let mut kinds: Vec<_> = e.by_kind.iter().map(|(k, n)| (*k, *n)).collect();
+                kinds.sort_by_key(|(k, _)| format!("{k:?}"));
+                (e.count, e.workitems.clone(), kinds)
+            }
+            Err(e) => panic!("{e}"),
+        };
+        (thrown, rt.read(&out).unwrap())
+    };
+    let interp = Runtime::builder()
+        .workers(2)
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let optimized = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .tiered(false)
+        .build()
+        .unwrap();
+    let cases: [(usize, i32, i32, i32, usize, bool); 6] = [
+        // rows, n, k0, m, a's length, whether some workitem throws
+        (64, 40, 0, 40, 64 * 40, false),    // every row inside `a`
+        (64, 40, 0, 40, 50 * 40 + 7, true), // rows past 50 run off its end
+        (64, 40, -2, 40, 64 * 40, true),    // row 0 starts below 0
+        (64, 40, 50, 40, 0, false),         // no iteration at all
+        (64, 41, 1, 40, 64 * 40, false),    // odd bound, step 2
+        // k = MAX-3, MAX-1, then wraps to MIN+1 < n: indices 0, 2, 4, then
+        // 6 is out of bounds (the entry check must not pass).
+        (1, i32::MAX, i32::MAX - 3, 0, 5, true),
+    ];
+    for (rows, n, k0, m, len, throws) in cases {
+        let want = run(&interp, rows, n, k0, m, len);
+        assert_eq!(
+            want.0.0 > 0,
+            throws,
+            "case {rows} {n} {k0} {m} {len}: {want:?}"
+        );
+        let got = run(&optimized, rows, n, k0, m, len);
+        assert_eq!(got, want, "case {rows} {n} {k0} {m} {len}");
+    }
+}

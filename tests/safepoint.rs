@@ -46,14 +46,49 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 }
 ";
 
+/// The loop with a plain load and store of `counts[j]`, which the optimized
+/// tier checks once where the loop is entered and unrolls, polling on every
+/// fourth back-edge.
+const SPIN_PLAIN: &str = "
+kernel spin(i: i64, iters: i32, counts: i64[]) {
+    local k: i32
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    i32.const 0
+    store k
+  loop:
+    load k
+    load iters
+    i32.ge
+    br_if done
+    load counts
+    load j
+    load counts
+    load j
+    i64.aload
+    i64.const 1
+    i64.add
+    i64.astore
+    inc k 1
+    br loop
+  done:
+    ret
+}
+";
+
 fn safepoints_on(device: Device, n: usize, iters: i32) {
-    safepoints_in(offload::demo::SPIN_KERNEL, device, n, iters);
+    safepoints_in(offload::demo::SPIN_KERNEL, device, n, iters, true);
 }
 
-fn safepoints_in(src: &str, device: Device, n: usize, iters: i32) {
+/// Safepoints while `src`'s `spin` runs; `tiered: false` compiles the
+/// optimized tier before the launch (else the launch runs the quick tier).
+fn safepoints_in(src: &str, device: Device, n: usize, iters: i32, tiered: bool) {
     let rt = Runtime::builder()
         .workers(2)
         .device(device)
+        .tiered(tiered)
         .build()
         .unwrap();
     let m = rt.load("spin.obc", src).unwrap();
@@ -110,7 +145,12 @@ fn safepoints_stop_compiled_slots_which_deopt_at_their_back_edge_and_lose_nothin
 
 #[test]
 fn safepoints_in_inlined_calls_deopt_with_every_frame_and_lose_nothing() {
-    safepoints_in(SPIN_CALL, Device::Cpu, 4000, 20_000);
+    safepoints_in(SPIN_CALL, Device::Cpu, 4000, 20_000, true);
+}
+
+#[test]
+fn safepoints_stop_unrolled_loops_checked_at_entry_and_lose_nothing() {
+    safepoints_in(SPIN_PLAIN, Device::Cpu, 4000, 20_000, false);
 }
 
 #[test]

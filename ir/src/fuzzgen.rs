@@ -347,7 +347,7 @@ impl Body<'_, '_, '_> {
                 // Array store.
                 let t = self.pick_array_type()?;
                 let e = t.array_elem().expect("array");
-                self.expr(t, 1)?;
+                self.array_operand(t, 1)?;
                 self.index()?;
                 self.expr(e, 1)?;
                 self.emit(store_inst(e));
@@ -446,7 +446,7 @@ impl Body<'_, '_, '_> {
             7 => {
                 // Atomic update whose old value is dropped.
                 let t = *self.u.choose(&[Type::I32, Type::I64])?;
-                self.expr(t.array_of().expect("array"), 1)?;
+                self.array_operand(t.array_of().expect("array"), 1)?;
                 self.index()?;
                 self.expr(t, 1)?;
                 if self.u.ratio(1, 2)? {
@@ -474,6 +474,13 @@ impl Body<'_, '_, '_> {
         Ok(())
     }
 
+    /// Loop counters readable here (assigned), oldest first.
+    fn counters(&self) -> Vec<usize> {
+        (0..self.locals.len())
+            .filter(|&l| self.reserved[l] && self.assigned[l])
+            .collect()
+    }
+
     fn index(&mut self) -> Result<()> {
         if self.workitem && self.u.ratio(1, 4)? {
             // The workitem number: the indexing compiled code may prove in
@@ -483,12 +490,48 @@ impl Body<'_, '_, '_> {
             });
             self.emit(Inst::I64ToI32);
             Ok(())
+        } else if let Some(&c) = self.counters().last()
+            && self.u.ratio(1, 3)?
+        {
+            // The innermost loop's counter, scaled and shifted: the indexing
+            // compiled code may check once where the loop is entered (and
+            // must fall back to checking every iteration when that fails).
+            self.emit(Inst::Load {
+                local: LocalId::new(c),
+            });
+            let scale = self.u.int_in_range(1..=3)?;
+            if scale != 1 {
+                self.emit(Inst::I32Const { value: scale });
+                self.emit(Inst::I32Mul);
+            }
+            let shift = self.u.int_in_range(-1..=2)?;
+            if shift != 0 {
+                self.emit(Inst::I32Const { value: shift });
+                self.emit(Inst::I32Add);
+            }
+            Ok(())
         } else if self.u.ratio(3, 4)? {
             let value = self.u.int_in_range(0..=3)?;
             self.emit(Inst::I32Const { value });
             Ok(())
         } else {
             self.expr(Type::I32, 2)
+        }
+    }
+
+    /// The array an access indexes: most often a local (or parameter) of
+    /// type `t` where one is assigned — the arrays a loop's accesses can be
+    /// checked once for on entry — else any expression of type `t`.
+    fn array_operand(&mut self, t: Type, depth: usize) -> Result<()> {
+        let locals = self.locals_where(|l, a| a && l.ty == t);
+        if !locals.is_empty() && self.u.ratio(2, 3)? {
+            let l = *self.u.choose(&locals)?;
+            self.emit(Inst::Load {
+                local: LocalId::new(l),
+            });
+            Ok(())
+        } else {
+            self.expr(t, depth)
         }
     }
 
@@ -638,7 +681,7 @@ impl Body<'_, '_, '_> {
             }
             5 => {
                 let arr = t.array_of().expect("array");
-                self.expr(arr, d)?;
+                self.array_operand(arr, d)?;
                 self.index()?;
                 self.emit(load_inst(t));
             }

@@ -38,6 +38,14 @@
 //! runs their bodies back to back (`plan::unroll_factor`); a chunk's last
 //! few workitems go one by one.
 //!
+//! Innermost counted loops get the same treatment inside a workitem
+//! (`plan::loop_predicates`, after C2's loop predication): where such a loop
+//! is entered, one test decides whether every covered access is in bounds
+//! for every value the induction variable will take; if so the loop runs a
+//! version without those checks — four copies of it, whose back-edges poll
+//! the control word only in the last (`plan::loop_unroll`) — and otherwise
+//! the checked version, which deopts exactly where the interpreter throws.
+//!
 //! Calls are inlined: a static call inlines its callee in a frame of its own
 //! variables; a virtual call tests the receiver's class id against the
 //! classes of each implementation (class hierarchy of the module) and
@@ -235,6 +243,7 @@ pub(crate) fn compile(
             spec,
             exits: HashMap::new(),
             unchecked: Default::default(),
+            loops: Vec::new(),
         };
         // In name order, so the function's text is the same every time.
         let mut funcs: Vec<_> = imports.funcs.iter().collect();
@@ -299,6 +308,9 @@ struct Frame<'a> {
     blocks: HashMap<Bci, Block>,
     /// Back-edge poll blocks waiting to be filled.
     pending_polls: Vec<(Block, Bci)>,
+    /// While lowering a copy of an unrolled loop other than the last:
+    /// its header, whose back-edges go to the next copy without a poll.
+    poll_free_header: Option<Bci>,
     /// Where `ret` goes in an inlined function: the caller's continuation
     /// (with a parameter for the result). `None` for the kernel.
     ret_to: Option<Block>,
@@ -314,6 +326,7 @@ impl<'a> Frame<'a> {
             depth: 0,
             blocks: HashMap::new(),
             pending_polls: Vec::new(),
+            poll_free_header: None,
             ret_to: None,
         }
     }
@@ -344,6 +357,9 @@ struct Lower<'a, 'f> {
     /// While lowering the unchecked version of the body: the kernel's
     /// array accesses that cannot fail in this chunk.
     unchecked: std::collections::BTreeSet<Bci>,
+    /// The kernel's loops whose accesses are checked once at entry, in a
+    /// version of the loop of their own (optimized tier).
+    loops: Vec<plan::PredicatedLoop>,
 }
 
 fn trusted() -> MemFlagsData {
@@ -502,6 +518,9 @@ impl Lower<'_, '_> {
         } else {
             plan::workitem_indexed(self.v, self.cur.func, self.cur.analysis)
         };
+        if !self.opts.quick {
+            self.loops = plan::loop_predicates(self.v, self.cur.func, self.cur.analysis);
+        }
         let pick = (!unchecked.is_empty()).then(|| self.b.create_block());
         self.b
             .ins()
@@ -1339,11 +1358,41 @@ impl Lower<'_, '_> {
     }
 
     fn body(&mut self) -> Result<(), JitError> {
+        let n = self.v.func(self.cur.func).body.len() as Bci;
+        let loops = if self.outer.is_empty() {
+            std::mem::take(&mut self.loops)
+        } else {
+            Vec::new()
+        };
+        let mut terminated = true;
+        let mut from = 0;
+        let mut res = Ok(());
+        for lp in &loops {
+            res = self
+                .lower_range(from, lp.header, terminated)
+                .and_then(|t| self.predicated_loop(lp, t));
+            if res.is_err() {
+                break;
+            }
+            terminated = true;
+            from = lp.header;
+        }
+        if self.outer.is_empty() {
+            self.loops = loops;
+        }
+        res?;
+        self.lower_range(from, n, terminated)?;
+        Ok(())
+    }
+
+    /// Lower the instructions `[lo, hi)` of the current function, entered
+    /// with the current block `terminated` or not; returns whether the last
+    /// block is terminated.
+    fn lower_range(&mut self, lo: Bci, hi: Bci, mut terminated: bool) -> Result<bool, JitError> {
         let f = self.v.func(self.cur.func);
         let types_ = self.v.types(self.cur.func);
-        let mut terminated = true;
-        for (bci, &inst) in f.body.iter().enumerate() {
-            let bci = bci as Bci;
+        for bci in lo..hi {
+            let inst = f.body[bci as usize];
             let Some(frame) = types_.frames[bci as usize].as_ref() else {
                 continue;
             };
@@ -1373,7 +1422,146 @@ impl Lower<'_, '_> {
                 self.flush_polls();
             }
         }
+        Ok(terminated)
+    }
+
+    /// The entry of predicated loop `lp` (the block made for its header,
+    /// which every entering edge targets): evaluate the predicate and go to
+    /// a version of the loop without the covered accesses' checks when it
+    /// holds, and to the checked version otherwise. Lowers the unchecked
+    /// version; the checked one is lowered by the caller, from the header,
+    /// which is left mapped to it (so its back-edges stay in it).
+    fn predicated_loop(
+        &mut self,
+        lp: &plan::PredicatedLoop,
+        terminated: bool,
+    ) -> Result<(), JitError> {
+        let (h, last) = (lp.header, lp.last);
+        let entry = self.cur.blocks[&h];
+        if !terminated {
+            self.b.ins().jump(entry, &[]);
+        }
+        self.b.switch_to_block(entry);
+        let ok = self.loop_predicate(lp);
+        let (fast, checked) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(ok, fast, &[], checked, &[]);
+        // The unchecked version, in `copies` copies of the loop, each with
+        // blocks of its own: copy j's back-edges go to copy j + 1's header
+        // without a poll, and the last copy's go to the first's through the
+        // safepoint poll, so that one poll serves `copies` iterations.
+        let inside: Vec<(Bci, Block)> = self
+            .cur
+            .blocks
+            .iter()
+            .filter(|&(k, _)| (h..=last).contains(k))
+            .map(|(&k, &b)| (k, b))
+            .collect();
+        let added: Vec<Bci> = lp
+            .accesses
+            .iter()
+            .map(|a| a.0)
+            .filter(|&b| self.unchecked.insert(b))
+            .collect();
+        let copies = plan::loop_unroll(lp);
+        let headers: Vec<Block> = (0..copies)
+            .map(|j| if j == 0 { fast } else { self.b.create_block() })
+            .collect();
+        let mut res: Result<bool, JitError> = Ok(true);
+        for j in 0..copies {
+            for &(k, _) in &inside {
+                let nb = if k == h {
+                    headers[j as usize]
+                } else {
+                    self.b.create_block()
+                };
+                self.cur.blocks.insert(k, nb);
+            }
+            let next = headers[((j + 1) % copies) as usize];
+            let last_copy = j + 1 == copies;
+            res = self.lower_range(h, h + 1, true).and_then(|t| {
+                self.cur.blocks.insert(h, next);
+                self.cur.poll_free_header = (!last_copy).then_some(h);
+                self.lower_range(h + 1, last + 1, t)
+            });
+            self.cur.poll_free_header = None;
+            match res {
+                Ok(false) => {
+                    // The last instruction falls through out of the loop.
+                    let after = self.cur.blocks[&(last + 1)];
+                    self.b.ins().jump(after, &[]);
+                }
+                Ok(true) => {}
+                Err(_) => break,
+            }
+        }
+        for b in added {
+            self.unchecked.remove(&b);
+        }
+        for (k, b) in inside {
+            self.cur.blocks.insert(k, b);
+        }
+        res?;
+        self.cur.blocks.insert(h, checked);
         Ok(())
+    }
+
+    /// Whether every access `lp` covers is in bounds for every value its
+    /// induction variable takes, evaluated where the loop is entered
+    /// ([`plan::loop_predicates`] says why the two ends suffice).
+    fn loop_predicate(&mut self, lp: &plan::PredicatedLoop) -> Value {
+        let k0 = self.b.use_var(self.cur.locals[lp.iv as usize]);
+        let k0 = self.b.ins().sextend(types::I64, k0);
+        let n = self.eval_inv(&lp.bound);
+        let n = self.b.ins().sextend(types::I64, n);
+        let idle = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, k0, n);
+        let kmax = self.b.ins().iadd_imm_s(n, -1);
+        // k never wraps: bound - 1 + step <= i32::MAX.
+        let top = self.b.ins().iadd_imm_s(kmax, lp.step);
+        let mut ok =
+            self.b
+                .ins()
+                .icmp_imm_s(IntCC::SignedLessThanOrEqual, top, i64::from(i32::MAX));
+        for (_, arr, form) in &lp.accesses {
+            let coef = self.eval_inv(&form.coef);
+            let coef = self.b.ins().sextend(types::I64, coef);
+            let off = self.eval_inv(&form.off);
+            let off = self.b.ins().sextend(types::I64, off);
+            let at0 = self.b.ins().imul(coef, k0);
+            let at0 = self.b.ins().iadd(at0, off);
+            let at1 = self.b.ins().imul(coef, kmax);
+            let at1 = self.b.ins().iadd(at1, off);
+            let lo = self.b.ins().smin(at0, at1);
+            let hi = self.b.ins().smax(at0, at1);
+            let r = self.b.use_var(self.cur.locals[*arr as usize]);
+            let base = self.obj_addr(r);
+            let len = self.b.ins().load(types::I32, trusted(), base, 4);
+            let len = self.b.ins().uextend(types::I64, len);
+            let ge0 = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, lo, 0);
+            let lt = self.b.ins().icmp(IntCC::SignedLessThan, hi, len);
+            let fits = self.b.ins().band(ge0, lt);
+            ok = self.b.ins().band(ok, fits);
+        }
+        self.b.ins().bor(ok, idle)
+    }
+
+    /// A loop-invariant expression's value, as the bytecode computes it.
+    fn eval_inv(&mut self, e: &plan::Inv) -> Value {
+        use plan::Inv;
+        match e {
+            Inv::Const(c) => self.b.ins().iconst(types::I32, i64::from(*c)),
+            Inv::Local(l) => self.b.use_var(self.cur.locals[*l as usize]),
+            Inv::Add(x, y) | Inv::Sub(x, y) | Inv::Mul(x, y) => {
+                let (a, b) = (self.eval_inv(x), self.eval_inv(y));
+                match e {
+                    Inv::Add(..) => self.b.ins().iadd(a, b),
+                    Inv::Sub(..) => self.b.ins().isub(a, b),
+                    _ => self.b.ins().imul(a, b),
+                }
+            }
+        }
     }
 
     /// The block to go to for `target`, through a safepoint poll when the
@@ -1381,7 +1569,7 @@ impl Lower<'_, '_> {
     /// once the current block is terminated.
     fn edge(&mut self, from: Bci, target: Bci) -> Block {
         let dest = self.cur.blocks[&target];
-        if target > from || self.opts.no_polls {
+        if target > from || self.opts.no_polls || self.cur.poll_free_header == Some(target) {
             return dest;
         }
         let poll = self.b.create_block();
