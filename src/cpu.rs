@@ -120,8 +120,13 @@ pub(crate) fn compiled(
     first
 }
 
+/// Workitems per claim: about 32 claims per worker, for balance when
+/// workitems differ in cost, and at most 16384. A claim is an atomic add on
+/// the one cursor every slot shares; with claims of 1024, saxpy over 2^20
+/// workitems spent more time moving that cache line between cores than in
+/// its vectorized body (275 µs against 163 µs with claims of 16384).
 fn chunk_size(n: u64, workers: usize) -> i64 {
-    (n / (workers as u64 * 32)).clamp(1, 1024) as i64
+    (n / (workers as u64 * 32)).clamp(1, 16384) as i64
 }
 
 /// What one slot's worker did.

@@ -637,6 +637,15 @@ impl Lower<'_, '_> {
         let hv = self.b.use_var(hi);
         let chunk_done = self.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
         let check = self.b.create_block();
+        let vector = unroll == plan::UNROLL
+            && self.opts.inject.is_none()
+            && plan::vectorizable(self.v, self.cur.func, &self.unchecked);
+        // A vector group is VECTORS_PER_GROUP SIMD bodies of UNROLL lanes.
+        let unroll = if vector {
+            unroll * plan::VECTORS_PER_GROUP
+        } else {
+            unroll
+        };
         if unroll > 1 {
             let group = self.b.create_block();
             let one = self.b.create_block();
@@ -652,7 +661,14 @@ impl Lower<'_, '_> {
             let cw = self.control_word();
             let mut start = self.b.create_block();
             self.b.ins().brif(cw, stopped, &[], start, &[]);
-            for j in 0..unroll {
+            if vector {
+                self.b.switch_to_block(start);
+                for _ in 0..plan::VECTORS_PER_GROUP {
+                    self.vector_group()?;
+                }
+                self.b.ins().jump(item, &[]);
+            }
+            for j in (0..unroll).filter(|_| !vector) {
                 let next = self.b.create_block();
                 let then = if j + 1 == unroll {
                     item
@@ -670,6 +686,166 @@ impl Lower<'_, '_> {
         let start = self.b.create_block();
         self.b.ins().brif(cw, stopped, &[], start, &[]);
         self.one_workitem(start, next_item, item)
+    }
+
+    /// The body for workitems `w .. w + UNROLL` as one SIMD body, a lane
+    /// per workitem ([`plan::vectorizable`] said it can be); then counts
+    /// them and advances `w`. No deopt site is left in such a body.
+    fn vector_group(&mut self) -> Result<(), JitError> {
+        use plan::VKind;
+        #[derive(Copy, Clone)]
+        enum VV {
+            U(Value),
+            V(Value),
+            Idx,
+            Idx32,
+            Arr(Value),
+        }
+        let f = self.v.func(self.cur.func);
+        let (w, done) = (self.env.w.expect("set"), self.env.done.expect("set"));
+        let lanes = plan::UNROLL as i64;
+        let vt = |k: Kind| {
+            if k == Kind::F32 {
+                types::F32X4
+            } else {
+                types::I32X4
+            }
+        };
+        let mut env: Vec<VV> = Vec::with_capacity(f.locals.len());
+        for (l, loc) in f.locals.iter().enumerate() {
+            env.push(if l == 0 {
+                VV::Idx
+            } else if l < f.param_count as usize {
+                let c = self.env.captures[l - 1];
+                if loc.ty.kind() == Kind::Ref {
+                    VV::Arr(c)
+                } else {
+                    VV::U(c)
+                }
+            } else {
+                VV::U(self.zero(loc.ty.kind()))
+            });
+        }
+        let mut stack: Vec<(VV, Kind)> = Vec::new();
+        let wv = self.b.use_var(w);
+        let unexpected = |bci: usize| {
+            JitError::Codegen(format!("vector body: unexpected operands at bci {bci}"))
+        };
+        let flags = MemFlagsData::new().with_notrap();
+        for (bci, &inst) in f.body.iter().enumerate() {
+            match inst {
+                Inst::Load { local } => {
+                    let l = local.index();
+                    stack.push((env[l], f.locals[l].ty.kind()));
+                }
+                Inst::Store { local } => {
+                    let (x, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
+                    env[local.index()] = x;
+                }
+                Inst::I32Const { value } => {
+                    let c = self.b.ins().iconst(types::I32, i64::from(value));
+                    stack.push((VV::U(c), Kind::I32));
+                }
+                Inst::F32Const { value } => {
+                    let c = self.b.ins().f32const(Ieee32::with_bits(value.0));
+                    stack.push((VV::U(c), Kind::F32));
+                }
+                Inst::I64ToI32 => {
+                    stack.pop();
+                    stack.push((VV::Idx32, Kind::I32));
+                }
+                Inst::F32Add
+                | Inst::F32Sub
+                | Inst::F32Mul
+                | Inst::F32Div
+                | Inst::I32Add
+                | Inst::I32Sub
+                | Inst::I32And
+                | Inst::I32Or
+                | Inst::I32Xor => {
+                    let ((b, k), (a, _)) = (
+                        stack.pop().ok_or_else(|| unexpected(bci))?,
+                        stack.pop().ok_or_else(|| unexpected(bci))?,
+                    );
+                    let both_u = matches!((a, b), (VV::U(_), VV::U(_)));
+                    let val = |x: VV, this: &mut Self| match x {
+                        VV::U(s) if !both_u => Ok(this.b.ins().splat(vt(k), s)),
+                        VV::U(s) | VV::V(s) => Ok(s),
+                        _ => Err(unexpected(bci)),
+                    };
+                    let (x, y) = (val(a, self)?, val(b, self)?);
+                    let ins = self.b.ins();
+                    let r = match inst {
+                        Inst::F32Add => ins.fadd(x, y),
+                        Inst::F32Sub => ins.fsub(x, y),
+                        Inst::F32Mul => ins.fmul(x, y),
+                        Inst::F32Div => ins.fdiv(x, y),
+                        Inst::I32Add => ins.iadd(x, y),
+                        Inst::I32Sub => ins.isub(x, y),
+                        Inst::I32And => ins.band(x, y),
+                        Inst::I32Or => ins.bor(x, y),
+                        _ => ins.bxor(x, y),
+                    };
+                    stack.push((if both_u { VV::U(r) } else { VV::V(r) }, k));
+                }
+                Inst::I32ALoad | Inst::F32ALoad => {
+                    let k = if inst == Inst::I32ALoad {
+                        Kind::I32
+                    } else {
+                        Kind::F32
+                    };
+                    let (_, (arr, _)) = (stack.pop(), stack.pop().ok_or_else(|| unexpected(bci))?);
+                    let VV::Arr(r) = arr else {
+                        return Err(unexpected(bci));
+                    };
+                    let idx = self.b.ins().ireduce(types::I32, wv);
+                    let a = self.elem_addr(r, idx, 4, bci as Bci);
+                    let x = self.b.ins().load(vt(k), flags, a, 0);
+                    stack.push((VV::V(x), k));
+                }
+                Inst::I32AStore | Inst::F32AStore => {
+                    let k = if inst == Inst::I32AStore {
+                        Kind::I32
+                    } else {
+                        Kind::F32
+                    };
+                    let (x, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
+                    stack.pop();
+                    let (arr, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
+                    let VV::Arr(r) = arr else {
+                        return Err(unexpected(bci));
+                    };
+                    let x = match x {
+                        VV::U(s) => self.b.ins().splat(vt(k), s),
+                        VV::V(v) => v,
+                        _ => return Err(unexpected(bci)),
+                    };
+                    let idx = self.b.ins().ireduce(types::I32, wv);
+                    let a = self.elem_addr(r, idx, 4, bci as Bci);
+                    self.b.ins().store(flags, x, a, 0);
+                }
+                Inst::Dup => {
+                    let x = *stack.last().ok_or_else(|| unexpected(bci))?;
+                    stack.push(x);
+                }
+                Inst::Pop => {
+                    stack.pop();
+                }
+                Inst::Swap => {
+                    let n = stack.len();
+                    stack.swap(n - 1, n - 2);
+                }
+                Inst::Ret => {}
+                _ => return Err(unexpected(bci)),
+            }
+        }
+        let _ = (VKind::Idx, VV::Idx, VV::Idx32);
+        let d = self.b.use_var(done);
+        let d1 = self.b.ins().iadd_imm_s(d, lanes);
+        self.b.def_var(done, d1);
+        let w1 = self.b.ins().iadd_imm_s(wv, lanes);
+        self.b.def_var(w, w1);
+        Ok(())
     }
 
     /// One copy of the body for workitem `w`, starting at `start`: its
