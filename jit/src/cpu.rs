@@ -692,7 +692,6 @@ impl Lower<'_, '_> {
     /// per workitem ([`plan::vectorizable`] said it can be); then counts
     /// them and advances `w`. No deopt site is left in such a body.
     fn vector_group(&mut self) -> Result<(), JitError> {
-        use plan::VKind;
         #[derive(Copy, Clone)]
         enum VV {
             U(Value),
@@ -839,7 +838,6 @@ impl Lower<'_, '_> {
                 _ => return Err(unexpected(bci)),
             }
         }
-        let _ = (VKind::Idx, VV::Idx, VV::Idx32);
         let d = self.b.use_var(done);
         let d1 = self.b.ins().iadd_imm_s(d, lanes);
         self.b.def_var(done, d1);

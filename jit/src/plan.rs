@@ -731,7 +731,7 @@ pub(crate) fn unroll_factor(v: &offload_ir::Verified, k: FuncId) -> u32 {
 /// for every workitem of a group (`U`), one per workitem (`V`), the workitem
 /// number (`Idx`, as `i64`; `Idx32`, as `i32`), or an array parameter.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum VKind {
+enum VKind {
     U(offload_ir::Kind),
     V(offload_ir::Kind),
     Idx,
