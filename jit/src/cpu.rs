@@ -1708,7 +1708,7 @@ impl Lower<'_, '_> {
             let hi = self.b.ins().smax(at0, at1);
             let r = self.b.use_var(self.cur.locals[*arr as usize]);
             let base = self.obj_addr(r);
-            let len = self.b.ins().load(types::I32, trusted(), base, 4);
+            let len = self.b.ins().load(types::I32, invariant(), base, 4);
             let len = self.b.ins().uextend(types::I64, len);
             let ge0 = self
                 .b

@@ -310,6 +310,46 @@ pub(crate) fn new_array(prog: &Program, elem: Type, bci: Bci) -> Result<(u32, u3
     Ok((tag, esize))
 }
 
+/// The instructions both operand walks ([`workitem_indexed`] and
+/// [`loop_predicates`]) treat alike: `dup`, `pop` and `swap` move what is
+/// known of the entries; an array load or store hands the stack to `access`
+/// with its array and index on top (a stored value already popped), which
+/// pops them, and a load then pushes `other`. Returns false, touching
+/// nothing, for any other instruction.
+fn shared_step<T: Clone>(
+    stack: &mut Vec<T>,
+    inst: offload_ir::Inst,
+    other: T,
+    access: impl FnOnce(&mut Vec<T>),
+) -> bool {
+    use offload_ir::Inst;
+    match inst {
+        Inst::Dup => {
+            let s = stack.last().cloned().unwrap_or(other);
+            stack.push(s);
+        }
+        Inst::Pop => {
+            stack.pop();
+        }
+        Inst::Swap => {
+            let n = stack.len();
+            if n >= 2 {
+                stack.swap(n - 1, n - 2);
+            }
+        }
+        Inst::I32ALoad | Inst::I64ALoad | Inst::F32ALoad | Inst::F64ALoad | Inst::RefALoad => {
+            access(stack);
+            stack.push(other);
+        }
+        Inst::I32AStore | Inst::I64AStore | Inst::F32AStore | Inst::F64AStore | Inst::RefAStore => {
+            stack.pop();
+            access(stack);
+        }
+        _ => return false,
+    }
+    true
+}
+
 /// How many operand-stack entries below the top an instruction leaves as
 /// they were, going from `depth` entries to `after`: all but its operands
 /// (by its opcode's effect), or where that depends on the instruction (a
@@ -610,35 +650,7 @@ pub(crate) fn loop_predicates(
                     bound = Some(n);
                 }
                 _ if iv.is_none() => continue 'loops, // anything else in the header
-                Inst::Dup => {
-                    let s = stack.last().cloned().unwrap_or(LSym::Other);
-                    stack.push(s);
-                }
-                Inst::Pop => {
-                    stack.pop();
-                }
-                Inst::Swap => {
-                    let n = stack.len();
-                    if n >= 2 {
-                        stack.swap(n - 1, n - 2);
-                    }
-                }
-                Inst::I32ALoad
-                | Inst::I64ALoad
-                | Inst::F32ALoad
-                | Inst::F64ALoad
-                | Inst::RefALoad => {
-                    access(&mut stack);
-                    stack.push(LSym::Other);
-                }
-                Inst::I32AStore
-                | Inst::I64AStore
-                | Inst::F32AStore
-                | Inst::F64AStore
-                | Inst::RefAStore => {
-                    pop(&mut stack);
-                    access(&mut stack);
-                }
+                _ if shared_step(&mut stack, inst, LSym::Other, &mut access) => {}
                 _ => {
                     let after = frames
                         .get(bci + 1)
@@ -971,35 +983,7 @@ pub(crate) fn workitem_indexed(
                         Sym::Other
                     });
                 }
-                Inst::Dup => {
-                    let s = stack.last().copied().unwrap_or(Sym::Other);
-                    stack.push(s);
-                }
-                Inst::Pop => {
-                    stack.pop();
-                }
-                Inst::Swap => {
-                    let n = stack.len();
-                    if n >= 2 {
-                        stack.swap(n - 1, n - 2);
-                    }
-                }
-                Inst::I32ALoad
-                | Inst::I64ALoad
-                | Inst::F32ALoad
-                | Inst::F64ALoad
-                | Inst::RefALoad => {
-                    access(&mut stack, bci, &mut out);
-                    stack.push(Sym::Other);
-                }
-                Inst::I32AStore
-                | Inst::I64AStore
-                | Inst::F32AStore
-                | Inst::F64AStore
-                | Inst::RefAStore => {
-                    pop(&mut stack);
-                    access(&mut stack, bci, &mut out);
-                }
+                _ if shared_step(&mut stack, inst, Sym::Other, |s| access(s, bci, &mut out)) => {}
                 _ => {
                     // Any other instruction pops some operands and pushes at
                     // most one result: keep what lies below both depths.
