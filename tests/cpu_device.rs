@@ -17,6 +17,25 @@ fn cpu(workers: usize) -> Runtime {
         .unwrap()
 }
 
+fn interpreter(workers: usize) -> Runtime {
+    Runtime::builder()
+        .workers(workers)
+        .device(Device::Interpreter)
+        .build()
+        .unwrap()
+}
+
+/// A CPU runtime that compiles only the optimized tier, so a kernel's first
+/// launch runs it.
+fn optimized(workers: usize) -> Runtime {
+    Runtime::builder()
+        .workers(workers)
+        .device(Device::Cpu)
+        .tiered(false)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn the_demo_matches_native_rust_on_the_cpu_device() {
     let rt = cpu(2);
@@ -95,11 +114,7 @@ fn exceptions_deopt_and_are_reported_as_on_the_interpreter() {
         };
         (e, rt.read(&oa).unwrap())
     };
-    let (ei, oi) = run(&Runtime::builder()
-        .workers(2)
-        .device(Device::Interpreter)
-        .build()
-        .unwrap());
+    let (ei, oi) = run(&interpreter(2));
     // Few records per slot, so slots fill up, stop, replay and re-enter.
     let (ec, oc) = run(&Runtime::builder()
         .workers(2)
@@ -397,11 +412,7 @@ fn deopts_in_inlined_calls_resume_every_frame() {
         let r = par_offload(0..700, &c);
         (r, rt.read(&out).unwrap())
     };
-    let interp = Runtime::builder()
-        .workers(2)
-        .device(Device::Interpreter)
-        .build()
-        .unwrap();
+    let interp = interpreter(2);
     let cpu = Runtime::builder()
         .workers(2)
         .device(Device::Cpu)
@@ -595,12 +606,7 @@ fn a_tiered_runtime_runs_the_quick_tier_first_and_the_optimized_tier_once_compil
     assert_eq!(rt.read(&img).unwrap(), want);
 
     // Without tiering the first launch runs optimized code.
-    let rt = Runtime::builder()
-        .workers(2)
-        .device(Device::Cpu)
-        .tiered(false)
-        .build()
-        .unwrap();
+    let rt = optimized(2);
     let (c, img) = mandel(&rt);
     let r = par_offload(0..32 * 32, &c).unwrap();
     assert!(!r.quick_tier);
@@ -752,11 +758,7 @@ fn chunks_inside_the_arrays_and_chunks_past_their_end_agree_with_the_interpreter
         };
         (quick, thrown, rt.read(&out).unwrap())
     };
-    let interp = Runtime::builder()
-        .workers(2)
-        .device(Device::Interpreter)
-        .build()
-        .unwrap();
+    let interp = interpreter(2);
     for n in [1usize, 39, 40, 41, 64, 1000, 2000] {
         let (_, want_thrown, want) = run(&interp, n, false);
         assert_eq!(want_thrown.0, n.saturating_sub(40) as u64);
@@ -842,17 +844,8 @@ fn loops_checked_once_at_entry_agree_with_the_interpreter() {
         };
         (thrown, rt.read(&out).unwrap())
     };
-    let interp = Runtime::builder()
-        .workers(2)
-        .device(Device::Interpreter)
-        .build()
-        .unwrap();
-    let optimized = Runtime::builder()
-        .workers(2)
-        .device(Device::Cpu)
-        .tiered(false)
-        .build()
-        .unwrap();
+    let interp = interpreter(2);
+    let optimized = optimized(2);
     let cases: [(usize, i32, i32, i32, usize, bool); 6] = [
         // rows, n, k0, m, a's length, whether some workitem throws
         (64, 40, 0, 40, 64 * 40, false),    // every row inside `a`
@@ -970,17 +963,8 @@ fn vectorized_groups_agree_with_the_interpreter() {
             thrown.2,
         )
     };
-    let interp = Runtime::builder()
-        .workers(2)
-        .device(Device::Interpreter)
-        .build()
-        .unwrap();
-    let optimized = Runtime::builder()
-        .workers(2)
-        .device(Device::Cpu)
-        .tiered(false)
-        .build()
-        .unwrap();
+    let interp = interpreter(2);
+    let optimized = optimized(2);
     for (n, len) in [
         (4096, 4096),
         (5000, 5003),
