@@ -1533,28 +1533,20 @@ impl Lower<'_, '_> {
 
     fn body(&mut self) -> Result<(), JitError> {
         let n = self.v.func(self.cur.func).body.len() as Bci;
+        // Predicated loops are the kernel's own (not an inlined callee's).
         let loops = if self.outer.is_empty() {
-            std::mem::take(&mut self.loops)
+            self.loops.clone()
         } else {
             Vec::new()
         };
         let mut terminated = true;
         let mut from = 0;
-        let mut res = Ok(());
         for lp in &loops {
-            res = self
-                .lower_range(from, lp.header, terminated)
-                .and_then(|t| self.predicated_loop(lp, t));
-            if res.is_err() {
-                break;
-            }
+            let t = self.lower_range(from, lp.header, terminated)?;
+            self.predicated_loop(lp, t)?;
             terminated = true;
             from = lp.header;
         }
-        if self.outer.is_empty() {
-            self.loops = loops;
-        }
-        res?;
         self.lower_range(from, n, terminated)?;
         Ok(())
     }
