@@ -444,6 +444,75 @@ fn deopts_in_inlined_calls_resume_every_frame() {
     assert_eq!(r.replayed, 100);
 }
 
+/// `out[i] = f(i)` where `f` allocates with a value in a local and on its
+/// stack: the kernel's store is indexed by the workitem number, so the
+/// optimized tier lowers the body twice (checked and unchecked chunks) and
+/// inlines `f` once in each.
+const TWICE_INLINED: &str = "
+func f(x: i32) -> i32 {
+    local t: i32
+    load x
+    i32.const 3
+    i32.mul
+    i32.const 1
+    i32.add
+    store t
+    load t
+    load x
+    i32.const 3
+    i32.and
+    i32.const 1
+    i32.add
+    newarray i32
+    dup
+    i32.const 0
+    load x
+    i32.astore
+    i32.const 0
+    i32.aload
+    i32.add
+    ret
+}
+
+kernel k(i: i64, out: i32[]) {
+    load out
+    load i
+    i64.to_i32
+    load i
+    i64.to_i32
+    call f
+    i32.astore
+    ret
+}
+";
+
+#[test]
+fn deopts_in_a_callee_inlined_into_both_versions_save_that_copys_frame() {
+    // Every TLAB refill fails, so `f`'s allocations deopt, in the
+    // unchecked version too, whose exit must save its own copy of `f`'s
+    // locals and stack (not the checked copy's, undefined on its path).
+    let n = 3000;
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .tiered(false)
+        .tlab_bytes(256)
+        .fail_refills(1, 1)
+        .build()
+        .unwrap();
+    let m = rt.load("twice.obc", TWICE_INLINED).unwrap();
+    let out = rt.new_array::<i32>(n).unwrap();
+    let r = par_offload(0..n as i64, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+    assert!(r.fallback.is_none(), "{r}");
+    // A failed refill fails its own allocation (the others of its TLAB go
+    // on): one deopt in each TLAB's worth, reported at the kernel's call.
+    let failed = r.deopts.get(&(5, Reason::AllocationFailure)).copied();
+    assert!(failed.unwrap_or(0) > 100, "{:?}\n{r}", r.deopts);
+    assert_eq!(r.replayed, failed.unwrap(), "{r}");
+    let want: Vec<i32> = (0..n as i32).map(|x| 4 * x + 1).collect();
+    assert_eq!(rt.read(&out).unwrap(), want, "{r}");
+}
+
 /// Each workitem adds 1 to its cell `m` times, allocating an array per
 /// iteration and bumping a shared atomic counter: out[i] == m and
 /// counter == n * m exactly, however the work is cut.

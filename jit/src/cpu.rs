@@ -242,6 +242,7 @@ pub(crate) fn compile(
             opts,
             spec,
             exits: HashMap::new(),
+            inlined_frames: 0,
             unchecked: Default::default(),
             loops: Vec::new(),
         };
@@ -314,6 +315,11 @@ struct Frame<'a> {
     /// Where `ret` goes in an inlined function: the caller's continuation
     /// (with a parameter for the result). `None` for the kernel.
     ret_to: Option<Block>,
+    /// Which lowering of its function this frame is: 0 for the kernel, a
+    /// new number for each inlined copy. A deopt exit reads the variables
+    /// of the frames it was emitted in, so exits are shared only within one
+    /// copy ([`Lower::branch_to_exit`]).
+    instance: u32,
 }
 
 impl<'a> Frame<'a> {
@@ -328,6 +334,7 @@ impl<'a> Frame<'a> {
             pending_polls: Vec::new(),
             poll_free_header: None,
             ret_to: None,
+            instance: 0,
         }
     }
 }
@@ -352,8 +359,11 @@ struct Lower<'a, 'f> {
     math: HashMap<&'static str, FuncRef>,
     opts: CompileOptions,
     spec: &'a Speculations,
-    /// The shared deopt exit of each site (see [`Lower::deopt_if`]).
-    exits: HashMap<SiteId, Block>,
+    /// The shared deopt exit of each site in each frame copy (see
+    /// [`Lower::deopt_if`] and [`Frame::instance`]).
+    exits: HashMap<(SiteId, u32), Block>,
+    /// How many inlined frames have been lowered so far.
+    inlined_frames: u32,
     /// While lowering the unchecked version of the body: the kernel's
     /// array accesses that cannot fail in this chunk.
     unchecked: std::collections::BTreeSet<Bci>,
@@ -1119,6 +1129,8 @@ impl Lower<'_, '_> {
         }
         let mut frame = Frame::new(callee, analysis);
         frame.ret_to = Some(cont);
+        self.inlined_frames += 1;
+        frame.instance = self.inlined_frames;
         let caller = std::mem::replace(&mut self.cur, frame);
         self.outer.push(Outer {
             frame: caller,
@@ -1266,12 +1278,16 @@ impl Lower<'_, '_> {
         reason: Reason,
         branch: impl FnOnce(&mut FunctionBuilder<'_>, Block),
     ) {
-        let (out, new) = match self.exits.get(&id) {
+        // An exit emitted for another copy of this frame (the same callee
+        // inlined again in another version of the body) would read that
+        // copy's variables, which are undefined on this path.
+        let key = (id, self.cur.instance);
+        let (out, new) = match self.exits.get(&key) {
             Some(&out) => (out, false),
             None => {
                 let out = self.b.create_block();
                 self.b.append_block_param(out, types::I64);
-                self.exits.insert(id, out);
+                self.exits.insert(key, out);
                 (out, true)
             }
         };

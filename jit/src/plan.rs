@@ -985,18 +985,13 @@ pub(crate) fn workitem_indexed(
                 }
                 _ if shared_step(&mut stack, inst, Sym::Other, |s| access(s, bci, &mut out)) => {}
                 _ => {
-                    // Any other instruction pops some operands and pushes at
-                    // most one result: keep what lies below both depths.
+                    // Any other instruction pops its operands and pushes at
+                    // most one result: keep what lies below its operands.
                     let after = frames
                         .get(bci + 1)
                         .and_then(|fr| fr.as_ref())
                         .map_or(0, |fr| fr.stack.len());
-                    // (Conservative: an instruction that pops nothing also
-                    // forgets the entry below it. `kept_below` would keep
-                    // it, but then the differential test's case 18 at seed
-                    // 77 — an index into a parameter behind a constant —
-                    // versions a kernel whose replay differs: open bug.)
-                    stack.truncate(depth.min(after).saturating_sub(1));
+                    stack.truncate(kept_below(inst, depth, after));
                     stack.resize(after, Sym::Other);
                 }
             }
@@ -1218,6 +1213,13 @@ mod tests {
         assert_eq!(direct, BTreeMap::from([(5, 1)]));
         let swapped = k("load i\n i64.to_i32\n load a\n swap\n i32.aload\n pop");
         assert_eq!(swapped, BTreeMap::from([(4, 1)]));
+        // Below a stored value that pops nothing (a constant) or pops only
+        // values above it (an add, a call), the index and array are kept.
+        let stored = k("load a\n load i\n i64.to_i32\n i32.const 7\n i32.astore");
+        assert_eq!(stored, BTreeMap::from([(4, 1)]));
+        let summed =
+            k("load a\n load i\n i64.to_i32\n i32.const 7\n i32.const 8\n i32.add\n i32.astore");
+        assert_eq!(summed, BTreeMap::from([(6, 1)]));
         // i + 1 is not i.
         assert!(
             k("load a\n load i\n i64.to_i32\n i32.const 1\n i32.add\n i32.aload\n pop").is_empty()
