@@ -24,7 +24,8 @@ use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
 use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
 use crate::runtime::{Closure, Device, Runtime};
-use offload_host_interp::Interpreter;
+use offload_deopt::Reason;
+use offload_host_interp::{Interpreter, ResumePlan};
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -136,8 +137,10 @@ struct SlotOut {
     replayed: u64,
     never_ran: u64,
     entries: u64,
-    deopts: BTreeMap<(u32, offload_deopt::Reason), u64>,
-    sites: BTreeMap<(offload_ir::SiteId, offload_deopt::Reason), u64>,
+    /// Per site id and reason code: records replayed, and records an
+    /// interrupt dropped (counted here, keyed in the report at the end).
+    replayed_at: Vec<[u64; Reason::ALL.len()]>,
+    abandoned_at: Vec<[u64; Reason::ALL.len()]>,
     table: Vec<DeoptRow>,
     thrown: Thrown,
     replay_time: Duration,
@@ -176,9 +179,7 @@ pub(crate) fn launch(
         .map_or_else(|| chunk_size(total, workers), |c| c.min(1 << 20) as i64);
     let safepoints_before = inner.control.count();
     let epoch = inner.control.interrupt_epoch();
-    let mut never = vec![0i64; 2 * workers];
-    let mut completed = vec![0u64; workers];
-    let mut records = vec![0u64; workers];
+    let mut slot_words = vec![offload_jit::ctx::SlotWords::default(); workers];
     let cursor = AtomicI64::new(range.start);
     let control = Arc::new(AtomicU32::new(0));
     // A safepoint request stops this launch's slots at their next poll.
@@ -193,15 +194,13 @@ pub(crate) fn launch(
         control: &*control,
         save_area: area.as_ptr(),
         record_words: u64::from(meta.layout.record_words),
-        never_ran: never.as_mut_ptr(),
-        completed: completed.as_mut_ptr(),
+        slots: slot_words.as_mut_ptr(),
         captures: closure.captures.as_ptr(),
         records_per_slot: per_slot as u64,
         tlabs: tlabs.as_ptr(),
         allocator: std::ptr::from_ref(&alloc).cast(),
         large_words: u64::from(alloc.large_words()),
         exclusive_tlabs: u64::from(exclusive(&tlabs)),
-        records: records.as_mut_ptr(),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
@@ -215,6 +214,10 @@ pub(crate) fn launch(
                 // this worker parks in `poll` below.
                 let _running = inner.control.enter();
                 let mut interp: Option<Interpreter> = None;
+                // Each site's frames, resolved on its first record.
+                let mut plans: Vec<Option<ResumePlan>> = vec![None; meta.sites.len()];
+                out.replayed_at = vec![[0; Reason::ALL.len()]; meta.sites.len()];
+                out.abandoned_at = vec![[0; Reason::ALL.len()]; meta.sites.len()];
                 let mut values = Vec::new();
                 loop {
                     if inner.control.interrupted_since(epoch) {
@@ -231,8 +234,8 @@ pub(crate) fn launch(
                         // grows; `captures` passed the closure's type check
                         // against the kernel; the save area has `workers *
                         // per_slot` records of this version's layout,
-                        // `never`, `completed` and `records` have `workers`
-                        // entries, and `slot < workers`; slot `slot`'s parts
+                        // `slot_words` has `workers` entries, and `slot <
+                        // workers`; slot `slot`'s parts
                         // of them are touched only by this worker (between
                         // its entries) and its compiled code (during them);
                         // the scope joins every slot before any of them is
@@ -240,15 +243,14 @@ pub(crate) fn launch(
                         let code = unsafe { ck.run_slot(ctx, slot) };
                         // SAFETY: compiled code for this slot has returned;
                         // this word is this slot's alone (see above).
-                        out.on_device += unsafe { *ctx.completed.add(slot) };
+                        out.on_device += unsafe { (*ctx.slots.add(slot)).completed };
                         if code != offload_jit::ctx::EXIT_RECORDED {
                             break code;
                         }
                     };
                     // SAFETY: as above.
                     let rest = unsafe {
-                        let lo = *ctx.never_ran.add(2 * slot);
-                        let hi = *ctx.never_ran.add(2 * slot + 1);
+                        let [lo, hi] = (*ctx.slots.add(slot)).never_ran;
                         hi.saturating_sub(lo).max(0) as u64
                     };
                     // Park here if a safepoint stopped the slot; if it was an
@@ -282,7 +284,15 @@ pub(crate) fn launch(
                             it.set_control(&inner.control, epoch);
                             it
                         });
-                        let res = it.resume_values(meta, header.0, header.1, &values);
+                        let res = match &mut plans[header.1.0 as usize] {
+                            Some(plan) => it.resume_planned(plan, header.0, &values),
+                            empty => match it.resume_plan(meta, header.1) {
+                                Ok(plan) => {
+                                    it.resume_planned(empty.insert(plan), header.0, &values)
+                                }
+                                Err(e) => Err(e),
+                            },
+                        };
                         if it.take_interrupted() {
                             out.cut = true;
                             abandoned(&mut out, meta, header, &values);
@@ -296,7 +306,7 @@ pub(crate) fn launch(
                     // SAFETY: compiled code for this slot has returned, and
                     // the word is this slot's alone (see above); its records
                     // are replayed (or abandoned) and cleared.
-                    unsafe { *ctx.records.add(slot) = 0 };
+                    unsafe { (*ctx.slots.add(slot)).records = 0 };
                     out.replay_time += tr.elapsed();
                     if code == offload_jit::ctx::EXIT_DONE || out.cut {
                         return;
@@ -323,11 +333,16 @@ pub(crate) fn launch(
         never_ran += o.never_ran;
         entries += o.entries;
         abandoned += o.abandoned;
-        for (k, n) in o.deopts {
-            *deopts.entry(k).or_insert(0) += n;
+        for (site, counts) in meta.sites.iter().zip(&o.replayed_at) {
+            for (&reason, &n) in Reason::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
+                *deopts.entry((site.bci, reason)).or_insert(0) += n;
+                *site_deopts.entry((site.id, reason)).or_insert(0) += n;
+            }
         }
-        for (k, n) in o.sites {
-            *site_deopts.entry(k).or_insert(0) += n;
+        for (site, counts) in meta.sites.iter().zip(&o.abandoned_at) {
+            for (&reason, &n) in Reason::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
+                *deopts.entry((site.bci, reason)).or_insert(0) += n;
+            }
         }
         table.extend(o.table);
         thrown = thrown.merge(o.thrown);
@@ -389,14 +404,13 @@ fn abandoned(
     (workitem, site, reason): (i64, offload_ir::SiteId, offload_deopt::Reason),
     values: &[u64],
 ) {
-    let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
-    *out.deopts.entry((bci, reason)).or_insert(0) += 1;
+    out.abandoned_at[site.0 as usize][reason.code() as usize] += 1;
     out.abandoned += 1;
     if out.table.len() < LaunchReport::TABLE_ROWS {
         out.table.push(DeoptRow {
             workitem,
             action: "interrupted",
-            bci,
+            bci: meta.site(site).map_or(u32::MAX, |s| s.bci),
             reason,
             values: values.to_vec(),
         });
@@ -411,9 +425,8 @@ fn replayed(
     values: &[u64],
     res: Result<Result<(), offload_host_interp::Exception>, offload_host_interp::ResumeError>,
 ) -> Result<(), OffloadError> {
-    let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
-    *out.deopts.entry((bci, reason)).or_insert(0) += 1;
-    *out.sites.entry((site, reason)).or_insert(0) += 1;
+    // (`read_into` checked the site id against the metadata.)
+    out.replayed_at[site.0 as usize][reason.code() as usize] += 1;
     let action = match res {
         Ok(Ok(())) => "replayed",
         Ok(Err(e)) => {
@@ -431,7 +444,7 @@ fn replayed(
         out.table.push(DeoptRow {
             workitem,
             action,
-            bci,
+            bci: meta.site(site).map_or(u32::MAX, |s| s.bci),
             reason,
             values: values.to_vec(),
         });

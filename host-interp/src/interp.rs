@@ -72,6 +72,34 @@ pub struct ResumeFrame {
     pub values: Vec<u64>,
 }
 
+/// The frames of one deopt site's records, resolved against the program
+/// ([`Interpreter::resume_plan`]): resuming from it only copies values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumePlan {
+    /// Outermost first.
+    frames: Vec<PlannedFrame>,
+    /// The record values all frames take.
+    values: usize,
+    /// The site's bytecode index in the kernel (for errors).
+    bci: Bci,
+}
+
+/// One frame of a [`ResumePlan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PlannedFrame {
+    func: FuncId,
+    bci: Bci,
+    /// The function's locals.
+    nlocals: u32,
+    /// The locals the first values go to; the rest are its operand stack.
+    locals: Vec<u32>,
+    /// Its values in the record.
+    values: u32,
+    /// Operand-stack values (the last ones) the next frame's call consumed
+    /// as its arguments: not pushed back.
+    consumed: u32,
+}
+
 /// A problem with a resume request.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResumeError {
@@ -344,15 +372,18 @@ impl<'a> Interpreter<'a> {
         if frames.is_empty() {
             return Err(ResumeError::Empty);
         }
+        let planned = frames
+            .iter()
+            .enumerate()
+            .map(|(i, rf)| {
+                let callee = frames.get(i + 1).map(|n| n.func);
+                self.plan_frame(rf.func, rf.bci, rf.values.len(), callee)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         self.stack.clear();
         self.frames.clear();
-        for (i, rf) in frames.iter().enumerate() {
-            self.push_resumed(
-                rf.func,
-                rf.bci,
-                &rf.values,
-                frames.get(i + 1).map(|n| n.func),
-            )?;
+        for (pf, rf) in planned.iter().zip(frames) {
+            self.push_planned(pf, &rf.values);
         }
         self.workitem = workitem;
         Ok(self.exec(None).map(|o| match o {
@@ -361,16 +392,17 @@ impl<'a> Interpreter<'a> {
         }))
     }
 
-    /// Push the frame of `func` stopped at `bci` with the site's live
-    /// `values`; `callee` is the function of the next (inner) frame, if any,
-    /// whose arguments this frame's stack no longer holds.
-    fn push_resumed(
-        &mut self,
+    /// How to push the frame of `func` stopped at `bci` with the site's
+    /// `n` live values; `callee` is the function of the next (inner)
+    /// frame, if any, whose arguments this frame's stack no longer holds.
+    /// Checks the frame state against the function's analysis.
+    fn plan_frame(
+        &self,
         func_id: FuncId,
         bci: Bci,
-        values: &[u64],
+        n: usize,
         callee: Option<FuncId>,
-    ) -> Result<(), ResumeError> {
+    ) -> Result<PlannedFrame, ResumeError> {
         let v = self.v();
         let func = v.func(func_id);
         let a = self
@@ -403,25 +435,19 @@ impl<'a> Interpreter<'a> {
                     })?,
             ),
         };
-        if site.frame.len() != values.len() {
+        if site.frame.len() != n {
             return Err(ResumeError::WrongValueCount {
                 func: func.name.clone(),
                 bci,
                 expected: site.frame.len(),
-                found: values.len(),
+                found: n,
             });
         }
-        let base = self.stack.len() as u32;
-        self.stack.resize(base as usize + func.locals.len(), 0);
-        let mut vals = values.iter();
-        for &(l, _) in &site.frame.locals {
-            self.stack[base as usize + l.index()] = *vals.next().expect("counted");
-        }
-        self.stack.extend(vals);
-        if let Some(next) = callee {
-            // An outer frame: stopped at a call whose arguments the next
-            // frame consumed.
-            let callee_arity = match func.body.get(bci as usize) {
+        // An outer frame: stopped at a call whose arguments the next frame
+        // consumed.
+        let consumed = match callee {
+            None => 0,
+            Some(next) => match func.body.get(bci as usize) {
                 Some(Inst::Call { func: c }) if *c == next => v.func(*c).param_count,
                 Some(Inst::CallVirt { method })
                     if v.func(*method).short_name() == v.func(next).short_name() =>
@@ -434,16 +460,102 @@ impl<'a> Interpreter<'a> {
                         bci,
                     });
                 }
-            };
-            let keep = self.stack.len() - callee_arity as usize;
-            self.stack.truncate(keep);
+            },
+        };
+        let locals: Vec<u32> = site.frame.locals.iter().map(|&(l, _)| l.0).collect();
+        let stack = n - locals.len();
+        if stack < consumed as usize {
+            return Err(ResumeError::NotACall {
+                func: func.name.clone(),
+                bci,
+            });
         }
-        self.frames.push(Frame {
+        Ok(PlannedFrame {
             func: func_id,
-            pc: bci,
-            base,
+            bci,
+            nlocals: func.locals.len() as u32,
+            locals,
+            values: n as u32,
+            consumed,
+        })
+    }
+
+    /// Push a planned frame with its `values` (as many as it plans for).
+    fn push_planned(&mut self, pf: &PlannedFrame, values: &[u64]) {
+        debug_assert_eq!(values.len(), pf.values as usize);
+        let base = self.stack.len();
+        self.stack.resize(base + pf.nlocals as usize, 0);
+        let (locals, stack) = values.split_at(pf.locals.len());
+        for (&l, &x) in pf.locals.iter().zip(locals) {
+            self.stack[base + l as usize] = x;
+        }
+        self.stack
+            .extend_from_slice(&stack[..stack.len() - pf.consumed as usize]);
+        self.frames.push(Frame {
+            func: pf.func,
+            pc: pf.bci,
+            base: base as u32,
         });
-        Ok(())
+    }
+
+    /// How to rebuild the frames of records from `site` of a kernel version
+    /// with metadata `meta`: every frame checked against its function's
+    /// analysis once, so that [`Interpreter::resume_planned`] only copies
+    /// values. Replay makes one per site it meets.
+    pub fn resume_plan(
+        &self,
+        meta: &offload_deopt::DeoptMetadata,
+        site: offload_ir::SiteId,
+    ) -> Result<ResumePlan, ResumeError> {
+        let site = meta.site(site).ok_or_else(|| ResumeError::NotASite {
+            func: self.v().func(meta.kernel).name.clone(),
+            bci: u32::MAX,
+        })?;
+        let frames = site
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let callee = site.frames.get(i + 1).map(|n| n.func);
+                self.plan_frame(f.func, f.bci, f.values as usize, callee)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if frames.is_empty() {
+            return Err(ResumeError::Empty);
+        }
+        Ok(ResumePlan {
+            values: frames.iter().map(|f| f.values as usize).sum(),
+            bci: site.bci,
+            frames,
+        })
+    }
+
+    /// Resume a workitem whose record holds `values` for the site `plan`
+    /// was made for, and run it to its end.
+    pub fn resume_planned(
+        &mut self,
+        plan: &ResumePlan,
+        workitem: i64,
+        values: &[u64],
+    ) -> Result<Result<(), Exception>, ResumeError> {
+        if plan.values != values.len() {
+            return Err(ResumeError::WrongValueCount {
+                func: self.v().func(plan.frames[0].func).name.clone(),
+                bci: plan.bci,
+                expected: plan.values,
+                found: values.len(),
+            });
+        }
+        self.stack.clear();
+        self.frames.clear();
+        let mut at = 0;
+        for pf in &plan.frames {
+            let n = pf.values as usize;
+            self.push_planned(pf, &values[at..at + n]);
+            at += n;
+        }
+        self.workitem = Some(workitem);
+        Ok(self.exec(None).map(|_| ()))
     }
 
     /// Resume the workitem of a save record (decoded against its kernel
@@ -466,30 +578,8 @@ impl<'a> Interpreter<'a> {
         site: offload_ir::SiteId,
         values: &[u64],
     ) -> Result<Result<(), Exception>, ResumeError> {
-        let site = meta.site(site).ok_or_else(|| ResumeError::NotASite {
-            func: self.v().func(meta.kernel).name.clone(),
-            bci: u32::MAX,
-        })?;
-        self.stack.clear();
-        self.frames.clear();
-        let total: usize = site.frames.iter().map(|f| f.values as usize).sum();
-        if total != values.len() {
-            return Err(ResumeError::WrongValueCount {
-                func: self.v().func(meta.kernel).name.clone(),
-                bci: site.bci,
-                expected: total,
-                found: values.len(),
-            });
-        }
-        let mut at = 0;
-        for (i, f) in site.frames.iter().enumerate() {
-            let n = f.values as usize;
-            let callee = site.frames.get(i + 1).map(|n| n.func);
-            self.push_resumed(f.func, f.bci, &values[at..at + n], callee)?;
-            at += n;
-        }
-        self.workitem = Some(workitem);
-        Ok(self.exec(None).map(|_| ()))
+        let plan = self.resume_plan(meta, site)?;
+        self.resume_planned(&plan, workitem, values)
     }
 
     fn enter(&mut self, f: FuncId, args: impl Iterator<Item = u64>) {

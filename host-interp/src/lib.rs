@@ -34,6 +34,6 @@ mod program;
 
 pub use control::{Control, Registered, Running};
 pub use exception::{Exception, TraceFrame};
-pub use interp::{DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame};
+pub use interp::{DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, ResumePlan};
 pub use profile::{FuncProfile, Profile};
 pub use program::{Layout, Program};

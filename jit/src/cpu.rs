@@ -14,8 +14,11 @@
 //!         exit RECORDED                              ; entered again at once
 //! ```
 //!
-//! The record count lives in `records[slot]` (only deopt exits change it).
-//! The other slots go on while one deopts. A deopt exit returns rather than jumping back into the loop: the
+//! `never_ran[slot]`, `records[slot]` and the slot's completed count are
+//! its `SlotWords`, on cache lines of their own (only its exits write them).
+//! The record count lives there, not in a register. The other slots go on
+//! while one deopts. A deopt exit returns rather than jumping back into the
+//! loop: the
 //! exits are then outside the loop, and what only they use stays out of the
 //! loop's registers (see `EXIT_RECORDED`).
 //!
@@ -508,14 +511,15 @@ impl Lower<'_, '_> {
         self.env.after_deopt = Some(after_deopt);
         // A slot that stopped (records full, safepoint) is entered again
         // with its unstarted rest in never_ran[slot]; start there.
-        let nr = self
+        let at = self.slot_words();
+        let rest_lo = self
             .b
             .ins()
-            .load(self.ptr, trusted(), ctx, offsets::NEVER_RAN);
-        let off = self.b.ins().imul_imm_s(slot, 16);
-        let at = self.b.ins().iadd(nr, off);
-        let rest_lo = self.b.ins().load(types::I64, trusted(), at, 0);
-        let rest_hi = self.b.ins().load(types::I64, trusted(), at, 8);
+            .load(types::I64, trusted(), at, offsets::SLOT_NEVER_RAN_LO);
+        let rest_hi = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_NEVER_RAN_HI);
         self.b.def_var(w, rest_lo);
         self.b.def_var(hi, rest_hi);
         let has_rest = self.b.ins().icmp(IntCC::SignedLessThan, rest_lo, rest_hi);
@@ -895,26 +899,34 @@ impl Lower<'_, '_> {
         Ok(())
     }
 
-    /// The address of `records[slot]`: the records this slot has written
-    /// and the host has not replayed yet. Only deopt exits change it, and
-    /// they leave the slot function, so it is kept in memory rather than in
-    /// a variable that would hold a register across the loop.
-    fn records_word(&mut self) -> Value {
+    /// The address of this slot's [`crate::ctx::SlotWords`].
+    fn slot_words(&mut self) -> Value {
         let (ctx, slot, _) = self.e();
-        let recs = self
-            .b
-            .ins()
-            .load(self.ptr, trusted(), ctx, offsets::RECORDS);
-        let off = self.b.ins().imul_imm_s(slot, 8);
-        self.b.ins().iadd(recs, off)
+        let words = self.b.ins().load(self.ptr, trusted(), ctx, offsets::SLOTS);
+        let off = self.b.ins().imul_imm_s(slot, offsets::SLOT_BYTES);
+        self.b.ins().iadd(words, off)
     }
 
-    /// Count the record just written in `records[slot]`; returns the count.
+    /// This slot's record count: the records it has written and the host
+    /// has not replayed yet. Only deopt exits change it, and they leave the
+    /// slot function, so it is kept in memory rather than in a variable
+    /// that would hold a register across the loop.
+    fn records_count(&mut self) -> Value {
+        let at = self.slot_words();
+        self.b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_RECORDS)
+    }
+
+    /// Count the record just written; returns the count.
     fn count_record(&mut self) -> Value {
-        let at = self.records_word();
-        let n = self.b.ins().load(types::I64, trusted(), at, 0);
+        let at = self.slot_words();
+        let n = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_RECORDS);
         let n1 = self.b.ins().iadd_imm_s(n, 1);
-        self.b.ins().store(trusted(), n1, at, 0);
+        self.b.ins().store(trusted(), n1, at, offsets::SLOT_RECORDS);
         n1
     }
 
@@ -966,23 +978,17 @@ impl Lower<'_, '_> {
 
     /// Store this slot's counters and never-ran range, and return `code`.
     fn exit(&mut self, nr_lo: Value, nr_hi: Value, code: u32) {
-        let (ctx, slot, _) = self.e();
-        let nr = self
-            .b
+        let at = self.slot_words();
+        self.b
             .ins()
-            .load(self.ptr, trusted(), ctx, offsets::NEVER_RAN);
-        let off = self.b.ins().imul_imm_s(slot, 16);
-        let at = self.b.ins().iadd(nr, off);
-        self.b.ins().store(trusted(), nr_lo, at, 0);
-        self.b.ins().store(trusted(), nr_hi, at, 8);
-        let comp = self
-            .b
+            .store(trusted(), nr_lo, at, offsets::SLOT_NEVER_RAN_LO);
+        self.b
             .ins()
-            .load(self.ptr, trusted(), ctx, offsets::COMPLETED);
-        let off = self.b.ins().imul_imm_s(slot, 8);
-        let at = self.b.ins().iadd(comp, off);
+            .store(trusted(), nr_hi, at, offsets::SLOT_NEVER_RAN_HI);
         let done = self.b.use_var(self.env.done.expect("set"));
-        self.b.ins().store(trusted(), done, at, 0);
+        self.b
+            .ins()
+            .store(trusted(), done, at, offsets::SLOT_COMPLETED);
         let c = self.b.ins().iconst(types::I32, i64::from(code));
         self.b.ins().return_(&[c]);
     }
@@ -1023,8 +1029,7 @@ impl Lower<'_, '_> {
             .ins()
             .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
         let first = self.b.ins().imul(slot, per);
-        let at = self.records_word();
-        let n = self.b.ins().load(types::I64, trusted(), at, 0);
+        let n = self.records_count();
         let index = self.b.ins().iadd(first, n);
         let rec_words = self.b.ins().imul(index, words);
         let rec_bytes = self.b.ins().imul_imm_s(rec_words, 8);

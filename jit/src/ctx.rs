@@ -45,10 +45,8 @@ pub struct LaunchCtx {
     pub save_area: *mut u64,
     /// Words per save record.
     pub record_words: u64,
-    /// Per slot, two words: the unstarted `[start, end)` of its chunk.
-    pub never_ran: *mut i64,
-    /// Per slot, workitems it completed.
-    pub completed: *mut u64,
+    /// Per slot, what it tells the host when it returns ([`SlotWords`]).
+    pub slots: *mut SlotWords,
     /// The kernel's captures, one raw slot each.
     pub captures: *const u64,
     /// Save records per slot, at least 1. A slot that deoptimizes writes its
@@ -67,16 +65,31 @@ pub struct LaunchCtx {
     /// instead of the shared protocol's atomic add, and takes the shared
     /// path only when the object does not fit.
     pub exclusive_tlabs: u64,
-    /// Per slot, the save records it has written since the host last
-    /// replayed them (the host sets it to 0 when it has).
-    pub records: *mut u64,
+}
+
+/// The words one slot writes and the host reads between the slot's
+/// entries, on cache lines of their own: each deopt exit writes them, and
+/// with the slots' words side by side every exit of one slot would take
+/// the line from the core running another (false sharing cost the 1%-deopt
+/// benchmark more than the deopts themselves). 128 bytes, because x86
+/// cores fetch lines in adjacent pairs.
+#[repr(C, align(128))]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotWords {
+    /// The unstarted `[start, end)` of its chunk when it returned.
+    pub never_ran: [i64; 2],
+    /// Workitems it completed during its last entry.
+    pub completed: u64,
+    /// The save records it has written since the host last replayed them
+    /// (the host sets it to 0 when it has).
+    pub records: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
 // points to is either atomic (`cursor`, `control` and the heap cells compiled
 // code updates atomically), read-only during the launch (`captures`, `end`,
-// `chunk`), or divided by slot (each slot writes only its own save records,
-// `never_ran` pair, `completed` and `records` words, and with
+// `chunk`), or divided by slot (each slot writes only its own save records
+// and `SlotWords`, and with
 // `exclusive_tlabs` its own TLAB's state word, all of which the host reads
 // only after the slot has returned).
 unsafe impl Sync for LaunchCtx {}
@@ -99,24 +112,31 @@ pub mod offsets {
     pub const SAVE_AREA: i32 = 40;
     /// `record_words`.
     pub const RECORD_WORDS: i32 = 48;
-    /// `never_ran`.
-    pub const NEVER_RAN: i32 = 56;
-    /// `completed`.
-    pub const COMPLETED: i32 = 64;
+    /// `slots`.
+    pub const SLOTS: i32 = 56;
     /// `captures`.
-    pub const CAPTURES: i32 = 72;
+    pub const CAPTURES: i32 = 64;
     /// `records_per_slot`.
-    pub const RECORDS_PER_SLOT: i32 = 80;
+    pub const RECORDS_PER_SLOT: i32 = 72;
     /// `tlabs`.
-    pub const TLABS: i32 = 88;
+    pub const TLABS: i32 = 80;
     /// `allocator`.
-    pub const ALLOCATOR: i32 = 96;
+    pub const ALLOCATOR: i32 = 88;
     /// `large_words`.
-    pub const LARGE_WORDS: i32 = 104;
+    pub const LARGE_WORDS: i32 = 96;
     /// `exclusive_tlabs`.
-    pub const EXCLUSIVE_TLABS: i32 = 112;
-    /// `records`.
-    pub const RECORDS: i32 = 120;
+    pub const EXCLUSIVE_TLABS: i32 = 104;
+
+    /// Bytes from one slot's [`super::SlotWords`] to the next.
+    pub const SLOT_BYTES: i64 = 128;
+    /// `SlotWords::never_ran[0]`.
+    pub const SLOT_NEVER_RAN_LO: i32 = 0;
+    /// `SlotWords::never_ran[1]`.
+    pub const SLOT_NEVER_RAN_HI: i32 = 8;
+    /// `SlotWords::completed`.
+    pub const SLOT_COMPLETED: i32 = 16;
+    /// `SlotWords::records`.
+    pub const SLOT_RECORDS: i32 = 24;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -140,8 +160,7 @@ mod tests {
             offset_of!(LaunchCtx, record_words) as i32,
             offsets::RECORD_WORDS
         );
-        assert_eq!(offset_of!(LaunchCtx, never_ran) as i32, offsets::NEVER_RAN);
-        assert_eq!(offset_of!(LaunchCtx, completed) as i32, offsets::COMPLETED);
+        assert_eq!(offset_of!(LaunchCtx, slots) as i32, offsets::SLOTS);
         assert_eq!(offset_of!(LaunchCtx, captures) as i32, offsets::CAPTURES);
         assert_eq!(
             offset_of!(LaunchCtx, records_per_slot) as i32,
@@ -157,6 +176,20 @@ mod tests {
             offset_of!(LaunchCtx, exclusive_tlabs) as i32,
             offsets::EXCLUSIVE_TLABS
         );
-        assert_eq!(offset_of!(LaunchCtx, records) as i32, offsets::RECORDS);
+        assert_eq!(size_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
+        assert_eq!(align_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
+        assert_eq!(
+            offset_of!(SlotWords, never_ran) as i32,
+            offsets::SLOT_NEVER_RAN_LO
+        );
+        assert_eq!(
+            offset_of!(SlotWords, never_ran) as i32 + 8,
+            offsets::SLOT_NEVER_RAN_HI
+        );
+        assert_eq!(
+            offset_of!(SlotWords, completed) as i32,
+            offsets::SLOT_COMPLETED
+        );
+        assert_eq!(offset_of!(SlotWords, records) as i32, offsets::SLOT_RECORDS);
     }
 }
