@@ -149,6 +149,9 @@ struct SlotOut {
     abandoned: u64,
     /// The slot saw the launch's interrupt and left.
     cut: bool,
+    /// A replay stored a reference to an object of this launch into an
+    /// older object (the interpreter's write barrier).
+    escaped: bool,
 }
 
 pub(crate) fn launch(
@@ -201,6 +204,7 @@ pub(crate) fn launch(
         allocator: std::ptr::from_ref(&alloc).cast(),
         large_words: u64::from(alloc.large_words()),
         exclusive_tlabs: u64::from(exclusive(&tlabs)),
+        young: u64::from(alloc.young_start()),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
@@ -293,6 +297,7 @@ pub(crate) fn launch(
                                 Err(e) => Err(e),
                             },
                         };
+                        out.escaped |= it.escaped();
                         if it.take_interrupted() {
                             out.cut = true;
                             abandoned(&mut out, meta, header, &values);
@@ -319,6 +324,7 @@ pub(crate) fn launch(
     let mut thrown = Thrown::default();
     let (mut on_device, mut replayed, mut never_ran, mut entries) = (0u64, 0u64, 0u64, 0u64);
     let mut abandoned = 0u64;
+    let mut escaped = false;
     let mut deopts = BTreeMap::new();
     let mut site_deopts = BTreeMap::new();
     let mut table = Vec::new();
@@ -328,6 +334,7 @@ pub(crate) fn launch(
         if let Some(e) = o.error {
             return Err(e);
         }
+        escaped |= o.escaped;
         on_device += o.on_device;
         replayed += o.replayed;
         never_ran += o.never_ran;
@@ -350,7 +357,14 @@ pub(crate) fn launch(
     }
     table.sort_by_key(|r: &DeoptRow| r.workitem);
     table.truncate(LaunchReport::TABLE_ROWS);
-    let alloc_stats = alloc.retire();
+    // The launch's objects die with it unless compiled code or a replay
+    // stored one into an older object: then eden gets them back.
+    let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
+    let alloc_stats = if escaped || !inner.reclaim {
+        alloc.retire()
+    } else {
+        alloc.reclaim()
+    };
     rt.give_back_save_area(area);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),

@@ -166,7 +166,15 @@ impl fmt::Display for LaunchReport {
             self.timings.setup.as_secs_f64() * 1e3,
             self.timings.run.as_secs_f64() * 1e3,
             self.timings.teardown.as_secs_f64() * 1e3,
-        )
+        )?;
+        if self.alloc.reclaimed > 0 {
+            write!(
+                f,
+                "; {:.1} KiB of dead objects handed back",
+                self.alloc.reclaimed as f64 / 1024.0
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -351,7 +359,7 @@ fn launch_interp(
     let t_setup = t0.elapsed();
 
     let t1 = Instant::now();
-    let (completed, mut cut, thrown) = inner.pool.install(|| {
+    let (completed, mut cut, thrown, escaped) = inner.pool.install(|| {
         (0..chunks)
             .into_par_iter()
             .map_init(
@@ -396,21 +404,27 @@ fn launch_interp(
                         let p = slot.get_or_insert_with(|| Profile::new(prog.verified()));
                         it.drain_profile_into(p);
                     }
-                    (done, abandoned, thrown)
+                    (done, abandoned, thrown, it.escaped())
                 },
             )
             .reduce(
-                || (0, Vec::new(), Thrown::default()),
+                || (0, Vec::new(), Thrown::default(), false),
                 |mut a, b| {
                     a.1.extend(b.1);
-                    (a.0 + b.0, a.1, a.2.merge(b.2))
+                    (a.0 + b.0, a.1, a.2.merge(b.2), a.3 || b.3)
                 },
             )
     });
     let t_run = t1.elapsed();
 
     let t2 = Instant::now();
-    let alloc_stats = alloc.retire();
+    // The launch's objects die with it unless one was stored into an
+    // older object: then eden gets them back.
+    let alloc_stats = if escaped || !inner.reclaim {
+        alloc.retire()
+    } else {
+        alloc.reclaim()
+    };
     let profile = profiling.then(|| {
         let mut all = Profile::new(prog.verified());
         for p in profiles

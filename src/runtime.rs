@@ -68,6 +68,7 @@ pub struct RuntimeBuilder {
     compile: offload_jit::cpu::CompileOptions,
     deopt_records: usize,
     fail_refills: Option<(u64, u64)>,
+    reclaim: bool,
     warmup: u32,
     spec_cfg: offload_jit::SpecConfig,
     tiered: bool,
@@ -113,6 +114,19 @@ impl RuntimeBuilder {
     /// `AllocationFailure`, the interpreter retries.
     pub fn fail_refills(mut self, first: u64, every: u64) -> Self {
         self.fail_refills = Some((first, every));
+        self
+    }
+
+    /// Whether a launch on the CPU device or the interpreter whose objects
+    /// all died with it hands their memory back to eden (default: yes).
+    /// Its write barrier notes any reference to an object of the launch
+    /// stored into an older object, and such a launch keeps its objects;
+    /// so does one that overlapped another launch or a host allocation.
+    /// Off, every object stays in the heap until the runtime is dropped
+    /// (for inspecting what a launch made, e.g. with
+    /// [`Runtime::verify_heap`]). CUDA launches always keep theirs.
+    pub fn reclaim(mut self, on: bool) -> Self {
+        self.reclaim = on;
         self
     }
 
@@ -314,6 +328,7 @@ impl RuntimeBuilder {
                 compile: self.compile,
                 deopt_records: self.deopt_records,
                 fail_refills: self.fail_refills,
+                reclaim: self.reclaim,
                 warmup: self.warmup,
                 spec_cfg: self.spec_cfg,
                 policy_factory,
@@ -347,6 +362,8 @@ pub(crate) struct Inner {
     pub(crate) compile: offload_jit::cpu::CompileOptions,
     pub(crate) deopt_records: usize,
     pub(crate) fail_refills: Option<(u64, u64)>,
+    /// See [`RuntimeBuilder::reclaim`].
+    pub(crate) reclaim: bool,
     pub(crate) warmup: u32,
     pub(crate) spec_cfg: offload_jit::SpecConfig,
     pub(crate) policy_factory: PolicyFactory,
@@ -575,6 +592,7 @@ impl Runtime {
             compile: offload_jit::cpu::CompileOptions::default(),
             deopt_records: DEFAULT_DEOPT_RECORDS,
             fail_refills: None,
+            reclaim: true,
             warmup: 0,
             spec_cfg: offload_jit::SpecConfig::default(),
             tiered: true,

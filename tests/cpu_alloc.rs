@@ -114,11 +114,14 @@ fn run(b: offload::RuntimeBuilder, items: usize, n: i32) -> offload::LaunchRepor
     r
 }
 
+/// The CPU device, keeping every launch's objects so that the tests can
+/// count them in the heap.
 fn cpu() -> offload::RuntimeBuilder {
     Runtime::builder()
         .workers(2)
         .device(Device::Cpu)
         .tlab_bytes(512)
+        .reclaim(false)
 }
 
 #[test]
@@ -164,7 +167,8 @@ fn injected_refill_failures_deopt_and_replay_exactly_once() {
             .workers(2)
             .device(Device::Interpreter)
             .tlab_bytes(512)
-            .fail_refills(1, 1),
+            .fail_refills(1, 1)
+            .reclaim(false),
         500,
         9,
     );
@@ -245,6 +249,7 @@ fn safepoints_during_compiled_allocation_lose_nothing() {
         .workers(2)
         .device(Device::Cpu)
         .alloc_policy(AllocPolicy::EdenCas)
+        .reclaim(false)
         .build()
         .unwrap();
     let m = rt.load("one.obc", src).unwrap();

@@ -577,7 +577,8 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
             .workers(2)
             .device(Device::Cpu)
             .tlab_bytes(256 + 64 * rng.below(8) as u32)
-            .deopt_records(1 + rng.below(6) as usize);
+            .deopt_records(1 + rng.below(6) as usize)
+            .reclaim(false);
         let mut what = Vec::new();
         if rng.below(3) > 0 {
             let site_bci = sites[rng.below(sites.len() as u64) as usize];

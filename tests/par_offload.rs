@@ -58,6 +58,8 @@ fn alloc_run(policy: AllocPolicy) {
         .max_heap(512 << 20)
         .tlab_bytes(2048)
         .alloc_policy(policy)
+        // Keep every object: the walk below counts them.
+        .reclaim(false)
         .build()
         .unwrap();
     let m = rt.load("alloc.obc", example("alloc.obc")).unwrap();

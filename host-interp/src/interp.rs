@@ -153,6 +153,11 @@ pub struct Interpreter<'a> {
     epoch: u64,
     interrupted: bool,
     checked_kernel: Option<(FuncId, usize)>,
+    /// The allocator's first word ([`Allocator::young_start`]): objects at
+    /// or above it were made during this launch.
+    young: u32,
+    /// A reference to such an object was stored into an older one.
+    escaped: bool,
     /// Calls nested deeper than this throw `StackOverflow`.
     pub max_depth: usize,
 }
@@ -205,7 +210,26 @@ impl<'a> Interpreter<'a> {
             epoch: 0,
             interrupted: false,
             checked_kernel: None,
+            young: alloc.young_start(),
+            escaped: false,
             max_depth: DEFAULT_MAX_DEPTH,
+        }
+    }
+
+    /// Whether a workitem stored a reference to an object allocated during
+    /// the launch into an object allocated before it (the write barrier of
+    /// `putfield` and `ref.astore`): then the launch's objects may be
+    /// reachable after it, and its allocator must not reclaim them.
+    pub fn escaped(&self) -> bool {
+        self.escaped
+    }
+
+    /// The write barrier of a reference store of `x` into the object at
+    /// `r` (see [`Interpreter::escaped`]; null is word 0, never young).
+    #[inline]
+    fn barrier(&mut self, r: u32, x: u64) {
+        if x as u32 >= self.young && r < self.young {
+            self.escaped = true;
         }
     }
 
@@ -997,6 +1021,9 @@ impl<'a> Interpreter<'a> {
                 let r = pop!() as u32;
                 self.null_note(r, fr.func, pc);
                 let at = self.array_elem(r, i, 4)?;
+                if matches!(inst, Inst::RefAStore) {
+                    self.barrier(r, x);
+                }
                 self.heap.store32(at, x as u32)?;
             }
             Inst::I64AStore | Inst::F64AStore => {
@@ -1032,9 +1059,13 @@ impl<'a> Interpreter<'a> {
                 self.null_note(r, fr.func, pc);
                 let off =
                     self.object(r, "putfield")? + prog.layout.field_offset[field.index()] as usize;
-                if kind_size(v.field(field).ty.kind()) == 8 {
+                let ty = v.field(field).ty;
+                if kind_size(ty.kind()) == 8 {
                     self.heap.store64(off, x)?;
                 } else {
+                    if ty.is_ref() {
+                        self.barrier(r, x);
+                    }
                     self.heap.store32(off, x as u32)?;
                 }
             }

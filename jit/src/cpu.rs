@@ -918,6 +918,37 @@ impl Lower<'_, '_> {
             .load(types::I64, trusted(), at, offsets::SLOT_RECORDS)
     }
 
+    /// The write barrier of a reference store of `x` into the object at
+    /// `r`: note in the slot's `escaped` word when `x` is an object of this
+    /// launch and `r` an older one (`LaunchCtx::young`), which keeps the
+    /// launch's objects when it ends. Null is never young (word 0).
+    fn write_barrier(&mut self, r: Value, x: Value) {
+        let (ctx, _, _) = self.e();
+        let young = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::YOUNG);
+        let young = self.b.ins().ireduce(types::I32, young);
+        let new_x = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, x, young);
+        let old_r = self.b.ins().icmp(IntCC::UnsignedLessThan, r, young);
+        let escapes = self.b.ins().band(new_x, old_r);
+        let note = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(note);
+        self.b.ins().brif(escapes, note, &[], cont, &[]);
+        self.b.switch_to_block(note);
+        let at = self.slot_words();
+        let one = self.b.ins().iconst(types::I64, 1);
+        self.b
+            .ins()
+            .store(trusted(), one, at, offsets::SLOT_ESCAPED);
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
+    }
+
     /// Count the record just written; returns the count.
     fn count_record(&mut self) -> Value {
         let at = self.slot_words();
@@ -2101,6 +2132,9 @@ impl Lower<'_, '_> {
                 let size = if matches!(k, I64 | F64) { 8 } else { 4 };
                 let a = self.elem_addr(r, idx, size, bci);
                 self.cur.depth -= 3;
+                if k == Ref {
+                    self.write_barrier(r, x);
+                }
                 self.b.ins().store(trusted(), x, a, 0);
             }
             Inst::GetField { field } => {
@@ -2123,6 +2157,9 @@ impl Lower<'_, '_> {
                 self.cur.depth -= 2;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()] as i32;
+                if k == Ref {
+                    self.write_barrier(r, x);
+                }
                 self.b.ins().store(trusted(), x, base, off);
             }
             Inst::F32Sqrt => un!(F32, sqrt),

@@ -65,6 +65,12 @@ pub struct LaunchCtx {
     /// instead of the shared protocol's atomic add, and takes the shared
     /// path only when the object does not fit.
     pub exclusive_tlabs: u64,
+    /// The first heap word this launch allocates at: a reference at or
+    /// above it is to an object made during the launch. Storing one into
+    /// an object below it (the write barrier of `putfield` and
+    /// `ref.astore`) sets the slot's `escaped`, and the launch's objects
+    /// are then not handed back to eden at its end.
+    pub young: u64,
 }
 
 /// The words one slot writes and the host reads between the slot's
@@ -83,6 +89,9 @@ pub struct SlotWords {
     /// The save records it has written since the host last replayed them
     /// (the host sets it to 0 when it has).
     pub records: u64,
+    /// Non-zero once it stored a reference to an object of this launch
+    /// into an older object ([`LaunchCtx::young`]).
+    pub escaped: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -126,6 +135,8 @@ pub mod offsets {
     pub const LARGE_WORDS: i32 = 96;
     /// `exclusive_tlabs`.
     pub const EXCLUSIVE_TLABS: i32 = 104;
+    /// `young`.
+    pub const YOUNG: i32 = 112;
 
     /// Bytes from one slot's [`super::SlotWords`] to the next.
     pub const SLOT_BYTES: i64 = 128;
@@ -137,6 +148,8 @@ pub mod offsets {
     pub const SLOT_COMPLETED: i32 = 16;
     /// `SlotWords::records`.
     pub const SLOT_RECORDS: i32 = 24;
+    /// `SlotWords::escaped`.
+    pub const SLOT_ESCAPED: i32 = 32;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -191,5 +204,7 @@ mod tests {
             offsets::SLOT_COMPLETED
         );
         assert_eq!(offset_of!(SlotWords, records) as i32, offsets::SLOT_RECORDS);
+        assert_eq!(offset_of!(SlotWords, escaped) as i32, offsets::SLOT_ESCAPED);
+        assert_eq!(offset_of!(LaunchCtx, young) as i32, offsets::YOUNG);
     }
 }

@@ -1,6 +1,6 @@
 //! Allocation for one launch: the policy knob and its slots.
 
-use crate::heap::{Heap, HeapError};
+use crate::heap::{Heap, HeapError, HeapMark};
 use crate::layout::{Header, words};
 use crate::tlab::{AllocFailure, Eden, RefillFault, SharedTlab};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +70,8 @@ pub struct AllocStats {
     pub exhausted: u64,
     /// Times the heap grew during the launch.
     pub heap_grows: u64,
+    /// Bytes handed back to eden at the end ([`Allocator::reclaim`]).
+    pub reclaimed: u64,
 }
 
 /// The allocator of one launch. Dropping it (or [`Allocator::retire`]) turns
@@ -87,6 +89,11 @@ pub struct Allocator<'h> {
     exhausted: AtomicU64,
     grows_at_start: u64,
     fault: Option<RefillFault>,
+    /// Eden when this allocator was made: everything it allocates lies
+    /// above `mark.top`.
+    mark: HeapMark,
+    /// Carves from eden it has asked for (TLAB refills and direct objects).
+    carves: AtomicU64,
 }
 
 impl<'h> Allocator<'h> {
@@ -116,6 +123,8 @@ impl<'h> Allocator<'h> {
             exhausted: AtomicU64::new(0),
             grows_at_start: heap.grow_count(),
             fault: None,
+            mark: heap.mark(),
+            carves: AtomicU64::new(0),
         }
     }
 
@@ -180,6 +189,7 @@ impl<'h> Allocator<'h> {
         let eden = SizedEden {
             heap: self.heap,
             words: self.tlab_words,
+            carves: &self.carves,
         };
         let at = slot.finish(
             g,
@@ -221,11 +231,13 @@ impl<'h> Allocator<'h> {
                 let eden = SizedEden {
                     heap: self.heap,
                     words: self.tlab_words,
+                    carves: &self.carves,
                 };
                 slot.allocate_with(w as u32, &eden, self.waits(), self.fault.as_ref())
             }
             _ => {
                 self.direct.fetch_add(1, Ordering::Relaxed);
+                self.carves.fetch_add(1, Ordering::Relaxed);
                 self.heap
                     .alloc_direct(bytes)
                     .map_err(|_| AllocFailure::Exhausted)
@@ -252,7 +264,15 @@ impl<'h> Allocator<'h> {
             direct: self.direct.load(Ordering::Relaxed),
             exhausted: self.exhausted.load(Ordering::Relaxed),
             heap_grows: self.heap.grow_count() - self.grows_at_start,
+            reclaimed: 0,
         }
+    }
+
+    /// The first heap word an object of this allocator can have: a
+    /// reference at or above it is to an object allocated during the
+    /// launch (a write barrier's "young").
+    pub fn young_start(&self) -> u32 {
+        self.mark.top
     }
 
     /// The policy.
@@ -271,6 +291,19 @@ impl<'h> Allocator<'h> {
         drop(self);
         st
     }
+
+    /// Retire, and hand everything this allocator allocated back to eden
+    /// ([`Heap::reclaim`]) when no one else carved from eden meanwhile.
+    /// The caller vouches that none of those objects is reachable: the
+    /// launch is over and its write barrier saw no reference to one stored
+    /// into an older object.
+    pub fn reclaim(self) -> AllocStats {
+        let (heap, mark) = (self.heap, self.mark);
+        let own = self.carves.load(Ordering::Relaxed);
+        let mut st = self.retire();
+        st.reclaimed = heap.reclaim(mark, own);
+        st
+    }
 }
 
 impl Drop for Allocator<'_> {
@@ -286,10 +319,13 @@ impl Drop for Allocator<'_> {
 struct SizedEden<'h> {
     heap: &'h Heap,
     words: u32,
+    /// The allocator's count of its carves.
+    carves: &'h AtomicU64,
 }
 
 impl Eden for SizedEden<'_> {
     fn carve(&self, min_words: u32) -> Option<(u32, u32)> {
+        self.carves.fetch_add(1, Ordering::Relaxed);
         self.heap.carve_region(min_words, self.words.max(min_words))
     }
 

@@ -4,6 +4,7 @@ use crate::layout::{HEAP_START_WORDS, Header, Ref, words};
 use crate::region::Region;
 use crate::tlab::Eden;
 use fixedbitset::FixedBitSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Sizes of a heap.
@@ -90,6 +91,13 @@ pub struct ClassShape {
 }
 
 /// The managed heap.
+///
+/// There is no collector. What keeps repeated launches from using fresh
+/// memory every time is [`Heap::reclaim`]: a launch whose objects all died
+/// with it (none was stored into an older object, which the launch's write
+/// barrier checks) hands its memory back, if nothing else was carved from
+/// eden meanwhile. Memory carved again is zeroed by the carver (memory
+/// never carved before is fresh, and zero).
 #[derive(Debug)]
 pub struct Heap {
     region: Region,
@@ -97,6 +105,26 @@ pub struct Heap {
     /// Eden top, in words.
     top: AtomicU64,
     grows: AtomicU64,
+    /// Carves (and reclaims) begun and finished: a [`HeapMark`] is taken
+    /// when they are equal, and a reclaim needs every one since its mark
+    /// to be the reclaiming allocator's own.
+    started: AtomicU64,
+    finished: AtomicU64,
+    /// The highest top so far: memory below it may hold dead objects.
+    high_water: AtomicU64,
+    /// Serializes reclaims.
+    reclaim_lock: Mutex<()>,
+    /// Bytes reclaimed so far.
+    reclaimed: AtomicU64,
+}
+
+/// Eden's state at a point in time: what [`Heap::reclaim`] rolls back to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HeapMark {
+    /// Eden top, in words: everything allocated after the mark lies above.
+    pub top: u32,
+    /// Carves and reclaims finished by then.
+    events: u64,
 }
 
 impl Heap {
@@ -120,6 +148,11 @@ impl Heap {
             cfg,
             top: AtomicU64::new(u64::from(HEAP_START_WORDS)),
             grows: AtomicU64::new(0),
+            started: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            high_water: AtomicU64::new(u64::from(HEAP_START_WORDS)),
+            reclaim_lock: Mutex::new(()),
+            reclaimed: AtomicU64::new(0),
         })
     }
 
@@ -173,10 +206,11 @@ impl Heap {
     }
 
     /// Carve `[start, start + want)` words from eden (at least `min`), growing
-    /// the heap if allowed.
+    /// the heap if allowed. The words are zero.
     fn carve_words(&self, min: u64, want: u64, grow: bool) -> Option<(u64, u64)> {
-        loop {
-            let start = self.top.load(Ordering::Acquire);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let got = loop {
+            let start = self.top.load(Ordering::SeqCst);
             let limit = self.limit_words();
             let end = (start + want).min(limit);
             if end < start + min {
@@ -186,16 +220,87 @@ impl Heap {
                 if grow && self.grow(min) {
                     continue;
                 }
-                return None;
+                break None;
             }
             if self
                 .top
-                .compare_exchange_weak(start, end, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(start, end, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                return Some((start, end));
+                break Some((start, end));
+            }
+        };
+        if let Some((start, end)) = got {
+            // Below the high-water mark lie the objects of a reclaimed
+            // launch; above it, memory no one has written.
+            let dirty_end = self.high_water.fetch_max(end, Ordering::SeqCst).min(end);
+            if start < dirty_end {
+                // SAFETY: the CAS above made `[start, end)` this carve's
+                // alone; no one else reads or writes it until the caller
+                // publishes objects in it, and a reclaim cannot move `top`
+                // below it while this carve is unfinished.
+                unsafe {
+                    self.region
+                        .zero(start as usize * 8, (dirty_end - start) as usize * 8);
+                }
             }
         }
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        got
+    }
+
+    /// Eden's state now, for a later [`Heap::reclaim`]: taken between
+    /// carves, so that every carve is either before it (below its top) or
+    /// counted after it.
+    pub fn mark(&self) -> HeapMark {
+        loop {
+            let f = self.finished.load(Ordering::SeqCst);
+            let top = self.top.load(Ordering::SeqCst);
+            if self.started.load(Ordering::SeqCst) == f {
+                return HeapMark {
+                    top: top as u32,
+                    events: f,
+                };
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Free everything allocated since `mark`, if the `own` carves made
+    /// since (counting failed ones) are all the carves there were: no other
+    /// allocator or host allocation carved, and nothing was reclaimed. The
+    /// caller vouches that no object allocated since `mark` is reachable.
+    /// Returns the bytes freed (0 when it cannot).
+    pub fn reclaim(&self, mark: HeapMark, own: u64) -> u64 {
+        let _one = self
+            .reclaim_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let s = self.started.load(Ordering::SeqCst);
+        if s != mark.events + own {
+            return 0;
+        }
+        let cur = self.top.load(Ordering::SeqCst);
+        if self.finished.load(Ordering::SeqCst) != s || cur <= u64::from(mark.top) {
+            return 0;
+        }
+        // A reclaim counts as a carve for every other mark. A carve that
+        // began after `s` was read moves `top` from `cur`, and then this
+        // exchange fails; one that reads `top` after it carves from the
+        // mark, and zeroes what it takes.
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let freed = self
+            .top
+            .compare_exchange(cur, u64::from(mark.top), Ordering::SeqCst, Ordering::SeqCst)
+            .map_or(0, |_| (cur - u64::from(mark.top)) * 8);
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        self.reclaimed.fetch_add(freed, Ordering::Relaxed);
+        freed
+    }
+
+    /// Bytes [`Heap::reclaim`] has freed so far.
+    pub fn reclaimed(&self) -> u64 {
+        self.reclaimed.load(Ordering::Relaxed)
     }
 
     /// Take `[start, end)` words of eden (at least `min_words`, at most

@@ -5,8 +5,10 @@
 //! so one heap image is valid on host and device ([`layout`]). Eden is carved
 //! into TLABs by CAS; TLAB slots are shared by groups of concurrent allocators
 //! with Sumatra's designated-refiller protocol ([`tlab`]); the policy knob and
-//! the per-launch slots live in [`alloc`]. Fresh memory reads as zero, and the
-//! heap walks and verifies object by object ([`Heap::walk`], [`Heap::verify`]).
+//! the per-launch slots live in [`alloc`]. Carved memory reads as zero, a
+//! launch whose objects all died with it hands them back
+//! ([`Allocator::reclaim`]), and the heap walks and verifies object by
+//! object ([`Heap::walk`], [`Heap::verify`]).
 //!
 //! ```
 //! use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
@@ -32,6 +34,6 @@ mod sync;
 pub mod tlab;
 
 pub use alloc::{AllocPolicy, AllocStats, Allocator};
-pub use heap::{ClassShape, Heap, HeapConfig, HeapError, MAX_HEAP_BYTES, WalkStats};
+pub use heap::{ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, WalkStats};
 pub use layout::{Header, Ref};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};

@@ -134,6 +134,25 @@ impl Region {
     }
 }
 
+impl Region {
+    /// Zero the `len` bytes at byte offset `off` (inside committed memory).
+    ///
+    /// # Safety
+    ///
+    /// No other thread may access those bytes while this runs: the caller
+    /// owns them (a range it has just carved from eden), and publishes them
+    /// afterwards through a synchronizing operation.
+    pub(crate) unsafe fn zero(&self, off: usize, len: usize) {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.committed()),
+            "zeroing [{off:#x}, +{len:#x}) outside committed memory"
+        );
+        // SAFETY: the range is inside committed, writable memory (checked
+        // above), and by the caller's contract nobody else touches it now.
+        unsafe { std::ptr::write_bytes(self.base.as_ptr().add(off), 0, len) };
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: we own the mapping of `reserved` bytes at `base`; no
