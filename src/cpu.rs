@@ -294,7 +294,7 @@ pub(crate) fn launch(
                                 Ok(plan) => {
                                     it.resume_planned(empty.insert(plan), header.0, &values)
                                 }
-                                Err(e) => Err(e),
+                                Err(e) => Err(Box::new(e)),
                             },
                         };
                         out.escaped |= it.escaped();
@@ -437,14 +437,17 @@ fn replayed(
     meta: &offload_deopt::DeoptMetadata,
     (workitem, site, reason): (i64, offload_ir::SiteId, offload_deopt::Reason),
     values: &[u64],
-    res: Result<Result<(), offload_host_interp::Exception>, offload_host_interp::ResumeError>,
+    res: Result<
+        Result<(), Box<offload_host_interp::Exception>>,
+        Box<offload_host_interp::ResumeError>,
+    >,
 ) -> Result<(), OffloadError> {
     // (`read_into` checked the site id against the metadata.)
     out.replayed_at[site.0 as usize][reason.code() as usize] += 1;
     let action = match res {
         Ok(Ok(())) => "replayed",
         Ok(Err(e)) => {
-            out.thrown.add(e);
+            out.thrown.add(*e);
             "replayed, threw"
         }
         Err(e) => {

@@ -172,6 +172,7 @@ impl SaveArea {
     /// Decode the record in `slot` without allocating: its values replace
     /// the contents of `values`, and the header comes back as (workitem,
     /// site, reason); `None` if the slot is empty.
+    #[inline]
     pub fn read_into(
         &self,
         slot: usize,

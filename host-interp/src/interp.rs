@@ -158,6 +158,8 @@ pub struct Interpreter<'a> {
     young: u32,
     /// A reference to such an object was stored into an older one.
     escaped: bool,
+    /// What the outermost frame returned (see [`Interpreter::run`]).
+    result: Option<u64>,
     /// Calls nested deeper than this throw `StackOverflow`.
     pub max_depth: usize,
 }
@@ -212,6 +214,7 @@ impl<'a> Interpreter<'a> {
             checked_kernel: None,
             young: alloc.young_start(),
             escaped: false,
+            result: None,
             max_depth: DEFAULT_MAX_DEPTH,
         }
     }
@@ -505,6 +508,7 @@ impl<'a> Interpreter<'a> {
     }
 
     /// Push a planned frame with its `values` (as many as it plans for).
+    #[inline]
     fn push_planned(&mut self, pf: &PlannedFrame, values: &[u64]) {
         debug_assert_eq!(values.len(), pf.values as usize);
         let base = self.stack.len();
@@ -555,20 +559,22 @@ impl<'a> Interpreter<'a> {
     }
 
     /// Resume a workitem whose record holds `values` for the site `plan`
-    /// was made for, and run it to its end.
+    /// was made for, and run it to its end. (The results are boxed so that
+    /// the whole fits two registers: replay resumes millions of workitems.)
+    #[inline]
     pub fn resume_planned(
         &mut self,
         plan: &ResumePlan,
         workitem: i64,
         values: &[u64],
-    ) -> Result<Result<(), Exception>, ResumeError> {
+    ) -> Result<Result<(), Box<Exception>>, Box<ResumeError>> {
         if plan.values != values.len() {
-            return Err(ResumeError::WrongValueCount {
+            return Err(Box::new(ResumeError::WrongValueCount {
                 func: self.v().func(plan.frames[0].func).name.clone(),
                 bci: plan.bci,
                 expected: plan.values,
                 found: values.len(),
-            });
+            }));
         }
         self.stack.clear();
         self.frames.clear();
@@ -579,7 +585,7 @@ impl<'a> Interpreter<'a> {
             at += n;
         }
         self.workitem = Some(workitem);
-        Ok(self.exec(None).map(|_| ()))
+        Ok(self.finish())
     }
 
     /// Resume the workitem of a save record (decoded against its kernel
@@ -603,7 +609,10 @@ impl<'a> Interpreter<'a> {
         values: &[u64],
     ) -> Result<Result<(), Exception>, ResumeError> {
         let plan = self.resume_plan(meta, site)?;
-        self.resume_planned(&plan, workitem, values)
+        match self.resume_planned(&plan, workitem, values) {
+            Ok(r) => Ok(r.map_err(|e| *e)),
+            Err(e) => Err(*e),
+        }
     }
 
     fn enter(&mut self, f: FuncId, args: impl Iterator<Item = u64>) {
@@ -707,22 +716,46 @@ impl<'a> Interpreter<'a> {
 
     fn exec(&mut self, stop: Option<(Bci, u64)>) -> Result<Outcome, Exception> {
         match self.run(stop) {
-            Ok(o) => Ok(o),
-            Err(Trap::Stop(vals)) => Ok(Outcome::Stopped(vals)),
-            Err(Trap::Throw(kind, msg)) => Err(self.exception(kind, msg)),
-            Err(Trap::Interrupted) => {
+            Ok(()) => Ok(Outcome::Finished(self.result.take())),
+            Err(t) => match *t {
+                Trap::Stop(vals) => Ok(Outcome::Stopped(vals)),
+                t => Err(self.trap_exception(t)),
+            },
+        }
+    }
+
+    /// Run the current frames to their end, for a workitem whose result
+    /// nobody reads (replay): what [`Interpreter::exec`] does without a stop,
+    /// returning a pointer-sized result.
+    fn finish(&mut self) -> Result<(), Box<Exception>> {
+        self.run(None)
+            .map_err(|t| Box::new(self.trap_exception(*t)))
+    }
+
+    /// The exception a trap (other than a stop) raises.
+    fn trap_exception(&mut self, t: Trap) -> Exception {
+        match t {
+            Trap::Throw(kind, msg) => self.exception(kind, msg),
+            Trap::Interrupted => {
                 self.interrupted = true;
-                Err(self.exception(ExceptionKind::IllegalState, "interrupted".into()))
+                self.exception(ExceptionKind::IllegalState, "interrupted".into())
+            }
+            Trap::Stop(_) => {
+                self.exception(ExceptionKind::IllegalState, "stopped without a stop".into())
             }
         }
     }
 
-    fn run(&mut self, stop: Option<(Bci, u64)>) -> Result<Outcome, Trap> {
+    /// Run the current frames until the outermost returns (its value, if
+    /// any, in `self.result`), or a trap. The small result keeps the hot
+    /// replay path from copying a large one through memory.
+    fn run(&mut self, stop: Option<(Bci, u64)>) -> Result<(), Box<Trap>> {
         let v: &'a Verified = self.prog.verified();
         let prog = self.prog;
         let mut seen = 0u64;
+        self.result = None;
         let Some(mut fr) = self.frames.last().copied() else {
-            return Ok(Outcome::Finished(None));
+            return Ok(());
         };
         let mut body: &'a [Inst] = &v.func(fr.func).body;
         let slow = stop.is_some() || self.profile.is_some();
@@ -750,7 +783,7 @@ impl<'a> Interpreter<'a> {
                             })
                             .collect();
                         self.frames.last_mut().expect("frame").pc = pc;
-                        return Err(Trap::Stop(vals));
+                        return Err(Box::new(Trap::Stop(vals)));
                     }
                     seen += 1;
                 }
@@ -760,13 +793,16 @@ impl<'a> Interpreter<'a> {
             }
             match self.step(&mut fr, &mut body) {
                 Ok(Step::Next) => {}
-                Ok(Step::Done(v)) => return Ok(Outcome::Finished(v)),
+                Ok(Step::Done(v)) => {
+                    self.result = v;
+                    return Ok(());
+                }
                 Err(t) => {
                     // Only now does the frame's pc need to be current.
                     if let Some(top) = self.frames.last_mut() {
                         top.pc = fr.pc;
                     }
-                    return Err(*t);
+                    return Err(t);
                 }
             }
         }
