@@ -357,10 +357,13 @@ pub(crate) fn launch(
     }
     table.sort_by_key(|r: &DeoptRow| r.workitem);
     table.truncate(LaunchReport::TABLE_ROWS);
-    // The launch's objects die with it unless compiled code or a replay
-    // stored one into an older object: then eden gets them back.
+    // Eden gets the launch's objects back unless one may outlive it:
+    // compiled code or a replay stored one into an older object (the write
+    // barrier), or a safepoint operation, which had the heap to itself,
+    // ran meanwhile.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
-    let alloc_stats = if escaped || !inner.reclaim {
+    let safepointed = inner.control.count() != safepoints_before;
+    let alloc_stats = if escaped || safepointed || !inner.reclaim {
         alloc.retire()
     } else {
         alloc.reclaim()

@@ -418,9 +418,11 @@ fn launch_interp(
     let t_run = t1.elapsed();
 
     let t2 = Instant::now();
-    // The launch's objects die with it unless one was stored into an
-    // older object: then eden gets them back.
-    let alloc_stats = if escaped || !inner.reclaim {
+    // Eden gets the launch's objects back unless one may outlive it: a
+    // workitem stored one into an older object (the write barrier), or a
+    // safepoint operation, which had the heap to itself, ran meanwhile.
+    let safepointed = inner.control.count() != safepoints_before;
+    let alloc_stats = if escaped || safepointed || !inner.reclaim {
         alloc.retire()
     } else {
         alloc.reclaim()

@@ -121,7 +121,9 @@ impl RuntimeBuilder {
     /// all died with it hands their memory back to eden (default: yes).
     /// Its write barrier notes any reference to an object of the launch
     /// stored into an older object, and such a launch keeps its objects;
-    /// so does one that overlapped another launch or a host allocation.
+    /// so does one that overlapped another launch or a host allocation, or
+    /// during which a [`Runtime::safepoint`] operation ran (it had the
+    /// heap, and could have stored a reference anywhere).
     /// Off, every object stays in the heap until the runtime is dropped
     /// (for inspecting what a launch made, e.g. with
     /// [`Runtime::verify_heap`]). CUDA launches always keep theirs.

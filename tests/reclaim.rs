@@ -237,3 +237,34 @@ fn concurrent_launches_keep_each_others_objects() {
     // boxes' module is gone with `boxes_survive`, so walk it instead.)
     rt.heap().walk(|_, _| {}).unwrap();
 }
+
+#[test]
+fn a_launch_stopped_for_a_safepoint_operation_keeps_its_objects() {
+    // The operation had the heap to itself: it could have stored a
+    // reference to any object anywhere, so the launch keeps them all.
+    let rt = Runtime::builder()
+        .workers(2)
+        .device(Device::Cpu)
+        .build()
+        .unwrap();
+    let m = lists(&rt);
+    let out = rt.new_array::<i64>(200_000).unwrap();
+    let c = m.closure("list", [16i32.into(), (&out).into()]).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let r = par_offload(0..200_000, &c).unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            rt.safepoint(|_| ());
+        }
+        h.join().unwrap()
+    });
+    assert!(r.safepoints > 0, "{r}");
+    assert_eq!(r.alloc.reclaimed, 0, "{r}");
+    // Without one, the same launch hands them back.
+    let again = par_offload(0..200_000, &c).unwrap();
+    assert!(again.alloc.reclaimed > 0, "{again}");
+}
