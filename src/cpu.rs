@@ -340,15 +340,18 @@ pub(crate) fn launch(
         never_ran += o.never_ran;
         entries += o.entries;
         abandoned += o.abandoned;
-        for (site, counts) in meta.sites.iter().zip(&o.replayed_at) {
-            for (&reason, &n) in Reason::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
-                *deopts.entry((site.bci, reason)).or_insert(0) += n;
-                *site_deopts.entry((site.id, reason)).or_insert(0) += n;
-            }
-        }
-        for (site, counts) in meta.sites.iter().zip(&o.abandoned_at) {
-            for (&reason, &n) in Reason::ALL.iter().zip(counts).filter(|(_, n)| **n > 0) {
-                *deopts.entry((site.bci, reason)).or_insert(0) += n;
+        // Deopts count replayed and abandoned records; site deopts (what
+        // recompilation policies see) only replayed ones.
+        let per_site = meta.sites.iter().zip(&o.replayed_at).zip(&o.abandoned_at);
+        for ((site, replayed), abandoned) in per_site {
+            for (i, &reason) in Reason::ALL.iter().enumerate() {
+                let (r, a) = (replayed[i], abandoned[i]);
+                if r + a > 0 {
+                    *deopts.entry((site.bci, reason)).or_insert(0) += r + a;
+                }
+                if r > 0 {
+                    *site_deopts.entry((site.id, reason)).or_insert(0) += r;
+                }
             }
         }
         table.extend(o.table);
@@ -357,17 +360,10 @@ pub(crate) fn launch(
     }
     table.sort_by_key(|r: &DeoptRow| r.workitem);
     table.truncate(LaunchReport::TABLE_ROWS);
-    // Eden gets the launch's objects back unless one may outlive it:
-    // compiled code or a replay stored one into an older object (the write
-    // barrier), or a safepoint operation, which had the heap to itself,
-    // ran meanwhile.
+    // Compiled code's barrier notes escapes in the slot words, a replay's
+    // in the interpreter.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
-    let safepointed = inner.control.count() != safepoints_before;
-    let alloc_stats = if escaped || safepointed || !inner.reclaim {
-        alloc.retire()
-    } else {
-        alloc.reclaim()
-    };
+    let alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
     rt.give_back_save_area(area);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),

@@ -418,15 +418,7 @@ fn launch_interp(
     let t_run = t1.elapsed();
 
     let t2 = Instant::now();
-    // Eden gets the launch's objects back unless one may outlive it: a
-    // workitem stored one into an older object (the write barrier), or a
-    // safepoint operation, which had the heap to itself, ran meanwhile.
-    let safepointed = inner.control.count() != safepoints_before;
-    let alloc_stats = if escaped || safepointed || !inner.reclaim {
-        alloc.retire()
-    } else {
-        alloc.reclaim()
-    };
+    let alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
     let profile = profiling.then(|| {
         let mut all = Profile::new(prog.verified());
         for p in profiles

@@ -698,6 +698,25 @@ impl Runtime {
         }
     }
 
+    /// Retire a launch's allocator: hand its objects back to eden
+    /// ([`offload_tlab::Allocator::reclaim`]) unless one may outlive the
+    /// launch — a workitem stored one into an older object (`escaped`, the
+    /// write barrier), or a safepoint operation, which had the heap to
+    /// itself, ran since `safepoints_before` — or reclaiming is off.
+    pub(crate) fn end_allocation(
+        &self,
+        alloc: offload_tlab::Allocator<'_>,
+        escaped: bool,
+        safepoints_before: u64,
+    ) -> offload_tlab::AllocStats {
+        let safepointed = self.inner.control.count() != safepoints_before;
+        if escaped || safepointed || !self.inner.reclaim {
+            alloc.retire()
+        } else {
+            alloc.reclaim()
+        }
+    }
+
     /// Wait until every background compile started so far (the optimized
     /// tier of kernel versions already launched) has finished, so that the
     /// next launches run optimized code — before timing launches, say.

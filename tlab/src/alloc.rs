@@ -186,20 +186,24 @@ impl<'h> Allocator<'h> {
     ) -> Result<u32, AllocFailure> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let slot = self.tlab_for(worker).ok_or(AllocFailure::Exhausted)?;
-        let eden = SizedEden {
-            heap: self.heap,
-            words: self.tlab_words,
-            carves: &self.carves,
-        };
         let at = slot.finish(
             g,
             old,
             words(bytes) as u32,
-            &eden,
+            &self.eden(),
             self.waits(),
             self.fault.as_ref(),
         );
         self.placed(at, header)
+    }
+
+    /// Eden as this allocator's TLAB refills see it.
+    fn eden(&self) -> SizedEden<'_> {
+        SizedEden {
+            heap: self.heap,
+            words: self.tlab_words,
+            carves: &self.carves,
+        }
     }
 
     /// Count an exhausted allocation, or write the header of a placed one.
@@ -228,12 +232,7 @@ impl<'h> Allocator<'h> {
         let w = words(bytes);
         let at = match self.tlab_for(worker) {
             Some(slot) if w <= u64::from(self.large_words) => {
-                let eden = SizedEden {
-                    heap: self.heap,
-                    words: self.tlab_words,
-                    carves: &self.carves,
-                };
-                slot.allocate_with(w as u32, &eden, self.waits(), self.fault.as_ref())
+                slot.allocate_with(w as u32, &self.eden(), self.waits(), self.fault.as_ref())
             }
             _ => {
                 self.direct.fetch_add(1, Ordering::Relaxed);
