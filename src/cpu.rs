@@ -205,6 +205,7 @@ pub(crate) fn launch(
         large_words: u64::from(alloc.large_words()),
         exclusive_tlabs: u64::from(exclusive(&tlabs)),
         young: u64::from(alloc.young_start()),
+        nursery: u64::from(inner.reclaim && exclusive(&tlabs)),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
@@ -363,7 +364,8 @@ pub(crate) fn launch(
     // Compiled code's barrier notes escapes in the slot words, a replay's
     // in the interpreter.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
-    let alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    let mut alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    alloc_stats.recycled = slot_words.iter().map(|s| s.recycled * 8).sum();
     rt.give_back_save_area(area);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),

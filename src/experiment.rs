@@ -10,7 +10,7 @@
 //! | `phase-change` | a branch never taken while profiling is taken by 10% of the workitems after the phase change |
 //! | `rare-null` | 0.1% of the inputs are null after the warm-up |
 //! | `megamorphic` | the receiver classes of a virtual call grow from one to five over the launches |
-//! | `alloc-pressure` | a small eden: 1 KiB TLABs, every fourth refill of a launch fails |
+//! | `alloc-pressure` | a small eden: 1 KiB TLABs, every fourth refill of a launch fails, every object kept |
 //! | `safepoint-storm` | a host thread requests a safepoint every 100 µs during each launch |
 //!
 //! The phase change (and the nulls and new classes) comes at launch
@@ -339,7 +339,10 @@ fn runtime(
         b = b.workers(w);
     }
     if workload == "alloc-pressure" {
-        b = b.tlab_bytes(1024).fail_refills(4, 4);
+        // Every object is kept (no nursery reset, nothing handed back at
+        // the end), so that each launch allocates all of its lists from
+        // eden, as a kernel whose objects outlive it would.
+        b = b.tlab_bytes(1024).fail_refills(4, 4).reclaim(false);
     }
     b.build()
 }

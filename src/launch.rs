@@ -167,6 +167,13 @@ impl fmt::Display for LaunchReport {
             self.timings.run.as_secs_f64() * 1e3,
             self.timings.teardown.as_secs_f64() * 1e3,
         )?;
+        if self.alloc.recycled > 0 {
+            write!(
+                f,
+                "; {:.1} KiB of workitems' dead objects reused",
+                self.alloc.recycled as f64 / 1024.0
+            )?;
+        }
         if self.alloc.reclaimed > 0 {
             write!(
                 f,

@@ -498,6 +498,9 @@ fn deopts_in_a_callee_inlined_into_both_versions_save_that_copys_frame() {
         .tiered(false)
         .tlab_bytes(256)
         .fail_refills(1, 1)
+        // Keep every workitem's array (no nursery reset), so that the
+        // TLABs keep filling and refilling.
+        .reclaim(false)
         .build()
         .unwrap();
     let m = rt.load("twice.obc", TWICE_INLINED).unwrap();

@@ -66,6 +66,23 @@
 //! [`crate::rt::offload_alloc_slow`] for the designated refill, waiting,
 //! large objects and TLAB-less policies; `instanceof`/`checkcast` compare
 //! the header's class id with the target's subclasses.
+//!
+//! **The nursery reset.** In a kernel that may allocate
+//! (`plan::may_allocate`), when every slot has a TLAB of its own and the
+//! runtime hands dead objects back (`LaunchCtx::nursery`), each workitem
+//! notes its slot's TLAB state word when it starts: its objects are then
+//! exactly `[top, end)` of that TLAB. The write barrier of `putfield` and
+//! `ref.astore` tests that range: storing an object of the workitem into
+//! an object outside it is an escape (it also sets the slot's `escaped`,
+//! which keeps the launch's objects). When the workitem returns with no
+//! escape and no refill or large object since its start (either turns the
+//! barrier back into the launch's test for the rest of the workitem), its
+//! objects are dead: [`crate::rt::offload_nursery_reset`] zeroes them and
+//! `top` goes back to where it was, so the next workitem allocates in the
+//! same cache-warm words. A workitem that deopts skips the reset (its save
+//! record refers to its objects) and the slot's next workitem starts above
+//! them. The launch's objects stay what the interpreter's are; only the
+//! memory of dead ones is reused earlier.
 
 use crate::JitError;
 use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_RECORDED, EXIT_STOPPED, offsets};
@@ -148,6 +165,14 @@ impl Imports {
             .declare_function("offload_alloc_slow", Linkage::Import, &sig)
             .map_err(|e| JitError::Codegen(format!("declaring offload_alloc_slow: {e}")))?;
         funcs.insert("offload_alloc_slow", id);
+        let mut sig = module.make_signature();
+        for p in [ptr, types::I64, types::I64, types::I64] {
+            sig.params.push(AbiParam::new(p));
+        }
+        let id = module
+            .declare_function("offload_nursery_reset", Linkage::Import, &sig)
+            .map_err(|e| JitError::Codegen(format!("declaring offload_nursery_reset: {e}")))?;
+        funcs.insert("offload_nursery_reset", id);
         Ok(Imports { funcs })
     }
 }
@@ -290,6 +315,10 @@ struct Env {
     polls: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).
     after_deopt: Option<Block>,
+    /// In a kernel that may allocate: the slot's TLAB state word when the
+    /// running workitem started (its objects lie in `[top, end)` of it),
+    /// or, once the workitem cannot be reset, [`Lower::nursery_off`].
+    nursery: Option<Variable>,
     captures: Vec<Value>,
 }
 
@@ -458,6 +487,12 @@ impl Lower<'_, '_> {
             .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
         self.env.tlab = Some(tlab);
         self.env.large_words = Some(large);
+        if plan::may_allocate(self.prog, self.cur.func) {
+            let nv = self.var(types::I64);
+            let off = self.nursery_off();
+            self.b.def_var(nv, off);
+            self.env.nursery = Some(nv);
+        }
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw = self
                 .b
@@ -881,6 +916,7 @@ impl Lower<'_, '_> {
             };
             self.b.def_var(var, val);
         }
+        self.nursery_snapshot();
         self.cur.blocks.clear();
         self.make_blocks();
         let first = self.cur.blocks[&0];
@@ -889,6 +925,7 @@ impl Lower<'_, '_> {
         self.body()?;
 
         self.b.switch_to_block(next);
+        self.nursery_reset();
         let d = self.b.use_var(done);
         let d1 = self.b.ins().iadd_imm_s(d, 1);
         self.b.def_var(done, d1);
@@ -922,19 +959,37 @@ impl Lower<'_, '_> {
     /// `r`: note in the slot's `escaped` word when `x` is an object of this
     /// launch and `r` an older one (`LaunchCtx::young`), which keeps the
     /// launch's objects when it ends. Null is never young (word 0).
+    ///
+    /// In a kernel that may allocate, the test is the nursery's: `x` lies
+    /// in the running workitem's part of its TLAB and `r` does not (which
+    /// also ends the workitem's chance of a reset); after a refill or such
+    /// an escape it is the launch's test again ([`Lower::nursery_off`]).
     fn write_barrier(&mut self, r: Value, x: Value) {
-        let (ctx, _, _) = self.e();
-        let young = self
-            .b
-            .ins()
-            .load(types::I64, trusted(), ctx, offsets::YOUNG);
-        let young = self.b.ins().ireduce(types::I32, young);
-        let new_x = self
-            .b
-            .ins()
-            .icmp(IntCC::UnsignedGreaterThanOrEqual, x, young);
-        let old_r = self.b.ins().icmp(IntCC::UnsignedLessThan, r, young);
-        let escapes = self.b.ins().band(new_x, old_r);
+        let escapes = if let Some(nv) = self.env.nursery {
+            let st = self.b.use_var(nv);
+            let lo = self.b.ins().ireduce(types::I32, st);
+            let end = self.b.ins().ushr_imm_u(st, 32);
+            let end = self.b.ins().ireduce(types::I32, end);
+            let span = self.b.ins().isub(end, lo);
+            let dx = self.b.ins().isub(x, lo);
+            let in_x = self.b.ins().icmp(IntCC::UnsignedLessThan, dx, span);
+            let dr = self.b.ins().isub(r, lo);
+            let in_r = self.b.ins().icmp(IntCC::UnsignedLessThan, dr, span);
+            self.b.ins().band_not(in_x, in_r)
+        } else {
+            let (ctx, _, _) = self.e();
+            let young = self
+                .b
+                .ins()
+                .load(types::I64, trusted(), ctx, offsets::YOUNG);
+            let young = self.b.ins().ireduce(types::I32, young);
+            let new_x = self
+                .b
+                .ins()
+                .icmp(IntCC::UnsignedGreaterThanOrEqual, x, young);
+            let old_r = self.b.ins().icmp(IntCC::UnsignedLessThan, r, young);
+            self.b.ins().band(new_x, old_r)
+        };
         let note = self.b.create_block();
         let cont = self.b.create_block();
         self.b.set_cold_block(note);
@@ -945,8 +1000,94 @@ impl Lower<'_, '_> {
         self.b
             .ins()
             .store(trusted(), one, at, offsets::SLOT_ESCAPED);
+        if let Some(nv) = self.env.nursery {
+            let off = self.nursery_off();
+            self.b.def_var(nv, off);
+        }
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
+    }
+
+    /// The nursery state of a workitem that will not be reset: a state
+    /// word whose `[top, end)` is `[young, u32::MAX)`, so that the write
+    /// barrier tests what the launch's does, and whose `end` no TLAB has.
+    fn nursery_off(&mut self) -> Value {
+        let (ctx, _, _) = self.e();
+        let young = self
+            .b
+            .ins()
+            .load(types::I64, invariant(), ctx, offsets::YOUNG);
+        self.b.ins().bor_imm_u(young, 0xFFFF_FFFF << 32)
+    }
+
+    /// At a workitem's start (kernels that may allocate): note the slot's
+    /// TLAB state when the launch lets workitems hand their objects back,
+    /// else [`Lower::nursery_off`].
+    fn nursery_snapshot(&mut self) {
+        let Some(nv) = self.env.nursery else {
+            return;
+        };
+        let (ctx, _, _) = self.e();
+        let on = self
+            .b
+            .ins()
+            .load(types::I64, invariant(), ctx, offsets::NURSERY);
+        let snap = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.append_block_param(cont, types::I64);
+        let off = self.nursery_off();
+        self.b.ins().brif(on, snap, &[], cont, &[off.into()]);
+        self.b.switch_to_block(snap);
+        let tl = self.env.tlab.expect("set");
+        let st = self.b.ins().load(
+            types::I64,
+            trusted(),
+            tl,
+            offload_tlab::SharedTlab::STATE_OFFSET,
+        );
+        self.b.ins().jump(cont, &[st.into()]);
+        self.b.switch_to_block(cont);
+        let st = self.b.block_params(cont)[0];
+        self.b.def_var(nv, st);
+    }
+
+    /// At a workitem's normal end (kernels that may allocate): when its
+    /// objects all lie in its slot's TLAB above the snapshot and none was
+    /// stored where it could outlive the workitem, zero them and move the
+    /// TLAB's `top` back to the snapshot ([`crate::rt::offload_nursery_reset`]).
+    /// The next workitem allocates in the same, cache-warm words.
+    fn nursery_reset(&mut self) {
+        let Some(nv) = self.env.nursery else {
+            return;
+        };
+        let (ctx, slot, _) = self.e();
+        let st0 = self.b.use_var(nv);
+        let end0 = self.b.ins().ushr_imm_u(st0, 32);
+        let off = self.b.ins().icmp_imm_u(IntCC::Equal, end0, 0xFFFF_FFFF);
+        let check = self.b.create_block();
+        let reset = self.b.create_block();
+        let after = self.b.create_block();
+        self.b.ins().brif(off, after, &[], check, &[]);
+        self.b.switch_to_block(check);
+        let tl = self.env.tlab.expect("set");
+        let sa = self
+            .b
+            .ins()
+            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
+        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
+        let end = self.b.ins().ushr_imm_u(st, 32);
+        let same = self.b.ins().icmp(IntCC::Equal, end, end0);
+        let top = self.b.ins().band_imm_u(st, 0xFFFF_FFFF);
+        let lo = self.b.ins().band_imm_u(st0, 0xFFFF_FFFF);
+        let grew = self.b.ins().icmp(IntCC::UnsignedGreaterThan, top, lo);
+        let go = self.b.ins().band(same, grew);
+        self.b.ins().brif(go, reset, &[], after, &[]);
+        self.b.switch_to_block(reset);
+        let fr = self.math["offload_nursery_reset"];
+        self.b.ins().call(fr, &[ctx, slot, lo, top]);
+        self.b.ins().store(trusted(), st0, sa, 0);
+        self.b.ins().jump(after, &[]);
+        self.b.switch_to_block(after);
     }
 
     /// Count the record just written; returns the count.
@@ -1571,6 +1712,12 @@ impl Lower<'_, '_> {
             .ins()
             .icmp_imm_s(IntCC::Equal, res, i64::from(crate::rt::ALLOC_SAFEPOINT));
         self.deopt_if(sp, bci, Reason::Safepoint);
+        // A refill (or a large object) puts this workitem's objects
+        // outside its part of the TLAB: it will not be reset.
+        if let Some(nv) = self.env.nursery {
+            let off = self.nursery_off();
+            self.b.def_var(nv, off);
+        }
         self.b.ins().jump(done, &[res.into()]);
 
         self.b.switch_to_block(done);

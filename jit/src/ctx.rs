@@ -71,6 +71,10 @@ pub struct LaunchCtx {
     /// `ref.astore`) sets the slot's `escaped`, and the launch's objects
     /// are then not handed back to eden at its end.
     pub young: u64,
+    /// Non-zero when compiled code may hand each workitem's objects back
+    /// at its end (the nursery reset; `cpu` module docs): every slot has
+    /// a TLAB of its own and the runtime reclaims dead objects.
+    pub nursery: u64,
 }
 
 /// The words one slot writes and the host reads between the slot's
@@ -90,8 +94,12 @@ pub struct SlotWords {
     /// (the host sets it to 0 when it has).
     pub records: u64,
     /// Non-zero once it stored a reference to an object of this launch
-    /// into an older object ([`LaunchCtx::young`]).
+    /// into an older object ([`LaunchCtx::young`]), or one of the running
+    /// workitem's objects into an object of another.
     pub escaped: u64,
+    /// Heap words of dead workitem objects it handed back to its TLAB at
+    /// workitem ends ([`LaunchCtx::nursery`]).
+    pub recycled: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -137,6 +145,8 @@ pub mod offsets {
     pub const EXCLUSIVE_TLABS: i32 = 104;
     /// `young`.
     pub const YOUNG: i32 = 112;
+    /// `nursery`.
+    pub const NURSERY: i32 = 120;
 
     /// Bytes from one slot's [`super::SlotWords`] to the next.
     pub const SLOT_BYTES: i64 = 128;
@@ -150,6 +160,8 @@ pub mod offsets {
     pub const SLOT_RECORDS: i32 = 24;
     /// `SlotWords::escaped`.
     pub const SLOT_ESCAPED: i32 = 32;
+    /// `SlotWords::recycled`.
+    pub const SLOT_RECYCLED: i32 = 40;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -206,5 +218,10 @@ mod tests {
         assert_eq!(offset_of!(SlotWords, records) as i32, offsets::SLOT_RECORDS);
         assert_eq!(offset_of!(SlotWords, escaped) as i32, offsets::SLOT_ESCAPED);
         assert_eq!(offset_of!(LaunchCtx, young) as i32, offsets::YOUNG);
+        assert_eq!(offset_of!(LaunchCtx, nursery) as i32, offsets::NURSERY);
+        assert_eq!(
+            offset_of!(SlotWords, recycled) as i32,
+            offsets::SLOT_RECYCLED
+        );
     }
 }

@@ -219,6 +219,10 @@ impl CpuJit {
             builder.symbol(name, ptr);
         }
         builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
+        builder.symbol(
+            "offload_nursery_reset",
+            rt::offload_nursery_reset as *const u8,
+        );
         Ok(JITModule::new(builder))
     }
 

@@ -157,6 +157,34 @@ pub(crate) fn virtual_targets(
     Ok(targets)
 }
 
+/// Whether running kernel `k` may allocate: a `new` or `newarray` in it or
+/// in any function it may call (for a `callvirt`, every implementation any
+/// class dispatches to). Compiled code brackets each workitem of such a
+/// kernel with the nursery snapshot and reset (`cpu` module docs).
+pub(crate) fn may_allocate(prog: &Program, k: FuncId) -> bool {
+    let v = prog.verified();
+    let mut seen = std::collections::HashSet::new();
+    let mut work = vec![k];
+    while let Some(f) = work.pop() {
+        if !seen.insert(f) {
+            continue;
+        }
+        for inst in &v.func(f).body {
+            if inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES) {
+                return true;
+            }
+            match *inst {
+                offload_ir::isa::Inst::Call { func } => work.push(func),
+                offload_ir::isa::Inst::CallVirt { method } => work.extend(
+                    (0..v.classes.len()).filter_map(|c| prog.dispatch(ClassId::new(c), method)),
+                ),
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
 /// What a backend compiles at a `callvirt`: the implementations to inline,
 /// each with the global class ids that select it; the reason any other
 /// receiver deopts with; and the speculation to record, if the call is

@@ -72,6 +72,10 @@ pub struct AllocStats {
     pub heap_grows: u64,
     /// Bytes handed back to eden at the end ([`Allocator::reclaim`]).
     pub reclaimed: u64,
+    /// Bytes of workitems' dead objects their slots handed back to their
+    /// own TLABs as each workitem ended (compiled code's nursery reset),
+    /// reused by the next workitems of the launch.
+    pub recycled: u64,
 }
 
 /// The allocator of one launch. Dropping it (or [`Allocator::retire`]) turns
@@ -264,6 +268,7 @@ impl<'h> Allocator<'h> {
             exhausted: self.exhausted.load(Ordering::Relaxed),
             heap_grows: self.heap.grow_count() - self.grows_at_start,
             reclaimed: 0,
+            recycled: 0,
         }
     }
 
