@@ -136,43 +136,40 @@ impl Imports {
             ("offload_f32_fma", &[types::F32, types::F32, types::F32]),
             ("offload_f64_fma", &[types::F64, types::F64, types::F64]),
         ];
-        for (name, params) in sigs {
+        let ptr = module.target_config().pointer_type();
+        let mut declare = |name: &'static str, params: &[ClType], ret: Option<ClType>| {
             let mut sig = module.make_signature();
             for &p in params {
                 sig.params.push(AbiParam::new(p));
             }
-            sig.returns.push(AbiParam::new(params[0]));
+            sig.returns.extend(ret.map(AbiParam::new));
             let id = module
                 .declare_function(name, Linkage::Import, &sig)
                 .map_err(|e| JitError::Codegen(format!("declaring {name}: {e}")))?;
             funcs.insert(name, id);
+            Ok::<(), JitError>(())
+        };
+        for (name, params) in sigs {
+            declare(name, params, Some(params[0]))?;
         }
-        let ptr = module.target_config().pointer_type();
-        let mut sig = module.make_signature();
-        for p in [
-            ptr,
-            types::I64,
-            types::I32,
-            types::I32,
-            types::I64,
-            types::I64,
-            types::I32,
-        ] {
-            sig.params.push(AbiParam::new(p));
-        }
-        sig.returns.push(AbiParam::new(types::I32));
-        let id = module
-            .declare_function("offload_alloc_slow", Linkage::Import, &sig)
-            .map_err(|e| JitError::Codegen(format!("declaring offload_alloc_slow: {e}")))?;
-        funcs.insert("offload_alloc_slow", id);
-        let mut sig = module.make_signature();
-        for p in [ptr, types::I64, types::I64, types::I64] {
-            sig.params.push(AbiParam::new(p));
-        }
-        let id = module
-            .declare_function("offload_nursery_reset", Linkage::Import, &sig)
-            .map_err(|e| JitError::Codegen(format!("declaring offload_nursery_reset: {e}")))?;
-        funcs.insert("offload_nursery_reset", id);
+        declare(
+            "offload_alloc_slow",
+            &[
+                ptr,
+                types::I64,
+                types::I32,
+                types::I32,
+                types::I64,
+                types::I64,
+                types::I32,
+            ],
+            Some(types::I32),
+        )?;
+        declare(
+            "offload_nursery_reset",
+            &[ptr, types::I64, types::I64, types::I64],
+            None,
+        )?;
         Ok(Imports { funcs })
     }
 }
@@ -613,7 +610,7 @@ impl Lower<'_, '_> {
             for p in arrays {
                 let r = self.env.captures[p as usize - 1];
                 let base = self.obj_addr(r);
-                let len = self.b.ins().load(types::I32, invariant(), base, 4);
+                let len = self.array_len(base);
                 let len = self.b.ins().uextend(types::I64, len);
                 let fits = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, hv, len);
                 ok = self.b.ins().band(ok, fits);
@@ -1038,13 +1035,8 @@ impl Lower<'_, '_> {
         let off = self.nursery_off();
         self.b.ins().brif(on, snap, &[], cont, &[off.into()]);
         self.b.switch_to_block(snap);
-        let tl = self.env.tlab.expect("set");
-        let st = self.b.ins().load(
-            types::I64,
-            trusted(),
-            tl,
-            offload_tlab::SharedTlab::STATE_OFFSET,
-        );
+        let sa = self.tlab_state_addr();
+        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
         self.b.ins().jump(cont, &[st.into()]);
         self.b.switch_to_block(cont);
         let st = self.b.block_params(cont)[0];
@@ -1069,11 +1061,7 @@ impl Lower<'_, '_> {
         let after = self.b.create_block();
         self.b.ins().brif(off, after, &[], check, &[]);
         self.b.switch_to_block(check);
-        let tl = self.env.tlab.expect("set");
-        let sa = self
-            .b
-            .ins()
-            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
+        let sa = self.tlab_state_addr();
         let st = self.b.ins().load(types::I64, trusted(), sa, 0);
         let end = self.b.ins().ushr_imm_u(st, 32);
         let same = self.b.ins().icmp(IntCC::Equal, end, end0);
@@ -1088,6 +1076,22 @@ impl Lower<'_, '_> {
         self.b.ins().store(trusted(), st0, sa, 0);
         self.b.ins().jump(after, &[]);
         self.b.switch_to_block(after);
+    }
+
+    /// The address of this slot's TLAB state word (`end << 32 | top`);
+    /// meaningful only when the slot has a TLAB.
+    fn tlab_state_addr(&mut self) -> Value {
+        let tl = self.env.tlab.expect("set");
+        self.b
+            .ins()
+            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET))
+    }
+
+    /// The length word of the array whose header is at `base` (`i32`, at
+    /// byte 4 of the header; null's header, heap word 0, reads as 0). It
+    /// never changes, so the load may be hoisted out of loops.
+    fn array_len(&mut self, base: Value) -> Value {
+        self.b.ins().load(types::I32, invariant(), base, 4)
     }
 
     /// Count the record just written; returns the count.
@@ -1537,7 +1541,7 @@ impl Lower<'_, '_> {
     /// array was what made nbody's inner loop spill.)
     fn null_or_bounds_check(&mut self, r: Value, base: Value, idx: Value, bci: Bci) {
         let null_reason = self.null_reason(bci);
-        let len = self.b.ins().load(types::I32, invariant(), base, 4);
+        let len = self.array_len(base);
         let oob = self
             .b
             .ins()
@@ -1626,10 +1630,7 @@ impl Lower<'_, '_> {
             .icmp(IntCC::UnsignedLessThanOrEqual, words, large);
         let ok = self.b.ins().band(has, small);
         // The state word's address (used only when there is a TLAB).
-        let sa = self
-            .b
-            .ins()
-            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET));
+        let sa = self.tlab_state_addr();
         let own = self.b.create_block();
         let own_bump = self.b.create_block();
         self.b
@@ -1899,7 +1900,7 @@ impl Lower<'_, '_> {
             let hi = self.b.ins().smax(at0, at1);
             let r = self.b.use_var(self.cur.locals[*arr as usize]);
             let base = self.obj_addr(r);
-            let len = self.b.ins().load(types::I32, invariant(), base, 4);
+            let len = self.array_len(base);
             let len = self.b.ins().uextend(types::I64, len);
             let ge0 = self
                 .b
@@ -2240,7 +2241,7 @@ impl Lower<'_, '_> {
                 self.null_check(r, bci);
                 self.cur.depth -= 1;
                 let base = self.obj_addr(r);
-                let len = self.b.ins().load(types::I32, invariant(), base, 4);
+                let len = self.array_len(base);
                 self.push(I32, len);
             }
             Inst::I32ALoad | Inst::F32ALoad | Inst::RefALoad | Inst::I64ALoad | Inst::F64ALoad => {
