@@ -187,9 +187,31 @@ pub struct FuncAnalysis {
     pub sites: Vec<DeoptSite>,
     /// The widest frame state of any site (values).
     pub max_frame: usize,
+    /// What is known of references at the entry of each bytecode index
+    /// (`None` where unreachable): see [`crate::refs`].
+    pub refs: Vec<Option<crate::refs::RefState>>,
 }
 
 impl FuncAnalysis {
+    /// Whether the operand-stack slot `from_top` below the top (0: the
+    /// top) cannot be null at the entry of `bci` ([`crate::refs`]).
+    pub fn non_null(&self, bci: Bci, from_top: usize) -> bool {
+        self.refs
+            .get(bci as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.non_null(from_top))
+    }
+
+    /// Whether the operand-stack slot `from_top` below the top holds, at
+    /// the entry of `bci`, an object this invocation of the function
+    /// allocated ([`crate::refs`]).
+    pub fn fresh(&self, bci: Bci, from_top: usize) -> bool {
+        self.refs
+            .get(bci as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.fresh(from_top))
+    }
+
     /// The site at `bci`, if there is one.
     pub fn site_at(&self, bci: Bci) -> Option<&DeoptSite> {
         self.sites
@@ -285,6 +307,7 @@ pub fn analyze(v: &Verified, func: FuncId) -> FuncAnalysis {
         live_in,
         sites,
         max_frame,
+        refs: crate::refs::ref_facts(v, func),
     }
 }
 

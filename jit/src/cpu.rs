@@ -1355,7 +1355,7 @@ impl Lower<'_, '_> {
         let d0 = self.cur.depth;
         let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
         let recv = self.b.use_var(recv_var);
-        self.null_check(recv, bci);
+        self.null_check_unless_known(recv, bci, nargs - 1);
         let base = self.obj_addr(recv);
         let tag = self.b.ins().load(types::I32, trusted(), base, 0);
         let join = self.b.create_block();
@@ -1486,6 +1486,16 @@ impl Lower<'_, '_> {
         let reason = self.null_reason(bci);
         let is_null = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
         self.deopt_if(is_null, bci, reason);
+    }
+
+    /// [`Lower::null_check`], unless the operand `from_top` below the top
+    /// of the stack at `bci` cannot be null (`offload_ir::refs`: made by
+    /// `new`, or already dereferenced or tested): then neither a check nor
+    /// a speculation.
+    fn null_check_unless_known(&mut self, r: Value, bci: Bci, from_top: usize) {
+        if !self.cur.analysis.non_null(bci, from_top) {
+            self.null_check(r, bci);
+        }
     }
 
     /// Record the speculation `assumed` at `bci` of the current function,
@@ -2238,7 +2248,7 @@ impl Lower<'_, '_> {
             Inst::ArrayLen => {
                 let r = self.pop(Ref);
                 self.push(Ref, r);
-                self.null_check(r, bci);
+                self.null_check_unless_known(r, bci, 0);
                 self.cur.depth -= 1;
                 let base = self.obj_addr(r);
                 let len = self.array_len(base);
@@ -2280,7 +2290,7 @@ impl Lower<'_, '_> {
                 let size = if matches!(k, I64 | F64) { 8 } else { 4 };
                 let a = self.elem_addr(r, idx, size, bci);
                 self.cur.depth -= 3;
-                if k == Ref {
+                if k == Ref && !self.cur.analysis.fresh(bci, 2) {
                     self.write_barrier(r, x);
                 }
                 self.b.ins().store(trusted(), x, a, 0);
@@ -2289,7 +2299,7 @@ impl Lower<'_, '_> {
                 let k = self.v.field(field).ty.kind();
                 let r = self.pop(Ref);
                 self.cur.depth += 1;
-                self.null_check(r, bci);
+                self.null_check_unless_known(r, bci, 0);
                 self.cur.depth -= 1;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()] as i32;
@@ -2301,11 +2311,13 @@ impl Lower<'_, '_> {
                 let x = self.pop(k);
                 let r = self.pop(Ref);
                 self.cur.depth += 2;
-                self.null_check(r, bci);
+                self.null_check_unless_known(r, bci, 1);
                 self.cur.depth -= 2;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()] as i32;
-                if k == Ref {
+                // A receiver the workitem allocated is at least as young
+                // as anything stored into it: nothing escapes.
+                if k == Ref && !self.cur.analysis.fresh(bci, 1) {
                     self.write_barrier(r, x);
                 }
                 self.b.ins().store(trusted(), x, base, off);
@@ -2398,7 +2410,7 @@ impl Lower<'_, '_> {
                 let r = self.pop(Ref);
                 let n = if cas { 3 } else { 2 };
                 self.cur.depth += n;
-                self.null_check(r, bci);
+                self.null_check_unless_known(r, bci, n - 1);
                 self.cur.depth -= n;
                 let base = self.obj_addr(r);
                 let off = self.prog.layout.field_offset[field.index()];

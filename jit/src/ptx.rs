@@ -838,6 +838,14 @@ impl Lower<'_> {
         self.deopt_if(&p, bci, reason);
     }
 
+    /// [`Lower::null_check`], unless the operand `from_top` below the top
+    /// of the stack at `bci` cannot be null (`offload_ir::refs`).
+    fn null_check_unless_known(&mut self, r: &str, bci: Bci, from_top: usize) {
+        if !self.cur.analysis.non_null(bci, from_top) {
+            self.null_check(r, bci);
+        }
+    }
+
     /// Record the speculation `assumed` at `bci` of the current function,
     /// guarded by that instruction's site (in this inlining chain).
     fn speculate(&mut self, bci: Bci, assumed: Assumption) {
@@ -867,8 +875,10 @@ impl Lower<'_> {
         a
     }
 
-    fn elem_addr(&mut self, r: &str, idx: &str, size: u32, bci: Bci) -> String {
-        self.null_check(r, bci);
+    /// The checked address of element `idx` of array `r`, which is the
+    /// operand `from_top` below the top of the stack at `bci`.
+    fn elem_addr(&mut self, r: &str, idx: &str, size: u32, bci: Bci, from_top: usize) -> String {
+        self.null_check_unless_known(r, bci, from_top);
         let base = self.obj_addr(r);
         let len = self.t(Cls::B32);
         self.emit(format!("ld.u32 {len}, [{base}+4];"));
@@ -1207,7 +1217,7 @@ impl Lower<'_> {
         let nargs = m.param_count as usize;
         let d0 = self.cur.depth;
         let recv = self.stack_var(d0 - nargs, Kind::Ref);
-        self.null_check(&recv, bci);
+        self.null_check_unless_known(&recv, bci, nargs - 1);
         let base = self.obj_addr(&recv);
         let tag = self.t(Cls::B32);
         self.emit(format!("ld.u32 {tag}, [{base}];"));
@@ -1668,7 +1678,7 @@ impl Lower<'_> {
             Inst::ArrayLen => {
                 let r = self.pop(Ref);
                 self.cur.depth += 1;
-                self.null_check(&r, bci);
+                self.null_check_unless_known(&r, bci, 0);
                 self.cur.depth -= 1;
                 let base = self.obj_addr(&r);
                 let len = self.t(Cls::B32);
@@ -1687,7 +1697,7 @@ impl Lower<'_> {
                 let r = self.pop(Ref);
                 self.cur.depth += 2;
                 let size = if matches!(k, I64 | F64) { 8 } else { 4 };
-                let a = self.elem_addr(&r, &idx, size, bci);
+                let a = self.elem_addr(&r, &idx, size, bci, 1);
                 self.cur.depth -= 2;
                 let x = self.t(cls(k));
                 self.emit(format!("ld.{ty} {x}, [{a}];"));
@@ -1710,7 +1720,7 @@ impl Lower<'_> {
                 let r = self.pop(Ref);
                 self.cur.depth += 3;
                 let size = if matches!(k, I64 | F64) { 8 } else { 4 };
-                let a = self.elem_addr(&r, &idx, size, bci);
+                let a = self.elem_addr(&r, &idx, size, bci, 2);
                 self.cur.depth -= 3;
                 self.emit(format!("st.{ty} [{a}], {x};"));
             }
@@ -1721,7 +1731,7 @@ impl Lower<'_> {
                 let r = self.pop(Ref);
                 let n = if put { 2 } else { 1 };
                 self.cur.depth += n;
-                self.null_check(&r, bci);
+                self.null_check_unless_known(&r, bci, n - 1);
                 self.cur.depth -= n;
                 let base = self.obj_addr(&r);
                 let off = self.prog.layout.field_offset[field.index()];
@@ -1800,7 +1810,7 @@ impl Lower<'_> {
                 let idx = self.pop(I32);
                 let r = self.pop(Ref);
                 self.cur.depth += 3;
-                let a = self.elem_addr(&r, &idx, size, bci);
+                let a = self.elem_addr(&r, &idx, size, bci, 2);
                 self.cur.depth -= 3;
                 let old = self.t(cls(k));
                 self.emit(format!("atom.add.{ty} {old}, [{a}], {x};"));
@@ -1817,7 +1827,7 @@ impl Lower<'_> {
                 let idx = self.pop(I32);
                 let r = self.pop(Ref);
                 self.cur.depth += 4;
-                let a = self.elem_addr(&r, &idx, size, bci);
+                let a = self.elem_addr(&r, &idx, size, bci, 3);
                 self.cur.depth -= 4;
                 let old = self.t(cls(k));
                 self.emit(format!("atom.cas.{ty} {old}, [{a}], {expected}, {new};"));
@@ -1831,7 +1841,7 @@ impl Lower<'_> {
                 let r = self.pop(Ref);
                 let n = if cas { 3 } else { 2 };
                 self.cur.depth += n;
-                self.null_check(&r, bci);
+                self.null_check_unless_known(&r, bci, n - 1);
                 self.cur.depth -= n;
                 let base = self.obj_addr(&r);
                 let off = self.prog.layout.field_offset[field.index()];
