@@ -157,8 +157,7 @@ impl Imports {
             &[
                 ptr,
                 types::I64,
-                types::I32,
-                types::I32,
+                types::I64,
                 types::I64,
                 types::I64,
                 types::I32,
@@ -308,6 +307,19 @@ struct Env {
     /// This slot's shared TLAB (null: none) and the large-object limit.
     tlab: Option<Value>,
     large_words: Option<Value>,
+    /// The largest object (words) this slot bumps in a TLAB of its own
+    /// with a plain load and store: the large-object limit when the slot
+    /// has a TLAB no other slot shares, else 0 (no object is that small).
+    own_limit: Option<Value>,
+    /// Whether this slot has a TLAB of its own (`own_limit != 0`).
+    own: Option<Value>,
+    /// In a kernel that may allocate, on a slot with a TLAB of its own:
+    /// the TLAB's state word, kept here rather than in memory while the
+    /// slot runs (the memory word is current whenever Rust code may read
+    /// it: before the shared protocol or the slow path, and when the slot
+    /// returns; see [`Lower::tlab_write_back`]). Unused (never written
+    /// back) on other slots.
+    tlab_state: Option<Variable>,
     /// Injected safepoints: the poll counter or random state.
     polls: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).
@@ -484,11 +496,36 @@ impl Lower<'_, '_> {
             .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
         self.env.tlab = Some(tlab);
         self.env.large_words = Some(large);
+        let exclusive = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::EXCLUSIVE_TLABS);
+        let exclusive = self.b.ins().icmp_imm_s(IntCC::NotEqual, exclusive, 0);
+        let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tlab, 0);
+        let own = self.b.ins().band(exclusive, has);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let own_limit = self.b.ins().select(own, large, zero);
+        self.env.own_limit = Some(own_limit);
+        self.env.own = Some(own);
         if plan::may_allocate(self.prog, self.cur.func) {
             let nv = self.var(types::I64);
             let off = self.nursery_off();
             self.b.def_var(nv, off);
             self.env.nursery = Some(nv);
+            // The TLAB state, from memory when the slot owns its TLAB.
+            let sv = self.var(types::I64);
+            self.env.tlab_state = Some(sv);
+            let load = self.b.create_block();
+            let cont = self.b.create_block();
+            self.b.append_block_param(cont, types::I64);
+            self.b.ins().brif(own, load, &[], cont, &[zero.into()]);
+            self.b.switch_to_block(load);
+            let sa = self.tlab_state_addr();
+            let st = self.b.ins().load(types::I64, trusted(), sa, 0);
+            self.b.ins().jump(cont, &[st.into()]);
+            self.b.switch_to_block(cont);
+            let st = self.b.block_params(cont)[0];
+            self.b.def_var(sv, st);
         }
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw = self
@@ -1035,8 +1072,8 @@ impl Lower<'_, '_> {
         let off = self.nursery_off();
         self.b.ins().brif(on, snap, &[], cont, &[off.into()]);
         self.b.switch_to_block(snap);
-        let sa = self.tlab_state_addr();
-        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
+        // The nursery is on only when every slot owns its TLAB.
+        let st = self.b.use_var(self.env.tlab_state.expect("set"));
         self.b.ins().jump(cont, &[st.into()]);
         self.b.switch_to_block(cont);
         let st = self.b.block_params(cont)[0];
@@ -1061,8 +1098,8 @@ impl Lower<'_, '_> {
         let after = self.b.create_block();
         self.b.ins().brif(off, after, &[], check, &[]);
         self.b.switch_to_block(check);
-        let sa = self.tlab_state_addr();
-        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
+        let sv = self.env.tlab_state.expect("set");
+        let st = self.b.use_var(sv);
         let end = self.b.ins().ushr_imm_u(st, 32);
         let same = self.b.ins().icmp(IntCC::Equal, end, end0);
         let top = self.b.ins().band_imm_u(st, 0xFFFF_FFFF);
@@ -1073,7 +1110,7 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(reset);
         let fr = self.math["offload_nursery_reset"];
         self.b.ins().call(fr, &[ctx, slot, lo, top]);
-        self.b.ins().store(trusted(), st0, sa, 0);
+        self.b.def_var(sv, st0);
         self.b.ins().jump(after, &[]);
         self.b.switch_to_block(after);
     }
@@ -1085,6 +1122,42 @@ impl Lower<'_, '_> {
         self.b
             .ins()
             .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET))
+    }
+
+    /// Store the TLAB state kept in [`Env::tlab_state`] to memory, on a
+    /// slot that owns its TLAB: before Rust code may read or change it.
+    fn tlab_write_back(&mut self) {
+        let Some(sv) = self.env.tlab_state else {
+            return;
+        };
+        let own = self.env.own.expect("set");
+        let store = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(own, store, &[], cont, &[]);
+        self.b.switch_to_block(store);
+        let st = self.b.use_var(sv);
+        let sa = self.tlab_state_addr();
+        self.b.ins().store(trusted(), st, sa, 0);
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
+    }
+
+    /// Take the TLAB state from memory again, on a slot that owns its
+    /// TLAB, after Rust code or the shared protocol may have changed it.
+    fn tlab_reload(&mut self) {
+        let Some(sv) = self.env.tlab_state else {
+            return;
+        };
+        let own = self.env.own.expect("set");
+        let load = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.ins().brif(own, load, &[], cont, &[]);
+        self.b.switch_to_block(load);
+        let sa = self.tlab_state_addr();
+        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
+        self.b.def_var(sv, st);
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
     }
 
     /// The length word of the array whose header is at `base` (`i32`, at
@@ -1154,6 +1227,7 @@ impl Lower<'_, '_> {
 
     /// Store this slot's counters and never-ran range, and return `code`.
     fn exit(&mut self, nr_lo: Value, nr_hi: Value, code: u32) {
+        self.tlab_write_back();
         let at = self.slot_words();
         self.b
             .ins()
@@ -1633,39 +1707,65 @@ impl Lower<'_, '_> {
 
         let z64 = self.b.ins().iconst(types::I64, 0);
         let z32 = self.b.ins().iconst(types::I32, 0);
+        // Both header words as one (constants for `new`, which the
+        // optimized tier folds): one store, one argument.
+        let t64 = self.b.ins().uextend(types::I64, tag);
+        let w64 = self.b.ins().uextend(types::I64, word1);
+        let w64 = self.b.ins().ishl_imm_u(w64, 32);
+        let header = self.b.ins().bor(t64, w64);
+        // The state word's address (used only when there is a TLAB).
+        let sa = self.tlab_state_addr();
+        let shared = self.b.create_block();
+        let own_bump = self.b.create_block();
+        // One compare decides the common case: a small object and a TLAB
+        // of this slot's own (`Env::own_limit`).
+        let own_limit = self.env.own_limit.expect("set");
+        let own = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, words, own_limit);
+        self.b.ins().brif(own, own_bump, &[], shared, &[]);
+
+        // Otherwise a small object goes to the shared protocol, a large
+        // one (or any without a TLAB) to the slow path.
+        self.b.switch_to_block(shared);
+        // Both work on the memory word (a large object's slow path may
+        // park at a safepoint, and reloads the word when it returns).
+        self.tlab_write_back();
         let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tl, 0);
         let small = self
             .b
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, words, large);
         let ok = self.b.ins().band(has, small);
-        // The state word's address (used only when there is a TLAB).
-        let sa = self.tlab_state_addr();
-        let own = self.b.create_block();
-        let own_bump = self.b.create_block();
-        self.b
-            .ins()
-            .brif(ok, own, &[], slow, &[z64.into(), z64.into(), z32.into()]);
+        self.b.ins().brif(
+            ok,
+            try_fast,
+            &[],
+            slow,
+            &[z64.into(), z64.into(), z32.into()],
+        );
 
         // Step 0, a TLAB of this slot's own: bump `top` with a plain load
         // and store when the object fits (no one else touches the state
         // during the launch, and a FAILED slot never fits: the failing
         // refiller's add left `top` past `end`); else the shared protocol.
-        self.b.switch_to_block(own);
-        let exclusive = self
-            .b
-            .ins()
-            .load(types::I64, invariant(), ctx, offsets::EXCLUSIVE_TLABS);
-        self.b.ins().brif(exclusive, own_bump, &[], try_fast, &[]);
         self.b.switch_to_block(own_bump);
-        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
+        let sv = self.env.tlab_state.expect("kernels that allocate keep it");
+        let st = self.b.use_var(sv);
         let (top, fits) = self.tlab_fits(st, words);
         let bumped = self.b.create_block();
-        self.b.ins().brif(fits, bumped, &[], try_fast, &[]);
+        let full = self.b.create_block();
+        self.b.ins().brif(fits, bumped, &[], full, &[]);
         self.b.switch_to_block(bumped);
         let st1 = self.b.ins().iadd(st, words);
-        self.b.ins().store(trusted(), st1, sa, 0);
+        self.b.def_var(sv, st1);
         self.b.ins().jump(got, &[top.into()]);
+        // It does not fit: the protocol below works on the memory word.
+        self.b.switch_to_block(full);
+        self.b.set_cold_block(full);
+        self.b.ins().store(trusted(), st, sa, 0);
+        self.b.ins().jump(try_fast, &[]);
 
         // Step 1: the generation (not FAILED); step 2: the add.
         self.b.switch_to_block(try_fast);
@@ -1685,21 +1785,22 @@ impl Lower<'_, '_> {
             .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, sa, words);
         let (top, fits) = self.tlab_fits(old, words);
         let one = self.b.ins().iconst(types::I32, 1);
-        self.b.ins().brif(
-            fits,
-            got,
-            &[top.into()],
-            slow,
-            &[g.into(), old.into(), one.into()],
-        );
+        let added = self.b.create_block();
+        self.b
+            .ins()
+            .brif(fits, added, &[], slow, &[g.into(), old.into(), one.into()]);
+        // (On a slot that owns its TLAB the add never fits where the bump
+        // did not; take the word from memory all the same.)
+        self.b.switch_to_block(added);
+        self.tlab_reload();
+        self.b.ins().jump(got, &[top.into()]);
 
         // The object is at `top`: write its header (the memory is zero).
         self.b.switch_to_block(got);
         let at = self.b.block_params(got)[0];
         let off = self.b.ins().ishl_imm_u(at, 3);
         let addr = self.b.ins().iadd(heap, off);
-        self.b.ins().store(trusted(), tag, addr, 0);
-        self.b.ins().store(trusted(), word1, addr, 4);
+        self.b.ins().store(trusted(), header, addr, 0);
         let r = self.b.ins().ireduce(types::I32, at);
         self.b.ins().jump(done, &[r.into()]);
 
@@ -1711,8 +1812,11 @@ impl Lower<'_, '_> {
         let call = self
             .b
             .ins()
-            .call(fr, &[ctx, slot, tag, word1, p[0], p[1], p[2]]);
+            .call(fr, &[ctx, slot, header, p[0], p[1], p[2]]);
         let res = self.b.inst_results(call)[0];
+        // The refill changed the memory word; the deopt exits below write
+        // the kept state back, so it must be the new one first.
+        self.tlab_reload();
         let failed = self
             .b
             .ins()

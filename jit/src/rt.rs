@@ -20,7 +20,8 @@ pub const ALLOC_FAILED: u32 = 0;
 /// `HEAP_START_WORDS` (2), so 0 and 1 are free as codes.
 pub const ALLOC_SAFEPOINT: u32 = 1;
 
-/// Allocate the object with header words `(tag, word1)` for slot `slot`.
+/// Allocate the object with header words `(tag, word1)` (`header` is
+/// `word1 << 32 | tag`) for slot `slot`.
 /// `added` non-zero means compiled code already read generation `g` and
 /// did its add on the slot's TLAB, which returned `old` without room; the
 /// protocol is completed here (this caller may be the designated refiller,
@@ -35,8 +36,7 @@ pub const ALLOC_SAFEPOINT: u32 = 1;
 pub unsafe extern "C" fn offload_alloc_slow(
     ctx: *const LaunchCtx,
     slot: u64,
-    tag: u32,
-    word1: u32,
+    header: u64,
     g: u64,
     old: u64,
     added: u32,
@@ -48,7 +48,7 @@ pub unsafe extern "C" fn offload_alloc_slow(
         let ctx = unsafe { &*ctx };
         // SAFETY: `allocator` is the launch's allocator (see `LaunchCtx`).
         let alloc = unsafe { &*ctx.allocator.cast::<Allocator<'_>>() };
-        let Some(header) = Header::decode(tag, word1) else {
+        let Some(header) = Header::decode(header as u32, (header >> 32) as u32) else {
             return ALLOC_FAILED;
         };
         let at = if added != 0 {
