@@ -199,9 +199,41 @@ pub fn ref_facts(v: &Verified, func: FuncId) -> Vec<Option<RefState>> {
     at
 }
 
+/// For an instruction that dereferences one of its operands (other than a
+/// call): that operand's place below the top, how many operands it pops
+/// and how many results it pushes.
+fn dereference(inst: Inst) -> Option<(usize, usize, usize)> {
+    Some(match inst {
+        Inst::GetField { .. } | Inst::ArrayLen => (0, 1, 1),
+        Inst::PutField { .. } => (1, 2, 0),
+        Inst::I32ALoad | Inst::I64ALoad | Inst::F32ALoad | Inst::F64ALoad | Inst::RefALoad => {
+            (1, 2, 1)
+        }
+        Inst::I32AStore | Inst::I64AStore | Inst::F32AStore | Inst::F64AStore | Inst::RefAStore => {
+            (2, 3, 0)
+        }
+        Inst::I32ArrayAtomicAdd | Inst::I64ArrayAtomicAdd => (2, 3, 1),
+        Inst::I32ArrayCmpxchg | Inst::I64ArrayCmpxchg => (3, 4, 1),
+        Inst::FieldAtomicAdd { .. } => (1, 2, 1),
+        Inst::FieldCmpxchg { .. } => (2, 3, 1),
+        _ => return None,
+    })
+}
+
 /// The state after `inst` at `bci` on each of its outgoing edges.
 fn step(v: &Verified, inst: Inst, bci: Bci, mut st: RefState) -> Vec<(Bci, RefState)> {
     let d = st.stack.len();
+    if let Some((operand, pops, pushes)) = dereference(inst) {
+        st.proven(operand);
+        st.pop(pops);
+        st.stack
+            .extend(std::iter::repeat_n(RefFact::Unknown, pushes));
+        return inst
+            .successors(bci)
+            .into_iter()
+            .map(|s| (s, st.clone()))
+            .collect();
+    }
     match inst {
         Inst::Load { local } => st.stack.push(RefFact::Local(local.index() as u32)),
         Inst::Store { local } => {
@@ -235,49 +267,6 @@ fn step(v: &Verified, inst: Inst, bci: Bci, mut st: RefState) -> Vec<(Bci, RefSt
             st.stack.push(RefFact::Fresh);
         }
         Inst::CheckCast { .. } => {}
-        Inst::GetField { .. } => {
-            st.proven(0);
-            st.pop(1);
-            st.stack.push(RefFact::Unknown);
-        }
-        Inst::PutField { .. } => {
-            st.proven(1);
-            st.pop(2);
-        }
-        Inst::ArrayLen => {
-            st.proven(0);
-            st.pop(1);
-            st.stack.push(RefFact::Unknown);
-        }
-        Inst::I32ALoad | Inst::I64ALoad | Inst::F32ALoad | Inst::F64ALoad | Inst::RefALoad => {
-            st.proven(1);
-            st.pop(2);
-            st.stack.push(RefFact::Unknown);
-        }
-        Inst::I32AStore | Inst::I64AStore | Inst::F32AStore | Inst::F64AStore | Inst::RefAStore => {
-            st.proven(2);
-            st.pop(3);
-        }
-        Inst::I32ArrayAtomicAdd | Inst::I64ArrayAtomicAdd => {
-            st.proven(2);
-            st.pop(3);
-            st.stack.push(RefFact::Unknown);
-        }
-        Inst::I32ArrayCmpxchg | Inst::I64ArrayCmpxchg => {
-            st.proven(3);
-            st.pop(4);
-            st.stack.push(RefFact::Unknown);
-        }
-        Inst::FieldAtomicAdd { .. } => {
-            st.proven(1);
-            st.pop(2);
-            st.stack.push(RefFact::Unknown);
-        }
-        Inst::FieldCmpxchg { .. } => {
-            st.proven(2);
-            st.pop(3);
-            st.stack.push(RefFact::Unknown);
-        }
         Inst::Call { func } | Inst::CallVirt { method: func } => {
             let callee = v.func(func);
             let nargs = callee.param_count as usize;
