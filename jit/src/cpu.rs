@@ -307,11 +307,13 @@ struct Env {
     /// This slot's shared TLAB (null: none) and the large-object limit.
     tlab: Option<Value>,
     large_words: Option<Value>,
-    /// The largest object (words) this slot bumps in a TLAB of its own
-    /// with a plain load and store: the large-object limit when the slot
-    /// has a TLAB no other slot shares, else 0 (no object is that small).
+    /// In a kernel that may allocate: the largest object (words) this
+    /// slot bumps in a TLAB of its own with a plain load and store: the
+    /// large-object limit when the slot has a TLAB no other slot shares,
+    /// else 0 (no object is that small).
     own_limit: Option<Value>,
-    /// Whether this slot has a TLAB of its own (`own_limit != 0`).
+    /// In a kernel that may allocate: whether this slot has a TLAB of its
+    /// own (`own_limit != 0`).
     own: Option<Value>,
     /// In a kernel that may allocate, on a slot with a TLAB of its own:
     /// the TLAB's state word, kept here rather than in memory while the
@@ -496,36 +498,27 @@ impl Lower<'_, '_> {
             .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
         self.env.tlab = Some(tlab);
         self.env.large_words = Some(large);
-        let exclusive = self
-            .b
-            .ins()
-            .load(types::I64, trusted(), ctx, offsets::EXCLUSIVE_TLABS);
-        let exclusive = self.b.ins().icmp_imm_s(IntCC::NotEqual, exclusive, 0);
-        let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tlab, 0);
-        let own = self.b.ins().band(exclusive, has);
-        let zero = self.b.ins().iconst(types::I64, 0);
-        let own_limit = self.b.ins().select(own, large, zero);
-        self.env.own_limit = Some(own_limit);
-        self.env.own = Some(own);
         if plan::may_allocate(self.prog, self.cur.func) {
             let nv = self.var(types::I64);
             let off = self.nursery_off();
             self.b.def_var(nv, off);
             self.env.nursery = Some(nv);
+            let exclusive = self
+                .b
+                .ins()
+                .load(types::I64, trusted(), ctx, offsets::EXCLUSIVE_TLABS);
+            let exclusive = self.b.ins().icmp_imm_s(IntCC::NotEqual, exclusive, 0);
+            let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tlab, 0);
+            let own = self.b.ins().band(exclusive, has);
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let own_limit = self.b.ins().select(own, large, zero);
+            self.env.own_limit = Some(own_limit);
+            self.env.own = Some(own);
             // The TLAB state, from memory when the slot owns its TLAB.
             let sv = self.var(types::I64);
             self.env.tlab_state = Some(sv);
-            let load = self.b.create_block();
-            let cont = self.b.create_block();
-            self.b.append_block_param(cont, types::I64);
-            self.b.ins().brif(own, load, &[], cont, &[zero.into()]);
-            self.b.switch_to_block(load);
-            let sa = self.tlab_state_addr();
-            let st = self.b.ins().load(types::I64, trusted(), sa, 0);
-            self.b.ins().jump(cont, &[st.into()]);
-            self.b.switch_to_block(cont);
-            let st = self.b.block_params(cont)[0];
-            self.b.def_var(sv, st);
+            self.b.def_var(sv, zero);
+            self.tlab_reload();
         }
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw = self
@@ -1127,35 +1120,35 @@ impl Lower<'_, '_> {
     /// Store the TLAB state kept in [`Env::tlab_state`] to memory, on a
     /// slot that owns its TLAB: before Rust code may read or change it.
     fn tlab_write_back(&mut self) {
-        let Some(sv) = self.env.tlab_state else {
-            return;
-        };
-        let own = self.env.own.expect("set");
-        let store = self.b.create_block();
-        let cont = self.b.create_block();
-        self.b.ins().brif(own, store, &[], cont, &[]);
-        self.b.switch_to_block(store);
-        let st = self.b.use_var(sv);
-        let sa = self.tlab_state_addr();
-        self.b.ins().store(trusted(), st, sa, 0);
-        self.b.ins().jump(cont, &[]);
-        self.b.switch_to_block(cont);
+        self.when_own(|lw, sv| {
+            let st = lw.b.use_var(sv);
+            let sa = lw.tlab_state_addr();
+            lw.b.ins().store(trusted(), st, sa, 0);
+        });
     }
 
     /// Take the TLAB state from memory again, on a slot that owns its
     /// TLAB, after Rust code or the shared protocol may have changed it.
     fn tlab_reload(&mut self) {
+        self.when_own(|lw, sv| {
+            let sa = lw.tlab_state_addr();
+            let st = lw.b.ins().load(types::I64, trusted(), sa, 0);
+            lw.b.def_var(sv, st);
+        });
+    }
+
+    /// Emit `body` (given [`Env::tlab_state`]) in a block run only on a
+    /// slot that owns its TLAB; nothing in kernels that do not allocate.
+    fn when_own(&mut self, body: impl FnOnce(&mut Self, Variable)) {
         let Some(sv) = self.env.tlab_state else {
             return;
         };
-        let own = self.env.own.expect("set");
-        let load = self.b.create_block();
+        let own = self.env.own.expect("set with the state");
+        let then = self.b.create_block();
         let cont = self.b.create_block();
-        self.b.ins().brif(own, load, &[], cont, &[]);
-        self.b.switch_to_block(load);
-        let sa = self.tlab_state_addr();
-        let st = self.b.ins().load(types::I64, trusted(), sa, 0);
-        self.b.def_var(sv, st);
+        self.b.ins().brif(own, then, &[], cont, &[]);
+        self.b.switch_to_block(then);
+        body(self, sv);
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
     }
