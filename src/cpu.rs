@@ -206,6 +206,11 @@ pub(crate) fn launch(
         exclusive_tlabs: u64::from(exclusive(&tlabs)),
         young: u64::from(alloc.young_start()),
         nursery: u64::from(inner.reclaim && exclusive(&tlabs)),
+        own_limit: if exclusive(&tlabs) {
+            u64::from(alloc.large_words())
+        } else {
+            0
+        },
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();

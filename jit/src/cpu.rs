@@ -94,6 +94,7 @@ use cranelift_codegen::ir::{
     AbiParam, AtomicRmwOp, Block, FuncRef, InstBuilder, MemFlagsData, Signature, Type as ClType,
     Value, types,
 };
+use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId as ClFuncId, Linkage, Module};
@@ -118,7 +119,9 @@ struct Imports {
 }
 
 impl Imports {
-    fn declare(module: &mut JITModule) -> Result<Imports, JitError> {
+    /// Declare the math functions, and for a kernel that `allocates` the
+    /// runtime's allocation calls.
+    fn declare(module: &mut JITModule, allocates: bool) -> Result<Imports, JitError> {
         let mut funcs = HashMap::new();
         let sigs: [(&str, &[ClType]); 14] = [
             ("offload_f32_rem", &[types::F32, types::F32]),
@@ -137,40 +140,93 @@ impl Imports {
             ("offload_f64_fma", &[types::F64, types::F64, types::F64]),
         ];
         let ptr = module.target_config().pointer_type();
-        let mut declare = |name: &'static str, params: &[ClType], ret: Option<ClType>| {
-            let mut sig = module.make_signature();
-            for &p in params {
-                sig.params.push(AbiParam::new(p));
-            }
-            sig.returns.extend(ret.map(AbiParam::new));
-            let id = module
-                .declare_function(name, Linkage::Import, &sig)
-                .map_err(|e| JitError::Codegen(format!("declaring {name}: {e}")))?;
-            funcs.insert(name, id);
-            Ok::<(), JitError>(())
-        };
+        let declare =
+            |module: &mut JITModule, name: &'static str, params: &[ClType], ret: Option<ClType>| {
+                let mut sig = module.make_signature();
+                for &p in params {
+                    sig.params.push(AbiParam::new(p));
+                }
+                sig.returns.extend(ret.map(AbiParam::new));
+                module
+                    .declare_function(name, Linkage::Import, &sig)
+                    .map_err(|e| JitError::Codegen(format!("declaring {name}: {e}")))
+            };
         for (name, params) in sigs {
-            declare(name, params, Some(params[0]))?;
+            funcs.insert(name, declare(module, name, params, Some(params[0]))?);
         }
-        declare(
-            "offload_alloc_slow",
-            &[
-                ptr,
-                types::I64,
-                types::I64,
-                types::I64,
-                types::I64,
-                types::I32,
-            ],
-            Some(types::I32),
-        )?;
-        declare(
-            "offload_nursery_reset",
-            &[ptr, types::I64, types::I64, types::I64],
-            None,
-        )?;
+        // The runtime calls of allocating kernels, each through a
+        // trampoline that preserves every register (below).
+        let slow = [
+            ptr,
+            types::I64,
+            types::I64,
+            types::I64,
+            types::I64,
+            types::I32,
+        ];
+        let reset = [ptr, types::I64, types::I64, types::I64];
+        let runtime: [(&'static str, &'static str, &[ClType]); 2] = [
+            ("offload_alloc_slow", "offload_alloc_slow_preserving", &slow),
+            (
+                "offload_nursery_reset",
+                "offload_nursery_reset_preserving",
+                &reset,
+            ),
+        ];
+        for (name, trampoline, params) in runtime.into_iter().filter(|_| allocates) {
+            let target = declare(module, name, params, None)?;
+            let id = preserving_trampoline(module, trampoline, target, params)?;
+            funcs.insert(name, id);
+        }
         Ok(Imports { funcs })
     }
+}
+
+/// Define `name`, a function of Cranelift's `preserve_all` convention
+/// that calls `target` (a Rust `extern "C"` function of the same
+/// parameters and no result) and returns. Compiled code makes its rare
+/// runtime calls through these, so that a call on a cold path — the
+/// allocation slow path inside a kernel's loop, the nursery reset between
+/// workitems — clobbers no register: otherwise every value live across the
+/// call (the loop's counters, the heap base, the TLAB state) must sit in
+/// one of the five callee-saved registers or on the stack, and is reloaded
+/// on every iteration of the hot path. The trampoline saves what the call
+/// clobbers only when it runs. (`preserve_all` returns nothing, so results
+/// come back through memory: `SlotWords::slow_result`.)
+fn preserving_trampoline(
+    module: &mut JITModule,
+    name: &str,
+    target: ClFuncId,
+    params: &[ClType],
+) -> Result<ClFuncId, JitError> {
+    let mut sig = module.make_signature();
+    sig.call_conv = CallConv::PreserveAll;
+    for &p in params {
+        sig.params.push(AbiParam::new(p));
+    }
+    let id = module
+        .declare_function(name, Linkage::Local, &sig)
+        .map_err(|e| JitError::Codegen(format!("declaring {name}: {e}")))?;
+    let mut ctx = module.make_context();
+    ctx.func.signature = sig;
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let args = b.block_params(entry).to_vec();
+        let callee = module.declare_func_in_func(target, b.func);
+        b.ins().call(callee, &args);
+        b.ins().return_(&[]);
+        b.finalize(module.target_config());
+    }
+    module
+        .define_function(id, &mut ctx)
+        .map_err(|e| JitError::Codegen(format!("defining {name}: {e:?}")))?;
+    module.clear_context(&mut ctx);
+    Ok(id)
 }
 
 /// Fault injection compiled into a kernel version (tests only; a version
@@ -237,7 +293,7 @@ pub(crate) fn compile(
         .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
     let mut meta = DeoptMetadata::new(analysis, k, version);
     plan::check_options(&meta, &opts)?;
-    let imports = Imports::declare(module)?;
+    let imports = Imports::declare(module, plan::may_allocate(prog, k))?;
 
     let ptr = module.target_config().pointer_type();
     let mut sig: Signature = module.make_signature();
@@ -275,6 +331,10 @@ pub(crate) fn compile(
         funcs.sort_by_key(|(name, _)| **name);
         for (name, &fid) in funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
+            // The trampolines are defined in this module, but cranelift-jit
+            // may place them further than a 32-bit call reaches: call
+            // every function through its absolute address.
+            lw.b.func.dfg.ext_funcs[fr].colocated = false;
             lw.math.insert(*name, fr);
         }
         lw.build()?;
@@ -282,6 +342,7 @@ pub(crate) fn compile(
         lw.b.finalize(module.target_config());
         meta = lw.meta;
     }
+    crate::ssa::remove_redundant_params(&mut ctx.func);
     module
         .define_function(id, &mut ctx)
         .map_err(|e| JitError::Codegen(format!("{e:?}\n{}", ctx.func.display())))?;
@@ -290,6 +351,7 @@ pub(crate) fn compile(
     if let Some(out) = clif {
         *out = ctx.func.display().to_string();
     }
+
     module.clear_context(&mut ctx);
     Ok((id, meta))
 }
@@ -304,17 +366,6 @@ struct Env {
     hi: Option<Variable>,
     done: Option<Variable>,
     next_item: Option<Block>,
-    /// This slot's shared TLAB (null: none) and the large-object limit.
-    tlab: Option<Value>,
-    large_words: Option<Value>,
-    /// In a kernel that may allocate: the largest object (words) this
-    /// slot bumps in a TLAB of its own with a plain load and store: the
-    /// large-object limit when the slot has a TLAB no other slot shares,
-    /// else 0 (no object is that small).
-    own_limit: Option<Value>,
-    /// In a kernel that may allocate: whether this slot has a TLAB of its
-    /// own (`own_limit != 0`).
-    own: Option<Value>,
     /// In a kernel that may allocate, on a slot with a TLAB of its own:
     /// the TLAB's state word, kept here rather than in memory while the
     /// slot runs (the memory word is current whenever Rust code may read
@@ -488,32 +539,12 @@ impl Lower<'_, '_> {
         self.env.ctx = Some(ctx);
         self.env.slot = Some(slot);
         self.env.heap = Some(heap);
-        let tlabs = self.b.ins().load(self.ptr, trusted(), ctx, offsets::TLABS);
-        let toff = self.b.ins().imul_imm_s(slot, i64::from(self.ptr.bytes()));
-        let tat = self.b.ins().iadd(tlabs, toff);
-        let tlab = self.b.ins().load(self.ptr, trusted(), tat, 0);
-        let large = self
-            .b
-            .ins()
-            .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
-        self.env.tlab = Some(tlab);
-        self.env.large_words = Some(large);
         if plan::may_allocate(self.prog, self.cur.func) {
             let nv = self.var(types::I64);
             let off = self.nursery_off();
             self.b.def_var(nv, off);
             self.env.nursery = Some(nv);
-            let exclusive = self
-                .b
-                .ins()
-                .load(types::I64, trusted(), ctx, offsets::EXCLUSIVE_TLABS);
-            let exclusive = self.b.ins().icmp_imm_s(IntCC::NotEqual, exclusive, 0);
-            let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tlab, 0);
-            let own = self.b.ins().band(exclusive, has);
             let zero = self.b.ins().iconst(types::I64, 0);
-            let own_limit = self.b.ins().select(own, large, zero);
-            self.env.own_limit = Some(own_limit);
-            self.env.own = Some(own);
             // The TLAB state, from memory when the slot owns its TLAB.
             let sv = self.var(types::I64);
             self.env.tlab_state = Some(sv);
@@ -1108,10 +1139,29 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(after);
     }
 
-    /// The address of this slot's TLAB state word (`end << 32 | top`);
-    /// meaningful only when the slot has a TLAB.
-    fn tlab_state_addr(&mut self) -> Value {
-        let tl = self.env.tlab.expect("set");
+    /// This slot's shared TLAB (null: the policy has none). Loaded where
+    /// it is used — on the allocation paths that leave the slot's own bump
+    /// — rather than kept in a register through every loop that allocates
+    /// (so are [`Lower::own_limit`] and the large-object limit).
+    fn tlab(&mut self) -> Value {
+        let (ctx, slot, _) = self.e();
+        let tlabs = self.b.ins().load(self.ptr, trusted(), ctx, offsets::TLABS);
+        let toff = self.b.ins().imul_imm_s(slot, i64::from(self.ptr.bytes()));
+        let tat = self.b.ins().iadd(tlabs, toff);
+        self.b.ins().load(self.ptr, trusted(), tat, 0)
+    }
+
+    /// The largest object this slot bumps in a TLAB of its own
+    /// (`LaunchCtx::own_limit`; 0 when it has none).
+    fn own_limit(&mut self) -> Value {
+        let (ctx, _, _) = self.e();
+        self.b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::OWN_LIMIT)
+    }
+
+    /// The address of TLAB `tl`'s state word (`end << 32 | top`).
+    fn tlab_state_addr(&mut self, tl: Value) -> Value {
         self.b
             .ins()
             .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET))
@@ -1122,7 +1172,8 @@ impl Lower<'_, '_> {
     fn tlab_write_back(&mut self) {
         self.when_own(|lw, sv| {
             let st = lw.b.use_var(sv);
-            let sa = lw.tlab_state_addr();
+            let tl = lw.tlab();
+            let sa = lw.tlab_state_addr(tl);
             lw.b.ins().store(trusted(), st, sa, 0);
         });
     }
@@ -1131,7 +1182,8 @@ impl Lower<'_, '_> {
     /// TLAB, after Rust code or the shared protocol may have changed it.
     fn tlab_reload(&mut self) {
         self.when_own(|lw, sv| {
-            let sa = lw.tlab_state_addr();
+            let tl = lw.tlab();
+            let sa = lw.tlab_state_addr(tl);
             let st = lw.b.ins().load(types::I64, trusted(), sa, 0);
             lw.b.def_var(sv, st);
         });
@@ -1143,7 +1195,7 @@ impl Lower<'_, '_> {
         let Some(sv) = self.env.tlab_state else {
             return;
         };
-        let own = self.env.own.expect("set with the state");
+        let own = self.own_limit();
         let then = self.b.create_block();
         let cont = self.b.create_block();
         self.b.ins().brif(own, then, &[], cont, &[]);
@@ -1684,9 +1736,7 @@ impl Lower<'_, '_> {
     /// the slow path with `Safepoint` (the frame state is the current one,
     /// which must be the site's state at `bci`). Returns the reference.
     fn allocate(&mut self, bci: Bci, tag: Value, word1: Value, words: Value) -> Value {
-        let (ctx, slot, heap) = self.e();
-        let tl = self.env.tlab.expect("set");
-        let large = self.env.large_words.expect("set");
+        let (_, slot, heap) = self.e();
         let done = self.b.create_block();
         self.b.append_block_param(done, types::I32);
         let slow = self.b.create_block();
@@ -1694,6 +1744,7 @@ impl Lower<'_, '_> {
             self.b.append_block_param(slow, t);
         }
         let try_fast = self.b.create_block();
+        self.b.append_block_param(try_fast, self.ptr);
         let add = self.b.create_block();
         let got = self.b.create_block();
         self.b.append_block_param(got, types::I64);
@@ -1706,13 +1757,11 @@ impl Lower<'_, '_> {
         let w64 = self.b.ins().uextend(types::I64, word1);
         let w64 = self.b.ins().ishl_imm_u(w64, 32);
         let header = self.b.ins().bor(t64, w64);
-        // The state word's address (used only when there is a TLAB).
-        let sa = self.tlab_state_addr();
         let shared = self.b.create_block();
         let own_bump = self.b.create_block();
         // One compare decides the common case: a small object and a TLAB
-        // of this slot's own (`Env::own_limit`).
-        let own_limit = self.env.own_limit.expect("set");
+        // of this slot's own (`LaunchCtx::own_limit`, in memory).
+        let own_limit = self.own_limit();
         let own = self
             .b
             .ins()
@@ -1725,6 +1774,12 @@ impl Lower<'_, '_> {
         // Both work on the memory word (a large object's slow path may
         // park at a safepoint, and reloads the word when it returns).
         self.tlab_write_back();
+        let tl = self.tlab();
+        let (ctx, _, _) = self.e();
+        let large = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
         let has = self.b.ins().icmp_imm_s(IntCC::NotEqual, tl, 0);
         let small = self
             .b
@@ -1734,7 +1789,7 @@ impl Lower<'_, '_> {
         self.b.ins().brif(
             ok,
             try_fast,
-            &[],
+            &[tl.into()],
             slow,
             &[z64.into(), z64.into(), z32.into()],
         );
@@ -1757,11 +1812,15 @@ impl Lower<'_, '_> {
         // It does not fit: the protocol below works on the memory word.
         self.b.switch_to_block(full);
         self.b.set_cold_block(full);
+        let tl = self.tlab();
+        let sa = self.tlab_state_addr(tl);
         self.b.ins().store(trusted(), st, sa, 0);
-        self.b.ins().jump(try_fast, &[]);
+        self.b.ins().jump(try_fast, &[tl.into()]);
 
         // Step 1: the generation (not FAILED); step 2: the add.
         self.b.switch_to_block(try_fast);
+        let tl = self.b.block_params(try_fast)[0];
+        let sa = self.tlab_state_addr(tl);
         let ga = self
             .b
             .ins()
@@ -1802,11 +1861,15 @@ impl Lower<'_, '_> {
         self.b.set_cold_block(slow);
         let p = self.b.block_params(slow).to_vec();
         let fr = self.math["offload_alloc_slow"];
-        let call = self
-            .b
+        let (ctx, _, _) = self.e();
+        self.b
             .ins()
             .call(fr, &[ctx, slot, header, p[0], p[1], p[2]]);
-        let res = self.b.inst_results(call)[0];
+        let at = self.slot_words();
+        let res = self
+            .b
+            .ins()
+            .load(types::I32, trusted(), at, offsets::SLOT_SLOW_RESULT);
         // The refill changed the memory word; the deopt exits below write
         // the kept state back, so it must be the new one first.
         self.tlab_reload();

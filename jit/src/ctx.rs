@@ -10,20 +10,25 @@ use std::sync::atomic::{AtomicI64, AtomicU32};
 /// [`LaunchCtx::records_per_slot`].)
 pub const CONTROL_SAFEPOINT: u32 = 2;
 
+// The exit codes other than `EXIT_DONE` are numbers no kernel is likely to
+// use in its hot code: Cranelift merges equal constants, and a code equal to
+// one the loop uses (the safepoint bit, a loop step) would be materialized
+// in the loop and held in a register for the exit that returns it.
+
 /// Slot exit: the range is exhausted.
 pub const EXIT_DONE: u32 = 0;
 /// Slot exit: it saw the control word set and stopped between workitems; its
 /// unstarted rest is in `never_ran`.
-pub const EXIT_STOPPED: u32 = 1;
+pub const EXIT_STOPPED: u32 = 0x0E51;
 /// Slot exit: its records are full, or it deoptimized at a safepoint; the
 /// records are in the save area and its unstarted rest in `never_ran`.
-pub const EXIT_DEOPT: u32 = 2;
+pub const EXIT_DEOPT: u32 = 0x0E52;
 /// Slot exit: it wrote a save record and has room for more; its unstarted
 /// rest is in `never_ran` and its record count in `records`. The host enters
 /// it again at once (and replays nothing yet). Deopt exits leave the slot
 /// function rather than jump back into its loop, so that Cranelift keeps
 /// what only they use out of the loop's registers.
-pub const EXIT_RECORDED: u32 = 3;
+pub const EXIT_RECORDED: u32 = 0x0E53;
 
 /// What a compiled slot loop needs. The runtime owns every pointed-to object
 /// and keeps it alive (and the heap committed) for the whole launch.
@@ -75,6 +80,12 @@ pub struct LaunchCtx {
     /// at its end (the nursery reset; `cpu` module docs): every slot has
     /// a TLAB of its own and the runtime reclaims dead objects.
     pub nursery: u64,
+    /// The largest object (words) a slot bumps in a TLAB of its own with a
+    /// plain load and store: `large_words` when every slot's TLAB is its
+    /// own (`exclusive_tlabs`), else 0 (no object is that small). Compiled
+    /// code compares against it in memory, rather than keep it in a
+    /// register through every loop that allocates.
+    pub own_limit: u64,
 }
 
 /// The words one slot writes and the host reads between the slot's
@@ -100,6 +111,10 @@ pub struct SlotWords {
     /// Heap words of dead workitem objects it handed back to its TLAB at
     /// workitem ends ([`LaunchCtx::nursery`]).
     pub recycled: u64,
+    /// The answer of the allocation slow path's last call
+    /// ([`crate::rt::offload_alloc_slow`]): compiled code calls it through a
+    /// convention that preserves every register and passes no result back.
+    pub slow_result: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -147,6 +162,8 @@ pub mod offsets {
     pub const YOUNG: i32 = 112;
     /// `nursery`.
     pub const NURSERY: i32 = 120;
+    /// `own_limit`.
+    pub const OWN_LIMIT: i32 = 128;
 
     /// Bytes from one slot's [`super::SlotWords`] to the next.
     pub const SLOT_BYTES: i64 = 128;
@@ -162,6 +179,8 @@ pub mod offsets {
     pub const SLOT_ESCAPED: i32 = 32;
     /// `SlotWords::recycled`.
     pub const SLOT_RECYCLED: i32 = 40;
+    /// `SlotWords::slow_result`.
+    pub const SLOT_SLOW_RESULT: i32 = 48;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -219,9 +238,14 @@ mod tests {
         assert_eq!(offset_of!(SlotWords, escaped) as i32, offsets::SLOT_ESCAPED);
         assert_eq!(offset_of!(LaunchCtx, young) as i32, offsets::YOUNG);
         assert_eq!(offset_of!(LaunchCtx, nursery) as i32, offsets::NURSERY);
+        assert_eq!(offset_of!(LaunchCtx, own_limit) as i32, offsets::OWN_LIMIT);
         assert_eq!(
             offset_of!(SlotWords, recycled) as i32,
             offsets::SLOT_RECYCLED
+        );
+        assert_eq!(
+            offset_of!(SlotWords, slow_result) as i32,
+            offsets::SLOT_SLOW_RESULT
         );
     }
 }

@@ -30,6 +30,7 @@ pub mod ptxlib;
 pub mod ptxsim;
 pub mod rt;
 pub mod spec;
+mod ssa;
 
 use cranelift_jit::{JITBuilder, JITModule};
 use offload_deopt::DeoptMetadata;

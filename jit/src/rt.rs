@@ -25,14 +25,18 @@ pub const ALLOC_SAFEPOINT: u32 = 1;
 /// `added` non-zero means compiled code already read generation `g` and
 /// did its add on the slot's TLAB, which returned `old` without room; the
 /// protocol is completed here (this caller may be the designated refiller,
-/// so it must be). Returns the reference, [`ALLOC_FAILED`] or
-/// [`ALLOC_SAFEPOINT`].
+/// so it must be). The answer — the reference, [`ALLOC_FAILED`] or
+/// [`ALLOC_SAFEPOINT`] — goes to the slot's `slow_result` word: compiled
+/// code calls this through a trampoline that preserves every register
+/// (Cranelift's `preserve_all`, which passes no results back), so that
+/// the values a kernel keeps in registers need not be spilled around a
+/// call that almost never happens.
 ///
 /// # Safety
 ///
 /// `ctx` is the live launch context of the calling slot loop, whose
-/// `allocator` points to the launch's [`Allocator`] and whose `control`
-/// is valid; `slot` is the caller's slot.
+/// `allocator` points to the launch's [`Allocator`], whose `control` is
+/// valid and whose `slots` has an entry for `slot`, the caller's slot.
 pub unsafe extern "C" fn offload_alloc_slow(
     ctx: *const LaunchCtx,
     slot: u64,
@@ -40,12 +44,23 @@ pub unsafe extern "C" fn offload_alloc_slow(
     g: u64,
     old: u64,
     added: u32,
-) -> u32 {
+) {
+    // SAFETY: the caller guarantees `ctx` and what it points to.
+    let r = unsafe { alloc_slow(&*ctx, slot, header, g, old, added) };
+    // SAFETY: `slots` has an entry for `slot`; each slot writes only its own
+    // `SlotWords` while it runs, and the host reads them after it returned.
+    unsafe { (*(*ctx).slots.add(slot as usize)).slow_result = u64::from(r) };
+}
+
+/// [`offload_alloc_slow`]'s answer.
+///
+/// # Safety
+///
+/// As for [`offload_alloc_slow`].
+unsafe fn alloc_slow(ctx: &LaunchCtx, slot: u64, header: u64, g: u64, old: u64, added: u32) -> u32 {
     // Never unwind into compiled code: a panic is a failed allocation (the
     // interpreter re-executes it and reports what is wrong).
     std::panic::catch_unwind(|| {
-        // SAFETY: the caller guarantees `ctx` and what it points to.
-        let ctx = unsafe { &*ctx };
         // SAFETY: `allocator` is the launch's allocator (see `LaunchCtx`).
         let alloc = unsafe { &*ctx.allocator.cast::<Allocator<'_>>() };
         let Some(header) = Header::decode(header as u32, (header >> 32) as u32) else {
