@@ -154,8 +154,12 @@ impl Imports {
         for (name, params) in sigs {
             funcs.insert(name, declare(module, name, params, Some(params[0]))?);
         }
-        // The runtime calls of allocating kernels, each through a
-        // trampoline that preserves every register (below).
+        // The runtime calls of allocating kernels: the slow path through a
+        // trampoline that preserves every register (below); the nursery
+        // reset, made at the end of every workitem, as a plain call — the
+        // trampoline would save and restore 9 general and 16 vector
+        // registers each time, where the register allocator spills only
+        // what is live across the call.
         let slow = [
             ptr,
             types::I64,
@@ -165,18 +169,12 @@ impl Imports {
             types::I32,
         ];
         let reset = [ptr, types::I64, types::I64, types::I64];
-        let runtime: [(&'static str, &'static str, &[ClType]); 2] = [
-            ("offload_alloc_slow", "offload_alloc_slow_preserving", &slow),
-            (
-                "offload_nursery_reset",
-                "offload_nursery_reset_preserving",
-                &reset,
-            ),
-        ];
-        for (name, trampoline, params) in runtime.into_iter().filter(|_| allocates) {
-            let target = declare(module, name, params, None)?;
-            let id = preserving_trampoline(module, trampoline, target, params)?;
-            funcs.insert(name, id);
+        if allocates {
+            let target = declare(module, "offload_alloc_slow", &slow, None)?;
+            let id = preserving_trampoline(module, "offload_alloc_slow_preserving", target, &slow)?;
+            funcs.insert("offload_alloc_slow", id);
+            let id = declare(module, "offload_nursery_reset", &reset, None)?;
+            funcs.insert("offload_nursery_reset", id);
         }
         Ok(Imports { funcs })
     }
@@ -186,13 +184,13 @@ impl Imports {
 /// that calls `target` (a Rust `extern "C"` function of the same
 /// parameters and no result) and returns. Compiled code makes its rare
 /// runtime calls through these, so that a call on a cold path — the
-/// allocation slow path inside a kernel's loop, the nursery reset between
-/// workitems — clobbers no register: otherwise every value live across the
-/// call (the loop's counters, the heap base, the TLAB state) must sit in
-/// one of the five callee-saved registers or on the stack, and is reloaded
-/// on every iteration of the hot path. The trampoline saves what the call
-/// clobbers only when it runs. (`preserve_all` returns nothing, so results
-/// come back through memory: `SlotWords::slow_result`.)
+/// allocation slow path inside a kernel's loop — clobbers no register:
+/// otherwise every value live across the call (the loop's counters, the
+/// heap base, the TLAB state) must sit in one of the five callee-saved
+/// registers or on the stack, and is reloaded on every iteration of the
+/// hot path. The trampoline saves what the call clobbers only when it
+/// runs. (`preserve_all` returns nothing, so results come back through
+/// memory: `SlotWords::slow_result`.)
 fn preserving_trampoline(
     module: &mut JITModule,
     name: &str,
