@@ -64,8 +64,17 @@
 //! `new`/`newarray` run the shared-TLAB fast path inline (generation check,
 //! one atomic add, bounds compare, header stores) and call
 //! [`crate::rt::offload_alloc_slow`] for the designated refill, waiting,
-//! large objects and TLAB-less policies; `instanceof`/`checkcast` compare
-//! the header's class id with the target's subclasses.
+//! large objects and TLAB-less policies — through a `preserve_all`
+//! trampoline, so that the call, which sits inside the loops that allocate,
+//! clobbers no register; `instanceof`/`checkcast` compare the header's
+//! class id with the target's subclasses.
+//!
+//! Register pressure is the CPU device's main cost, so what only cold paths
+//! use (the slot's TLAB, the size limits) is loaded where it is used rather
+//! than held from the slot's entry, and after the frontend has built SSA,
+//! block parameters that only pass one value around a loop are removed
+//! (`crate::ssa`): the frontend leaves them when blocks are sealed at the
+//! end, and each would hold a register through the loop.
 //!
 //! **The nursery reset.** In a kernel that may allocate
 //! (`plan::may_allocate`), when every slot has a TLAB of its own and the
