@@ -358,7 +358,6 @@ pub(crate) fn compile(
     if let Some(out) = clif {
         *out = ctx.func.display().to_string();
     }
-
     module.clear_context(&mut ctx);
     Ok((id, meta))
 }
