@@ -189,6 +189,7 @@ pub(crate) fn launch(
     let _registered = inner
         .control
         .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
+    let own_tlabs = exclusive(&tlabs);
     let ctx = LaunchCtx {
         heap_base: inner.heap.base_ptr(),
         cursor: &cursor,
@@ -203,14 +204,13 @@ pub(crate) fn launch(
         tlabs: tlabs.as_ptr(),
         allocator: std::ptr::from_ref(&alloc).cast(),
         large_words: u64::from(alloc.large_words()),
-        exclusive_tlabs: u64::from(exclusive(&tlabs)),
-        young: u64::from(alloc.young_start()),
-        nursery: u64::from(inner.reclaim && exclusive(&tlabs)),
-        own_limit: if exclusive(&tlabs) {
+        own_limit: if own_tlabs {
             u64::from(alloc.large_words())
         } else {
             0
         },
+        young: u64::from(alloc.young_start()),
+        nursery: u64::from(inner.reclaim && own_tlabs),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();

@@ -65,11 +65,13 @@ pub struct LaunchCtx {
     pub allocator: *const std::ffi::c_void,
     /// Objects of more words than this skip the fast path.
     pub large_words: u64,
-    /// Non-zero when every slot's TLAB is its own (a TLAB group of one): the
-    /// compiled fast path then bumps `top` with a plain load and store
-    /// instead of the shared protocol's atomic add, and takes the shared
-    /// path only when the object does not fit.
-    pub exclusive_tlabs: u64,
+    /// The largest object (words) a slot bumps in a TLAB of its own with a
+    /// plain load and store instead of the shared protocol's atomic add:
+    /// `large_words` when every slot's TLAB is its own (a TLAB group of
+    /// one), else 0 (no object is that small). Compiled code compares
+    /// against it in memory, rather than keep it in a register through
+    /// every loop that allocates.
+    pub own_limit: u64,
     /// The first heap word this launch allocates at: a reference at or
     /// above it is to an object made during the launch. Storing one into
     /// an object below it (the write barrier of `putfield` and
@@ -80,12 +82,6 @@ pub struct LaunchCtx {
     /// at its end (the nursery reset; `cpu` module docs): every slot has
     /// a TLAB of its own and the runtime reclaims dead objects.
     pub nursery: u64,
-    /// The largest object (words) a slot bumps in a TLAB of its own with a
-    /// plain load and store: `large_words` when every slot's TLAB is its
-    /// own (`exclusive_tlabs`), else 0 (no object is that small). Compiled
-    /// code compares against it in memory, rather than keep it in a
-    /// register through every loop that allocates.
-    pub own_limit: u64,
 }
 
 /// The words one slot writes and the host reads between the slot's
@@ -121,8 +117,8 @@ pub struct SlotWords {
 // points to is either atomic (`cursor`, `control` and the heap cells compiled
 // code updates atomically), read-only during the launch (`captures`, `end`,
 // `chunk`), or divided by slot (each slot writes only its own save records
-// and `SlotWords`, and with
-// `exclusive_tlabs` its own TLAB's state word, all of which the host reads
+// and `SlotWords`, and with a non-zero
+// `own_limit` its own TLAB's state word, all of which the host reads
 // only after the slot has returned).
 unsafe impl Sync for LaunchCtx {}
 // SAFETY: as above; the context holds no thread-affine state.
@@ -156,14 +152,12 @@ pub mod offsets {
     pub const ALLOCATOR: i32 = 88;
     /// `large_words`.
     pub const LARGE_WORDS: i32 = 96;
-    /// `exclusive_tlabs`.
-    pub const EXCLUSIVE_TLABS: i32 = 104;
+    /// `own_limit`.
+    pub const OWN_LIMIT: i32 = 104;
     /// `young`.
     pub const YOUNG: i32 = 112;
     /// `nursery`.
     pub const NURSERY: i32 = 120;
-    /// `own_limit`.
-    pub const OWN_LIMIT: i32 = 128;
 
     /// Bytes from one slot's [`super::SlotWords`] to the next.
     pub const SLOT_BYTES: i64 = 128;
@@ -216,10 +210,7 @@ mod tests {
             offset_of!(LaunchCtx, large_words) as i32,
             offsets::LARGE_WORDS
         );
-        assert_eq!(
-            offset_of!(LaunchCtx, exclusive_tlabs) as i32,
-            offsets::EXCLUSIVE_TLABS
-        );
+        assert_eq!(offset_of!(LaunchCtx, own_limit) as i32, offsets::OWN_LIMIT);
         assert_eq!(size_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
         assert_eq!(align_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
         assert_eq!(
@@ -238,7 +229,6 @@ mod tests {
         assert_eq!(offset_of!(SlotWords, escaped) as i32, offsets::SLOT_ESCAPED);
         assert_eq!(offset_of!(LaunchCtx, young) as i32, offsets::YOUNG);
         assert_eq!(offset_of!(LaunchCtx, nursery) as i32, offsets::NURSERY);
-        assert_eq!(offset_of!(LaunchCtx, own_limit) as i32, offsets::OWN_LIMIT);
         assert_eq!(
             offset_of!(SlotWords, recycled) as i32,
             offsets::SLOT_RECYCLED
