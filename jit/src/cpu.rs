@@ -300,7 +300,8 @@ pub(crate) fn compile(
         .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
     let mut meta = DeoptMetadata::new(analysis, k, version);
     plan::check_options(&meta, &opts)?;
-    let imports = Imports::declare(module, plan::may_allocate(prog, k))?;
+    let allocates = plan::may_allocate(prog, k);
+    let imports = Imports::declare(module, allocates)?;
 
     let ptr = module.target_config().pointer_type();
     let mut sig: Signature = module.make_signature();
@@ -332,6 +333,7 @@ pub(crate) fn compile(
             inlined_frames: 0,
             unchecked: Default::default(),
             loops: Vec::new(),
+            allocates,
         };
         // In name order, so the function's text is the same every time.
         let mut funcs: Vec<_> = imports.funcs.iter().collect();
@@ -470,6 +472,8 @@ struct Lower<'a, 'f> {
     /// The kernel's loops whose accesses are checked once at entry, in a
     /// version of the loop of their own (optimized tier).
     loops: Vec<plan::PredicatedLoop>,
+    /// Whether the kernel may allocate (`plan::may_allocate`).
+    allocates: bool,
 }
 
 fn trusted() -> MemFlagsData {
@@ -545,7 +549,7 @@ impl Lower<'_, '_> {
         self.env.ctx = Some(ctx);
         self.env.slot = Some(slot);
         self.env.heap = Some(heap);
-        if plan::may_allocate(self.prog, self.cur.func) {
+        if self.allocates {
             let nv = self.var(types::I64);
             let off = self.nursery_off();
             self.b.def_var(nv, off);
