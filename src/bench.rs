@@ -300,19 +300,20 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     push("blackscholes", "native rayon", t, b, note);
 
     // Allocation: a list of 16 fresh nodes per workitem, on this runtime's
-    // allocation policy and on shared TLABs of group 2 (two workers
-    // contending for one TLAB, as a GPU warp would).
+    // allocation policy and on shared TLABs of group 2: with each worker's
+    // allocation buffer taken from the shared TLAB (the default), and with
+    // an atomic add on the shared TLAB per object, two workers contending
+    // for one TLAB as a GPU warp's threads do (an experiment: no target).
     {
         let (items, n) = (20_000 / s.min(10), 16i32);
         let mut nout = vec![0i64; items];
         let bbox = native_median(|| native::list_sum_box_par(n, &mut nout), reps);
         let bbump = native_median(|| native::list_sum_bump_par(n, &mut nout), reps);
-        for (label, policy) in [
-            ("alloc list", None),
-            (
-                "alloc list shared:2",
-                Some(crate::AllocPolicy::SharedTlab { group: 2 }),
-            ),
+        let shared2 = Some(crate::AllocPolicy::SharedTlab { group: 2 });
+        for (label, policy, buffers) in [
+            ("alloc list", None, true),
+            ("alloc list shared:2", shared2, true),
+            ("alloc list shared:2 per-object", shared2, false),
         ] {
             let r2 = match policy {
                 None => rt.clone(),
@@ -320,6 +321,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                     .workers(rt.workers())
                     .device(device)
                     .alloc_policy(p)
+                    .alloc_buffers(buffers)
                     .build()?,
             };
             let m = r2.load("list.obc", LIST_KERNEL)?;

@@ -167,6 +167,13 @@ impl fmt::Display for LaunchReport {
             self.timings.run.as_secs_f64() * 1e3,
             self.timings.teardown.as_secs_f64() * 1e3,
         )?;
+        if self.alloc.buffer_refills > 0 {
+            write!(
+                f,
+                "; {} allocation buffers taken from shared TLABs",
+                self.alloc.buffer_refills
+            )?;
+        }
         if self.alloc.recycled > 0 {
             write!(
                 f,

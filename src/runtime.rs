@@ -64,6 +64,7 @@ pub struct RuntimeBuilder {
     strict: bool,
     device_slots: Option<usize>,
     policy: AllocPolicy,
+    alloc_buffers: bool,
     profile: bool,
     compile: offload_jit::cpu::CompileOptions,
     deopt_records: usize,
@@ -229,6 +230,14 @@ impl RuntimeBuilder {
         self.policy = p;
         self
     }
+    /// Whether the workers of a shared TLAB each allocate from a buffer of
+    /// their own taken from it (the default), or bump the shared TLAB with
+    /// an atomic add per object, as a GPU warp does (for experiments on
+    /// contention). See `offload_tlab::alloc`, "Allocation buffers".
+    pub fn alloc_buffers(mut self, on: bool) -> Self {
+        self.alloc_buffers = on;
+        self
+    }
     /// Record interpreter profiles during launches.
     pub fn profile(mut self, on: bool) -> Self {
         self.profile = on;
@@ -324,6 +333,7 @@ impl RuntimeBuilder {
                 strict: self.strict,
                 device_slots: self.device_slots,
                 policy: self.policy,
+                alloc_buffers: self.alloc_buffers,
                 profile: self.profile,
                 control: offload_host_interp::Control::new(),
                 jit: offload_jit::CpuJit::new(),
@@ -358,6 +368,7 @@ pub(crate) struct Inner {
     pub(crate) strict: bool,
     pub(crate) device_slots: Option<usize>,
     pub(crate) policy: AllocPolicy,
+    pub(crate) alloc_buffers: bool,
     pub(crate) profile: bool,
     pub(crate) control: offload_host_interp::Control,
     pub(crate) jit: offload_jit::CpuJit,
@@ -590,6 +601,7 @@ impl Runtime {
             strict: false,
             device_slots: None,
             policy: AllocPolicy::default(),
+            alloc_buffers: true,
             profile: false,
             compile: offload_jit::cpu::CompileOptions::default(),
             deopt_records: DEFAULT_DEOPT_RECORDS,
@@ -688,7 +700,8 @@ impl Runtime {
         workers: usize,
         tlab_bytes: Option<u32>,
     ) -> offload_tlab::Allocator<'_> {
-        let mut a = offload_tlab::Allocator::new(&self.inner.heap, self.inner.policy, workers);
+        let mut a = offload_tlab::Allocator::new(&self.inner.heap, self.inner.policy, workers)
+            .with_buffers(self.inner.alloc_buffers);
         if let Some(t) = tlab_bytes {
             a = a.with_tlab_bytes(t);
         }

@@ -126,15 +126,28 @@ fn cpu() -> offload::RuntimeBuilder {
 
 #[test]
 fn compiled_allocation_under_every_policy_is_exact_and_parses() {
-    for policy in [
-        AllocPolicy::SharedTlab { group: 2 },
-        AllocPolicy::SharedTlab { group: 1 },
-        AllocPolicy::FailOnOverflow { group: 2 },
-        AllocPolicy::PrivateTlab,
-        AllocPolicy::EdenCas,
+    for (policy, buffers) in [
+        (AllocPolicy::SharedTlab { group: 2 }, true),
+        (AllocPolicy::SharedTlab { group: 2 }, false),
+        (AllocPolicy::SharedTlab { group: 1 }, true),
+        (AllocPolicy::FailOnOverflow { group: 2 }, true),
+        (AllocPolicy::FailOnOverflow { group: 2 }, false),
+        (AllocPolicy::PrivateTlab, true),
+        (AllocPolicy::EdenCas, true),
     ] {
-        let r = run(cpu().alloc_policy(policy), 3000, 12);
+        let r = run(cpu().alloc_policy(policy).alloc_buffers(buffers), 3000, 12);
         assert!(r.on_device > 0, "{policy:?}: {r}");
+        // Workers of a group bump buffers of their own, taken from the
+        // group's TLAB (see `offload_tlab::alloc`).
+        let grouped = matches!(
+            policy,
+            AllocPolicy::SharedTlab { group: 2 } | AllocPolicy::FailOnOverflow { group: 2 }
+        );
+        assert_eq!(
+            r.alloc.buffer_refills > 0,
+            grouped && buffers,
+            "{policy:?}: {r}"
+        );
         if policy != AllocPolicy::EdenCas {
             assert!(r.alloc.refills > 100, "{policy:?}: {r}");
         } else {

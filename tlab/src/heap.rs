@@ -500,10 +500,11 @@ impl Heap {
 
 /// Eden as seen by TLAB slots: carving grows the heap when it can.
 impl Eden for Heap {
-    fn carve(&self, min_words: u32) -> Option<(u32, u32)> {
+    fn carve(&self, min_words: u32) -> Result<(u32, u32), crate::AllocFailure> {
         let want = u64::from(self.cfg.tlab_bytes / 8).max(u64::from(min_words));
         self.carve_words(u64::from(min_words), want, true)
             .map(|(s, e)| (s as u32, e as u32))
+            .ok_or(crate::AllocFailure::Exhausted)
     }
 
     fn fill(&self, start: u32, end: u32) {

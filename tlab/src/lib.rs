@@ -5,7 +5,8 @@
 //! so one heap image is valid on host and device ([`layout`]). Eden is carved
 //! into TLABs by CAS; TLAB slots are shared by groups of concurrent allocators
 //! with Sumatra's designated-refiller protocol ([`tlab`]); the policy knob and
-//! the per-launch slots live in [`alloc`]. Carved memory reads as zero, a
+//! the per-launch slots live in [`alloc`], where each worker of a shared
+//! TLAB bumps an allocation buffer of its own taken from it. Carved memory reads as zero, a
 //! launch whose objects all died with it hands them back
 //! ([`Allocator::reclaim`]), and the heap walks and verifies object by
 //! object ([`Heap::walk`], [`Heap::verify`]).

@@ -30,11 +30,14 @@ use crate::sync::{AtomicU64, Ordering, backoff, load_for_wait};
 /// Set in the generation when eden was exhausted during a refill.
 pub const FAILED: u64 = 1 << 63;
 
-/// Where TLABs come from.
+/// Where TLABs come from: the heap's eden, or (for a worker's allocation
+/// buffer, see `crate::alloc`) its group's shared TLAB.
 pub trait Eden {
     /// Carve a fresh TLAB of at least `min_words` words: `[start, end)` in
-    /// words, or `None` when eden is exhausted.
-    fn carve(&self, min_words: u32) -> Option<(u32, u32)>;
+    /// words; [`AllocFailure::Exhausted`] when eden is exhausted (for good),
+    /// [`AllocFailure::Overflow`] when this carve failed but a later one
+    /// may succeed.
+    fn carve(&self, min_words: u32) -> Result<(u32, u32), AllocFailure>;
     /// Make `[start, end)` (words, `start < end`) parse as one filler object.
     fn fill(&self, start: u32, end: u32);
 }
@@ -213,7 +216,7 @@ impl SharedTlab {
             eden.fill(top, end);
         }
         match eden.carve(words) {
-            Some((start, new_end)) => {
+            Ok((start, new_end)) => {
                 debug_assert!(u64::from(start) + u64::from(words) <= u64::from(new_end));
                 // A swap, not a store: the add that reads the new state is
                 // ordered after it in every model.
@@ -227,9 +230,18 @@ impl SharedTlab {
                 }
                 After::Got(start)
             }
-            None => {
+            Err(AllocFailure::Exhausted) => {
                 self.generation.fetch_or(FAILED, Ordering::Release);
                 After::Fail(AllocFailure::Exhausted)
+            }
+            Err(AllocFailure::Overflow) => {
+                // A transient failure: publish an empty TLAB, so that the
+                // next add (of anyone) crosses `end` again and makes its
+                // allocator the refiller; waiters retry at the new
+                // generation.
+                self.state.swap(pack(end, end), Ordering::AcqRel);
+                self.generation.fetch_add(1, Ordering::Release);
+                After::Fail(AllocFailure::Overflow)
             }
         }
     }

@@ -16,6 +16,9 @@ struct MockEden {
     limit: u32,
     tlab: u32,
     refilling: AtomicBool,
+    /// Carves still to fail transiently (`Overflow`), as a group's TLAB
+    /// does for an allocation buffer's refill.
+    transient: AtomicU32,
     carves: Mutex<Vec<(u32, u32)>>,
     fills: Mutex<Vec<(u32, u32)>>,
 }
@@ -27,6 +30,7 @@ impl MockEden {
             limit,
             tlab,
             refilling: AtomicBool::new(false),
+            transient: AtomicU32::new(0),
             carves: Mutex::new(Vec::new()),
             fills: Mutex::new(Vec::new()),
         }
@@ -34,19 +38,23 @@ impl MockEden {
 }
 
 impl Eden for MockEden {
-    fn carve(&self, min: u32) -> Option<(u32, u32)> {
+    fn carve(&self, min: u32) -> Result<(u32, u32), AllocFailure> {
         assert!(
             !self.refilling.swap(true, Ordering::SeqCst),
             "two refillers at once"
         );
         let start = self.top.load(Ordering::SeqCst);
         let end = (start + self.tlab.max(min)).min(self.limit);
-        let out = if end >= start + min {
+        let transient = self.transient.load(Ordering::SeqCst);
+        let out = if transient > 0 {
+            self.transient.store(transient - 1, Ordering::SeqCst);
+            Err(AllocFailure::Overflow)
+        } else if end >= start + min {
             self.top.store(end, Ordering::SeqCst);
             self.carves.lock().unwrap().push((start, end));
-            Some((start, end))
+            Ok((start, end))
         } else {
-            None
+            Err(AllocFailure::Exhausted)
         };
         self.refilling.store(false, Ordering::SeqCst);
         out
@@ -162,6 +170,41 @@ fn exhaustion_fails_every_waiter() {
         assert_eq!(failed, 2, "everyone else sees FAILED: {results:?}");
         assert!(slot.failed());
         check(&results, &eden);
+    });
+}
+
+#[test]
+fn a_transient_carve_failure_fails_its_refiller_and_the_waiters_go_on() {
+    model_bounded(1, || {
+        let eden = Arc::new(MockEden::new(100, 4));
+        eden.transient.store(1, Ordering::SeqCst);
+        let slot = Arc::new(SharedTlab::new());
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let (eden, slot) = (eden.clone(), slot.clone());
+                thread::spawn(move || {
+                    let mut out = Vec::new();
+                    let mut overflows = 0;
+                    loop {
+                        match slot.allocate(3, &*eden, true) {
+                            Err(AllocFailure::Overflow) => overflows += 1,
+                            r => {
+                                out.push((3, r));
+                                break (out, overflows);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (results, overflows): (Vec<_>, Vec<_>) =
+            hs.into_iter().map(|h| h.join().unwrap()).unzip();
+        // Exactly the first refiller saw the failure; nobody waits for
+        // ever (the empty TLAB it published makes the next add a refill).
+        assert_eq!(overflows.iter().sum::<u32>(), 1);
+        assert!(results.iter().flatten().all(|(_, r)| r.is_ok()));
+        check(&results, &eden);
+        assert!(!slot.failed());
     });
 }
 

@@ -13,6 +13,10 @@ fn xorshift(s: &mut u64) -> u64 {
 }
 
 fn stress(policy: AllocPolicy) {
+    stress_with(policy, true);
+}
+
+fn stress_with(policy: AllocPolicy, buffers: bool) {
     let heap = Heap::new(HeapConfig {
         initial: 64 << 10,
         max: 256 << 20,
@@ -23,7 +27,7 @@ fn stress(policy: AllocPolicy) {
     let threads = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .max(4);
-    let alloc = Allocator::new(&heap, policy, threads);
+    let alloc = Allocator::new(&heap, policy, threads).with_buffers(buffers);
     std::thread::scope(|s| {
         for t in 0..threads {
             let alloc = &alloc;
@@ -88,6 +92,15 @@ fn stress(policy: AllocPolicy) {
     if policy != AllocPolicy::EdenCas {
         assert!(stats.refills > 100, "many refills: {stats:?}");
     }
+    let grouped = matches!(
+        policy,
+        AllocPolicy::SharedTlab { .. } | AllocPolicy::FailOnOverflow { .. }
+    );
+    if grouped && buffers {
+        assert!(stats.buffer_refills > stats.refills, "{stats:?}");
+    } else {
+        assert_eq!(stats.buffer_refills, 0, "{stats:?}");
+    }
     assert_eq!(walk.bytes, heap.used() - 16);
 }
 
@@ -97,8 +110,18 @@ fn shared_tlabs_under_stress() {
 }
 
 #[test]
+fn shared_tlabs_without_buffers_under_stress() {
+    stress_with(AllocPolicy::SharedTlab { group: 4 }, false);
+}
+
+#[test]
 fn fail_on_overflow_under_stress() {
     stress(AllocPolicy::FailOnOverflow { group: 4 });
+}
+
+#[test]
+fn fail_on_overflow_without_buffers_under_stress() {
+    stress_with(AllocPolicy::FailOnOverflow { group: 4 }, false);
 }
 
 #[test]
