@@ -288,3 +288,52 @@ fn safepoints_during_compiled_allocation_lose_nothing() {
     let stats = rt.verify_heap(&[&m]).unwrap();
     assert_eq!(stats.arrays, n as u64 + 1, "{stats:?}");
 }
+
+/// The uses, in the optimized Cranelift IR `clif`, of a constant defined
+/// in another block: `(value, defining block, using block)`.
+fn far_constant_uses(clif: &str) -> Vec<(String, String, String)> {
+    let mut defs = std::collections::HashMap::new();
+    let mut block = String::new();
+    let mut uses = Vec::new();
+    for line in clif.lines() {
+        let code = line.split(';').next().unwrap_or("").trim();
+        if code.starts_with("block") && code.ends_with(':') {
+            block = code.split(['(', ':']).next().unwrap_or("").to_string();
+            continue;
+        }
+        let (def, rhs) = match code.split_once(" = ") {
+            Some((d, r)) if d.starts_with('v') && !d.contains(' ') => (Some(d), r),
+            _ => (None, code),
+        };
+        if let Some(d) = def
+            && ["iconst", "f32const", "f64const"]
+                .iter()
+                .any(|op| rhs.starts_with(op))
+        {
+            defs.insert(d.to_string(), block.clone());
+            continue;
+        }
+        for tok in rhs.split(|c: char| !c.is_ascii_alphanumeric()) {
+            if let Some(at) = defs.get(tok)
+                && *at != block
+            {
+                uses.push((tok.to_string(), at.clone(), block.clone()));
+            }
+        }
+    }
+    uses
+}
+
+#[test]
+fn the_optimized_list_kernel_keeps_no_constant_across_blocks() {
+    // Cranelift's elaborator hoists the constants of one copy of the
+    // unrolled body (an object's header, a deopt exit's site word) above
+    // its loop, where they held a register or a spill slot through every
+    // iteration; the JIT gives each using block a copy of its own.
+    let rt = cpu().build().unwrap();
+    let m = rt.load("list.obc", offload::bench::LIST_KERNEL).unwrap();
+    let clif = m.cranelift_ir("list").unwrap();
+    assert!(clif.contains("iconst.i64 0x0018_0000_0000"), "{clif}");
+    let far = far_constant_uses(&clif);
+    assert!(far.is_empty(), "{far:?}\n{clif}");
+}

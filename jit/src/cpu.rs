@@ -86,8 +86,8 @@
 //! which keeps the launch's objects). When the workitem returns with no
 //! escape and no refill or large object since its start (either turns the
 //! barrier back into the launch's test for the rest of the workitem), its
-//! objects are dead: [`crate::rt::offload_nursery_reset`] zeroes them and
-//! `top` goes back to where it was, so the next workitem allocates in the
+//! objects are dead: the compiled code zeroes them (inline, no call: see
+//! `Lower::zero_words`) and `top` goes back to where it was, so the next workitem allocates in the
 //! same cache-warm words. A workitem that deopts skips the reset (its save
 //! record refers to its objects) and the slot's next workitem starts above
 //! them. The launch's objects stay what the interpreter's are; only the
@@ -97,6 +97,7 @@ use crate::JitError;
 use crate::ctx::{CONTROL_SAFEPOINT, EXIT_DEOPT, EXIT_DONE, EXIT_RECORDED, EXIT_STOPPED, offsets};
 use crate::plan::{self, Inliner, TypeTest};
 use crate::spec::Speculations;
+use cranelift_codegen::Context;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{
@@ -106,7 +107,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
-use cranelift_module::{FuncId as ClFuncId, Linkage, Module};
+use cranelift_module::{FuncId as ClFuncId, Linkage, Module, ModuleReloc};
 use offload_deopt::{Assumption, DeoptMetadata, Reason, SaveLayout, Speculation};
 use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
@@ -163,12 +164,8 @@ impl Imports {
         for (name, params) in sigs {
             funcs.insert(name, declare(module, name, params, Some(params[0]))?);
         }
-        // The runtime calls of allocating kernels: the slow path through a
-        // trampoline that preserves every register (below); the nursery
-        // reset, made at the end of every workitem, as a plain call — the
-        // trampoline would save and restore 9 general and 16 vector
-        // registers each time, where the register allocator spills only
-        // what is live across the call.
+        // The runtime call of allocating kernels: the slow path, through
+        // a trampoline that preserves every register (below).
         let slow = [
             ptr,
             types::I64,
@@ -177,13 +174,10 @@ impl Imports {
             types::I64,
             types::I32,
         ];
-        let reset = [ptr, types::I64, types::I64, types::I64];
         if allocates {
             let target = declare(module, "offload_alloc_slow", &slow, None)?;
             let id = preserving_trampoline(module, "offload_alloc_slow_preserving", target, &slow)?;
             funcs.insert("offload_alloc_slow", id);
-            let id = declare(module, "offload_nursery_reset", &reset, None)?;
-            funcs.insert("offload_nursery_reset", id);
         }
         Ok(Imports { funcs })
     }
@@ -352,16 +346,57 @@ pub(crate) fn compile(
         meta = lw.meta;
     }
     crate::ssa::remove_redundant_params(&mut ctx.func);
-    module
-        .define_function(id, &mut ctx)
-        .map_err(|e| JitError::Codegen(format!("{e:?}\n{}", ctx.func.display())))?;
-    // After `define_function`, `ctx.func` is the optimized function that
-    // was lowered to machine code.
+    define(module, id, &mut ctx)?;
+    // After `define`, `ctx.func` is the optimized function that was
+    // lowered to machine code.
     if let Some(out) = clif {
         *out = ctx.func.display().to_string();
     }
     module.clear_context(&mut ctx);
     Ok((id, meta))
+}
+
+/// Compile `ctx.func` and define it as `id`. The optimizing module's
+/// functions are optimized first, then their constants rematerialized
+/// ([`crate::ssa::remat_constants`]), then lowered without optimizing
+/// again; the quick tier's are compiled as they are.
+fn define(module: &mut JITModule, id: ClFuncId, ctx: &mut Context) -> Result<(), JitError> {
+    use cranelift_codegen::control::ControlPlane;
+    use cranelift_codegen::settings::OptLevel;
+    let fail = |e: &dyn std::fmt::Debug, f: &cranelift_codegen::ir::Function| {
+        JitError::Codegen(format!("{e:?}\n{}", f.display()))
+    };
+    if module.isa().flags().opt_level() == OptLevel::None {
+        return module
+            .define_function(id, ctx)
+            .map_err(|e| fail(&e, &ctx.func));
+    }
+    ctx.optimize(module.isa(), &mut ControlPlane::default())
+        .map_err(|e| fail(&e, &ctx.func))?;
+    crate::ssa::remat_constants(&mut ctx.func);
+    let isa = crate::lowering_isa()?;
+    if let Err(e) = ctx.compile(&**isa, &mut ControlPlane::default()) {
+        return Err(JitError::Codegen(format!(
+            "{:?}\n{}",
+            e.inner,
+            e.func.display()
+        )));
+    }
+    let code = ctx.compiled_code().expect("just compiled");
+    let relocs: Vec<ModuleReloc> = code
+        .buffer
+        .relocs()
+        .iter()
+        .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+        .collect();
+    module
+        .define_function_bytes(
+            id,
+            u64::from(code.buffer.alignment),
+            code.code_buffer(),
+            &relocs,
+        )
+        .map_err(|e| fail(&e, &ctx.func))
 }
 
 /// Values every part of the slot loop needs.
@@ -1117,13 +1152,13 @@ impl Lower<'_, '_> {
     /// At a workitem's normal end (kernels that may allocate): when its
     /// objects all lie in its slot's TLAB above the snapshot and none was
     /// stored where it could outlive the workitem, zero them and move the
-    /// TLAB's `top` back to the snapshot ([`crate::rt::offload_nursery_reset`]).
+    /// TLAB's `top` back to the snapshot, counting the words in the slot's
+    /// `recycled`.
     /// The next workitem allocates in the same, cache-warm words.
     fn nursery_reset(&mut self) {
         let Some(nv) = self.env.nursery else {
             return;
         };
-        let (ctx, slot, _) = self.e();
         let st0 = self.b.use_var(nv);
         let end0 = self.b.ins().ushr_imm_u(st0, 32);
         let off = self.b.ins().icmp_imm_u(IntCC::Equal, end0, 0xFFFF_FFFF);
@@ -1142,11 +1177,69 @@ impl Lower<'_, '_> {
         let go = self.b.ins().band(same, grew);
         self.b.ins().brif(go, reset, &[], after, &[]);
         self.b.switch_to_block(reset);
-        let fr = self.math["offload_nursery_reset"];
-        self.b.ins().call(fr, &[ctx, slot, lo, top]);
+        self.zero_words(lo, top);
+        let at = self.slot_words();
+        let n = self.b.ins().isub(top, lo);
+        let was = self
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_RECYCLED);
+        let now = self.b.ins().iadd(was, n);
+        self.b
+            .ins()
+            .store(trusted(), now, at, offsets::SLOT_RECYCLED);
         self.b.def_var(sv, st0);
         self.b.ins().jump(after, &[]);
         self.b.switch_to_block(after);
+    }
+
+    /// Zero the heap words `[lo, top)` (`lo < top`, both `i64`), inline:
+    /// 64 bytes a round while they last, then a word at a time. A call
+    /// (even to `memset`) at the end of every workitem would clobber the
+    /// caller-saved registers, and every value live across the slot loop
+    /// — the context, the slot, the chunk's bounds — would have to sit in
+    /// the five callee-saved ones or on the stack.
+    fn zero_words(&mut self, lo: Value, top: Value) {
+        let (_, _, heap) = self.e();
+        let p0 = self.b.ins().ishl_imm_u(lo, 3);
+        let p0 = self.b.ins().iadd(heap, p0);
+        let e = self.b.ins().ishl_imm_u(top, 3);
+        let e = self.b.ins().iadd(heap, e);
+        let z64 = self.b.ins().iconst(types::I64, 0);
+        let zv = self.b.ins().splat(types::I64X2, z64);
+        let wide = self.b.create_block();
+        let wide_body = self.b.create_block();
+        let narrow = self.b.create_block();
+        let narrow_body = self.b.create_block();
+        let done = self.b.create_block();
+        for blk in [wide, wide_body, narrow, narrow_body] {
+            self.b.append_block_param(blk, self.ptr);
+        }
+        self.b.ins().jump(wide, &[p0.into()]);
+        self.b.switch_to_block(wide);
+        let p = self.b.block_params(wide)[0];
+        let p64 = self.b.ins().iadd_imm_s(p, 64);
+        let room = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, p64, e);
+        self.b
+            .ins()
+            .brif(room, wide_body, &[p.into()], narrow, &[p.into()]);
+        self.b.switch_to_block(wide_body);
+        let p = self.b.block_params(wide_body)[0];
+        for k in 0..4 {
+            self.b.ins().store(trusted(), zv, p, 16 * k);
+        }
+        let p64 = self.b.ins().iadd_imm_s(p, 64);
+        self.b.ins().jump(wide, &[p64.into()]);
+        self.b.switch_to_block(narrow);
+        let p = self.b.block_params(narrow)[0];
+        let more = self.b.ins().icmp(IntCC::UnsignedLessThan, p, e);
+        self.b.ins().brif(more, narrow_body, &[p.into()], done, &[]);
+        self.b.switch_to_block(narrow_body);
+        let p = self.b.block_params(narrow_body)[0];
+        self.b.ins().store(trusted(), z64, p, 0);
+        let p8 = self.b.ins().iadd_imm_s(p, 8);
+        self.b.ins().jump(narrow, &[p8.into()]);
+        self.b.switch_to_block(done);
     }
 
     /// This slot's shared TLAB (null: the policy has none). Loaded where

@@ -40,6 +40,47 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub use ctx::{LaunchCtx, SlotFn};
+
+/// Cranelift's flags for a module with optimization level `opt` and
+/// register allocator `regalloc`. Cranelift's IR verifier runs in debug
+/// builds (every test), not in release builds, where it would double the
+/// compile latency.
+fn flags(opt: &'static str, regalloc: &'static str) -> [(&'static str, &'static str); 3] {
+    let verify = if cfg!(debug_assertions) {
+        "true"
+    } else {
+        "false"
+    };
+    [
+        ("opt_level", opt),
+        ("regalloc_algorithm", regalloc),
+        ("enable_verifier", verify),
+    ]
+}
+
+/// The optimizing module's target with `opt_level=none`: what lowers a
+/// function that was optimized already (and then mended,
+/// [`ssa::remat_constants`]) without optimizing it again. Made once;
+/// otherwise exactly the flags `JITBuilder::with_flags` gives the module.
+fn lowering_isa() -> Result<&'static cranelift_codegen::isa::OwnedTargetIsa, JitError> {
+    use cranelift_codegen::settings::{self, Configurable};
+    static ISA: std::sync::OnceLock<Result<cranelift_codegen::isa::OwnedTargetIsa, String>> =
+        std::sync::OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut fb = settings::builder();
+        for (name, value) in flags("none", "backtracking") {
+            fb.set(name, value).map_err(|e| e.to_string())?;
+        }
+        fb.set("use_colocated_libcalls", "false")
+            .map_err(|e| e.to_string())?;
+        fb.set("is_pic", "false").map_err(|e| e.to_string())?;
+        cranelift_native::builder()?
+            .finish(settings::Flags::new(fb))
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| JitError::Host(format!("the host's code generator: {e}")))
+}
 pub use spec::{SpecConfig, Speculations};
 
 /// Why a kernel was not compiled.
@@ -197,22 +238,13 @@ impl CpuJit {
         // quick tier does neither. Cranelift's IR verifier runs in debug
         // builds (every test), not in release builds, where it would double
         // the compile latency.
-        let verify = if cfg!(debug_assertions) {
-            "true"
-        } else {
-            "false"
-        };
         let (opt, regalloc) = if quick {
             ("none", "single_pass")
         } else {
             ("speed", "backtracking")
         };
         let mut builder = JITBuilder::with_flags(
-            &[
-                ("opt_level", opt),
-                ("regalloc_algorithm", regalloc),
-                ("enable_verifier", verify),
-            ],
+            &flags(opt, regalloc),
             cranelift_module::default_libcall_names(),
         )
         .map_err(|e| JitError::Host(e.to_string()))?;
@@ -220,10 +252,6 @@ impl CpuJit {
             builder.symbol(name, ptr);
         }
         builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
-        builder.symbol(
-            "offload_nursery_reset",
-            rt::offload_nursery_reset as *const u8,
-        );
         Ok(JITModule::new(builder))
     }
 

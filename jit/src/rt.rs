@@ -4,8 +4,7 @@
 //! `offload_tlab::tlab`) inline and calls [`offload_alloc_slow`] for
 //! everything else: the designated refill, waiting for another allocator's
 //! refill, large objects, policies without TLABs. The slow path is also a
-//! safepoint poll. [`offload_nursery_reset`] hands a finished workitem's
-//! dead objects back to its slot's TLAB.
+//! safepoint poll.
 
 use crate::ctx::{CONTROL_SAFEPOINT, LaunchCtx};
 use offload_tlab::{Allocator, Header};
@@ -91,33 +90,4 @@ unsafe fn alloc_slow(ctx: &LaunchCtx, slot: u64, header: u64, g: u64, old: u64, 
         }
     })
     .unwrap_or(ALLOC_FAILED)
-}
-
-/// Hand back the heap words `[lo, top)` of slot `slot`'s TLAB, the objects
-/// of the workitem that just finished: zero them (a TLAB's free words are
-/// zero) and count them in the slot's `recycled`. Compiled code then moves
-/// the TLAB's `top` back to `lo`.
-///
-/// # Safety
-///
-/// `ctx` is the live launch context of the calling slot loop; `slot` is
-/// the caller's slot, whose TLAB is its own (`LaunchCtx::nursery`), and
-/// `lo <= top` lie inside that TLAB, which no other thread reads or writes
-/// during the launch; no reference to an object in `[lo, top)` is left
-/// anywhere but in the finished workitem's (dead) frame.
-pub unsafe extern "C" fn offload_nursery_reset(
-    ctx: *const LaunchCtx,
-    slot: u64,
-    lo: u64,
-    top: u64,
-) {
-    // SAFETY: the caller guarantees `ctx`.
-    let ctx = unsafe { &*ctx };
-    let words = top.saturating_sub(lo) as usize;
-    // SAFETY: `[lo, top)` is committed heap inside the slot's own TLAB
-    // (caller's contract), so nothing else accesses these bytes now.
-    unsafe { std::ptr::write_bytes(ctx.heap_base.add(lo as usize * 8), 0, words * 8) };
-    // SAFETY: each slot writes only its own `SlotWords` while it runs, and
-    // the host reads them after the slot has returned.
-    unsafe { (*ctx.slots.add(slot as usize)).recycled += words as u64 };
 }

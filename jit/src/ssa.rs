@@ -19,9 +19,58 @@
 //! `x` or the parameter itself is `x` (which then dominates the block: the
 //! first arrival at the block on any path comes with `x`), repeated until
 //! nothing changes.
+//!
+//! [`remat_constants`] runs after Cranelift's optimizer: it gives every
+//! block that uses a constant a copy of its own. Cranelift means to do that
+//! (its `remat` rules mark every `iconst`), but its elaborator loses the
+//! mark on a constant it clones for a second place, such as the second
+//! copy of an unrolled loop body: there the constants stayed hoisted above
+//! the loop — an object's header, a deopt exit's site word — and the
+//! register allocator moved each between a register and a spill slot on
+//! every iteration.
 
 use cranelift_codegen::flowgraph::ControlFlowGraph;
-use cranelift_codegen::ir::{Block, BlockArg, Function, Inst, Value};
+use cranelift_codegen::ir::{Block, BlockArg, Function, Inst, Opcode, Value};
+use std::collections::HashMap;
+
+/// Give every block that uses a constant (`iconst`, `f32const`,
+/// `f64const`) defined in another block a copy of it, placed before the
+/// block's first use; returns how many copies were made.
+pub(crate) fn remat_constants(func: &mut Function) -> usize {
+    let blocks: Vec<Block> = func.layout.blocks().collect();
+    let mut made = 0;
+    for block in blocks {
+        let mut copies: HashMap<Value, Value> = HashMap::new();
+        let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+        for inst in insts {
+            let mut changed = false;
+            let mut vals: Vec<Value> = func.dfg.inst_values(inst).collect();
+            for v in &mut vals {
+                let Some(def) = func.dfg.value_def(*v).inst() else {
+                    continue;
+                };
+                let constant = matches!(
+                    func.dfg.insts[def].opcode(),
+                    Opcode::Iconst | Opcode::F32const | Opcode::F64const
+                );
+                if !constant || func.layout.inst_block(def) == Some(block) {
+                    continue;
+                }
+                *v = *copies.entry(*v).or_insert_with(|| {
+                    let copy = func.dfg.clone_inst(def);
+                    func.layout.insert_inst(copy, inst);
+                    made += 1;
+                    func.dfg.first_result(copy)
+                });
+                changed = true;
+            }
+            if changed {
+                func.dfg.overwrite_inst_values(inst, vals.into_iter());
+            }
+        }
+    }
+    made
+}
 
 /// Remove every block parameter that receives one value (other than
 /// itself) on all incoming edges, making it an alias of that value.
@@ -110,9 +159,11 @@ fn remove_arg(func: &mut Function, preds: &[Inst], block: Block, i: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::remove_redundant_params;
+    use super::{remat_constants, remove_redundant_params};
     use cranelift_codegen::ir::condcodes::IntCC;
-    use cranelift_codegen::ir::{AbiParam, Function, InstBuilder, Signature, types};
+    use cranelift_codegen::ir::{
+        AbiParam, Function, InstBuilder, MemFlagsData, Opcode, Signature, types,
+    };
     use cranelift_codegen::isa::CallConv;
     use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
@@ -201,5 +252,72 @@ mod tests {
         let kept: usize = g.layout.blocks().map(|b| g.dfg.block_params(b).len()).sum();
         // (All seven, the entry's included.)
         assert_eq!(kept, 7, "{}", g.display());
+    }
+
+    /// A loop storing a 64-bit constant defined above it, as Cranelift's
+    /// elaborator leaves one in the second copy of an unrolled kernel body
+    /// (`tests/cpu_alloc.rs` checks a real kernel), and a second use of it
+    /// in the exit.
+    fn hoisted() -> Function {
+        let mut sig = Signature::new(CallConv::SystemV);
+        sig.params.push(AbiParam::new(types::I64));
+        sig.params.push(AbiParam::new(types::I64));
+        sig.returns.push(AbiParam::new(types::I64));
+        let mut f = Function::with_name_signature(Default::default(), sig);
+        let mut fctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut f, &mut fctx);
+        let [entry, h, body, exit] = [(); 4].map(|()| b.create_block());
+        b.append_block_params_for_function_params(entry);
+        let i = b.append_block_param(h, types::I64);
+        b.switch_to_block(entry);
+        let (p, n) = (b.block_params(entry)[0], b.block_params(entry)[1]);
+        let zero = b.ins().iconst(types::I64, 0);
+        let header = b.ins().iconst(types::I64, 0x18_0000_0000);
+        b.ins().jump(h, &[zero.into()]);
+        b.switch_to_block(h);
+        let more = b.ins().icmp(IntCC::SignedLessThan, i, n);
+        b.ins().brif(more, body, &[], exit, &[]);
+        b.switch_to_block(body);
+        let at = b.ins().ishl_imm_u(i, 3);
+        let at = b.ins().iadd(p, at);
+        b.ins().store(MemFlagsData::trusted(), header, at, 0);
+        b.ins().store(MemFlagsData::trusted(), header, at, 8);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        b.ins().jump(h, &[i1.into()]);
+        b.switch_to_block(exit);
+        b.ins().return_(&[header]);
+        b.seal_all_blocks();
+        let module = crate::CpuJit::module(true).expect("a JIT module");
+        b.finalize(cranelift_module::Module::target_config(&module));
+        f
+    }
+
+    /// Uses of constants defined in another block.
+    fn far_constant_uses(f: &Function) -> usize {
+        f.layout
+            .blocks()
+            .flat_map(|blk| f.layout.block_insts(blk).map(move |i| (blk, i)))
+            .flat_map(|(blk, i)| f.dfg.inst_values(i).map(move |v| (blk, v)))
+            .filter(|&(blk, v)| {
+                f.dfg.value_def(v).inst().is_some_and(|d| {
+                    f.dfg.insts[d].opcode() == Opcode::Iconst && f.layout.inst_block(d) != Some(blk)
+                })
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_constant_used_in_other_blocks_gets_a_copy_in_each() {
+        let mut f = hoisted();
+        // The body's two stores and the exit's return.
+        assert_eq!(far_constant_uses(&f), 3, "{}", f.display());
+        // One copy in the body (for both stores), one in the exit.
+        assert_eq!(remat_constants(&mut f), 2, "{}", f.display());
+        assert_eq!(far_constant_uses(&f), 0, "{}", f.display());
+        let flags = cranelift_codegen::settings::Flags::new(cranelift_codegen::settings::builder());
+        cranelift_codegen::verifier::verify_function(&f, &flags)
+            .unwrap_or_else(|e| panic!("{e}\n{}", f.display()));
+        // A second run has nothing left to do.
+        assert_eq!(remat_constants(&mut f), 0);
     }
 }
