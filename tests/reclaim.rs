@@ -548,3 +548,93 @@ fn deopted_workitems_keep_their_objects_while_later_ones_are_reset() {
     }
     rt.verify_heap(&[&lists(&rt)]).unwrap();
 }
+
+/// Each workitem reads its fresh objects before writing them (a new
+/// object's fields and elements read as zero), then dirties them: an i32[20]
+/// and a node, 14 words, whose memory the next workitem of the slot gets
+/// back from the nursery reset — which must zero all of it, the words past
+/// the last whole 64 bytes included.
+const FRESH: &str = "
+class Node {
+    field val: i64
+    field next: Node
+}
+
+kernel fresh(i: i64, out: i64[]) {
+    local a: i32[]
+    local nd: Node
+    local k: i32
+    local s: i64
+    i32.const 20
+    newarray i32
+    store a
+    new Node
+    store nd
+    load nd
+    getfield Node.val
+    store s
+    i32.const 0
+    store k
+  sum:
+    load k
+    i32.const 20
+    i32.ge
+    br_if dirty
+    load s
+    load a
+    load k
+    i32.aload
+    i32.to_i64
+    i64.add
+    store s
+    inc k 1
+    br sum
+  dirty:
+    i32.const 0
+    store k
+  fill:
+    load k
+    i32.const 20
+    i32.ge
+    br_if done
+    load a
+    load k
+    i32.const 7
+    i32.astore
+    inc k 1
+    br fill
+  done:
+    load nd
+    load i
+    putfield Node.val
+    load out
+    load i
+    i64.to_i32
+    load s
+    i64.astore
+    ret
+}
+";
+
+#[test]
+fn a_reset_nursery_reads_as_zero_to_the_next_workitem() {
+    for (name, rt) in runtimes() {
+        let m = rt.load("fresh.obc", FRESH).unwrap();
+        let out = rt.array(&vec![-1i64; 5000]).unwrap();
+        let c = m.closure("fresh", [(&out).into()]).unwrap();
+        for _ in 0..3 {
+            let r = par_offload(0..5000, &c).unwrap();
+            let got = rt.read(&out).unwrap();
+            let bad: Vec<_> = got
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v != 0)
+                .take(5)
+                .collect();
+            assert!(bad.is_empty(), "{name}: stale memory read: {bad:?}; {r}");
+            if name != "interpreter" {
+                assert!(r.alloc.recycled >= 4000 * 14 * 8, "{name}: {r}");
+            }
+        }
+    }
+}
