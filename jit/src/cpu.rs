@@ -87,8 +87,8 @@
 //! escape and no refill or large object since its start (either turns the
 //! barrier back into the launch's test for the rest of the workitem), its
 //! objects are dead: the compiled code zeroes them (inline, no call: see
-//! `Lower::zero_words`) and `top` goes back to where it was, so the next workitem allocates in the
-//! same cache-warm words. A workitem that deopts skips the reset (its save
+//! `Lower::zero_words`) and `top` goes back to where it was, so the next
+//! workitem allocates in the same cache-warm words. A workitem that deopts skips the reset (its save
 //! record refers to its objects) and the slot's next workitem starts above
 //! them. The launch's objects stay what the interpreter's are; only the
 //! memory of dead ones is reused earlier.
@@ -185,9 +185,9 @@ impl Imports {
 
 /// Define `name`, a function of Cranelift's `preserve_all` convention
 /// that calls `target` (a Rust `extern "C"` function of the same
-/// parameters and no result) and returns. Compiled code makes its rare
-/// runtime calls through these, so that a call on a cold path — the
-/// allocation slow path inside a kernel's loop — clobbers no register:
+/// parameters and no result) and returns. Compiled code calls the
+/// allocation slow path through one, so that the call, on a cold path
+/// inside a kernel's loops, clobbers no register:
 /// otherwise every value live across the call (the loop's counters, the
 /// heap base, the TLAB state) must sit in one of the five callee-saved
 /// registers or on the stack, and is reloaded on every iteration of the
@@ -334,9 +334,9 @@ pub(crate) fn compile(
         funcs.sort_by_key(|(name, _)| **name);
         for (name, &fid) in funcs {
             let fr = module.declare_func_in_func(fid, lw.b.func);
-            // The trampolines are defined in this module, but cranelift-jit
-            // may place them further than a 32-bit call reaches: call
-            // every function through its absolute address.
+            // The slow path's trampoline is defined in this module, but
+            // cranelift-jit may place it further than a 32-bit call
+            // reaches: call every function through its absolute address.
             lw.b.func.dfg.ext_funcs[fr].colocated = false;
             lw.math.insert(*name, fr);
         }
@@ -374,7 +374,7 @@ fn define(module: &mut JITModule, id: ClFuncId, ctx: &mut Context) -> Result<(),
     ctx.optimize(module.isa(), &mut ControlPlane::default())
         .map_err(|e| fail(&e, &ctx.func))?;
     crate::ssa::remat_constants(&mut ctx.func);
-    let isa = crate::lowering_isa()?;
+    let isa = crate::lowering_isa(module.isa())?;
     if let Err(e) = ctx.compile(&**isa, &mut ControlPlane::default()) {
         return Err(JitError::Codegen(format!(
             "{:?}\n{}",

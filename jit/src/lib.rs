@@ -41,6 +41,8 @@ use std::time::{Duration, Instant};
 
 pub use ctx::{LaunchCtx, SlotFn};
 
+pub use spec::{SpecConfig, Speculations};
+
 /// Cranelift's flags for a module with optimization level `opt` and
 /// register allocator `regalloc`. Cranelift's IR verifier runs in debug
 /// builds (every test), not in release builds, where it would double the
@@ -58,30 +60,40 @@ fn flags(opt: &'static str, regalloc: &'static str) -> [(&'static str, &'static 
     ]
 }
 
-/// The optimizing module's target with `opt_level=none`: what lowers a
-/// function that was optimized already (and then mended,
-/// [`ssa::remat_constants`]) without optimizing it again. Made once;
-/// otherwise exactly the flags `JITBuilder::with_flags` gives the module.
-fn lowering_isa() -> Result<&'static cranelift_codegen::isa::OwnedTargetIsa, JitError> {
+/// `isa` with `opt_level=none` and every other setting, shared and
+/// target-specific, as it is: what lowers a function that was optimized
+/// already (and then mended, [`ssa::remat_constants`]) without optimizing
+/// it again. Every optimizing module has the same target, so it is made
+/// once, from the first one asked for.
+fn lowering_isa(
+    isa: &dyn cranelift_codegen::isa::TargetIsa,
+) -> Result<&'static cranelift_codegen::isa::OwnedTargetIsa, JitError> {
     use cranelift_codegen::settings::{self, Configurable};
     static ISA: std::sync::OnceLock<Result<cranelift_codegen::isa::OwnedTargetIsa, String>> =
         std::sync::OnceLock::new();
+    // A setting's text is `name=value`, which is what `set` takes apart.
+    fn copy(to: &mut dyn Configurable, v: settings::Value) -> Result<(), String> {
+        let text = v.to_string();
+        let (name, value) = text.split_once('=').unwrap_or((v.name, ""));
+        to.set(name, value).map_err(|e| format!("{name}: {e}"))
+    }
     ISA.get_or_init(|| {
         let mut fb = settings::builder();
-        for (name, value) in flags("none", "backtracking") {
-            fb.set(name, value).map_err(|e| e.to_string())?;
+        for v in isa.flags().iter() {
+            copy(&mut fb, v)?;
         }
-        fb.set("use_colocated_libcalls", "false")
-            .map_err(|e| e.to_string())?;
-        fb.set("is_pic", "false").map_err(|e| e.to_string())?;
-        cranelift_native::builder()?
-            .finish(settings::Flags::new(fb))
+        fb.set("opt_level", "none").map_err(|e| e.to_string())?;
+        let mut ib =
+            cranelift_codegen::isa::lookup(isa.triple().clone()).map_err(|e| e.to_string())?;
+        for v in isa.isa_flags() {
+            copy(&mut ib, v)?;
+        }
+        ib.finish(settings::Flags::new(fb))
             .map_err(|e| e.to_string())
     })
     .as_ref()
     .map_err(|e| JitError::Host(format!("the host's code generator: {e}")))
 }
-pub use spec::{SpecConfig, Speculations};
 
 /// Why a kernel was not compiled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -235,9 +247,7 @@ impl CpuJit {
     fn module(quick: bool) -> Result<JITModule, JitError> {
         // Optimize (`opt_level=speed`: GVN, LICM, egraph rewrites; the
         // default is none) with the backtracking register allocator; the
-        // quick tier does neither. Cranelift's IR verifier runs in debug
-        // builds (every test), not in release builds, where it would double
-        // the compile latency.
+        // quick tier does neither (see `flags`).
         let (opt, regalloc) = if quick {
             ("none", "single_pass")
         } else {
@@ -288,5 +298,37 @@ impl CpuJit {
             entry,
             module: Mutex::new(Some(module)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cranelift_module::Module;
+
+    #[test]
+    fn the_lowering_target_is_the_optimizing_modules_but_for_the_opt_level() {
+        let module = super::CpuJit::module(false).expect("a JIT module");
+        let isa = module.isa();
+        let low = super::lowering_isa(isa).expect("made");
+        let text = |vs: &mut dyn Iterator<Item = cranelift_codegen::settings::Value>| {
+            vs.map(|v| v.to_string()).collect::<Vec<_>>()
+        };
+        let mine = text(&mut isa.flags().iter());
+        let theirs = text(&mut low.flags().iter());
+        let differ: Vec<_> = mine.iter().zip(&theirs).filter(|(a, b)| a != b).collect();
+        assert_eq!(mine.len(), theirs.len());
+        assert_eq!(
+            differ,
+            [(
+                &"opt_level=speed".to_string(),
+                &"opt_level=none".to_string()
+            )]
+        );
+        assert!(mine.contains(&"is_pic=0".to_string()), "{mine:?}");
+        assert_eq!(
+            text(&mut isa.isa_flags().into_iter()),
+            text(&mut low.isa_flags().into_iter())
+        );
+        assert_eq!(isa.triple(), low.triple());
     }
 }

@@ -22,12 +22,14 @@
 //!
 //! [`remat_constants`] runs after Cranelift's optimizer: it gives every
 //! block that uses a constant a copy of its own. Cranelift means to do that
-//! (its `remat` rules mark every `iconst`), but its elaborator loses the
-//! mark on a constant it clones for a second place, such as the second
-//! copy of an unrolled loop body: there the constants stayed hoisted above
-//! the loop — an object's header, a deopt exit's site word — and the
-//! register allocator moved each between a register and a spill slot on
-//! every iteration.
+//! (its `remat` rules mark every `iconst`), yet in the optimized list
+//! kernel (`offload::bench::LIST_KERNEL`) the constants of one of the
+//! unrolled copies of the body stayed hoisted above that copy's loop — an
+//! object's header, a deopt exit's site word — and the register allocator
+//! moved each between a register and a spill slot on every iteration. (A
+//! constant the elaborator clones for a second place does not keep its
+//! mark; a small function that shows the hoisting was not found, so
+//! `tests/cpu_alloc.rs` checks the kernel itself.)
 
 use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::{Block, BlockArg, Function, Inst, Opcode, Value};
