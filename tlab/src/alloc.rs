@@ -251,10 +251,9 @@ impl<'h> Allocator<'h> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let slot = self.tlab_for(worker).ok_or(AllocFailure::Exhausted)?;
         let w = words(bytes) as u32;
-        let at = match self.buffer_eden(worker) {
-            Some(be) => slot.finish(g, old, w, &be, true, None),
-            None => slot.finish(g, old, w, &self.eden(), self.waits(), self.fault.as_ref()),
-        };
+        let at = self.refill_from(worker, |eden, wait, fault| {
+            slot.finish(g, old, w, eden, wait, fault)
+        });
         self.placed(at, header)
     }
 
@@ -267,21 +266,31 @@ impl<'h> Allocator<'h> {
         }
     }
 
-    /// What `worker`'s allocation buffer is refilled from, if it has one:
-    /// its group's shared TLAB. The buffer's own protocol never waits (no
-    /// one else uses it) and injects no faults; the group's does both as
-    /// the policy says.
-    fn buffer_eden(&self, worker: usize) -> Option<BufferEden<'_>> {
-        if self.buffers.is_empty() {
-            return None;
+    /// Run `f` on what the TLAB `worker` bumps is refilled from, with
+    /// whether it waits for another allocator's refill and the refill fault
+    /// to inject: for an allocation buffer, its group's shared TLAB, and
+    /// the buffer's own protocol never waits (no one else uses it) and
+    /// injects nothing, while the group's does both as the policy says;
+    /// otherwise eden, as the policy says.
+    fn refill_from<R>(
+        &self,
+        worker: usize,
+        f: impl FnOnce(&dyn Eden, bool, Option<&RefillFault>) -> R,
+    ) -> R {
+        match self.group_tlab(worker).filter(|_| !self.buffers.is_empty()) {
+            Some(group) => f(
+                &BufferEden {
+                    group,
+                    eden: self.eden(),
+                    words: self.large_words,
+                    wait: self.waits(),
+                    fault: self.fault.as_ref(),
+                },
+                true,
+                None,
+            ),
+            None => f(&self.eden(), self.waits(), self.fault.as_ref()),
         }
-        Some(BufferEden {
-            group: self.group_tlab(worker)?,
-            eden: self.eden(),
-            words: self.large_words,
-            wait: self.waits(),
-            fault: self.fault.as_ref(),
-        })
     }
 
     /// Count an exhausted allocation, or write the header of a placed one.
@@ -309,12 +318,10 @@ impl<'h> Allocator<'h> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let w = words(bytes);
         let at = match self.tlab_for(worker) {
-            Some(slot) if w <= u64::from(self.large_words) => match self.buffer_eden(worker) {
-                Some(be) => slot.allocate_with(w as u32, &be, true, None),
-                None => {
-                    slot.allocate_with(w as u32, &self.eden(), self.waits(), self.fault.as_ref())
-                }
-            },
+            Some(slot) if w <= u64::from(self.large_words) => self
+                .refill_from(worker, |eden, wait, fault| {
+                    slot.allocate_with(w as u32, eden, wait, fault)
+                }),
             _ => {
                 self.direct.fetch_add(1, Ordering::Relaxed);
                 self.carves.fetch_add(1, Ordering::Relaxed);

@@ -144,7 +144,12 @@ impl SharedTlab {
 
     /// Allocate `words` words. With `wait` false, an allocator that overflows
     /// without being the refiller returns [`AllocFailure::Overflow`] at once.
-    pub fn allocate(&self, words: u32, eden: &impl Eden, wait: bool) -> Result<u32, AllocFailure> {
+    pub fn allocate(
+        &self,
+        words: u32,
+        eden: &(impl Eden + ?Sized),
+        wait: bool,
+    ) -> Result<u32, AllocFailure> {
         self.allocate_with(words, eden, wait, None)
     }
 
@@ -152,7 +157,7 @@ impl SharedTlab {
     pub fn allocate_with(
         &self,
         words: u32,
-        eden: &impl Eden,
+        eden: &(impl Eden + ?Sized),
         wait: bool,
         fault: Option<&RefillFault>,
     ) -> Result<u32, AllocFailure> {
@@ -181,7 +186,7 @@ impl SharedTlab {
         g: u64,
         old: u64,
         words: u32,
-        eden: &impl Eden,
+        eden: &(impl Eden + ?Sized),
         wait: bool,
         fault: Option<&RefillFault>,
     ) -> Result<u32, AllocFailure> {
@@ -200,7 +205,7 @@ impl SharedTlab {
         &self,
         old: u64,
         words: u32,
-        eden: &impl Eden,
+        eden: &(impl Eden + ?Sized),
         fault: Option<&RefillFault>,
     ) -> After {
         let (top, end) = unpack(old);
@@ -271,7 +276,7 @@ impl SharedTlab {
 
     /// Retire the slot once no allocation is in flight: the unused rest of its
     /// TLAB becomes a filler, so the heap parses.
-    pub fn retire(&self, eden: &impl Eden) {
+    pub fn retire(&self, eden: &(impl Eden + ?Sized)) {
         let (top, end) = unpack(self.state.load(Ordering::Acquire));
         if top < end {
             eden.fill(top, end);
