@@ -164,30 +164,57 @@ fn offload_median(
     median(f, reps)
 }
 
+/// The medians of `N` measurements timed by turns — the first, the
+/// second, ..., the first again — so that a change in the machine's load
+/// during the run (this is a shared machine) weighs on each alike. Each
+/// runs once untimed first; a launch's kernel must already be compiled
+/// ([`warm`]).
+fn by_turns<const N: usize>(
+    mut fs: [&mut dyn FnMut() -> Result<(), OffloadError>; N],
+    reps: usize,
+) -> Result<[Duration; N], OffloadError> {
+    for f in &mut fs {
+        f()?;
+    }
+    let mut t: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(reps));
+    for _ in 0..reps.max(1) {
+        for (f, t) in fs.iter_mut().zip(&mut t) {
+            let t0 = Instant::now();
+            f()?;
+            t.push(t0.elapsed());
+        }
+    }
+    Ok(t.map(middle))
+}
+
+/// Run `launch` (a launch on `rt`) once and wait for its kernel's
+/// optimized tier (see [`crate::RuntimeBuilder::tiered`]).
+fn warm(
+    rt: &Runtime,
+    launch: &mut impl FnMut() -> Result<(), OffloadError>,
+) -> Result<(), OffloadError> {
+    launch()?;
+    rt.finish_compiles();
+    Ok(())
+}
+
 /// Medians of `offload` (a launch on `rt`, once its optimized tier is
-/// there) and of its native baseline, timed by turns — offload, native,
-/// offload, ... — so that a change in the machine's load during the run
-/// (this is a shared machine) weighs on both alike.
+/// there) and of its native baseline, timed by turns ([`by_turns`]).
 fn paired(
     rt: &Runtime,
     mut offload: impl FnMut() -> Result<(), OffloadError>,
     mut native: impl FnMut(),
     reps: usize,
 ) -> Result<(Duration, Duration), OffloadError> {
-    offload()?; // compile
-    rt.finish_compiles();
-    offload()?;
-    native();
-    let (mut t, mut b) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    for _ in 0..reps.max(1) {
-        let t0 = Instant::now();
-        offload()?;
-        t.push(t0.elapsed());
-        let t0 = Instant::now();
-        native();
-        b.push(t0.elapsed());
-    }
-    Ok((middle(t), middle(b)))
+    warm(rt, &mut offload)?;
+    let [t, b] = by_turns(
+        [&mut offload, &mut || {
+            native();
+            Ok(())
+        }],
+        reps,
+    )?;
+    Ok((t, b))
 }
 
 fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
@@ -304,6 +331,9 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     // allocation buffer taken from the shared TLAB (the default), and with
     // an atomic add on the shared TLAB per object, two workers contending
     // for one TLAB as a GPU warp's threads do (an experiment: no target).
+    // Not by turns: on a 2-core machine, launches timed right after a
+    // native rayon run (whose idle workers spin for a while) or after
+    // `Box::new`'s 320,000 frees ran up to 2x slower than alone.
     {
         let (items, n) = (20_000 / s.min(10), 16i32);
         let mut nout = vec![0i64; items];
@@ -343,48 +373,47 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     }
 
     // Deopt rates: `inc` with every 1000th / 100th / 10th workitem forced to
-    // deopt at its store, against no deopts, on fresh runtimes of this device.
-    // The baseline carries the same injected test (`w % m == m` never holds),
-    // so the ratio is the cost of the deopts and their replay alone.
+    // deopt at its store, against no deopts, on fresh runtimes of this device,
+    // timed by turns. The baseline carries the same injected test
+    // (`w % m == m` never holds), so the ratio is the cost of the deopts and
+    // their replay alone.
     if device == Device::Cpu {
         let ni = (1 << 20) / s;
         let inc = crate::demo::INC_KERNEL;
-        let time_with =
-            |modulus: i64, remainder: i64| -> Result<(Duration, String), OffloadError> {
-                let r2 = Runtime::builder()
-                    .workers(rt.workers())
-                    .device(Device::Cpu)
-                    .inject(offload_jit::cpu::Injection {
-                        site_bci: 10,
-                        modulus,
-                        remainder,
-                    })
-                    .build()?;
-                let m = r2.load("inc.obc", inc)?;
-                let o = r2.new_array::<i32>(ni)?;
-                let c = m.closure("inc", [(&o).into()])?;
-                let mut note = String::new();
-                let t = offload_median(
-                    &r2,
-                    || {
-                        par_offload(0..ni as i64, &c).map(|r| {
-                            note = format!("{} replayed, {} re-entries", r.replayed, r.reentries)
-                        })
-                    },
-                    reps,
-                )?;
-                Ok((t, note))
-            };
+        let setup = |modulus: i64, remainder: i64| -> Result<_, OffloadError> {
+            let r2 = Runtime::builder()
+                .workers(rt.workers())
+                .device(Device::Cpu)
+                .inject(offload_jit::cpu::Injection {
+                    site_bci: 10,
+                    modulus,
+                    remainder,
+                })
+                .build()?;
+            let m = r2.load("inc.obc", inc)?;
+            let o = r2.new_array::<i32>(ni)?;
+            let c = m.closure("inc", [(&o).into()])?;
+            Ok((r2, c))
+        };
         for (label, m) in [("deopt 0.1%", 1000), ("deopt 1%", 100), ("deopt 10%", 10)] {
-            let (none, _) = time_with(m, m)?;
-            let (t, note) = time_with(m, 0)?;
-            push(label, "no deopts", t, none, note);
+            let (r_none, c_none) = setup(m, m)?;
+            let (r_with, c_with) = setup(m, 0)?;
+            let mut note = String::new();
+            let mut none = || par_offload(0..ni as i64, &c_none).map(|_| ());
+            let mut with = || {
+                par_offload(0..ni as i64, &c_with)
+                    .map(|r| note = format!("{} replayed, {} re-entries", r.replayed, r.reentries))
+            };
+            warm(&r_none, &mut none)?;
+            warm(&r_with, &mut with)?;
+            let [t, base] = by_turns([&mut with, &mut none], reps)?;
+            push(label, "no deopts", t, base, note);
         }
         // Poll overhead: mandelbrot (a loop per pixel) with back-edge polls
-        // against the same code without them.
+        // against the same code without them, timed by turns.
         {
             let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
-            let time_polls = |on: bool| -> Result<Duration, OffloadError> {
+            let setup = |on: bool| -> Result<_, OffloadError> {
                 let r2 = Runtime::builder()
                     .workers(rt.workers())
                     .device(Device::Cpu)
@@ -393,13 +422,15 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 let m = r2.load("mandelbrot.obc", example("mandelbrot.obc"))?;
                 let img = r2.new_array::<i32>((w * h) as usize)?;
                 let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
-                offload_median(
-                    &r2,
-                    || par_offload(0..i64::from(w * h), &c).map(|_| ()),
-                    reps,
-                )
+                Ok((r2, c))
             };
-            let (off, on) = (time_polls(false)?, time_polls(true)?);
+            let (r_on, c_on) = setup(true)?;
+            let (r_off, c_off) = setup(false)?;
+            let mut on = || par_offload(0..i64::from(w * h), &c_on).map(|_| ());
+            let mut off = || par_offload(0..i64::from(w * h), &c_off).map(|_| ());
+            warm(&r_on, &mut on)?;
+            warm(&r_off, &mut off)?;
+            let [on, off] = by_turns([&mut on, &mut off], reps)?;
             push(
                 "poll overhead",
                 "polls off",
