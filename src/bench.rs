@@ -153,14 +153,13 @@ fn middle(mut t: Vec<Duration>) -> Duration {
 }
 
 /// The median time of `f`, a launch on `rt`, once the optimized tier of
-/// its kernel is there (see [`crate::RuntimeBuilder::tiered`]).
+/// its kernel is there ([`warm`]).
 fn offload_median(
     rt: &Runtime,
     mut f: impl FnMut() -> Result<(), OffloadError>,
     reps: usize,
 ) -> Result<Duration, OffloadError> {
-    f()?; // compile
-    rt.finish_compiles();
+    warm(rt, &mut f)?;
     median(f, reps)
 }
 
