@@ -167,7 +167,7 @@ pub(crate) fn launch(
     let workers = inner.workers;
     let meta = &ck.meta;
     let per_slot = inner.deopt_records.max(1);
-    let area = rt.take_save_area(workers * per_slot, meta.layout);
+    let area = rt.take_save_area(workers * per_slot, meta.layout)?;
     let alloc = rt.allocator(workers, plan.tlab_bytes);
     let tlabs: Vec<*const offload_tlab::SharedTlab> = (0..workers)
         .map(|w| {

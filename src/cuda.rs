@@ -329,7 +329,8 @@ fn run(
         || (total / (slots as u64 * 4)).clamp(1, 256) as i64,
         |c| c.min(1 << 20) as i64,
     );
-    let area = SaveArea::new(slots, meta.layout);
+    let area =
+        SaveArea::try_new(slots, meta.layout).map_err(|e| OffloadError::Setup(e.to_string()))?;
     let words = meta.layout.record_words as usize;
     let safepoints_before = inner.control.count();
     // The kernel's TLAB size, if its policy changed it.

@@ -91,6 +91,6 @@ pub use error::{KernelExceptions, OffloadError};
 pub use launch::{DeoptRow, LaunchReport, Timings};
 pub use offload_tlab::AllocPolicy;
 pub use runtime::{
-    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, Module, Object, RefArray, Runtime,
-    RuntimeBuilder, par_offload,
+    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
+    Module, Object, RefArray, Runtime, RuntimeBuilder, par_offload,
 };

@@ -106,6 +106,13 @@ impl std::fmt::Debug for PolicyFactory {
 
 /// Save records per slot on the CPU device unless configured.
 pub const DEFAULT_DEOPT_RECORDS: usize = 1024;
+/// The most save records per slot a runtime accepts
+/// ([`RuntimeBuilder::deopt_records`]); more would not make a launch
+/// faster (a slot replays its records about once per this many deopts),
+/// only its save area larger.
+pub const MAX_DEOPT_RECORDS: usize = 1 << 20;
+/// The most worker threads a runtime starts ([`RuntimeBuilder::workers`]).
+pub const MAX_WORKERS: usize = 1024;
 
 impl RuntimeBuilder {
     /// Fault injection for tests: in every launch, TLAB refill number
@@ -133,7 +140,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Save records per slot (at least 1; default [`DEFAULT_DEOPT_RECORDS`]).
+    /// Save records per slot (at least 1, at most [`MAX_DEOPT_RECORDS`];
+    /// default [`DEFAULT_DEOPT_RECORDS`]).
     /// A slot that deoptimizes writes a record and goes on with its next
     /// workitem; only when its records are full does it stop, so a slot
     /// stops, replays its records and re-enters about once per `n` deopts. The save area is
@@ -198,6 +206,7 @@ impl RuntimeBuilder {
         self
     }
     /// Number of worker threads (the concurrent slots); default: every core.
+    /// [`RuntimeBuilder::build`] refuses more than [`MAX_WORKERS`].
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n.max(1));
         self
@@ -290,6 +299,17 @@ impl RuntimeBuilder {
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if workers > MAX_WORKERS {
+            return Err(OffloadError::Setup(format!(
+                "{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"
+            )));
+        }
+        if self.deopt_records > MAX_DEOPT_RECORDS {
+            return Err(OffloadError::Setup(format!(
+                "{} deopt records per worker asked for; at most {MAX_DEOPT_RECORDS}",
+                self.deopt_records
+            )));
+        }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers)
             .thread_name(|i| format!("offload-worker-{i}"))
@@ -758,7 +778,7 @@ impl Runtime {
         &self,
         slots: usize,
         layout: offload_deopt::SaveLayout,
-    ) -> offload_deopt::SaveArea {
+    ) -> Result<offload_deopt::SaveArea, OffloadError> {
         let mut pool = self
             .inner
             .save_areas
@@ -768,8 +788,9 @@ impl Runtime {
             .iter()
             .position(|a| a.slots() == slots && a.layout() == layout)
         {
-            Some(i) => pool.swap_remove(i),
-            None => offload_deopt::SaveArea::new(slots, layout),
+            Some(i) => Ok(pool.swap_remove(i)),
+            None => offload_deopt::SaveArea::try_new(slots, layout)
+                .map_err(|e| OffloadError::Setup(e.to_string())),
         }
     }
 

@@ -3,7 +3,7 @@
 use offload::demo::example;
 use offload::ir::ExceptionKind;
 use offload::reference as native;
-use offload::{AllocPolicy, OffloadError, Runtime, par_offload};
+use offload::{AllocPolicy, Device, OffloadError, Runtime, par_offload};
 
 use offload::demo::INC_KERNEL as INC;
 
@@ -256,6 +256,43 @@ fn bad_input_gets_errors_not_panics() {
             .to_string()
             .contains("cannot read")
     );
+}
+
+#[test]
+fn absurd_runtime_settings_are_refused_not_aborted() {
+    // Too many workers would start (and hang on) a hundred thousand
+    // threads; too many deopt records would abort on the save area's
+    // allocation at the first launch.
+    let e = Runtime::builder()
+        .workers(offload::MAX_WORKERS + 1)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("1025 workers") && e.contains("at most 1024"),
+        "{e}"
+    );
+    let e = Runtime::builder()
+        .deopt_records(usize::MAX)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("deopt records per worker") && e.contains("at most"),
+        "{e}"
+    );
+    // The limits themselves are accepted, and launch.
+    let rt = Runtime::builder()
+        .device(Device::Cpu)
+        .workers(2)
+        .deopt_records(offload::MAX_DEOPT_RECORDS)
+        .build()
+        .unwrap();
+    let m = rt.load("inc.obc", INC).unwrap();
+    let out = rt.new_array::<i32>(10).unwrap();
+    let c = m.closure("inc", [(&out).into()]).unwrap();
+    assert_eq!(par_offload(0..10, &c).unwrap().completed, 10);
+    assert_eq!(rt.read(&out).unwrap(), vec![1; 10]);
 }
 
 #[test]

@@ -68,6 +68,17 @@ pub enum DeoptError {
         /// Words per record.
         record_words: u32,
     },
+    /// The area's memory could not be had: its size overflows, or the
+    /// allocator refused it.
+    #[error(
+        "a save area of {records} records of {record_words} words cannot be allocated (fewer workers or deopt records per worker need less)"
+    )]
+    TooLarge {
+        /// Records asked for.
+        records: usize,
+        /// Words per record.
+        record_words: u32,
+    },
 }
 
 /// Save records of one layout: C × K, C being the number of concurrent
@@ -82,23 +93,43 @@ pub struct SaveArea {
 
 impl SaveArea {
     /// An area of `slots` empty records.
+    ///
+    /// # Panics
+    ///
+    /// If the area cannot be allocated; [`SaveArea::try_new`] says so
+    /// instead.
     pub fn new(slots: usize, layout: SaveLayout) -> SaveArea {
-        let words = (0..slots * layout.record_words as usize)
-            .map(|i| {
-                AtomicU64::new(
-                    if i % layout.record_words as usize == SaveLayout::SITE_WORD as usize {
-                        SaveLayout::EMPTY
-                    } else {
-                        0
-                    },
-                )
+        SaveArea::try_new(slots, layout).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An area of `slots` empty records, or [`DeoptError::TooLarge`] if its
+    /// size overflows or the allocator refuses it (a runtime configured
+    /// with more records than the machine has memory for gets an error,
+    /// not an abort).
+    pub fn try_new(slots: usize, layout: SaveLayout) -> Result<SaveArea, DeoptError> {
+        let too_large = || DeoptError::TooLarge {
+            records: slots,
+            record_words: layout.record_words,
+        };
+        let rw = layout.record_words as usize;
+        let n = slots
+            .checked_mul(rw)
+            .filter(|n| n.checked_mul(8).is_some_and(|b| b <= isize::MAX as usize))
+            .ok_or_else(too_large)?;
+        let mut words = Vec::new();
+        words.try_reserve_exact(n).map_err(|_| too_large())?;
+        words.extend((0..n).map(|i| {
+            AtomicU64::new(if i % rw == SaveLayout::SITE_WORD as usize {
+                SaveLayout::EMPTY
+            } else {
+                0
             })
-            .collect();
-        SaveArea {
+        }));
+        Ok(SaveArea {
             layout,
             slots,
-            words,
-        }
+            words: words.into_boxed_slice(),
+        })
     }
 
     /// Number of records.

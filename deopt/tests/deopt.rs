@@ -149,6 +149,17 @@ fn save_area_round_trips_and_rejects_nonsense() {
     area.clear();
     assert!(area.records(&meta).unwrap().is_empty());
     assert!(area.is_clear());
+    // An area whose size overflows, or that no allocator gives, is an
+    // error naming its size, not an abort.
+    for slots in [usize::MAX / 2, 1 << 58] {
+        let e = SaveArea::try_new(slots, meta.layout).unwrap_err();
+        assert!(matches!(e, DeoptError::TooLarge { records, record_words: 9 } if records == slots));
+        assert!(e.to_string().contains("cannot be allocated"), "{e}");
+    }
+    assert_eq!(
+        SaveArea::try_new(3, meta.layout).unwrap().bytes(),
+        3 * 9 * 8
+    );
 }
 
 #[test]
