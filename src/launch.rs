@@ -62,7 +62,9 @@ pub struct LaunchReport {
     /// Workitems resumed in the interpreter after a deopt.
     pub replayed: u64,
     /// Workitems that never started in some device launch and were launched
-    /// again.
+    /// again, counted once per stop: a workitem that several stops (a
+    /// deopt with full records, a safepoint) left unstarted counts once for
+    /// each, so this can exceed the range.
     pub never_ran: u64,
     /// Device launches (1 plus relaunches of never-ran work; the CPU device
     /// never relaunches, its slots re-enter instead).

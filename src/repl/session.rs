@@ -1204,10 +1204,13 @@ impl Session {
                 s.tlab = if val("BYTES|default")? == "default" {
                     None
                 } else {
-                    Some(
-                        u32::try_from(num("BYTES")?)
-                            .map_err(|_| ReplError("TLAB too large".into()))?,
-                    )
+                    let n = num("BYTES")?;
+                    Some(u32::try_from(n).map_err(|_| {
+                        ReplError(format!(
+                            ":set tlab: {n} bytes is more than a TLAB can be ({} bytes)",
+                            u32::MAX
+                        ))
+                    })?)
                 }
             }
             "inject" => {

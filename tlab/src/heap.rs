@@ -35,6 +35,10 @@ impl Default for HeapConfig {
 /// keeps headroom above `top`.
 pub const MAX_HEAP_BYTES: usize = 16 << 30;
 
+/// The smallest heap: one page, which holds the reserved words and the
+/// first objects.
+pub const MIN_HEAP_BYTES: usize = 4096;
+
 /// A problem with the heap or an access to it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HeapError {
@@ -136,9 +140,28 @@ impl Heap {
                 cfg.max
             )));
         }
-        if cfg.initial > cfg.max || cfg.tlab_bytes < 64 || !cfg.tlab_bytes.is_multiple_of(8) {
+        if cfg.max < MIN_HEAP_BYTES {
             return Err(HeapError::Config(format!(
-                "need 64 <= tlab_bytes (a multiple of 8) and initial <= max; got {cfg:?}"
+                "maximum {} bytes is below the smallest heap, {MIN_HEAP_BYTES} bytes",
+                cfg.max
+            )));
+        }
+        if cfg.initial > cfg.max {
+            return Err(HeapError::Config(format!(
+                "initial size {} bytes exceeds the maximum, {} bytes",
+                cfg.initial, cfg.max
+            )));
+        }
+        if cfg.tlab_bytes < 64 || !cfg.tlab_bytes.is_multiple_of(8) {
+            return Err(HeapError::Config(format!(
+                "a TLAB of {} bytes: it must be a multiple of 8, at least 64",
+                cfg.tlab_bytes
+            )));
+        }
+        if cfg.tlab_bytes as usize > cfg.max / 2 {
+            return Err(HeapError::Config(format!(
+                "a TLAB of {} bytes does not fit twice in the maximum heap of {} bytes",
+                cfg.tlab_bytes, cfg.max
             )));
         }
         let region = Region::reserve(cfg.max, cfg.initial.max(4096))

@@ -35,6 +35,8 @@ mod sync;
 pub mod tlab;
 
 pub use alloc::{AllocPolicy, AllocStats, Allocator};
-pub use heap::{ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, WalkStats};
+pub use heap::{
+    ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, MIN_HEAP_BYTES, WalkStats,
+};
 pub use layout::{Header, Ref};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};
