@@ -410,11 +410,20 @@ struct Env {
     done: Option<Variable>,
     next_item: Option<Block>,
     /// In a kernel that may allocate, on a slot with a TLAB of its own:
-    /// the TLAB's state word, kept here rather than in memory while the
-    /// slot runs (the memory word is current whenever Rust code may read
-    /// it: before the shared protocol or the slow path, and when the slot
+    /// the TLAB's state, kept here rather than in memory while the slot
+    /// runs (the memory word is current whenever Rust code may read it:
+    /// before the shared protocol or the slow path, and when the slot
     /// returns; see [`Lower::tlab_write_back`]). Unused (never written
     /// back) on other slots.
+    ///
+    /// Here the state is `(end - top) << 32 | top` (its *register form*),
+    /// not the memory word's `end << 32 | top`: a bump of `n` words is then
+    /// one add of the constant `n - (n << 32)`, which leaves the high half
+    /// negative exactly when the object does not fit, and the old `top` is
+    /// the low half — no unpacking, no compare. (`end - top` is below
+    /// 2^31: `top` can pass `end` only by the overflowing adds of a failed
+    /// refill, by a few objects; the low half never carries, as `top` is a
+    /// word offset below 2^31.)
     tlab_state: Option<Variable>,
     /// Injected safepoints: the poll counter or random state.
     polls: Option<Variable>,
@@ -1069,11 +1078,11 @@ impl Lower<'_, '_> {
     /// an escape it is the launch's test again ([`Lower::nursery_off`]).
     fn write_barrier(&mut self, r: Value, x: Value) {
         let escapes = if let Some(nv) = self.env.nursery {
+            // In register form, `[top, end)` is `top` and its length.
             let st = self.b.use_var(nv);
             let lo = self.b.ins().ireduce(types::I32, st);
-            let end = self.b.ins().ushr_imm_u(st, 32);
-            let end = self.b.ins().ireduce(types::I32, end);
-            let span = self.b.ins().isub(end, lo);
+            let span = self.b.ins().ushr_imm_u(st, 32);
+            let span = self.b.ins().ireduce(types::I32, span);
             let dx = self.b.ins().isub(x, lo);
             let in_x = self.b.ins().icmp(IntCC::UnsignedLessThan, dx, span);
             let dr = self.b.ins().isub(r, lo);
@@ -1111,16 +1120,29 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(cont);
     }
 
-    /// The nursery state of a workitem that will not be reset: a state
-    /// word whose `[top, end)` is `[young, u32::MAX)`, so that the write
-    /// barrier tests what the launch's does, and whose `end` no TLAB has.
+    /// The nursery state of a workitem that will not be reset: a TLAB
+    /// state (in register form, [`Env::tlab_state`]) whose `[top, end)` is
+    /// `[young, u32::MAX)`, so that the write barrier tests what the
+    /// launch's does, and whose `end` no TLAB has.
     fn nursery_off(&mut self) -> Value {
         let (ctx, _, _) = self.e();
         let young = self
             .b
             .ins()
             .load(types::I64, invariant(), ctx, offsets::YOUNG);
-        self.b.ins().bor_imm_u(young, 0xFFFF_FFFF << 32)
+        // u32::MAX - young is young's low 32 bits flipped.
+        let span = self.b.ins().bxor_imm_u(young, 0xFFFF_FFFF);
+        let span = self.b.ins().ishl_imm_u(span, 32);
+        self.b.ins().bor(young, span)
+    }
+
+    /// The low 32 bits of `top + (end - top)` of a TLAB state in register
+    /// form: `end`.
+    fn state_end(&mut self, st: Value) -> Value {
+        let top = self.b.ins().ireduce(types::I32, st);
+        let span = self.b.ins().ushr_imm_u(st, 32);
+        let span = self.b.ins().ireduce(types::I32, span);
+        self.b.ins().iadd(top, span)
     }
 
     /// At a workitem's start (kernels that may allocate): note the slot's
@@ -1160,8 +1182,8 @@ impl Lower<'_, '_> {
             return;
         };
         let st0 = self.b.use_var(nv);
-        let end0 = self.b.ins().ushr_imm_u(st0, 32);
-        let off = self.b.ins().icmp_imm_u(IntCC::Equal, end0, 0xFFFF_FFFF);
+        let end0 = self.state_end(st0);
+        let off = self.b.ins().icmp_imm_s(IntCC::Equal, end0, -1);
         let check = self.b.create_block();
         let reset = self.b.create_block();
         let after = self.b.create_block();
@@ -1169,10 +1191,12 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(check);
         let sv = self.env.tlab_state.expect("set");
         let st = self.b.use_var(sv);
-        let end = self.b.ins().ushr_imm_u(st, 32);
+        let end = self.state_end(st);
         let same = self.b.ins().icmp(IntCC::Equal, end, end0);
-        let top = self.b.ins().band_imm_u(st, 0xFFFF_FFFF);
-        let lo = self.b.ins().band_imm_u(st0, 0xFFFF_FFFF);
+        let top = self.b.ins().ireduce(types::I32, st);
+        let top = self.b.ins().uextend(types::I64, top);
+        let lo = self.b.ins().ireduce(types::I32, st0);
+        let lo = self.b.ins().uextend(types::I64, lo);
         let grew = self.b.ins().icmp(IntCC::UnsignedGreaterThan, top, lo);
         let go = self.b.ins().band(same, grew);
         self.b.ins().brif(go, reset, &[], after, &[]);
@@ -1276,18 +1300,30 @@ impl Lower<'_, '_> {
         self.when_own(|lw, sv| {
             let st = lw.b.use_var(sv);
             let tl = lw.tlab();
-            let sa = lw.tlab_state_addr(tl);
-            lw.b.ins().store(trusted(), st, sa, 0);
+            lw.store_tlab_state(tl, st);
         });
+    }
+
+    /// Store `st`, a TLAB state in register form ([`Env::tlab_state`]), to
+    /// TLAB `tl`'s memory word: `end << 32 | top` is `st + (st << 32)`.
+    fn store_tlab_state(&mut self, tl: Value, st: Value) {
+        let sa = self.tlab_state_addr(tl);
+        let hi = self.b.ins().ishl_imm_u(st, 32);
+        let word = self.b.ins().iadd(st, hi);
+        self.b.ins().store(trusted(), word, sa, 0);
     }
 
     /// Take the TLAB state from memory again, on a slot that owns its
     /// TLAB, after Rust code or the shared protocol may have changed it.
+    /// The register form of the word `end << 32 | top` is the word minus
+    /// `top << 32`, which is the word shifted left by 32.
     fn tlab_reload(&mut self) {
         self.when_own(|lw, sv| {
             let tl = lw.tlab();
             let sa = lw.tlab_state_addr(tl);
-            let st = lw.b.ins().load(types::I64, trusted(), sa, 0);
+            let word = lw.b.ins().load(types::I64, trusted(), sa, 0);
+            let lo = lw.b.ins().ishl_imm_u(word, 32);
+            let st = lw.b.ins().isub(word, lo);
             lw.b.def_var(sv, st);
         });
     }
@@ -1904,20 +1940,28 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(own_bump);
         let sv = self.env.tlab_state.expect("kernels that allocate keep it");
         let st = self.b.use_var(sv);
-        let (top, fits) = self.tlab_fits(st, words);
+        // In register form: top += words and end - top -= words, in one
+        // add; the object fits when end - top stays non-negative.
+        let hi = self.b.ins().ishl_imm_u(words, 32);
+        let step = self.b.ins().isub(words, hi);
+        let st1 = self.b.ins().iadd(st, step);
+        let fits = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, st1, 0);
         let bumped = self.b.create_block();
         let full = self.b.create_block();
         self.b.ins().brif(fits, bumped, &[], full, &[]);
         self.b.switch_to_block(bumped);
-        let st1 = self.b.ins().iadd(st, words);
         self.b.def_var(sv, st1);
+        let top = self.b.ins().ireduce(types::I32, st);
+        let top = self.b.ins().uextend(types::I64, top);
         self.b.ins().jump(got, &[top.into()]);
         // It does not fit: the protocol below works on the memory word.
         self.b.switch_to_block(full);
         self.b.set_cold_block(full);
         let tl = self.tlab();
-        let sa = self.tlab_state_addr(tl);
-        self.b.ins().store(trusted(), st, sa, 0);
+        self.store_tlab_state(tl, st);
         self.b.ins().jump(try_fast, &[tl.into()]);
 
         // Step 1: the generation (not FAILED); step 2: the add.
