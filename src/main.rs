@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod repl;
+mod sigpipe;
 
 /// The runtime a REPL session starts with (`:set` changes it later).
 #[derive(clap::Args, Debug)]
@@ -418,6 +419,7 @@ fn run(cli: Cli) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    sigpipe::default_disposition();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -105,6 +105,39 @@ fn analyze_shows_sites() {
     assert!(err.contains("no function `nope`"), "{err}");
 }
 
+/// `offload demo | head -1`: the reader goes away after one line, and the
+/// tool ends quietly (by `SIGPIPE`, as other Unix tools do) instead of
+/// panicking in `println!`.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_tool_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
+        .args(["demo", "--workers", "1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run offload");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("a first line");
+    // The reader (and with it the pipe's only read end) is dropped here.
+    assert!(first.starts_with("offload demo"), "{first}");
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+}
+
 #[test]
 fn demo_runs_every_example_and_checks_it() {
     let (code, out, err) = offload(&["demo", "--shrink", "50", "--workers", "2"]);
