@@ -263,20 +263,13 @@ fn absurd_runtime_settings_are_refused_not_aborted() {
     // Too many workers would start (and hang on) a hundred thousand
     // threads; too many deopt records would abort on the save area's
     // allocation at the first launch.
-    let e = Runtime::builder()
-        .workers(offload::MAX_WORKERS + 1)
-        .build()
-        .unwrap_err()
-        .to_string();
+    let refused = |b: offload::RuntimeBuilder| b.build().unwrap_err().to_string();
+    let e = refused(Runtime::builder().workers(offload::MAX_WORKERS + 1));
     assert!(
         e.contains("1025 workers") && e.contains("at most 1024"),
         "{e}"
     );
-    let e = Runtime::builder()
-        .deopt_records(usize::MAX)
-        .build()
-        .unwrap_err()
-        .to_string();
+    let e = refused(Runtime::builder().deopt_records(usize::MAX));
     assert!(
         e.contains("deopt records per worker") && e.contains("at most"),
         "{e}"
