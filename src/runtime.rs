@@ -296,9 +296,10 @@ impl RuntimeBuilder {
                 crate::policy::NAMES.join(", ")
             ))
         })?;
-        let workers = self
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        // Every core by default (at most MAX_WORKERS); more only if asked.
+        let workers = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
+        });
         if workers > MAX_WORKERS {
             return Err(OffloadError::Setup(format!(
                 "{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"
