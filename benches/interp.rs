@@ -1,7 +1,9 @@
 //! offload against native Rust on the example kernels, in the same run:
 //! native sequential, native rayon, and `par_offload` on the interpreter and
 //! on the CPU JIT device, each with one worker and with every core. Allocation kernels also
-//! compare against `Box::new` on rayon and a per-thread bump allocator.
+//! compare against `Box::new` on rayon and a per-thread bump allocator. The
+//! protocol's costs on the CPU device — deopt rates, safepoint polls,
+//! compile latency — have groups of their own (`protocol`).
 //!
 //! `cargo bench --bench interp`, then `python3 scripts/bench-ratios.py` for the
 //! ratio table that goes into BENCHMARKS.md.
@@ -316,9 +318,96 @@ fn interp_alloc_bench(
     g.finish();
 }
 
+/// The Sumatra protocol's costs on the CPU device, each next to its
+/// baseline in the same group: `inc` with every 1000th, 100th and 10th
+/// workitem forced to deopt at its store against none (the baseline
+/// carries the same injected test, which never holds); mandelbrot with
+/// back-edge polls against without; and compile latency per kernel and
+/// tier (the quick tier is what a first launch waits for).
+fn protocol(c: &mut Criterion) {
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = 1i64 << 20;
+    let mut g = c.benchmark_group("deopt_rate");
+    for (name, modulus, remainder) in [
+        ("none", 100, 100),
+        ("0.1%", 1000, 0),
+        ("1%", 100, 0),
+        ("10%", 10, 0),
+    ] {
+        let rt = Runtime::builder()
+            .workers(all)
+            .device(Device::Cpu)
+            .inject(offload_jit::cpu::Injection {
+                site_bci: 10,
+                modulus,
+                remainder,
+            })
+            .build()
+            .unwrap();
+        let m = rt.load("inc.obc", offload::demo::INC_KERNEL).unwrap();
+        let out = rt.new_array::<i32>(n as usize).unwrap();
+        let cl = m.closure("inc", [(&out).into()]).unwrap();
+        par_offload(0..n, &cl).unwrap();
+        rt.finish_compiles();
+        g.bench_function(name, |b| b.iter(|| par_offload(0..n, &cl).unwrap()));
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("polls");
+    let (w, h, iters) = (256, 256, 256);
+    for (name, on) in [("on", true), ("off", false)] {
+        let rt = Runtime::builder()
+            .workers(all)
+            .device(Device::Cpu)
+            .back_edge_polls(on)
+            .build()
+            .unwrap();
+        let m = rt
+            .load("mandelbrot.obc", example("mandelbrot.obc"))
+            .unwrap();
+        let img = rt.new_array::<i32>((w * h) as usize).unwrap();
+        let cl = m
+            .closure(
+                "mandelbrot",
+                [w.into(), h.into(), iters.into(), (&img).into()],
+            )
+            .unwrap();
+        par_offload(0..i64::from(w * h), &cl).unwrap();
+        rt.finish_compiles();
+        g.bench_function(name, |b| {
+            b.iter(|| par_offload(0..i64::from(w * h), &cl).unwrap())
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("compile");
+    let rt = Runtime::builder().device(Device::Cpu).build().unwrap();
+    for (file, kernel) in [
+        ("saxpy.obc", "saxpy"),
+        ("mandelbrot.obc", "mandelbrot"),
+        ("nbody.obc", "nbody"),
+        ("matmul.obc", "matmul"),
+    ] {
+        let m = rt.load(file, example(file)).unwrap();
+        let prog = m.program();
+        let k = prog.verified().func_named(kernel).expect("example kernel");
+        let jit = offload_jit::CpuJit::new();
+        for (tier, quick) in [("quick", true), ("optimized", false)] {
+            let opts = offload_jit::cpu::CompileOptions {
+                quick,
+                ..Default::default()
+            };
+            g.bench_function(format!("{kernel}_{tier}"), |b| {
+                b.iter(|| jit.compile_with(prog, k, 0, opts).unwrap().compile_time)
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(2));
-    targets = compute, allocation
+    targets = compute, allocation, protocol
 }
 criterion_main!(benches);

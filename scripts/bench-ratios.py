@@ -51,3 +51,19 @@ for k in ["alloc_vectors", "linked_list"]:
         continue
     bump_s = ms(bump)
     print(f"| {k} | {ms(sb)} | {ms(rb)} | {bump_s} | {ms(i1)} | {ms(ia)} | {ia/rb:.1f}x | {(f'{ia/bump:.1f}x' if bump else '-')} |")
+print()
+print("| protocol bench | offload | baseline | ratio (baseline / offload) |")
+print("|---|---|---|---|")
+none = median("deopt_rate", "none")
+for rate in ["0.1%", "1%", "10%"]:
+    t = median("deopt_rate", rate)
+    if None not in (t, none):
+        print(f"| deopt {rate} | {ms(t)} | {ms(none)} (no deopts) | {none/t:.2f}x |")
+on, off = median("polls", "on"), median("polls", "off")
+if None not in (on, off):
+    print(f"| mandelbrot, polls on | {ms(on)} | {ms(off)} (polls off) | {off/on:.2f}x |")
+for k in ["saxpy", "mandelbrot", "nbody", "matmul"]:
+    for tier in ["quick", "optimized"]:
+        t = median("compile", f"{k}_{tier}")
+        if t is not None:
+            print(f"| compile {k} ({tier}) | {ms(t)} | 1 ms (target) | {1e6/t:.2f}x |")
