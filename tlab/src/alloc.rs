@@ -142,14 +142,11 @@ impl<'h> Allocator<'h> {
         } else {
             workers.div_ceil(group)
         };
-        let buffered = group > 1 && nslots > 0;
         Allocator {
             heap,
             policy,
             slots: (0..nslots).map(|_| SharedTlab::new()).collect(),
-            buffers: (0..if buffered { workers } else { 0 })
-                .map(|_| SharedTlab::new())
-                .collect(),
+            buffers: Box::default(),
             workers,
             group,
             large_words: (heap.config().tlab_bytes / 8 / 4).max(1),
@@ -161,6 +158,7 @@ impl<'h> Allocator<'h> {
             mark: heap.mark(),
             carves: AtomicU64::new(0),
         }
+        .with_buffers(true)
     }
 
     /// Fault injection (tests): refill number `first` (1-based, counted over
