@@ -1136,6 +1136,12 @@ impl Lower<'_, '_> {
         self.b.ins().bor(young, span)
     }
 
+    /// The `top` of a TLAB state in register form (its low half), as `i64`.
+    fn state_top(&mut self, st: Value) -> Value {
+        let top = self.b.ins().ireduce(types::I32, st);
+        self.b.ins().uextend(types::I64, top)
+    }
+
     /// The low 32 bits of `top + (end - top)` of a TLAB state in register
     /// form: `end`.
     fn state_end(&mut self, st: Value) -> Value {
@@ -1193,10 +1199,8 @@ impl Lower<'_, '_> {
         let st = self.b.use_var(sv);
         let end = self.state_end(st);
         let same = self.b.ins().icmp(IntCC::Equal, end, end0);
-        let top = self.b.ins().ireduce(types::I32, st);
-        let top = self.b.ins().uextend(types::I64, top);
-        let lo = self.b.ins().ireduce(types::I32, st0);
-        let lo = self.b.ins().uextend(types::I64, lo);
+        let top = self.state_top(st);
+        let lo = self.state_top(st0);
         let grew = self.b.ins().icmp(IntCC::UnsignedGreaterThan, top, lo);
         let go = self.b.ins().band(same, grew);
         self.b.ins().brif(go, reset, &[], after, &[]);
@@ -1954,8 +1958,7 @@ impl Lower<'_, '_> {
         self.b.ins().brif(fits, bumped, &[], full, &[]);
         self.b.switch_to_block(bumped);
         self.b.def_var(sv, st1);
-        let top = self.b.ins().ireduce(types::I32, st);
-        let top = self.b.ins().uextend(types::I64, top);
+        let top = self.state_top(st);
         self.b.ins().jump(got, &[top.into()]);
         // It does not fit: the protocol below works on the memory word.
         self.b.switch_to_block(full);
