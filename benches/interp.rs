@@ -335,19 +335,8 @@ fn protocol(c: &mut Criterion) {
         ("1%", 100, 0),
         ("10%", 10, 0),
     ] {
-        let rt = Runtime::builder()
-            .workers(all)
-            .device(Device::Cpu)
-            .inject(offload_jit::cpu::Injection {
-                site_bci: 10,
-                modulus,
-                remainder,
-            })
-            .build()
-            .unwrap();
-        let m = rt.load("inc.obc", offload::demo::INC_KERNEL).unwrap();
-        let out = rt.new_array::<i32>(n as usize).unwrap();
-        let cl = m.closure("inc", [(&out).into()]).unwrap();
+        let (rt, cl) =
+            offload::bench::deopt_rate_launch(all, n as usize, modulus, remainder).unwrap();
         par_offload(0..n, &cl).unwrap();
         rt.finish_compiles();
         g.bench_function(name, |b| b.iter(|| par_offload(0..n, &cl).unwrap()));
@@ -357,22 +346,7 @@ fn protocol(c: &mut Criterion) {
     let mut g = c.benchmark_group("polls");
     let (w, h, iters) = (256, 256, 256);
     for (name, on) in [("on", true), ("off", false)] {
-        let rt = Runtime::builder()
-            .workers(all)
-            .device(Device::Cpu)
-            .back_edge_polls(on)
-            .build()
-            .unwrap();
-        let m = rt
-            .load("mandelbrot.obc", example("mandelbrot.obc"))
-            .unwrap();
-        let img = rt.new_array::<i32>((w * h) as usize).unwrap();
-        let cl = m
-            .closure(
-                "mandelbrot",
-                [w.into(), h.into(), iters.into(), (&img).into()],
-            )
-            .unwrap();
+        let (rt, cl) = offload::bench::polls_launch(all, on, w, h, iters).unwrap();
         par_offload(0..i64::from(w * h), &cl).unwrap();
         rt.finish_compiles();
         g.bench_function(name, |b| {

@@ -227,6 +227,57 @@ fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
     .expect("native code does not fail")
 }
 
+/// The deopt-rate bench's launch: `inc` over `0..n` on a fresh CPU runtime
+/// of `workers`, compiled so that workitems `w` with `w % modulus ==
+/// remainder` deopt at its store (`remainder == modulus` never holds: the
+/// baseline, with the same test). Returns the runtime and the closure to
+/// launch over `0..n`.
+pub fn deopt_rate_launch(
+    workers: usize,
+    n: usize,
+    modulus: i64,
+    remainder: i64,
+) -> Result<(Runtime, crate::Closure), OffloadError> {
+    let rt = Runtime::builder()
+        .workers(workers)
+        .device(Device::Cpu)
+        .inject(offload_jit::cpu::Injection {
+            site_bci: 10,
+            modulus,
+            remainder,
+        })
+        .build()?;
+    let m = rt.load("inc.obc", crate::demo::INC_KERNEL)?;
+    let o = rt.new_array::<i32>(n)?;
+    let c = m.closure("inc", [(&o).into()])?;
+    Ok((rt, c))
+}
+
+/// The poll-overhead bench's launch: mandelbrot on a `w` x `h` image at
+/// `iters` iterations, on a fresh CPU runtime of `workers` with back-edge
+/// polls `on` or off. Returns the runtime and the closure to launch over
+/// `0..w * h`.
+pub fn polls_launch(
+    workers: usize,
+    on: bool,
+    w: i32,
+    h: i32,
+    iters: i32,
+) -> Result<(Runtime, crate::Closure), OffloadError> {
+    let rt = Runtime::builder()
+        .workers(workers)
+        .device(Device::Cpu)
+        .back_edge_polls(on)
+        .build()?;
+    let m = rt.load("mandelbrot.obc", example("mandelbrot.obc"))?;
+    let img = rt.new_array::<i32>((w * h) as usize)?;
+    let c = m.closure(
+        "mandelbrot",
+        [w.into(), h.into(), iters.into(), (&img).into()],
+    )?;
+    Ok((rt, c))
+}
+
 /// Run the benchmarks on `rt` (`shrink` divides the problem sizes).
 #[allow(clippy::too_many_lines)]
 pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
@@ -378,25 +429,9 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     // their replay alone.
     if device == Device::Cpu {
         let ni = (1 << 20) / s;
-        let inc = crate::demo::INC_KERNEL;
-        let setup = |modulus: i64, remainder: i64| -> Result<_, OffloadError> {
-            let r2 = Runtime::builder()
-                .workers(rt.workers())
-                .device(Device::Cpu)
-                .inject(offload_jit::cpu::Injection {
-                    site_bci: 10,
-                    modulus,
-                    remainder,
-                })
-                .build()?;
-            let m = r2.load("inc.obc", inc)?;
-            let o = r2.new_array::<i32>(ni)?;
-            let c = m.closure("inc", [(&o).into()])?;
-            Ok((r2, c))
-        };
         for (label, m) in [("deopt 0.1%", 1000), ("deopt 1%", 100), ("deopt 10%", 10)] {
-            let (r_none, c_none) = setup(m, m)?;
-            let (r_with, c_with) = setup(m, 0)?;
+            let (r_none, c_none) = deopt_rate_launch(rt.workers(), ni, m, m)?;
+            let (r_with, c_with) = deopt_rate_launch(rt.workers(), ni, m, 0)?;
             let mut note = String::new();
             let mut none = || par_offload(0..ni as i64, &c_none).map(|_| ());
             let mut with = || {
@@ -412,19 +447,8 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         // against the same code without them, timed by turns.
         {
             let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
-            let setup = |on: bool| -> Result<_, OffloadError> {
-                let r2 = Runtime::builder()
-                    .workers(rt.workers())
-                    .device(Device::Cpu)
-                    .back_edge_polls(on)
-                    .build()?;
-                let m = r2.load("mandelbrot.obc", example("mandelbrot.obc"))?;
-                let img = r2.new_array::<i32>((w * h) as usize)?;
-                let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
-                Ok((r2, c))
-            };
-            let (r_on, c_on) = setup(true)?;
-            let (r_off, c_off) = setup(false)?;
+            let (r_on, c_on) = polls_launch(rt.workers(), true, w, h, it)?;
+            let (r_off, c_off) = polls_launch(rt.workers(), false, w, h, it)?;
             let mut on = || par_offload(0..i64::from(w * h), &c_on).map(|_| ());
             let mut off = || par_offload(0..i64::from(w * h), &c_off).map(|_| ());
             warm(&r_on, &mut on)?;
