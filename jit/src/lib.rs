@@ -27,7 +27,6 @@ mod plan;
 pub mod ptx;
 pub mod ptxas;
 pub mod ptxlib;
-pub mod ptxsim;
 pub mod rt;
 pub mod spec;
 mod ssa;

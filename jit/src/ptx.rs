@@ -42,7 +42,7 @@
 //! `min`/`max` propagate NaN and order `-0 < +0`. The transcendentals
 //! (`exp`, `log`, `sin`, `cos`, `pow`) call [`ptxlib`]'s routines, the
 //! host's libm ported to PTX and checked bit for bit on the host by
-//! [`crate::ptxsim`]; sine and cosine of huge arguments (beyond the
+//! the virtual GPU (`offload-vgpu`); sine and cosine of huge arguments (beyond the
 //! single-word reduction) deoptimize with reason `DeviceLimit` and the host
 //! finishes them.
 

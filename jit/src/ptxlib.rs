@@ -8,7 +8,7 @@
 //! needs `rem_pio2_large`'s multi-word 2/π table, so the kernel tests
 //! [`trig_needs_host_f64`] / [`trig_needs_host_f32`] before the call and
 //! deoptimizes with reason `devlimit`; the interpreter then runs the
-//! instruction with the host's libm. [`crate::ptxsim`] runs this same text on
+//! instruction with the host's libm. The virtual GPU (`offload-vgpu`) runs this same text on
 //! the host, and the tests compare it with `libm` bit for bit.
 
 use offload_ir::Inst;
@@ -95,7 +95,7 @@ fn defs() -> Vec<Def> {
             let header = text.lines().next().unwrap_or("");
             let name = header
                 .strip_prefix(".func ")
-                .and_then(crate::ptxsim::header_name)
+                .and_then(header_name)
                 .unwrap_or("");
             let calls = text
                 .lines()
@@ -109,6 +109,15 @@ fn defs() -> Vec<Def> {
         }
     }
     out
+}
+
+/// `(.reg .f64 %ret) NAME (...)` (a `.func` header after `.func `) → NAME.
+fn header_name(rest: &str) -> Option<&str> {
+    let after = &rest[rest.find(')')? + 1..];
+    after
+        .trim()
+        .split(|c: char| c.is_whitespace() || c == '(')
+        .next()
 }
 
 /// The definitions of `names` and everything they call, in library order

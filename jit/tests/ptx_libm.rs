@@ -1,11 +1,41 @@
-//! The PTX math library, executed on the host by `ptxsim`, against the host's
+//! The PTX math library, executed by the virtual GPU (`offload-vgpu`), against the host's
 //! `libm` bit for bit: special values, every branch threshold in the source
 //! (±a few ulps), and random inputs — uniform bit patterns and the ranges
 //! kernels use. NaNs compare equal whatever their payload (the differential
 //! suite canonicalizes them too).
 
 use offload_jit::ptxlib::{self, trig_needs_host_f32, trig_needs_host_f64};
-use offload_jit::ptxsim::Library;
+
+/// The math library as the virtual GPU parsed it, with typed calls.
+struct Library(offload_vgpu::Module);
+
+impl Library {
+    fn parse(text: &str) -> Result<Library, offload_vgpu::Error> {
+        offload_vgpu::parse(text).map(Library)
+    }
+    fn call(&self, name: &str, args: &[u64]) -> Result<u64, offload_vgpu::Error> {
+        offload_vgpu::call(&self.0, name, args)
+    }
+    fn f64_1(&self, name: &str, x: f64) -> f64 {
+        f64::from_bits(self.call(name, &[x.to_bits()]).expect("routine runs"))
+    }
+    fn f64_2(&self, name: &str, x: f64, y: f64) -> f64 {
+        f64::from_bits(
+            self.call(name, &[x.to_bits(), y.to_bits()])
+                .expect("routine runs"),
+        )
+    }
+    fn f32_1(&self, name: &str, x: f32) -> f32 {
+        f32::from_bits(
+            self.call(name, &[u64::from(x.to_bits())])
+                .expect("routine runs") as u32,
+        )
+    }
+    fn f32_2(&self, name: &str, x: f32, y: f32) -> f32 {
+        let r = self.call(name, &[u64::from(x.to_bits()), u64::from(y.to_bits())]);
+        f32::from_bits(r.expect("routine runs") as u32)
+    }
+}
 
 struct Rng(u64);
 impl Rng {

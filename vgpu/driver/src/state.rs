@@ -1,0 +1,265 @@
+//! The driver's state: the one virtual device and its primary context,
+//! allocations, loaded modules and functions, streams (each a worker thread
+//! that runs its kernel launches in order) and events.
+//!
+//! Only kernel launches are asynchronous. Every other stream operation
+//! (copies, memsets, frees) first waits for the stream's earlier launches
+//! and then runs on the calling thread, which keeps CUDA's in-order
+//! semantics and lets a copy from pageable host memory read its source
+//! before the call returns, as CUDA's staging does.
+
+use crate::config::Config;
+use crate::err::{self, CUresult};
+use offload_vgpu::mem::{Backing, Kind, Region};
+use offload_vgpu::{Dims, Module, SimOptions};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+/// A module loaded into the context.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub(crate) module: Module,
+    /// Its `.global`/`.const` data, if it has any.
+    pub(crate) data: Option<Arc<Backing>>,
+}
+
+/// One allocation.
+#[derive(Clone, Debug)]
+pub(crate) struct Alloc {
+    pub(crate) backing: Arc<Backing>,
+    pub(crate) kind: Kind,
+}
+
+/// A kernel launch waiting on a stream.
+pub(crate) struct Job {
+    pub(crate) loaded: Arc<Loaded>,
+    pub(crate) func: u32,
+    pub(crate) dims: Dims,
+    pub(crate) params: Vec<u8>,
+    pub(crate) regions: Vec<Region>,
+    pub(crate) opts: SimOptions,
+}
+
+/// Progress of a stream: launches submitted and finished.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub(crate) submitted: u64,
+    pub(crate) finished: u64,
+}
+
+/// A stream: a worker thread running its launches in order.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) progress: Mutex<Progress>,
+    pub(crate) done: Condvar,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+}
+
+impl Stream {
+    pub(crate) fn new() -> Arc<Stream> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let s = Arc::new(Stream {
+            progress: Mutex::new(Progress::default()),
+            done: Condvar::new(),
+            tx: Mutex::new(Some(tx)),
+        });
+        let me = Arc::downgrade(&s);
+        std::thread::Builder::new()
+            .name("vgpu-stream".into())
+            .spawn(move || {
+                for job in rx {
+                    run_job(job);
+                    let Some(s) = me.upgrade() else { return };
+                    lock(&s.progress).finished += 1;
+                    s.done.notify_all();
+                }
+            })
+            .expect("a stream thread");
+        s
+    }
+
+    /// Queues a launch; returns its sequence number.
+    pub(crate) fn submit(&self, job: Job) -> u64 {
+        let mut p = lock(&self.progress);
+        p.submitted += 1;
+        let n = p.submitted;
+        if let Some(tx) = lock(&self.tx).as_ref() {
+            // The worker lives as long as the sender; a failed send means
+            // it died, and `wait_for` would hang: count the job as done.
+            if tx.send(job).is_err() {
+                p.finished += 1;
+            }
+        }
+        n
+    }
+
+    /// Waits until launch `seq` (and every earlier one) has finished.
+    pub(crate) fn wait_for(&self, seq: u64) {
+        let mut p = lock(&self.progress);
+        while p.finished < seq {
+            p = self.done.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits for every launch submitted so far.
+    pub(crate) fn drain(&self) {
+        let seq = lock(&self.progress).submitted;
+        self.wait_for(seq);
+    }
+
+    /// Whether launch `seq` has finished.
+    pub(crate) fn reached(&self, seq: u64) -> bool {
+        lock(&self.progress).finished >= seq
+    }
+
+    /// Stops the worker once its queue is empty.
+    pub(crate) fn close(&self) {
+        lock(&self.tx).take();
+    }
+}
+
+/// An event: a point in a stream.
+#[derive(Clone, Debug)]
+pub(crate) struct Event {
+    pub(crate) at: Option<(Arc<Stream>, u64)>,
+}
+
+/// Everything behind the handles.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) initialized: bool,
+    next: usize,
+    /// The primary context's handle and reference count.
+    pub(crate) ctx: Option<(usize, u32)>,
+    /// Allocations by address.
+    pub(crate) mem: BTreeMap<u64, Alloc>,
+    pub(crate) device_bytes: u64,
+    pub(crate) modules: HashMap<usize, Arc<Loaded>>,
+    pub(crate) funcs: HashMap<usize, (Arc<Loaded>, u32)>,
+    pub(crate) streams: HashMap<usize, Arc<Stream>>,
+    pub(crate) events: HashMap<usize, Event>,
+    /// The NULL (legacy default) stream.
+    pub(crate) default_stream: Option<Arc<Stream>>,
+    /// Launches made, for the per-launch seed.
+    pub(crate) launches: u64,
+}
+
+impl State {
+    /// A fresh handle value (never 0, never 1 or 2, which CUDA reserves
+    /// for its special streams).
+    pub(crate) fn handle(&mut self) -> usize {
+        self.next += 16;
+        0x1000 + self.next
+    }
+
+    /// The allocation containing `[addr, addr + len)`.
+    pub(crate) fn find(&self, addr: u64, len: u64) -> Option<(u64, &Alloc)> {
+        let (&base, a) = self.mem.range(..=addr).next_back()?;
+        (addr + len <= base + a.backing.len() as u64).then_some((base, a))
+    }
+
+    /// The stream for a handle (0, 1 and 2 are the default stream).
+    pub(crate) fn stream(&mut self, h: usize) -> Option<Arc<Stream>> {
+        if h <= 2 {
+            return Some(self.default_stream.get_or_insert_with(Stream::new).clone());
+        }
+        self.streams.get(&h).cloned()
+    }
+
+    /// Every stream, the default one included.
+    pub(crate) fn all_streams(&self) -> Vec<Arc<Stream>> {
+        self.streams
+            .values()
+            .chain(self.default_stream.iter())
+            .cloned()
+            .collect()
+    }
+
+    /// The memory a launch may reach now: every device and mapped host
+    /// allocation.
+    pub(crate) fn regions(&self) -> Vec<Region> {
+        self.mem
+            .values()
+            .map(|a| Region {
+                kind: a.kind,
+                backing: a.backing.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The driver's state.
+pub(crate) fn state() -> MutexGuard<'static, State> {
+    static S: OnceLock<Mutex<State>> = OnceLock::new();
+    lock(S.get_or_init(|| Mutex::new(State::default())))
+}
+
+/// The context's sticky error: once a launch fails, the context is
+/// unusable (as on a GPU) until it is destroyed.
+pub(crate) static STICKY: AtomicU64 = AtomicU64::new(0);
+
+/// The sticky error, if any.
+pub(crate) fn sticky() -> Option<CUresult> {
+    match STICKY.load(Ordering::Acquire) {
+        0 => None,
+        c => Some(c as CUresult),
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn run_job(job: Job) {
+    if sticky().is_some() {
+        return;
+    }
+    let f = &job.loaded.module.funcs[job.func as usize];
+    let t0 = Instant::now();
+    let res = offload_vgpu::launch(
+        &job.loaded.module,
+        job.func,
+        job.dims,
+        &job.params,
+        job.regions,
+        job.loaded.data.clone(),
+        &job.opts,
+    );
+    match res {
+        Ok(stats) => {
+            if Config::get().trace {
+                eprintln!(
+                    "offload-vgpu: `{}` grid {:?} block {:?}: {} instructions in {:.3} s ({:.1} M/s, seed {})",
+                    f.name,
+                    job.dims.grid,
+                    job.dims.block,
+                    stats.instructions,
+                    t0.elapsed().as_secs_f64(),
+                    stats.rate() / 1e6,
+                    job.opts.seed
+                );
+            }
+            crate::stats::add(stats.instructions, stats.wall);
+        }
+        Err(e) => {
+            let code = match &e {
+                offload_vgpu::Error::Launch(f) => match f.kind {
+                    offload_vgpu::FaultKind::IllegalAddress => err::ILLEGAL_ADDRESS,
+                    offload_vgpu::FaultKind::MisalignedAddress => err::MISALIGNED_ADDRESS,
+                    offload_vgpu::FaultKind::Trap | offload_vgpu::FaultKind::Deadlock => {
+                        err::LAUNCH_FAILED
+                    }
+                    offload_vgpu::FaultKind::Timeout => err::LAUNCH_TIMEOUT,
+                },
+                _ => err::LAUNCH_FAILED,
+            };
+            let msg = e.to_string();
+            eprintln!("offload-vgpu: {msg}");
+            err::set_detail(code, msg);
+            STICKY.store(u64::from(code), Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! The arithmetic of PTX, as pure functions on raw bits: integer operations
+//! at their type's width, IEEE floats with round-to-nearest-even and
+//! denormals kept, comparisons, and conversions with their rounding and
+//! saturation. Each follows the PTX ISA manual; the unit tests check the
+//! edge cases against Rust references.
+
+use crate::inst::{BinOp, Cmp, Rnd, Ty, TyKind, UnOp};
+
+fn f32b(v: u64) -> f32 {
+    f32::from_bits(v as u32)
+}
+
+fn f64b(v: u64) -> f64 {
+    f64::from_bits(v)
+}
+
+fn of32(x: f32) -> u64 {
+    u64::from(x.to_bits())
+}
+
+/// PTX's canonical NaN of a float type.
+pub fn canonical_nan(bits: u32) -> u64 {
+    if bits == 32 {
+        0x7fff_ffff
+    } else {
+        0x7fff_ffff_ffff_ffff
+    }
+}
+
+/// Float `min`/`max`: a NaN operand yields the other; two NaNs the
+/// canonical NaN; −0 orders below +0.
+fn fminmax(ty: Ty, a: u64, b: u64, max: bool) -> u64 {
+    let (an, bn, key_a, key_b) = if ty.bits == 32 {
+        let (x, y) = (f32b(a), f32b(b));
+        (x.is_nan(), y.is_nan(), total32(x), total32(y))
+    } else {
+        let (x, y) = (f64b(a), f64b(b));
+        (x.is_nan(), y.is_nan(), total64(x), total64(y))
+    };
+    match (an, bn) {
+        (true, true) => canonical_nan(ty.bits),
+        (true, false) => b,
+        (false, true) => a,
+        _ => {
+            if (key_a < key_b) != max {
+                a
+            } else {
+                b
+            }
+        }
+    }
+}
+
+/// An integer key ordering non-NaN floats, −0 below +0.
+fn total32(x: f32) -> i64 {
+    let b = x.to_bits() as i32;
+    i64::from(if b < 0 { !(b & i32::MAX) } else { b })
+}
+
+fn total64(x: f64) -> i64 {
+    let b = x.to_bits() as i64;
+    if b < 0 { !(b & i64::MAX) } else { b }
+}
+
+/// A binary operation of type `ty` on `a` and `b` (each in the type's low
+/// bits; shift amounts as `u32`). The result is in the destination's low
+/// bits (twice the width for `mul.wide`).
+pub fn bin(op: BinOp, ty: Ty, a: u64, b: u64) -> u64 {
+    if ty.is_float() {
+        return fbin(op, ty, a, b);
+    }
+    let signed = ty.is_signed();
+    let (sa, sb) = (ty.extend(a) as i64, ty.extend(b) as i64);
+    let (ua, ub) = (ty.trunc(a), ty.trunc(b));
+    let r = match op {
+        BinOp::Add => ua.wrapping_add(ub),
+        BinOp::Sub => ua.wrapping_sub(ub),
+        BinOp::MulLo => ua.wrapping_mul(ub),
+        BinOp::MulHi | BinOp::MulWide => {
+            let p: i128 = if signed {
+                i128::from(sa) * i128::from(sb)
+            } else {
+                (u128::from(ua) * u128::from(ub)) as i128
+            };
+            if op == BinOp::MulWide {
+                return p as u64 & wide_mask(ty.bits);
+            }
+            (p >> ty.bits) as u64
+        }
+        // Division by zero is unspecified in PTX; the simulator gives all
+        // ones (−1) for the quotient and the dividend for the remainder.
+        BinOp::Div => {
+            if ub == 0 {
+                u64::MAX
+            } else if signed {
+                sa.wrapping_div(sb) as u64
+            } else {
+                ua / ub
+            }
+        }
+        BinOp::Rem => {
+            if ub == 0 {
+                ua
+            } else if signed {
+                sa.wrapping_rem(sb) as u64
+            } else {
+                ua % ub
+            }
+        }
+        BinOp::And => ua & ub,
+        BinOp::Or => ua | ub,
+        BinOp::Xor => ua ^ ub,
+        BinOp::Shl => {
+            let n = b as u32;
+            if n >= ty.bits { 0 } else { ua << n }
+        }
+        BinOp::Shr => {
+            let n = (b as u32).min(ty.bits);
+            if signed {
+                (sa >> n.min(63)) as u64
+            } else if n >= ty.bits {
+                0
+            } else {
+                ua >> n
+            }
+        }
+        BinOp::Min | BinOp::Max => {
+            let less = if signed { sa < sb } else { ua < ub };
+            if less == (op == BinOp::Min) { ua } else { ub }
+        }
+        BinOp::Copysign => unreachable!("rejected by the decoder on integers"),
+    };
+    ty.trunc(r)
+}
+
+fn wide_mask(bits: u32) -> u64 {
+    if bits >= 32 {
+        u64::MAX
+    } else {
+        (1u64 << (2 * bits)) - 1
+    }
+}
+
+fn fbin(op: BinOp, ty: Ty, a: u64, b: u64) -> u64 {
+    if matches!(op, BinOp::Min | BinOp::Max) {
+        return fminmax(ty, a, b, op == BinOp::Max);
+    }
+    if op == BinOp::Copysign {
+        // `copysign d, a, b`: b with a's sign.
+        let sign = 1u64 << (ty.bits - 1);
+        return (b & !sign) | (a & sign);
+    }
+    if ty.bits == 32 {
+        let (x, y) = (f32b(a), f32b(b));
+        of32(match op {
+            BinOp::Add => x + y,
+            BinOp::Sub => x - y,
+            BinOp::MulLo => x * y,
+            BinOp::Div => x / y,
+            _ => unreachable!("rejected by the decoder on floats"),
+        })
+    } else {
+        let (x, y) = (f64b(a), f64b(b));
+        match op {
+            BinOp::Add => x + y,
+            BinOp::Sub => x - y,
+            BinOp::MulLo => x * y,
+            BinOp::Div => x / y,
+            _ => unreachable!("rejected by the decoder on floats"),
+        }
+        .to_bits()
+    }
+}
+
+/// Integer `mad`: `a * b + c` in the mode's width (`c` is twice the
+/// width for `.wide`).
+pub fn mad(mode: BinOp, ty: Ty, a: u64, b: u64, c: u64) -> u64 {
+    let p = bin(mode, ty, a, b);
+    if mode == BinOp::MulWide {
+        p.wrapping_add(c) & wide_mask(ty.bits)
+    } else {
+        ty.trunc(p.wrapping_add(c))
+    }
+}
+
+/// `fma.rn`: one rounding.
+pub fn fma(ty: Ty, a: u64, b: u64, c: u64) -> u64 {
+    if ty.bits == 32 {
+        of32(f32b(a).mul_add(f32b(b), f32b(c)))
+    } else {
+        f64b(a).mul_add(f64b(b), f64b(c)).to_bits()
+    }
+}
+
+/// A unary operation.
+pub fn un(op: UnOp, ty: Ty, a: u64) -> u64 {
+    let a = ty.trunc(a);
+    if ty.is_float() {
+        let sign = 1u64 << (ty.bits - 1);
+        return match op {
+            UnOp::Neg => a ^ sign,
+            UnOp::Abs => a & !sign,
+            UnOp::Sqrt if ty.bits == 32 => of32(f32b(a).sqrt()),
+            UnOp::Sqrt => f64b(a).sqrt().to_bits(),
+            _ => unreachable!("rejected by the decoder on floats"),
+        };
+    }
+    let r = match op {
+        UnOp::Neg => a.wrapping_neg(),
+        UnOp::Not => !a,
+        UnOp::Cnot => u64::from(a == 0),
+        UnOp::Abs => (ty.extend(a) as i64).wrapping_abs() as u64,
+        UnOp::Clz => return u64::from(a.leading_zeros() - (64 - ty.bits)),
+        UnOp::Popc => return u64::from(a.count_ones()),
+        UnOp::Brev => a.reverse_bits() >> (64 - ty.bits),
+        UnOp::Sqrt => unreachable!("rejected by the decoder on integers"),
+    };
+    ty.trunc(r)
+}
+
+/// A `setp` comparison.
+pub fn compare(cmp: Cmp, ty: Ty, a: u64, b: u64) -> bool {
+    if ty.is_float() {
+        let (o, nan) = if ty.bits == 32 {
+            let (x, y) = (f32b(a), f32b(b));
+            (x.partial_cmp(&y), x.is_nan() || y.is_nan())
+        } else {
+            let (x, y) = (f64b(a), f64b(b));
+            (x.partial_cmp(&y), x.is_nan() || y.is_nan())
+        };
+        let ordered = |f: fn(std::cmp::Ordering) -> bool| o.is_some_and(f);
+        let unordered = |f: fn(std::cmp::Ordering) -> bool| nan || o.is_some_and(f);
+        return match cmp {
+            Cmp::Eq => ordered(|o| o.is_eq()),
+            Cmp::Ne => ordered(|o| o.is_ne()),
+            Cmp::Lt => ordered(|o| o.is_lt()),
+            Cmp::Le => ordered(|o| o.is_le()),
+            Cmp::Gt => ordered(|o| o.is_gt()),
+            Cmp::Ge => ordered(|o| o.is_ge()),
+            Cmp::Equ => unordered(|o| o.is_eq()),
+            Cmp::Neu => unordered(|o| o.is_ne()),
+            Cmp::Ltu => unordered(|o| o.is_lt()),
+            Cmp::Leu => unordered(|o| o.is_le()),
+            Cmp::Gtu => unordered(|o| o.is_gt()),
+            Cmp::Geu => unordered(|o| o.is_ge()),
+            Cmp::Num => !nan,
+            Cmp::Nan => nan,
+            Cmp::Lo | Cmp::Ls | Cmp::Hi | Cmp::Hs => unreachable!("rejected by the decoder"),
+        };
+    }
+    let o = if ty.is_signed() {
+        (ty.extend(a) as i64).cmp(&(ty.extend(b) as i64))
+    } else {
+        ty.trunc(a).cmp(&ty.trunc(b))
+    };
+    match cmp {
+        Cmp::Eq => o.is_eq(),
+        Cmp::Ne => o.is_ne(),
+        Cmp::Lt => o.is_lt(),
+        Cmp::Le => o.is_le(),
+        Cmp::Gt => o.is_gt(),
+        Cmp::Ge => o.is_ge(),
+        Cmp::Lo => ty.trunc(a) < ty.trunc(b),
+        Cmp::Ls => ty.trunc(a) <= ty.trunc(b),
+        Cmp::Hi => ty.trunc(a) > ty.trunc(b),
+        Cmp::Hs => ty.trunc(a) >= ty.trunc(b),
+        _ => unreachable!("rejected by the decoder on integers"),
+    }
+}
+
+/// `cvt`: `a` (in `sty`'s low bits) to `dty`, in `dty`'s low bits.
+pub fn cvt(dty: Ty, sty: Ty, rnd: Option<Rnd>, sat: bool, a: u64) -> u64 {
+    match (dty.is_float(), sty.is_float()) {
+        (false, false) => {
+            let v: i128 = if sty.is_signed() {
+                i128::from(sty.extend(a) as i64)
+            } else {
+                i128::from(sty.trunc(a))
+            };
+            if sat {
+                let (lo, hi) = int_range(dty);
+                dty.trunc(v.clamp(lo, hi) as u64)
+            } else {
+                dty.trunc(v as u64)
+            }
+        }
+        (false, true) => {
+            let x = if sty.bits == 32 {
+                f64::from(f32b(a))
+            } else {
+                f64b(a)
+            };
+            let r = round_int(x, rnd.unwrap_or(Rnd::Zero));
+            if r.is_nan() {
+                return 0;
+            }
+            let (lo, hi) = int_range(dty);
+            // Saturating: every float → integer conversion clamps.
+            let v = if r <= lo as f64 {
+                lo
+            } else if r >= hi as f64 {
+                hi
+            } else {
+                r as i128
+            };
+            dty.trunc(v as u64)
+        }
+        (true, false) => {
+            let v: i128 = if sty.is_signed() {
+                i128::from(sty.extend(a) as i64)
+            } else {
+                i128::from(sty.trunc(a))
+            };
+            let r = int_to_float(v, dty.bits, rnd.unwrap_or(Rnd::Near));
+            if sat { saturate01(dty, r) } else { r }
+        }
+        (true, true) => {
+            let r = if dty.bits == sty.bits {
+                match rnd {
+                    None => a,
+                    Some(m) if dty.bits == 32 => of32(round_int(f64::from(f32b(a)), m) as f32),
+                    Some(m) => round_int(f64b(a), m).to_bits(),
+                }
+            } else if dty.bits == 64 {
+                f64::from(f32b(a)).to_bits()
+            } else {
+                of32(f64_to_f32(f64b(a), rnd.unwrap_or(Rnd::Near)))
+            };
+            if sat { saturate01(dty, r) } else { r }
+        }
+    }
+}
+
+fn int_range(ty: Ty) -> (i128, i128) {
+    if ty.is_signed() {
+        (-(1i128 << (ty.bits - 1)), (1i128 << (ty.bits - 1)) - 1)
+    } else {
+        (0, (1i128 << ty.bits) - 1)
+    }
+}
+
+/// Rounds to an integral value (NaN and infinities stay).
+fn round_int(x: f64, m: Rnd) -> f64 {
+    match m {
+        Rnd::Near => x.round_ties_even(),
+        Rnd::Zero => x.trunc(),
+        Rnd::Down => x.floor(),
+        Rnd::Up => x.ceil(),
+    }
+}
+
+/// `.sat` on a float result: clamps to [0, 1], NaN to +0.
+fn saturate01(ty: Ty, r: u64) -> u64 {
+    if ty.bits == 32 {
+        let x = f32b(r);
+        of32(if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) })
+    } else {
+        let x = f64b(r);
+        (if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }).to_bits()
+    }
+}
+
+fn f64_to_f32(x: f64, m: Rnd) -> f32 {
+    let r = x as f32;
+    if x.is_nan() || f64::from(r) == x {
+        return r;
+    }
+    let above = f64::from(r) > x;
+    match m {
+        Rnd::Near => r,
+        Rnd::Down if above => r.next_down(),
+        Rnd::Up if !above => r.next_up(),
+        Rnd::Zero if above == (x > 0.0) => {
+            if x > 0.0 {
+                r.next_down()
+            } else {
+                r.next_up()
+            }
+        }
+        _ => r,
+    }
+}
+
+/// An integer to a float of `bits` width with rounding `m`.
+fn int_to_float(v: i128, bits: u32, m: Rnd) -> u64 {
+    if bits == 32 {
+        let r = v as f32;
+        let exact = r as i128;
+        let adj = match m {
+            Rnd::Near => r,
+            Rnd::Down if exact > v => r.next_down(),
+            Rnd::Up if exact < v => r.next_up(),
+            Rnd::Zero if exact.abs() > v.abs() => {
+                if v > 0 {
+                    r.next_down()
+                } else {
+                    r.next_up()
+                }
+            }
+            _ => r,
+        };
+        of32(adj)
+    } else {
+        let r = v as f64;
+        let exact = r as i128;
+        match m {
+            Rnd::Near => r,
+            Rnd::Down if exact > v => r.next_down(),
+            Rnd::Up if exact < v => r.next_up(),
+            Rnd::Zero if exact.abs() > v.abs() => {
+                if v > 0 {
+                    r.next_down()
+                } else {
+                    r.next_up()
+                }
+            }
+            _ => r,
+        }
+        .to_bits()
+    }
+}
+
+/// Whether a type is an integer type (`.b`, `.u`, `.s`).
+pub fn is_int(ty: Ty) -> bool {
+    matches!(ty.kind, TyKind::B | TyKind::U | TyKind::S)
+}
