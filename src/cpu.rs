@@ -405,6 +405,8 @@ pub(crate) fn launch(
         deopt_table: table,
         interrupted: false, // Thrown::finish
         abandoned,
+        gpu: None,
+        copied_bytes: 0,
     };
     thrown.finish(report)
 }

@@ -50,10 +50,17 @@ use std::time::{Duration, Instant};
 
 /// Threads per block of every launch.
 const BLOCK: u32 = 256;
-/// Slots (threads) that share one TLAB: a warp.
-const TLAB_GROUP: u64 = 32;
-/// Bytes of device eden carved per launch (fewer if the heap has less).
+/// Threads in a warp: the slots that share one TLAB under the default
+/// policy.
+const WARP: u64 = 32;
+/// The most device eden a launch carves (fewer if the heap has less).
 const DEVICE_EDEN_BYTES: u32 = 64 << 20;
+/// The device eden of a runtime's first launch. A launch that exhausts its
+/// eden doubles it for the next launch (up to [`DEVICE_EDEN_BYTES`]): a
+/// kernel that allocates little, or a relaunch after a safepoint, does not
+/// pay to zero and move 64 MiB, and one that allocates much reaches the
+/// size it needs after a few relaunches.
+const FIRST_EDEN_BYTES: u32 = 1 << 20;
 
 /// A kernel version loaded on the GPU.
 struct Loaded {
@@ -80,6 +87,9 @@ pub(crate) struct Gpu {
     _control: cudarc::driver::PinnedHostSlice<u32>,
     modules: Mutex<ModuleCache>,
     launch_lock: Mutex<()>,
+    /// Words of device eden the next launch carves (see
+    /// [`FIRST_EDEN_BYTES`]).
+    eden_words: AtomicU32,
 }
 
 // SAFETY: `control_host` points into the pinned allocation the struct
@@ -112,12 +122,16 @@ pub(crate) fn probe() -> Result<Gpu, String> {
 }
 
 fn probe_driver() -> Result<Gpu, String> {
-    let n = CudaContext::device_count().map_err(|e| format!("CUDA driver: {e}"))?;
+    let n =
+        CudaContext::device_count().map_err(|e| format!("CUDA driver: {}", driver_error(&e)))?;
     if n < 1 {
         return Err("the CUDA driver reports no GPU".into());
     }
-    let ctx = CudaContext::new(0).map_err(|e| format!("CUDA context on GPU 0: {e}"))?;
-    let cc = ctx.compute_capability().map_err(|e| format!("CUDA: {e}"))?;
+    let ctx =
+        CudaContext::new(0).map_err(|e| format!("CUDA context on GPU 0: {}", driver_error(&e)))?;
+    let cc = ctx
+        .compute_capability()
+        .map_err(|e| format!("CUDA: {}", driver_error(&e)))?;
     let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
     if cc.0 < 7 {
         return Err(format!(
@@ -127,8 +141,10 @@ fn probe_driver() -> Result<Gpu, String> {
     }
     let sms = ctx
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .map_err(|e| format!("CUDA: {e}"))? as u32;
-    let stream = ctx.new_stream().map_err(|e| format!("CUDA stream: {e}"))?;
+        .map_err(|e| format!("CUDA: {}", driver_error(&e)))? as u32;
+    let stream = ctx
+        .new_stream()
+        .map_err(|e| format!("CUDA stream: {}", driver_error(&e)))?;
     // SAFETY: the word is initialized right below, before any use.
     let mut control = unsafe {
         ctx.alloc_pinned_with_flags::<u32>(
@@ -136,10 +152,10 @@ fn probe_driver() -> Result<Gpu, String> {
             sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
         )
     }
-    .map_err(|e| format!("CUDA pinned control word: {e}"))?;
+    .map_err(|e| format!("CUDA pinned control word: {}", driver_error(&e)))?;
     let control_host = control
         .as_mut_ptr()
-        .map_err(|e| format!("CUDA pinned control word: {e}"))?;
+        .map_err(|e| format!("CUDA pinned control word: {}", driver_error(&e)))?;
     // SAFETY: `control_host` is the one-word pinned allocation above.
     unsafe { control_host.write_volatile(0) };
     let mut control_dev: sys::CUdeviceptr = 0;
@@ -147,7 +163,7 @@ fn probe_driver() -> Result<Gpu, String> {
     // which is current (alloc_pinned bound it to this thread).
     unsafe { sys::cuMemHostGetDevicePointer_v2(&mut control_dev, control_host.cast(), 0) }
         .result()
-        .map_err(|e| format!("CUDA mapped control word: {e}"))?;
+        .map_err(|e| format!("CUDA mapped control word: {}", driver_error(&e)))?;
     Ok(Gpu {
         ctx,
         stream,
@@ -159,10 +175,17 @@ fn probe_driver() -> Result<Gpu, String> {
         _control: control,
         modules: Mutex::new(HashMap::new()),
         launch_lock: Mutex::new(()),
+        eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
     })
 }
 
 impl Gpu {
+    /// Whether this is offload's virtual GPU (the PTX simulator's driver
+    /// shim), not hardware: its name says so.
+    pub(crate) fn is_virtual(&self) -> bool {
+        self.name.contains("virtual")
+    }
+
     /// `name (sm_XY, N SMs)`.
     pub(crate) fn describe(&self) -> String {
         format!(
@@ -190,7 +213,7 @@ impl Gpu {
     }
 
     fn load(&self, rt: &Runtime, closure: &Closure, ver: &Version) -> Result<Loaded, String> {
-        let ptx = offload_jit::ptx::compile_speculative(
+        let mut ptx = offload_jit::ptx::compile_speculative(
             &closure.module.prog,
             closure.kernel,
             ver.number,
@@ -198,25 +221,29 @@ impl Gpu {
             &ver.spec,
         )
         .map_err(|e| e.to_string())?;
+        if let Some(f) = &rt.inner.rewrite_ptx {
+            ptx.text = (f.0)(&ptx.text);
+        }
         let t = Instant::now();
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx.text.clone()))
             .map_err(|e| {
                 format!(
-                    "the CUDA driver rejected the PTX of `{}`: {e}\n{}\n--- PTX ---\n{}",
+                    "the CUDA driver rejected the PTX of `{}`: {}\n{}\n--- PTX ---\n{}",
                     closure.kernel_name(),
+                    driver_error(&e),
                     jit_log(&ptx.text),
                     ptx.text
                 )
             })?;
         let func = module
             .load_function(&ptx.name)
-            .map_err(|e| format!("CUDA: no entry `{}`: {e}", ptx.name))?;
+            .map_err(|e| format!("CUDA: no entry `{}`: {}", ptx.name, driver_error(&e)))?;
         let load_time = t.elapsed();
         let per_sm = func
             .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
-            .map_err(|e| format!("CUDA occupancy of `{}`: {e}", ptx.name))?
+            .map_err(|e| format!("CUDA occupancy of `{}`: {}", ptx.name, driver_error(&e)))?
             .max(1);
         Ok(Loaded {
             func,
@@ -274,8 +301,23 @@ fn jit_log(text: &str) -> String {
     )
 }
 
+/// A driver error as a sentence: the driver's message (which, on offload's
+/// virtual GPU, carries the simulator's diagnostic) and the error's name.
+pub(crate) fn driver_error(e: &cudarc::driver::DriverError) -> String {
+    let text = |r: Result<&std::ffi::CStr, _>| {
+        r.ok()
+            .map(|c: &std::ffi::CStr| c.to_string_lossy().into_owned())
+    };
+    match (text(e.error_string()), text(e.error_name())) {
+        (Some(m), Some(n)) => format!("{m} ({n})"),
+        (Some(m), None) => m,
+        (None, Some(n)) => n,
+        (None, None) => format!("CUDA error {}", e.0 as u32),
+    }
+}
+
 fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> OffloadError + '_ {
-    move |e| OffloadError::Setup(format!("CUDA {what}: {e}"))
+    move |e| OffloadError::Setup(format!("CUDA {what}: {}", driver_error(&e)))
 }
 
 /// The kernel cannot run on the GPU (the caller falls back, or errors in
@@ -290,14 +332,6 @@ pub(crate) fn launch(
     closure: &Closure,
     plan: &Plan,
 ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
-    if rt.inner.fail_refills.is_some() {
-        // The device TLAB protocol fails refills only when eden is really
-        // exhausted (a small heap forces that on a GPU); the injected
-        // failures are a hook of the host allocator.
-        return Err(Unsupported(
-            "refill fault injection (`fail_refills`) is a CPU-device test hook".into(),
-        ));
-    }
     let loaded = gpu
         .loaded(rt, closure, &plan.version)
         .map_err(Unsupported)?;
@@ -335,11 +369,17 @@ fn run(
     let safepoints_before = inner.control.count();
     // The kernel's TLAB size, if its policy changed it.
     let tlab_words = u64::from(plan.tlab_bytes.unwrap_or(heap.config().tlab_bytes) / 8);
-    let tlabs_n = (slots as u64).div_ceil(TLAB_GROUP) as usize;
+    // Slots per TLAB: `SharedTlab { group }` shares one TLAB among
+    // `group` warps (the device has no fail-on-overflow variant: its
+    // allocators wait for the refiller); `PrivateTlab` gives each slot its
+    // own; `EdenCas` allocates every object from eden.
     let group = match inner.policy {
         offload_tlab::AllocPolicy::EdenCas => 0,
-        _ => TLAB_GROUP,
+        offload_tlab::AllocPolicy::PrivateTlab => 1,
+        offload_tlab::AllocPolicy::SharedTlab { group }
+        | offload_tlab::AllocPolicy::FailOnOverflow { group } => WARP * group.max(1) as u64,
     };
+    let tlabs_n = (slots as u64).div_ceil(group.max(1)) as usize;
     // Per-launch device buffers.
     let cursor: CudaSlice<i64> = s.clone_htod(&[range.start]).map_err(cuda_err("cursor"))?;
     let never: CudaSlice<i64> = s.alloc_zeros(2 * slots).map_err(cuda_err("never_ran"))?;
@@ -361,6 +401,10 @@ fn run(
         .clone_htod(unsafe { area_words(&area) })
         .map_err(cuda_err("save area"))?;
     let mut eden: CudaSlice<u64> = s.alloc_zeros(2).map_err(cuda_err("eden"))?;
+    // Bytes copied between host and device: the uploads above, and what
+    // each round of the loop below moves.
+    let ctx_bytes = std::mem::size_of::<DeviceCtx>() as u64;
+    let mut copied = 8 * (1 + closure.captures.len().max(1) as u64) + area.bytes() as u64;
     let control = Arc::new(AtomicU32::new(0));
     let _registered = inner
         .control
@@ -377,30 +421,60 @@ fn run(
     let (mut run_time, mut replay_time, mut copy_time) =
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let alloc = rt.allocator(inner.workers, plan.tlab_bytes);
+    let mut device_stats: Vec<u64>;
+    let mut eden_failures = 0u64;
     loop {
         launches += 1;
         // The heap image, with a fresh device eden above the used part.
+        // Injected refill failures (`fail_refills(first, _)`) give the
+        // device an eden of `first` TLABs: the refills after those find it
+        // exhausted, publish FAILED, and their waiters deopt with
+        // `AllocationFailure`.
         let tc = Instant::now();
-        let want = DEVICE_EDEN_BYTES / 8;
-        let min = (tlab_words as u32).max(2);
+        let want = match inner.fail_refills {
+            Some((first, _)) => {
+                (first.max(1) * tlab_words).min(u64::from(DEVICE_EDEN_BYTES / 8)) as u32
+            }
+            None => gpu.eden_words.load(Ordering::Relaxed),
+        };
+        let min = (tlab_words as u32).max(2).min(want.max(2));
         let (es, ee) = heap.carve_region(min, want).ok_or_else(|| {
             OffloadError::Setup(format!(
                 "heap exhausted: no room for a device eden of {} bytes",
                 u64::from(min) * 8
             ))
         })?;
+        // The device image: the heap's used part `[0, es)` copied, the
+        // device eden `[es, ee)` zeroed on the device (it is zero on the
+        // host too), so only what the heap holds crosses the bus.
         let image_bytes = ee as usize * 8;
-        // SAFETY: `[0, ee)` words are committed (carve_region grew the heap
-        // to cover them); no other launch runs (launch lock), and no host
-        // code of this launch touches the heap during the copy.
-        let heap_dev: CudaSlice<u8> = s
-            .clone_htod(unsafe { heap_image(heap, image_bytes) })
-            .map_err(cuda_err("heap image"))?;
+        let used_bytes = es as usize * 8;
+        // SAFETY: every byte is written before the kernel reads it: the
+        // eden part is zeroed and the used part copied right below.
+        let mut heap_dev: CudaSlice<u8> =
+            unsafe { s.alloc(image_bytes) }.map_err(cuda_err("heap image"))?;
+        s.memset_zeros(&mut heap_dev.slice_mut(used_bytes..))
+            .map_err(cuda_err("device eden"))?;
+        if used_bytes > 0 {
+            // SAFETY: `[0, es)` words are committed and below eden's top;
+            // no other launch runs (launch lock), and no host code of this
+            // launch touches the heap during the copy.
+            let src = unsafe { heap_image(heap, used_bytes) };
+            s.memcpy_htod(src, &mut heap_dev.slice_mut(..used_bytes))
+                .map_err(cuda_err("heap image"))?;
+        }
         s.memcpy_htod(&[u64::from(es), u64::from(ee)], &mut eden)
             .map_err(cuda_err("eden"))?;
+        copied += used_bytes as u64 + 16 + ctx_bytes;
         s.memset_zeros(&mut tlabs).map_err(cuda_err("TLABs"))?;
         copy_time += tc.elapsed();
         let tr = Instant::now();
+        // The launch context lives until the kernel is done: dropping it in
+        // the scope below would free it while the kernel runs, and a
+        // synchronous `cuMemFree` (a device without memory pools) would
+        // wait for the kernel there, before the loop that mirrors
+        // safepoint requests into the control word has started.
+        let ctx_dev: CudaSlice<u64>;
         // The device addresses are taken in a scope of their own: their
         // guards record the launch's use of each buffer when they drop.
         {
@@ -437,8 +511,7 @@ fn run(
             };
             // SAFETY: `DeviceCtx` is `#[repr(C)]` and made of 19 `u64`/`i64`s.
             let raw: [u64; 19] = unsafe { std::mem::transmute(dctx) };
-            let ctx_dev: CudaSlice<u64> =
-                s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
+            ctx_dev = s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
             let (ctx_ptr, _g11) = ctx_dev.device_ptr(s);
             // SAFETY: the word is the pinned control word; the device reads it.
             unsafe { gpu.control_host.write_volatile(0) };
@@ -468,9 +541,14 @@ fn run(
         run_time += tr.elapsed();
         // Copy back what the replay and the user need.
         let tc = Instant::now();
+        // Back: the heap up to the device eden's top (above it the device
+        // wrote nothing, and the host's copy is zero).
+        let ed: Vec<u64> = s.clone_dtoh(&eden).map_err(cuda_err("eden"))?;
+        let back_bytes = (ed[0].min(u64::from(ee)) * 8) as usize;
         // SAFETY: as for the upload; the kernel has finished, and the
         // replay (the next host access) starts after these copies.
-        s.memcpy_dtoh(&heap_dev, unsafe { heap_image(heap, image_bytes) })
+        let dst = unsafe { heap_image(heap, back_bytes) };
+        s.memcpy_dtoh(&heap_dev.slice(..back_bytes), dst)
             .map_err(cuda_err("heap image"))?;
         // SAFETY: nothing else reads or writes the area during the copy.
         s.memcpy_dtoh(&area_dev, unsafe { area_words(&area) })
@@ -479,8 +557,24 @@ fn run(
         let comp: Vec<u64> = s.clone_dtoh(&completed).map_err(cuda_err("completed"))?;
         let ex: Vec<u32> = s.clone_dtoh(&exits).map_err(cuda_err("exits"))?;
         let tl: Vec<u8> = s.clone_dtoh(&tlabs).map_err(cuda_err("TLABs"))?;
-        let ed: Vec<u64> = s.clone_dtoh(&eden).map_err(cuda_err("eden"))?;
+        // `[deopts, refills, refill waits, eden failures]`, summed over the
+        // launch's relaunches (the buffer is never reset). A launch that
+        // exhausted its eden doubles the next one's.
+        device_stats = s.clone_dtoh(&stats).map_err(cuda_err("counters"))?;
+        if device_stats[3] > eden_failures && inner.fail_refills.is_none() {
+            let cap = DEVICE_EDEN_BYTES / 8;
+            let now = gpu.eden_words.load(Ordering::Relaxed);
+            gpu.eden_words
+                .store(now.saturating_mul(2).min(cap), Ordering::Relaxed);
+        }
+        eden_failures = device_stats[3];
         copy_time += tc.elapsed();
+        copied += (32
+            + back_bytes
+            + area.bytes()
+            + tl.len()
+            + 8 * (nr.len() + comp.len() + ed.len())
+            + 4 * ex.len()) as u64;
         // Retire the TLABs and the device eden: fillers over what is unused.
         for t in tl.chunks_exact(DEVICE_TLAB_BYTES as usize) {
             let state = u64::from_le_bytes(t[..8].try_into().expect("8 bytes"));
@@ -489,8 +583,12 @@ fn run(
                 heap.fill(top, end);
             }
         }
-        if ed[0] < u64::from(ee) {
-            heap.fill(ed[0] as u32, ee);
+        // The rest of the device eden goes back to the heap when nothing
+        // was carved above it meanwhile (a kernel that allocates nothing
+        // leaves the heap's top where it was), and is filled otherwise.
+        let top = ed[0].min(u64::from(ee)) as u32;
+        if top < ee && !heap.give_back(top, ee) {
+            heap.fill(top, ee);
         }
         on_device += comp.iter().sum::<u64>();
         // Replay the records, in parallel.
@@ -597,6 +695,7 @@ fn run(
         // SAFETY: nothing else reads or writes the area during the copy.
         s.memcpy_htod(unsafe { area_words(&area) }, &mut area_dev)
             .map_err(cuda_err("save area"))?;
+        copied += area.bytes() as u64;
     }
     table.sort_by_key(|r| r.workitem);
     let report = LaunchReport {
@@ -608,7 +707,14 @@ fn run(
         threw: thrown.count,
         workers: slots,
         chunks: total.div_ceil(chunk as u64),
-        alloc: alloc.retire(),
+        alloc: {
+            // The device's own counters: refills of its TLABs and
+            // allocations that found its eden exhausted.
+            let mut a = alloc.retire();
+            a.refills += device_stats[1];
+            a.exhausted += device_stats[3];
+            a
+        },
         timings: Timings {
             setup: k.ptx.compile_time + k.load_time + copy_time,
             run: run_time,
@@ -632,6 +738,8 @@ fn run(
         deopt_table: table,
         interrupted: false, // Thrown::finish
         abandoned,
+        gpu: Some(gpu.describe()),
+        copied_bytes: copied,
     };
     thrown.finish(report)
 }

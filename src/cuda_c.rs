@@ -61,15 +61,21 @@ impl CudaC {
     /// Loads the baselines' module (after sizing the device `malloc` heap).
     pub(crate) fn load(gpu: &Gpu) -> Result<CudaC, String> {
         let ctx: &Arc<CudaContext> = &gpu.ctx;
-        ctx.bind_to_thread().map_err(|e| format!("CUDA: {e}"))?;
+        ctx.bind_to_thread()
+            .map_err(|e| format!("CUDA: {}", crate::cuda::driver_error(&e)))?;
         // SAFETY: sets a context limit of the current context before any
         // kernel that uses `malloc` is loaded; no pointers are involved.
         unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE, MALLOC_HEAP) }
             .result()
-            .map_err(|e| format!("CUDA malloc heap limit: {e}"))?;
+            .map_err(|e| format!("CUDA malloc heap limit: {}", crate::cuda::driver_error(&e)))?;
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
-            .map_err(|e| format!("the CUDA driver rejected the CUDA C baselines: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "the CUDA driver rejected the CUDA C baselines: {}",
+                    crate::cuda::driver_error(&e)
+                )
+            })?;
         Ok(CudaC {
             stream: gpu.stream.clone(),
             sms: gpu.sms,
@@ -78,9 +84,12 @@ impl CudaC {
     }
 
     fn function(&self, name: &str) -> Result<CudaFunction, String> {
-        self.module
-            .load_function(name)
-            .map_err(|e| format!("CUDA C baseline `{name}`: {e}"))
+        self.module.load_function(name).map_err(|e| {
+            format!(
+                "CUDA C baseline `{name}`: {}",
+                crate::cuda::driver_error(&e)
+            )
+        })
     }
 
     /// Runs `kernel(n, args...)` once on fresh copies of `args` (whose arrays
@@ -95,7 +104,9 @@ impl CudaC {
         let f = self.function(kernel)?;
         let s = &self.stream;
         let err = |what: &'static str| {
-            move |e: cudarc::driver::DriverError| format!("CUDA C {kernel}: {what}: {e}")
+            move |e: cudarc::driver::DriverError| {
+                format!("CUDA C {kernel}: {what}: {}", crate::cuda::driver_error(&e))
+            }
         };
         let mut dev = Vec::with_capacity(args.len());
         for a in args.iter() {

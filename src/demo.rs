@@ -52,6 +52,53 @@ pub const INC_KERNEL: &str = "kernel inc(i: i64, out: i32[]) {
 }
 ";
 
+/// The exactly-once stress probe: workitem `i` runs `m` rounds, each
+/// allocating an array of `k + 1` ints (so refills, and their failures,
+/// happen mid-workitem), adding 1 to `out[i]` through a plain load and
+/// store, and adding 1 to `counter[0]` atomically. Under any pattern of
+/// deopts, safepoints and refill failures every cell ends at `m` and the
+/// counter at `n * m`.
+pub const STRESS_KERNEL: &str = "
+kernel stress(i: i64, m: i32, out: i32[], counter: i64[]) {
+    local k: i32
+    local tmp: i32[]
+    i32.const 0
+    store k
+  loop:
+    load k
+    load m
+    i32.ge
+    br_if done
+    load k
+    i32.const 1
+    i32.add
+    newarray i32
+    store tmp
+    load out
+    load i
+    i64.to_i32
+    load out
+    load i
+    i64.to_i32
+    i32.aload
+    load tmp
+    array.len
+    load k
+    i32.sub
+    i32.add
+    i32.astore
+    load counter
+    i32.const 0
+    i64.const 1
+    i64.array_atomic_add
+    pop
+    inc k 1
+    br loop
+  done:
+    ret
+}
+";
+
 /// The safepoint probe: workitem `i` adds 1 to `counts[i]` `iters` times in
 /// a loop, so back-edge polls are frequent and the count shows a workitem
 /// run twice or cut short.

@@ -52,8 +52,13 @@ impl Differ {
             .device_slots(1)
             .device(device)
             .build()?;
-        if let Some(why) = native.fallback() {
-            return Err(OffloadError::Setup(why.to_string()));
+        if native.device() != device {
+            return Err(OffloadError::Setup(
+                native
+                    .fallback()
+                    .unwrap_or("not on that device")
+                    .to_string(),
+            ));
         }
         // On the CPU, a tiered runtime's single launch runs the quick tier;
         // the optimized tier runs on a second runtime that compiles only it.

@@ -100,6 +100,15 @@ pub struct LaunchReport {
     /// not replayed (what they wrote before stays written; every object is
     /// whole).
     pub abandoned: u64,
+    /// The GPU that ran the launch, as `name (sm_XY, N SMs)` (`None` off
+    /// the CUDA device). offload's virtual GPU names itself so: a report
+    /// never passes a simulation off as hardware.
+    pub gpu: Option<String>,
+    /// Bytes copied between host and device memory by the launch, both
+    /// directions, every relaunch included (0 off the CUDA device, where
+    /// nothing is copied): the heap image each way, the save area, the
+    /// launch context and the per-slot bookkeeping.
+    pub copied_bytes: u64,
 }
 
 /// One row of the deopt table: a workitem that deoptimized.
@@ -157,7 +166,10 @@ impl fmt::Display for LaunchReport {
             self.kernel,
             self.range.start,
             self.range.end,
-            self.device.name(),
+            match &self.gpu {
+                Some(g) => format!("{} ({g})", self.device.name()),
+                None => self.device.name().to_string(),
+            },
             self.workers,
             self.chunks,
             self.completed,
@@ -169,6 +181,13 @@ impl fmt::Display for LaunchReport {
             self.timings.run.as_secs_f64() * 1e3,
             self.timings.teardown.as_secs_f64() * 1e3,
         )?;
+        if self.copied_bytes > 0 {
+            write!(
+                f,
+                "; {:.1} MiB copied between host and device",
+                self.copied_bytes as f64 / (1 << 20) as f64
+            )?;
+        }
         if self.alloc.buffer_refills > 0 {
             write!(
                 f,
@@ -481,6 +500,8 @@ fn launch_interp(
         deopt_table: cut,
         interrupted: false, // Thrown::finish
         abandoned,
+        gpu: None,
+        copied_bytes: 0,
     };
     thrown.finish(report)
 }

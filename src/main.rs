@@ -321,7 +321,9 @@ fn run(cli: Cli) -> Result<(), String> {
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
             let mut rows =
                 offload::bench::run(&rt, shrink, reps.max(1)).map_err(|e| format!("error: {e}"))?;
-            if rt.device() == offload::Device::Cuda {
+            // NVRTC's PTX for the CUDA C baselines calls device `malloc` and
+            // approximate math, which the virtual GPU does not model.
+            if rt.device() == offload::Device::Cuda && !rt.gpu_is_virtual() {
                 rows.extend(
                     offload::bench::run_cuda_c(&rt, shrink, reps.max(1))
                         .map_err(|e| format!("error: {e}"))?,

@@ -75,6 +75,17 @@ pub struct RuntimeBuilder {
     tiered: bool,
     /// The policy, or the unknown name asked for (an error at `build`).
     recompile_policy: Result<PolicyFactory, String>,
+    rewrite_ptx: Option<PtxRewrite>,
+}
+
+/// A test hook that rewrites a kernel's PTX before the driver loads it.
+#[derive(Clone)]
+pub(crate) struct PtxRewrite(pub(crate) Arc<dyn Fn(&str) -> String + Send + Sync>);
+
+impl std::fmt::Debug for PtxRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PtxRewrite")
+    }
 }
 
 /// Makes one recompilation policy per kernel.
@@ -157,6 +168,14 @@ impl RuntimeBuilder {
     /// interpreter, and their reports say so.
     pub fn inject(mut self, inj: offload_jit::cpu::Injection) -> Self {
         self.compile.inject = Some(inj);
+        self
+    }
+
+    /// Fault injection for tests: the CUDA device hands each kernel's PTX
+    /// to `f` and loads what it returns (to check how a kernel that faults
+    /// on the GPU, say with a store outside the heap, is reported).
+    pub fn rewrite_ptx(mut self, f: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        self.rewrite_ptx = Some(PtxRewrite(Arc::new(f)));
         self
     }
 
@@ -319,7 +338,17 @@ impl RuntimeBuilder {
         let (device, gpu, fallback) = match self.device {
             Some(d @ (Device::Cpu | Device::Interpreter)) => (d, None, None),
             want => match crate::cuda::probe() {
-                Ok(g) => (Device::Cuda, Some(g), None),
+                Ok(g) => {
+                    // Not a fallback, but as plain to see: the CUDA device
+                    // is a simulation.
+                    let note = g.is_virtual().then(|| {
+                        format!(
+                            "the CUDA device is {}: offload's virtual GPU, a PTX simulator found on the library path, not hardware (its timings say nothing about a GPU's)",
+                            g.describe()
+                        )
+                    });
+                    (Device::Cuda, Some(g), note)
+                }
                 Err(why) if self.strict => {
                     return Err(OffloadError::Setup(format!(
                         "strict mode: the CUDA device is unavailable: {why}"
@@ -365,6 +394,7 @@ impl RuntimeBuilder {
                 warmup: self.warmup,
                 spec_cfg: self.spec_cfg,
                 policy_factory,
+                rewrite_ptx: self.rewrite_ptx,
                 kernels: dashmap::DashMap::new(),
                 compiled: dashmap::DashMap::new(),
                 tiered: self.tiered,
@@ -401,6 +431,8 @@ pub(crate) struct Inner {
     pub(crate) warmup: u32,
     pub(crate) spec_cfg: offload_jit::SpecConfig,
     pub(crate) policy_factory: PolicyFactory,
+    /// See [`RuntimeBuilder::rewrite_ptx`].
+    pub(crate) rewrite_ptx: Option<PtxRewrite>,
     /// The adaptive state of every kernel launched, by (module id, kernel).
     pub(crate) kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
     /// Compiled kernel versions by (module id, kernel, version), in their
@@ -632,6 +664,7 @@ impl Runtime {
             spec_cfg: offload_jit::SpecConfig::default(),
             tiered: true,
             recompile_policy: PolicyFactory::named("never").ok_or_else(|| "never".to_string()),
+            rewrite_ptx: None,
         }
     }
 
@@ -676,7 +709,9 @@ impl Runtime {
     }
 
     /// Why the runtime is not on the device it was asked for (or, by
-    /// default, on CUDA): `None` when it is.
+    /// default, on CUDA), or that its CUDA device is offload's virtual GPU
+    /// (a simulator, not hardware): `None` when it is on that device and
+    /// the device is real.
     pub fn fallback(&self) -> Option<&str> {
         self.inner.fallback.as_deref()
     }
@@ -706,6 +741,15 @@ impl Runtime {
     /// The GPU, described (`None` unless the device is CUDA).
     pub fn gpu(&self) -> Option<String> {
         self.inner.gpu.as_ref().map(crate::cuda::Gpu::describe)
+    }
+
+    /// Whether the runtime's GPU is offload's virtual GPU (the PTX
+    /// simulator's driver shim, `vgpu/driver`), not hardware.
+    pub fn gpu_is_virtual(&self) -> bool {
+        self.inner
+            .gpu
+            .as_ref()
+            .is_some_and(crate::cuda::Gpu::is_virtual)
     }
 
     /// Number of workers.

@@ -8,6 +8,7 @@ use offload::{Device, OffloadError, Runtime, par_offload};
 use offload_jit::cpu::Injection;
 
 use offload::demo::INC_KERNEL as INC;
+use offload::demo::STRESS_KERNEL as STRESS;
 
 fn cpu(workers: usize) -> Runtime {
     Runtime::builder()
@@ -517,49 +518,8 @@ fn deopts_in_a_callee_inlined_into_both_versions_save_that_copys_frame() {
 }
 
 /// Each workitem adds 1 to its cell `m` times, allocating an array per
-/// iteration and bumping a shared atomic counter: out[i] == m and
-/// counter == n * m exactly, however the work is cut.
-const STRESS: &str = "
-kernel stress(i: i64, m: i32, out: i32[], counter: i64[]) {
-    local k: i32
-    local tmp: i32[]
-    i32.const 0
-    store k
-  loop:
-    load k
-    load m
-    i32.ge
-    br_if done
-    load k
-    i32.const 1
-    i32.add
-    newarray i32
-    store tmp
-    load out
-    load i
-    i64.to_i32
-    load out
-    load i
-    i64.to_i32
-    i32.aload
-    load tmp
-    array.len
-    load k
-    i32.sub
-    i32.add
-    i32.astore
-    load counter
-    i32.const 0
-    i64.const 1
-    i64.array_atomic_add
-    pop
-    inc k 1
-    br loop
-  done:
-    ret
-}
-";
-
+/// iteration and bumping a shared atomic counter (`demo::STRESS_KERNEL`):
+/// out[i] == m and counter == n * m exactly, however the work is cut.
 #[test]
 fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
     let mut rng = native::Rng::new(2024);

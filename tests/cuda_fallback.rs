@@ -1,7 +1,9 @@
 //! The CUDA device's selection and fallback, on any machine: without a
 //! usable GPU, `Runtime::new()` runs on the CPU device and says why, a
 //! forced CUDA device does the same, and strict mode refuses instead. With
-//! a GPU, the runtime picks CUDA and reports no fallback.
+//! a GPU, the runtime picks CUDA and reports no fallback; with offload's
+//! virtual GPU on the library path (`scripts/gpu-tests --virtual`), it
+//! picks CUDA and notes that the GPU is a simulation.
 
 use offload::{Device, Runtime};
 
@@ -16,8 +18,18 @@ fn the_default_runtime_reports_where_it_runs() {
     let rt = Runtime::new().unwrap();
     match rt.device() {
         Device::Cuda => {
-            assert!(rt.fallback().is_none());
-            assert!(rt.gpu().is_some_and(|g| g.contains("sm_")));
+            let gpu = rt.gpu().expect("a CUDA runtime names its GPU");
+            assert!(gpu.contains("sm_"), "{gpu}");
+            // offload's virtual GPU says what it is; hardware needs no note.
+            if gpu.contains("virtual") {
+                let note = rt.fallback().expect("a virtual GPU is noted");
+                assert!(
+                    note.contains("virtual GPU") && note.contains("not hardware"),
+                    "{note}"
+                );
+            } else {
+                assert!(rt.fallback().is_none());
+            }
         }
         Device::Cpu => {
             let why = rt

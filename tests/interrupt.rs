@@ -1,7 +1,8 @@
 //! `Runtime::interrupt`: a launch stops at its next poll and returns
 //! `OffloadError::Interrupted` with what completed; every workitem is counted
 //! once (completed, stopped part-way, or never started), the heap stays
-//! whole, and the next launch runs normally. On every device without a GPU.
+//! whole, and the next launch runs normally. On every device; the CUDA case
+//! needs a GPU, real or virtual (`scripts/gpu-tests [--virtual]`).
 
 use offload::{Device, OffloadError, Runtime, par_offload};
 use std::time::Duration;
@@ -11,9 +12,10 @@ const SPIN: &str = include_str!("../examples/kernels/spin.obc");
 fn interrupted_launch(device: Device) {
     let rt = Runtime::builder()
         .device(device)
+        .strict(device == Device::Cuda)
         .workers(2)
         .build()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{device:?}: {e}"));
     let m = rt.load("spin.obc", SPIN).unwrap();
     let n = 4096usize;
     // Each workitem spins long enough that the whole range would take many
@@ -78,6 +80,14 @@ fn interrupting_a_cpu_launch() {
 #[test]
 fn interrupting_an_interpreter_launch() {
     interrupted_launch(Device::Interpreter);
+}
+
+/// The interrupt reaches a running GPU kernel through the mapped control
+/// word.
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn interrupting_a_cuda_launch() {
+    interrupted_launch(Device::Cuda);
 }
 
 /// An interrupt with no launch running changes nothing for the next one.

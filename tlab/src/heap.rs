@@ -340,6 +340,33 @@ impl Heap {
         .map(|(s, e)| (s as u32, e as u32))
     }
 
+    /// Hand back `[start, end)`, the unused top of a region this caller
+    /// carved (a device eden after its launch), when nothing was carved
+    /// above it since: eden's top returns to `start`. Returns whether it
+    /// did; when it did not, the caller fills the range instead. Counts as
+    /// a carve for every [`Heap::mark`] taken before it.
+    pub fn give_back(&self, start: u32, end: u32) -> bool {
+        if start >= end {
+            return false;
+        }
+        let _one = self
+            .reclaim_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let ok = self
+            .top
+            .compare_exchange(
+                u64::from(end),
+                u64::from(start),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok();
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        ok
+    }
+
     /// Allocate `bytes` straight from eden with a CAS (large objects, host
     /// allocations, and the `EdenCas` policy), growing the heap if needed.
     /// Returns the word offset; the memory is zero.

@@ -20,6 +20,8 @@ pub(crate) enum T {
     Num(String),
     /// One punctuation character.
     P(char),
+    /// A string literal (in `.pragma` and `.file`), without its quotes.
+    Str(String),
 }
 
 fn word_char(c: char) -> bool {
@@ -83,6 +85,24 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Tok>, Error> {
                 t: T::Word(b[s..i].iter().collect()),
                 line,
             });
+        } else if c == '"' {
+            let start = line;
+            let s = i + 1;
+            i += 1;
+            while i < b.len() && b[i] != '"' {
+                if b[i] == '\n' {
+                    return Err(Error::parse(start, "unterminated string"));
+                }
+                i += 1;
+            }
+            if i >= b.len() {
+                return Err(Error::parse(start, "unterminated string"));
+            }
+            out.push(Tok {
+                t: T::Str(b[s..i].iter().collect()),
+                line,
+            });
+            i += 1;
         } else if "{}()[],;:@!+-<>|=".contains(c) {
             out.push(Tok { t: T::P(c), line });
             i += 1;

@@ -38,8 +38,11 @@ pub enum Kind {
 /// Zeroed memory owned by the simulator, 256-byte aligned.
 #[derive(Debug)]
 pub struct Backing {
+    /// The first byte, [`ALIGN`]-aligned inside the raw allocation.
     ptr: *mut u8,
     len: usize,
+    /// The raw allocation (`len + ALIGN` bytes, 16-aligned).
+    raw: *mut u8,
 }
 
 // SAFETY: the pointer is an owned heap allocation; every access to its
@@ -56,10 +59,21 @@ impl Backing {
     /// A zeroed allocation of `len` bytes (at least one), or `None` when
     /// the host cannot provide it.
     pub fn new(len: usize) -> Option<Arc<Backing>> {
-        let layout = Layout::from_size_align(len.max(1), ALIGN).ok()?;
+        // A small alignment lets the allocator hand out fresh zero pages
+        // for large blocks (calloc) instead of writing zeros over them, as
+        // an over-aligned zeroed allocation does; the 256-byte boundary is
+        // found inside.
+        let layout = Layout::from_size_align(len.checked_add(ALIGN)?, 16).ok()?;
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        (!ptr.is_null()).then(|| Arc::new(Backing { ptr, len }))
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        if raw.is_null() {
+            return None;
+        }
+        let pad = (raw as usize).next_multiple_of(ALIGN) - raw as usize;
+        // SAFETY: `pad < ALIGN`, so `[pad, pad + len)` is inside the
+        // `len + ALIGN` bytes allocated.
+        let ptr = unsafe { raw.add(pad) };
+        Some(Arc::new(Backing { ptr, len, raw }))
     }
 
     /// The address of the first byte.
@@ -114,9 +128,9 @@ impl Backing {
 
 impl Drop for Backing {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.len.max(1), ALIGN).expect("made by new");
-        // SAFETY: allocated by `new` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr, layout) }
+        let layout = Layout::from_size_align(self.len + ALIGN, 16).expect("made by new");
+        // SAFETY: `raw` was allocated by `new` with this layout; freed once.
+        unsafe { std::alloc::dealloc(self.raw, layout) }
     }
 }
 

@@ -636,5 +636,6 @@ fn show(t: &T) -> String {
         T::Word(w) => format!("`{w}`"),
         T::Num(n) => format!("`{n}`"),
         T::P(c) => format!("`{c}`"),
+        T::Str(s) => format!("\"{s}\""),
     }
 }
