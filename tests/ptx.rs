@@ -1,7 +1,8 @@
 //! The PTX backend without a GPU: every PTX kernel the suite can produce —
 //! every example kernel, under every compile option the runtime uses, and
 //! a batch of generated programs — is assembled by NVIDIA's `ptxas` for
-//! sm_70, sm_80 and sm_90, and has exactly the CPU version's deopt
+//! sm_70, sm_80 and sm_90, parses on the virtual GPU (which runs them in
+//! `scripts/gpu-tests --virtual`), and has exactly the CPU version's deopt
 //! metadata (the lowering decisions are shared). A missing `ptxas` fails
 //! the run: `scripts/test-all` installs it.
 
@@ -60,6 +61,9 @@ fn check_module(
                     if let Err(e) = ptxas::assemble(ptxas, &g.text, arch) {
                         panic!("{name}: kernel {k}:\n{e}\n{}", g.text);
                     }
+                }
+                if let Err(e) = offload_vgpu::parse(&g.text) {
+                    panic!("{name}: kernel {k}: the virtual GPU: {e}\n{}", g.text);
                 }
                 ok += 1;
             }
@@ -150,6 +154,9 @@ fn every_compile_option_assembles() {
                         assert_eq!(c.meta, g.meta);
                         ptxas::assemble(&ptxas, &g.text, "sm_80")
                             .unwrap_or_else(|e| panic!("{name}::{k} at {}: {e}", site.bci));
+                        offload_vgpu::parse(&g.text).unwrap_or_else(|e| {
+                            panic!("{name}::{k} at {}: the virtual GPU: {e}", site.bci)
+                        });
                         ok += 1;
                     }
                     Err(e) => panic!("{name}::{k} at {}: {e}", site.bci),

@@ -58,6 +58,8 @@ fn golden_ptx() {
         for arch in ptxas::ARCHES {
             ptxas::assemble(&ptxas, &k.text, arch).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+        // The virtual GPU takes every instruction and qualifier of it.
+        offload_vgpu::parse(&k.text).unwrap_or_else(|e| panic!("{name}: virtual GPU: {e}"));
         let want_path = path.with_extension("ptx");
         if bless {
             std::fs::write(&want_path, &k.text).unwrap();

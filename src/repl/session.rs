@@ -1651,6 +1651,13 @@ fn summary(last: &Last, out: &mut String) {
         r.replayed,
         r.threw
     );
+    if let Some(g) = &r.gpu {
+        let _ = writeln!(
+            out,
+            "  GPU {g} · {:.1} MiB copied between host and device",
+            r.copied_bytes as f64 / (1 << 20) as f64
+        );
+    }
     if r.interrupted {
         let _ = writeln!(
             out,
