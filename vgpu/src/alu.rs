@@ -360,63 +360,69 @@ fn saturate01(ty: Ty, r: u64) -> u64 {
     }
 }
 
+/// Which neighbour of a round-to-nearest result the rounding `m` wants,
+/// when that result is inexact: `above` says whether it lies above the
+/// exact value, `positive` the value's sign. −1 is the next float down,
+/// +1 the next up, 0 the result itself.
+fn neighbour(m: Rnd, above: bool, positive: bool) -> i8 {
+    match m {
+        Rnd::Near => 0,
+        Rnd::Down => -i8::from(above),
+        Rnd::Up => i8::from(!above),
+        // Toward zero: step back when the result's magnitude went past the
+        // value's.
+        Rnd::Zero if above == positive => {
+            if positive {
+                -1
+            } else {
+                1
+            }
+        }
+        Rnd::Zero => 0,
+    }
+}
+
+fn step32(r: f32, dir: i8) -> f32 {
+    match dir {
+        -1 => r.next_down(),
+        1 => r.next_up(),
+        _ => r,
+    }
+}
+
+fn step64(r: f64, dir: i8) -> f64 {
+    match dir {
+        -1 => r.next_down(),
+        1 => r.next_up(),
+        _ => r,
+    }
+}
+
 fn f64_to_f32(x: f64, m: Rnd) -> f32 {
     let r = x as f32;
     if x.is_nan() || f64::from(r) == x {
         return r;
     }
-    let above = f64::from(r) > x;
-    match m {
-        Rnd::Near => r,
-        Rnd::Down if above => r.next_down(),
-        Rnd::Up if !above => r.next_up(),
-        Rnd::Zero if above == (x > 0.0) => {
-            if x > 0.0 {
-                r.next_down()
-            } else {
-                r.next_up()
-            }
-        }
-        _ => r,
-    }
+    step32(r, neighbour(m, f64::from(r) > x, x > 0.0))
 }
 
-/// An integer to a float of `bits` width with rounding `m`.
+/// An integer to a float of `bits` width with rounding `m`. Integral
+/// floats convert back to `i128` exactly, which decides the direction.
 fn int_to_float(v: i128, bits: u32, m: Rnd) -> u64 {
     if bits == 32 {
         let r = v as f32;
         let exact = r as i128;
-        let adj = match m {
-            Rnd::Near => r,
-            Rnd::Down if exact > v => r.next_down(),
-            Rnd::Up if exact < v => r.next_up(),
-            Rnd::Zero if exact.abs() > v.abs() => {
-                if v > 0 {
-                    r.next_down()
-                } else {
-                    r.next_up()
-                }
-            }
-            _ => r,
-        };
-        of32(adj)
+        if exact == v {
+            return of32(r);
+        }
+        of32(step32(r, neighbour(m, exact > v, v > 0)))
     } else {
         let r = v as f64;
         let exact = r as i128;
-        match m {
-            Rnd::Near => r,
-            Rnd::Down if exact > v => r.next_down(),
-            Rnd::Up if exact < v => r.next_up(),
-            Rnd::Zero if exact.abs() > v.abs() => {
-                if v > 0 {
-                    r.next_down()
-                } else {
-                    r.next_up()
-                }
-            }
-            _ => r,
+        if exact == v {
+            return r.to_bits();
         }
-        .to_bits()
+        step64(r, neighbour(m, exact > v, v > 0)).to_bits()
     }
 }
 
