@@ -6,6 +6,7 @@
 //! | `OFFLOAD_VGPU_THREADS_PER_SM` | resident threads per SM | 512 |
 //! | `OFFLOAD_VGPU_CC` | compute capability, `major.minor` | 7.0 |
 //! | `OFFLOAD_VGPU_MEMORY_MB` | device memory in MiB | 4096 |
+//! | `OFFLOAD_VGPU_MEMORY_POOLS` | `1`: stream-ordered allocation (`cuMemAllocAsync`/`cuMemFreeAsync`), as on sm_70+ GPUs with current drivers; `0`: only synchronous `cuMemAlloc`/`cuMemFree` | 1 |
 //! | `OFFLOAD_VGPU_SEED` | scheduler seed, or `random` | 1 |
 //! | `OFFLOAD_VGPU_QUANTUM` | most instructions a thread runs per turn | 32 |
 //! | `OFFLOAD_VGPU_MAX_STEPS` | instructions before a launch times out | 2^36 |
@@ -23,6 +24,7 @@ pub(crate) struct Config {
     pub(crate) threads_per_sm: u32,
     pub(crate) cc: (u32, u32),
     pub(crate) memory: u64,
+    pub(crate) memory_pools: bool,
     pub(crate) seed: u64,
     pub(crate) quantum: u32,
     pub(crate) max_steps: u64,
@@ -63,6 +65,7 @@ impl Config {
                 threads_per_sm: var("OFFLOAD_VGPU_THREADS_PER_SM", 512u32).clamp(32, 4096),
                 cc,
                 memory: var("OFFLOAD_VGPU_MEMORY_MB", 4096u64).max(1) << 20,
+                memory_pools: var("OFFLOAD_VGPU_MEMORY_POOLS", 1u32) != 0,
                 seed,
                 quantum: var("OFFLOAD_VGPU_QUANTUM", 32u32).max(1),
                 max_steps: var("OFFLOAD_VGPU_MAX_STEPS", 1u64 << 36),

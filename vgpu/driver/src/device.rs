@@ -133,11 +133,11 @@ fn attribute(a: c_int) -> Option<c_int> {
         41 => 1,                         // unified addressing
         75 => c.cc.0 as c_int,
         76 => c.cc.1 as c_int,
-        81 => 96 << 10, // shared memory per multiprocessor
-        82 => 65536,    // registers per multiprocessor
-        106 => 32,      // max blocks per multiprocessor
-        111 => 0,       // reserved shared memory per block
-        115 => 0,       // memory pools: not supported (cuMemAlloc is used)
+        81 => 96 << 10,                     // shared memory per multiprocessor
+        82 => 65536,                        // registers per multiprocessor
+        106 => 32,                          // max blocks per multiprocessor
+        111 => 0,                           // reserved shared memory per block
+        115 => c_int::from(c.memory_pools), // memory pools (stream-ordered allocation)
         _ => return None,
     })
 }

@@ -4,7 +4,7 @@
 use crate::config::Config;
 use crate::device::tri;
 use crate::err::{self, CUresult};
-use crate::state::{Event, Job, Loaded, Stream, state, sticky};
+use crate::state::{Event, Job, Loaded, Stream, Work, state, sticky};
 use crate::{Handle, guard, put};
 use offload_vgpu::mem::{Backing, Kind};
 use offload_vgpu::{Dims, SimOptions};
@@ -364,7 +364,7 @@ unsafe extern "C" fn cuLaunchKernel(
             },
         };
         drop(s);
-        st.submit(job);
+        st.submit(Work::Launch(Box::new(job)));
         err::SUCCESS
     })
 }

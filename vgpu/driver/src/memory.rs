@@ -26,7 +26,8 @@ fn alloc(s: &mut State, bytes: usize, kind: Kind) -> Result<u64, CUresult> {
     Ok(a)
 }
 
-fn free(s: &mut State, p: u64, kind: Kind) -> CUresult {
+/// Frees the allocation at `p` if it is of `kind`.
+pub(crate) fn free(s: &mut State, p: u64, kind: Kind) -> CUresult {
     match s.mem.get(&p) {
         Some(a) if a.kind == kind => {
             if kind == Kind::Device {
@@ -75,14 +76,21 @@ extern "C" fn cuMemFree_v2(p: DevPtr) -> CUresult {
     })
 }
 
+/// A stream-ordered free: the memory goes when the stream's earlier work
+/// has finished, and the call does not wait for it.
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFreeAsync(p: DevPtr, stream: Handle) -> CUresult {
     guard(|| {
-        let Some(st) = state().stream(stream) else {
+        let mut s = state();
+        if !matches!(s.mem.get(&p), Some(a) if a.kind == Kind::Device) {
+            return err::INVALID_VALUE;
+        }
+        let Some(st) = s.stream(stream) else {
             return err::INVALID_HANDLE;
         };
-        st.drain();
-        free(&mut state(), p, Kind::Device)
+        drop(s);
+        st.submit(crate::state::Work::Free(p));
+        err::SUCCESS
     })
 }
 

@@ -33,6 +33,14 @@ pub(crate) struct Alloc {
     pub(crate) kind: Kind,
 }
 
+/// Work a stream runs in order on its thread.
+pub(crate) enum Work {
+    /// A kernel launch.
+    Launch(Box<Job>),
+    /// A stream-ordered free (`cuMemFreeAsync`) of a device allocation.
+    Free(u64),
+}
+
 /// A kernel launch waiting on a stream.
 pub(crate) struct Job {
     pub(crate) loaded: Arc<Loaded>,
@@ -55,12 +63,12 @@ pub(crate) struct Progress {
 pub(crate) struct Stream {
     pub(crate) progress: Mutex<Progress>,
     pub(crate) done: Condvar,
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    tx: Mutex<Option<mpsc::Sender<Work>>>,
 }
 
 impl Stream {
     pub(crate) fn new() -> Arc<Stream> {
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Work>();
         let s = Arc::new(Stream {
             progress: Mutex::new(Progress::default()),
             done: Condvar::new(),
@@ -70,8 +78,13 @@ impl Stream {
         std::thread::Builder::new()
             .name("vgpu-stream".into())
             .spawn(move || {
-                for job in rx {
-                    run_job(job);
+                for work in rx {
+                    match work {
+                        Work::Launch(job) => run_job(*job),
+                        Work::Free(p) => {
+                            crate::memory::free(&mut state(), p, Kind::Device);
+                        }
+                    }
                     let Some(s) = me.upgrade() else { return };
                     lock(&s.progress).finished += 1;
                     s.done.notify_all();
@@ -81,8 +94,8 @@ impl Stream {
         s
     }
 
-    /// Queues a launch; returns its sequence number.
-    pub(crate) fn submit(&self, job: Job) -> u64 {
+    /// Queues work; returns its sequence number.
+    pub(crate) fn submit(&self, job: Work) -> u64 {
         let mut p = lock(&self.progress);
         p.submitted += 1;
         let n = p.submitted;
