@@ -8,7 +8,9 @@ use offload::{Device, OffloadError, Runtime, par_offload};
 use offload_jit::cpu::Injection;
 
 use offload::demo::INC_KERNEL as INC;
-use offload::demo::STRESS_KERNEL as STRESS;
+
+#[path = "common/stress.rs"]
+mod stress;
 
 fn cpu(workers: usize) -> Runtime {
     Runtime::builder()
@@ -523,72 +525,20 @@ fn deopts_in_a_callee_inlined_into_both_versions_save_that_copys_frame() {
 #[test]
 fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
     let mut rng = native::Rng::new(2024);
-    let probe = cpu(1);
-    let pm = probe.load("stress.obc", STRESS).unwrap();
-    let kid = pm.program().verified().func_named("stress").unwrap();
-    let sites: Vec<u32> = pm
-        .program()
-        .analysis(kid)
-        .unwrap()
-        .sites
-        .iter()
-        .map(|s| s.bci)
-        .collect();
+    let sites = stress::sites(&cpu(1));
     for case in 0..24 {
         let (n, m) = (1500 + rng.below(1500) as usize, 1 + rng.below(12) as i32);
-        let mut b = Runtime::builder()
+        let b = Runtime::builder()
             .workers(2)
             .device(Device::Cpu)
             .tlab_bytes(256 + 64 * rng.below(8) as u32)
             .deopt_records(1 + rng.below(6) as usize)
             .reclaim(false);
-        let mut what = Vec::new();
-        if rng.below(3) > 0 {
-            let site_bci = sites[rng.below(sites.len() as u64) as usize];
-            let modulus = 1 + rng.below(40) as i64;
-            b = b.inject(Injection {
-                site_bci,
-                modulus,
-                remainder: rng.below(modulus as u64) as i64,
-            });
-            what.push(format!("deopts at {site_bci} mod {modulus}"));
-        }
-        if rng.below(3) > 0 {
-            let every = 1 + rng.below(30);
-            let seed = (rng.below(2) == 0).then(|| rng.next_u64());
-            b = b.inject_safepoints(every, seed);
-            what.push(format!("safepoints every {every} seed {seed:?}"));
-        }
-        if rng.below(3) > 0 {
-            let (first, every) = (1 + rng.below(5), rng.below(4));
-            b = b.fail_refills(first, every);
-            what.push(format!("refills fail from {first} every {every}"));
-        }
+        let (b, mut what) =
+            stress::random_faults(&mut rng, b, &sites, |rng| (1 + rng.below(5), rng.below(4)));
+        what.insert(0, format!("case {case}"));
         let rt = b.build().unwrap();
-        let mm = rt.load("stress.obc", STRESS).unwrap();
-        let out = rt.new_array::<i32>(n).unwrap();
-        let counter = rt.new_array::<i64>(1).unwrap();
-        let r = par_offload(
-            0..n as i64,
-            &mm.closure("stress", [m.into(), (&out).into(), (&counter).into()])
-                .unwrap(),
-        )
-        .unwrap();
-        assert!(r.fallback.is_none(), "case {case} {what:?}: {r}");
-        let got = rt.read(&out).unwrap();
-        let bad: Vec<usize> = (0..n).filter(|&i| got[i] != m).take(5).collect();
-        assert!(
-            bad.is_empty(),
-            "case {case} {what:?}: cells {bad:?} wrong\n{r}"
-        );
-        assert_eq!(
-            rt.read(&counter).unwrap(),
-            [n as i64 * i64::from(m)],
-            "case {case} {what:?}"
-        );
-        assert_eq!(r.completed, n as u64, "case {case}");
-        let st = rt.verify_heap(&[&mm]).unwrap();
-        assert_eq!(st.arrays, (n as u64) * m as u64 + 2, "case {case} {what:?}");
+        let r = stress::run(&rt, n, m, &what);
         // Injected safepoints show up (unless forced deopts end every
         // workitem before its first back-edge).
         if what.iter().any(|w| w.starts_with("safepoints"))
@@ -597,7 +547,7 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
         {
             assert!(
                 r.deopts.keys().any(|&(_, why)| why == Reason::Safepoint),
-                "case {case} {what:?}: {:?}",
+                "{what:?}: {:?}",
                 r.deopts
             );
         }

@@ -15,6 +15,9 @@ use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
 use offload_jit::cpu::Injection;
 use std::time::{Duration, Instant};
 
+#[path = "common/stress.rs"]
+mod stress;
+
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
 fn gpu() -> RuntimeBuilder {
@@ -176,80 +179,29 @@ fn exactly_once_under_injected_deopts_at_every_site() {
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
     let probe = build(gpu());
-    let pm = probe
-        .load("stress.obc", offload::demo::STRESS_KERNEL)
-        .unwrap();
-    let kid = pm.program().verified().func_named("stress").unwrap();
-    let sites: Vec<u32> = pm
-        .program()
-        .analysis(kid)
-        .unwrap()
-        .sites
-        .iter()
-        .map(|s| s.bci)
-        .collect();
+    let sites = stress::sites(&probe);
     let cases = size(&probe, 24, 10) as u64;
     drop(probe);
-    let mut rng = offload::reference::Rng::new(knob("OFFLOAD_GPU_SEED", 2024));
+    let mut rng = Rng::new(knob("OFFLOAD_GPU_SEED", 2024));
     for case in 0..cases {
-        let mut b = gpu()
-            .tlab_bytes(256 + 64 * (rng.below(8)) as u32)
+        let b = gpu()
+            .tlab_bytes(256 + 64 * rng.below(8) as u32)
             .reclaim(false);
-        let mut what = Vec::new();
-        if rng.below(3) > 0 {
-            let site_bci = sites[(rng.below(sites.len() as u64)) as usize];
-            let modulus = 1 + (rng.below(40)) as i64;
-            b = b.inject(Injection {
-                site_bci,
-                modulus,
-                remainder: rng.below(modulus as u64) as i64,
-            });
-            what.push(format!("deopts at {site_bci} mod {modulus}"));
-        }
-        if rng.below(3) > 0 {
-            let every = 1 + rng.below(30);
-            let seed = (rng.below(2) == 0).then(|| rng.next_u64());
-            b = b.inject_safepoints(every, seed);
-            what.push(format!("safepoints every {every} seed {seed:?}"));
-        }
-        if rng.below(3) > 0 {
-            let first = 1 + rng.below(5);
-            b = b.fail_refills(first, 1);
-            what.push(format!("a device eden of {first} TLABs"));
-        }
+        // On the GPU, `fail_refills(first, _)` gives the device an eden of
+        // `first` TLABs: every refill after those fails.
+        let (b, mut what) = stress::random_faults(&mut rng, b, &sites, |rng| (1 + rng.below(5), 1));
+        what.insert(0, format!("case {case}"));
         let rt = build(b);
-        let n = size(&rt, 20_000, 1_500 + (rng.below(1_500)) as usize);
-        let m = 1 + (rng.below(12)) as i32;
-        let mm = rt.load("stress.obc", offload::demo::STRESS_KERNEL).unwrap();
-        let out = rt.new_array::<i32>(n).unwrap();
-        let counter = rt.new_array::<i64>(1).unwrap();
-        let r = par_offload(
-            0..n as i64,
-            &mm.closure("stress", [m.into(), (&out).into(), (&counter).into()])
-                .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(r.device, Device::Cuda, "case {case} {what:?}: {r}");
-        let got = rt.read(&out).unwrap();
-        let bad: Vec<usize> = (0..n).filter(|&i| got[i] != m).take(5).collect();
-        assert!(
-            bad.is_empty(),
-            "case {case} {what:?}: cells {bad:?} wrong\n{r}"
-        );
-        assert_eq!(
-            rt.read(&counter).unwrap(),
-            [n as i64 * i64::from(m)],
-            "case {case} {what:?}"
-        );
-        assert_eq!(r.completed, n as u64, "case {case}");
-        let st = rt.verify_heap(&[&mm]).unwrap();
-        assert_eq!(st.arrays, (n as u64) * m as u64 + 2, "case {case} {what:?}");
-        if what.iter().any(|w| w.starts_with("a device eden")) {
+        let n = size(&rt, 20_000, 1_500 + rng.below(1_500) as usize);
+        let m = 1 + rng.below(12) as i32;
+        let r = stress::run(&rt, n, m, &what);
+        assert_eq!(r.device, Device::Cuda, "{what:?}: {r}");
+        if what.iter().any(|w| w.starts_with("refills fail")) {
             assert!(
                 r.deopts
                     .keys()
                     .any(|&(_, why)| why == Reason::AllocationFailure),
-                "case {case} {what:?}: no allocation failure: {r}"
+                "{what:?}: no allocation failure: {r}"
             );
         }
     }

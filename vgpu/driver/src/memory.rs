@@ -10,6 +10,7 @@ use crate::state::{Alloc, State, state, sticky};
 use crate::{Handle, guard, put};
 use offload_vgpu::mem::{Backing, Kind};
 use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
 
 type DevPtr = u64;
 
@@ -26,8 +27,19 @@ fn alloc(s: &mut State, bytes: usize, kind: Kind) -> Result<u64, CUresult> {
     Ok(a)
 }
 
+/// Frees the device allocation `b` if it is still live.
+pub(crate) fn free_exact(s: &mut State, b: &Arc<Backing>) {
+    if s.mem
+        .get(&b.addr())
+        .is_some_and(|a| Arc::ptr_eq(&a.backing, b))
+    {
+        s.device_bytes -= b.len() as u64;
+        s.mem.remove(&b.addr());
+    }
+}
+
 /// Frees the allocation at `p` if it is of `kind`.
-pub(crate) fn free(s: &mut State, p: u64, kind: Kind) -> CUresult {
+fn free(s: &mut State, p: u64, kind: Kind) -> CUresult {
     match s.mem.get(&p) {
         Some(a) if a.kind == kind => {
             if kind == Kind::Device {
@@ -82,14 +94,15 @@ extern "C" fn cuMemFree_v2(p: DevPtr) -> CUresult {
 extern "C" fn cuMemFreeAsync(p: DevPtr, stream: Handle) -> CUresult {
     guard(|| {
         let mut s = state();
-        if !matches!(s.mem.get(&p), Some(a) if a.kind == Kind::Device) {
-            return err::INVALID_VALUE;
-        }
+        let b = match s.mem.get(&p) {
+            Some(a) if a.kind == Kind::Device => a.backing.clone(),
+            _ => return err::INVALID_VALUE,
+        };
         let Some(st) = s.stream(stream) else {
             return err::INVALID_HANDLE;
         };
         drop(s);
-        st.submit(crate::state::Work::Free(p));
+        st.submit(crate::state::Work::Free(b));
         err::SUCCESS
     })
 }
@@ -193,7 +206,7 @@ fn order(stream: Handle) -> Result<(), CUresult> {
 }
 
 /// The backing and offset of the device range `[p, p + n)`.
-fn device_range(p: DevPtr, n: usize) -> Result<(std::sync::Arc<Backing>, usize), CUresult> {
+fn device_range(p: DevPtr, n: usize) -> Result<(Arc<Backing>, usize), CUresult> {
     let s = state();
     let (base, a) = s.find(p, n as u64).ok_or(err::INVALID_VALUE)?;
     Ok((a.backing.clone(), (p - base) as usize))

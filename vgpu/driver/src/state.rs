@@ -37,8 +37,10 @@ pub(crate) struct Alloc {
 pub(crate) enum Work {
     /// A kernel launch.
     Launch(Box<Job>),
-    /// A stream-ordered free (`cuMemFreeAsync`) of a device allocation.
-    Free(u64),
+    /// A stream-ordered free (`cuMemFreeAsync`) of this device
+    /// allocation (which a destroyed context may already have dropped, and
+    /// whose address a later allocation may then hold).
+    Free(Arc<Backing>),
 }
 
 /// A kernel launch waiting on a stream.
@@ -81,9 +83,7 @@ impl Stream {
                 for work in rx {
                     match work {
                         Work::Launch(job) => run_job(*job),
-                        Work::Free(p) => {
-                            crate::memory::free(&mut state(), p, Kind::Device);
-                        }
+                        Work::Free(b) => crate::memory::free_exact(&mut state(), &b),
                     }
                     let Some(s) = me.upgrade() else { return };
                     lock(&s.progress).finished += 1;

@@ -1,0 +1,83 @@
+//! The exactly-once stress case shared by the CPU and CUDA device tests:
+//! `demo::STRESS_KERNEL` under a random mix of forced deopts, injected
+//! safepoints and refill failures, and the checks that every workitem ran
+//! its body exactly once.
+
+use offload::reference::Rng;
+use offload::{LaunchReport, Runtime, RuntimeBuilder, par_offload};
+use offload_jit::cpu::Injection;
+
+/// The stress kernel's deopt sites (bytecode indices).
+pub fn sites(rt: &Runtime) -> Vec<u32> {
+    let m = rt.load("stress.obc", offload::demo::STRESS_KERNEL).unwrap();
+    let kid = m.program().verified().func_named("stress").unwrap();
+    m.program()
+        .analysis(kid)
+        .unwrap()
+        .sites
+        .iter()
+        .map(|s| s.bci)
+        .collect()
+}
+
+/// Adds, each with probability 2/3, forced deopts at a random site,
+/// injected safepoints, and refill failures (`refills` picks `first` and
+/// `every`); returns the builder and what was added, in words.
+pub fn random_faults(
+    rng: &mut Rng,
+    mut b: RuntimeBuilder,
+    sites: &[u32],
+    refills: impl FnOnce(&mut Rng) -> (u64, u64),
+) -> (RuntimeBuilder, Vec<String>) {
+    let mut what = Vec::new();
+    if rng.below(3) > 0 {
+        let site_bci = sites[rng.below(sites.len() as u64) as usize];
+        let modulus = 1 + rng.below(40) as i64;
+        b = b.inject(Injection {
+            site_bci,
+            modulus,
+            remainder: rng.below(modulus as u64) as i64,
+        });
+        what.push(format!("deopts at {site_bci} mod {modulus}"));
+    }
+    if rng.below(3) > 0 {
+        let every = 1 + rng.below(30);
+        let seed = rng.below(2).eq(&0).then(|| rng.next_u64());
+        b = b.inject_safepoints(every, seed);
+        what.push(format!("safepoints every {every} seed {seed:?}"));
+    }
+    if rng.below(3) > 0 {
+        let (first, every) = refills(rng);
+        b = b.fail_refills(first, every);
+        what.push(format!("refills fail from {first} every {every}"));
+    }
+    (b, what)
+}
+
+/// Runs `m` rounds of the stress kernel over `0..n` on `rt` and checks
+/// exactly-once: every cell is `m`, the atomic counter `n * m`, every
+/// workitem completed, and the heap holds exactly the arrays made.
+pub fn run(rt: &Runtime, n: usize, m: i32, what: &[String]) -> LaunchReport {
+    let mm = rt.load("stress.obc", offload::demo::STRESS_KERNEL).unwrap();
+    let out = rt.new_array::<i32>(n).unwrap();
+    let counter = rt.new_array::<i64>(1).unwrap();
+    let r = par_offload(
+        0..n as i64,
+        &mm.closure("stress", [m.into(), (&out).into(), (&counter).into()])
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(r.fallback.is_none(), "{what:?}: {r}");
+    let got = rt.read(&out).unwrap();
+    let bad: Vec<usize> = (0..n).filter(|&i| got[i] != m).take(5).collect();
+    assert!(bad.is_empty(), "{what:?}: cells {bad:?} wrong\n{r}");
+    assert_eq!(
+        rt.read(&counter).unwrap(),
+        [n as i64 * i64::from(m)],
+        "{what:?}"
+    );
+    assert_eq!(r.completed, n as u64, "{what:?}");
+    let st = rt.verify_heap(&[&mm]).unwrap();
+    assert_eq!(st.arrays, (n as u64) * m as u64 + 2, "{what:?}");
+    r
+}
