@@ -2,20 +2,30 @@
 //! (dynamic loading: the project builds and runs without CUDA), with the
 //! launch → replay loop of a GPU (DESIGN.md, "Execution model"):
 //!
-//! 1. copy the heap image to the device, with a zeroed device eden carved
-//!    from the host heap for this launch (references are 32-bit word
-//!    offsets, so the image is relocatable and the same offsets mean the
-//!    same objects on both sides);
+//! 1. carve a device eden from the host heap (1 MiB for a runtime's first
+//!    launch, doubled after each launch that exhausts it, 64 MiB at most),
+//!    copy the heap below it to the device and zero the eden there
+//!    (references are 32-bit word offsets, so the image is relocatable and
+//!    the same offsets mean the same objects on both sides);
 //! 2. launch one persistent thread per resident slot (SM count × resident
 //!    blocks per SM × block, from the device's occupancy); each claims
 //!    chunks from the atomic cursor, polls the control word (pinned,
 //!    mapped host memory that this thread mirrors the runtime's safepoint
-//!    requests into while the kernel runs), allocates from warp-shared
-//!    TLABs and writes deopt records into its slot of the save area;
-//! 3. copy the heap image, records, never-ran ranges and counters back,
-//!    retire the TLABs and the device eden into fillers, replay the
+//!    requests into while the kernel runs), allocates from TLABs shared
+//!    by a warp (`SharedTlab { group }`: by `group` warps; `PrivateTlab`:
+//!    one per slot; `EdenCas`: none) and writes deopt records into its
+//!    slot of the save area;
+//! 3. copy back the heap up to the device eden's final top, the records,
+//!    never-ran ranges and counters, retire the TLABs into fillers, hand
+//!    the unused rest of the eden back to the heap (a kernel that
+//!    allocates nothing leaves the heap's top where it was), replay the
 //!    records in the interpreter in parallel, and relaunch over the
 //!    never-ran work until every slot has exhausted the range.
+//!
+//! Every byte moved counts in [`LaunchReport::copied_bytes`]. The device
+//! may be offload's virtual GPU (`vgpu/driver`, found only on the library
+//! path): [`Gpu::is_virtual`] says so, and reports and
+//! [`Runtime::fallback`] show it.
 //!
 //! Why a heap image rather than managed memory (seed `002_…`): the image
 //! moves exactly the heap's used prefix in two bulk copies per launch and

@@ -130,7 +130,10 @@ impl RuntimeBuilder {
     /// `first` (1-based) and every `every`-th after it (0: only `first`)
     /// fail for the allocation that does them (see
     /// [`offload_tlab::RefillFault`]): compiled code deopts with
-    /// `AllocationFailure`, the interpreter retries.
+    /// `AllocationFailure`, the interpreter retries. On the CUDA device,
+    /// whose refills carve from a device eden, each launch's eden holds
+    /// `first` TLABs, so every refill after those finds it exhausted
+    /// (`every` does not apply there).
     pub fn fail_refills(mut self, first: u64, every: u64) -> Self {
         self.fail_refills = Some((first, every));
         self
