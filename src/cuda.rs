@@ -554,7 +554,9 @@ fn run(
         // Back: the heap up to the device eden's top (above it the device
         // wrote nothing, and the host's copy is zero).
         let ed: Vec<u64> = s.clone_dtoh(&eden).map_err(cuda_err("eden"))?;
-        let back_bytes = (ed[0].min(u64::from(ee)) * 8) as usize;
+        // The device eden's final top (past its end when a refill failed).
+        let eden_top = ed[0].min(u64::from(ee)) as u32;
+        let back_bytes = eden_top as usize * 8;
         // SAFETY: as for the upload; the kernel has finished, and the
         // replay (the next host access) starts after these copies.
         let dst = unsafe { heap_image(heap, back_bytes) };
@@ -596,9 +598,8 @@ fn run(
         // The rest of the device eden goes back to the heap when nothing
         // was carved above it meanwhile (a kernel that allocates nothing
         // leaves the heap's top where it was), and is filled otherwise.
-        let top = ed[0].min(u64::from(ee)) as u32;
-        if top < ee && !heap.give_back(top, ee) {
-            heap.fill(top, ee);
+        if eden_top < ee && !heap.give_back(eden_top, ee) {
+            heap.fill(eden_top, ee);
         }
         on_device += comp.iter().sum::<u64>();
         // Replay the records, in parallel.
