@@ -714,7 +714,9 @@ pub(crate) fn decode(
         }
         "atom" | "red" => {
             let sem = q.sem();
-            let sc = q.scope();
+            // The scope is legal on any atomic and orders nothing more here
+            // (every access is sequentially consistent).
+            q.scope();
             let space = q.space();
             if matches!(space, Space::Param | Space::Const | Space::Local) {
                 return Err(cx.err("atomics apply to global, shared or generic addresses"));
@@ -722,7 +724,6 @@ pub(crate) fn decode(
             if matches!(sem, Sem::Volatile) {
                 return Err(cx.err("`.volatile` does not apply to atomics"));
             }
-            let _ = sc;
             let aop = q
                 .take(&[
                     "add", "min", "max", "inc", "dec", "and", "or", "xor", "exch", "cas",

@@ -320,9 +320,6 @@ impl Parser {
                 arg_regs = self.reg_params(&mut regs, &mut reg_names)?;
             }
         }
-        if self.m.by_name.contains_key(&name) {
-            // A prototype followed by its definition: the definition wins.
-        }
         // Performance-tuning directives between the header and the body.
         while let Some(T::Word(w)) = self.peek() {
             match w.as_str() {
@@ -336,8 +333,14 @@ impl Parser {
             }
         }
         if self.eat(';') {
-            // A declaration only.
+            // A declaration only: it registers nothing.
             return Ok(());
+        }
+        if self.m.by_name.contains_key(&name) {
+            return Err(Error::parse(
+                line,
+                format!("function `{name}` defined twice"),
+            ));
         }
         self.expect('{')?;
         let mut syms: HashMap<String, (Space, u64)> = HashMap::new();
