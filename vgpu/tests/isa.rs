@@ -220,6 +220,26 @@ fn shifts_clamp_counts_at_the_width() {
     }
 }
 
+/// PTX's float `min`/`max`: a NaN operand yields the other, two NaNs a
+/// NaN, and −0 orders below +0.
+fn ptx_minmax(x: f32, y: f32, max: bool) -> f32 {
+    match (x.is_nan(), y.is_nan()) {
+        (true, true) => f32::NAN,
+        (true, false) => y,
+        (false, true) => x,
+        // Equal values differ at most in the sign of zero.
+        _ if x == y => {
+            if x.is_sign_negative() != max {
+                x
+            } else {
+                y
+            }
+        }
+        _ if max => x.max(y),
+        _ => x.min(y),
+    }
+}
+
 #[test]
 fn float_arithmetic_rounds_to_nearest_and_keeps_subnormals() {
     for &x in &f32s() {
@@ -237,35 +257,8 @@ fn float_arithmetic_rounds_to_nearest_and_keeps_subnormals() {
                 &[a[0], a[1], a[0]],
             );
             assert!(same32(fma, x.mul_add(y, x)), "fma({x}, {y}, {x})");
-            // min/max: a NaN yields the other operand; −0 < +0.
-            let want_min = match (x.is_nan(), y.is_nan()) {
-                (true, true) => f32::NAN,
-                (true, false) => y,
-                (false, true) => x,
-                _ if x == y => {
-                    if x.is_sign_negative() {
-                        x
-                    } else {
-                        y
-                    }
-                }
-                _ => x.min(y),
-            };
-            assert!(same32(r("min"), want_min), "min({x}, {y})");
-            let want_max = match (x.is_nan(), y.is_nan()) {
-                (true, true) => f32::NAN,
-                (true, false) => y,
-                (false, true) => x,
-                _ if x == y => {
-                    if x.is_sign_positive() {
-                        x
-                    } else {
-                        y
-                    }
-                }
-                _ => x.max(y),
-            };
-            assert!(same32(r("max"), want_max), "max({x}, {y})");
+            assert!(same32(r("min"), ptx_minmax(x, y, false)), "min({x}, {y})");
+            assert!(same32(r("max"), ptx_minmax(x, y, true)), "max({x}, {y})");
         }
         let a = [u64::from(x.to_bits())];
         assert!(same32(
@@ -559,4 +552,13 @@ fn what_is_not_modelled_is_an_error_naming_the_line() {
     }
     let e = parse(".version 6.3\n.bogus 1\n").unwrap_err().to_string();
     assert!(e.contains("line 2") && e.contains(".bogus"), "{e}");
+    // A prototype then its definition is fine; two definitions are not.
+    let f = ".func (.reg .b32 %d) f (.reg .b32 %a)\n{\n\tret;\n}\n";
+    let proto = ".func (.reg .b32 %d) f (.reg .b32 %a);\n";
+    assert!(parse(&format!("{proto}{f}")).is_ok());
+    let e = parse(&format!("{f}{f}")).unwrap_err().to_string();
+    assert!(
+        e.contains("PTX line 5") && e.contains("defined twice"),
+        "{e}"
+    );
 }
