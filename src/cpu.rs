@@ -136,6 +136,8 @@ struct SlotOut {
     on_device: u64,
     replayed: u64,
     never_ran: u64,
+    /// What `never_ran` has counted (a workitem counts once).
+    passed: crate::launch::NeverRan,
     entries: u64,
     /// Per site id and reason code: records replayed, and records an
     /// interrupt dropped (counted here, keyed in the report at the end).
@@ -160,6 +162,7 @@ pub(crate) fn launch(
     closure: &Closure,
     ck: &CompiledKernel,
     plan: &Plan,
+    start: Instant,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = &rt.inner;
@@ -259,17 +262,14 @@ pub(crate) fn launch(
                         }
                     };
                     // SAFETY: as above.
-                    let rest = unsafe {
-                        let [lo, hi] = (*ctx.slots.add(slot)).never_ran;
-                        hi.saturating_sub(lo).max(0) as u64
-                    };
+                    let [lo, hi] = unsafe { (*ctx.slots.add(slot)).never_ran };
                     // Park here if a safepoint stopped the slot; if it was an
                     // interrupt, the unstarted rest stays unstarted and the
                     // saved frames are dropped, not replayed.
                     inner.control.poll();
                     out.cut |= inner.control.interrupted_since(epoch);
                     if !out.cut {
-                        out.never_ran += rest;
+                        out.never_ran += out.passed.add(lo, hi);
                     }
                     let tr = Instant::now();
                     for r in slot * per_slot..(slot + 1) * per_slot {
@@ -326,7 +326,7 @@ pub(crate) fn launch(
             });
         }
     });
-    let device_time = td.elapsed();
+    let t_merge = Instant::now();
     let mut thrown = Thrown::default();
     let (mut on_device, mut replayed, mut never_ran, mut entries) = (0u64, 0u64, 0u64, 0u64);
     let mut abandoned = 0u64;
@@ -382,13 +382,7 @@ pub(crate) fn launch(
         workers,
         chunks: total.div_ceil(chunk as u64),
         alloc: alloc_stats,
-        timings: Timings {
-            setup: ck.compile_time,
-            run: device_time.saturating_sub(replay_time),
-            replay: replay_time,
-            teardown: replay_time,
-            total: t0.elapsed(),
-        },
+        timings: Timings::from_marks([start, t0, td, t_merge, Instant::now()], replay_time),
         profile: None,
         safepoints: inner.control.count() - safepoints_before,
         replayed,

@@ -341,11 +341,12 @@ pub(crate) fn launch(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
+    start: Instant,
 ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
     let loaded = gpu
         .loaded(rt, closure, &plan.version)
         .map_err(Unsupported)?;
-    Ok(run(rt, gpu, &loaded, range, closure, plan))
+    Ok(run(rt, gpu, &loaded, range, closure, plan, start))
 }
 
 #[allow(clippy::too_many_lines)]
@@ -356,9 +357,10 @@ fn run(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
+    start: Instant,
 ) -> Result<LaunchReport, OffloadError> {
-    let _one = gpu.launch_lock.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
+    let _one = gpu.launch_lock.lock().unwrap_or_else(|e| e.into_inner());
     let inner = &rt.inner;
     let heap = &inner.heap;
     let meta = &k.ptx.meta;
@@ -428,8 +430,10 @@ fn run(
     let mut site_deopts = BTreeMap::new();
     let mut table: Vec<DeoptRow> = Vec::new();
     let mut thrown = Thrown::default();
-    let (mut run_time, mut replay_time, mut copy_time) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    // Kernel time, and replay time with the copies back it needs; the
+    // rest of the loop (the copies up) is setup.
+    let (mut run_time, mut replay_time) = (Duration::ZERO, Duration::ZERO);
+    let mut passed = vec![crate::launch::NeverRan::default(); slots];
     let alloc = rt.allocator(inner.workers, plan.tlab_bytes);
     let mut device_stats: Vec<u64>;
     let mut eden_failures = 0u64;
@@ -440,7 +444,6 @@ fn run(
         // device an eden of `first` TLABs: the refills after those find it
         // exhausted, publish FAILED, and their waiters deopt with
         // `AllocationFailure`.
-        let tc = Instant::now();
         let want = match inner.fail_refills {
             Some((first, _)) => {
                 (first.max(1) * tlab_words).min(u64::from(DEVICE_EDEN_BYTES / 8)) as u32
@@ -477,7 +480,6 @@ fn run(
             .map_err(cuda_err("eden"))?;
         copied += used_bytes as u64 + 16 + ctx_bytes;
         s.memset_zeros(&mut tlabs).map_err(cuda_err("TLABs"))?;
-        copy_time += tc.elapsed();
         let tr = Instant::now();
         // The launch context lives until the kernel is done: dropping it in
         // the scope below would free it while the kernel runs, and a
@@ -580,7 +582,7 @@ fn run(
                 .store(now.saturating_mul(2).min(cap), Ordering::Relaxed);
         }
         eden_failures = device_stats[3];
-        copy_time += tc.elapsed();
+        replay_time += tc.elapsed();
         copied += (32
             + back_bytes
             + area.bytes()
@@ -690,17 +692,17 @@ fn run(
         replay_time += tp.elapsed();
         // A safepoint stopped the kernel: park until its operation is done.
         inner.control.poll();
-        let rest: u64 = nr
-            .chunks_exact(2)
-            .map(|p| p[1].saturating_sub(p[0]).max(0) as u64)
-            .sum();
         if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE)
             || cut
             || inner.control.interrupted_since(epoch)
         {
             break;
         }
-        never_ran += rest;
+        never_ran += nr
+            .chunks_exact(2)
+            .zip(&mut passed)
+            .map(|(p, c)| c.add(p[0], p[1]))
+            .sum::<u64>();
         // Relaunch: the records are replayed; the never-ran rests and the
         // cursor carry over (the device buffers keep them).
         // SAFETY: nothing else reads or writes the area during the copy.
@@ -708,6 +710,7 @@ fn run(
             .map_err(cuda_err("save area"))?;
         copied += area.bytes() as u64;
     }
+    let t_loop = Instant::now();
     table.sort_by_key(|r| r.workitem);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),
@@ -726,12 +729,16 @@ fn run(
             a.exhausted += device_stats[3];
             a
         },
-        timings: Timings {
-            setup: k.ptx.compile_time + k.load_time + copy_time,
-            run: run_time,
-            replay: replay_time,
-            teardown: replay_time,
-            total: t0.elapsed(),
+        timings: {
+            let teardown = t_loop.elapsed();
+            let looped = t_loop.saturating_duration_since(t0);
+            Timings::of(
+                t0.saturating_duration_since(start),
+                looped.saturating_sub(run_time + replay_time),
+                run_time,
+                replay_time,
+                teardown,
+            )
         },
         profile: None,
         safepoints: inner.control.count() - safepoints_before,

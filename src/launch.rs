@@ -15,21 +15,91 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long each phase of a launch took.
+/// How long each phase of a launch took, as wall-clock time on the host.
+///
+/// The phases follow one another, so they partition the launch:
+/// `compile + setup + run + replay + teardown == total`, exactly (each is
+/// measured between two of the same clock's readings). On the CPU device,
+/// slots replay their deopted workitems while other slots still run
+/// compiled code; there `replay` is the longest any slot spent replaying and
+/// `run` the rest of the time the slots took.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timings {
-    /// Setting up slots and TLABs.
+    /// Waiting for the kernel version's code: compiling it (and, on the
+    /// CUDA device, loading it into the driver) when this launch is its
+    /// first, a cache lookup otherwise. The CPU device's optimized tier,
+    /// compiled on a background thread, is not part of any launch.
+    pub compile: Duration,
+    /// Preparing the launch: save area, TLABs, slot words, and on the CUDA
+    /// device the copies of the heap image and buffers to the device.
     pub setup: Duration,
-    /// Running workitems on the device (compiled code; on the
-    /// interpreter, everything).
+    /// Running workitems on the device (compiled code; on the interpreter
+    /// device, everything).
     pub run: Duration,
-    /// Replaying deoptimized workitems in the interpreter (included in
-    /// `teardown`; what a recompilation policy weighs against `run`).
+    /// Replaying deoptimized workitems in the interpreter (what a
+    /// recompilation policy weighs against `run`), with, on the CUDA
+    /// device, the copies back that the replay needs.
     pub replay: Duration,
-    /// Retiring TLABs and merging results.
+    /// Retiring TLABs and merging the slots' results into the report.
     pub teardown: Duration,
-    /// Everything.
+    /// The whole launch: the sum of the parts above.
     pub total: Duration,
+}
+
+/// `T ms (compile a ms, setup b ms, run c ms, replay d ms, teardown e ms)`;
+/// the parts add up to the total.
+impl fmt::Display for Timings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(f, "{:.3} ms (", ms(self.total))?;
+        for (i, (name, d)) in self.parts().iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{name} {:.3} ms", ms(*d))?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl Timings {
+    /// Phases from the clock's readings at their boundaries: `marks[0]` is
+    /// the launch's start, and phase `i` runs from `marks[i]` to
+    /// `marks[i + 1]`, except that `replay` (overlapping `run` on the CPU
+    /// device) is carved out of the run phase.
+    pub(crate) fn from_marks(marks: [Instant; 5], replay: Duration) -> Timings {
+        let span = |i: usize| marks[i + 1].saturating_duration_since(marks[i]);
+        let device = span(2);
+        let replay = replay.min(device);
+        Timings::of(span(0), span(1), device - replay, replay, span(3))
+    }
+
+    /// Timings from the parts; `total` is their sum.
+    pub(crate) fn of(
+        compile: Duration,
+        setup: Duration,
+        run: Duration,
+        replay: Duration,
+        teardown: Duration,
+    ) -> Timings {
+        Timings {
+            compile,
+            setup,
+            run,
+            replay,
+            teardown,
+            total: compile + setup + run + replay + teardown,
+        }
+    }
+
+    /// The parts as `name value` pairs, in launch order.
+    pub fn parts(&self) -> [(&'static str, Duration); 5] {
+        [
+            ("compile", self.compile),
+            ("setup", self.setup),
+            ("run", self.run),
+            ("replay", self.replay),
+            ("teardown", self.teardown),
+        ]
+    }
 }
 
 /// What a launch did.
@@ -41,11 +111,16 @@ pub struct LaunchReport {
     pub device: Device,
     /// The range.
     pub range: Range<i64>,
-    /// Workitems run on the device.
+    /// Workitems that ran to their end on the device without
+    /// deoptimizing (on the interpreter device: every workitem that ran to
+    /// its end). The range is partitioned as `on_device + replayed +
+    /// abandoned + not_started() == workitems()`.
     pub on_device: u64,
-    /// Workitems that completed without an exception.
+    /// Workitems that ran to their end without an exception, on the device
+    /// or in a replay: `completed + threw == on_device + replayed`.
     pub completed: u64,
-    /// Workitems that threw.
+    /// Workitems that ended with an exception (on the device or in a
+    /// replay).
     pub threw: u64,
     /// Workers used.
     pub workers: usize,
@@ -59,12 +134,14 @@ pub struct LaunchReport {
     pub profile: Option<Profile>,
     /// Safepoints that completed while the launch ran.
     pub safepoints: u64,
-    /// Workitems resumed in the interpreter after a deopt.
+    /// Workitems that deoptimized and were resumed in the interpreter,
+    /// which ran them to their end.
     pub replayed: u64,
-    /// Workitems that never started in some device launch and were launched
-    /// again, counted once per stop: a workitem that several stops (a
-    /// deopt with full records, a safepoint) left unstarted counts once for
-    /// each, so this can exceed the range.
+    /// Workitems that a stop (a slot's full deopt records, a safepoint)
+    /// left unstarted and the device then ran after all (re-entered or
+    /// relaunched). Each counts once however many stops passed it over, so
+    /// this is at most `on_device + replayed`; it is a note on how the
+    /// range was run, not a part of the partition.
     pub never_ran: u64,
     /// Device launches (1 plus relaunches of never-ran work; the CPU device
     /// never relaunches, its slots re-enter instead).
@@ -130,11 +207,17 @@ impl LaunchReport {
     /// Rows kept in [`LaunchReport::deopt_table`].
     pub const TABLE_ROWS: usize = 64;
 
+    /// Workitems in the range.
+    pub fn workitems(&self) -> u64 {
+        self.range.end.wrapping_sub(self.range.start) as u64
+    }
+
     /// Workitems of the range that never started (nonzero only when
-    /// interrupted).
+    /// interrupted): the rest of the partition, `workitems() - on_device -
+    /// replayed - abandoned`.
     pub fn not_started(&self) -> u64 {
-        let n = self.range.end.wrapping_sub(self.range.start) as u64;
-        n.saturating_sub(self.completed + self.threw + self.abandoned)
+        self.workitems()
+            .saturating_sub(self.on_device + self.replayed + self.abandoned)
     }
 
     /// The deopt table as text.
@@ -162,7 +245,7 @@ impl fmt::Display for LaunchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} over {}..{} on {} ({} workers, {} chunks): {} completed, {} threw; {} TLAB refills, {} heap growths; {:.3} ms (setup {:.3}, run {:.3}, teardown {:.3})",
+            "{} over {}..{} on {} ({} workers, {} chunks): {} completed, {} threw",
             self.kernel,
             self.range.start,
             self.range.end,
@@ -174,12 +257,19 @@ impl fmt::Display for LaunchReport {
             self.chunks,
             self.completed,
             self.threw,
-            self.alloc.refills,
-            self.alloc.heap_grows,
-            self.timings.total.as_secs_f64() * 1e3,
-            self.timings.setup.as_secs_f64() * 1e3,
-            self.timings.run.as_secs_f64() * 1e3,
-            self.timings.teardown.as_secs_f64() * 1e3,
+        )?;
+        if self.abandoned + self.not_started() > 0 {
+            write!(
+                f,
+                ", {} stopped part-way, {} not started",
+                self.abandoned,
+                self.not_started()
+            )?;
+        }
+        write!(
+            f,
+            "; {} TLAB refills, {} heap growths; {}",
+            self.alloc.refills, self.alloc.heap_grows, self.timings
         )?;
         if self.copied_bytes > 0 {
             write!(
@@ -210,6 +300,33 @@ impl fmt::Display for LaunchReport {
             )?;
         }
         Ok(())
+    }
+}
+
+/// The never-ran workitems one slot has counted: a stop leaves the rest of
+/// the slot's chunk, `[lo, hi)`, unstarted, and the slot's next entry runs
+/// it first; a second stop before it is done leaves a part of the same rest
+/// (which must not count again), one after it a new chunk's rest.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NeverRan {
+    lo: i64,
+    hi: i64,
+}
+
+impl NeverRan {
+    /// A stop left `[lo, hi)` unstarted: the workitems of it not counted
+    /// before.
+    pub(crate) fn add(&mut self, lo: i64, hi: i64) -> u64 {
+        if hi <= lo {
+            return 0;
+        }
+        let overlap = (hi.min(self.hi) - lo.max(self.lo)).max(0);
+        if overlap == 0 {
+            (self.lo, self.hi) = (lo, hi);
+        } else {
+            (self.lo, self.hi) = (lo.min(self.lo), hi.max(self.hi));
+        }
+        (hi - lo - overlap) as u64
     }
 }
 
@@ -305,8 +422,11 @@ fn launch_on(
     closure: &Closure,
     plan: &Plan,
 ) -> Result<LaunchReport, OffloadError> {
+    // Compiling starts now: time spent on a device's code that then could
+    // not run counts as compile time of the launch that ran instead.
+    let start = Instant::now();
     if plan.device == Device::Interpreter {
-        return launch_interp(rt, range, closure, plan);
+        return launch_interp(rt, range, closure, plan, start);
     }
     let mut cuda_note = None;
     if let Some(gpu) = rt
@@ -320,7 +440,7 @@ fn launch_on(
         } else if range.end > i64::MAX - (1 << 32) {
             "the range ends too close to i64::MAX for the device cursor".to_string()
         } else {
-            match crate::cuda::launch(rt, gpu, range.clone(), closure, plan) {
+            match crate::cuda::launch(rt, gpu, range.clone(), closure, plan, start) {
                 Ok(r) => return r,
                 Err(crate::cuda::Unsupported(why)) => why,
             }
@@ -333,7 +453,7 @@ fn launch_on(
         }
         cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
     }
-    let mut r = launch_cpu(rt, range, closure, plan);
+    let mut r = launch_cpu(rt, range, closure, plan, start);
     if let Some(note) = cuda_note {
         match &mut r {
             Ok(rep) => rep.fallback = Some(note),
@@ -349,6 +469,7 @@ fn launch_cpu(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
+    start: Instant,
 ) -> Result<LaunchReport, OffloadError> {
     // The compiled slot loops claim chunks with an atomic add on the cursor,
     // which every slot may push up to a chunk past the end; keep that far
@@ -359,11 +480,11 @@ fn launch_cpu(
         "the range ends too close to i64::MAX for the device cursor".to_string()
     } else {
         match crate::cpu::compiled(rt, closure, &plan.version) {
-            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck, plan),
+            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck, plan, start),
             Err(why) => why.to_string(),
         }
     };
-    let mut r = launch_interp(rt, range, closure, plan);
+    let mut r = launch_interp(rt, range, closure, plan, start);
     let note = Some(format!("ran on the interpreter: {why}"));
     match &mut r {
         Ok(rep) => rep.fallback = note,
@@ -378,6 +499,7 @@ fn launch_interp(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
+    start: Instant,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = &rt.inner;
@@ -391,7 +513,6 @@ fn launch_interp(
     let epoch = inner.control.interrupt_epoch();
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
     let safepoints_before = inner.control.count();
-    let t_setup = t0.elapsed();
 
     let t1 = Instant::now();
     let (completed, mut cut, thrown, escaped) = inner.pool.install(|| {
@@ -450,8 +571,6 @@ fn launch_interp(
                 },
             )
     });
-    let t_run = t1.elapsed();
-
     let t2 = Instant::now();
     let alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
     let profile = profiling.then(|| {
@@ -471,19 +590,13 @@ fn launch_interp(
         kernel: closure.kernel_name().to_string(),
         device: Device::Interpreter,
         range,
-        on_device: completed + thrown.count + abandoned,
+        on_device: completed + thrown.count,
         completed,
         threw: thrown.count,
         workers,
         chunks,
         alloc: alloc_stats,
-        timings: Timings {
-            setup: t_setup,
-            run: t_run,
-            replay: Duration::ZERO,
-            teardown: t2.elapsed(),
-            total: t0.elapsed(),
-        },
+        timings: Timings::from_marks([start, t0, t1, t2, Instant::now()], Duration::ZERO),
         profile,
         safepoints: inner.control.count() - safepoints_before,
         replayed: 0,

@@ -182,7 +182,39 @@ fn injected_inc(site_bci: u32, modulus: i64, n: usize) -> offload::LaunchReport 
         "{r}"
     );
     assert_eq!(r.completed, n as u64);
+    stress::check_report(&r, &format!("deopts at {site_bci} mod {modulus}"));
     r
+}
+
+/// A safepoint storm and one-record slots over a large range: every stop
+/// leaves a slot's rest unstarted, many of them more than once, and the
+/// report still counts each workitem once, on every device.
+#[test]
+fn reports_partition_the_range_under_a_safepoint_storm() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = Runtime::builder()
+            .workers(2)
+            .device(device)
+            .deopt_records(1)
+            .inject(Injection {
+                site_bci: 7,
+                modulus: 3,
+                remainder: 1,
+            })
+            .inject_safepoints(1, Some(7))
+            .build()
+            .unwrap();
+        let m = rt.load("inc.obc", INC).unwrap();
+        let n = 200_000usize;
+        let out = rt.new_array::<i32>(n).unwrap();
+        let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+        assert!(rt.read(&out).unwrap().iter().all(|&v| v == 1));
+        assert_eq!(r.completed, n as u64);
+        stress::check_report(&r, &format!("{device:?}, safepoint storm"));
+        if device == Device::Cpu {
+            assert!(r.never_ran > 0 && r.reentries > 0, "{r}");
+        }
+    }
 }
 
 #[test]

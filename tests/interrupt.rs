@@ -7,6 +7,10 @@
 use offload::{Device, OffloadError, Runtime, par_offload};
 use std::time::Duration;
 
+#[allow(dead_code)]
+#[path = "common/stress.rs"]
+mod stress;
+
 const SPIN: &str = include_str!("../examples/kernels/spin.obc");
 
 fn interrupted_launch(device: Device) {
@@ -45,6 +49,7 @@ fn interrupted_launch(device: Device) {
         n as u64,
         "{device:?}: every workitem is counted once"
     );
+    stress::check_report(&rep, &format!("{device:?}, interrupted"));
     // Exactly the completed workitems stored their count (the store is their
     // last act, so an abandoned one stored nothing).
     let vals = rt.read(&out).unwrap();

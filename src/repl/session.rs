@@ -1037,7 +1037,7 @@ impl Session {
         let first = reps.first().expect("n >= 1");
         let _ = writeln!(
             out,
-            "{} over {}..{} on {}, {n} launches: min {}, median {}, max {} (first: setup {}, which includes compiling)",
+            "{} over {}..{} on {}, {n} launches: min {}, median {}, max {} (the first compiled for {})",
             first.kernel,
             first.range.start,
             first.range.end,
@@ -1045,7 +1045,7 @@ impl Session {
             ms(totals[0]),
             ms(totals[n / 2]),
             ms(totals[n - 1]),
-            ms(first.timings.setup)
+            ms(first.timings.compile)
         );
         Ok(())
     }
@@ -1631,39 +1631,41 @@ fn summary(last: &Last, out: &mut String) {
         n,
         ms(r.timings.total)
     );
-    let deopts: u64 = r.deopts.values().sum();
-    let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();
-    for ((_, reason), k) in &r.deopts {
-        *by_reason.entry(reason.name()).or_default() += k;
+    // The range's partition (see `LaunchReport::on_device`).
+    let mut parts = vec![
+        format!("{} ran on the {} device", r.on_device, r.device.name()),
+        format!("{} replayed after a deopt", r.replayed),
+    ];
+    if r.interrupted {
+        parts.push(format!("{} stopped part-way", r.abandoned));
+        parts.push(format!("{} not started", r.not_started()));
     }
-    let reasons: Vec<String> = by_reason.iter().map(|(r, k)| format!("{r} {k}")).collect();
-    let _ = writeln!(
-        out,
-        "  on device {} · deopts {}{} · never-ran {} · replayed {} · exceptions {}",
-        r.on_device,
-        deopts,
-        if reasons.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", reasons.join(", "))
-        },
-        r.never_ran,
-        r.replayed,
-        r.threw
-    );
+    let _ = writeln!(out, "  {} · {} threw", parts.join(", "), r.threw);
+    let deopts: u64 = r.deopts.values().sum();
+    if deopts > 0 || r.never_ran > 0 {
+        let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();
+        for ((_, reason), k) in &r.deopts {
+            *by_reason.entry(reason.name()).or_default() += k;
+        }
+        let reasons: Vec<String> = by_reason.iter().map(|(r, k)| format!("{r} {k}")).collect();
+        let mut line = format!("  deopts {deopts}");
+        if !reasons.is_empty() {
+            let _ = write!(line, " ({})", reasons.join(", "));
+        }
+        if r.never_ran > 0 {
+            let _ = write!(
+                line,
+                " · never-ran {} (left unstarted by a stop, then run)",
+                r.never_ran
+            );
+        }
+        let _ = writeln!(out, "{line}");
+    }
     if let Some(g) = &r.gpu {
         let _ = writeln!(
             out,
             "  GPU {g} · {:.1} MiB copied between host and device",
             r.copied_bytes as f64 / (1 << 20) as f64
-        );
-    }
-    if r.interrupted {
-        let _ = writeln!(
-            out,
-            "  interrupted: {} stopped part-way, {} not started",
-            r.abandoned,
-            r.not_started()
         );
     }
     if let Some(f) = &r.fallback {

@@ -77,7 +77,39 @@ pub fn run(rt: &Runtime, n: usize, m: i32, what: &[String]) -> LaunchReport {
         "{what:?}"
     );
     assert_eq!(r.completed, n as u64, "{what:?}");
+    check_report(&r, &format!("{what:?}"));
     let st = rt.verify_heap(&[&mm]).unwrap();
     assert_eq!(st.arrays, (n as u64) * m as u64 + 2, "{what:?}");
     r
+}
+
+/// What every launch report must satisfy: its counts partition the range
+/// (`on_device + replayed + abandoned + not_started == workitems`, and
+/// `completed + threw == on_device + replayed`), never-ran workitems are
+/// counted at most once each, and its time's parts add up to its total.
+pub fn check_report(r: &LaunchReport, what: &str) {
+    let n = r.workitems();
+    assert_eq!(
+        r.on_device + r.replayed + r.abandoned + r.not_started(),
+        n,
+        "{what}: the counts do not partition the range\n{r}"
+    );
+    assert!(
+        r.on_device + r.replayed + r.abandoned <= n,
+        "{what}: more workitems ran than the range holds\n{r}"
+    );
+    assert_eq!(
+        r.completed + r.threw,
+        r.on_device + r.replayed,
+        "{what}: completed and threw are not the workitems that ran\n{r}"
+    );
+    assert!(
+        r.never_ran <= r.on_device + r.replayed,
+        "{what}: never-ran counted a workitem twice ({} > {})\n{r}",
+        r.never_ran,
+        r.on_device + r.replayed
+    );
+    let t = &r.timings;
+    let sum: std::time::Duration = t.parts().iter().map(|p| p.1).sum();
+    assert_eq!(sum, t.total, "{what}: the time's parts do not add up\n{r}");
 }
