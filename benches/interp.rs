@@ -9,8 +9,8 @@
 //! ratio table that goes into BENCHMARKS.md.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use offload::demo::example;
-use offload::reference as native;
+use offload::tools::demo::example;
+use offload::tools::reference as native;
 use offload::{Arg, Device, Runtime, par_offload};
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -336,7 +336,7 @@ fn protocol(c: &mut Criterion) {
         ("10%", 10, 0),
     ] {
         let (rt, cl) =
-            offload::bench::deopt_rate_launch(all, n as usize, modulus, remainder).unwrap();
+            offload::tools::bench::deopt_rate_launch(all, n as usize, modulus, remainder).unwrap();
         par_offload(0..n, &cl).unwrap();
         rt.finish_compiles();
         g.bench_function(name, |b| b.iter(|| par_offload(0..n, &cl).unwrap()));
@@ -346,7 +346,7 @@ fn protocol(c: &mut Criterion) {
     let mut g = c.benchmark_group("polls");
     let (w, h, iters) = (256, 256, 256);
     for (name, on) in [("on", true), ("off", false)] {
-        let (rt, cl) = offload::bench::polls_launch(all, on, w, h, iters).unwrap();
+        let (rt, cl) = offload::tools::bench::polls_launch(all, on, w, h, iters).unwrap();
         par_offload(0..i64::from(w * h), &cl).unwrap();
         rt.finish_compiles();
         g.bench_function(name, |b| {

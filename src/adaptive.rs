@@ -1,7 +1,7 @@
 //! Per-kernel adaptive state: the warm-up that profiles a kernel in the
 //! interpreter, the compiled version and its speculations, the deopt
 //! counters per (version, site, reason), and the recompilation policy that
-//! runs after every launch (DESIGN.md, "Speculation and recompilation").
+//! runs after every launch (docs/DESIGN.md, "Speculation and recompilation").
 //!
 //! A launch asks its kernel's state for a [`Plan`] (where to run, which
 //! version, which TLAB and chunk sizes), runs it, and hands the report back

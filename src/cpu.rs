@@ -1,5 +1,5 @@
 //! The CPU device: the launch → replay loop around the JIT's slot loops
-//! (DESIGN.md, "Execution model"):
+//! (docs/DESIGN.md, "How a launch flows"):
 //!
 //! 1. launch one slot loop per worker over the range; a slot that deopts
 //!    writes a record into its part of the save area and goes on;

@@ -1,6 +1,6 @@
 //! The CUDA device: PTX from [`offload_jit::ptx`] loaded through cudarc
 //! (dynamic loading: the project builds and runs without CUDA), with the
-//! launch → replay loop of a GPU (DESIGN.md, "Execution model"):
+//! launch → replay loop of a GPU (docs/DESIGN.md, "How a launch flows"):
 //!
 //! 1. carve a device eden from the host heap (1 MiB for a runtime's first
 //!    launch, doubled after each launch that exhausts it, 64 MiB at most),

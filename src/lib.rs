@@ -1,53 +1,19 @@
-//! `offload` runs data-parallel `for_each` closures written in a small typed
-//! stack bytecode on an NVIDIA GPU or every CPU core, with the runtime
-//! cooperation that OpenJDK's Sumatra project built for
-//! Java on GPUs: safepoint polls, shared-TLAB allocation, deoptimization into
-//! a bounded save area, and host replay.
+//! `offload` runs data-parallel `for_each` closures on an NVIDIA GPU or on
+//! every CPU core. A closure's body is a *kernel* in a small typed stack
+//! bytecode (`.obc` text); offload verifies it, compiles it (to native code
+//! with Cranelift, or to PTX) and runs it once for every workitem of a range.
+//! Device code cooperates with a managed runtime: it allocates objects from
+//! shared TLABs, stops at safepoints, and when it meets something it cannot
+//! handle (a null, a failed speculation, a full heap) it *deoptimizes* and
+//! the host interpreter finishes that workitem. Every workitem runs exactly
+//! once, whatever happens.
 //!
-//! This crate is the facade: the [`Runtime`] (heap, workers, device), loaded
-//! [`Module`]s, typed heap handles ([`Array`], [`Object`]), [`Closure`]s
-//! type-checked against their kernel, and [`par_offload`].
+//! # Getting started
 //!
-//! Device selection (a change to DESIGN.md's "Devices", which named the CPU
-//! the embedded default): the default runtime uses the CUDA device when a
-//! usable GPU is present and the CPU device otherwise, with the reason in
-//! [`Runtime::fallback`] — the CPU stays the embedded default on every
-//! machine without a GPU, and a machine with one gets it without asking.
-//! Forcing a device is [`RuntimeBuilder::device`]; strict mode
-//! ([`RuntimeBuilder::strict`]) turns every fallback into an error.
-//!
-//! Speculation and recompilation (DESIGN.md, "Speculation and
-//! recompilation"; [`adaptive`], [`policy`], [`experiment`]): speculation is
-//! opt-in ([`RuntimeBuilder::speculate`]) because its warm-up runs the first
-//! launches in the interpreter, which only kernels launched many times win
-//! back; without it kernels compile at their first launch with no
-//! speculation, as before. The default policy is `never` (Sumatra's), so a
-//! runtime acts on deopts only when asked to
-//! ([`RuntimeBuilder::policy`]). A launch that ran in the interpreter —
-//! warm-up, a policy's decision, or a fallback — reports
-//! [`Device::Interpreter`] as its device.
-//!
-//! Tiered compilation on the CPU ([`RuntimeBuilder::tiered`], on by
-//! default): a kernel version's first launch waits only for a quick compile
-//! (no Cranelift optimizations, single-pass register allocation: 2–3x
-//! quicker to compile, about 2x slower to run), and the optimized compile
-//! runs on a background thread; later launches take the optimized code once
-//! it is there ([`LaunchReport::quick_tier`] says which ran,
-//! [`Runtime::finish_compiles`] waits for it). Both tiers come from one
-//! lowering with the same deopt sites and metadata, so a version's counters,
-//! records and speculations do not depend on the tier.
-//!
-//! Interrupting a launch ([`Runtime::interrupt`], what Ctrl-C does in the
-//! REPL) is an addition to DESIGN.md's launch protocol: it is a safepoint
-//! after which the running launch leaves instead of going on. Completed
-//! workitems stay completed; workitems stopped part-way are dropped, not
-//! replayed (reported as [`LaunchReport::abandoned`] and as `interrupted`
-//! rows of the deopt table); the rest never start; the launch returns
-//! [`OffloadError::Interrupted`]. Exactly-once becomes at-most-once for that
-//! launch only, and says so. The REPL (`offload repl`, `offload run`) lives
-//! in the binary and uses only this crate's public API; [`inspect`] gives it
-//! (and anyone) a kernel's bytecode with verifier types, Cranelift IR, PTX
-//! and deopt metadata.
+//! Build a [`Runtime`] (the heap, the worker threads and the device), load a
+//! [`Module`] of kernels, make arrays or objects in its heap, bind a
+//! kernel's captures into a [`Closure`] (type-checked against the kernel)
+//! and offload a range with [`par_offload`]:
 //!
 //! ```
 //! use offload::{Runtime, par_offload};
@@ -62,6 +28,53 @@
 //! assert_eq!(rt.read(&y)?, [12.0, 24.0, 36.0]);
 //! # Ok::<(), offload::OffloadError>(())
 //! ```
+//!
+//! # Devices
+//!
+//! [`Runtime::new`] uses the CUDA device when a usable NVIDIA GPU is present
+//! and the CPU device otherwise, with the reason in [`Runtime::fallback`].
+//! [`RuntimeBuilder::device`] picks one ([`Device::Cpu`], [`Device::Cuda`],
+//! or [`Device::Interpreter`], the reference semantics), and
+//! [`RuntimeBuilder::strict`] turns every fallback into an error. A kernel a
+//! device cannot compile runs on the next one, and its report says why
+//! ([`LaunchReport::fallback`]). CUDA is loaded at run time: nothing about
+//! CUDA is needed to build or to run on the CPU.
+//!
+//! # What a launch reports
+//!
+//! [`par_offload`] returns a [`LaunchReport`]: where the workitems ran (the
+//! range is partitioned into [`LaunchReport::on_device`],
+//! [`LaunchReport::replayed`], [`LaunchReport::abandoned`] and
+//! [`LaunchReport::not_started`]), what deoptimized where and why, what was
+//! allocated, and how long each phase took ([`Timings`]). Workitems that
+//! throw make the launch return [`OffloadError::Exceptions`], with the first
+//! exception's bytecode stack trace and the same report.
+//!
+//! # Compilation, speculation and recompilation
+//!
+//! On the CPU a kernel's first launch waits only for a quick compile; the
+//! optimized code is compiled on a background thread and used once it is
+//! there ([`RuntimeBuilder::tiered`], [`LaunchReport::quick_tier`]).
+//! Speculation is opt-in ([`RuntimeBuilder::speculate`]): the first launches
+//! run in the interpreter to profile the kernel, and the compiled code then
+//! speculates on what they saw, deoptimizing where that turns out wrong. A
+//! recompilation policy ([`RuntimeBuilder::policy`], see [`policy`]) decides
+//! after each launch whether to keep the code, recompile it without a failed
+//! speculation, or stop offloading the kernel.
+//!
+//! # Safepoints and interrupts
+//!
+//! [`Runtime::safepoint`] stops every running workitem at its next poll and
+//! runs an operation with the heap. [`Runtime::interrupt`] stops the running
+//! launch for good: completed workitems stay completed, workitems stopped
+//! part-way are dropped (not replayed) and the rest never start; the launch
+//! returns [`OffloadError::Interrupted`] with a report that counts each.
+//!
+//! [`inspect`] shows a kernel as the runtime sees it: its bytecode with the
+//! verifier's types, its Cranelift IR and PTX, and its deopt metadata.
+//!
+//! The architecture — invariants, how a launch flows, where each part lives
+//! — is described in `docs/DESIGN.md` in the repository.
 
 #![deny(missing_docs)]
 
@@ -72,20 +85,16 @@ pub use offload_jit as jit;
 pub use offload_tlab as tlab;
 
 pub mod adaptive;
-pub mod bench;
 mod cpu;
 mod cuda;
-pub mod cuda_c;
-pub mod demo;
 pub mod diagnostics;
-pub mod differential;
 mod error;
-pub mod experiment;
 pub mod inspect;
 mod launch;
 pub mod policy;
-pub mod reference;
 mod runtime;
+#[doc(hidden)]
+pub mod tools;
 
 pub use error::{KernelExceptions, OffloadError};
 pub use launch::{DeoptRow, LaunchReport, Timings};

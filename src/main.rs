@@ -55,6 +55,7 @@ enum Command {
         history: Option<PathBuf>,
     },
     /// Run a script of REPL entries (`.ofs`), stopping at the first error.
+    /// The main job is the guided tour: `offload run examples/tour.ofs --echo`.
     Run {
         /// The script.
         file: PathBuf,
@@ -82,7 +83,7 @@ enum Command {
         check: bool,
     },
     /// Run every example kernel through the public API and check each result
-    /// against native Rust, with timings (the main job).
+    /// against native Rust, with timings.
     Demo {
         /// Worker threads (default: every core).
         #[arg(long)]
@@ -105,8 +106,8 @@ enum Command {
     },
     /// Benchmark offload against native Rust in the same run: compute
     /// kernels against rayon, forced deopt rates against none, compile
-    /// latency. Ratios are baseline time ÷ offload time (above 1: offload is
-    /// faster).
+    /// latency. The ratio is the slowdown, offload time ÷ baseline time
+    /// (1.00x: as fast; above: slower).
     Bench {
         /// One JSON object per line instead of a table.
         #[arg(long)]
@@ -289,9 +290,9 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(g) = rt.gpu() {
                 println!("GPU: {g}");
             }
-            let rows = offload::demo::run(&rt, offload::demo::Sizes { shrink })
+            let rows = offload::tools::demo::run(&rt, offload::tools::demo::Sizes { shrink })
                 .map_err(|e| format!("error: {e}"))?;
-            print!("{}", offload::demo::table(&rows));
+            print!("{}", offload::tools::demo::table(&rows));
             for r in &rows {
                 if let Some(d) = &r.deopts {
                     print!("\n{d}");
@@ -319,13 +320,13 @@ fn run(cli: Cli) -> Result<(), String> {
                 b = b.workers(w);
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
-            let mut rows =
-                offload::bench::run(&rt, shrink, reps.max(1)).map_err(|e| format!("error: {e}"))?;
+            let mut rows = offload::tools::bench::run(&rt, shrink, reps.max(1))
+                .map_err(|e| format!("error: {e}"))?;
             // NVRTC's PTX for the CUDA C baselines calls device `malloc` and
             // approximate math, which the virtual GPU does not model.
             if rt.device() == offload::Device::Cuda && !rt.gpu_is_virtual() {
                 rows.extend(
-                    offload::bench::run_cuda_c(&rt, shrink, reps.max(1))
+                    offload::tools::bench::run_cuda_c(&rt, shrink, reps.max(1))
                         .map_err(|e| format!("error: {e}"))?,
                 );
             }
@@ -335,14 +336,14 @@ fn run(cli: Cli) -> Result<(), String> {
                 }
             } else {
                 println!(
-                    "offload bench: {} workers on the {} device (ratio = baseline time / offload time)",
+                    "offload bench: {} workers on the {} device (slowdown = offload time ÷ baseline time: 1.00x is as fast, above is slower)",
                     rt.workers(),
                     rt.device().name()
                 );
                 if let Some(why) = rt.fallback() {
                     println!("note: {why}");
                 }
-                print!("{}", offload::bench::table(&rows));
+                print!("{}", offload::tools::bench::table(&rows));
             }
             Ok(())
         }
@@ -447,8 +448,8 @@ fn experiment(
     svg: Option<PathBuf>,
     log: bool,
 ) -> Result<(), String> {
-    use offload::experiment::{self, WORKLOADS};
     use offload::policy::NAMES;
+    use offload::tools::experiment::{self, WORKLOADS};
     let workloads: Vec<String> = if all {
         WORKLOADS.iter().map(ToString::to_string).collect()
     } else {

@@ -733,12 +733,12 @@ impl Runtime {
 
     /// The CUDA C baselines of the GPU benchmarks, loaded on this runtime's
     /// GPU (an error unless the device is CUDA).
-    pub fn cuda_c(&self) -> Result<crate::cuda_c::CudaC, OffloadError> {
+    pub fn cuda_c(&self) -> Result<crate::tools::cuda_c::CudaC, OffloadError> {
         let gpu =
             self.inner.gpu.as_ref().ok_or_else(|| {
                 OffloadError::Setup("the runtime is not on the CUDA device".into())
             })?;
-        crate::cuda_c::CudaC::load(gpu).map_err(OffloadError::Setup)
+        crate::tools::cuda_c::CudaC::load(gpu).map_err(OffloadError::Setup)
     }
 
     /// The GPU, described (`None` unless the device is CUDA).

@@ -185,9 +185,11 @@ fn bench_prints_json_lines_with_ratios() {
             "\"bench\":",
             "\"device\":\"cpu\"",
             "\"baseline\":",
-            "\"ratio\":",
+            "\"slowdown\":",
             "\"offload_ns\":",
             "\"baseline_ns\":",
+            "\"target\":",
+            "\"met\":",
         ] {
             assert!(l.contains(field), "{field} missing in {l}");
         }
@@ -236,7 +238,7 @@ fn experiment_all_writes_a_table_csv_and_svg() {
     assert_eq!(code, 0, "{out}{err}");
     // A table row per (workload, policy), each checked against the
     // interpreter.
-    for w in offload::experiment::WORKLOADS {
+    for w in offload::tools::experiment::WORKLOADS {
         for p in offload::policy::NAMES {
             let row = out
                 .lines()

@@ -331,7 +331,9 @@ fn the_optimized_list_kernel_keeps_no_constant_across_blocks() {
     // its loop, where they held a register or a spill slot through every
     // iteration; the JIT gives each using block a copy of its own.
     let rt = cpu().build().unwrap();
-    let m = rt.load("list.obc", offload::bench::LIST_KERNEL).unwrap();
+    let m = rt
+        .load("list.obc", offload::tools::bench::LIST_KERNEL)
+        .unwrap();
     let clif = m.cranelift_ir("list").unwrap();
     assert!(clif.contains("iconst.i64 0x0018_0000_0000"), "{clif}");
     let far = far_constant_uses(&clif);

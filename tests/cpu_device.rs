@@ -1,13 +1,13 @@
 //! The CPU device (Cranelift JIT + deopt + replay) against the interpreter.
 
-use offload::demo::example;
 use offload::deopt::Reason;
 use offload::ir::ExceptionKind;
-use offload::reference as native;
+use offload::tools::demo::example;
+use offload::tools::reference as native;
 use offload::{Device, OffloadError, Runtime, par_offload};
 use offload_jit::cpu::Injection;
 
-use offload::demo::INC_KERNEL as INC;
+use offload::tools::demo::INC_KERNEL as INC;
 
 #[path = "common/stress.rs"]
 mod stress;
@@ -42,9 +42,9 @@ fn optimized(workers: usize) -> Runtime {
 #[test]
 fn the_demo_matches_native_rust_on_the_cpu_device() {
     let rt = cpu(2);
-    let rows = offload::demo::run(&rt, offload::demo::Sizes { shrink: 20 }).unwrap();
+    let rows = offload::tools::demo::run(&rt, offload::tools::demo::Sizes { shrink: 20 }).unwrap();
     let bad: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
-    assert!(bad.is_empty(), "{}", offload::demo::table(&rows));
+    assert!(bad.is_empty(), "{}", offload::tools::demo::table(&rows));
 }
 
 #[test]

@@ -1,13 +1,13 @@
 //! Random valid kernels (loops, branches, arithmetic of every type, arrays,
 //! allocation, calls, virtual calls, exceptions) on the CPU device and on
 //! the interpreter, with the same inputs: the same heap contents and the
-//! same exceptions (see `offload::differential`; the `jit_differential`
+//! same exceptions (see `offload::tools::differential`; the `jit_differential`
 //! cargo-fuzz target runs the same comparison at length).
 
-use offload::differential::Differ;
 use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::print_module;
-use offload::reference::Rng;
+use offload::tools::differential::Differ;
+use offload::tools::reference::Rng;
 
 #[test]
 fn random_kernels_agree_between_the_cpu_device_and_the_interpreter() {

@@ -6,12 +6,12 @@
 //! variable-mapping or record-layout mistake in the JIT's deopt exits shows
 //! up here as a differing word, with the program printed.
 
-use offload::differential::{canonical_bits as canon, inputs};
 use offload::interp::{Interpreter, Outcome};
 use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::{Kind, Type, print_module};
-use offload::reference::Rng;
 use offload::tlab::Allocator;
+use offload::tools::differential::{canonical_bits as canon, inputs};
+use offload::tools::reference::Rng;
 use offload::{Device, Runtime, par_offload};
 use offload_jit::cpu::Injection;
 

@@ -1,11 +1,11 @@
 //! `par_offload` end to end on the interpreter device.
 
-use offload::demo::example;
 use offload::ir::ExceptionKind;
-use offload::reference as native;
+use offload::tools::demo::example;
+use offload::tools::reference as native;
 use offload::{AllocPolicy, Device, OffloadError, Runtime, par_offload};
 
-use offload::demo::INC_KERNEL as INC;
+use offload::tools::demo::INC_KERNEL as INC;
 
 fn rt() -> Runtime {
     Runtime::builder().workers(4).build().unwrap()

@@ -10,7 +10,7 @@ use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::print_module;
 use offload::jit::cpu::{CompileOptions, Injection, SafepointInjection};
 use offload::jit::{CpuJit, JitError, ptx, ptxas};
-use offload::reference::Rng;
+use offload::tools::reference::Rng;
 use offload::{Device, Runtime};
 use std::path::PathBuf;
 
@@ -212,7 +212,7 @@ fn the_cuda_c_baselines_assemble_for_sm70_sm80_sm90() {
     // checked in, so the ordinary run makes sure ptxas takes it.
     let ptxas = ptxas_path();
     for arch in ptxas::ARCHES {
-        ptxas::assemble(&ptxas, offload::cuda_c::PTX, arch)
+        ptxas::assemble(&ptxas, offload::tools::cuda_c::PTX, arch)
             .unwrap_or_else(|e| panic!("benches/cuda/baselines.ptx for {arch}: {e}"));
     }
 }

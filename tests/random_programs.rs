@@ -4,7 +4,7 @@
 
 use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::{Elem, Type, print_module};
-use offload::reference::Rng;
+use offload::tools::reference::Rng;
 use offload::{Arg, OffloadError, Runtime, par_offload};
 
 fn capture(rt: &Runtime, m: &offload::Module, t: Type, rng: &mut Rng) -> Option<Arg> {

@@ -4,7 +4,7 @@
 //! the interpreter that replays deopts — keeps any launch that stored a
 //! reference to one of its objects into an older object.
 
-use offload::bench::LIST_KERNEL;
+use offload::tools::bench::LIST_KERNEL;
 use offload::{Arg, Device, Runtime, par_offload};
 use offload_jit::cpu::Injection;
 
@@ -45,7 +45,8 @@ fn churn(
             let r = par_offload(0..items as i64, &c).unwrap();
             let got = rt.read(&out).unwrap();
             assert!(
-                (0..items).all(|i| got[i] == offload::reference::list_sum_expected(i as i64, 16)),
+                (0..items)
+                    .all(|i| got[i] == offload::tools::reference::list_sum_expected(i as i64, 16)),
                 "{r}"
             );
             (r, rt.heap().used())
@@ -465,7 +466,7 @@ fn lists_a_workitem_keeps_survive_the_workitems_after_it() {
         )
         .unwrap();
         let sums: Vec<i64> = (0..items as i64)
-            .map(|i| offload::reference::list_sum_expected(i, n))
+            .map(|i| offload::tools::reference::list_sum_expected(i, n))
             .collect();
         assert_eq!(rt.read(&out).unwrap(), sums, "{name}: {r}");
         assert_eq!(r.alloc.reclaimed, 0, "{name}: kept lists escaped: {r}");

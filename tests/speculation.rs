@@ -6,10 +6,10 @@
 //! outputs equal the interpreter's. The speculative PTX of every workload
 //! assembles and carries the CPU version's metadata.
 
-use offload::experiment::{self, Config};
 use offload::jit::cpu::CompileOptions;
 use offload::jit::{CpuJit, SpecConfig, Speculations, ptx, ptxas};
 use offload::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
+use offload::tools::experiment::{self, Config};
 use offload::{Arg, Device, OffloadError, Runtime};
 use offload_deopt::{Assumption, Reason};
 use std::collections::BTreeSet;

@@ -214,7 +214,7 @@ fn counters_are_exact_under_contention() {
     assert_eq!(c.by_site(kv).len(), 6);
 }
 
-/// The slot protocol of DESIGN.md ("Execution model") at the level of its
+/// The slot protocol of docs/DESIGN.md ("How a launch flows") at the level of its
 /// bookkeeping: C slots claim chunks from a cursor; before each workitem a slot
 /// reads the control word; a deopting workitem writes its record and raises
 /// the flag. The outcome must partition the range: every workitem completed,

@@ -1,5 +1,5 @@
 //! The CPU backend: verified bytecode → Cranelift IR → native code, as one
-//! persistent slot loop per kernel (DESIGN.md, "Execution model"):
+//! persistent slot loop per kernel (docs/DESIGN.md, "How a launch flows"):
 //!
 //! ```text
 //! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk

@@ -1,5 +1,5 @@
 //! Running NVIDIA's `ptxas` on the PTX we emit: the check every test run
-//! makes without a GPU (DESIGN.md, "Testing without a GPU").
+//! makes without a GPU (docs/DESIGN.md, "Testing").
 //!
 //! `ptxas` is found through `OFFLOAD_PTXAS` (a path), then the copy
 //! `scripts/test-all` installs under `target/ptxas` (from PyPI's

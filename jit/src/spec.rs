@@ -1,5 +1,5 @@
 //! Which speculations a kernel version is compiled with, chosen from the
-//! interpreter's profile (DESIGN.md, "Speculation and recompilation"):
+//! interpreter's profile (docs/DESIGN.md, "Speculation and recompilation"):
 //!
 //! - a conditional branch that went only one way becomes a deopt on the
 //!   other way (`Reason::Unreached`);

@@ -23,7 +23,7 @@
 //! [`remat_constants`] runs after Cranelift's optimizer: it gives every
 //! block that uses a constant a copy of its own. Cranelift means to do that
 //! (its `remat` rules mark every `iconst`), yet in the optimized list
-//! kernel (`offload::bench::LIST_KERNEL`) the constants of one of the
+//! kernel (`offload::tools::bench::LIST_KERNEL`) the constants of one of the
 //! unrolled copies of the body stayed hoisted above that copy's loop — an
 //! object's header, a deopt exit's site word — and the register allocator
 //! moved each between a register and a spill slot on every iteration. (A

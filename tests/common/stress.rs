@@ -3,13 +3,15 @@
 //! safepoints and refill failures, and the checks that every workitem ran
 //! its body exactly once.
 
-use offload::reference::Rng;
+use offload::tools::reference::Rng;
 use offload::{LaunchReport, Runtime, RuntimeBuilder, par_offload};
 use offload_jit::cpu::Injection;
 
 /// The stress kernel's deopt sites (bytecode indices).
 pub fn sites(rt: &Runtime) -> Vec<u32> {
-    let m = rt.load("stress.obc", offload::demo::STRESS_KERNEL).unwrap();
+    let m = rt
+        .load("stress.obc", offload::tools::demo::STRESS_KERNEL)
+        .unwrap();
     let kid = m.program().verified().func_named("stress").unwrap();
     m.program()
         .analysis(kid)
@@ -58,7 +60,9 @@ pub fn random_faults(
 /// exactly-once: every cell is `m`, the atomic counter `n * m`, every
 /// workitem completed, and the heap holds exactly the arrays made.
 pub fn run(rt: &Runtime, n: usize, m: i32, what: &[String]) -> LaunchReport {
-    let mm = rt.load("stress.obc", offload::demo::STRESS_KERNEL).unwrap();
+    let mm = rt
+        .load("stress.obc", offload::tools::demo::STRESS_KERNEL)
+        .unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
     let counter = rt.new_array::<i64>(1).unwrap();
     let r = par_offload(

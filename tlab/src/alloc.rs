@@ -14,7 +14,7 @@
 //! shared TLAB as one allocation through the designated-refiller protocol
 //! (and so the group's refills from eden, its waits and its failures are
 //! Sumatra's, one level up). This is the CPU's counterpart of the GPU's
-//! warp-aggregated allocation (DESIGN.md, "Allocation"): one add reserves
+//! warp-aggregated allocation (docs/DESIGN.md, "Allocation"): one add reserves
 //! room for many objects. A retired buffer's tail becomes a filler like a
 //! TLAB's, so the heap parses; at most a buffer per worker is wasted.
 //! [`Allocator::with_buffers`] turns buffers off for experiments on the
@@ -25,7 +25,7 @@ use crate::layout::{Header, words};
 use crate::tlab::{AllocFailure, Eden, RefillFault, SharedTlab};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How workitems allocate. One knob for experiments (DESIGN.md, "Allocation").
+/// How workitems allocate. One knob for experiments (docs/DESIGN.md, "Allocation").
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum AllocPolicy {
     /// Shared TLABs with the designated-refiller protocol; each slot serves

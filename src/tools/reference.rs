@@ -370,7 +370,7 @@ pub fn shape_area(i: i64) -> f64 {
     }
 }
 
-/// The allocation benchmark kernel (`offload::bench::LIST_KERNEL`): each
+/// The allocation benchmark kernel (`offload::tools::bench::LIST_KERNEL`): each
 /// workitem `i` builds a list of `n` nodes with values `i + k` and sums it.
 pub fn list_sum_expected(i: i64, n: i32) -> i64 {
     (0..i64::from(n)).map(|k| i + k).sum()

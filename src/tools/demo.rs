@@ -1,35 +1,53 @@
 //! `offload demo`: every example kernel through the public API, each result
 //! checked against the native Rust version of the same kernel
-//! ([`crate::reference`]), with timings.
+//! ([`crate::tools::reference`]), with timings.
 
-use crate::reference as native;
+use crate::tools::reference as native;
 use crate::{Array, Closure, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
 
 /// The example kernels, compiled into the binary.
 pub const EXAMPLES: &[(&str, &str)] = &[
-    ("saxpy.obc", include_str!("../examples/kernels/saxpy.obc")),
+    (
+        "saxpy.obc",
+        include_str!("../../examples/kernels/saxpy.obc"),
+    ),
     (
         "mandelbrot.obc",
-        include_str!("../examples/kernels/mandelbrot.obc"),
+        include_str!("../../examples/kernels/mandelbrot.obc"),
     ),
-    ("nbody.obc", include_str!("../examples/kernels/nbody.obc")),
+    (
+        "nbody.obc",
+        include_str!("../../examples/kernels/nbody.obc"),
+    ),
     (
         "blackscholes.obc",
-        include_str!("../examples/kernels/blackscholes.obc"),
+        include_str!("../../examples/kernels/blackscholes.obc"),
     ),
-    ("matmul.obc", include_str!("../examples/kernels/matmul.obc")),
+    (
+        "matmul.obc",
+        include_str!("../../examples/kernels/matmul.obc"),
+    ),
     (
         "histogram.obc",
-        include_str!("../examples/kernels/histogram.obc"),
+        include_str!("../../examples/kernels/histogram.obc"),
     ),
-    ("alloc.obc", include_str!("../examples/kernels/alloc.obc")),
+    (
+        "alloc.obc",
+        include_str!("../../examples/kernels/alloc.obc"),
+    ),
     (
         "linkedlist.obc",
-        include_str!("../examples/kernels/linkedlist.obc"),
+        include_str!("../../examples/kernels/linkedlist.obc"),
     ),
-    ("shapes.obc", include_str!("../examples/kernels/shapes.obc")),
-    ("throws.obc", include_str!("../examples/kernels/throws.obc")),
+    (
+        "shapes.obc",
+        include_str!("../../examples/kernels/shapes.obc"),
+    ),
+    (
+        "throws.obc",
+        include_str!("../../examples/kernels/throws.obc"),
+    ),
 ];
 
 /// The exactly-once probe: `out[i] += 1` with a plain load and store, so a

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The baselines' PTX (NVRTC output for compute_70, `.version` lowered to 6.3).
-pub const PTX: &str = include_str!("../benches/cuda/baselines.ptx");
+pub const PTX: &str = include_str!("../../benches/cuda/baselines.ptx");
 /// Their source, whose hash the PTX header records.
-pub const SOURCE: &str = include_str!("../benches/cuda/baselines.cu");
+pub const SOURCE: &str = include_str!("../../benches/cuda/baselines.cu");
 
 /// Device heap for the `malloc` baseline.
 const MALLOC_HEAP: usize = 512 << 20;

@@ -42,12 +42,12 @@ pub const WORKLOADS: [&str; 6] = [
 /// The `.obc` source of a workload.
 pub fn source(workload: &str) -> Option<&'static str> {
     Some(match workload {
-        "stable" => include_str!("../experiments/stable.obc"),
-        "phase-change" => include_str!("../experiments/phase_change.obc"),
-        "rare-null" => include_str!("../experiments/rare_null.obc"),
-        "megamorphic" => include_str!("../experiments/megamorphic.obc"),
-        "alloc-pressure" => include_str!("../experiments/alloc_pressure.obc"),
-        "safepoint-storm" => include_str!("../experiments/safepoint_storm.obc"),
+        "stable" => include_str!("../../experiments/stable.obc"),
+        "phase-change" => include_str!("../../experiments/phase_change.obc"),
+        "rare-null" => include_str!("../../experiments/rare_null.obc"),
+        "megamorphic" => include_str!("../../experiments/megamorphic.obc"),
+        "alloc-pressure" => include_str!("../../experiments/alloc_pressure.obc"),
+        "safepoint-storm" => include_str!("../../experiments/safepoint_storm.obc"),
         _ => return None,
     })
 }

@@ -1,0 +1,122 @@
+//! The README's, the design document's and the crates' documentation links
+//! resolve inside the repository: a clone has everything they point to, and
+//! nothing points outside it (no `../` out of the repository, no path that
+//! does not exist).
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Markdown link targets `](target)` in `text`, without anchors.
+fn markdown_links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        if let Some(end) = rest.find(')') {
+            let target = rest[..end].split('#').next().unwrap_or("").trim();
+            if !target.is_empty() {
+                out.push(target.to_string());
+            }
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// Repository paths named in backquotes or links: `docs/DESIGN.md`,
+/// `examples/tour.ofs`, or a relative path out of the repository.
+fn named_paths(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| {
+            !w.contains(' ')
+                && (w.ends_with(".md") || w.starts_with("../") || w.starts_with("docs/"))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+fn check(file: &Path, text: &str, bad: &mut Vec<String>) {
+    let dir = file.parent().unwrap();
+    let mut targets = markdown_links(text);
+    targets.extend(named_paths(text));
+    for t in targets {
+        if t.starts_with("http://") || t.starts_with("https://") {
+            bad.push(format!(
+                "{}: links outside the repository: {t}",
+                file.display()
+            ));
+            continue;
+        }
+        // Rust intra-doc links (`[`Runtime`]`, `crate::x`) are not paths.
+        if t.contains("::") || !(t.contains('/') || t.contains('.')) {
+            continue;
+        }
+        let candidates = [dir.join(&t), root().join(&t)];
+        let Some(found) = candidates.iter().find(|p| p.exists()) else {
+            bad.push(format!("{}: `{t}` does not exist", file.display()));
+            continue;
+        };
+        let (Ok(found), Ok(repo)) = (found.canonicalize(), root().canonicalize()) else {
+            continue;
+        };
+        if !found.starts_with(&repo) {
+            bad.push(format!(
+                "{}: `{t}` is outside the repository",
+                file.display()
+            ));
+        }
+    }
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if p.is_dir() {
+            if !["target", ".git", "node_modules"].contains(&name.as_str()) {
+                sources(&p, out);
+            }
+        } else if name.ends_with(".rs") || name.ends_with(".md") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn documentation_links_resolve_inside_the_repository() {
+    let mut files = Vec::new();
+    sources(&root(), &mut files);
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let text = if f.extension().is_some_and(|e| e == "rs") {
+            // Only documentation: `//!` and `///` lines.
+            text.lines()
+                .filter_map(|l| {
+                    let l = l.trim_start();
+                    l.strip_prefix("//!").or_else(|| l.strip_prefix("///"))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        } else {
+            text
+        };
+        check(f, &text, &mut bad);
+    }
+    assert!(files.len() > 50, "found the sources: {}", files.len());
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_design_document_is_in_the_repository_and_linked_from_the_readme() {
+    assert!(root().join("docs/DESIGN.md").is_file());
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(readme.contains("](docs/DESIGN.md)"));
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    assert!(lib.contains("docs/DESIGN.md"));
+}
