@@ -366,6 +366,7 @@ pub(crate) fn launch(
     }
     table.sort_by_key(|r: &DeoptRow| r.workitem);
     table.truncate(LaunchReport::TABLE_ROWS);
+    crate::launch::name_saved(prog, meta, &mut table);
     // Compiled code's barrier notes escapes in the slot words, a replay's
     // in the interpreter.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
@@ -428,7 +429,9 @@ fn abandoned(
             action: "interrupted",
             bci: meta.site(site).map_or(u32::MAX, |s| s.bci),
             reason,
+            site: Some(site),
             values: values.to_vec(),
+            saved: Vec::new(),
         });
     }
 }
@@ -465,7 +468,9 @@ fn replayed(
             action,
             bci: meta.site(site).map_or(u32::MAX, |s| s.bci),
             reason,
+            site: Some(site),
             values: values.to_vec(),
+            saved: Vec::new(),
         });
     }
     Ok(())

@@ -629,7 +629,9 @@ fn run(
                         action: "interrupted",
                         bci,
                         reason: h.2,
+                        site: Some(h.1),
                         values: vals,
+                        saved: Vec::new(),
                     });
                 }
             }
@@ -685,7 +687,9 @@ fn run(
                     action,
                     bci,
                     reason: h.2,
+                    site: Some(h.1),
                     values: vals.clone(),
+                    saved: Vec::new(),
                 });
             }
         }
@@ -712,6 +716,7 @@ fn run(
     }
     let t_loop = Instant::now();
     table.sort_by_key(|r| r.workitem);
+    crate::launch::name_saved(&closure.module.prog, meta, &mut table);
     let report = LaunchReport {
         kernel: closure.kernel_name().to_string(),
         device: Device::Cuda,

@@ -57,6 +57,20 @@ pub fn render_all(ds: &[Diagnostic], source: &str) -> String {
     ds.iter().map(|d| render(d, source)).collect()
 }
 
+/// A float as offload prints it everywhere: the shortest text that reads
+/// back to the same value, with a `.0` on whole numbers and an exponent for
+/// very large and very small magnitudes (`1.0`, `0.1`, `1e300`, `NaN`,
+/// `inf`). That is the format of Rust's `{:?}` for floats, used here on
+/// purpose and only for numbers.
+pub fn f64_text(x: f64) -> String {
+    format!("{x:?}")
+}
+
+/// [`f64_text`] for an `f32` (shortest for the `f32`, not for its widening).
+pub fn f32_text(x: f32) -> String {
+    format!("{x:?}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,12 +86,18 @@ pub enum OffloadError {
         rendered: String,
     },
     /// No such kernel in the module.
-    #[error("module `{module}` has no kernel `{kernel}` (kernels: {available})")]
+    #[error(
+        "module `{module}` has no kernel `{kernel}` (kernels: {available}){}",
+        nearest.as_ref().map_or(String::new(), |n| format!("; did you mean `{n}`?"))
+    )]
     NoSuchKernel {
         /// Module name.
         module: String,
         /// Requested kernel.
         kernel: String,
+        /// The kernel whose name is nearest to the one requested, if one
+        /// is near.
+        nearest: Option<String>,
         /// The kernels there are.
         available: String,
     },

@@ -188,6 +188,86 @@ pub struct LaunchReport {
     pub copied_bytes: u64,
 }
 
+/// One value a deoptimized workitem saved, named as its frame state names
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedValue {
+    /// The local's name, or `s0`, `s1`… for operand-stack slots; prefixed
+    /// with the function and a dot (`dist.x`) in the frame of an inlined
+    /// call.
+    pub name: String,
+    /// Its type, as the text form writes it.
+    pub ty: String,
+    /// The value: integers in decimal, floats as the shortest text that
+    /// reads back the same, references as `null` or `@word` (their word
+    /// offset in the heap).
+    pub value: String,
+}
+
+impl fmt::Display for SavedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} = {}", self.name, self.ty, self.value)
+    }
+}
+
+/// A saved record's values, named and typed from its site's frame-state
+/// map (`raw[i]` is the value of the site's `i`-th slot).
+pub(crate) fn saved_values(
+    prog: &offload_host_interp::Program,
+    meta: &offload_deopt::DeoptMetadata,
+    site: offload_ir::SiteId,
+    raw: &[u64],
+) -> Vec<SavedValue> {
+    use offload_ir::Type;
+    let Some(s) = meta.site(site) else {
+        return Vec::new();
+    };
+    let v = prog.verified();
+    let m = v.module();
+    s.frame_slots()
+        .zip(raw)
+        .map(|((fi, sl), &bits)| {
+            let func = s.frames.get(fi).map(|fr| v.func(fr.func));
+            let base = match sl.value {
+                offload_ir::analysis::Value::Local(l) => func
+                    .and_then(|f| f.locals.get(l.index()))
+                    .map_or_else(|| format!("local{}", l.index()), |l| l.name.clone()),
+                offload_ir::analysis::Value::Stack(k) => format!("s{k}"),
+            };
+            let name = match func {
+                Some(f) if fi > 0 => format!("{}.{base}", f.name),
+                _ => base,
+            };
+            let value = match sl.ty {
+                Type::I32 => (bits as u32 as i32).to_string(),
+                Type::I64 => (bits as i64).to_string(),
+                Type::F32 => crate::diagnostics::f32_text(f32::from_bits(bits as u32)),
+                Type::F64 => crate::diagnostics::f64_text(f64::from_bits(bits)),
+                _ if bits as u32 == 0 => "null".to_string(),
+                _ => format!("@{}", bits as u32),
+            };
+            SavedValue {
+                name,
+                ty: m.type_name(sl.ty),
+                value,
+            }
+        })
+        .collect()
+}
+
+/// Names the saved values of the rows that made it into the table.
+pub(crate) fn name_saved(
+    prog: &offload_host_interp::Program,
+    meta: &offload_deopt::DeoptMetadata,
+    rows: &mut [DeoptRow],
+) {
+    for r in rows {
+        if let Some(site) = r.site {
+            r.saved = saved_values(prog, meta, site, &r.values);
+        }
+    }
+}
+
 /// One row of the deopt table: a workitem that deoptimized.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeoptRow {
@@ -197,10 +277,16 @@ pub struct DeoptRow {
     pub action: &'static str,
     /// Where it stopped.
     pub bci: offload_ir::Bci,
+    /// The deopt site of the version that ran (`None` for a workitem the
+    /// interpreter device stopped, which saves no record).
+    pub site: Option<offload_ir::SiteId>,
     /// Why.
     pub reason: offload_deopt::Reason,
-    /// The saved frame-state values, raw.
+    /// The saved frame-state values, raw, in the order of the site's
+    /// frame-state map.
     pub values: Vec<u64>,
+    /// The same values with their names and types.
+    pub saved: Vec<SavedValue>,
 }
 
 impl LaunchReport {
@@ -220,24 +306,26 @@ impl LaunchReport {
             .saturating_sub(self.on_device + self.replayed + self.abandoned)
     }
 
-    /// The deopt table as text.
+    /// The deopt table as text: a row per workitem in
+    /// [`LaunchReport::deopt_table`], its saved values named and typed.
     pub fn deopt_table_text(&self) -> String {
-        let mut s = format!(
-            "{:>10}  {:<18} {:>5}  {:<10} saved values\n",
-            "workitem", "action", "bci", "reason"
-        );
+        let mut t = crate::table::new(["workitem", "action", "bci", "reason", "saved values"]);
         for r in &self.deopt_table {
-            let vals: Vec<String> = r.values.iter().map(|v| format!("{v:#x}")).collect();
-            s.push_str(&format!(
-                "{:>10}  {:<18} {:>5}  {:<10} {}\n",
-                r.workitem,
-                r.action,
-                r.bci,
-                r.reason.name(),
-                vals.join(" ")
-            ));
+            let vals: Vec<String> = if r.saved.len() == r.values.len() {
+                r.saved.iter().map(ToString::to_string).collect()
+            } else {
+                r.values.iter().map(|v| format!("{v:#x}")).collect()
+            };
+            t.add_row([
+                r.workitem.to_string(),
+                r.action.to_string(),
+                r.bci.to_string(),
+                r.reason.name().to_string(),
+                vals.join(", "),
+            ]);
         }
-        s
+        crate::table::right(&mut t, &[0, 2]);
+        crate::table::text(&t)
     }
 }
 
@@ -548,7 +636,9 @@ fn launch_interp(
                                 action: "interrupted",
                                 bci: e.trace.first().map_or(0, |f| f.bci),
                                 reason: offload_deopt::Reason::Safepoint,
+                                site: None,
                                 values: Vec::new(),
+                                saved: Vec::new(),
                             }),
                             Err(e) => thrown.add(e),
                         }

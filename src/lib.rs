@@ -94,6 +94,8 @@ mod launch;
 pub mod policy;
 mod runtime;
 #[doc(hidden)]
+pub mod table;
+#[doc(hidden)]
 pub mod tools;
 
 pub use error::{KernelExceptions, OffloadError};

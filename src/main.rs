@@ -280,7 +280,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
             println!(
-                "offload demo: {} workers on the {} device, allocation policy {alloc:?}",
+                "offload demo: {} workers on the {} device, allocation policy {alloc}",
                 rt.workers(),
                 rt.device().name()
             );

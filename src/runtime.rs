@@ -402,7 +402,7 @@ impl RuntimeBuilder {
                 compiled: dashmap::DashMap::new(),
                 tiered: self.tiered,
                 background: Mutex::new(Vec::new()),
-                next_class: Mutex::new(0),
+                class_shapes: Mutex::new(Vec::new()),
                 next_module: AtomicU64::new(0),
                 save_areas: Mutex::new(Vec::new()),
             }),
@@ -445,7 +445,12 @@ pub(crate) struct Inner {
     pub(crate) tiered: bool,
     /// The background compiles not yet joined.
     pub(crate) background: Mutex<Vec<std::thread::JoinHandle<()>>>,
-    next_class: Mutex<u32>,
+    /// The shapes of every class loaded into the runtime, by global class
+    /// id (ids are handed out in load order and never reused): the heap
+    /// verifier knows the class of every object, including objects of a
+    /// module the caller no longer holds (a REPL redefinition). Its length
+    /// is the next module's class base.
+    class_shapes: Mutex<Vec<offload_tlab::ClassShape>>,
     next_module: AtomicU64,
     /// Empty save areas of finished CPU launches, kept for the next launch
     /// of the same shape (a fresh one per launch costs more than a small
@@ -871,22 +876,27 @@ impl Runtime {
             rendered: crate::diagnostics::render_all(&d.0, src),
             diagnostics: d,
         })?;
-        let mut next = self
+        let mut shapes = self
             .inner
-            .next_class
+            .class_shapes
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let base = *next;
+        let base = shapes.len() as u32;
         let count = verified.classes.len() as u32;
         if u64::from(base) + u64::from(count) > u64::from(offload_tlab::layout::MAX_ARRAY_CLASS) {
             return Err(OffloadError::Setup(
                 "too many classes loaded into one runtime".into(),
             ));
         }
-        *next += count;
+        let prog = Arc::new(Program::new(Arc::new(verified), base));
+        for g in base..base + count {
+            shapes.push(prog.class_shape(g).ok_or_else(|| {
+                OffloadError::Setup(format!("class {g} of `{name}` has no shape"))
+            })?);
+        }
         Ok(Module {
             rt: self.clone(),
-            prog: Arc::new(Program::new(Arc::new(verified), base)),
+            prog,
             name: name.to_string(),
             id: self.inner.next_module.fetch_add(1, Ordering::Relaxed),
         })
@@ -1052,14 +1062,32 @@ impl Runtime {
 
     /// Walk and verify the whole heap (between launches): every object has a
     /// valid header and size, and every reference points at an object.
+    /// Objects of every module ever loaded into the runtime are known,
+    /// whether or not `modules` holds it; `modules` must be modules of this
+    /// runtime (kept for callers that name what they check).
     pub fn verify_heap(
         &self,
         modules: &[&Module],
     ) -> Result<offload_tlab::WalkStats, OffloadError> {
+        if let Some(m) = modules
+            .iter()
+            .find(|m| !Arc::ptr_eq(&m.rt.inner, &self.inner))
+        {
+            return Err(OffloadError::Setup(format!(
+                "verify_heap: module `{}` belongs to another runtime",
+                m.name
+            )));
+        }
+        let shapes = self
+            .inner
+            .class_shapes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Ok(self
             .inner
             .heap
-            .verify(|g| modules.iter().find_map(|m| m.prog.class_shape(g)))?)
+            .verify(|g| shapes.get(g as usize).cloned())?)
     }
 }
 
@@ -1086,10 +1114,21 @@ impl Module {
             .verified()
             .func_named(kernel)
             .filter(|&k| self.prog.is_kernel(k))
-            .ok_or_else(|| OffloadError::NoSuchKernel {
-                module: self.name.clone(),
-                kernel: kernel.to_string(),
-                available: self.kernels().join(", "),
+            .ok_or_else(|| {
+                let all = self.kernels();
+                let limit = (kernel.chars().count() / 3).max(1);
+                let nearest = all
+                    .iter()
+                    .map(|k| (strsim::damerau_levenshtein(kernel, k), k))
+                    .filter(|(d, _)| *d <= limit && *d < kernel.chars().count())
+                    .min()
+                    .map(|(_, k)| k.clone());
+                OffloadError::NoSuchKernel {
+                    module: self.name.clone(),
+                    kernel: kernel.to_string(),
+                    available: all.join(", "),
+                    nearest,
+                }
             })
     }
 
@@ -1258,9 +1297,9 @@ impl Module {
         let (off, ty) = self.field_of(o, name)?;
         if ty != T::ELEM.to_type() {
             return Err(OffloadError::Lookup(format!(
-                "field `{name}` has type {}, not {:?}",
+                "field `{name}` has type {}, not {}",
                 self.prog.verified().type_name(ty),
-                T::ELEM
+                self.prog.verified().type_name(T::ELEM.to_type())
             )));
         }
         let heap = &self.rt.inner.heap;

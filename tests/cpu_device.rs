@@ -229,6 +229,30 @@ fn exactly_once_under_injected_deopts_at_every_site() {
             Reason::NullCheck
         };
         assert!(r.deopts.contains_key(&(site, reason)), "{:?}", r.deopts);
+        // The deopt table names and types every saved value.
+        for row in &r.deopt_table {
+            assert_eq!(row.saved.len(), row.values.len(), "{row:?}");
+            if site == 0 {
+                assert!(
+                    row.saved.iter().any(|v| v.name == "i"
+                        && v.ty == "i64"
+                        && v.value == row.workitem.to_string()),
+                    "{row:?}"
+                );
+            }
+            if site == 7 {
+                assert!(
+                    row.saved.iter().any(|v| v.name == "s1"
+                        && v.ty == "i32"
+                        && v.value == row.workitem.to_string()),
+                    "{row:?}"
+                );
+            }
+        }
+        let text = r.deopt_table_text();
+        if site == 0 {
+            assert!(text.contains("i: i64 = "), "{text}");
+        }
     }
     // A deopt storm: every workitem deopts.
     let r = injected_inc(10, 1, 3000);

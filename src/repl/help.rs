@@ -117,22 +117,23 @@ pub const COMMANDS: &[Cmd] = &[
     },
     Cmd {
         names: &[":bytecode", ":bc"],
-        synopsis: ":bytecode FUNCTION",
+        synopsis: ":bytecode FUNCTION [A..B | TEXT]",
         about: "The bytecode of a kernel, function or Class.method with the verifier's \
-                types: blocks, back-edges, live locals, deopt sites and their typed frame states.",
-        example: ":bytecode saxpy",
+                types: blocks, back-edges, live locals, deopt sites and their typed frame states.\
+                 Long views show their first 60 lines; `A..B` shows lines A to B, any other word the lines that contain it.",
+        example: ":bytecode saxpy\n:bytecode saxpy deopt",
     },
     Cmd {
         names: &[":clif"],
-        synopsis: ":clif KERNEL",
-        about: "The Cranelift IR the CPU device runs for a kernel (after optimization).",
-        example: ":clif saxpy",
+        synopsis: ":clif KERNEL [A..B | TEXT]",
+        about: "The Cranelift IR the CPU device runs for a kernel (after optimization). Long views show their first 60 lines; `A..B` shows lines A to B, any other word the lines that contain it.",
+        example: ":clif saxpy\n:clif saxpy 60..120\n:clif saxpy load",
     },
     Cmd {
         names: &[":ptx"],
-        synopsis: ":ptx KERNEL",
-        about: "The PTX the CUDA device runs for a kernel (sm_70 and newer).",
-        example: ":ptx saxpy",
+        synopsis: ":ptx KERNEL [A..B | TEXT]",
+        about: "The PTX the CUDA device runs for a kernel (sm_70 and newer). Long views show their first 60 lines; `A..B` shows lines A to B, any other word the lines that contain it.",
+        example: ":ptx saxpy\n:ptx saxpy atom",
     },
     Cmd {
         names: &[":meta"],
@@ -146,7 +147,8 @@ pub const COMMANDS: &[Cmd] = &[
         synopsis: ":set device cpu|cuda|interp | workers N | policy NAME | speculate N|off\n       \
                    | tlab BYTES|default | inject every N | inject random N seed S | inject off\n       \
                    | fail-refills FIRST EVERY | fail-refills off | profile on|off\n       \
-                   | max-heap BYTES | deopt-records N",
+                   | max-heap BYTES | deopt-records N\n\
+                   (BYTES takes a K, M or G suffix: 64M)",
         about: "Change a setting. The runtime is rebuilt: definitions are reloaded and \
                 variables copied into the new heap (references between them kept).",
         example: ":set device interp\n:set inject every 100",
@@ -182,6 +184,26 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     COMMANDS.iter().flat_map(|c| c.names.iter().copied())
 }
 
+/// The settings `:set` changes, each with the values it takes: the one
+/// list that `:help`, `:set`'s errors and its suggestions read.
+pub const SETTINGS: [(&str, &str); 10] = [
+    ("device", "cpu|cuda|interp"),
+    ("workers", "N (at least 1)"),
+    ("policy", "NAME"),
+    ("speculate", "N|off"),
+    ("tlab", "BYTES|default"),
+    ("inject", "every N | random N seed S | off"),
+    ("fail-refills", "FIRST EVERY | off"),
+    ("profile", "on|off"),
+    ("max-heap", "BYTES"),
+    ("deopt-records", "N (at least 1)"),
+];
+
+/// Every command's names, for suggestions.
+pub fn command_names() -> impl Iterator<Item = &'static str> {
+    COMMANDS.iter().flat_map(|c| c.names.iter().copied())
+}
+
 /// `:help` or `:help CMD`.
 pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
     let mut s = String::new();
@@ -190,7 +212,12 @@ pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
             s.push_str("Commands (`:help COMMAND` shows one in full, with an example):\n");
             for c in COMMANDS {
                 let first = c.synopsis.lines().next().unwrap_or("");
-                s.push_str(&format!("  {first}\n"));
+                if c.names.contains(&":set") {
+                    let names: Vec<&str> = SETTINGS.iter().map(|s| s.0).collect();
+                    s.push_str(&format!("  :set SETTING VALUE ({})\n", names.join(", ")));
+                } else {
+                    s.push_str(&format!("  {first}\n"));
+                }
             }
             s.push_str("Ctrl-C interrupts a running launch; Ctrl-D or :quit leaves.\n");
         }
@@ -203,7 +230,17 @@ pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
                         .any(|n| *n == name || n.trim_start_matches(':') == name)
                 })
                 .ok_or_else(|| {
-                    super::session::ReplError(format!("no command `{name}` (`:help` lists them)"))
+                    super::session::ReplError(format!(
+                        "no command `{name}` (`:help` lists them){}",
+                        super::suggest::did_you_mean(
+                            name,
+                            command_names().map(|n| if name.starts_with(':') {
+                                n
+                            } else {
+                                n.trim_start_matches(':')
+                            })
+                        )
+                    ))
                 })?;
             s.push_str(&format!("{}\n\n", c.synopsis));
             s.push_str(&textwrap(c.about, 78));

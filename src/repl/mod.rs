@@ -21,6 +21,7 @@
 mod help;
 mod input;
 mod session;
+mod suggest;
 
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;

@@ -2,6 +2,7 @@
 
 use super::help;
 use super::input::{self, Item};
+use super::suggest::{article, did_you_mean};
 use offload::ir::{Elem, Type};
 use offload::{
     Arg, Array, Device, LaunchReport, Module, Object, OffloadError, RefArray, Runtime, par_offload,
@@ -351,19 +352,22 @@ impl Session {
             ":profile" => self.profile(out),
             ":info" => self.info(rest, out),
             ":bytecode" | ":bc" => {
-                let name = one(rest, ":bytecode FUNCTION")?;
-                out.push_str(&self.module()?.bytecode(name)?);
-                Ok(())
+                let (name, view) = code_args(rest, ":bytecode FUNCTION [A..B | TEXT]")?;
+                code_view(
+                    &self.module()?.bytecode(name)?,
+                    ":bytecode",
+                    name,
+                    view,
+                    out,
+                )
             }
             ":clif" => {
-                let k = one(rest, ":clif KERNEL")?;
-                out.push_str(&self.module()?.cranelift_ir(k)?);
-                Ok(())
+                let (k, view) = code_args(rest, ":clif KERNEL [A..B | TEXT]")?;
+                code_view(&self.module()?.cranelift_ir(k)?, ":clif", k, view, out)
             }
             ":ptx" => {
-                let k = one(rest, ":ptx KERNEL")?;
-                out.push_str(&self.module()?.ptx(k)?);
-                Ok(())
+                let (k, view) = code_args(rest, ":ptx KERNEL [A..B | TEXT]")?;
+                code_view(&self.module()?.ptx(k)?, ":ptx", k, view, out)
             }
             ":meta" => {
                 let k = one(rest, ":meta KERNEL")?;
@@ -378,12 +382,13 @@ impl Session {
             ":heap" => {
                 let mods: Vec<&Module> = self.module.iter().collect();
                 let w = self.rt.verify_heap(&mods)?;
-                let _ = writeln!(out, "heap ok: {w:?}");
+                let _ = writeln!(out, "heap ok: {w}");
                 Ok(())
             }
             ":quit" | ":q" | ":exit" => Ok(()),
             other => bail!(
-                "unknown command `{other}` (`:help` lists the commands; definitions start with class, kernel or func)"
+                "unknown command `{other}` (`:help` lists the commands; definitions start with class, kernel or func){}",
+                did_you_mean(other, help::command_names())
             ),
         }
     }
@@ -547,6 +552,11 @@ impl Session {
         let _ = writeln!(out, "{name}: {}", var.describe());
         self.vars.insert(name.to_string(), var);
         Ok(())
+    }
+
+    /// `; did you mean `v`?` for the variable nearest to `word`.
+    fn did_you_mean_var(&self, word: &str) -> String {
+        did_you_mean(word, self.vars.keys().map(String::as_str))
     }
 
     /// A literal: `null`, an integer (i32, or with an `i64` suffix), a float
@@ -848,7 +858,10 @@ impl Session {
                 let (Ok(lo), Ok(hi)) = (lo, hi) else {
                     bail!("`[{r}]` is not an index or a range A..B");
                 };
-                if lo > hi || hi > len {
+                if lo > hi {
+                    bail!("`[{r}]` is a backwards range: its start {lo} is past its end {hi}");
+                }
+                if hi > len {
                     bail!("index {r} is out of bounds for `{name}` of length {len}");
                 }
                 (lo, hi, true)
@@ -923,28 +936,44 @@ impl Session {
         let m = self.module()?.clone();
         let range = parse_range(range, &self.vars)?;
         // Literals take the type of the parameter they are passed to.
-        let params: Vec<Type> = m
-            .program()
-            .verified()
+        let v = m.program().verified();
+        let params: Vec<(String, Type)> = v
             .func_named(kernel)
             .map(|k| {
-                m.program().verified().func(k).params()[1..]
+                v.func(k).params()[1..]
                     .iter()
-                    .map(|l| l.ty)
+                    .map(|l| (l.name.clone(), l.ty))
                     .collect()
             })
             .unwrap_or_default();
         let mut captures = Vec::new();
         for (i, a) in args.iter().enumerate() {
+            let param = params.get(i);
+            let numeric = |t: Type| matches!(t, Type::I32 | Type::I64 | Type::F32 | Type::F64);
             captures.push(match self.vars.get(*a) {
-                Some(v) => v.arg(),
-                None => self.literal(a, params.get(i).copied()).map_err(|e| {
-                    ReplError(format!(
-                        "argument {} of `{kernel}`: {} (and no variable has that name)",
+                Some(var) => var.arg(),
+                // A reference parameter takes a variable or `null`.
+                None if *a != "null" && param.is_some_and(|p| !numeric(p.1)) => {
+                    let (name, ty) = param.expect("checked");
+                    bail!(
+                        "argument {} of `{kernel}`: `{a}` is no variable, and parameter `{name}` is {} {} (pass a variable holding one, or null){}",
                         i + 1,
-                        e.0
-                    ))
-                })?,
+                        article(&v.type_name(*ty)),
+                        v.type_name(*ty),
+                        self.did_you_mean_var(a)
+                    );
+                }
+                None => self
+                    .literal(a, param.map(|p| p.1))
+                    .map_err(|e| {
+                        ReplError(format!(
+                            "argument {} of `{kernel}`{}: {} (and no variable has that name){}",
+                            i + 1,
+                            param.map_or(String::new(), |(n, _)| format!(" (`{n}`)")),
+                            e.0,
+                            self.did_you_mean_var(a)
+                        ))
+                    })?,
             });
         }
         let closure = m.closure(kernel, captures)?;
@@ -1180,9 +1209,23 @@ impl Session {
                 .parse()
                 .map_err(|_| ReplError(format!(":set {key}: `{v}` is not a number")))
         };
+        let at_least_one = |what: &str| -> Result<u64> {
+            match num(what)? {
+                0 => bail!(":set {key}: must be at least 1"),
+                n => Ok(n),
+            }
+        };
+        let bytes = || -> Result<u64> {
+            let v = val("BYTES")?;
+            parse_bytes(v).ok_or_else(|| {
+                ReplError(format!(
+                    ":set {key}: `{v}` is not a size (bytes, or with a K, M or G suffix: 64M)"
+                ))
+            })
+        };
         match key {
             "device" => s.device = val("cpu|cuda|interp")?.parse::<Device>()?,
-            "workers" => s.workers = Some(num("N")?.max(1) as usize),
+            "workers" => s.workers = Some(at_least_one("N")? as usize),
             "policy" => {
                 let p = val(&offload::policy::NAMES.join("|"))?;
                 if !offload::policy::NAMES.contains(&p) {
@@ -1204,7 +1247,7 @@ impl Session {
                 s.tlab = if val("BYTES|default")? == "default" {
                     None
                 } else {
-                    let n = num("BYTES")?;
+                    let n = bytes()?;
                     Some(u32::try_from(n).map_err(|_| {
                         ReplError(format!(
                             ":set tlab: {n} bytes is more than a TLAB can be ({} bytes)",
@@ -1237,10 +1280,12 @@ impl Session {
                     v => bail!(":set profile: `{v}` is neither on nor off"),
                 }
             }
-            "max-heap" => s.max_heap = Some(num("BYTES")? as usize),
-            "deopt-records" => s.deopt_records = Some(num("N")?.max(1) as usize),
+            "max-heap" => s.max_heap = Some(bytes()? as usize),
+            "deopt-records" => s.deopt_records = Some(at_least_one("N")? as usize),
             other => bail!(
-                "unknown setting `{other}` (device, workers, policy, speculate, tlab, inject, fail-refills, profile, max-heap, deopt-records)"
+                "unknown setting `{other}` ({}){}",
+                help::SETTINGS.map(|s| s.0).join(", "),
+                did_you_mean(other, help::SETTINGS.map(|s| s.0))
             ),
         }
         if s == self.settings {
@@ -1256,6 +1301,18 @@ impl Session {
     /// profiles, counters) starts afresh.
     fn rebuild(&mut self, s: Settings, out: &mut String) -> Result<()> {
         let rt = s.build()?;
+        // A device asked for by `:set device` is the device, or an error
+        // that keeps the session where it was.
+        if s.device != self.settings.device
+            && rt.device() != s.device
+            && let Some(why) = rt.fallback()
+        {
+            bail!(
+                ":set device {}: not available ({why}); still on the {} device",
+                s.device.name(),
+                self.rt.device().name()
+            );
+        }
         let module = if self.defs.is_empty() {
             None
         } else {
@@ -1530,6 +1587,88 @@ fn parse_duration(s: &str) -> Result<Duration> {
 }
 
 /// `A..B`, or `N` for `0..N`; either end may be a variable.
+/// A code view's name and what to show of it.
+fn code_args<'a>(words: &[&'a str], usage: &str) -> Result<(&'a str, Option<&'a str>)> {
+    match words {
+        [name] => Ok((name, None)),
+        [name, view] => Ok((name, Some(view))),
+        _ => bail!("usage: {usage}"),
+    }
+}
+
+/// Lines a code view shows when given no range or filter.
+const CODE_VIEW_LINES: usize = 60;
+
+/// Shows `text`: whole when short, else its first [`CODE_VIEW_LINES`] lines
+/// and how to see the rest; `A..B` shows lines A to B (1-based, B
+/// included; either may be left out), any other word the lines that
+/// contain it, numbered.
+fn code_view(
+    text: &str,
+    cmd: &str,
+    name: &str,
+    view: Option<&str>,
+    out: &mut String,
+) -> Result<()> {
+    let lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    let numbered = |out: &mut String, i: usize| {
+        let _ = writeln!(out, "{:>5}  {}", i + 1, lines[i]);
+    };
+    match view {
+        None if n <= CODE_VIEW_LINES => out.push_str(text),
+        None => {
+            for l in &lines[..CODE_VIEW_LINES] {
+                let _ = writeln!(out, "{l}");
+            }
+            let _ = writeln!(
+                out,
+                "... {} more lines (of {n}): `{cmd} {name} {}..` shows them, `{cmd} {name} TEXT` the lines with TEXT",
+                n - CODE_VIEW_LINES,
+                CODE_VIEW_LINES + 1
+            );
+        }
+        Some(v)
+            if v.contains("..")
+                && v.split("..")
+                    .all(|p| p.is_empty() || p.parse::<usize>().is_ok()) =>
+        {
+            let (a, b) = v.split_once("..").expect("checked");
+            let lo = a.parse::<usize>().unwrap_or(1).max(1);
+            let hi = b.parse::<usize>().unwrap_or(n).min(n);
+            if lo > hi {
+                bail!("{cmd} {name}: lines {v} are not in 1..{n}");
+            }
+            for i in lo - 1..hi {
+                numbered(out, i);
+            }
+        }
+        Some(pat) => {
+            let hits: Vec<usize> = (0..n).filter(|&i| lines[i].contains(pat)).collect();
+            if hits.is_empty() {
+                let _ = writeln!(out, "no line of {cmd} {name} contains `{pat}` ({n} lines)");
+            }
+            for i in hits {
+                numbered(out, i);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes, with an optional K, M or G suffix (powers of 1024): `4096`,
+/// `64K`, `64M`, `1G`, `1_000`.
+fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.replace('_', "");
+    let (digits, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (&s[..], 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
 fn parse_range(s: &str, vars: &BTreeMap<String, Var>) -> Result<std::ops::Range<i64>> {
     let end = |x: &str| -> Result<i64> {
         match vars.get(x) {

@@ -657,7 +657,7 @@ const COMPUTE: [&str; 5] = ["saxpy", "mandelbrot", "nbody", "matmul", "blackscho
 /// and a missed target flagged in the `met` column.
 pub fn table(rows: &[BenchResult]) -> String {
     let us = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e6);
-    let mut t = crate::tools::table::new([
+    let mut t = crate::table::new([
         "bench",
         "device",
         "baseline",
@@ -685,8 +685,8 @@ pub fn table(rows: &[BenchResult]) -> String {
             r.note.clone(),
         ]);
     }
-    crate::tools::table::right(&mut t, &[3, 4, 5]);
-    crate::tools::table::text(&t)
+    crate::table::right(&mut t, &[3, 4, 5]);
+    crate::table::text(&t)
 }
 
 /// `offload bench --device cuda`: the example kernels on the GPU against the

@@ -423,7 +423,11 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
                 bad[0]
             ),
         ),
-        other => (false, format!("expected exceptions, got {other:?}")),
+        Ok(r) => (false, format!("expected exceptions, but none threw: {r}")),
+        Err(e) => (
+            false,
+            format!("expected exceptions, got another error: {e}"),
+        ),
     };
     if let Err(OffloadError::Exceptions(e)) = &result {
         let r = &e.report;
@@ -452,21 +456,18 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
 
 /// The demo as a table.
 pub fn table(rows: &[DemoResult]) -> String {
-    let mut s = format!(
-        "{:<14} {:>10} {:>10}  {:<6} {}\n",
-        "kernel", "workitems", "ms", "check", "detail"
-    );
+    let mut t = crate::table::new(["kernel", "workitems", "ms", "check", "detail"]);
     for r in rows {
-        s.push_str(&format!(
-            "{:<14} {:>10} {:>10.2}  {:<6} {}\n",
-            r.kernel,
-            r.workitems,
-            r.time.as_secs_f64() * 1e3,
-            if r.ok { "ok" } else { "FAILED" },
-            r.detail
-        ));
+        t.add_row([
+            r.kernel.to_string(),
+            r.workitems.to_string(),
+            format!("{:.2}", r.time.as_secs_f64() * 1e3),
+            if r.ok { "ok" } else { "FAILED" }.to_string(),
+            r.detail.clone(),
+        ]);
     }
-    s
+    crate::table::right(&mut t, &[1, 2]);
+    crate::table::text(&t)
 }
 
 /// The `nbody` example (one step, dt = eps2 = 0.01) over `bodies`: the

@@ -13,4 +13,3 @@ pub mod demo;
 pub mod differential;
 pub mod experiment;
 pub mod reference;
-pub mod table;

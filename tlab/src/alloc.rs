@@ -53,6 +53,20 @@ impl Default for AllocPolicy {
     }
 }
 
+/// The policy as the command line and the REPL write it (`shared:2`,
+/// `fail-on-overflow:1`, `private`, `eden-cas`); [`str::parse`] reads it
+/// back.
+impl std::fmt::Display for AllocPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AllocPolicy::SharedTlab { group } => write!(f, "shared:{group}"),
+            AllocPolicy::FailOnOverflow { group } => write!(f, "fail-on-overflow:{group}"),
+            AllocPolicy::PrivateTlab => write!(f, "private"),
+            AllocPolicy::EdenCas => write!(f, "eden-cas"),
+        }
+    }
+}
+
 impl std::str::FromStr for AllocPolicy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -84,6 +84,17 @@ pub struct WalkStats {
     pub bytes: u64,
 }
 
+/// `N objects, N arrays, N fillers (B bytes); B bytes walked`.
+impl std::fmt::Display for WalkStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} objects, {} arrays, {} fillers ({} bytes); {} bytes walked",
+            self.objects, self.arrays, self.fillers, self.filler_bytes, self.bytes
+        )
+    }
+}
+
 /// What the heap verifier needs to know about a class: its size and the byte
 /// offsets of its reference fields.
 #[derive(Clone, Debug)]

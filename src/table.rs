@@ -1,6 +1,6 @@
-//! Text tables for the binary's output, through comfy-table: columns sized
-//! to their widest cell (long names never push a row out of line), a rule
-//! under the header, no borders.
+//! Text tables, through comfy-table: columns sized to their widest cell
+//! (long names never push a row out of line), a rule under the header, no
+//! borders. Shared by the library's reports and the binary; not public API.
 
 use comfy_table::{CellAlignment, Table, TableStyle, presets::NOTHING};
 
@@ -30,9 +30,22 @@ pub fn right(t: &mut Table, columns: &[usize]) {
 /// The table as text, each line without trailing blanks, ending in a
 /// newline.
 pub fn text(t: &Table) -> String {
+    // No padding on the left, so that rows start at the line's start.
+    let mut t = t.clone();
+    for c in t.column_iter_mut() {
+        c.set_padding((0, 1));
+    }
+    // The style's empty left border: drop the blank column it leaves.
+    let lines: Vec<String> = t.lines().collect();
+    let indent = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start_matches(' ').len())
+        .min()
+        .unwrap_or(0);
     let mut s = String::new();
-    for l in t.lines() {
-        s.push_str(l.trim_end());
+    for l in &lines {
+        s.push_str(l.get(indent..).unwrap_or("").trim_end());
         s.push('\n');
     }
     s
