@@ -71,8 +71,52 @@ pub fn f32_text(x: f32) -> String {
     format!("{x:?}")
 }
 
+/// `bytes` as text, or where it stops being UTF-8: `NAME:LINE:COL: not
+/// UTF-8 text (byte 0xNN)`, the column counted in characters.
+pub fn utf8_text(name: &str, bytes: Vec<u8>) -> Result<String, String> {
+    utf8_at(bytes).map_err(|(line, col, byte)| {
+        format!(
+            "{name}:{line}:{col}: not UTF-8 text (byte 0x{byte:02x}); offload reads source files as UTF-8"
+        )
+    })
+}
+
+/// `bytes` as text, or the line and column (1-based, in characters) of the
+/// first byte that is not UTF-8, and that byte.
+pub fn utf8_at(bytes: Vec<u8>) -> Result<String, (usize, usize, u8)> {
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let good = std::str::from_utf8(&bytes[..at]).unwrap_or_default();
+        let line = good.matches('\n').count() + 1;
+        let col = good.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, col, bytes[at])
+    })
+}
+
+/// Reads a source file as text, every failure named with the file (and,
+/// for bad UTF-8, the line and column).
+pub fn read_source(path: &std::path::Path) -> Result<String, String> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    utf8_text(&name, bytes)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bad_utf8_is_located() {
+        let bytes = b"kernel k(i: i64) {\n    ret \xff\n}".to_vec();
+        let e = super::utf8_text("k.obc", bytes).unwrap_err();
+        assert!(
+            e.starts_with("k.obc:2:9: not UTF-8 text (byte 0xff)"),
+            "{e}"
+        );
+        let e = super::utf8_text("x", b"\xc3\xa9\xc3".to_vec()).unwrap_err();
+        assert!(e.starts_with("x:1:2:"), "{e}");
+        assert_eq!(super::utf8_text("x", b"ok".to_vec()).unwrap(), "ok");
+    }
+
     use super::*;
 
     #[test]

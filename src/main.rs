@@ -195,7 +195,7 @@ enum Command {
 }
 
 fn read(path: &PathBuf) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {}: {e}", path.display()))
+    offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))
 }
 
 fn load(path: &PathBuf) -> Result<(String, ir::Verified), String> {

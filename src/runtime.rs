@@ -905,10 +905,12 @@ impl Runtime {
     /// Load a module from a `.obc` file.
     pub fn load_file(&self, path: impl AsRef<std::path::Path>) -> Result<Module, OffloadError> {
         let path = path.as_ref();
-        let src = std::fs::read_to_string(path).map_err(|source| OffloadError::Io {
+        let bytes = std::fs::read(path).map_err(|source| OffloadError::Io {
             path: path.display().to_string(),
             source,
         })?;
+        let src = crate::diagnostics::utf8_text(&path.display().to_string(), bytes)
+            .map_err(OffloadError::Setup)?;
         self.load(&path.display().to_string(), &src)
     }
 

@@ -30,7 +30,7 @@ use crate::module::{Class, Field, FuncDebug, FuncKind, Function, Local, Meta, Mo
 use crate::types::{
     Bci, ClassId, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, MAX_ARRAY_DIMS, Type,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Stop collecting errors after this many.
@@ -573,7 +573,9 @@ impl Parser {
                 _ => FuncKind::Static,
             };
             let mut locals = Vec::new();
+            let mut seen = HashSet::new();
             if let Some(c) = class {
+                seen.insert("this");
                 locals.push(Local {
                     name: "this".into(),
                     ty: Type::Class(*c),
@@ -581,7 +583,7 @@ impl Parser {
                 m.classes[c.index()].methods.push(id);
             }
             for p in f.params.iter().chain(&f.locals) {
-                if locals.iter().any(|l: &Local| l.name == p.name) {
+                if !seen.insert(p.name.as_str()) {
                     self.error(p.span, format!("duplicate local `{}` in `{full}`", p.name));
                 }
                 let ty = self.resolve_type(&p.ty, &class_ids).unwrap_or(Type::I32);
@@ -668,6 +670,16 @@ impl Parser {
                 .entry(*at as Bci)
                 .or_insert_with(|| name.clone());
         }
+        // Local names, for `load`/`store` operands (a scan per operand
+        // would make a function's parse quadratic in its locals).
+        let local_ids: HashMap<&str, LocalId> = {
+            let func = &m.funcs[id.index()];
+            let mut ids = HashMap::with_capacity(func.locals.len());
+            for (i, l) in func.locals.iter().enumerate() {
+                ids.entry(l.name.as_str()).or_insert(LocalId::new(i));
+            }
+            ids
+        };
         let mut body = Vec::with_capacity(f.insts.len());
         let mut spans = Vec::with_capacity(f.insts.len());
         for (at, ia) in f.insts.iter().enumerate() {
@@ -694,6 +706,7 @@ impl Parser {
                 classes,
                 funcs,
                 labels: &labels,
+                locals: &local_ids,
                 mnemonic: &ia.mnemonic,
             };
             let inst = op.read_operands(&mut r).and_then(|inst| {
@@ -896,6 +909,7 @@ struct Reader<'a> {
     classes: &'a HashMap<String, ClassId>,
     funcs: &'a HashMap<String, FuncId>,
     labels: &'a HashMap<&'a str, Bci>,
+    locals: &'a HashMap<&'a str, LocalId>,
     mnemonic: &'a str,
 }
 
@@ -1037,7 +1051,7 @@ impl OperandReader for Reader<'_> {
 
     fn read_local(&mut self) -> Result<LocalId, RErr> {
         let (name, span) = self.word("a local name")?;
-        self.func.local_named(&name).ok_or_else(|| {
+        self.locals.get(name.as_str()).copied().ok_or_else(|| {
             (
                 span,
                 format!("unknown local `{name}` in `{}`", self.func.name),

@@ -40,19 +40,69 @@ pub fn starts_definition(line: &str) -> bool {
 
 /// Whether `text` (one or more lines) is a complete entry.
 pub fn complete(text: &str) -> bool {
-    let first = text.lines().find(|l| {
-        let t = l.trim();
-        !t.is_empty() && !t.starts_with(';')
-    });
-    match first {
-        // Only comments so far: a definition may follow, unless this is a
-        // single line (a comment on its own is a complete, empty entry).
-        None => !text.contains('\n') || text.ends_with("\n\n"),
-        Some(l) if starts_definition(l) => {
-            let (d, opened) = depth(text);
-            opened && d <= 0
+    let mut e = Entry::default();
+    let mut done = false;
+    for l in text.split('\n') {
+        done = e.push(l);
+    }
+    done
+}
+
+/// An entry being read line by line. Each line is looked at once, so
+/// reading an entry is linear in its length however many lines it has.
+#[derive(Debug, Default)]
+pub struct Entry {
+    text: String,
+    lines: u32,
+    /// `None` until the first line of code; then whether it starts a
+    /// definition.
+    definition: Option<bool>,
+    depth: i64,
+    opened: bool,
+}
+
+impl Entry {
+    /// Adds a line; returns whether the entry is now complete.
+    pub fn push(&mut self, line: &str) -> bool {
+        if self.lines > 0 {
+            self.text.push('\n');
         }
-        Some(_) => true,
+        self.text.push_str(line);
+        self.lines += 1;
+        let t = line.trim();
+        if self.definition.is_none() && !t.is_empty() && !t.starts_with(';') {
+            self.definition = Some(starts_definition(line));
+        }
+        if self.definition == Some(true) {
+            let (d, opened) = depth(line);
+            self.depth += d;
+            self.opened |= opened;
+        }
+        match self.definition {
+            // Only comments so far: a definition may follow, unless this is
+            // a single line (a comment on its own is a complete, empty
+            // entry) or a blank line ended them.
+            None => self.lines == 1 || self.text.ends_with("\n\n"),
+            Some(true) => self.opened && self.depth <= 0,
+            Some(false) => true,
+        }
+    }
+
+    /// Whether no line was added since the last [`Entry::take`].
+    pub fn is_empty(&self) -> bool {
+        self.lines == 0
+    }
+
+    /// Whether the entry has only blanks so far.
+    pub fn is_blank(&self) -> bool {
+        self.text.trim().is_empty()
+    }
+
+    /// The entry's text, leaving this one empty.
+    pub fn take(&mut self) -> String {
+        let text = std::mem::take(&mut self.text);
+        *self = Entry::default();
+        text
     }
 }
 

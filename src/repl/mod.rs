@@ -65,20 +65,33 @@ pub fn repl(settings: Settings, history: Option<PathBuf>) -> Result<(), String> 
 fn piped(s: &mut Session) -> Result<(), String> {
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
-    let mut entry = String::new();
+    let mut entry = input::Entry::default();
     let mut start = 1u32;
-    for (i, line) in stdin.lock().lines().enumerate() {
+    for (i, line) in stdin.lock().split(b'\n').enumerate() {
         let line = line.map_err(|e| format!("error: reading standard input: {e}"))?;
+        // A line that is not UTF-8 is reported where it is and skipped: the
+        // session goes on.
+        let mut line = match offload::diagnostics::utf8_at(line) {
+            Ok(l) => l,
+            Err((_, col, byte)) => {
+                let _ = writeln!(
+                    stdout,
+                    "error: <stdin>:{}:{col}: not UTF-8 text (byte 0x{byte:02x}); the line was skipped",
+                    i + 1
+                );
+                continue;
+            }
+        };
+        if line.ends_with('\r') {
+            line.pop();
+        }
         if entry.is_empty() {
             start = i as u32 + 1;
-        } else {
-            entry.push('\n');
         }
-        entry.push_str(&line);
-        if !input::complete(&entry) {
+        if !entry.push(&line) {
             continue;
         }
-        let e = std::mem::take(&mut entry);
+        let e = entry.take();
         echo_entry(&mut stdout, &e);
         if is_quit(&e) {
             return Ok(());
@@ -91,10 +104,10 @@ fn piped(s: &mut Session) -> Result<(), String> {
         }
         let _ = stdout.flush();
     }
-    if !entry.trim().is_empty() {
+    if !entry.is_blank() {
         let _ = writeln!(
             stdout,
-            "error: the input ended inside a definition (its braces never closed)"
+            "error: <stdin>:{start}: the input ended inside a definition (its braces never closed)"
         );
     }
     Ok(())
@@ -116,26 +129,23 @@ fn echo_entry(out: &mut impl Write, e: &str) {
 /// `offload run FILE [--echo]`: stop at the first error, naming its line.
 pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String> {
     let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("error: cannot read {name}: {e}"))?;
+    let text = offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))?;
     let mut s = Session::new(settings).map_err(|e| format!("error: {}", e.0))?;
     install_ctrl_c(&s)?;
     let mut stdout = std::io::stdout();
-    let mut entry = String::new();
+    let mut entry = input::Entry::default();
     let mut start = 0u32;
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if entry.is_empty() {
             start = i as u32 + 1;
-        } else {
-            entry.push('\n');
         }
-        entry.push_str(line);
-        if !input::complete(&entry) && i + 1 < lines.len() {
+        let complete = entry.push(line);
+        if !complete && i + 1 < lines.len() {
             continue;
         }
-        let e = std::mem::take(&mut entry);
-        if !input::complete(&e) {
+        let e = entry.take();
+        if !complete {
             return Err(format!(
                 "error: {name}:{start}: the file ended inside a definition (its braces never closed)"
             ));

@@ -483,8 +483,8 @@ impl Session {
         if path.is_empty() {
             bail!("usage: :load FILE.obc");
         }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ReplError(format!("cannot read {path}: {e}")))?;
+        let text =
+            offload::diagnostics::read_source(std::path::Path::new(path)).map_err(ReplError)?;
         self.define(&text, path, 1, out)
     }
 
