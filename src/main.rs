@@ -194,7 +194,7 @@ enum Command {
     },
 }
 
-fn read(path: &PathBuf) -> Result<String, String> {
+fn read(path: &std::path::Path) -> Result<String, String> {
     offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))
 }
 
