@@ -198,7 +198,7 @@ fn read(path: &std::path::Path) -> Result<String, String> {
     offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))
 }
 
-fn load(path: &PathBuf) -> Result<(String, ir::Verified), String> {
+fn load(path: &std::path::Path) -> Result<(String, ir::Verified), String> {
     let src = read(path)?;
     let name = path.display().to_string();
     match ir::load(&name, &src) {
