@@ -624,7 +624,15 @@ impl Lower<'_, '_> {
         self.b.def_var(hi, zero64);
         self.b.def_var(done, zero64);
         if let Some(si) = self.opts.safepoints {
+            // The stream goes on from where the slot's last entry left it
+            // (every injected deopt is an exit, so restarting it at each
+            // entry would replay the same few decisions).
             let polls = self.var(types::I64);
+            let at = self.slot_words();
+            let saved = self
+                .b
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_INJECT_STATE);
             let init = match si.seed {
                 // A non-zero xorshift state per slot.
                 Some(seed) => {
@@ -638,7 +646,9 @@ impl Lower<'_, '_> {
                 }
                 None => zero64,
             };
-            self.b.def_var(polls, init);
+            let fresh = self.b.ins().icmp_imm_s(IntCC::Equal, saved, 0);
+            let state = self.b.ins().select(fresh, init, saved);
+            self.b.def_var(polls, state);
             self.env.polls = Some(polls);
         }
         for l in &f.locals {
@@ -2287,6 +2297,10 @@ impl Lower<'_, '_> {
                     self.b.ins().iadd_imm_s(x, 1)
                 };
                 self.b.def_var(var, next);
+                let at = self.slot_words();
+                self.b
+                    .ins()
+                    .store(trusted(), next, at, offsets::SLOT_INJECT_STATE);
                 let r = self.b.ins().urem_imm_u(next, si.every.max(1) as i64);
                 let hit = self.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
                 let hit = self.b.ins().uextend(types::I32, hit);

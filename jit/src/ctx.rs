@@ -107,6 +107,10 @@ pub struct SlotWords {
     /// Heap words of dead workitem objects it handed back to its TLAB at
     /// workitem ends ([`LaunchCtx::nursery`]).
     pub recycled: u64,
+    /// The state of injected safepoints ([`crate::cpu::SafepointInjection`])
+    /// when the slot last polled: kept here so that the stream goes on
+    /// across the slot's entries (0 before its first poll).
+    pub inject_state: u64,
     /// The answer of the allocation slow path's last call
     /// ([`crate::rt::offload_alloc_slow`]): compiled code calls it through a
     /// convention that preserves every register and passes no result back.
@@ -174,7 +178,9 @@ pub mod offsets {
     /// `SlotWords::recycled`.
     pub const SLOT_RECYCLED: i32 = 40;
     /// `SlotWords::slow_result`.
-    pub const SLOT_SLOW_RESULT: i32 = 48;
+    pub const SLOT_SLOW_RESULT: i32 = 56;
+    /// `SlotWords::inject_state`.
+    pub const SLOT_INJECT_STATE: i32 = 48;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -236,6 +242,10 @@ mod tests {
         assert_eq!(
             offset_of!(SlotWords, slow_result) as i32,
             offsets::SLOT_SLOW_RESULT
+        );
+        assert_eq!(
+            offset_of!(SlotWords, inject_state) as i32,
+            offsets::SLOT_INJECT_STATE
         );
     }
 }
