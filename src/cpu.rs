@@ -400,6 +400,7 @@ pub(crate) fn launch(
         deopt_table: table,
         interrupted: false, // Thrown::finish
         abandoned,
+        deadline: None,
         gpu: None,
         copied_bytes: 0,
     };

@@ -761,6 +761,7 @@ fn run(
         deopt_table: table,
         interrupted: false, // Thrown::finish
         abandoned,
+        deadline: None,
         gpu: Some(gpu.describe()),
         copied_bytes: copied,
     };

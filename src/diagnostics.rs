@@ -102,6 +102,30 @@ pub fn read_source(path: &std::path::Path) -> Result<String, String> {
     utf8_text(&name, bytes)
 }
 
+/// A duration in the unit that suits it (ns, µs, ms or s), three significant
+/// digits: for notes, where each figure stands alone. Table columns use
+/// one unit per column instead.
+pub fn duration_text(d: std::time::Duration) -> String {
+    let ns = d.as_nanos() as f64;
+    let (v, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    let digits = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.digits$} {unit}")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -24,10 +24,17 @@ pub struct KernelExceptions {
 
 fn interrupted_text(r: &LaunchReport) -> String {
     format!(
-        "launch of `{}` over {}..{} interrupted: {} completed, {} threw, {} stopped part-way, {} not started",
+        "launch of `{}` over {}..{} {}: {} completed, {} threw, {} stopped part-way, {} not started",
         r.kernel,
         r.range.start,
         r.range.end,
+        match r.deadline {
+            Some(d) => format!(
+                "stopped at its deadline ({})",
+                crate::diagnostics::duration_text(d)
+            ),
+            None => "interrupted".to_string(),
+        },
         r.completed,
         r.threw,
         r.abandoned,

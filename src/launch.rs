@@ -173,6 +173,11 @@ pub struct LaunchReport {
     /// Whether [`crate::Runtime::interrupt`] stopped the launch (it then
     /// returns [`OffloadError::Interrupted`] with this report).
     pub interrupted: bool,
+    /// The deadline that interrupted the launch
+    /// ([`crate::RuntimeBuilder::launch_deadline`],
+    /// [`crate::Runtime::par_offload_with_deadline`]); `None` when no
+    /// deadline passed while it ran.
+    pub deadline: Option<Duration>,
     /// Workitems the interrupt stopped part-way: their frames were dropped,
     /// not replayed (what they wrote before stays written; every object is
     /// whole).
@@ -475,6 +480,7 @@ pub(crate) fn launch(
     rt: &Runtime,
     range: Range<i64>,
     closure: &Closure,
+    deadline: Option<Duration>,
 ) -> Result<LaunchReport, OffloadError> {
     if range.start > range.end {
         return Err(OffloadError::Range {
@@ -484,7 +490,22 @@ pub(crate) fn launch(
     }
     let state = rt.kernel_state(closure);
     let plan = state.lock().unwrap_or_else(|e| e.into_inner()).plan(rt);
-    let mut r = launch_on(rt, range, closure, &plan);
+    let mut r = match deadline {
+        None => launch_on(rt, range, closure, &plan),
+        Some(d) => {
+            let (r, hit) = within(rt, d, || launch_on(rt, range, closure, &plan));
+            let mut r = r;
+            if hit {
+                match &mut r {
+                    Ok(rep) => rep.deadline = Some(d),
+                    Err(OffloadError::Interrupted(rep)) => rep.deadline = Some(d),
+                    Err(OffloadError::Exceptions(e)) => e.report.deadline = Some(d),
+                    Err(_) => {}
+                }
+            }
+            r
+        }
+    };
     // An interrupted launch ran part of its range: it tells the policy
     // nothing about the kernel.
     let report = match &mut r {
@@ -499,6 +520,26 @@ pub(crate) fn launch(
             .after(rt, &plan, rep);
     }
     r
+}
+
+/// Runs `f` with a watchdog that interrupts the runtime's launches if `f`
+/// is still running after `d`; returns `f`'s result and whether the
+/// watchdog fired.
+fn within<R>(rt: &Runtime, d: Duration, f: impl FnOnce() -> R) -> (R, bool) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let watchdog = s.spawn(move || match done_rx.recv_timeout(d) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                rt.interrupt();
+                true
+            }
+            _ => false,
+        });
+        let r = f();
+        let _ = done_tx.send(());
+        let hit = watchdog.join().unwrap_or(false);
+        (r, hit)
+    })
 }
 
 /// Run one launch as `plan` says: on its device, falling back from CUDA to
@@ -703,6 +744,7 @@ fn launch_interp(
         deopt_table: cut,
         interrupted: false, // Thrown::finish
         abandoned,
+        deadline: None,
         gpu: None,
         copied_bytes: 0,
     };

@@ -18,6 +18,17 @@ struct SessionArgs {
     /// Worker threads (default: every core).
     #[arg(long)]
     workers: Option<usize>,
+    /// Interrupt a launch still running after this long (like 2s, 500ms),
+    /// as Ctrl-C does: a kernel that never ends cannot hang a script.
+    #[arg(long, value_parser = deadline)]
+    deadline: Option<std::time::Duration>,
+}
+
+fn deadline(s: &str) -> Result<std::time::Duration, String> {
+    match repl::parse_duration(s).map_err(|e| e.0)? {
+        std::time::Duration::ZERO => Err("a deadline must be longer than 0".into()),
+        d => Ok(d),
+    }
 }
 
 impl SessionArgs {
@@ -25,6 +36,7 @@ impl SessionArgs {
         repl::Settings {
             device: self.device,
             workers: self.workers,
+            deadline: self.deadline,
             ..repl::Settings::default()
         }
     }

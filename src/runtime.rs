@@ -62,6 +62,7 @@ pub struct RuntimeBuilder {
     /// `None`: CUDA when a GPU is present, else the CPU (reported).
     device: Option<Device>,
     strict: bool,
+    deadline: Option<std::time::Duration>,
     device_slots: Option<usize>,
     policy: AllocPolicy,
     alloc_buffers: bool,
@@ -256,6 +257,16 @@ impl RuntimeBuilder {
         self.strict = on;
         self
     }
+    /// A deadline for every launch: one still running this long after it
+    /// started is interrupted as [`Runtime::interrupt`] interrupts it, and
+    /// returns [`OffloadError::Interrupted`] with its report
+    /// ([`LaunchReport::deadline`] says it was the deadline). `None` (the
+    /// default): launches run until they end.
+    /// [`Runtime::par_offload_with_deadline`] sets one launch's.
+    pub fn launch_deadline(mut self, d: Option<std::time::Duration>) -> Self {
+        self.deadline = d;
+        self
+    }
     /// The allocation policy.
     pub fn alloc_policy(mut self, p: AllocPolicy) -> Self {
         self.policy = p;
@@ -384,6 +395,7 @@ impl RuntimeBuilder {
                 gpu,
                 fallback,
                 strict: self.strict,
+                deadline: self.deadline,
                 device_slots: self.device_slots,
                 policy: self.policy,
                 alloc_buffers: self.alloc_buffers,
@@ -420,6 +432,8 @@ pub(crate) struct Inner {
     pub(crate) gpu: Option<crate::cuda::Gpu>,
     pub(crate) fallback: Option<String>,
     pub(crate) strict: bool,
+    /// Every launch's deadline ([`RuntimeBuilder::launch_deadline`]).
+    pub(crate) deadline: Option<std::time::Duration>,
     pub(crate) device_slots: Option<usize>,
     pub(crate) policy: AllocPolicy,
     pub(crate) alloc_buffers: bool,
@@ -660,6 +674,7 @@ impl Runtime {
             workers: None,
             device: None,
             strict: false,
+            deadline: None,
             device_slots: None,
             policy: AllocPolicy::default(),
             alloc_buffers: true,
@@ -1030,7 +1045,27 @@ impl Runtime {
                 "the closure belongs to another runtime".into(),
             ));
         }
-        crate::launch::launch(self, range, closure)
+        crate::launch::launch(self, range, closure, self.inner.deadline)
+    }
+
+    /// [`Runtime::par_offload`] with a deadline for this launch (instead of
+    /// the runtime's, [`RuntimeBuilder::launch_deadline`]): still running
+    /// `deadline` after it started, the launch is interrupted as
+    /// [`Runtime::interrupt`] interrupts it — every launch then running on
+    /// this runtime stops with it — and returns
+    /// [`OffloadError::Interrupted`] with its report.
+    pub fn par_offload_with_deadline(
+        &self,
+        range: Range<i64>,
+        closure: &Closure,
+        deadline: std::time::Duration,
+    ) -> Result<LaunchReport, OffloadError> {
+        if closure.module.rt.inner.id != self.inner.id {
+            return Err(OffloadError::Handle(
+                "the closure belongs to another runtime".into(),
+            ));
+        }
+        crate::launch::launch(self, range, closure, Some(deadline))
     }
 
     /// The adaptive state of `closure`'s kernel (created on first use).

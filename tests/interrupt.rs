@@ -107,3 +107,70 @@ fn an_interrupt_between_launches_is_harmless() {
     assert_eq!(rep.completed, 100);
     assert_eq!(rep.abandoned, 0);
 }
+
+/// A deadline interrupts a launch as `Runtime::interrupt` does, with the
+/// same report, and says so; a launch that ends in time is not touched.
+fn deadline(device: Device) {
+    let rt = Runtime::builder()
+        .device(device)
+        .strict(device == Device::Cuda)
+        .workers(2)
+        .build()
+        .unwrap_or_else(|e| panic!("{device:?}: {e}"));
+    let m = rt.load("spin.obc", SPIN).unwrap();
+    let n = 4096usize;
+    let out = rt.new_array::<i32>(n).unwrap();
+    let k = m
+        .closure("spin", [2_000_000_000.into(), (&out).into()])
+        .unwrap();
+    let t = std::time::Instant::now();
+    let r = rt.par_offload_with_deadline(0..n as i64, &k, Duration::from_millis(200));
+    assert!(t.elapsed() < Duration::from_secs(30), "{device:?}");
+    let rep = match r {
+        Err(OffloadError::Interrupted(rep)) => rep,
+        other => panic!("{device:?}: expected a launch stopped at its deadline, got {other:?}"),
+    };
+    assert_eq!(rep.deadline, Some(Duration::from_millis(200)));
+    assert!(rep.not_started() > 0, "{rep}");
+    stress::check_report(&rep, &format!("{device:?}, deadline"));
+    let msg = OffloadError::Interrupted(rep).to_string();
+    assert!(msg.contains("stopped at its deadline (200 ms)"), "{msg}");
+    // In time: untouched, and the runtime-wide setting works the same.
+    let small = m.closure("spin", [10.into(), (&out).into()]).unwrap();
+    let rep = rt
+        .par_offload_with_deadline(0..64, &small, Duration::from_secs(60))
+        .unwrap();
+    assert_eq!((rep.completed, rep.deadline), (64, None));
+    let rt = Runtime::builder()
+        .device(device)
+        .strict(device == Device::Cuda)
+        .workers(2)
+        .launch_deadline(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let m = rt.load("spin.obc", SPIN).unwrap();
+    let out = rt.new_array::<i32>(n).unwrap();
+    let k = m
+        .closure("spin", [2_000_000_000.into(), (&out).into()])
+        .unwrap();
+    assert!(matches!(
+        par_offload(0..n as i64, &k),
+        Err(OffloadError::Interrupted(r)) if r.deadline.is_some()
+    ));
+}
+
+#[test]
+fn a_deadline_stops_a_cpu_launch() {
+    deadline(Device::Cpu);
+}
+
+#[test]
+fn a_deadline_stops_an_interpreter_launch() {
+    deadline(Device::Interpreter);
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_deadline_stops_a_cuda_launch() {
+    deadline(Device::Cuda);
+}

@@ -321,3 +321,90 @@ fn interactive() {
     p.exp_eof().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `offload run [args] SCRIPT` on `text`; the exit status, stdout and
+/// stderr.
+fn script_run(name: &str, text: &str, args: &[&str]) -> (bool, String, String) {
+    let dir = std::env::temp_dir().join(format!("offload-script-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join(name);
+    std::fs::write(&script, text).unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--workers", "2"])
+        .args(args)
+        .arg(&script)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_script_fails_on_exceptions_it_did_not_expect() {
+    let setup = ":load examples/kernels/throws.obc\nlet num = i32[8] range -20 10\nlet den = i32[8] fill 3\nlet q = i32[8]\n";
+    let (ok, out, err) = script_run(
+        "throws.ofs",
+        &format!("{setup}run checked_div 8 num den q\nprint q\n"),
+        &[],
+    );
+    assert!(!ok, "exit status 0 after a launch that threw:\n{out}");
+    assert!(err.contains(":5: 2 workitem(s) threw"), "{err}");
+    assert!(!out.contains("q[0..8]"), "ran past the error: {out}");
+    let (ok, out, err) = script_run(
+        "expected.ofs",
+        &format!("{setup}:expect throws\nrun checked_div 8 num den q\nprint q\n"),
+        &[],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("q[0..8]"), "{out}");
+    let (ok, _, err) = script_run(
+        "unmet.ofs",
+        &format!("{setup}:expect throws\nrun checked_div 2..8 num den q\n"),
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("`:expect throws`: no workitem of this run threw"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_deadline_stops_a_kernel_that_would_not_end() {
+    let text = ":load examples/kernels/spin.obc\nlet out = i32[4096]\nrun spin 4096 2000000000 out\nprint out[0..2]\n";
+    let t = std::time::Instant::now();
+    let (ok, out, err) = script_run("forever.ofs", text, &["--deadline", "300ms"]);
+    assert!(t.elapsed() < std::time::Duration::from_secs(60));
+    assert!(!ok);
+    assert!(
+        err.contains(":3: stopped at the deadline (300 ms)"),
+        "{err}"
+    );
+    assert!(err.contains("not started"), "{err}");
+    assert!(!out.contains("out[0..2]"), "{out}");
+    // The REPL setting: the session goes on after the deadline.
+    let out = Command::new(bin())
+        .args(["repl", "--workers", "2"])
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(
+                b":load examples/kernels/spin.obc\nlet out = i32[4096]\n:set deadline 200ms\nrun spin 4096 2000000000 out\n:set deadline off\nrun spin 4 10 out\n",
+            )?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("error: stopped at the deadline (200 ms)"),
+        "{out}"
+    );
+    assert!(out.contains("4 of 4 completed"), "{out}");
+}

@@ -43,9 +43,55 @@ impl fmt::Display for Exception {
         if !self.message.is_empty() {
             write!(f, ": {}", self.message)?;
         }
-        for t in &self.trace {
+        // A deep trace (a stack overflow has hundreds of frames) shows its
+        // innermost and outermost frames and counts the rest.
+        const HEAD: usize = 12;
+        const TAIL: usize = 4;
+        let n = self.trace.len();
+        for (i, t) in self.trace.iter().enumerate() {
+            if n > HEAD + TAIL + 1 && i == HEAD {
+                write!(f, "\n    ... {} more frames ...", n - HEAD - TAIL)?;
+            }
+            if n > HEAD + TAIL + 1 && (HEAD..n - TAIL).contains(&i) {
+                continue;
+            }
             write!(f, "\n    at {} (bci {}, line {})", t.func, t.bci, t.line)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_frames(n: usize) -> Exception {
+        Exception {
+            kind: ExceptionKind::StackOverflow,
+            workitem: Some(3),
+            message: String::new(),
+            trace: (0..n)
+                .map(|i| TraceFrame {
+                    func: format!("f{i}"),
+                    bci: 1,
+                    line: 2,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_deep_trace_shows_its_ends_and_counts_the_rest() {
+        let text = with_frames(513).to_string();
+        assert_eq!(text.lines().count(), 1 + 12 + 1 + 4, "{text}");
+        assert!(text.contains("at f0 (bci 1, line 2)"));
+        assert!(text.contains("at f11 "));
+        assert!(!text.contains("at f12 "));
+        assert!(text.contains("... 497 more frames ..."));
+        assert!(text.contains("at f509 ") && text.contains("at f512 "));
+        // A short trace is shown whole.
+        let text = with_frames(17).to_string();
+        assert_eq!(text.lines().count(), 18, "{text}");
+        assert!(!text.contains("more frames"));
     }
 }

@@ -74,6 +74,15 @@ pub const COMMANDS: &[Cmd] = &[
         example: ":time 10 run saxpy 0..1000 2.0 x y",
     },
     Cmd {
+        names: &[":expect"],
+        synopsis: ":expect throws",
+        about: "The next run must have workitems that throw (an error if none does). A script \
+                (`offload run`) stops with an error at a run whose workitems throw unless \
+                `:expect throws` announced it; at the prompt, exceptions are shown and the \
+                session goes on either way.",
+        example: ":expect throws\nrun checked_div 8 num den q",
+    },
+    Cmd {
         names: &[":safepoint"],
         synopsis: ":safepoint DELAY | off",
         about: "Request a safepoint DELAY (20ms, 1s, 300us) after the next launch starts, \
@@ -147,7 +156,7 @@ pub const COMMANDS: &[Cmd] = &[
         synopsis: ":set device cpu|cuda|interp | workers N | policy NAME | speculate N|off\n       \
                    | tlab BYTES|default | inject every N | inject random N seed S | inject off\n       \
                    | fail-refills FIRST EVERY | fail-refills off | profile on|off\n       \
-                   | max-heap BYTES | deopt-records N\n\
+                   | max-heap BYTES | deopt-records N | deadline DURATION|off\n\
                    (BYTES takes a K, M or G suffix: 64M)",
         about: "Change a setting. The runtime is rebuilt: definitions are reloaded and \
                 variables copied into the new heap (references between them kept).",
@@ -186,7 +195,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 /// The settings `:set` changes, each with the values it takes: the one
 /// list that `:help`, `:set`'s errors and its suggestions read.
-pub const SETTINGS: [(&str, &str); 10] = [
+pub const SETTINGS: [(&str, &str); 11] = [
     ("device", "cpu|cuda|interp"),
     ("workers", "N (at least 1)"),
     ("policy", "NAME"),
@@ -197,6 +206,7 @@ pub const SETTINGS: [(&str, &str); 10] = [
     ("profile", "on|off"),
     ("max-heap", "BYTES"),
     ("deopt-records", "N (at least 1)"),
+    ("deadline", "DURATION|off (like 2s, 500ms)"),
 ];
 
 /// Every command's names, for suggestions.

@@ -27,8 +27,8 @@ use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper, Highlighter, Hinter};
-pub use session::Settings;
 use session::{ReplError, Session};
+pub use session::{Settings, parse_duration};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -131,6 +131,7 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
     let name = path.display().to_string();
     let text = offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))?;
     let mut s = Session::new(settings).map_err(|e| format!("error: {}", e.0))?;
+    s.script = true;
     install_ctrl_c(&s)?;
     let mut stdout = std::io::stdout();
     let mut entry = input::Entry::default();

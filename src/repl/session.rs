@@ -51,6 +51,8 @@ pub struct Settings {
     pub profile: bool,
     pub max_heap: Option<usize>,
     pub deopt_records: Option<usize>,
+    /// Every launch's deadline (`None`: none).
+    pub deadline: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -66,6 +68,7 @@ impl Default for Settings {
             profile: false,
             max_heap: None,
             deopt_records: None,
+            deadline: None,
         }
     }
 }
@@ -95,6 +98,7 @@ impl Settings {
         if let Some(n) = self.deopt_records {
             b = b.deopt_records(n);
         }
+        b = b.launch_deadline(self.deadline);
         Ok(b.build()?)
     }
 
@@ -167,6 +171,14 @@ impl Settings {
                 || format!("default ({})", offload::DEFAULT_DEOPT_RECORDS),
                 |n| n.to_string()
             )
+        );
+        let _ = writeln!(
+            s,
+            "deadline    {}",
+            self.deadline.map_or("off".to_string(), |d| format!(
+                "{} (a launch still running then is interrupted)",
+                offload::diagnostics::duration_text(d)
+            ))
         );
         s
     }
@@ -259,6 +271,11 @@ pub struct Session {
     vars: BTreeMap<String, Var>,
     last: Option<Last>,
     safepoint_after: Option<Duration>,
+    /// Script mode (`offload run`): a launch whose workitems throw is an
+    /// error unless `:expect throws` announced it.
+    pub script: bool,
+    /// `:expect throws` came before the next run.
+    expect_throws: bool,
 }
 
 impl Session {
@@ -274,6 +291,8 @@ impl Session {
             vars: BTreeMap::new(),
             last: None,
             safepoint_after: None,
+            script: false,
+            expect_throws: false,
         })
     }
 
@@ -346,6 +365,13 @@ impl Session {
             "run" | ":run" => self.run(rest, None, out),
             ":time" => self.time(rest, out),
             ":safepoint" => self.arm_safepoint(rest, out),
+            ":expect" => {
+                if rest != ["throws"] {
+                    bail!("usage: :expect throws (the next run must have workitems that throw)");
+                }
+                self.expect_throws = true;
+                Ok(())
+            }
             ":report" => self.with_last(out, summary),
             ":deopts" => self.with_last(out, deopt_table),
             ":sites" => self.with_last(out, sites),
@@ -1002,6 +1028,8 @@ impl Session {
             Err(OffloadError::Interrupted(rep)) => (*rep, None, true),
             Err(e) => return Err(e.into()),
         };
+        let expected = std::mem::take(&mut self.expect_throws);
+        let threw = report.threw;
         let last = Last { report, exceptions };
         if let Some(reps) = quiet {
             reps.push(last.report.clone());
@@ -1034,10 +1062,25 @@ impl Session {
             }
         }
         self.last = Some(last);
+        if expected && threw == 0 && !interrupted {
+            bail!("`:expect throws`: no workitem of this run threw");
+        }
+        if self.script && !expected && threw > 0 {
+            bail!(
+                "{threw} workitem(s) threw; a script stops at exceptions it did not expect (`:expect throws` before a run allows them)"
+            );
+        }
         if interrupted {
             let rep = &self.last.as_ref().expect("just set").report;
             bail!(
-                "interrupted: {} of {} workitems completed, {} stopped part-way, {} not started (the heap is consistent; `:deopts` lists the stopped ones)",
+                "{}: {} of {} workitems completed, {} stopped part-way, {} not started (the heap is consistent; `:deopts` lists the stopped ones)",
+                match rep.deadline {
+                    Some(d) => format!(
+                        "stopped at the deadline ({})",
+                        offload::diagnostics::duration_text(d)
+                    ),
+                    None => "interrupted".to_string(),
+                },
                 rep.completed,
                 rep.range.end - rep.range.start,
                 rep.abandoned,
@@ -1282,6 +1325,15 @@ impl Session {
             }
             "max-heap" => s.max_heap = Some(bytes()? as usize),
             "deopt-records" => s.deopt_records = Some(at_least_one("N")? as usize),
+            "deadline" => {
+                s.deadline = match val("DURATION|off")? {
+                    "off" => None,
+                    d => match parse_duration(d)? {
+                        Duration::ZERO => bail!(":set deadline: must be longer than 0"),
+                        d => Some(d),
+                    },
+                }
+            }
             other => bail!(
                 "unknown setting `{other}` ({}){}",
                 help::SETTINGS.map(|s| s.0).join(", "),
@@ -1567,7 +1619,7 @@ fn parse_f(s: &str) -> Result<f64> {
         .map_err(|_| ReplError(format!("`{s}` is not a number")))
 }
 
-fn parse_duration(s: &str) -> Result<Duration> {
+pub fn parse_duration(s: &str) -> Result<Duration> {
     let (num, unit) = s
         .find(|c: char| c.is_alphabetic())
         .map_or((s, "ms"), |i| s.split_at(i));
@@ -1586,7 +1638,6 @@ fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// `A..B`, or `N` for `0..N`; either end may be a variable.
 /// A code view's name and what to show of it.
 fn code_args<'a>(words: &[&'a str], usage: &str) -> Result<(&'a str, Option<&'a str>)> {
     match words {
@@ -1669,6 +1720,7 @@ fn parse_bytes(s: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
+/// `A..B`, or `N` for `0..N`; either end may be a variable.
 fn parse_range(s: &str, vars: &BTreeMap<String, Var>) -> Result<std::ops::Range<i64>> {
     let end = |x: &str| -> Result<i64> {
         match vars.get(x) {

@@ -112,7 +112,10 @@ impl Target {
     pub fn text(self) -> String {
         match self {
             Target::Slowdown(x) => format!("≤ {x:.2}x"),
-            Target::Nanos(n) => format!("≤ {}", duration_text(Duration::from_nanos(n))),
+            Target::Nanos(n) => format!(
+                "≤ {}",
+                crate::diagnostics::duration_text(Duration::from_nanos(n))
+            ),
         }
     }
 }
@@ -184,30 +187,6 @@ impl BenchResult {
         })
         .expect("a bench row serializes")
     }
-}
-
-/// A duration in the unit that suits it (ns, µs, ms or s), three significant
-/// digits: for notes, where each figure stands alone. Table columns use
-/// one unit per column instead ([`table`]).
-pub fn duration_text(d: Duration) -> String {
-    let ns = d.as_nanos() as f64;
-    let (v, unit) = if ns < 1e3 {
-        (ns, "ns")
-    } else if ns < 1e6 {
-        (ns / 1e3, "µs")
-    } else if ns < 1e9 {
-        (ns / 1e6, "ms")
-    } else {
-        (ns / 1e9, "s")
-    };
-    let digits = if v >= 100.0 {
-        0
-    } else if v >= 10.0 {
-        1
-    } else {
-        2
-    };
-    format!("{v:.digits$} {unit}")
 }
 
 fn median(
@@ -572,7 +551,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 format!(
                     "median of {}, max {}",
                     stops.len(),
-                    duration_text(stops[stops.len() - 1])
+                    crate::diagnostics::duration_text(stops[stops.len() - 1])
                 ),
             );
         }
