@@ -183,6 +183,10 @@ enum Command {
         /// Print every policy decision as it is made.
         #[arg(long)]
         log: bool,
+        /// Runs of each workload under each policy; the table shows the
+        /// median and the fastest and slowest.
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
     },
     /// Print the PTX the CUDA device runs for a kernel (sm_70 and newer).
     Ptx {
@@ -372,8 +376,23 @@ fn run(cli: Cli) -> Result<(), String> {
             csv,
             svg,
             log,
+            repeat,
         } => experiment(
-            workload, policy, all, launches, items, warmup, device, workers, check, csv, svg, log,
+            workload,
+            policy,
+            all,
+            offload::tools::experiment::Config {
+                device,
+                launches,
+                items,
+                warmup,
+                workers,
+                check,
+                repeat,
+            },
+            csv,
+            svg,
+            log,
         ),
         Command::Ptx {
             file,
@@ -450,12 +469,7 @@ fn experiment(
     workload: Option<String>,
     policies: Vec<String>,
     all: bool,
-    launches: u32,
-    items: usize,
-    warmup: u32,
-    device: offload::Device,
-    workers: Option<usize>,
-    check: bool,
+    cfg: offload::tools::experiment::Config,
     csv: Option<PathBuf>,
     svg: Option<PathBuf>,
     log: bool,
@@ -488,18 +502,17 @@ fn experiment(
             NAMES.join(", ")
         ));
     }
-    if launches == 0 || items == 0 {
-        return Err("error: --launches and --items must be at least 1".into());
+    let (launches, items, warmup) = (cfg.launches, cfg.items, cfg.warmup);
+    if launches == 0 || items == 0 || cfg.repeat == 0 {
+        return Err("error: --launches, --items and --repeat must be at least 1".into());
     }
-    let cfg = experiment::Config {
-        device,
-        launches,
-        items,
-        warmup,
-        workers,
-        check,
-    };
-    let total = (workloads.len() * policies.len()) as u64 * u64::from(launches);
+    if warmup >= launches {
+        return Err(format!(
+            "error: --warmup {warmup} leaves no launch to time of --launches {launches}"
+        ));
+    }
+    let total =
+        (workloads.len() * policies.len()) as u64 * u64::from(launches) * u64::from(cfg.repeat);
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} launches {msg}")
@@ -521,21 +534,37 @@ fn experiment(
     }
     bar.finish_and_clear();
     println!(
-        "offload experiment: {launches} launches of {items} workitems, warm-up {warmup}, phase change at launch {}, on the {} device",
-        cfg.phase_launch(),
-        device.name()
+        "offload experiment: {launches} launches of {items} workitems on the {} device, each (workload, policy) run {} times; times leave out the {warmup} warm-up launch(es)",
+        cfg.device.name(),
+        cfg.repeat,
     );
+    let changing: Vec<&str> = workloads
+        .iter()
+        .map(String::as_str)
+        .filter(|w| experiment::has_phase(w))
+        .collect();
+    println!(
+        "times: median run, its fastest and slowest; vs best: median ÷ the best policy's (~: the runs overlap the best's, so the difference is within noise); counts are the first run's"
+    );
+    if !changing.is_empty() {
+        println!(
+            "inputs change at launch {} in {}",
+            cfg.phase_launch(),
+            changing.join(", ")
+        );
+    }
     if let Some(why) = results.iter().find_map(|r| r.fallback.as_deref()) {
         println!("note: {why}");
     }
     print!("{}", experiment::table(&results));
     if let Some(path) = csv {
-        std::fs::write(&path, experiment::csv(&results))
+        let text = experiment::csv(&results).map_err(|e| format!("error: {e}"))?;
+        std::fs::write(&path, text)
             .map_err(|e| format!("error: cannot write {}: {e}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = svg {
-        experiment::svg(&results, &path).map_err(|e| format!("error: {e}"))?;
+        experiment::svg(&results, &cfg, &path).map_err(|e| format!("error: {e}"))?;
         println!("wrote {}", path.display());
     }
     if results.iter().any(|r| r.matches_interpreter == Some(false)) {

@@ -230,6 +230,8 @@ fn experiment_all_writes_a_table_csv_and_svg() {
         "--workers",
         "2",
         "--check",
+        "--repeat",
+        "2",
         "--csv",
         csv.to_str().unwrap(),
         "--svg",
@@ -242,7 +244,10 @@ fn experiment_all_writes_a_table_csv_and_svg() {
         for p in offload::policy::NAMES {
             let row = out
                 .lines()
-                .find(|l| l.starts_with(&format!("{w:<16} {p:<11}")))
+                .find(|l| {
+                    let mut words = l.split_whitespace();
+                    words.next() == Some(w) && words.next() == Some(p)
+                })
                 .unwrap_or_else(|| panic!("no row for {w} / {p} in\n{out}"));
             assert!(row.trim_end().ends_with("yes"), "{row}");
         }
@@ -251,22 +256,33 @@ fn experiment_all_writes_a_table_csv_and_svg() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "workload,policy,launch,device,version,time_ms,cumulative_ms,on_device,replayed,deopts,decision"
+        "workload,policy,run,launch,warmup,device,version,time_ms,cumulative_ms,on_device,replayed,deopts,decision"
     );
     let rows: Vec<&str> = lines.collect();
-    assert_eq!(rows.len(), 6 * 4 * 4);
-    assert!(rows.iter().all(|r| r.split(',').count() == 11), "{text}");
-    // The warm-up launch ran in the interpreter, the next on a compiled
-    // version.
+    assert_eq!(rows.len(), 6 * 4 * 4 * 2, "every launch of both runs");
+    assert!(rows.iter().all(|r| r.split(',').count() == 13), "{text}");
+    // Runs and launches count from 1; the warm-up launch ran in the
+    // interpreter (no version), the next on a compiled version.
     assert!(
-        rows[0].starts_with("stable,never,0,interp,interp,"),
+        rows[0].starts_with("stable,never,1,1,true,interp,,"),
         "{}",
         rows[0]
     );
-    assert!(rows[1].starts_with("stable,never,1,cpu,1,"), "{}", rows[1]);
+    assert!(
+        rows[1].starts_with("stable,never,1,2,false,cpu,1,"),
+        "{}",
+        rows[1]
+    );
+    assert!(rows[4].starts_with("stable,never,2,1,true,"), "{}", rows[4]);
+    assert!(out.contains("inputs change at launch"), "{out}");
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg"), "{}", &plot[..plot.len().min(200)]);
-    for label in ["phase-change: cumulative time", "trap-limit", "cost-model"] {
+    for label in [
+        "phase-change: cumulative time after the warm-up",
+        "trap-limit (1 recompiles)",
+        "cost-model",
+        "inputs change (launch",
+    ] {
         assert!(plot.contains(label), "{label} missing from the SVG");
     }
 }

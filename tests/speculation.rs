@@ -134,7 +134,7 @@ fn a_receiver_class_never_profiled_fails_the_guard_and_replays() {
         .sum();
     assert!(guard > 0, "{r:?}");
     // Before the new classes arrive, the guarded inlined call never fails.
-    let phase = cfg.phase_launch() as usize;
+    let phase = cfg.phase_launch() as usize - 1; // the index of the launch of the change
     assert!(
         r.launches[..phase]
             .iter()
@@ -277,7 +277,7 @@ fn phase_change_trap_limit_recompiles_once_and_never_keeps_deopting() {
         check: true,
         ..Config::default()
     };
-    let phase = cfg.phase_launch() as usize;
+    let phase = cfg.phase_launch() as usize - 1; // the index of the launch of the change
     let mut digests = BTreeSet::new();
     for p in offload::policy::NAMES {
         let r = experiment::run("phase-change", p, &cfg, &|| ()).unwrap();

@@ -24,7 +24,6 @@ use crate::policy::Decision;
 use crate::{Arg, Array, Closure, Device, Module, OffloadError, Runtime};
 use offload_deopt::Reason;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -69,6 +68,9 @@ pub struct Config {
     /// Also run the workload on the interpreter and compare every
     /// launch's output with it.
     pub check: bool,
+    /// Runs of each (workload, policy): the table reports their median
+    /// and spread, so that noise does not read as a result.
+    pub repeat: u32,
 }
 
 impl Default for Config {
@@ -80,22 +82,33 @@ impl Default for Config {
             warmup: 1,
             workers: None,
             check: false,
+            repeat: 3,
         }
     }
 }
 
 impl Config {
-    /// The launch at which the inputs change.
+    /// The launch (1-based) at which the inputs of the workloads that
+    /// change change ([`has_phase`]).
     pub fn phase_launch(&self) -> u32 {
-        (self.warmup + 1).max(self.launches / 4)
+        (self.warmup + 1).max(self.launches / 4) + 1
     }
+}
+
+/// Whether a workload's inputs change part-way ([`Config::phase_launch`]).
+pub fn has_phase(workload: &str) -> bool {
+    matches!(workload, "phase-change" | "rare-null" | "megamorphic")
 }
 
 /// One launch of a run.
 #[derive(Clone, Debug)]
 pub struct LaunchRow {
-    /// Its index (0-based; warm-up launches first).
+    /// Its number, from 1 (warm-up launches first), as in the CSV, the
+    /// plot and the policy's log.
     pub launch: u32,
+    /// A warm-up launch (profiled in the interpreter): left out of the
+    /// table's times.
+    pub warmup: bool,
     /// Its wall time (compiling a new version included).
     pub time: Duration,
     /// Where it ran.
@@ -119,10 +132,15 @@ pub struct RunResult {
     pub workload: String,
     /// The policy.
     pub policy: String,
-    /// The launches.
+    /// The launches of the first run.
     pub launches: Vec<LaunchRow>,
-    /// Versions compiled after the first.
+    /// Versions compiled after the first, in the first run.
     pub recompiles: u32,
+    /// Every run's launches ([`Config::repeat`] runs; the first is
+    /// `launches`).
+    pub runs: Vec<Vec<LaunchRow>>,
+    /// Whether every run produced the same outputs.
+    pub runs_agree: bool,
     /// The digest of every launch's output.
     pub digest: u64,
     /// Whether the outputs equal the interpreter's (`None`: not checked).
@@ -132,9 +150,31 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    /// Total wall time of the launches.
+    /// Total wall time of the first run's launches after the warm-up.
     pub fn total(&self) -> Duration {
-        self.launches.iter().map(|l| l.time).sum()
+        steady(&self.launches)
+    }
+
+    /// Every run's time after the warm-up, sorted.
+    pub fn steady_times(&self) -> Vec<Duration> {
+        let mut t: Vec<Duration> = self.runs.iter().map(|r| steady(r)).collect();
+        t.sort();
+        t
+    }
+
+    /// The median run's time after the warm-up.
+    pub fn median(&self) -> Duration {
+        let t = self.steady_times();
+        t.get(t.len() / 2).copied().unwrap_or_default()
+    }
+
+    /// The median run's launches.
+    pub fn median_run(&self) -> &[LaunchRow] {
+        let m = self.median();
+        self.runs
+            .iter()
+            .find(|r| steady(r) == m)
+            .map_or(&self.launches[..], |r| &r[..])
     }
     /// Workitems finished on the device, over every launch.
     pub fn on_device(&self) -> u64 {
@@ -176,6 +216,11 @@ impl RunResult {
     }
 }
 
+/// The time of a run's launches after the warm-up.
+fn steady(launches: &[LaunchRow]) -> Duration {
+    launches.iter().filter(|l| !l.warmup).map(|l| l.time).sum()
+}
+
 /// The inputs and outputs of one workload in one runtime.
 struct Driver {
     workload: String,
@@ -199,7 +244,7 @@ impl Driver {
             workload: workload.to_string(),
             module,
             items: n,
-            phase: cfg.phase_launch(),
+            phase: cfg.phase_launch() - 1, // 0-based, as `j` below
             out_f64: None,
             out_i32: None,
             x: None,
@@ -362,6 +407,11 @@ pub fn run(
     };
     let mut r = run_on(workload, policy, cfg, cfg.device, tick)?;
     r.result.matches_interpreter = reference.map(|t| t == r.digest_trace);
+    for _ in 1..cfg.repeat.max(1) {
+        let again = run_on(workload, policy, cfg, cfg.device, tick)?;
+        r.result.runs_agree &= again.digest_trace == r.digest_trace;
+        r.result.runs.push(again.result.launches);
+    }
     Ok(r.result)
 }
 
@@ -398,7 +448,8 @@ fn run_on(
             *deopts.entry(r).or_insert(0) += n;
         }
         rows.push(LaunchRow {
-            launch: j,
+            launch: j + 1,
+            warmup: j < cfg.warmup,
             time,
             device: rep.device,
             version: rep.version,
@@ -422,6 +473,8 @@ fn run_on(
         result: RunResult {
             workload: workload.to_string(),
             policy: policy.to_string(),
+            runs: vec![rows.clone()],
+            runs_agree: true,
             launches: rows,
             recompiles,
             digest,
@@ -478,90 +531,131 @@ fn reasons_text(m: &BTreeMap<Reason, u64>) -> String {
         .join(" ")
 }
 
-/// The results as a table, one row per (workload, policy), with each
-/// policy's total time relative to the best policy on that workload.
+/// The results as a table, one row per (workload, policy): the time of
+/// the launches after the warm-up, the median of [`Config::repeat`] runs
+/// with the fastest and slowest, that median relative to the best policy's
+/// on the workload (`~` when its runs overlap the best policy's: within
+/// noise), and what the first run did.
 pub fn table(results: &[RunResult]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:<16} {:<11} {:>10} {:>9} {:>6} {:>10} {:>9} {:>9}  {:<28} {:<24} = interp",
+    let mut t = crate::table::new([
         "workload",
         "policy",
-        "total ms",
-        "ms/launch",
+        "median ms",
+        "min–max ms",
         "vs best",
         "on device",
         "replayed",
-        "recompile",
+        "recompiles",
         "deopts by reason",
         "final decision",
-    );
+        "= interp",
+    ]);
     for r in results {
         let best = results
             .iter()
             .filter(|o| o.workload == r.workload)
-            .map(RunResult::total)
-            .min()
-            .unwrap_or_default();
-        let n = r.launches.len().max(1) as u32;
-        let _ = writeln!(
-            s,
-            "{:<16} {:<11} {:>10.1} {:>9.2} {:>5.2}x {:>10} {:>9} {:>9}  {:<28} {:<24} {}",
-            r.workload,
-            r.policy,
-            ms(r.total()),
-            ms(r.total() / n),
-            r.total().as_secs_f64() / best.as_secs_f64().max(1e-12),
-            r.on_device(),
-            r.replayed(),
-            r.recompiles,
+            .min_by_key(|o| o.median())
+            .unwrap_or(r);
+        let times = r.steady_times();
+        // Within noise of the best: its fastest run is no slower than the
+        // best policy's slowest.
+        let overlaps = !std::ptr::eq(best, r) && times.first() <= best.steady_times().last();
+        t.add_row([
+            r.workload.clone(),
+            r.policy.clone(),
+            format!("{:.1}", ms(r.median())),
+            format!(
+                "{:.1}–{:.1}",
+                ms(times.first().copied().unwrap_or_default()),
+                ms(times.last().copied().unwrap_or_default())
+            ),
+            format!(
+                "{:.2}x{}",
+                r.median().as_secs_f64() / best.median().as_secs_f64().max(1e-12),
+                if overlaps { " ~" } else { "" }
+            ),
+            r.on_device().to_string(),
+            r.replayed().to_string(),
+            r.recompiles.to_string(),
             reasons_text(&r.deopts()),
             r.final_decision(),
-            match r.matches_interpreter {
-                Some(true) => "yes",
-                Some(false) => "NO",
-                None => "-",
+            match (r.matches_interpreter, r.runs_agree) {
+                (_, false) => "RUNS DIFFER",
+                (Some(true), true) => "yes",
+                (Some(false), true) => "NO",
+                (None, true) => "-",
             }
-        );
+            .to_string(),
+        ]);
     }
-    s
+    crate::table::right(&mut t, &[2, 3, 4, 5, 6, 7]);
+    crate::table::text(&t)
 }
 
-/// Per launch, as CSV: `workload,policy,launch,device,version,time_ms,
-/// cumulative_ms,on_device,replayed,deopts,decision`.
-pub fn csv(results: &[RunResult]) -> String {
-    let mut s = String::from(
-        "workload,policy,launch,device,version,time_ms,cumulative_ms,on_device,replayed,deopts,decision\n",
-    );
+/// One CSV row: a launch of one run.
+#[derive(serde::Serialize)]
+struct CsvRow<'a> {
+    workload: &'a str,
+    policy: &'a str,
+    run: usize,
+    launch: u32,
+    warmup: bool,
+    device: &'a str,
+    version: Option<u32>,
+    time_ms: f64,
+    cumulative_ms: f64,
+    on_device: u64,
+    replayed: u64,
+    deopts: String,
+    decision: String,
+}
+
+/// Per launch of every run, as CSV (through the csv crate: fields that
+/// need quoting are quoted): `workload, policy, run, launch, warmup,
+/// device, version, time_ms, cumulative_ms, on_device, replayed, deopts,
+/// decision`. Runs and launches are numbered from 1; `version` is empty
+/// for a launch on the interpreter; `cumulative_ms` counts every launch of
+/// the run, warm-up included.
+pub fn csv(results: &[RunResult]) -> Result<String, String> {
+    let mut w = csv::Writer::from_writer(Vec::new());
     for r in results {
-        let mut cum = Duration::ZERO;
-        for l in &r.launches {
-            cum += l.time;
-            let _ = writeln!(
-                s,
-                "{},{},{},{},{},{:.4},{:.4},{},{},{},{}",
-                r.workload,
-                r.policy,
-                l.launch,
-                l.device.name(),
-                l.version.map_or("interp".to_string(), |v| v.to_string()),
-                ms(l.time),
-                ms(cum),
-                l.on_device,
-                l.replayed,
-                reasons_text(&l.deopts),
-                l.decision
-                    .as_ref()
-                    .map_or("-".to_string(), |d| decision_name(&d.decided.decision))
-            );
+        for (k, run) in r.runs.iter().enumerate() {
+            let mut cum = Duration::ZERO;
+            for l in run {
+                cum += l.time;
+                w.serialize(CsvRow {
+                    workload: &r.workload,
+                    policy: &r.policy,
+                    run: k + 1,
+                    launch: l.launch,
+                    warmup: l.warmup,
+                    device: l.device.name(),
+                    version: l.version,
+                    time_ms: ms(l.time),
+                    cumulative_ms: ms(cum),
+                    on_device: l.on_device,
+                    replayed: l.replayed,
+                    deopts: reasons_text(&l.deopts),
+                    decision: l
+                        .decision
+                        .as_ref()
+                        .map_or("-".to_string(), |d| decision_name(&d.decided.decision)),
+                })
+                .map_err(|e| format!("CSV: {e}"))?;
+            }
         }
     }
-    s
+    let bytes = w.into_inner().map_err(|e| format!("CSV: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| format!("CSV: {e}"))
 }
 
 /// An SVG plot of cumulative time per policy across launches, one panel
-/// per workload.
-pub fn svg(results: &[RunResult], path: &std::path::Path) -> Result<(), String> {
+/// per workload: the median run of each policy, from the first launch
+/// after the warm-up (so that the interpreter's warm-up does not dwarf the
+/// rest); a circle where a recompiled version first ran, and a dashed line
+/// at the launch where the workload's inputs change. The legend sits above
+/// the curves, in space kept free for it.
+pub fn svg(results: &[RunResult], cfg: &Config, path: &std::path::Path) -> Result<(), String> {
     use plotters::prelude::*;
     let mut workloads: Vec<&str> = Vec::new();
     for r in results {
@@ -571,26 +665,36 @@ pub fn svg(results: &[RunResult], path: &std::path::Path) -> Result<(), String> 
     }
     let cols = workloads.len().clamp(1, 3);
     let rows = workloads.len().div_ceil(cols).max(1);
-    let root = SVGBackend::new(path, (480 * cols as u32, 360 * rows as u32)).into_drawing_area();
+    let root = SVGBackend::new(path, (480 * cols as u32, 400 * rows as u32)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let panels = root.split_evenly((rows, cols));
     let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+    let first = cfg.warmup + 1;
     for (w, panel) in workloads.iter().zip(panels.iter()) {
         let runs: Vec<&RunResult> = results.iter().filter(|r| r.workload == *w).collect();
-        let launches = runs.iter().map(|r| r.launches.len()).max().unwrap_or(1) as u32;
-        let top = runs
+        let last = runs
             .iter()
-            .map(|r| ms(r.total()))
+            .map(|r| r.launches.len())
+            .max()
+            .unwrap_or(1)
+            .max(first as usize) as u32;
+        let curve_top = runs
+            .iter()
+            .map(|r| ms(steady(r.median_run())))
             .fold(0.0f64, f64::max)
-            .max(1e-3)
-            * 1.05;
+            .max(1e-3);
+        // Room above the curves for the legend (a line per policy).
+        let top = curve_top * (1.15 + 0.09 * runs.len() as f64);
         let mut chart = ChartBuilder::on(panel)
-            .caption(format!("{w}: cumulative time"), ("sans-serif", 18))
+            .caption(
+                format!("{w}: cumulative time after the warm-up"),
+                ("sans-serif", 16),
+            )
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(52)
-            .build_cartesian_2d(0u32..launches, 0f64..top)
+            .build_cartesian_2d(first - 1..last, 0f64..top)
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
@@ -598,34 +702,96 @@ pub fn svg(results: &[RunResult], path: &std::path::Path) -> Result<(), String> 
             .y_desc("ms")
             .draw()
             .map_err(|e| err(&e))?;
+        if has_phase(w) {
+            let x = cfg.phase_launch();
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(x, 0.0), (x, curve_top * 1.05)],
+                    6,
+                    4,
+                    BLACK.stroke_width(1),
+                ))
+                .map_err(|e| err(&e))?
+                .label(format!("inputs change (launch {x})"))
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
+        }
         for (i, r) in runs.iter().enumerate() {
             let color = colors[i % colors.len()];
             let mut cum = 0.0;
-            let points: Vec<(u32, f64)> = r
-                .launches
-                .iter()
-                .map(|l| {
-                    cum += ms(l.time);
-                    (l.launch + 1, cum)
-                })
-                .collect();
+            let mut prev = None;
+            let mut points = vec![(first - 1, 0.0)];
+            let mut recompiled = Vec::new();
+            for l in r.median_run().iter().filter(|l| !l.warmup) {
+                cum += ms(l.time);
+                points.push((l.launch, cum));
+                if prev.is_some_and(|p: Option<u32>| p != l.version) && l.version.is_some() {
+                    recompiled.push((l.launch, cum));
+                }
+                prev = Some(l.version);
+            }
             chart
-                .draw_series(LineSeries::new(
-                    std::iter::once((0, 0.0)).chain(points),
-                    color.stroke_width(2),
-                ))
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(|e| err(&e))?
-                .label(r.policy.clone())
+                .label(format!("{} ({} recompiles)", r.policy, recompiled.len()))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            chart
+                .draw_series(
+                    recompiled
+                        .into_iter()
+                        .map(|p| Circle::new(p, 5, color.stroke_width(2))),
+                )
+                .map_err(|e| err(&e))?;
         }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
             .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
+            .background_style(WHITE.mix(0.9))
             .draw()
             .map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_rows_round_trip_with_names_that_need_quoting() {
+        let row = LaunchRow {
+            launch: 1,
+            warmup: true,
+            time: Duration::from_micros(1500),
+            device: Device::Interpreter,
+            version: None,
+            on_device: 0,
+            replayed: 3,
+            deopts: BTreeMap::from([(Reason::NullCheck, 2), (Reason::Safepoint, 1)]),
+            decision: None,
+        };
+        let r = RunResult {
+            workload: "a,\"quoted\"\nworkload".into(),
+            policy: "p".into(),
+            launches: vec![row.clone()],
+            recompiles: 0,
+            runs: vec![vec![row.clone()], vec![row]],
+            runs_agree: true,
+            digest: 0,
+            matches_interpreter: None,
+            fallback: None,
+        };
+        let text = csv(&[r]).unwrap();
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        let recs: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+        assert_eq!(recs.len(), 2, "{text}");
+        assert_eq!(&recs[0][0], "a,\"quoted\"\nworkload");
+        assert_eq!((&recs[0][2], &recs[1][2]), ("1", "2"), "runs count from 1");
+        assert_eq!(&recs[0][3], "1");
+        assert_eq!(&recs[0][4], "true");
+        assert_eq!(&recs[0][6], "", "no version on the interpreter");
+        assert_eq!(recs[0][7].parse::<f64>().unwrap(), 1.5);
+        assert_eq!(&recs[0][11], "null:2 safepoint:1");
+    }
 }
