@@ -33,8 +33,35 @@ fn named_paths(text: &str) -> Vec<String> {
         .skip(1)
         .step_by(2)
         .filter(|w| {
-            !w.contains(' ')
-                && (w.ends_with(".md") || w.starts_with("../") || w.starts_with("docs/"))
+            const DIRS: [&str; 14] = [
+                "docs/",
+                "src/",
+                "tests/",
+                "examples/",
+                "scripts/",
+                "benches/",
+                "ir/",
+                "jit/",
+                "tlab/",
+                "deopt/",
+                "host-interp/",
+                "vgpu/",
+                "experiments/",
+                "fuzz/",
+            ];
+            let file = w.rsplit('/').next().unwrap_or("");
+            let file_like = file.contains('.');
+            // `tests/repl/NAME.ofs`: a placeholder, not a path.
+            let stem = file.split('.').next().unwrap_or("");
+            let placeholder =
+                !stem.is_empty() && stem.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+            if placeholder {
+                return false;
+            }
+            !w.contains([' ', '*', '{', '<', '$'])
+                && (w.ends_with(".md")
+                    || w.starts_with("../")
+                    || (file_like && DIRS.iter().any(|d| w.starts_with(d))))
         })
         .map(str::to_string)
         .collect()
