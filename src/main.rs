@@ -85,12 +85,14 @@ enum Command {
     },
     /// Print a file in canonical form.
     Fmt {
-        /// The file to format.
-        file: PathBuf,
-        /// Rewrite the file in place instead of printing it.
+        /// The files to format (one, unless with --write or --check).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Rewrite the files in place instead of printing them.
         #[arg(long)]
         write: bool,
-        /// Exit non-zero if the file is not in canonical form.
+        /// Exit non-zero if a file is not in canonical form, showing how it
+        /// differs (a unified diff).
         #[arg(long, conflicts_with = "write")]
         check: bool,
     },
@@ -260,26 +262,11 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Fmt { file, write, check } => {
-            let src = read(&file)?;
-            let name = file.display().to_string();
-            let module = ir::parse_module(&name, &src)
-                .map_err(|ds| format!("{}error: cannot format {name}", render_all(&ds.0, &src)))?;
-            let text = ir::print_module(&module);
-            if write {
-                std::fs::write(&file, &text)
-                    .map_err(|e| format!("error: cannot write {name}: {e}"))?;
-            } else if check {
-                if text != src {
-                    return Err(format!(
-                        "error: {name} is not in canonical form (run `offload fmt --write {name}`)"
-                    ));
-                }
-            } else {
-                print!("{text}");
-            }
-            Ok(())
-        }
+        Command::Fmt {
+            files,
+            write,
+            check,
+        } => fmt(&files, write, check),
         Command::Demo {
             workers,
             shrink,
@@ -465,6 +452,59 @@ fn main() -> ExitCode {
 }
 
 #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
+/// `offload fmt`: print one file in canonical form, or rewrite or check
+/// every file given; every file is looked at, and the errors counted.
+fn fmt(files: &[PathBuf], write: bool, check: bool) -> Result<(), String> {
+    if files.len() > 1 && !write && !check {
+        return Err(
+            "error: `offload fmt` prints one file; give --write or --check to format several"
+                .into(),
+        );
+    }
+    let mut failed = 0;
+    for file in files {
+        let name = file.display().to_string();
+        let r = read(file).and_then(|src| {
+            let module = ir::parse_module(&name, &src)
+                .map_err(|ds| format!("{}error: cannot format {name}", render_all(&ds.0, &src)))?;
+            Ok((src, ir::print_module(&module)))
+        });
+        let (src, text) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("{e}");
+                failed += 1;
+                continue;
+            }
+        };
+        if write {
+            if text != src {
+                std::fs::write(file, &text)
+                    .map_err(|e| format!("error: cannot write {name}: {e}"))?;
+                println!("formatted {name}");
+            }
+        } else if check {
+            if text != src {
+                let diff = similar::TextDiff::from_lines(&src, &text);
+                eprint!(
+                    "{}",
+                    diff.unified_diff()
+                        .context_radius(2)
+                        .header(&name, &format!("{name} (canonical)"))
+                );
+                eprintln!("error: {name} is not in canonical form (`offload fmt --write {name}` rewrites it)");
+                failed += 1;
+            }
+        } else {
+            print!("{text}");
+        }
+    }
+    if failed > 0 {
+        return Err(format!("error: {failed} of {} file(s) failed", files.len()));
+    }
+    Ok(())
+}
+
 fn experiment(
     workload: Option<String>,
     policies: Vec<String>,

@@ -90,8 +90,23 @@ fn fmt_prints_canonical_text_and_check_mode_detects_drift() {
     let (code, _, err) = offload(&["fmt", "--check", p.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("not in canonical form"), "{err}");
+    // The check shows how the file differs.
+    assert!(err.contains("+    load xs") && err.contains("-  load xs"), "{err}");
     let canon = temp("canon.obc", &out);
     assert_eq!(offload(&["fmt", "--check", canon.to_str().unwrap()]).0, 0);
+    // Several files: each is checked (the counts name how many failed),
+    // and --write rewrites them all.
+    let (pa, ca) = (p.to_str().unwrap(), canon.to_str().unwrap());
+    let (code, _, err) = offload(&["fmt", "--check", ca, pa, ca]);
+    assert_eq!(code, 1);
+    assert!(err.contains("1 of 3 file(s) failed"), "{err}");
+    let (code, _, err) = offload(&["fmt", ca, pa]);
+    assert_eq!(code, 1);
+    assert!(err.contains("give --write or --check"), "{err}");
+    let (code, out, err) = offload(&["fmt", "--write", pa, ca]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("formatted {pa}"));
+    assert_eq!(offload(&["fmt", "--check", pa, ca]).0, 0);
 }
 
 #[test]
