@@ -492,7 +492,9 @@ fn fmt(files: &[PathBuf], write: bool, check: bool) -> Result<(), String> {
                         .context_radius(2)
                         .header(&name, &format!("{name} (canonical)"))
                 );
-                eprintln!("error: {name} is not in canonical form (`offload fmt --write {name}` rewrites it)");
+                eprintln!(
+                    "error: {name} is not in canonical form (`offload fmt --write {name}` rewrites it)"
+                );
                 failed += 1;
             }
         } else {

@@ -91,7 +91,10 @@ fn fmt_prints_canonical_text_and_check_mode_detects_drift() {
     assert_eq!(code, 1);
     assert!(err.contains("not in canonical form"), "{err}");
     // The check shows how the file differs.
-    assert!(err.contains("+    load xs") && err.contains("-  load xs"), "{err}");
+    assert!(
+        err.contains("+    load xs") && err.contains("-  load xs"),
+        "{err}"
+    );
     let canon = temp("canon.obc", &out);
     assert_eq!(offload(&["fmt", "--check", canon.to_str().unwrap()]).0, 0);
     // Several files: each is checked (the counts name how many failed),

@@ -25,8 +25,10 @@
 //! - **M7** a method's local 0 is `this`, of its class; abstract methods have no
 //!   body and every other function has one.
 //!
-//! Function level, at each reachable bytecode index (the first error of each
-//! function is reported):
+//! Function level, at each reachable bytecode index (every independent error
+//! of a function is reported: after an error the dataflow goes on where the
+//! types that follow do not depend on it, and stops on that path where they
+//! do, so one mistake is one error, not a cascade):
 //! - **F1** the operand stack does not underflow and stays within
 //!   [`MAX_STACK`] slots.
 //! - **F2** every operand has the type the instruction expects (numeric types
@@ -107,8 +109,8 @@ impl std::ops::Deref for Verified {
     }
 }
 
-/// Verify a module. Returns every module-level error, and the first error of
-/// each function.
+/// Verify a module. Returns every module-level error, and every independent
+/// error of each function.
 pub fn verify(module: Module) -> Result<Verified> {
     let mut v = Verifier {
         m: &module,
@@ -122,8 +124,8 @@ pub fn verify(module: Module) -> Result<Verified> {
     for i in 0..module.funcs.len() {
         match v.function(FuncId::new(i)) {
             Ok(t) => types.push(t),
-            Err(d) => {
-                v.diags.push(*d);
+            Err(ds) => {
+                v.diags.extend(ds);
                 types.push(FuncTypes {
                     frames: Vec::new(),
                     max_stack: 0,
@@ -489,7 +491,13 @@ impl<'a> Verifier<'a> {
         }
     }
 
-    fn function(&self, id: FuncId) -> FResult<FuncTypes> {
+    /// Verify one function: its types, or every independent error in it.
+    /// After an error the dataflow goes on where it can tell the types
+    /// that follow (an instruction with a fixed stack effect pushes what
+    /// its opcode says whatever it popped; a read of an unassigned local
+    /// gives the local's declared type), and stops on that path otherwise,
+    /// so that one mistake is reported once, not as a cascade.
+    fn function(&self, id: FuncId) -> Result<FuncTypes, Vec<Diagnostic>> {
         let f = self.m.func(id);
         let n = f.body.len();
         if f.is_abstract() {
@@ -509,13 +517,15 @@ impl<'a> Verifier<'a> {
                 && t as usize >= n
             {
                 fv.bci = bci as Bci;
-                return Err(fv.mismatch(
+                return Err(vec![*fv.mismatch(
                     "branch target out of range",
                     format!("a bytecode index below {n}"),
                     t.to_string(),
-                ));
+                )]);
             }
         }
+        let mut errors: Vec<Diagnostic> = Vec::new();
+        let mut failed = vec![false; n];
         let mut frames: Vec<Option<Frame>> = vec![None; n];
         let mut locals = vec![None; f.locals.len()];
         for (i, l) in f.params().iter().enumerate() {
@@ -536,18 +546,38 @@ impl<'a> Verifier<'a> {
                 .clone()
                 .expect("queued bcis have frames");
             let inst = &f.body[bci as usize];
-            fv.step(inst, &mut fr)?;
+            let mut report = |d: Box<Diagnostic>, at: Bci| {
+                if !std::mem::replace(&mut failed[at as usize], true) {
+                    errors.push(*d);
+                }
+            };
+            let before = fr.clone();
+            if let Err(d) = fv.step(inst, &mut fr) {
+                report(d, bci);
+                match fv.recover(inst, before) {
+                    Some(next) => fr = next,
+                    None => continue,
+                }
+            }
             max_stack = max_stack.max(fr.stack.len());
             if fr.stack.len() > MAX_STACK {
-                return Err(fv.mismatch(
-                    "operand stack too deep",
-                    format!("at most {MAX_STACK} values"),
-                    fr.stack.len().to_string(),
-                ));
+                report(
+                    fv.mismatch(
+                        "operand stack too deep",
+                        format!("at most {MAX_STACK} values"),
+                        fr.stack.len().to_string(),
+                    ),
+                    bci,
+                );
+                continue;
             }
             let flow = inst.opcode().flow();
             if matches!(flow, Flow::Next | Flow::Branch) && bci as usize + 1 >= n {
-                return Err(fv.simple(format!("execution falls off the end of `{}`", f.name)));
+                report(
+                    fv.simple(format!("execution falls off the end of `{}`", f.name)),
+                    bci,
+                );
+                continue;
             }
             for succ in inst.successors(bci) {
                 let s = succ as usize;
@@ -556,12 +586,17 @@ impl<'a> Verifier<'a> {
                         frames[s] = Some(fr.clone());
                         true
                     }
-                    Some(old) => {
-                        let merged = fv.merge(old, &fr, succ)?;
-                        let changed = merged != *old;
-                        frames[s] = Some(merged);
-                        changed
-                    }
+                    Some(old) => match fv.merge(old, &fr, succ) {
+                        Ok(merged) => {
+                            let changed = merged != *old;
+                            frames[s] = Some(merged);
+                            changed
+                        }
+                        Err(d) => {
+                            report(d, bci);
+                            false
+                        }
+                    },
                 };
                 if changed && !queued[s] {
                     queued[s] = true;
@@ -569,7 +604,11 @@ impl<'a> Verifier<'a> {
                 }
             }
         }
-        Ok(FuncTypes { frames, max_stack })
+        if errors.is_empty() {
+            Ok(FuncTypes { frames, max_stack })
+        } else {
+            Err(errors)
+        }
     }
 }
 
@@ -726,6 +765,32 @@ impl FnVerifier<'_> {
             fr.stack.push(r);
         }
         Ok(())
+    }
+
+    /// The frame after `inst` failed its check on `before`, when the types
+    /// that follow do not depend on what went wrong; `None` stops the path.
+    fn recover(&self, inst: &Inst, mut before: Frame) -> Option<Frame> {
+        match (inst.opcode().effect(), *inst) {
+            (Effect::Fixed { pops, pushes }, _) if before.stack.len() >= pops.len() => {
+                before.stack.truncate(before.stack.len() - pops.len());
+                before
+                    .stack
+                    .extend(pushes.iter().map(|&s| Self::sig_type(s)));
+                Some(before)
+            }
+            (_, Inst::Load { local }) => {
+                let l = self.f.locals.get(local.index())?;
+                before.stack.push(l.ty);
+                Some(before)
+            }
+            (_, Inst::Store { local }) if !before.stack.is_empty() => {
+                let l = self.f.locals.get(local.index())?;
+                before.stack.pop();
+                before.locals[local.index()] = Some(l.ty);
+                Some(before)
+            }
+            _ => None,
+        }
     }
 
     fn step(&self, inst: &Inst, fr: &mut Frame) -> FResult<()> {
