@@ -382,7 +382,11 @@ impl Parser {
             return Ok(f);
         }
         self.expect(Tok::LBrace, "`{`")?;
-        self.end_of_line()?;
+        // A body may start on the line of its `{` (`{ ret }`, or a first
+        // instruction there); otherwise the line ends after it.
+        if matches!(self.peek(), Tok::Newline | Tok::Eof) {
+            self.end_of_line()?;
+        }
         self.body(&mut f)?;
         Ok(f)
     }
