@@ -408,3 +408,29 @@ fn a_deadline_stops_a_kernel_that_would_not_end() {
     );
     assert!(out.contains("4 of 4 completed"), "{out}");
 }
+
+#[test]
+fn a_script_fails_when_a_definition_waits_for_a_name_never_defined() {
+    let (ok, out, err) = script_run(
+        "waits.ofs",
+        "kernel k(i: i64) {\n    call nope\n    ret\n}\n",
+        &[],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("waiting for what it names: unknown function `nope`"),
+        "{out}"
+    );
+    assert!(
+        err.contains("never defined: kernel k (unknown function `nope`)"),
+        "{err}"
+    );
+    // Defined later in the script, it loads and runs.
+    let (ok, out, err) = script_run(
+        "later.ofs",
+        "kernel k(i: i64) {\n    call f\n    ret\n}\nfunc f() {\n    ret\n}\nrun k 4\n",
+        &[],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("4 of 4 completed"), "{out}");
+}

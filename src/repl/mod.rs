@@ -170,6 +170,13 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
             });
         }
     }
+    let waiting = s.waiting();
+    if !waiting.is_empty() {
+        return Err(format!(
+            "error: {name}: the script ended with definitions that name what was never defined: {}",
+            waiting.join("; ")
+        ));
+    }
     Ok(())
 }
 

@@ -267,6 +267,9 @@ pub struct Session {
     /// The runtime a Ctrl-C handler interrupts.
     pub current: Arc<Mutex<Runtime>>,
     defs: Vec<Def>,
+    /// Definitions that name a class or function not defined yet, each
+    /// with what it waits for: they load once what they name is defined.
+    pending: Vec<(Def, String)>,
     module: Option<Module>,
     vars: BTreeMap<String, Var>,
     last: Option<Last>,
@@ -287,6 +290,7 @@ impl Session {
             current: Arc::new(Mutex::new(rt.clone())),
             rt,
             defs: Vec::new(),
+            pending: Vec::new(),
             module: None,
             vars: BTreeMap::new(),
             last: None,
@@ -439,7 +443,18 @@ impl Session {
             bail!("{origin}: no class, kernel or func definition found");
         }
         let mut defs = self.defs.clone();
+        // Definitions waiting for a name come along, unless redefined now.
+        let mut waiting: Vec<Def> = Vec::new();
+        for (d, _) in &self.pending {
+            let replaced = items
+                .iter()
+                .any(|i| i.name == d.item.name && same_namespace(i.kind, d.item.kind));
+            if !replaced {
+                waiting.push(d.clone());
+            }
+        }
         let mut said = Vec::new();
+        let mut fresh = Vec::new();
         for item in items {
             let old = defs
                 .iter()
@@ -449,7 +464,8 @@ impl Session {
             } else {
                 "defined"
             };
-            said.push(format!("{verb} {} {}", item.kind, item.name));
+            said.push((verb, item.kind, item.name.clone()));
+            fresh.push(item.name.clone());
             let def = Def {
                 item,
                 origin: origin.to_string(),
@@ -459,16 +475,77 @@ impl Session {
                 None => defs.push(def),
             }
         }
-        let module = load_defs(&self.rt, &defs)?;
+        let first_new = defs.len();
+        defs.extend(waiting);
+        // Load; definitions whose only errors are names not defined yet
+        // (and that were not loaded before) wait for them, and the rest is
+        // loaded again without them, until it loads or fails otherwise.
+        let mut pending: Vec<(Def, String)> = Vec::new();
+        let module = loop {
+            if defs.is_empty() {
+                break None;
+            }
+            match load_defs_diag(&self.rt, &defs) {
+                Ok(m) => break Some(m),
+                Err(fail) => {
+                    let waits: Vec<(usize, String)> = fail.unresolved();
+                    let movable = !waits.is_empty()
+                        && fail.all_unresolved()
+                        && waits
+                            .iter()
+                            .all(|(i, _)| *i >= first_new || fresh.contains(&defs[*i].item.name));
+                    if !movable {
+                        bail!("{}", fail.text);
+                    }
+                    let mut idx: Vec<usize> = waits.iter().map(|(i, _)| *i).collect();
+                    idx.sort_unstable();
+                    idx.dedup();
+                    for &i in idx.iter().rev() {
+                        let why: Vec<&str> = waits
+                            .iter()
+                            .filter(|(j, _)| *j == i)
+                            .map(|(_, m)| m.as_str())
+                            .collect();
+                        pending.push((defs.remove(i), why.join(", ")));
+                    }
+                }
+            }
+        };
         // Objects are instances of a module's classes: make the variables'
         // objects again from the new definitions.
-        let (vars, lost) = carry_over(&self.rt, &self.vars, &self.rt, Some(&module))?;
+        let (vars, lost) = carry_over(&self.rt, &self.vars, &self.rt, module.as_ref())?;
+        let was_pending: Vec<String> = self
+            .pending
+            .iter()
+            .map(|(d, _)| d.item.name.clone())
+            .collect();
         self.defs = defs;
-        self.module = Some(module);
+        self.module = module;
         self.vars = vars;
-        for s in said {
-            let _ = writeln!(out, "{s}");
+        for (verb, kind, name) in said {
+            match pending.iter().find(|(d, _)| d.item.name == name) {
+                Some((_, why)) => {
+                    let _ = writeln!(
+                        out,
+                        "{verb} {kind} {name}, waiting for what it names: {why} (it loads once that is defined)"
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "{verb} {kind} {name}");
+                }
+            }
         }
+        for d in &self.defs {
+            if was_pending.contains(&d.item.name) {
+                let _ = writeln!(
+                    out,
+                    "loaded {} {} (what it was waiting for is defined)",
+                    d.item.kind, d.item.name
+                );
+            }
+        }
+        pending.reverse();
+        self.pending = pending;
         lost_note(&lost, out);
         Ok(())
     }
@@ -514,14 +591,29 @@ impl Session {
         self.define(&text, path, 1, out)
     }
 
+    /// The definitions still waiting for a name, as `kind name (why)`.
+    pub fn waiting(&self) -> Vec<String> {
+        self.pending
+            .iter()
+            .map(|(d, why)| format!("{} {} ({why})", d.item.kind, d.item.name))
+            .collect()
+    }
+
     fn defs_text(&self, out: &mut String) {
-        if self.defs.is_empty() {
+        if self.defs.is_empty() && self.pending.is_empty() {
             out.push_str("nothing defined\n");
         }
         for d in &self.defs {
             let _ = writeln!(
                 out,
                 "{:<6} {:<16} {}:{}",
+                d.item.kind, d.item.name, d.origin, d.item.line
+            );
+        }
+        for (d, why) in &self.pending {
+            let _ = writeln!(
+                out,
+                "{:<6} {:<16} {}:{} (waiting for: {why})",
                 d.item.kind, d.item.name, d.origin, d.item.line
             );
         }
@@ -959,6 +1051,13 @@ impl Session {
         let [kernel, range, args @ ..] = words else {
             bail!("usage: run KERNEL START..END ARGS... (`:help run`)");
         };
+        if let Some((_, why)) = self
+            .pending
+            .iter()
+            .find(|(d, _)| d.item.kind == "kernel" && d.item.name == *kernel)
+        {
+            bail!("kernel `{kernel}` is not loaded yet: it waits for what it names ({why})");
+        }
         let m = self.module()?.clone();
         let range = parse_range(range, &self.vars)?;
         // Literals take the type of the parameter they are passed to.
@@ -1557,6 +1656,45 @@ fn reach(
 /// Load `defs` as one module; errors point into the definition (and its
 /// file and line) they are in.
 fn load_defs(rt: &Runtime, defs: &[Def]) -> Result<Module> {
+    load_defs_diag(rt, defs).map_err(|f| ReplError(f.text))
+}
+
+/// Why a session's definitions did not load: the rendered errors, and for
+/// each error the definition it is in and its message.
+struct LoadFailure {
+    text: String,
+    errors: Vec<(usize, String)>,
+}
+
+impl LoadFailure {
+    /// The errors that name a class, function or type no definition has:
+    /// (definition, the message).
+    fn unresolved(&self) -> Vec<(usize, String)> {
+        self.errors
+            .iter()
+            .filter(|(_, m)| is_unresolved(m))
+            .cloned()
+            .collect()
+    }
+
+    fn all_unresolved(&self) -> bool {
+        self.errors.iter().all(|(_, m)| is_unresolved(m))
+    }
+}
+
+/// Whether a load error names something not defined (yet).
+fn is_unresolved(message: &str) -> bool {
+    [
+        "unknown class",
+        "unknown function",
+        "unknown superclass",
+        "unknown type",
+    ]
+    .iter()
+    .any(|p| message.starts_with(p))
+}
+
+fn load_defs_diag(rt: &Runtime, defs: &[Def]) -> std::result::Result<Module, LoadFailure> {
     let mut src = String::new();
     let mut starts = Vec::new();
     for d in defs {
@@ -1570,9 +1708,11 @@ fn load_defs(rt: &Runtime, defs: &[Def]) -> Result<Module> {
         Ok(m) => Ok(m),
         Err(OffloadError::Load { diagnostics, .. }) => {
             let mut text = String::new();
+            let mut errors = Vec::new();
             for d in &diagnostics.0 {
                 let at = d.span.start as usize;
                 let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
+                errors.push((i, d.message.clone()));
                 let def = &defs[i];
                 let pad = "\n".repeat(def.item.line as usize - 1);
                 let shift = pad.len() as i64 - starts[i] as i64;
@@ -1583,9 +1723,15 @@ fn load_defs(rt: &Runtime, defs: &[Def]) -> Result<Module> {
                 let local = format!("{pad}{}", def.item.text);
                 text.push_str(&offload::diagnostics::render(&moved, &local));
             }
-            bail!("{}", strip_error(&text))
+            Err(LoadFailure {
+                text: strip_error(&text),
+                errors,
+            })
         }
-        Err(e) => Err(e.into()),
+        Err(e) => Err(LoadFailure {
+            text: e.to_string(),
+            errors: Vec::new(),
+        }),
     }
 }
 
