@@ -408,7 +408,7 @@ pub(crate) fn launch(
 }
 
 /// Whether every slot has a TLAB and no two share one.
-fn exclusive(tlabs: &[*const offload_tlab::SharedTlab]) -> bool {
+pub(crate) fn exclusive(tlabs: &[*const offload_tlab::SharedTlab]) -> bool {
     let mut seen: Vec<_> = tlabs.to_vec();
     seen.sort_unstable();
     seen.dedup();

@@ -641,6 +641,18 @@ fn launch_interp(
     let chunks = n.div_ceil(chunk);
     let epoch = inner.control.interrupt_epoch();
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
+    // Each workitem's dead objects go back to its worker's TLAB as it ends
+    // when every worker has a TLAB of its own, as on the CPU device (the
+    // two devices must agree on which programs run out of memory).
+    let tlabs: Vec<*const offload_tlab::SharedTlab> = (0..workers)
+        .map(|w| {
+            alloc
+                .tlab_for(w)
+                .map_or(std::ptr::null(), std::ptr::from_ref)
+        })
+        .collect();
+    let nursery = inner.reclaim && crate::cpu::exclusive(&tlabs);
+    let recycled = std::sync::atomic::AtomicU64::new(0);
     let safepoints_before = inner.control.count();
 
     let t1 = Instant::now();
@@ -654,6 +666,9 @@ fn launch_interp(
                     it.set_control(&inner.control, epoch);
                     if profiling {
                         it.enable_profile();
+                    }
+                    if nursery {
+                        it.enable_nursery();
                     }
                     (worker, it)
                 },
@@ -684,6 +699,10 @@ fn launch_interp(
                             Err(e) => thrown.add(e),
                         }
                     }
+                    recycled.fetch_add(
+                        it.take_recycled_words(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     if profiling {
                         let mut slot = profiles[*worker % profiles.len()]
                             .lock()
@@ -703,7 +722,8 @@ fn launch_interp(
             )
     });
     let t2 = Instant::now();
-    let alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    let mut alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    alloc_stats.recycled = recycled.into_inner() * 8;
     let profile = profiling.then(|| {
         let mut all = Profile::new(prog.verified());
         for p in profiles

@@ -158,6 +158,16 @@ pub struct Interpreter<'a> {
     young: u32,
     /// A reference to such an object was stored into an older one.
     escaped: bool,
+    /// The nursery reset ([`Interpreter::enable_nursery`]) is on.
+    nursery: bool,
+    /// The running workitem's TLAB words `[lo, end)` when it started: its
+    /// objects are the ones it allocates there.
+    item: (u32, u32),
+    /// The running workitem stored one of its objects into an object
+    /// outside them.
+    item_escaped: bool,
+    /// Words of dead workitem objects handed back so far.
+    recycled: u64,
     /// What the outermost frame returned (see [`Interpreter::run`]).
     result: Option<u64>,
     /// Calls nested deeper than this throw `StackOverflow`.
@@ -214,6 +224,10 @@ impl<'a> Interpreter<'a> {
             checked_kernel: None,
             young: alloc.young_start(),
             escaped: false,
+            nursery: false,
+            item: (0, 0),
+            item_escaped: false,
+            recycled: 0,
             result: None,
             max_depth: DEFAULT_MAX_DEPTH,
         }
@@ -233,6 +247,54 @@ impl<'a> Interpreter<'a> {
     fn barrier(&mut self, r: u32, x: u64) {
         if x as u32 >= self.young && r < self.young {
             self.escaped = true;
+        }
+        let (lo, end) = self.item;
+        let x = x as u32;
+        if self.nursery && (lo..end).contains(&x) && !(lo..end).contains(&r) {
+            self.item_escaped = true;
+        }
+    }
+
+    /// Hand each workitem's dead objects back as it ends, as the CPU
+    /// device's compiled code does: the worker's TLAB must be its own (no
+    /// other allocator bumps it). A workitem that ends (completed, or threw)
+    /// having stored none of its objects into an object outside them, with
+    /// no TLAB refill and no object straight from eden meanwhile, made only
+    /// objects nothing can reach: they are zeroed and the TLAB's top goes
+    /// back to where the workitem started.
+    pub fn enable_nursery(&mut self) {
+        self.nursery = self.alloc.tlab_for(self.worker).is_some();
+    }
+
+    /// Heap words of dead workitem objects handed back since the last
+    /// call.
+    pub fn take_recycled_words(&mut self) -> u64 {
+        std::mem::take(&mut self.recycled)
+    }
+
+    /// The end of a workitem under the nursery reset (see
+    /// [`Interpreter::enable_nursery`]).
+    fn nursery_end(&mut self, start: (u32, u32), direct: u64, refills: u64) {
+        let Some(tlab) = self.alloc.tlab_for(self.worker) else {
+            return;
+        };
+        let (top, end) = tlab.bounds();
+        if self.item_escaped
+            || self.interrupted
+            || end != start.1
+            || top <= start.0
+            || self.alloc.direct_allocations() != direct
+            || tlab.refills() != refills
+        {
+            return;
+        }
+        for w in start.0..top {
+            if self.heap.store64(w as usize * 8, 0).is_err() {
+                return;
+            }
+        }
+        if tlab.rewind((top, end), start.0) {
+            self.recycled += u64::from(top - start.0);
         }
     }
 
@@ -300,11 +362,27 @@ impl<'a> Interpreter<'a> {
             self.check_entry(k, captures.len() + 1, true)?;
             self.checked_kernel = Some((k, captures.len()));
         }
+        let nursery = self.nursery.then(|| {
+            let tlab = self.alloc.tlab_for(self.worker);
+            let start = tlab.map_or((0, 0), |t| t.bounds());
+            self.item = start;
+            self.item_escaped = false;
+            (
+                start,
+                self.alloc.direct_allocations(),
+                tlab.map_or(0, |t| t.refills()),
+            )
+        });
         self.enter(
             k,
             std::iter::once(workitem as u64).chain(captures.iter().copied()),
         );
-        self.exec(None).map(|_| ())
+        let r = self.exec(None).map(|_| ());
+        if let Some((start, direct, refills)) = nursery {
+            self.nursery_end(start, direct, refills);
+            self.item = (0, 0);
+        }
+        r
     }
 
     /// Refuse to enter something that cannot run: a function that does not

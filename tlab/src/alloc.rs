@@ -318,6 +318,12 @@ impl<'h> Allocator<'h> {
         Ok(at)
     }
 
+    /// Objects allocated straight from eden so far (large objects, and
+    /// every object without TLABs).
+    pub fn direct_allocations(&self) -> u64 {
+        self.direct.load(Ordering::Relaxed)
+    }
+
     /// The heap.
     pub fn heap(&self) -> &'h Heap {
         self.heap

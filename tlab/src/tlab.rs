@@ -274,6 +274,23 @@ impl SharedTlab {
         unpack(self.state.load(Ordering::Acquire))
     }
 
+    /// Move `top` back from `top` to `to` if the state is still `(top,
+    /// end)`: the objects in `[to, top)` are dead and the caller has zeroed
+    /// them (carved memory reads as zero). Only for a TLAB no other
+    /// allocator uses. Returns whether it moved.
+    pub fn rewind(&self, (top, end): (u32, u32), to: u32) -> bool {
+        to <= top
+            && self
+                .state
+                .compare_exchange(
+                    pack(top, end),
+                    pack(to, end),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
     /// Retire the slot once no allocation is in flight: the unused rest of its
     /// TLAB becomes a filler, so the heap parses.
     pub fn retire(&self, eden: &(impl Eden + ?Sized)) {
