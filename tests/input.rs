@@ -121,6 +121,14 @@ fn a_multi_megabyte_program_is_read_in_linear_time() {
     let (code, out, err, _) = run(&["fmt", wide.to_str().unwrap()], b"", limit);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("local x99999: i64"));
+    // The verifier keeps every local's type at every instruction: a
+    // function past its limit is refused at once, by name, instead of
+    // exhausting the machine's memory (this one needed 24 GiB and more).
+    let t = Instant::now();
+    let (code, _, err, _) = run(&["check", wide.to_str().unwrap()], b"", limit);
+    assert_ne!(code, 0);
+    assert!(err.contains("`wide` is too large to verify: 200001 instructions × 100002 locals"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(30));
 }
 
 #[test]

@@ -62,6 +62,14 @@ use std::collections::{HashSet, VecDeque};
 /// The operand stack never holds more than this many values.
 pub const MAX_STACK: usize = 1024;
 
+/// The most `instructions × (locals + max stack)` a function may have. The
+/// verifier keeps the types of every local at every instruction (what the
+/// backends and the deopt metadata read), so its memory grows with that
+/// product: past this (about 2^25 cells, a few hundred MiB with the
+/// analyses), a function is refused with an error naming its size rather
+/// than exhausting the machine's memory. Real kernels are far below it.
+pub const MAX_FRAME_CELLS: u64 = 1 << 25;
+
 /// Types at the entry of one bytecode index.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Frame {
@@ -526,6 +534,18 @@ impl<'a> Verifier<'a> {
         }
         let mut errors: Vec<Diagnostic> = Vec::new();
         let mut failed = vec![false; n];
+        let cells = n as u64 * (f.locals.len() as u64 + 16);
+        if cells > MAX_FRAME_CELLS {
+            return Err(vec![Diagnostic {
+                span: f.span_of(None),
+                bci: None,
+                ..*fv.simple(format!(
+                    "`{}` is too large to verify: {n} instructions × {} locals is more than the verifier's limit of {MAX_FRAME_CELLS} (instructions × (locals + 16)); split it into functions",
+                    f.name,
+                    f.locals.len()
+                ))
+            }]);
+        }
         let mut frames: Vec<Option<Frame>> = vec![None; n];
         let mut locals = vec![None; f.locals.len()];
         for (i, l) in f.params().iter().enumerate() {
