@@ -1153,13 +1153,8 @@ impl Module {
             .filter(|&k| self.prog.is_kernel(k))
             .ok_or_else(|| {
                 let all = self.kernels();
-                let limit = (kernel.chars().count() / 3).max(1);
-                let nearest = all
-                    .iter()
-                    .map(|k| (strsim::damerau_levenshtein(kernel, k), k))
-                    .filter(|(d, _)| *d <= limit && *d < kernel.chars().count())
-                    .min()
-                    .map(|(_, k)| k.clone());
+                let nearest =
+                    offload_ir::nearest(kernel, all.iter().map(String::as_str)).map(str::to_string);
                 OffloadError::NoSuchKernel {
                     module: self.name.clone(),
                     kernel: kernel.to_string(),

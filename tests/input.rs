@@ -127,7 +127,10 @@ fn a_multi_megabyte_program_is_read_in_linear_time() {
     let t = Instant::now();
     let (code, _, err, _) = run(&["check", wide.to_str().unwrap()], b"", limit);
     assert_ne!(code, 0);
-    assert!(err.contains("`wide` is too large to verify: 200001 instructions × 100002 locals"), "{err}");
+    assert!(
+        err.contains("`wide` is too large to verify: 200001 instructions × 100002 locals"),
+        "{err}"
+    );
     assert!(t.elapsed() < Duration::from_secs(30));
 }
 

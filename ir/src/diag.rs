@@ -93,3 +93,27 @@ impl fmt::Display for Diagnostics {
 
 /// Result alias of this crate.
 pub type Result<T, E = Diagnostics> = std::result::Result<T, E>;
+
+/// The candidate nearest to `word` by edit distance (strsim's
+/// Damerau-Levenshtein), if one is near: at most a third of the word's
+/// length away (one edit for short words), and closer than the word is
+/// long (a one-letter word suggests nothing). Used for every "did you
+/// mean" offload prints: mnemonics, locals, labels, classes, functions,
+/// kernels, REPL commands, settings and variables.
+pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let len = word.chars().count();
+    let limit = (len / 3).max(1);
+    candidates
+        .into_iter()
+        .filter(|c| *c != word)
+        .map(|c| (strsim::damerau_levenshtein(word, c), c))
+        .filter(|&(d, _)| d <= limit && d < len)
+        .min_by_key(|&(d, c)| (d, c))
+        .map(|(_, c)| c)
+}
+
+/// `` (did you mean `NAME`?)`` for the candidate nearest to `word`, or
+/// nothing.
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    nearest(word, candidates).map_or(String::new(), |c| format!(" (did you mean `{c}`?)"))
+}

@@ -48,7 +48,7 @@ pub mod semantics;
 pub mod types;
 pub mod verifier;
 
-pub use diag::{Diagnostic, Diagnostics, Phase, Result};
+pub use diag::{Diagnostic, Diagnostics, Phase, Result, did_you_mean, nearest};
 pub use isa::{Effect, Flow, Hazards, Inst, Label, Opcode, Sig};
 pub use module::{Class, Field, FuncKind, Function, Local, Module, Span};
 pub use parser::{parse_module, parse_type};

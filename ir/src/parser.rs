@@ -516,7 +516,13 @@ impl Parser {
             if let Some((s, span)) = &c.superclass {
                 match class_ids.get(s) {
                     Some(&id) => m.classes[i].superclass = Some(id),
-                    None => self.error(*span, format!("unknown superclass `{s}`")),
+                    None => self.error(
+                        *span,
+                        format!(
+                            "unknown superclass `{s}`{}",
+                            crate::diag::did_you_mean(s, class_ids.keys().map(String::as_str))
+                        ),
+                    ),
                 }
             }
         }
@@ -630,7 +636,14 @@ impl Parser {
             name => match classes.get(name) {
                 Some(&c) => Type::Class(c),
                 None => {
-                    self.error(t.span, format!("unknown type `{name}`"));
+                    let hint = crate::diag::did_you_mean(
+                        name,
+                        classes
+                            .keys()
+                            .map(String::as_str)
+                            .chain(["i32", "i64", "f32", "f64", "ref"]),
+                    );
+                    self.error(t.span, format!("unknown type `{name}`{hint}"));
                     return None;
                 }
             },
@@ -880,28 +893,7 @@ fn attach_comments(m: &mut Module, items: &[Item], comments: Vec<Comment>) {
 
 /// The closest mnemonic, if one is close.
 fn suggest(word: &str) -> Option<&'static str> {
-    fn distance(a: &str, b: &str) -> usize {
-        let b: Vec<char> = b.chars().collect();
-        let mut prev: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut cur = vec![i + 1];
-            for (j, &cb) in b.iter().enumerate() {
-                cur.push(
-                    (prev[j] + usize::from(ca != cb))
-                        .min(prev[j + 1] + 1)
-                        .min(cur[j] + 1),
-                );
-            }
-            prev = cur;
-        }
-        prev[b.len()]
-    }
-    crate::isa::Opcode::ALL
-        .iter()
-        .map(|op| (distance(word, op.mnemonic()), op.mnemonic()))
-        .filter(|&(d, _)| d <= 2)
-        .min()
-        .map(|(_, s)| s)
+    crate::diag::nearest(word, crate::isa::Opcode::ALL.iter().map(|op| op.mnemonic()))
 }
 
 struct Reader<'a> {
@@ -1058,7 +1050,11 @@ impl OperandReader for Reader<'_> {
         self.locals.get(name.as_str()).copied().ok_or_else(|| {
             (
                 span,
-                format!("unknown local `{name}` in `{}`", self.func.name),
+                format!(
+                    "unknown local `{name}` in `{}`{}",
+                    self.func.name,
+                    crate::diag::did_you_mean(&name, self.locals.keys().copied())
+                ),
             )
         })
     }
@@ -1071,7 +1067,11 @@ impl OperandReader for Reader<'_> {
             .ok_or_else(|| {
                 (
                     span,
-                    format!("unknown label `{name}` in `{}`", self.func.name),
+                    format!(
+                        "unknown label `{name}` in `{}`{}",
+                        self.func.name,
+                        crate::diag::did_you_mean(&name, self.labels.keys().copied())
+                    ),
                 )
             })
     }
@@ -1084,12 +1084,21 @@ impl OperandReader for Reader<'_> {
             "f32" => Type::F32,
             "f64" => Type::F64,
             "ref" => Type::Ref,
-            name => Type::Class(
-                *self
-                    .classes
-                    .get(name)
-                    .ok_or_else(|| (span, format!("unknown type `{name}`")))?,
-            ),
+            name => Type::Class(*self.classes.get(name).ok_or_else(|| {
+                (
+                    span,
+                    format!(
+                        "unknown type `{name}`{}",
+                        crate::diag::did_you_mean(
+                            name,
+                            self.classes
+                                .keys()
+                                .map(String::as_str)
+                                .chain(["i32", "i64", "f32", "f64", "ref"])
+                        )
+                    ),
+                )
+            })?),
         };
         while self
             .toks
@@ -1110,10 +1119,15 @@ impl OperandReader for Reader<'_> {
 
     fn read_class(&mut self) -> Result<ClassId, RErr> {
         let (name, span) = self.word("a class name")?;
-        self.classes
-            .get(&name)
-            .copied()
-            .ok_or_else(|| (span, format!("unknown class `{name}`")))
+        self.classes.get(&name).copied().ok_or_else(|| {
+            (
+                span,
+                format!(
+                    "unknown class `{name}`{}",
+                    crate::diag::did_you_mean(&name, self.classes.keys().map(String::as_str))
+                ),
+            )
+        })
     }
 
     fn read_field(&mut self) -> Result<FieldId, RErr> {
@@ -1146,7 +1160,13 @@ impl OperandReader for Reader<'_> {
                 .lookup_method(c, meth)
                 .ok_or_else(|| (span, format!("class `{class}` has no method `{meth}`")));
         }
-        Err((span, format!("unknown function `{name}`")))
+        Err((
+            span,
+            format!(
+                "unknown function `{name}`{}",
+                crate::diag::did_you_mean(&name, self.funcs.keys().map(String::as_str))
+            ),
+        ))
     }
 
     fn read_exception(&mut self) -> Result<ExceptionKind, RErr> {

@@ -1,6 +1,6 @@
 //! "Did you mean": the nearest of the names a session knows (commands,
 //! settings, kernels, variables, locals, labels) to one it does not, by
-//! edit distance (strsim).
+//! edit distance (`offload::ir::nearest`, through strsim).
 
 /// `; did you mean `NAME`?` for the candidate nearest to `word`, or nothing
 /// when none is near (at most a third of the word's length away, and at
@@ -9,17 +9,7 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
     nearest(word, candidates).map_or(String::new(), |c| format!("; did you mean `{c}`?"))
 }
 
-/// The candidate nearest to `word`, if one is near enough.
-pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .filter(|c| *c != word)
-        .map(|c| (strsim::damerau_levenshtein(word, c), c))
-        .filter(|(d, _)| *d <= limit && *d < word.chars().count())
-        .min_by_key(|(d, c)| (*d, *c))
-        .map(|(_, c)| c)
-}
+pub use offload::ir::nearest;
 
 /// `a` or `an` for a type name as the text form writes it (`an i32`, `an
 /// f64[]`, `a Node`, `an Item`).
