@@ -602,21 +602,26 @@ impl Session {
     fn defs_text(&self, out: &mut String) {
         if self.defs.is_empty() && self.pending.is_empty() {
             out.push_str("nothing defined\n");
+            return;
         }
+        let mut t = offload::table::new(["kind", "name", "from", "state"]);
         for d in &self.defs {
-            let _ = writeln!(
-                out,
-                "{:<6} {:<16} {}:{}",
-                d.item.kind, d.item.name, d.origin, d.item.line
-            );
+            t.add_row([
+                d.item.kind.to_string(),
+                d.item.name.clone(),
+                format!("{}:{}", d.origin, d.item.line),
+                "loaded".to_string(),
+            ]);
         }
         for (d, why) in &self.pending {
-            let _ = writeln!(
-                out,
-                "{:<6} {:<16} {}:{} (waiting for: {why})",
-                d.item.kind, d.item.name, d.origin, d.item.line
-            );
+            t.add_row([
+                d.item.kind.to_string(),
+                d.item.name.clone(),
+                format!("{}:{}", d.origin, d.item.line),
+                format!("waiting for: {why}"),
+            ]);
         }
+        out.push_str(&offload::table::text(&t));
     }
 
     // ---- variables ---------------------------------------------------------
@@ -2052,18 +2057,23 @@ fn sites(last: &Last, out: &mut String) {
         let _ = writeln!(out, "no deopts in the last launch of {}", r.kernel);
         return;
     }
-    let _ = writeln!(out, "{:>5}  {:<12} {:>10}", "bci", "reason", "deopts");
+    let mut t = offload::table::new(["bci", "reason", "deopts"]);
     for ((bci, reason), n) in &r.deopts {
-        let _ = writeln!(out, "{bci:>5}  {:<12} {n:>10}", reason.name());
+        t.add_row([bci.to_string(), reason.name().to_string(), n.to_string()]);
     }
+    offload::table::right(&mut t, &[0, 2]);
+    out.push_str(&offload::table::text(&t));
     if !r.site_deopts.is_empty() {
         let _ = writeln!(
             out,
             "by site of version {}:",
             r.version.map_or("-".to_string(), |v| v.to_string())
         );
+        let mut t = offload::table::new(["site", "reason", "deopts"]);
         for ((site, reason), n) in &r.site_deopts {
-            let _ = writeln!(out, "  site {:<4} {:<12} {n:>10}", site.0, reason.name());
+            t.add_row([site.0.to_string(), reason.name().to_string(), n.to_string()]);
         }
+        offload::table::right(&mut t, &[0, 2]);
+        out.push_str(&offload::table::text(&t));
     }
 }
