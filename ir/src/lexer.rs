@@ -40,7 +40,7 @@ impl Tok {
             Tok::Comma => "`,`".into(),
             Tok::Arrow => "`->`".into(),
             Tok::Newline => "end of line".into(),
-            Tok::Bad(c) => format!("character {c:?}"),
+            Tok::Bad(c) => format!("character `{}` (U+{:04X})", c.escape_default(), *c as u32),
             Tok::Eof => "end of file".into(),
         }
     }

@@ -225,7 +225,7 @@ fn preserving_trampoline(
     }
     module
         .define_function(id, &mut ctx)
-        .map_err(|e| JitError::Codegen(format!("defining {name}: {e:?}")))?;
+        .map_err(|e| JitError::Codegen(format!("defining {name}: {e}")))?;
     module.clear_context(&mut ctx);
     Ok(id)
 }
@@ -363,8 +363,8 @@ pub(crate) fn compile(
 fn define(module: &mut JITModule, id: ClFuncId, ctx: &mut Context) -> Result<(), JitError> {
     use cranelift_codegen::control::ControlPlane;
     use cranelift_codegen::settings::OptLevel;
-    let fail = |e: &dyn std::fmt::Debug, f: &cranelift_codegen::ir::Function| {
-        JitError::Codegen(format!("{e:?}\n{}", f.display()))
+    let fail = |e: &dyn std::fmt::Display, f: &cranelift_codegen::ir::Function| {
+        JitError::Codegen(format!("{e}\n{}", f.display()))
     };
     if module.isa().flags().opt_level() == OptLevel::None {
         return module
@@ -377,7 +377,7 @@ fn define(module: &mut JITModule, id: ClFuncId, ctx: &mut Context) -> Result<(),
     let isa = crate::lowering_isa(module.isa())?;
     if let Err(e) = ctx.compile(&**isa, &mut ControlPlane::default()) {
         return Err(JitError::Codegen(format!(
-            "{:?}\n{}",
+            "{}\n{}",
             e.inner,
             e.func.display()
         )));

@@ -318,7 +318,8 @@ pub(crate) fn new_object(prog: &Program, class: ClassId) -> (u32, u32) {
 pub(crate) fn new_array(prog: &Program, elem: Type, bci: Bci) -> Result<(u32, u32), JitError> {
     let Some(Type::Array(e, d)) = elem.array_of() else {
         return Err(JitError::Unsupported(format!(
-            "`newarray` at bci {bci}: no array type of {elem:?}"
+            "`newarray` at bci {bci}: no array type of {}",
+            prog.verified().type_name(elem)
         )));
     };
     let h = offload_tlab::Header::Array {

@@ -671,8 +671,9 @@ impl Lower<'_> {
         let site = self.meta.site(id).expect("created").clone();
         debug_assert!(site.reasons.contains(&reason), "{reason:?} at {bci}");
         self.emit(format!(
-            "// deopt: site {} ({reason:?}) at bci {bci}",
-            site.id.0
+            "// deopt: site {} ({}) at bci {bci}",
+            site.id.0,
+            reason.name()
         ));
         let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
         let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);

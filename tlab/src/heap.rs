@@ -395,7 +395,7 @@ impl Heap {
     pub fn write_header(&self, at: u32, h: Header) -> Result<(), HeapError> {
         let (a, b) = h.encode().ok_or_else(|| HeapError::Corrupt {
             at,
-            what: format!("unencodable header {h:?}"),
+            what: format!("unencodable header: {h}"),
         })?;
         let off = at as usize * 8;
         self.cell32(off)?.store(a, Ordering::Relaxed);
@@ -475,7 +475,7 @@ impl Heap {
             if size < 8 || size % 8 != 0 || at + size / 8 > top {
                 return Err(HeapError::Corrupt {
                     at: r.0,
-                    what: format!("{h:?} has bad size {size} (top at word {top})"),
+                    what: format!("{h} has bad size {size} (top at word {top})"),
                 });
             }
             match h {

@@ -73,6 +73,28 @@ pub enum Header {
     },
 }
 
+/// `object of class 3 (24 bytes)`, `array of i32 (1 dims, 10 elements)`,
+/// `filler (16 bytes)`; classes by global id.
+impl std::fmt::Display for Header {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Header::Object { class, size } => write!(f, "object of class {class} ({size} bytes)"),
+            Header::Array { elem, dims, len } => {
+                let e = match elem {
+                    Elem::I32 => "i32".to_string(),
+                    Elem::I64 => "i64".to_string(),
+                    Elem::F32 => "f32".to_string(),
+                    Elem::F64 => "f64".to_string(),
+                    Elem::Ref => "ref".to_string(),
+                    Elem::Class(c) => format!("class {}", c.0),
+                };
+                write!(f, "array of {e} ({dims} dims, {len} elements)")
+            }
+            Header::Filler { size } => write!(f, "filler ({size} bytes)"),
+        }
+    }
+}
+
 fn elem_code(e: Elem) -> (u32, u32) {
     match e {
         Elem::I32 => (0, 0),

@@ -122,8 +122,8 @@ pub fn launch(
     let blocks: u64 = dims.grid.iter().map(|&d| u64::from(d)).product();
     if per_block == 0 || blocks == 0 || per_block > 1024 {
         return Err(Error::Usage(format!(
-            "bad launch shape: grid {:?}, block {:?} (1 to 1024 threads per block)",
-            dims.grid, dims.block
+            "bad launch shape: grid {}×{}×{}, block {}×{}×{} (1 to 1024 threads per block)",
+            dims.grid[0], dims.grid[1], dims.grid[2], dims.block[0], dims.block[1], dims.block[2]
         )));
     }
     let total = per_block * blocks;
