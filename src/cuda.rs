@@ -398,6 +398,8 @@ fn run(
     let completed: CudaSlice<u64> = s.alloc_zeros(slots).map_err(cuda_err("completed"))?;
     let exits: CudaSlice<u32> = s.alloc_zeros(slots).map_err(cuda_err("exits"))?;
     let stats: CudaSlice<u64> = s.alloc_zeros(4).map_err(cuda_err("counters"))?;
+    // Injected safepoints' per-slot state, kept across relaunches.
+    let inject: CudaSlice<u64> = s.alloc_zeros(slots).map_err(cuda_err("injection state"))?;
     let mut tlabs: CudaSlice<u8> = s
         .alloc_zeros(tlabs_n * DEVICE_TLAB_BYTES as usize)
         .map_err(cuda_err("TLABs"))?;
@@ -500,6 +502,7 @@ fn run(
             let (ep, _g8) = eden.device_ptr(s);
             let (xp, _g9) = exits.device_ptr(s);
             let (sp, _g10) = stats.device_ptr(s);
+            let (ip, _g12) = inject.device_ptr(s);
             let dctx = DeviceCtx {
                 heap_base: hp,
                 cursor: cp,
@@ -520,9 +523,10 @@ fn run(
                 tlab_words,
                 exits: xp,
                 stats: sp,
+                inject: ip,
             };
-            // SAFETY: `DeviceCtx` is `#[repr(C)]` and made of 19 `u64`/`i64`s.
-            let raw: [u64; 19] = unsafe { std::mem::transmute(dctx) };
+            // SAFETY: `DeviceCtx` is `#[repr(C)]` and made of 20 `u64`/`i64`s.
+            let raw: [u64; 20] = unsafe { std::mem::transmute(dctx) };
             ctx_dev = s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
             let (ctx_ptr, _g11) = ctx_dev.device_ptr(s);
             // SAFETY: the word is the pinned control word; the device reads it.

@@ -92,30 +92,30 @@ fn golden_files_show_the_protocol() {
         polls.contains("ld.relaxed.sys.u32"),
         "polls read the mapped control word"
     );
-    assert!(polls.contains("(Safepoint)"));
+    assert!(polls.contains("(safepoint)"));
     let alloc = read("alloc.ptx");
     for want in [
         "atom.acq_rel.gpu.add.u64",
         "nanosleep",
-        "(AllocationFailure)",
-        "(NegativeSize)",
+        "(alloc)",
+        "(negsize)",
     ] {
         assert!(alloc.contains(want), "alloc.ptx lacks {want}");
     }
     let deopts = read("deopts.ptx");
     for want in [
-        "(NullCheck)",
-        "(BoundsCheck)",
-        "(DivideByZero)",
-        "(ClassCast)",
-        "(Throw)",
+        "(null)",
+        "(bounds)",
+        "(div0)",
+        "(cast)",
+        "(throw)",
         "fence.acq_rel.gpu",
     ] {
         assert!(deopts.contains(want), "deopts.ptx lacks {want}");
     }
     let virt = read("virtual.ptx");
     // Both implementations inlined behind class-id tests; others deopt.
-    assert!(virt.matches("setp.eq.or.u32").count() >= 2 && virt.contains("(Throw)"));
+    assert!(virt.matches("setp.eq.or.u32").count() >= 2 && virt.contains("(throw)"));
     let atomics = read("atomics.ptx");
     for want in [
         "atom.add.u32",

@@ -115,6 +115,10 @@ pub struct DeviceCtx {
     pub exits: u64,
     /// Counters (`u64`): `[deopts, refills, refill waits, eden failures]`.
     pub stats: u64,
+    /// Per slot, the state of injected safepoints when it last polled
+    /// (`u64`, 0 before its first poll): kept across relaunches so that the
+    /// stream goes on (see [`crate::cpu::SafepointInjection`]).
+    pub inject: u64,
 }
 
 /// Byte offsets of the [`DeviceCtx`] fields.
@@ -139,6 +143,7 @@ pub mod offsets {
     pub const TLAB_WORDS: u32 = 128;
     pub const EXITS: u32 = 136;
     pub const STATS: u32 = 144;
+    pub const INJECT: u32 = 152;
 }
 
 /// Bytes of one device TLAB record (state, generation, refills).
@@ -438,6 +443,14 @@ impl Lower<'_> {
         r
     }
 
+    /// The address of this slot's injected-safepoint state.
+    fn inject_addr(&mut self) -> String {
+        let base = self.ld_ctx(Cls::B64, offsets::INJECT);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 8, {base};"));
+        at
+    }
+
     fn ld_ctx(&mut self, c: Cls, off: u32) -> String {
         let r = self.t(c);
         self.emit(format!("ld.u64 {r}, [{CTX}+{off}];"));
@@ -520,6 +533,11 @@ impl Lower<'_> {
                 }
                 None => self.emit(format!("mov.u64 {POLLS}, 0;")),
             }
+            // The stream goes on from the slot's last launch, if it polled.
+            let (at, saved, fresh) = (self.inject_addr(), self.t(Cls::B64), self.t(Cls::Pred));
+            self.emit(format!("ld.u64 {saved}, [{at}];"));
+            self.emit(format!("setp.eq.u64 {fresh}, {saved}, 0;"));
+            self.emit(format!("selp.b64 {POLLS}, {POLLS}, {saved}, {fresh};"));
         }
         for (i, l) in f.locals.iter().enumerate() {
             let name = self.named(format!("%l0_{i}"), reg_type(l.ty.kind()));
@@ -1141,6 +1159,8 @@ impl Lower<'_> {
                 } else {
                     self.emit(format!("add.u64 {POLLS}, {POLLS}, 1;"));
                 }
+                let at = self.inject_addr();
+                self.emit(format!("st.u64 [{at}], {POLLS};"));
                 let r = self.t(Cls::B64);
                 self.emit(format!("rem.u64 {r}, {POLLS}, {};", si.every.max(1)));
                 self.emit(format!("setp.eq.or.u64 {p}, {r}, 0, {p};"));
@@ -1943,5 +1963,44 @@ fn field_ty(k: Kind) -> &'static str {
         Kind::I64 => "u64",
         Kind::F32 => "f32",
         Kind::F64 => "f64",
+    }
+}
+
+#[cfg(test)]
+mod ctx_layout {
+    use super::{DeviceCtx, offsets};
+    use std::mem::offset_of;
+
+    #[test]
+    fn the_device_context_offsets_match_its_fields() {
+        let fields = [
+            (offset_of!(DeviceCtx, heap_base), offsets::HEAP_BASE),
+            (offset_of!(DeviceCtx, cursor), offsets::CURSOR),
+            (offset_of!(DeviceCtx, end), offsets::END),
+            (offset_of!(DeviceCtx, chunk), offsets::CHUNK),
+            (offset_of!(DeviceCtx, control), offsets::CONTROL),
+            (offset_of!(DeviceCtx, save_area), offsets::SAVE_AREA),
+            (offset_of!(DeviceCtx, record_words), offsets::RECORD_WORDS),
+            (offset_of!(DeviceCtx, never_ran), offsets::NEVER_RAN),
+            (offset_of!(DeviceCtx, completed), offsets::COMPLETED),
+            (offset_of!(DeviceCtx, captures), offsets::CAPTURES),
+            (
+                offset_of!(DeviceCtx, records_per_slot),
+                offsets::RECORDS_PER_SLOT,
+            ),
+            (offset_of!(DeviceCtx, tlabs), offsets::TLABS),
+            (offset_of!(DeviceCtx, tlab_group), offsets::TLAB_GROUP),
+            (offset_of!(DeviceCtx, eden), offsets::EDEN),
+            (offset_of!(DeviceCtx, large_words), offsets::LARGE_WORDS),
+            (offset_of!(DeviceCtx, slots), offsets::SLOTS),
+            (offset_of!(DeviceCtx, tlab_words), offsets::TLAB_WORDS),
+            (offset_of!(DeviceCtx, exits), offsets::EXITS),
+            (offset_of!(DeviceCtx, stats), offsets::STATS),
+            (offset_of!(DeviceCtx, inject), offsets::INJECT),
+        ];
+        for (i, (at, off)) in fields.iter().enumerate() {
+            assert_eq!(*at as u32, *off, "field {i}");
+        }
+        assert_eq!(std::mem::size_of::<DeviceCtx>(), 8 * fields.len());
     }
 }
