@@ -22,7 +22,7 @@
 
 use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
-use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
+use crate::launch::{DeoptRow, LaunchReport, Started, Thrown, Timings};
 use crate::runtime::{Closure, Device, Runtime};
 use offload_deopt::Reason;
 use offload_host_interp::{Interpreter, ResumePlan};
@@ -162,7 +162,7 @@ pub(crate) fn launch(
     closure: &Closure,
     ck: &CompiledKernel,
     plan: &Plan,
-    start: Instant,
+    started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = &rt.inner;
@@ -184,7 +184,7 @@ pub(crate) fn launch(
         .chunk
         .map_or_else(|| chunk_size(total, workers), |c| c.min(1 << 20) as i64);
     let safepoints_before = inner.control.count();
-    let epoch = inner.control.interrupt_epoch();
+    let epoch = started.ticket;
     let mut slot_words = vec![offload_jit::ctx::SlotWords::default(); workers];
     let cursor = AtomicI64::new(range.start);
     let control = Arc::new(AtomicU32::new(0));
@@ -383,7 +383,7 @@ pub(crate) fn launch(
         workers,
         chunks: total.div_ceil(chunk as u64),
         alloc: alloc_stats,
-        timings: Timings::from_marks([start, t0, td, t_merge, Instant::now()], replay_time),
+        timings: Timings::from_marks([started.at, t0, td, t_merge, Instant::now()], replay_time),
         profile: None,
         safepoints: inner.control.count() - safepoints_before,
         replayed,

@@ -41,7 +41,7 @@
 
 use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
-use crate::launch::{DeoptRow, LaunchReport, Thrown, Timings};
+use crate::launch::{DeoptRow, LaunchReport, Started, Thrown, Timings};
 use crate::runtime::{Closure, Device, Runtime};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, sys,
@@ -341,12 +341,12 @@ pub(crate) fn launch(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
-    start: Instant,
+    started: Started,
 ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
     let loaded = gpu
         .loaded(rt, closure, &plan.version)
         .map_err(Unsupported)?;
-    Ok(run(rt, gpu, &loaded, range, closure, plan, start))
+    Ok(run(rt, gpu, &loaded, range, closure, plan, started))
 }
 
 #[allow(clippy::too_many_lines)]
@@ -357,7 +357,7 @@ fn run(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
-    start: Instant,
+    started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let _one = gpu.launch_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -424,7 +424,7 @@ fn run(
         .control
         .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
     let _running = inner.control.enter();
-    let epoch = inner.control.interrupt_epoch();
+    let epoch = started.ticket;
 
     let (mut on_device, mut replayed, mut never_ran, mut launches) = (0u64, 0u64, 0u64, 0u64);
     let (mut abandoned, mut cut) = (0u64, false);
@@ -742,7 +742,7 @@ fn run(
             let teardown = t_loop.elapsed();
             let looped = t_loop.saturating_duration_since(t0);
             Timings::of(
-                t0.saturating_duration_since(start),
+                t0.saturating_duration_since(started.at),
                 looped.saturating_sub(run_time + replay_time),
                 run_time,
                 replay_time,

@@ -490,10 +490,14 @@ pub(crate) fn launch(
     }
     let state = rt.kernel_state(closure);
     let plan = state.lock().unwrap_or_else(|e| e.into_inner()).plan(rt);
+    // The launch's interrupt ticket: what a deadline interrupts.
+    let ticket = rt.inner.control.interrupt_epoch();
     let mut r = match deadline {
-        None => launch_on(rt, range, closure, &plan),
+        None => launch_on(rt, range, closure, &plan, ticket),
         Some(d) => {
-            let (r, hit) = within(rt, d, || launch_on(rt, range, closure, &plan));
+            let (r, hit) = within(rt, d, ticket, || {
+                launch_on(rt, range, closure, &plan, ticket)
+            });
             let mut r = r;
             if hit {
                 match &mut r {
@@ -506,6 +510,7 @@ pub(crate) fn launch(
             r
         }
     };
+    rt.inner.control.finish_launch(ticket);
     // An interrupted launch ran part of its range: it tells the policy
     // nothing about the kernel.
     let report = match &mut r {
@@ -522,15 +527,25 @@ pub(crate) fn launch(
     r
 }
 
-/// Runs `f` with a watchdog that interrupts the runtime's launches if `f`
-/// is still running after `d`; returns `f`'s result and whether the
+/// When a launch started (its compile time counts from here: time spent
+/// on a device's code that then could not run counts as compile time of
+/// the launch that ran instead) and its interrupt ticket
+/// ([`offload_host_interp::Control::interrupt_epoch`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Started {
+    pub(crate) at: Instant,
+    pub(crate) ticket: u64,
+}
+
+/// Runs `f` with a watchdog that interrupts the launch holding `ticket` if
+/// `f` is still running after `d`; returns `f`'s result and whether the
 /// watchdog fired.
-fn within<R>(rt: &Runtime, d: Duration, f: impl FnOnce() -> R) -> (R, bool) {
+fn within<R>(rt: &Runtime, d: Duration, ticket: u64, f: impl FnOnce() -> R) -> (R, bool) {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let watchdog = s.spawn(move || match done_rx.recv_timeout(d) {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                rt.interrupt();
+                rt.inner.control.interrupt_launch(ticket);
                 true
             }
             _ => false,
@@ -550,12 +565,14 @@ fn launch_on(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
+    ticket: u64,
 ) -> Result<LaunchReport, OffloadError> {
-    // Compiling starts now: time spent on a device's code that then could
-    // not run counts as compile time of the launch that ran instead.
-    let start = Instant::now();
+    let started = Started {
+        at: Instant::now(),
+        ticket,
+    };
     if plan.device == Device::Interpreter {
-        return launch_interp(rt, range, closure, plan, start);
+        return launch_interp(rt, range, closure, plan, started);
     }
     let mut cuda_note = None;
     if let Some(gpu) = rt
@@ -569,7 +586,7 @@ fn launch_on(
         } else if range.end > i64::MAX - (1 << 32) {
             "the range ends too close to i64::MAX for the device cursor".to_string()
         } else {
-            match crate::cuda::launch(rt, gpu, range.clone(), closure, plan, start) {
+            match crate::cuda::launch(rt, gpu, range.clone(), closure, plan, started) {
                 Ok(r) => return r,
                 Err(crate::cuda::Unsupported(why)) => why,
             }
@@ -582,7 +599,7 @@ fn launch_on(
         }
         cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
     }
-    let mut r = launch_cpu(rt, range, closure, plan, start);
+    let mut r = launch_cpu(rt, range, closure, plan, started);
     if let Some(note) = cuda_note {
         match &mut r {
             Ok(rep) => rep.fallback = Some(note),
@@ -598,7 +615,7 @@ fn launch_cpu(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
-    start: Instant,
+    started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     // The compiled slot loops claim chunks with an atomic add on the cursor,
     // which every slot may push up to a chunk past the end; keep that far
@@ -609,11 +626,11 @@ fn launch_cpu(
         "the range ends too close to i64::MAX for the device cursor".to_string()
     } else {
         match crate::cpu::compiled(rt, closure, &plan.version) {
-            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck, plan, start),
+            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck, plan, started),
             Err(why) => why.to_string(),
         }
     };
-    let mut r = launch_interp(rt, range, closure, plan, start);
+    let mut r = launch_interp(rt, range, closure, plan, started);
     let note = Some(format!("ran on the interpreter: {why}"));
     match &mut r {
         Ok(rep) => rep.fallback = note,
@@ -628,7 +645,7 @@ fn launch_interp(
     range: Range<i64>,
     closure: &Closure,
     plan: &Plan,
-    start: Instant,
+    started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = &rt.inner;
@@ -639,7 +656,7 @@ fn launch_interp(
     let chunk = plan.chunk.unwrap_or_else(|| chunk_size(n, workers));
     let profiling = inner.profile || plan.warmup;
     let chunks = n.div_ceil(chunk);
-    let epoch = inner.control.interrupt_epoch();
+    let epoch = started.ticket;
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
     // Each workitem's dead objects go back to its worker's TLAB as it ends
     // when every worker has a TLAB of its own, as on the CPU device (the
@@ -747,7 +764,7 @@ fn launch_interp(
         workers,
         chunks,
         alloc: alloc_stats,
-        timings: Timings::from_marks([start, t0, t1, t2, Instant::now()], Duration::ZERO),
+        timings: Timings::from_marks([started.at, t0, t1, t2, Instant::now()], Duration::ZERO),
         profile,
         safepoints: inner.control.count() - safepoints_before,
         replayed: 0,

@@ -1051,9 +1051,9 @@ impl Runtime {
     /// [`Runtime::par_offload`] with a deadline for this launch (instead of
     /// the runtime's, [`RuntimeBuilder::launch_deadline`]): still running
     /// `deadline` after it started, the launch is interrupted as
-    /// [`Runtime::interrupt`] interrupts it — every launch then running on
-    /// this runtime stops with it — and returns
-    /// [`OffloadError::Interrupted`] with its report.
+    /// [`Runtime::interrupt`] interrupts it — it alone: other launches on
+    /// the runtime only pass the safepoint that stops its workers — and
+    /// returns [`OffloadError::Interrupted`] with its report.
     pub fn par_offload_with_deadline(
         &self,
         range: Range<i64>,

@@ -174,3 +174,47 @@ fn a_deadline_stops_an_interpreter_launch() {
 fn a_deadline_stops_a_cuda_launch() {
     deadline(Device::Cuda);
 }
+
+/// A deadline stops its own launch only: another launch running on the
+/// same runtime at the same time passes the safepoint and completes.
+#[test]
+fn a_deadline_stops_only_its_own_launch() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = Runtime::builder()
+            .device(device)
+            .workers(2)
+            .build()
+            .unwrap();
+        let m = rt.load("spin.obc", SPIN).unwrap();
+        let out = rt.new_array::<i32>(4096).unwrap();
+        let forever = m
+            .closure("spin", [2_000_000_000.into(), (&out).into()])
+            .unwrap();
+        let other_out = rt.new_array::<i32>(256).unwrap();
+        let iters = if device == Device::Interpreter {
+            20_000
+        } else {
+            10_000_000
+        };
+        let other = m
+            .closure("spin", [iters.into(), (&other_out).into()])
+            .unwrap();
+        let (stopped, done) = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                rt.par_offload_with_deadline(0..4096, &forever, Duration::from_millis(150))
+            });
+            let b = s.spawn(|| par_offload(0..256, &other));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert!(
+            matches!(&stopped, Err(OffloadError::Interrupted(r)) if r.deadline.is_some()),
+            "{device:?}: {stopped:?}"
+        );
+        let done = done.unwrap_or_else(|e| panic!("{device:?}: the other launch was stopped: {e}"));
+        assert_eq!(done.completed, 256, "{device:?}: {done}");
+        assert!(rt.read(&other_out).unwrap().iter().all(|&v| v == iters));
+        // Later launches run normally.
+        let small = m.closure("spin", [10.into(), (&out).into()]).unwrap();
+        assert_eq!(par_offload(0..64, &small).unwrap().completed, 64);
+    }
+}

@@ -16,6 +16,9 @@ struct State {
     requested: bool,
     running: usize,
     parked: usize,
+    /// Launches interrupted on their own ([`Control::interrupt_launch`])
+    /// and not yet finished, by launch number.
+    targeted: Vec<u32>,
     /// Control words of compiled launches in flight, and the bits that ask
     /// their slots to stop.
     words: Vec<(u64, Arc<AtomicU32>, u32)>,
@@ -32,6 +35,11 @@ pub struct Control {
     /// Bumped by each [`Control::interrupt`]; a launch remembers the value
     /// it started under and stops once it changes.
     interrupts: AtomicU64,
+    /// How many launches are interrupted on their own now (`State::targeted`
+    /// is only looked at when this is not zero).
+    targeted: AtomicU64,
+    /// The next launch's number.
+    launches: AtomicU64,
 }
 
 /// Unregisters a control word when dropped.
@@ -127,16 +135,50 @@ impl Control {
         true
     }
 
-    /// The interrupt epoch: a launch takes it when it starts and passes it
-    /// to [`Control::interrupted_since`].
+    /// A launch's interrupt ticket, taken when it starts and passed to
+    /// [`Control::interrupted_since`]: the interrupt epoch it started under
+    /// (high half) and a number of its own (low half), by which
+    /// [`Control::interrupt_launch`] names it. Release it with
+    /// [`Control::finish_launch`].
     pub fn interrupt_epoch(&self) -> u64 {
-        self.interrupts.load(Ordering::SeqCst)
+        let epoch = self.interrupts.load(Ordering::SeqCst) as u32;
+        let id = self.launches.fetch_add(1, Ordering::Relaxed) as u32;
+        u64::from(epoch) << 32 | u64::from(id)
     }
 
-    /// Whether [`Control::interrupt`] was called since `epoch` was taken.
+    /// Whether the launch holding `ticket` must stop: [`Control::interrupt`]
+    /// was called since it started, or [`Control::interrupt_launch`] named
+    /// it. Two relaxed loads while no launch is interrupted on its own.
     #[inline]
-    pub fn interrupted_since(&self, epoch: u64) -> bool {
-        self.interrupts.load(Ordering::Relaxed) != epoch
+    pub fn interrupted_since(&self, ticket: u64) -> bool {
+        self.interrupts.load(Ordering::Relaxed) as u32 != (ticket >> 32) as u32
+            || (self.targeted.load(Ordering::Relaxed) != 0
+                && self.lock().targeted.contains(&(ticket as u32)))
+    }
+
+    /// Interrupt one launch (a deadline): it stops at its next poll, as
+    /// after [`Control::interrupt`], while other launches only pass the
+    /// safepoint that brings its workers to a poll. Returns the
+    /// time-to-safepoint.
+    pub fn interrupt_launch(&self, ticket: u64) -> Duration {
+        {
+            let mut st = self.lock();
+            if !st.targeted.contains(&(ticket as u32)) {
+                st.targeted.push(ticket as u32);
+                self.targeted.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        self.safepoint(|| ()).1
+    }
+
+    /// The launch holding `ticket` is over: forget that it was interrupted
+    /// on its own, if it was.
+    pub fn finish_launch(&self, ticket: u64) {
+        let mut st = self.lock();
+        if let Some(i) = st.targeted.iter().position(|&t| t == ticket as u32) {
+            st.targeted.swap_remove(i);
+            self.targeted.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// Interrupt every launch running now: bump the epoch, then bring them
