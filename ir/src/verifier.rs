@@ -62,12 +62,21 @@ use std::collections::{HashSet, VecDeque};
 /// The operand stack never holds more than this many values.
 pub const MAX_STACK: usize = 1024;
 
-/// The most `instructions × (locals + max stack)` a function may have. The
-/// verifier keeps the types of every local at every instruction (what the
-/// backends and the deopt metadata read), so its memory grows with that
-/// product: past this (about 2^25 cells, a few hundred MiB with the
-/// analyses), a function is refused with an error naming its size rather
-/// than exhausting the machine's memory. Real kernels are far below it.
+/// The most `instructions × (locals + 16)` a function may have.
+///
+/// Reading a program (lexing, parsing, name resolution, the REPL's entries)
+/// is linear in its size. What follows is not, by design: the verifier
+/// keeps the type of every local at every instruction, liveness is a set of
+/// locals per instruction, and the deopt metadata — what a deopting
+/// workitem saves and the interpreter resumes from — is a frame map of the
+/// live locals at every potential deopt site, which can be nearly every
+/// instruction. Its size is instructions × locals whatever the
+/// representation, as HotSpot's oop maps are, and HotSpot bounds it the same
+/// way: by limits on a method's size. Past this limit (2^25 cells: a few
+/// hundred MiB and well under a second with the analyses), a function is
+/// refused with an error naming its size instead of exhausting the
+/// machine's memory (a kernel of 20k locals and 80k instructions needed
+/// more than 24 GiB). Real kernels are far below it.
 pub const MAX_FRAME_CELLS: u64 = 1 << 25;
 
 /// Types at the entry of one bytecode index.
