@@ -297,7 +297,7 @@ fn experiment_all_writes_a_table_csv_and_svg() {
     assert!(plot.starts_with("<svg"), "{}", &plot[..plot.len().min(200)]);
     for label in [
         "phase-change: cumulative time after the warm-up",
-        "trap-limit (1 recompiles)",
+        "trap-limit (1 recompile)",
         "cost-model",
         "inputs change (launch",
     ] {

@@ -732,7 +732,12 @@ pub fn svg(results: &[RunResult], cfg: &Config, path: &std::path::Path) -> Resul
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(|e| err(&e))?
-                .label(format!("{} ({} recompiles)", r.policy, recompiled.len()))
+                .label(format!(
+                    "{} ({} recompile{})",
+                    r.policy,
+                    recompiled.len(),
+                    if recompiled.len() == 1 { "" } else { "s" }
+                ))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
             chart
                 .draw_series(
