@@ -172,13 +172,7 @@ pub(crate) fn launch(
     let per_slot = inner.deopt_records.max(1);
     let area = rt.take_save_area(workers * per_slot, meta.layout)?;
     let alloc = rt.allocator(workers, plan.tlab_bytes);
-    let tlabs: Vec<*const offload_tlab::SharedTlab> = (0..workers)
-        .map(|w| {
-            alloc
-                .tlab_for(w)
-                .map_or(std::ptr::null(), std::ptr::from_ref)
-        })
-        .collect();
+    let tlabs = tlabs_of(&alloc, workers);
     let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = plan
         .chunk
@@ -405,6 +399,20 @@ pub(crate) fn launch(
         copied_bytes: 0,
     };
     thrown.finish(report)
+}
+
+/// Each worker's TLAB (null for one without).
+pub(crate) fn tlabs_of(
+    alloc: &offload_tlab::Allocator<'_>,
+    workers: usize,
+) -> Vec<*const offload_tlab::SharedTlab> {
+    (0..workers)
+        .map(|w| {
+            alloc
+                .tlab_for(w)
+                .map_or(std::ptr::null(), std::ptr::from_ref)
+        })
+        .collect()
 }
 
 /// Whether every slot has a TLAB and no two share one.

@@ -1027,8 +1027,6 @@ fn vectorized_groups_agree_with_the_interpreter() {
 /// goes on from where the slot's last entry left it).
 #[test]
 fn injected_random_safepoints_come_at_the_rate_asked_for() {
-    let n = 20_000i64;
-    let iters = 10;
     for (every, seed) in [(50u64, 1u64), (50, 2), (50, 77), (4, 9)] {
         let rt = Runtime::builder()
             .workers(2)
@@ -1037,27 +1035,6 @@ fn injected_random_safepoints_come_at_the_rate_asked_for() {
             .inject_safepoints(every, Some(seed))
             .build()
             .unwrap();
-        let m = rt
-            .load("spin.obc", include_str!("../examples/kernels/spin.obc"))
-            .unwrap();
-        let out = rt.new_array::<i32>(n as usize).unwrap();
-        let r = par_offload(
-            0..n,
-            &m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
-        )
-        .unwrap();
-        assert!(rt.read(&out).unwrap().iter().all(|&v| v == iters));
-        stress::check_report(&r, "random safepoints");
-        // A workitem passes `iters` back-edge polls (and one more that
-        // leaves the loop); it deopts at the first that fires.
-        let p = 1.0 / every as f64;
-        let polls = f64::from(iters);
-        let want = 1.0 - (1.0 - p).powf(polls);
-        let got = r.replayed as f64 / n as f64;
-        let sigma = (want * (1.0 - want) / n as f64).sqrt();
-        assert!(
-            (got - want).abs() < 6.0 * sigma + 0.01,
-            "every {every} seed {seed}: {got:.4} of workitems deopted, expected about {want:.4}\n{r}"
-        );
+        stress::check_safepoint_rate(&rt, 20_000, every, seed);
     }
 }

@@ -519,27 +519,8 @@ fn injected_random_safepoints_come_at_the_rate_asked_for() {
     let probe = build(gpu());
     let n = size(&probe, 20_000, 4_000) as i64;
     drop(probe);
-    let iters = 10;
     for (every, seed) in [(50u64, 1u64), (50, 2), (4, 9)] {
         let rt = build(gpu().inject_safepoints(every, Some(seed)));
-        let m = rt
-            .load("spin.obc", include_str!("../examples/kernels/spin.obc"))
-            .unwrap();
-        let out = rt.new_array::<i32>(n as usize).unwrap();
-        let r = par_offload(
-            0..n,
-            &m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
-        )
-        .unwrap();
-        assert!(rt.read(&out).unwrap().iter().all(|&v| v == iters));
-        stress::check_report(&r, "random safepoints on the GPU");
-        let p = 1.0 / every as f64;
-        let want = 1.0 - (1.0 - p).powf(f64::from(iters));
-        let got = r.replayed as f64 / n as f64;
-        let sigma = (want * (1.0 - want) / n as f64).sqrt();
-        assert!(
-            (got - want).abs() < 6.0 * sigma + 0.01,
-            "every {every} seed {seed}: {got:.4} of workitems deopted, expected about {want:.4}\n{r}"
-        );
+        stress::check_safepoint_rate(&rt, n, every, seed);
     }
 }

@@ -13,14 +13,22 @@ mod stress;
 
 const SPIN: &str = include_str!("../examples/kernels/spin.obc");
 
-fn interrupted_launch(device: Device) {
+/// A runtime of two workers on `device` (strict on CUDA: no fallback), with
+/// every launch's `deadline`, and the spin kernel loaded.
+fn runtime(device: Device, deadline: Option<Duration>) -> (Runtime, offload::Module) {
     let rt = Runtime::builder()
         .device(device)
         .strict(device == Device::Cuda)
         .workers(2)
+        .launch_deadline(deadline)
         .build()
         .unwrap_or_else(|e| panic!("{device:?}: {e}"));
     let m = rt.load("spin.obc", SPIN).unwrap();
+    (rt, m)
+}
+
+fn interrupted_launch(device: Device) {
+    let (rt, m) = runtime(device, None);
     let n = 4096usize;
     // Each workitem spins long enough that the whole range would take many
     // seconds: the interrupt must cut it short.
@@ -111,13 +119,7 @@ fn an_interrupt_between_launches_is_harmless() {
 /// A deadline interrupts a launch as `Runtime::interrupt` does, with the
 /// same report, and says so; a launch that ends in time is not touched.
 fn deadline(device: Device) {
-    let rt = Runtime::builder()
-        .device(device)
-        .strict(device == Device::Cuda)
-        .workers(2)
-        .build()
-        .unwrap_or_else(|e| panic!("{device:?}: {e}"));
-    let m = rt.load("spin.obc", SPIN).unwrap();
+    let (rt, m) = runtime(device, None);
     let n = 4096usize;
     let out = rt.new_array::<i32>(n).unwrap();
     let k = m
@@ -141,14 +143,7 @@ fn deadline(device: Device) {
         .par_offload_with_deadline(0..64, &small, Duration::from_secs(60))
         .unwrap();
     assert_eq!((rep.completed, rep.deadline), (64, None));
-    let rt = Runtime::builder()
-        .device(device)
-        .strict(device == Device::Cuda)
-        .workers(2)
-        .launch_deadline(Some(Duration::from_millis(100)))
-        .build()
-        .unwrap();
-    let m = rt.load("spin.obc", SPIN).unwrap();
+    let (rt, m) = runtime(device, Some(Duration::from_millis(100)));
     let out = rt.new_array::<i32>(n).unwrap();
     let k = m
         .closure("spin", [2_000_000_000.into(), (&out).into()])
@@ -180,12 +175,7 @@ fn a_deadline_stops_a_cuda_launch() {
 #[test]
 fn a_deadline_stops_only_its_own_launch() {
     for device in [Device::Cpu, Device::Interpreter] {
-        let rt = Runtime::builder()
-            .device(device)
-            .workers(2)
-            .build()
-            .unwrap();
-        let m = rt.load("spin.obc", SPIN).unwrap();
+        let (rt, m) = runtime(device, None);
         let out = rt.new_array::<i32>(4096).unwrap();
         let forever = m
             .closure("spin", [2_000_000_000.into(), (&out).into()])

@@ -117,3 +117,31 @@ pub fn check_report(r: &LaunchReport, what: &str) {
     let sum: std::time::Duration = t.parts().iter().map(|p| p.1).sum();
     assert_eq!(sum, t.total, "{what}: the time's parts do not add up\n{r}");
 }
+
+/// Runs the `spin` example (`iters` back-edge polls per workitem) over
+/// `0..n` on `rt`, built with `inject_safepoints(every, Some(seed))`, and
+/// checks that the share of workitems that deopted is the rate asked for:
+/// each poll fires with probability 1/`every`, and a workitem deopts at
+/// the first that fires.
+pub fn check_safepoint_rate(rt: &Runtime, n: i64, every: u64, seed: u64) {
+    let iters = 10;
+    let m = rt
+        .load("spin.obc", include_str!("../../examples/kernels/spin.obc"))
+        .unwrap();
+    let out = rt.new_array::<i32>(n as usize).unwrap();
+    let r = par_offload(
+        0..n,
+        &m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
+    )
+    .unwrap();
+    assert!(rt.read(&out).unwrap().iter().all(|&v| v == iters));
+    check_report(&r, "random safepoints");
+    let p = 1.0 / every as f64;
+    let want = 1.0 - (1.0 - p).powf(f64::from(iters));
+    let got = r.replayed as f64 / n as f64;
+    let sigma = (want * (1.0 - want) / n as f64).sqrt();
+    assert!(
+        (got - want).abs() < 6.0 * sigma + 0.01,
+        "every {every} seed {seed}: {got:.4} of workitems deopted, expected about {want:.4}\n{r}"
+    );
+}
