@@ -3,9 +3,9 @@
 //! counters per (version, site, reason), and the recompilation policy that
 //! runs after every launch (docs/DESIGN.md, "Speculation and recompilation").
 //!
-//! A launch asks its kernel's state for a [`Plan`] (where to run, which
+//! A launch asks its kernel's state for a `Plan` (where to run, which
 //! version, which TLAB and chunk sizes), runs it, and hands the report back
-//! to [`KernelState::after`], which counts the deopts, asks the policy, and
+//! to `KernelState::after`, which counts the deopts, asks the policy, and
 //! applies the decision to the next launch:
 //!
 //! - `Recompile` drops the speculations the failing sites guard (found in
