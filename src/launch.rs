@@ -661,7 +661,9 @@ fn launch_interp(
     // Each workitem's dead objects go back to its worker's TLAB as it ends
     // when every worker has a TLAB of its own, as on the CPU device (the
     // two devices must agree on which programs run out of memory).
-    let nursery = inner.reclaim && crate::cpu::exclusive(&crate::cpu::tlabs_of(&alloc, workers));
+    let nursery = inner.reclaim
+        && prog.may_allocate(closure.kernel)
+        && crate::cpu::exclusive(&crate::cpu::tlabs_of(&alloc, workers));
     let recycled = std::sync::atomic::AtomicU64::new(0);
     let safepoints_before = inner.control.count();
 

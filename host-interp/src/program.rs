@@ -115,6 +115,34 @@ impl Program {
         self.analyses[f.index()].as_ref()
     }
 
+    /// Whether kernel (or function) `k` may allocate: an allocating
+    /// instruction in it or in any function it may call (for a `callvirt`,
+    /// every implementation any class dispatches to). Only such kernels
+    /// need the nursery reset at each workitem's end.
+    pub fn may_allocate(&self, k: FuncId) -> bool {
+        let v = self.verified();
+        let mut seen = std::collections::HashSet::new();
+        let mut work = vec![k];
+        while let Some(f) = work.pop() {
+            if !seen.insert(f) {
+                continue;
+            }
+            for inst in &v.func(f).body {
+                if inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES) {
+                    return true;
+                }
+                match *inst {
+                    offload_ir::Inst::Call { func } => work.push(func),
+                    offload_ir::Inst::CallVirt { method } => work.extend(
+                        (0..v.classes.len()).filter_map(|c| self.dispatch(ClassId::new(c), method)),
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        false
+    }
+
     /// The implementation of method `m` for an instance of class `c`.
     pub fn dispatch(&self, c: ClassId, m: FuncId) -> Option<FuncId> {
         let slot = self.slot_of[m.index()]?;

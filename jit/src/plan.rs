@@ -162,27 +162,7 @@ pub(crate) fn virtual_targets(
 /// class dispatches to). Compiled code brackets each workitem of such a
 /// kernel with the nursery snapshot and reset (`cpu` module docs).
 pub(crate) fn may_allocate(prog: &Program, k: FuncId) -> bool {
-    let v = prog.verified();
-    let mut seen = std::collections::HashSet::new();
-    let mut work = vec![k];
-    while let Some(f) = work.pop() {
-        if !seen.insert(f) {
-            continue;
-        }
-        for inst in &v.func(f).body {
-            if inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES) {
-                return true;
-            }
-            match *inst {
-                offload_ir::isa::Inst::Call { func } => work.push(func),
-                offload_ir::isa::Inst::CallVirt { method } => work.extend(
-                    (0..v.classes.len()).filter_map(|c| prog.dispatch(ClassId::new(c), method)),
-                ),
-                _ => {}
-            }
-        }
-    }
-    false
+    prog.may_allocate(k)
 }
 
 /// What a backend compiles at a `callvirt`: the implementations to inline,
