@@ -434,3 +434,37 @@ fn a_script_fails_when_a_definition_waits_for_a_name_never_defined() {
     assert!(ok, "{out}{err}");
     assert!(out.contains("4 of 4 completed"), "{out}");
 }
+
+#[test]
+fn a_bad_definition_among_good_ones_is_the_one_reported() {
+    let defs = "func a() -> i32 {\n    i32.const 1\n    ret\n}\nfunc b() -> i32 {\n    f32.const 1.0\n    ret\n}\nfunc c() -> i32 {\n    i32.const 3\n    ret\n}\n";
+    // Script mode stops at `b`, naming its line and column.
+    let (ok, out, err) = script_run("bad_among.ofs", defs, &[]);
+    assert!(!ok);
+    assert!(out.contains("defined func a"), "{out}");
+    assert!(!out.contains("defined func c"), "ran past the error: {out}");
+    assert!(err.contains("bad_among.ofs:7:5"), "{err}");
+    // A piped session reports `b` and defines the others.
+    let out = Command::new(bin())
+        .args(["repl", "--workers", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(defs.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("defined func a") && out.contains("defined func c"),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{out}"
+    );
+    assert!(out.contains("<stdin>:7:5"), "{out}");
+}

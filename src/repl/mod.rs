@@ -18,6 +18,7 @@
 //! the REPL goes on. Ctrl-C while editing clears the line; Ctrl-D or
 //! `:quit` leaves.
 
+mod batch;
 mod help;
 mod input;
 mod session;
@@ -66,6 +67,7 @@ fn piped(s: &mut Session) -> Result<(), String> {
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout();
     let mut entry = input::Entry::default();
+    let mut batch = batch::Batch::default();
     let mut start = 1u32;
     for (i, line) in stdin.lock().split(b'\n').enumerate() {
         let line = line.map_err(|e| format!("error: reading standard input: {e}"))?;
@@ -92,6 +94,11 @@ fn piped(s: &mut Session) -> Result<(), String> {
             continue;
         }
         let e = entry.take();
+        if batch.takes(&e) {
+            batch.push(e, start);
+            continue;
+        }
+        show(&mut stdout, batch.flush(s, "<stdin>"));
         echo_entry(&mut stdout, &e);
         if is_quit(&e) {
             return Ok(());
@@ -104,6 +111,7 @@ fn piped(s: &mut Session) -> Result<(), String> {
         }
         let _ = stdout.flush();
     }
+    show(&mut stdout, batch.flush(s, "<stdin>"));
     if !entry.is_blank() {
         let _ = writeln!(
             stdout,
@@ -111,6 +119,19 @@ fn piped(s: &mut Session) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Shows a batch's entries on a pipe: each echoed, then what it printed or
+/// its error.
+fn show(stdout: &mut impl Write, done: Vec<batch::Done>) {
+    for d in done {
+        echo_entry(stdout, &d.entry);
+        let _ = write!(stdout, "{}", d.out);
+        if let Some(msg) = d.err {
+            let _ = writeln!(stdout, "error: {msg}");
+        }
+    }
+    let _ = stdout.flush();
 }
 
 /// Show an entry as if typed after the prompt; comments between entries
@@ -135,7 +156,28 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
     install_ctrl_c(&s)?;
     let mut stdout = std::io::stdout();
     let mut entry = input::Entry::default();
+    let mut batch = batch::Batch::default();
     let mut start = 0u32;
+    // Shows what entries printed, up to the first error (which ends the
+    // script, named with its line).
+    let report = |stdout: &mut std::io::Stdout, done: Vec<batch::Done>| -> Result<(), String> {
+        for d in done {
+            if echo {
+                echo_entry(stdout, &d.entry);
+            }
+            let _ = write!(stdout, "{}", d.out);
+            let _ = stdout.flush();
+            if let Some(msg) = d.err {
+                // Definition errors already name the file, line and column.
+                return Err(if msg.contains(&format!("{name}:")) {
+                    format!("error: {msg}")
+                } else {
+                    format!("error: {name}:{}: {msg}", d.start)
+                });
+            }
+        }
+        Ok(())
+    };
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if entry.is_empty() {
@@ -146,30 +188,35 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
             continue;
         }
         let e = entry.take();
+        if complete && batch.takes(&e) {
+            batch.push(e, start);
+            continue;
+        }
+        report(&mut stdout, batch.flush(&mut s, &name))?;
         if !complete {
             return Err(format!(
                 "error: {name}:{start}: the file ended inside a definition (its braces never closed)"
             ));
         }
-        if echo {
-            echo_entry(&mut stdout, &e);
-        }
         if is_quit(&e) {
+            if echo {
+                echo_entry(&mut stdout, &e);
+            }
             return Ok(());
         }
         let mut out = String::new();
         let r = s.execute_at(&e, &name, start, &mut out);
-        let _ = write!(stdout, "{out}");
-        let _ = stdout.flush();
-        if let Err(ReplError(msg)) = r {
-            // Definition errors already name the file, line and column.
-            return Err(if msg.contains(&format!("{name}:")) {
-                format!("error: {msg}")
-            } else {
-                format!("error: {name}:{start}: {msg}")
-            });
-        }
+        report(
+            &mut stdout,
+            vec![batch::Done {
+                entry: e,
+                start,
+                out,
+                err: r.err().map(|ReplError(m)| m),
+            }],
+        )?;
     }
+    report(&mut stdout, batch.flush(&mut s, &name))?;
     let waiting = s.waiting();
     if !waiting.is_empty() {
         return Err(format!(
