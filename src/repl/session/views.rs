@@ -1,0 +1,287 @@
+//! What the REPL shows of a launch and of code: the summary, the deopt
+//! table, per-site counters, the profile, a kernel's versions, and long code
+//! views with a range or a filter.
+
+use super::*;
+
+impl Session {
+    pub(super) fn profile(&self, out: &mut String) -> Result<()> {
+        let last = self
+            .last
+            .as_ref()
+            .ok_or_else(|| ReplError("no launch yet: `run` a kernel first".into()))?;
+        let Some(p) = &last.report.profile else {
+            bail!(
+                "the last launch collected no profile: `:set profile on` (launches then run in the interpreter) or `:set speculate N` (warm-up launches profile)"
+            );
+        };
+        let v = self.module()?.program().verified().clone();
+        for (fi, fp) in p.funcs.iter().enumerate() {
+            let entries = fp.execs.first().copied().unwrap_or(0);
+            if entries == 0 {
+                continue;
+            }
+            let f = &v.funcs[fi];
+            let _ = writeln!(out, "{}: entered {entries} times", f.name);
+            for bci in 0..fp.execs.len() {
+                let mut parts = Vec::new();
+                let [t, n] = fp.branches[bci];
+                if t + n > 0 {
+                    parts.push(format!("branch taken {t}, not taken {n}"));
+                }
+                if !fp.receivers[bci].is_empty() {
+                    let rs: Vec<String> = fp.receivers[bci]
+                        .iter()
+                        .map(|&(c, k)| {
+                            let name = v
+                                .classes
+                                .get(c as usize)
+                                .map_or(format!("class {c}"), |c| c.name.clone());
+                            format!("{name} {k}")
+                        })
+                        .collect();
+                    parts.push(format!("receivers {}", rs.join(", ")));
+                }
+                if fp.nulls[bci] > 0 {
+                    parts.push(format!("null {}", fp.nulls[bci]));
+                }
+                if !parts.is_empty() {
+                    let _ = writeln!(
+                        out,
+                        "  @{bci:<4} ran {:<8} {}",
+                        fp.execs[bci],
+                        parts.join("; ")
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `:info KERNEL`: versions, speculations, counters and decisions.
+    pub(super) fn info(&self, words: &[&str], out: &mut String) -> Result<()> {
+        let k = one(words, ":info KERNEL")?;
+        let Some(info) = self.module()?.kernel_info(k)? else {
+            let _ = writeln!(out, "{k} has not been launched since it was defined");
+            return Ok(());
+        };
+        let _ = writeln!(
+            out,
+            "{k}: {} launches, version {} ({} recompiles), next runs on {}",
+            info.launches,
+            info.version,
+            info.recompiles,
+            info.device.name()
+        );
+        for s in &info.speculations {
+            let _ = writeln!(out, "  speculates {s}");
+        }
+        for ((ver, site, reason), n) in &info.deopts {
+            let _ = writeln!(
+                out,
+                "  v{ver} site {} {}: {n} deopts",
+                site.0,
+                reason.name()
+            );
+        }
+        for l in &info.log {
+            let _ = writeln!(out, "  {l}");
+        }
+        Ok(())
+    }
+}
+
+/// A code view's name and what to show of it.
+pub(super) fn code_args<'a>(words: &[&'a str], usage: &str) -> Result<(&'a str, Option<&'a str>)> {
+    match words {
+        [name] => Ok((name, None)),
+        [name, view] => Ok((name, Some(view))),
+        _ => bail!("usage: {usage}"),
+    }
+}
+
+/// Lines a code view shows when given no range or filter.
+pub(super) const CODE_VIEW_LINES: usize = 60;
+
+/// Shows `text`: whole when short, else its first [`CODE_VIEW_LINES`] lines
+/// and how to see the rest; `A..B` shows lines A to B (1-based, B
+/// included; either may be left out), any other word the lines that
+/// contain it, numbered.
+pub(super) fn code_view(
+    text: &str,
+    cmd: &str,
+    name: &str,
+    view: Option<&str>,
+    out: &mut String,
+) -> Result<()> {
+    let lines: Vec<&str> = text.lines().collect();
+    let n = lines.len();
+    let numbered = |out: &mut String, i: usize| {
+        let _ = writeln!(out, "{:>5}  {}", i + 1, lines[i]);
+    };
+    match view {
+        None if n <= CODE_VIEW_LINES => out.push_str(text),
+        None => {
+            for l in &lines[..CODE_VIEW_LINES] {
+                let _ = writeln!(out, "{l}");
+            }
+            let _ = writeln!(
+                out,
+                "... {} more lines (of {n}): `{cmd} {name} {}..` shows them, `{cmd} {name} TEXT` the lines with TEXT",
+                n - CODE_VIEW_LINES,
+                CODE_VIEW_LINES + 1
+            );
+        }
+        Some(v)
+            if v.contains("..")
+                && v.split("..")
+                    .all(|p| p.is_empty() || p.parse::<usize>().is_ok()) =>
+        {
+            let (a, b) = v.split_once("..").expect("checked");
+            let lo = a.parse::<usize>().unwrap_or(1).max(1);
+            let hi = b.parse::<usize>().unwrap_or(n).min(n);
+            if lo > hi {
+                bail!("{cmd} {name}: lines {v} are not in 1..{n}");
+            }
+            for i in lo - 1..hi {
+                numbered(out, i);
+            }
+        }
+        Some(pat) => {
+            let hits: Vec<usize> = (0..n).filter(|&i| lines[i].contains(pat)).collect();
+            if hits.is_empty() {
+                let _ = writeln!(out, "no line of {cmd} {name} contains `{pat}` ({n} lines)");
+            }
+            for i in hits {
+                numbered(out, i);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// The summary of a launch.
+pub(super) fn summary(last: &Last, out: &mut String) {
+    let r = &last.report;
+    let n = r.range.end - r.range.start;
+    let _ = writeln!(
+        out,
+        "{} over {}..{} on {}{} ({} workers): {} of {} completed in {}",
+        r.kernel,
+        r.range.start,
+        r.range.end,
+        r.device.name(),
+        r.version.map(|v| format!(" v{v}")).unwrap_or_default(),
+        r.workers,
+        r.completed,
+        n,
+        ms(r.timings.total)
+    );
+    // The range's partition (see `LaunchReport::on_device`).
+    let mut parts = vec![
+        format!("{} ran on the {} device", r.on_device, r.device.name()),
+        format!("{} replayed after a deopt", r.replayed),
+    ];
+    if r.interrupted {
+        parts.push(format!("{} stopped part-way", r.abandoned));
+        parts.push(format!("{} not started", r.not_started()));
+    }
+    let _ = writeln!(out, "  {} · {} threw", parts.join(", "), r.threw);
+    let deopts: u64 = r.deopts.values().sum();
+    if deopts > 0 || r.never_ran > 0 {
+        let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();
+        for ((_, reason), k) in &r.deopts {
+            *by_reason.entry(reason.name()).or_default() += k;
+        }
+        let reasons: Vec<String> = by_reason.iter().map(|(r, k)| format!("{r} {k}")).collect();
+        let mut line = format!("  deopts {deopts}");
+        if !reasons.is_empty() {
+            let _ = write!(line, " ({})", reasons.join(", "));
+        }
+        if r.never_ran > 0 {
+            let _ = write!(
+                line,
+                " · never-ran {} (left unstarted by a stop, then run)",
+                r.never_ran
+            );
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(g) = &r.gpu {
+        let _ = writeln!(
+            out,
+            "  GPU {g} · {:.1} MiB copied between host and device",
+            r.copied_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    if let Some(f) = &r.fallback {
+        let _ = writeln!(out, "  note: {f}");
+    }
+    // The policy's decision, unless it kept things as they were.
+    if let Some(d) = &r.decision
+        && offload::adaptive::decision_name(&d.decided.decision) != "keep"
+    {
+        let _ = writeln!(out, "  policy: {d}");
+    }
+    if let Some(e) = &last.exceptions {
+        for l in e.lines() {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+}
+
+pub(super) fn deopt_table(last: &Last, out: &mut String) {
+    let r = &last.report;
+    let total: u64 = r.deopts.values().sum::<u64>().max(r.abandoned);
+    if r.deopt_table.is_empty() {
+        let _ = writeln!(
+            out,
+            "no workitem deoptimized in the last launch of {}",
+            r.kernel
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{} deoptimized workitem(s) in the last launch of {}{}:",
+        total,
+        r.kernel,
+        if total as usize > r.deopt_table.len() {
+            format!(" (the first {} by workitem)", r.deopt_table.len())
+        } else {
+            String::new()
+        }
+    );
+    out.push_str(&r.deopt_table_text());
+}
+
+pub(super) fn sites(last: &Last, out: &mut String) {
+    let r = &last.report;
+    if r.deopts.is_empty() {
+        let _ = writeln!(out, "no deopts in the last launch of {}", r.kernel);
+        return;
+    }
+    let mut t = offload::table::new(["bci", "reason", "deopts"]);
+    for ((bci, reason), n) in &r.deopts {
+        t.add_row([bci.to_string(), reason.name().to_string(), n.to_string()]);
+    }
+    offload::table::right(&mut t, &[0, 2]);
+    out.push_str(&offload::table::text(&t));
+    if !r.site_deopts.is_empty() {
+        let _ = writeln!(
+            out,
+            "by site of version {}:",
+            r.version.map_or("-".to_string(), |v| v.to_string())
+        );
+        let mut t = offload::table::new(["site", "reason", "deopts"]);
+        for ((site, reason), n) in &r.site_deopts {
+            t.add_row([site.0.to_string(), reason.name().to_string(), n.to_string()]);
+        }
+        offload::table::right(&mut t, &[0, 2]);
+        out.push_str(&offload::table::text(&t));
+    }
+}
