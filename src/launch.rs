@@ -47,7 +47,8 @@ pub struct Timings {
 }
 
 /// `T ms (compile a ms, setup b ms, run c ms, replay d ms, teardown e ms)`;
-/// the parts add up to the total.
+/// the parts add up to the total (each figure is rounded to the
+/// microsecond, so the printed parts can miss the printed total by a few).
 impl fmt::Display for Timings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
