@@ -368,7 +368,7 @@ fn protocol(c: &mut Criterion) {
         let k = prog.verified().func_named(kernel).expect("example kernel");
         let jit = offload_jit::CpuJit::new();
         for (tier, quick) in [("quick", true), ("optimized", false)] {
-            let opts = offload_jit::cpu::CompileOptions {
+            let opts = offload_jit::CompileOptions {
                 quick,
                 ..Default::default()
             };

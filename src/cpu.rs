@@ -70,7 +70,7 @@ pub(crate) fn compiled(
         return hit.value().best();
     }
     let inner = &rt.inner;
-    let opts = offload_jit::cpu::CompileOptions {
+    let opts = offload_jit::CompileOptions {
         quick: inner.tiered,
         ..inner.compile
     };

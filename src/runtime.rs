@@ -67,7 +67,7 @@ pub struct RuntimeBuilder {
     policy: AllocPolicy,
     alloc_buffers: bool,
     profile: bool,
-    compile: offload_jit::cpu::CompileOptions,
+    compile: offload_jit::CompileOptions,
     deopt_records: usize,
     fail_refills: Option<(u64, u64)>,
     reclaim: bool,
@@ -168,9 +168,9 @@ impl RuntimeBuilder {
 
     /// Fault injection for tests: compile every kernel so that the chosen
     /// workitems deoptimize at the chosen site (see
-    /// [`offload_jit::cpu::Injection`]). Kernels without that site run on the
+    /// [`offload_jit::Injection`]). Kernels without that site run on the
     /// interpreter, and their reports say so.
-    pub fn inject(mut self, inj: offload_jit::cpu::Injection) -> Self {
+    pub fn inject(mut self, inj: offload_jit::Injection) -> Self {
         self.compile.inject = Some(inj);
         self
     }
@@ -186,9 +186,9 @@ impl RuntimeBuilder {
     /// Fault injection for tests: compiled back-edge polls deopt as if a
     /// safepoint had been requested — every `every`-th poll of a slot, or
     /// with `seed`, each poll with probability 1/`every` (see
-    /// [`offload_jit::cpu::SafepointInjection`]).
+    /// [`offload_jit::SafepointInjection`]).
     pub fn inject_safepoints(mut self, every: u64, seed: Option<u64>) -> Self {
-        self.compile.safepoints = Some(offload_jit::cpu::SafepointInjection {
+        self.compile.safepoints = Some(offload_jit::SafepointInjection {
             every: every.max(1),
             seed,
         });
@@ -440,7 +440,7 @@ pub(crate) struct Inner {
     pub(crate) profile: bool,
     pub(crate) control: offload_host_interp::Control,
     pub(crate) jit: offload_jit::CpuJit,
-    pub(crate) compile: offload_jit::cpu::CompileOptions,
+    pub(crate) compile: offload_jit::CompileOptions,
     pub(crate) deopt_records: usize,
     pub(crate) fail_refills: Option<(u64, u64)>,
     /// See [`RuntimeBuilder::reclaim`].
@@ -679,7 +679,7 @@ impl Runtime {
             policy: AllocPolicy::default(),
             alloc_buffers: true,
             profile: false,
-            compile: offload_jit::cpu::CompileOptions::default(),
+            compile: offload_jit::CompileOptions::default(),
             deopt_records: DEFAULT_DEOPT_RECORDS,
             fail_refills: None,
             reclaim: true,

@@ -4,7 +4,7 @@
 //! the replay state are O(slots × records per slot), never O(range).
 
 use offload::{Device, Runtime, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -5,7 +5,7 @@ use offload::ir::ExceptionKind;
 use offload::tools::demo::example;
 use offload::tools::reference as native;
 use offload::{Device, OffloadError, Runtime, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 
 use offload::tools::demo::INC_KERNEL as INC;
 

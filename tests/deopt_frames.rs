@@ -13,7 +13,7 @@ use offload::tlab::Allocator;
 use offload::tools::differential::{canonical_bits as canon, inputs};
 use offload::tools::reference::Rng;
 use offload::{Device, Runtime, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 
 #[test]
 fn every_compiled_deopt_frame_equals_the_interpreters_frame() {

@@ -7,7 +7,7 @@
 
 use offload::deopt::Reason;
 use offload::{Device, Runtime, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 
 const TRIG: &str = include_str!("ptx/math.obc");
 

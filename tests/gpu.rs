@@ -12,7 +12,7 @@ use offload::ir::print_module;
 use offload::tools::differential::Differ;
 use offload::tools::reference::Rng;
 use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 use std::time::{Duration, Instant};
 
 #[path = "common/stress.rs"]

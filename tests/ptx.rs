@@ -8,7 +8,7 @@
 
 use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::print_module;
-use offload::jit::cpu::{CompileOptions, Injection, SafepointInjection};
+use offload::jit::{CompileOptions, Injection, SafepointInjection};
 use offload::jit::{CpuJit, JitError, ptx, ptxas};
 use offload::tools::reference::Rng;
 use offload::{Device, Runtime};

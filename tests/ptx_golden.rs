@@ -6,7 +6,7 @@
 //! forbids: no `trap` (it poisons the CUDA context), no `.approx` or
 //! `.ftz` arithmetic (results must match the host bit for bit).
 
-use offload::jit::cpu::CompileOptions;
+use offload::jit::CompileOptions;
 use offload::jit::{ptx, ptxas};
 use offload::{Device, Runtime};
 use std::path::Path;

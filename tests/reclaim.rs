@@ -6,7 +6,7 @@
 
 use offload::tools::bench::LIST_KERNEL;
 use offload::{Arg, Device, Runtime, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 
 /// The interpreter, the CPU device's quick tier (a tiered runtime's first
 /// launches) and its optimized tier.

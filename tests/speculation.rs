@@ -6,7 +6,7 @@
 //! outputs equal the interpreter's. The speculative PTX of every workload
 //! assembles and carries the CPU version's metadata.
 
-use offload::jit::cpu::CompileOptions;
+use offload::jit::CompileOptions;
 use offload::jit::{CpuJit, SpecConfig, Speculations, ptx, ptxas};
 use offload::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
 use offload::tools::experiment::{self, Config};

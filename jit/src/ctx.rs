@@ -107,7 +107,7 @@ pub struct SlotWords {
     /// Heap words of dead workitem objects it handed back to its TLAB at
     /// workitem ends ([`LaunchCtx::nursery`]).
     pub recycled: u64,
-    /// The state of injected safepoints ([`crate::cpu::SafepointInjection`])
+    /// The state of injected safepoints ([`crate::SafepointInjection`])
     /// when the slot last polled: kept here so that the stream goes on
     /// across the slot's entries (0 before its first poll).
     pub inject_state: u64,

@@ -1,17 +1,46 @@
-//! `offload-jit`: compiles verified kernels to native code.
+//! `offload-jit`: compiles verified kernels to native code for the CPU and
+//! to PTX for NVIDIA GPUs.
 //!
-//! The CPU backend ([`cpu`]) lowers a kernel through cranelift-frontend into
-//! one persistent slot loop per kernel version: each slot claims chunks of
-//! workitems from an atomic cursor, checks the control word before every
-//! workitem, polls at loop back-edges, and leaves through deopt exits that
-//! write the site's frame state into the bounded save area in the layout of
-//! [`offload_deopt::SaveLayout`] — the same mechanism a GPU runs (the PTX
-//! backend comes next). The runtime (`offload`) owns the launch → replay
-//! loop.
+//! Both backends compile a kernel version into one persistent *slot loop*:
+//! each slot (a CPU worker, a GPU thread) claims chunks of workitems from
+//! an atomic cursor, checks the control word before every workitem, polls
+//! at loop back-edges, and leaves through deopt exits that write the site's
+//! frame state into the bounded save area in the layout of
+//! [`offload_deopt::SaveLayout`]. The runtime (`offload`) owns the launch →
+//! replay loop.
 //!
-//! Both backends compile a version with the speculations of [`spec`]
-//! (chosen from the interpreter's profile) and record each one in the
-//! version's metadata with the site its guard exits through.
+//! How the crate is laid out, following one kernel from bytecode to code:
+//!
+//! - [`CompileOptions`] (`options.rs`): how a version is compiled (tier,
+//!   polls, fault injection).
+//! - `lower/`: the **one bytecode walker** both backends lower through —
+//!   frames and inlining, virtual dispatch, site numbering, speculation,
+//!   back-edge polls, which values each deopt exit stores, and the dispatch
+//!   over instructions, whose arithmetic arms come from the instruction
+//!   table's operation classes ([`offload_ir::isa::Op`]). The walker calls
+//!   a backend's primitives through its `Backend` trait; `lower/plan.rs`
+//!   holds the decisions that depend on the module (inlining budget, class
+//!   tests, allocation headers).
+//! - [`cpu`]: the primitives in Cranelift IR, and the CPU slot loop
+//!   (`cpu/slot_loop.rs`), allocation with the nursery reset
+//!   (`cpu/alloc.rs`), deopt exits (`cpu/deopt.rs`), vector and predicated
+//!   loops (`cpu/loops.rs`).
+//! - `opt/`: the CPU-only analyses behind those loops (workitem-indexed
+//!   accesses, loop predication, unrolling and vectorization).
+//! - [`ptx`]: the primitives in PTX text, the GPU slot loop, the device
+//!   TLAB protocol, exact float operations; [`ptxlib`] is the math library
+//!   in PTX and [`ptxas`] assembles for checks.
+//! - [`ctx`]: the launch context and per-slot words both sides read;
+//!   [`rt`]: the runtime calls compiled CPU code makes.
+//!
+//! Because the walker is shared, a CPU and a PTX version of a kernel have
+//! equal [`DeoptMetadata`] and the host replays either one's records the
+//! same way. Both backends compile a version with the speculations of
+//! [`spec`] (chosen from the interpreter's profile) and record each one in
+//! the version's metadata with the site whose exit its guard takes.
+//! `jit/examples/lowering_snapshot.rs` writes every example kernel's PTX and
+//! Cranelift IR under every option, so that a change to the lowering can be
+//! diffed whole.
 //!
 //! [`CpuJit`] owns the Cranelift module (one per kernel version, since a
 //! `JITModule` frees its code only when dropped whole) behind a mutex: a
@@ -22,8 +51,10 @@
 
 pub mod cpu;
 pub mod ctx;
+mod lower;
 mod math;
-mod plan;
+mod opt;
+mod options;
 pub mod ptx;
 pub mod ptxas;
 pub mod ptxlib;
@@ -40,6 +71,8 @@ use std::time::{Duration, Instant};
 
 pub use ctx::{LaunchCtx, SlotFn};
 
+pub use lower::{MAX_INLINE_DEPTH, MAX_INLINED_INSTS};
+pub use options::{CompileOptions, Injection, SafepointInjection};
 pub use spec::{SpecConfig, Speculations};
 
 /// Cranelift's flags for a module with optimization level `opt` and
@@ -118,7 +151,7 @@ pub struct CompiledKernel {
     pub meta: DeoptMetadata,
     /// How long compilation took.
     pub compile_time: Duration,
-    /// The quick tier (see [`cpu::CompileOptions::quick`]).
+    /// The quick tier (see [`CompileOptions::quick`]).
     pub quick: bool,
     entry: SlotFn,
     /// Owns the code; freed when the kernel version is dropped.
@@ -197,17 +230,17 @@ impl CpuJit {
         k: FuncId,
         version: u32,
     ) -> Result<CompiledKernel, JitError> {
-        self.compile_with(prog, k, version, cpu::CompileOptions::default())
+        self.compile_with(prog, k, version, CompileOptions::default())
     }
 
     /// Compile with options (fault injection, polls; see
-    /// [`cpu::CompileOptions`]).
+    /// [`CompileOptions`]).
     pub fn compile_with(
         &self,
         prog: &Program,
         k: FuncId,
         version: u32,
-        opts: cpu::CompileOptions,
+        opts: CompileOptions,
     ) -> Result<CompiledKernel, JitError> {
         self.compile_speculative(prog, k, version, opts, &Speculations::none())
     }
@@ -221,7 +254,7 @@ impl CpuJit {
         prog: &Program,
         k: FuncId,
         version: u32,
-        opts: cpu::CompileOptions,
+        opts: CompileOptions,
         spec: &Speculations,
     ) -> Result<(String, DeoptMetadata), JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -272,7 +305,7 @@ impl CpuJit {
         prog: &Program,
         k: FuncId,
         version: u32,
-        opts: cpu::CompileOptions,
+        opts: CompileOptions,
         spec: &Speculations,
     ) -> Result<CompiledKernel, JitError> {
         let _serial = self.lock.lock().unwrap_or_else(|e| e.into_inner());

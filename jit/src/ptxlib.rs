@@ -11,7 +11,8 @@
 //! instruction with the host's libm. The virtual GPU (`offload-vgpu`) runs this same text on
 //! the host, and the tests compare it with `libm` bit for bit.
 
-use offload_ir::Inst;
+use offload_ir::Kind;
+use offload_ir::isa::{BinOp, Op, UnOp};
 
 /// The library's PTX text.
 pub const TEXT: &str = include_str!("ptx_libm.ptx");
@@ -48,8 +49,9 @@ pub struct Routine {
     pub trig: bool,
 }
 
-/// The routine for a transcendental instruction (`None` for anything else).
-pub fn routine(inst: Inst) -> Option<Routine> {
+/// The routine for a transcendental operation (`None` for anything else).
+pub fn routine(op: Op) -> Option<Routine> {
+    use {BinOp::Pow, Kind::F32, Kind::F64, Op::Binary, Op::Unary, UnOp::*};
     let r = |name, arity, selector, f64, trig| Routine {
         name,
         arity,
@@ -57,17 +59,17 @@ pub fn routine(inst: Inst) -> Option<Routine> {
         f64,
         trig,
     };
-    Some(match inst {
-        Inst::F64Exp => r("offload_f64_exp", 1, None, true, false),
-        Inst::F64Log => r("offload_f64_log", 1, None, true, false),
-        Inst::F64Sin => r("offload_f64_sincos", 1, Some(0), true, true),
-        Inst::F64Cos => r("offload_f64_sincos", 1, Some(1), true, true),
-        Inst::F64Pow => r("offload_f64_pow", 2, None, true, false),
-        Inst::F32Exp => r("offload_f32_exp", 1, None, false, false),
-        Inst::F32Log => r("offload_f32_log", 1, None, false, false),
-        Inst::F32Sin => r("offload_f32_sin", 1, None, false, true),
-        Inst::F32Cos => r("offload_f32_cos", 1, None, false, true),
-        Inst::F32Pow => r("offload_f32_pow", 2, None, false, false),
+    Some(match op {
+        Unary(F64, Exp) => r("offload_f64_exp", 1, None, true, false),
+        Unary(F64, Log) => r("offload_f64_log", 1, None, true, false),
+        Unary(F64, Sin) => r("offload_f64_sincos", 1, Some(0), true, true),
+        Unary(F64, Cos) => r("offload_f64_sincos", 1, Some(1), true, true),
+        Binary(F64, Pow) => r("offload_f64_pow", 2, None, true, false),
+        Unary(F32, Exp) => r("offload_f32_exp", 1, None, false, false),
+        Unary(F32, Log) => r("offload_f32_log", 1, None, false, false),
+        Unary(F32, Sin) => r("offload_f32_sin", 1, None, false, true),
+        Unary(F32, Cos) => r("offload_f32_cos", 1, None, false, true),
+        Binary(F32, Pow) => r("offload_f32_pow", 2, None, false, false),
         _ => return None,
     })
 }

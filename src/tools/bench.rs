@@ -298,7 +298,7 @@ pub fn deopt_rate_launch(
     let rt = Runtime::builder()
         .workers(workers)
         .device(Device::Cpu)
-        .inject(offload_jit::cpu::Injection {
+        .inject(offload_jit::Injection {
             site_bci: 10,
             modulus,
             remainder,
@@ -571,7 +571,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 .expect("example kernel");
             let jit = offload_jit::CpuJit::new();
             for (tier, quick) in [("quick", true), ("optimized", false)] {
-                let opts = offload_jit::cpu::CompileOptions {
+                let opts = offload_jit::CompileOptions {
                     quick,
                     ..Default::default()
                 };

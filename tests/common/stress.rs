@@ -5,7 +5,7 @@
 
 use offload::tools::reference::Rng;
 use offload::{LaunchReport, Runtime, RuntimeBuilder, par_offload};
-use offload_jit::cpu::Injection;
+use offload_jit::Injection;
 
 /// The stress kernel's deopt sites (bytecode indices).
 pub fn sites(rt: &Runtime) -> Vec<u32> {

@@ -1,0 +1,484 @@
+//! The walker's primitives in Cranelift IR ([`Backend`] for [`Cpu`]).
+
+use super::{Cpu, Lw, cl_type, invariant, trusted};
+use crate::Injection;
+use crate::ctx::CONTROL_SAFEPOINT;
+use crate::lower::plan::{self, TypeTest};
+use crate::lower::{Backend, BinOp, CmpOp, Const, Exit, UnOp, Walker};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
+use cranelift_codegen::ir::{AtomicRmwOp, BlockArg, InstBuilder, Value, types};
+use cranelift_frontend::Variable;
+use offload_ir::{Bci, Kind, Type};
+
+type W<'a, 'b, 'f> = &'a mut Walker<'b, Cpu<'f>>;
+
+impl Lw<'_, '_> {
+    /// Address of the object `r` (non-null, checked by the caller).
+    pub(super) fn obj_addr(&mut self, r: Value) -> Value {
+        let heap = self.e.env.heap.expect("set");
+        let r64 = self.e.b.ins().uextend(types::I64, r);
+        let off = self.e.b.ins().ishl_imm_u(r64, 3);
+        self.e.b.ins().iadd(heap, off)
+    }
+
+    /// The length word of the array whose header is at `base` (`i32`, at
+    /// byte 4 of the header; null's header, heap word 0, reads as 0). It
+    /// never changes, so the load may be hoisted out of loops.
+    pub(super) fn array_len(&mut self, base: Value) -> Value {
+        self.e.b.ins().load(types::I32, invariant(), base, 4)
+    }
+
+    /// Whether the class id `tag` is one of `ids`, as an `i8` truth value.
+    fn tag_in(&mut self, tag: Value, ids: &[u32]) -> Value {
+        let mut acc = self.e.b.ins().iconst(types::I8, 0);
+        for &id in ids {
+            let eq = self.e.b.ins().icmp_imm_s(IntCC::Equal, tag, i64::from(id));
+            acc = self.e.b.ins().bor(acc, eq);
+        }
+        acc
+    }
+
+    /// Whether the object `r` is an instance of `ty`, as an `i8` truth
+    /// value, reading its header (`r` may be null: word 0 of the heap is
+    /// reserved and readable, and the caller masks the answer).
+    fn type_test(&mut self, r: Value, ty: Type) -> Value {
+        let base = self.obj_addr(r);
+        let tag = self.e.b.ins().load(types::I32, trusted(), base, 0);
+        match plan::type_test(self.prog, ty) {
+            TypeTest::Classes(ids) => self.tag_in(tag, &ids),
+            TypeTest::Tag(want) => {
+                self.e
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, tag, i64::from(want as i32))
+            }
+            TypeTest::Always => self.e.b.ins().iconst(types::I8, 1),
+            TypeTest::Never => self.e.b.ins().iconst(types::I8, 0),
+        }
+    }
+
+    /// A call of the imported function `name`; its result.
+    pub(super) fn call_math(&mut self, name: &'static str, args: &[Value]) -> Value {
+        let fr = self.e.math[name];
+        let call = self.e.b.ins().call(fr, args);
+        self.e.b.inst_results(call)[0]
+    }
+
+    /// `a / b` or `a % b` (`rem`) of kind `k`, `b` not zero: `MIN / -1`
+    /// wraps (and `MIN % -1` is 0) instead of trapping.
+    fn int_div(&mut self, k: Kind, rem: bool, a: Value, b: Value) -> Value {
+        let t = cl_type(k);
+        let m1 = self.e.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
+        let one = self.e.b.ins().iconst(t, 1);
+        let safe = self.e.b.ins().select(m1, one, b);
+        if rem {
+            let r = self.e.b.ins().srem(a, safe);
+            let z = self.e.b.ins().iconst(t, 0);
+            self.e.b.ins().select(m1, z, r)
+        } else {
+            let q = self.e.b.ins().sdiv(a, safe);
+            let neg = self.e.b.ins().ineg(a);
+            self.e.b.ins().select(m1, neg, q)
+        }
+    }
+}
+
+/// The name of the runtime's math function for `op` on kind `k`.
+fn math_name(k: Kind, op: &str) -> &'static str {
+    let f64 = k == Kind::F64;
+    match op {
+        "rem" if f64 => "offload_f64_rem",
+        "rem" => "offload_f32_rem",
+        "pow" if f64 => "offload_f64_pow",
+        "pow" => "offload_f32_pow",
+        "exp" if f64 => "offload_f64_exp",
+        "exp" => "offload_f32_exp",
+        "log" if f64 => "offload_f64_log",
+        "log" => "offload_f32_log",
+        "sin" if f64 => "offload_f64_sin",
+        "sin" => "offload_f32_sin",
+        "cos" if f64 => "offload_f64_cos",
+        "cos" => "offload_f32_cos",
+        "fma" if f64 => "offload_f64_fma",
+        _ => "offload_f32_fma",
+    }
+}
+
+fn int_cc(op: CmpOp) -> IntCC {
+    match op {
+        CmpOp::Eq => IntCC::Equal,
+        CmpOp::Ne => IntCC::NotEqual,
+        CmpOp::Lt => IntCC::SignedLessThan,
+        CmpOp::Le => IntCC::SignedLessThanOrEqual,
+        CmpOp::Gt => IntCC::SignedGreaterThan,
+        CmpOp::Ge => IntCC::SignedGreaterThanOrEqual,
+    }
+}
+
+fn float_cc(op: CmpOp) -> FloatCC {
+    match op {
+        CmpOp::Eq => FloatCC::Equal,
+        CmpOp::Ne => FloatCC::NotEqual,
+        CmpOp::Lt => FloatCC::LessThan,
+        CmpOp::Le => FloatCC::LessThanOrEqual,
+        CmpOp::Gt => FloatCC::GreaterThan,
+        CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+    }
+}
+
+impl<'f> Backend for Cpu<'f> {
+    type Var = Variable;
+    type Val = Value;
+    type Block = cranelift_codegen::ir::Block;
+    type Join = cranelift_codegen::ir::Block;
+
+    fn local_var(w: W<'_, '_, 'f>, _instance: u32, _index: usize, kind: Kind) -> Variable {
+        w.e.b.declare_var(cl_type(kind))
+    }
+
+    fn stack_var(w: W<'_, '_, 'f>, _instance: u32, _depth: usize, kind: Kind) -> Variable {
+        w.e.b.declare_var(cl_type(kind))
+    }
+
+    fn use_var(w: W<'_, '_, 'f>, var: &Variable, _kind: Kind) -> Value {
+        w.e.b.use_var(*var)
+    }
+
+    fn def_var(w: W<'_, '_, 'f>, var: &Variable, _kind: Kind, x: Value) {
+        w.e.b.def_var(*var, x);
+    }
+
+    fn stable(_w: W<'_, '_, 'f>, _kind: Kind, x: Value) -> Value {
+        x
+    }
+
+    fn constant(w: W<'_, '_, 'f>, c: Const) -> Value {
+        let ins = w.e.b.ins();
+        match c {
+            Const::I32(v) => ins.iconst(types::I32, i64::from(v)),
+            Const::I64(v) => ins.iconst(types::I64, v),
+            Const::F32(bits) => ins.f32const(Ieee32::with_bits(bits)),
+            Const::F64(bits) => ins.f64const(Ieee64::with_bits(bits)),
+            Const::Null => ins.iconst(types::I32, 0),
+        }
+    }
+
+    fn increment(w: W<'_, '_, 'f>, var: &Variable, _kind: Kind, delta: i32) {
+        let x = w.e.b.use_var(*var);
+        let r = w.e.b.ins().iadd_imm_s(x, i64::from(delta));
+        w.e.b.def_var(*var, r);
+    }
+
+    fn leader_block(w: W<'_, '_, 'f>, _instance: u32, _bci: Bci) -> Self::Block {
+        w.e.b.create_block()
+    }
+
+    fn new_block(w: W<'_, '_, 'f>) -> Self::Block {
+        w.e.b.create_block()
+    }
+
+    fn switch_to(w: W<'_, '_, 'f>, b: &Self::Block) {
+        w.e.b.switch_to_block(*b);
+    }
+
+    fn enter_block(w: W<'_, '_, 'f>, b: &Self::Block, terminated: bool) {
+        if !terminated {
+            w.e.b.ins().jump(*b, &[]);
+        }
+        w.e.b.switch_to_block(*b);
+    }
+
+    fn jump(w: W<'_, '_, 'f>, b: &Self::Block) {
+        w.e.b.ins().jump(*b, &[]);
+    }
+
+    fn cond_branch(
+        w: W<'_, '_, 'f>,
+        x: Value,
+        jumps_on_nonzero: bool,
+        dest: &Self::Block,
+        fall: &Self::Block,
+    ) {
+        // brif jumps on non-zero.
+        if jumps_on_nonzero {
+            w.e.b.ins().brif(x, *dest, &[], *fall, &[]);
+        } else {
+            w.e.b.ins().brif(x, *fall, &[], *dest, &[]);
+        }
+    }
+
+    fn branch_if(w: W<'_, '_, 'f>, x: Value, jumps_on_nonzero: bool, when: bool, to: &Self::Block) {
+        let out = w.e.b.create_block();
+        let (nonzero, zero) = if jumps_on_nonzero == when {
+            (*to, out)
+        } else {
+            (out, *to)
+        };
+        w.e.b.ins().brif(x, nonzero, &[], zero, &[]);
+        w.e.b.switch_to_block(out);
+    }
+
+    fn branch_on(w: W<'_, '_, 'f>, cond: Value, when: bool, to: &Self::Block) {
+        let out = w.e.b.create_block();
+        if when {
+            w.e.b.ins().brif(cond, *to, &[], out, &[]);
+        } else {
+            w.e.b.ins().brif(cond, out, &[], *to, &[]);
+        }
+        w.e.b.switch_to_block(out);
+    }
+
+    fn guard(w: W<'_, '_, 'f>, cond: Value) -> Self::Block {
+        let take = w.e.b.create_block();
+        let next = w.e.b.create_block();
+        w.e.b.ins().brif(cond, take, &[], next, &[]);
+        w.e.b.switch_to_block(take);
+        next
+    }
+
+    fn ret_kernel(w: W<'_, '_, 'f>) {
+        let next = w.e.env.next_item.expect("set");
+        w.e.b.ins().jump(next, &[]);
+    }
+
+    fn join(w: W<'_, '_, 'f>, ret: Option<Kind>, _virtual_call: bool, _n: u32) -> Self::Join {
+        let b = w.e.b.create_block();
+        if let Some(k) = ret {
+            w.e.b.append_block_param(b, cl_type(k));
+        }
+        b
+    }
+
+    fn jump_join(w: W<'_, '_, 'f>, j: &Self::Join, result: Option<Value>) {
+        let args: Vec<BlockArg> = result.into_iter().map(Into::into).collect();
+        w.e.b.ins().jump(*j, &args);
+    }
+
+    fn enter_join(w: W<'_, '_, 'f>, j: &Self::Join) -> Option<Value> {
+        w.e.b.switch_to_block(*j);
+        w.e.b.block_params(*j).first().copied()
+    }
+
+    fn deopt(w: W<'_, '_, 'f>, exit: Exit<Variable>) {
+        w.deopt_at(exit);
+    }
+
+    fn deopt_if(w: W<'_, '_, 'f>, cond: Value, exit: Exit<Variable>) {
+        w.deopt_when(cond, exit);
+    }
+
+    fn safepoint_requested(w: W<'_, '_, 'f>) -> Value {
+        let cw = w.control_word();
+        let mut sp = w.e.b.ins().band_imm_u(cw, i64::from(CONTROL_SAFEPOINT));
+        if let Some(si) = w.opts.safepoints {
+            let var = w.e.env.polls.expect("set with the option");
+            let x = w.e.b.use_var(var);
+            let next = if si.seed.is_some() {
+                // xorshift64
+                let a = w.e.b.ins().ishl_imm_u(x, 13);
+                let x = w.e.b.ins().bxor(x, a);
+                let a = w.e.b.ins().ushr_imm_u(x, 7);
+                let x = w.e.b.ins().bxor(x, a);
+                let a = w.e.b.ins().ishl_imm_u(x, 17);
+                w.e.b.ins().bxor(x, a)
+            } else {
+                w.e.b.ins().iadd_imm_s(x, 1)
+            };
+            w.e.b.def_var(var, next);
+            let at = w.slot_words();
+            w.e.b
+                .ins()
+                .store(trusted(), next, at, crate::ctx::offsets::SLOT_INJECT_STATE);
+            let r = w.e.b.ins().urem_imm_u(next, si.every.max(1) as i64);
+            let hit = w.e.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
+            let hit = w.e.b.ins().uextend(types::I32, hit);
+            sp = w.e.b.ins().bor(sp, hit);
+        }
+        sp
+    }
+
+    fn injected(w: W<'_, '_, 'f>, inj: Injection) -> Value {
+        let x = w.e.b.use_var(w.e.env.w.expect("set"));
+        let m = w.e.b.ins().srem_imm_s(x, inj.modulus);
+        w.e.b.ins().icmp_imm_s(IntCC::Equal, m, inj.remainder)
+    }
+
+    fn is_null(w: W<'_, '_, 'f>, r: Value) -> Value {
+        w.e.b.ins().icmp_imm_s(IntCC::Equal, r, 0)
+    }
+
+    fn is_zero(w: W<'_, '_, 'f>, _k: Kind, x: Value) -> Value {
+        w.e.b.ins().icmp_imm_s(IntCC::Equal, x, 0)
+    }
+
+    fn is_negative(w: W<'_, '_, 'f>, x: Value) -> Value {
+        w.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0)
+    }
+
+    fn host_math(_w: W<'_, '_, 'f>, _op: UnOp, _k: Kind, _x: Value) -> Option<Value> {
+        // libm covers every argument here.
+        None
+    }
+
+    fn binary(w: W<'_, '_, 'f>, op: BinOp, k: Kind, a: Value, b: Value) -> Value {
+        let float = matches!(k, Kind::F32 | Kind::F64);
+        let ins = w.e.b.ins();
+        match op {
+            BinOp::Add if float => ins.fadd(a, b),
+            BinOp::Add => ins.iadd(a, b),
+            BinOp::Sub if float => ins.fsub(a, b),
+            BinOp::Sub => ins.isub(a, b),
+            BinOp::Mul if float => ins.fmul(a, b),
+            BinOp::Mul => ins.imul(a, b),
+            BinOp::Div if float => ins.fdiv(a, b),
+            BinOp::Div => w.int_div(k, false, a, b),
+            BinOp::Rem if float => w.call_math(math_name(k, "rem"), &[a, b]),
+            BinOp::Rem => w.int_div(k, true, a, b),
+            BinOp::And => ins.band(a, b),
+            BinOp::Or => ins.bor(a, b),
+            BinOp::Xor => ins.bxor(a, b),
+            // Cranelift masks shift counts to the width, as the bytecode
+            // does.
+            BinOp::Shl => ins.ishl(a, b),
+            BinOp::Shr => ins.sshr(a, b),
+            BinOp::Ushr => ins.ushr(a, b),
+            BinOp::Min if float => ins.fmin(a, b),
+            BinOp::Min => ins.smin(a, b),
+            BinOp::Max if float => ins.fmax(a, b),
+            BinOp::Max => ins.smax(a, b),
+            BinOp::Pow => w.call_math(math_name(k, "pow"), &[a, b]),
+        }
+    }
+
+    fn unary(w: W<'_, '_, 'f>, op: UnOp, k: Kind, a: Value) -> Value {
+        let float = matches!(k, Kind::F32 | Kind::F64);
+        match op {
+            UnOp::Neg if float => w.e.b.ins().fneg(a),
+            UnOp::Neg => w.e.b.ins().ineg(a),
+            UnOp::Abs if float => w.e.b.ins().fabs(a),
+            UnOp::Abs => {
+                let neg = w.e.b.ins().ineg(a);
+                let is_neg = w.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, a, 0);
+                w.e.b.ins().select(is_neg, neg, a)
+            }
+            UnOp::Sqrt => w.e.b.ins().sqrt(a),
+            UnOp::Floor => w.e.b.ins().floor(a),
+            UnOp::Ceil => w.e.b.ins().ceil(a),
+            UnOp::Exp => w.call_math(math_name(k, "exp"), &[a]),
+            UnOp::Log => w.call_math(math_name(k, "log"), &[a]),
+            UnOp::Sin => w.call_math(math_name(k, "sin"), &[a]),
+            UnOp::Cos => w.call_math(math_name(k, "cos"), &[a]),
+        }
+    }
+
+    fn fma(w: W<'_, '_, 'f>, k: Kind, a: Value, b: Value, c: Value) -> Value {
+        w.call_math(math_name(k, "fma"), &[a, b, c])
+    }
+
+    fn compare(w: W<'_, '_, 'f>, op: CmpOp, k: Kind, a: Value, b: Value) -> Value {
+        let c = match k {
+            Kind::F32 | Kind::F64 => w.e.b.ins().fcmp(float_cc(op), a, b),
+            _ => w.e.b.ins().icmp(int_cc(op), a, b),
+        };
+        w.e.b.ins().uextend(types::I32, c)
+    }
+
+    fn convert(w: W<'_, '_, 'f>, from: Kind, to: Kind, a: Value) -> Value {
+        let t = cl_type(to);
+        let ins = w.e.b.ins();
+        match (from, to) {
+            (Kind::I32, Kind::I64) => ins.sextend(t, a),
+            (Kind::I64, Kind::I32) => ins.ireduce(t, a),
+            (Kind::I32 | Kind::I64, _) => ins.fcvt_from_sint(t, a),
+            (Kind::F32, Kind::F64) => ins.fpromote(t, a),
+            (Kind::F64, Kind::F32) => ins.fdemote(t, a),
+            _ => ins.fcvt_to_sint_sat(t, a),
+        }
+    }
+
+    fn obj_addr(w: W<'_, '_, 'f>, r: Value) -> Value {
+        w.obj_addr(r)
+    }
+
+    fn array_len(w: W<'_, '_, 'f>, base: Value) -> Value {
+        w.array_len(base)
+    }
+
+    fn class_tag(w: W<'_, '_, 'f>, r: Value) -> Value {
+        let base = w.obj_addr(r);
+        w.e.b.ins().load(types::I32, trusted(), base, 0)
+    }
+
+    fn tag_in(w: W<'_, '_, 'f>, tag: Value, ids: &[u32]) -> Value {
+        w.tag_in(tag, ids)
+    }
+
+    fn elem_addr(
+        w: W<'_, '_, 'f>,
+        r: Value,
+        idx: Value,
+        size: u32,
+        bci: Bci,
+        _from_top: usize,
+    ) -> Value {
+        w.elem_addr(r, idx, i64::from(size), bci)
+    }
+
+    fn field_addr(w: W<'_, '_, 'f>, base: Value, off: u32) -> Value {
+        w.e.b.ins().iadd_imm_s(base, i64::from(off))
+    }
+
+    fn load(w: W<'_, '_, 'f>, k: Kind, addr: Value, off: u32) -> Value {
+        w.e.b.ins().load(cl_type(k), trusted(), addr, off as i32)
+    }
+
+    fn store(w: W<'_, '_, 'f>, _k: Kind, addr: Value, off: u32, x: Value) {
+        w.e.b.ins().store(trusted(), x, addr, off as i32);
+    }
+
+    fn write_barrier(w: W<'_, '_, 'f>, r: Value, x: Value) {
+        w.write_barrier(r, x);
+    }
+
+    fn atomic_add(w: W<'_, '_, 'f>, k: Kind, addr: Value, x: Value) -> Value {
+        w.e.b
+            .ins()
+            .atomic_rmw(cl_type(k), trusted(), AtomicRmwOp::Add, addr, x)
+    }
+
+    fn cmpxchg(w: W<'_, '_, 'f>, _k: Kind, addr: Value, expected: Value, new: Value) -> Value {
+        w.e.b.ins().atomic_cas(trusted(), addr, expected, new)
+    }
+
+    fn instance_of(w: W<'_, '_, 'f>, r: Value, ty: Type) -> Value {
+        let yes = w.type_test(r, ty);
+        let nonnull = w.e.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+        let both = w.e.b.ins().band(yes, nonnull);
+        w.e.b.ins().uextend(types::I32, both)
+    }
+
+    fn cast_fails(w: W<'_, '_, 'f>, r: Value, ty: Type) -> Value {
+        let yes = w.type_test(r, ty);
+        let nonnull = w.e.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+        let no = w.e.b.ins().bnot(yes);
+        w.e.b.ins().band(no, nonnull)
+    }
+
+    fn new_object(w: W<'_, '_, 'f>, bci: Bci, tag: u32, size: u32) -> Value {
+        let tag = w.e.b.ins().iconst(types::I32, i64::from(tag));
+        let word1 = w.e.b.ins().iconst(types::I32, i64::from(size));
+        let words = w.e.b.ins().iconst(types::I64, i64::from(size / 8));
+        w.allocate(bci, tag, word1, words)
+    }
+
+    fn new_array(w: W<'_, '_, 'f>, bci: Bci, tag: u32, esize: u32, len: Value) -> Value {
+        let tag = w.e.b.ins().iconst(types::I32, i64::from(tag as i32));
+        // words = (8 + len * esize + 7) / 8
+        let len64 = w.e.b.ins().uextend(types::I64, len);
+        let bytes = w.e.b.ins().imul_imm_s(len64, i64::from(esize));
+        let bytes = w.e.b.ins().iadd_imm_s(bytes, 15);
+        let words = w.e.b.ins().ushr_imm_u(bytes, 3);
+        w.allocate(bci, tag, len, words)
+    }
+}

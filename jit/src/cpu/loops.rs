@@ -1,0 +1,317 @@
+//! What the CPU's optimizations ([`crate::opt`]) emit: SIMD bodies for
+//! vectorizable item loops, and predicated loops with their entry test.
+
+use super::Lw;
+use crate::JitError;
+use crate::opt;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::immediates::Ieee32;
+use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
+use offload_ir::{Bci, Inst, Kind};
+
+impl Lw<'_, '_> {
+    /// The body for workitems `w .. w + UNROLL` as one SIMD body, a lane
+    /// per workitem ([`opt::vectorizable`] said it can be); then counts
+    /// them and advances `w`. No deopt site is left in such a body.
+    pub(super) fn vector_group(&mut self) -> Result<(), JitError> {
+        #[derive(Copy, Clone)]
+        enum VV {
+            U(Value),
+            V(Value),
+            Idx,
+            Idx32,
+            Arr(Value),
+        }
+        let f = self.v.func(self.cur.func);
+        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
+        let lanes = opt::UNROLL as i64;
+        let vt = |k: Kind| {
+            if k == Kind::F32 {
+                types::F32X4
+            } else {
+                types::I32X4
+            }
+        };
+        let mut env: Vec<VV> = Vec::with_capacity(f.locals.len());
+        for (l, loc) in f.locals.iter().enumerate() {
+            env.push(if l == 0 {
+                VV::Idx
+            } else if l < f.param_count as usize {
+                let c = self.e.env.captures[l - 1];
+                if loc.ty.kind() == Kind::Ref {
+                    VV::Arr(c)
+                } else {
+                    VV::U(c)
+                }
+            } else {
+                VV::U(self.zero(loc.ty.kind()))
+            });
+        }
+        let mut stack: Vec<(VV, Kind)> = Vec::new();
+        let wv = self.e.b.use_var(w);
+        let unexpected = |bci: usize| {
+            JitError::Codegen(format!("vector body: unexpected operands at bci {bci}"))
+        };
+        let flags = MemFlagsData::new().with_notrap();
+        for (bci, &inst) in f.body.iter().enumerate() {
+            match inst {
+                Inst::Load { local } => {
+                    let l = local.index();
+                    stack.push((env[l], f.locals[l].ty.kind()));
+                }
+                Inst::Store { local } => {
+                    let (x, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
+                    env[local.index()] = x;
+                }
+                Inst::I32Const { value } => {
+                    let c = self.e.b.ins().iconst(types::I32, i64::from(value));
+                    stack.push((VV::U(c), Kind::I32));
+                }
+                Inst::F32Const { value } => {
+                    let c = self.e.b.ins().f32const(Ieee32::with_bits(value.0));
+                    stack.push((VV::U(c), Kind::F32));
+                }
+                Inst::I64ToI32 => {
+                    stack.pop();
+                    stack.push((VV::Idx32, Kind::I32));
+                }
+                Inst::F32Add
+                | Inst::F32Sub
+                | Inst::F32Mul
+                | Inst::F32Div
+                | Inst::I32Add
+                | Inst::I32Sub
+                | Inst::I32And
+                | Inst::I32Or
+                | Inst::I32Xor => {
+                    let ((b, k), (a, _)) = (
+                        stack.pop().ok_or_else(|| unexpected(bci))?,
+                        stack.pop().ok_or_else(|| unexpected(bci))?,
+                    );
+                    let both_u = matches!((a, b), (VV::U(_), VV::U(_)));
+                    let val = |x: VV, this: &mut Self| match x {
+                        VV::U(s) if !both_u => Ok(this.e.b.ins().splat(vt(k), s)),
+                        VV::U(s) | VV::V(s) => Ok(s),
+                        _ => Err(unexpected(bci)),
+                    };
+                    let (x, y) = (val(a, self)?, val(b, self)?);
+                    let ins = self.e.b.ins();
+                    let r = match inst {
+                        Inst::F32Add => ins.fadd(x, y),
+                        Inst::F32Sub => ins.fsub(x, y),
+                        Inst::F32Mul => ins.fmul(x, y),
+                        Inst::F32Div => ins.fdiv(x, y),
+                        Inst::I32Add => ins.iadd(x, y),
+                        Inst::I32Sub => ins.isub(x, y),
+                        Inst::I32And => ins.band(x, y),
+                        Inst::I32Or => ins.bor(x, y),
+                        _ => ins.bxor(x, y),
+                    };
+                    stack.push((if both_u { VV::U(r) } else { VV::V(r) }, k));
+                }
+                Inst::I32ALoad | Inst::F32ALoad => {
+                    let k = if inst == Inst::I32ALoad {
+                        Kind::I32
+                    } else {
+                        Kind::F32
+                    };
+                    let (_, (arr, _)) = (stack.pop(), stack.pop().ok_or_else(|| unexpected(bci))?);
+                    let VV::Arr(r) = arr else {
+                        return Err(unexpected(bci));
+                    };
+                    let idx = self.e.b.ins().ireduce(types::I32, wv);
+                    let a = self.elem_addr(r, idx, 4, bci as Bci);
+                    let x = self.e.b.ins().load(vt(k), flags, a, 0);
+                    stack.push((VV::V(x), k));
+                }
+                Inst::I32AStore | Inst::F32AStore => {
+                    let k = if inst == Inst::I32AStore {
+                        Kind::I32
+                    } else {
+                        Kind::F32
+                    };
+                    let (x, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
+                    stack.pop();
+                    let (arr, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
+                    let VV::Arr(r) = arr else {
+                        return Err(unexpected(bci));
+                    };
+                    let x = match x {
+                        VV::U(s) => self.e.b.ins().splat(vt(k), s),
+                        VV::V(v) => v,
+                        _ => return Err(unexpected(bci)),
+                    };
+                    let idx = self.e.b.ins().ireduce(types::I32, wv);
+                    let a = self.elem_addr(r, idx, 4, bci as Bci);
+                    self.e.b.ins().store(flags, x, a, 0);
+                }
+                Inst::Dup => {
+                    let x = *stack.last().ok_or_else(|| unexpected(bci))?;
+                    stack.push(x);
+                }
+                Inst::Pop => {
+                    stack.pop();
+                }
+                Inst::Swap => {
+                    let n = stack.len();
+                    stack.swap(n - 1, n - 2);
+                }
+                Inst::Ret => {}
+                _ => return Err(unexpected(bci)),
+            }
+        }
+        let d = self.e.b.use_var(done);
+        let d1 = self.e.b.ins().iadd_imm_s(d, lanes);
+        self.e.b.def_var(done, d1);
+        let w1 = self.e.b.ins().iadd_imm_s(wv, lanes);
+        self.e.b.def_var(w, w1);
+        Ok(())
+    }
+
+    /// The entry of predicated loop `lp` (the block made for its header,
+    /// which every entering edge targets): evaluate the predicate and go to
+    /// a version of the loop without the covered accesses' checks when it
+    /// holds, and to the checked version otherwise. Lowers the unchecked
+    /// version; the checked one is lowered by the caller, from the header,
+    /// which is left mapped to it (so its back-edges stay in it).
+    pub(super) fn predicated_loop(
+        &mut self,
+        lp: &opt::PredicatedLoop,
+        terminated: bool,
+    ) -> Result<(), JitError> {
+        let (h, last) = (lp.header, lp.last);
+        let entry = self.cur.blocks[&h];
+        if !terminated {
+            self.e.b.ins().jump(entry, &[]);
+        }
+        self.e.b.switch_to_block(entry);
+        let ok = self.loop_predicate(lp);
+        let (fast, checked) = (self.e.b.create_block(), self.e.b.create_block());
+        self.e.b.ins().brif(ok, fast, &[], checked, &[]);
+        // The unchecked version, in `copies` copies of the loop, each with
+        // blocks of its own: copy j's back-edges go to copy j + 1's header
+        // without a poll, and the last copy's go to the first's through the
+        // safepoint poll, so that one poll serves `copies` iterations.
+        let inside: Vec<(Bci, Block)> = self
+            .cur
+            .blocks
+            .iter()
+            .filter(|&(k, _)| (h..=last).contains(k))
+            .map(|(&k, &b)| (k, b))
+            .collect();
+        let added: Vec<Bci> = lp
+            .accesses
+            .iter()
+            .map(|a| a.0)
+            .filter(|&b| self.e.unchecked.insert(b))
+            .collect();
+        let copies = opt::loop_unroll(lp);
+        let headers: Vec<Block> = (0..copies)
+            .map(|j| {
+                if j == 0 {
+                    fast
+                } else {
+                    self.e.b.create_block()
+                }
+            })
+            .collect();
+        let mut res: Result<bool, JitError> = Ok(true);
+        for j in 0..copies {
+            for &(k, _) in &inside {
+                let nb = if k == h {
+                    headers[j as usize]
+                } else {
+                    self.e.b.create_block()
+                };
+                self.cur.blocks.insert(k, nb);
+            }
+            let next = headers[((j + 1) % copies) as usize];
+            let last_copy = j + 1 == copies;
+            res = self.lower_range(h, h + 1, true).and_then(|t| {
+                self.cur.blocks.insert(h, next);
+                self.cur.poll_free_header = (!last_copy).then_some(h);
+                self.lower_range(h + 1, last + 1, t)
+            });
+            self.cur.poll_free_header = None;
+            match res {
+                Ok(false) => {
+                    // The last instruction falls through out of the loop.
+                    let after = self.cur.blocks[&(last + 1)];
+                    self.e.b.ins().jump(after, &[]);
+                }
+                Ok(true) => {}
+                Err(_) => break,
+            }
+        }
+        for b in added {
+            self.e.unchecked.remove(&b);
+        }
+        for (k, b) in inside {
+            self.cur.blocks.insert(k, b);
+        }
+        res?;
+        self.cur.blocks.insert(h, checked);
+        Ok(())
+    }
+
+    /// Whether every access `lp` covers is in bounds for every value its
+    /// induction variable takes, evaluated where the loop is entered
+    /// ([`opt::loop_predicates`] says why the two ends suffice).
+    pub(super) fn loop_predicate(&mut self, lp: &opt::PredicatedLoop) -> Value {
+        let k0 = self.e.b.use_var(self.cur.locals[lp.iv as usize]);
+        let k0 = self.e.b.ins().sextend(types::I64, k0);
+        let n = self.eval_inv(&lp.bound);
+        let n = self.e.b.ins().sextend(types::I64, n);
+        let idle = self.e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, k0, n);
+        let kmax = self.e.b.ins().iadd_imm_s(n, -1);
+        // k never wraps: bound - 1 + step <= i32::MAX.
+        let top = self.e.b.ins().iadd_imm_s(kmax, lp.step);
+        let mut ok =
+            self.e
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedLessThanOrEqual, top, i64::from(i32::MAX));
+        for (_, arr, form) in &lp.accesses {
+            let coef = self.eval_inv(&form.coef);
+            let coef = self.e.b.ins().sextend(types::I64, coef);
+            let off = self.eval_inv(&form.off);
+            let off = self.e.b.ins().sextend(types::I64, off);
+            let at0 = self.e.b.ins().imul(coef, k0);
+            let at0 = self.e.b.ins().iadd(at0, off);
+            let at1 = self.e.b.ins().imul(coef, kmax);
+            let at1 = self.e.b.ins().iadd(at1, off);
+            let lo = self.e.b.ins().smin(at0, at1);
+            let hi = self.e.b.ins().smax(at0, at1);
+            let r = self.e.b.use_var(self.cur.locals[*arr as usize]);
+            let base = self.obj_addr(r);
+            let len = self.array_len(base);
+            let len = self.e.b.ins().uextend(types::I64, len);
+            let ge0 = self
+                .e
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, lo, 0);
+            let lt = self.e.b.ins().icmp(IntCC::SignedLessThan, hi, len);
+            let fits = self.e.b.ins().band(ge0, lt);
+            ok = self.e.b.ins().band(ok, fits);
+        }
+        self.e.b.ins().bor(ok, idle)
+    }
+
+    /// A loop-invariant expression's value, as the bytecode computes it.
+    pub(super) fn eval_inv(&mut self, e: &opt::Inv) -> Value {
+        use opt::Inv;
+        match e {
+            Inv::Const(c) => self.e.b.ins().iconst(types::I32, i64::from(*c)),
+            Inv::Local(l) => self.e.b.use_var(self.cur.locals[*l as usize]),
+            Inv::Add(x, y) | Inv::Sub(x, y) | Inv::Mul(x, y) => {
+                let (a, b) = (self.eval_inv(x), self.eval_inv(y));
+                match e {
+                    Inv::Add(..) => self.e.b.ins().iadd(a, b),
+                    Inv::Sub(..) => self.e.b.ins().isub(a, b),
+                    _ => self.e.b.ins().imul(a, b),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! The CPU slot loop around the kernel's body (the protocol of the module
+//! docs): entering a slot, claiming chunks, the control word between
+//! workitems, the unchecked and unrolled versions of the item loop, and
+//! the slot's exits.
+
+use super::{Lw, cl_type, trusted};
+use crate::JitError;
+use crate::ctx::{EXIT_DEOPT, EXIT_DONE, EXIT_RECORDED, EXIT_STOPPED, offsets};
+use crate::opt;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{AtomicRmwOp, Block, InstBuilder, MemFlagsData, Value, types};
+use offload_ir::{Bci, Kind};
+
+impl Lw<'_, '_> {
+    pub(super) fn build(&mut self) -> Result<(), JitError> {
+        let f = self.v.func(self.cur.func);
+        let entry = self.e.b.create_block();
+        self.e.b.append_block_params_for_function_params(entry);
+        self.e.b.switch_to_block(entry);
+        let ctx = self.e.b.block_params(entry)[0];
+        let slot = self.e.b.block_params(entry)[1];
+        let heap = self
+            .e
+            .b
+            .ins()
+            .load(self.e.ptr, trusted(), ctx, offsets::HEAP_BASE);
+        let caps = self
+            .e
+            .b
+            .ins()
+            .load(self.e.ptr, trusted(), ctx, offsets::CAPTURES);
+        self.e.env.ctx = Some(ctx);
+        self.e.env.slot = Some(slot);
+        self.e.env.heap = Some(heap);
+        if self.e.allocates {
+            let nv = self.var(types::I64);
+            let off = self.nursery_off();
+            self.e.b.def_var(nv, off);
+            self.e.env.nursery = Some(nv);
+            let zero = self.e.b.ins().iconst(types::I64, 0);
+            // The TLAB state, from memory when the slot owns its TLAB.
+            let sv = self.var(types::I64);
+            self.e.env.tlab_state = Some(sv);
+            self.e.b.def_var(sv, zero);
+            self.tlab_reload();
+        }
+        for (i, p) in f.params().iter().enumerate().skip(1) {
+            let raw = self
+                .e
+                .b
+                .ins()
+                .load(types::I64, trusted(), caps, ((i - 1) * 8) as i32);
+            let val = self.unpack_raw(p.ty.kind(), raw);
+            self.e.env.captures.push(val);
+        }
+        let w = self.var(types::I64);
+        let hi = self.var(types::I64);
+        let done = self.var(types::I64);
+        self.e.env.w = Some(w);
+        self.e.env.hi = Some(hi);
+        self.e.env.done = Some(done);
+        let zero64 = self.e.b.ins().iconst(types::I64, 0);
+        self.e.b.def_var(w, zero64);
+        self.e.b.def_var(hi, zero64);
+        self.e.b.def_var(done, zero64);
+        if let Some(si) = self.opts.safepoints {
+            // The stream goes on from where the slot's last entry left it
+            // (every injected deopt is an exit, so restarting it at each
+            // entry would replay the same few decisions).
+            let polls = self.var(types::I64);
+            let at = self.slot_words();
+            let saved = self
+                .e
+                .b
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_INJECT_STATE);
+            let init = match si.seed {
+                // A non-zero xorshift state per slot.
+                Some(seed) => {
+                    let s0 = self.e.b.ins().iconst(
+                        types::I64,
+                        (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) as i64,
+                    );
+                    let sl = self.e.b.ins().imul_imm_s(slot, 0x2545_F491_4F6C_DD1D);
+                    let x = self.e.b.ins().bxor(s0, sl);
+                    self.e.b.ins().bor_imm_u(x, 1)
+                }
+                None => zero64,
+            };
+            let fresh = self.e.b.ins().icmp_imm_s(IntCC::Equal, saved, 0);
+            let state = self.e.b.ins().select(fresh, init, saved);
+            self.e.b.def_var(polls, state);
+            self.e.env.polls = Some(polls);
+        }
+        for l in &f.locals {
+            let var = self.e.b.declare_var(cl_type(l.ty.kind()));
+            self.cur.locals.push(var);
+        }
+
+        let claim = self.e.b.create_block();
+        let item = self.e.b.create_block();
+        let next_item = self.e.b.create_block();
+        let exit_done = self.e.b.create_block();
+        let stopped = self.e.b.create_block();
+        let after_deopt = self.e.b.create_block();
+        for b in [exit_done, stopped, after_deopt] {
+            self.e.b.set_cold_block(b);
+        }
+        self.e.env.after_deopt = Some(after_deopt);
+        // A slot that stopped (records full, safepoint) is entered again
+        // with its unstarted rest in never_ran[slot]; start there.
+        let at = self.slot_words();
+        let rest_lo = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_NEVER_RAN_LO);
+        let rest_hi = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_NEVER_RAN_HI);
+        self.e.b.def_var(w, rest_lo);
+        self.e.b.def_var(hi, rest_hi);
+        let has_rest = self.e.b.ins().icmp(IntCC::SignedLessThan, rest_lo, rest_hi);
+        // With accesses indexed by the workitem number, a chunk whose range
+        // is inside every such array runs a version of the body without
+        // their checks (`opt::workitem_indexed`); the quick tier has one
+        // version only.
+        let unchecked = if self.opts.quick {
+            Default::default()
+        } else {
+            opt::workitem_indexed(self.v, self.cur.func, self.cur.analysis)
+        };
+        if !self.opts.quick {
+            self.e.loops = opt::loop_predicates(self.v, self.cur.func, self.cur.analysis);
+        }
+        let pick = (!unchecked.is_empty()).then(|| self.e.b.create_block());
+        self.e
+            .b
+            .ins()
+            .brif(has_rest, pick.unwrap_or(item), &[], claim, &[]);
+
+        // claim: lo = cursor.fetch_add(chunk)
+        self.e.b.switch_to_block(claim);
+        let cursor = self
+            .e
+            .b
+            .ins()
+            .load(self.e.ptr, trusted(), ctx, offsets::CURSOR);
+        let chunk = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::CHUNK);
+        let end = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::END);
+        let lo = self
+            .e
+            .b
+            .ins()
+            .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, cursor, chunk);
+        let exhausted = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, lo, end);
+        let got = self.e.b.create_block();
+        self.e.b.ins().brif(exhausted, exit_done, &[], got, &[]);
+        self.e.b.switch_to_block(got);
+        let lo_chunk = self.e.b.ins().iadd(lo, chunk);
+        let h = self.e.b.ins().smin(lo_chunk, end);
+        self.e.b.def_var(hi, h);
+        self.e.b.def_var(w, lo);
+        self.e.b.ins().jump(pick.unwrap_or(item), &[]);
+
+        // The checked version.
+        self.item_loop(item, claim, stopped, next_item, 1)?;
+        if let Some(pick) = pick {
+            // pick: the unchecked version when 0 <= w and hi <= the length
+            // of every array those accesses index (null's is 0).
+            self.e.b.switch_to_block(pick);
+            let wv = self.e.b.use_var(w);
+            let hv = self.e.b.use_var(hi);
+            let mut ok = self
+                .e
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, wv, 0);
+            let arrays: std::collections::BTreeSet<u32> = unchecked.values().copied().collect();
+            for p in arrays {
+                let r = self.e.env.captures[p as usize - 1];
+                let base = self.obj_addr(r);
+                let len = self.array_len(base);
+                let len = self.e.b.ins().uextend(types::I64, len);
+                let fits = self.e.b.ins().icmp(IntCC::SignedLessThanOrEqual, hv, len);
+                ok = self.e.b.ins().band(ok, fits);
+            }
+            let fast_item = self.e.b.create_block();
+            self.e.b.ins().brif(ok, fast_item, &[], item, &[]);
+            let fast_next = self.e.b.create_block();
+            self.e.unchecked = unchecked.into_keys().collect();
+            self.inliner.next_version();
+            let unroll = opt::unroll_factor(self.v, self.cur.func);
+            self.item_loop(fast_item, claim, stopped, fast_next, unroll)?;
+            self.e.unchecked.clear();
+        }
+
+        // after_deopt: the record is written; leave the slot function, to
+        // be entered again at the next workitem (`EXIT_RECORDED`), or after
+        // the host has replayed the records when they are full. Leaving,
+        // rather than jumping back to `item`, keeps the deopt exits out of
+        // the loop: Cranelift hoists loop-invariant values out of loops, and
+        // those only the exits use would otherwise hold registers (or stack
+        // slots) across every workitem.
+        self.e.b.switch_to_block(after_deopt);
+        let n1 = self.count_record();
+        let per = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
+        let full = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, n1, per);
+        let wv = self.e.b.use_var(w);
+        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
+        let hv = self.e.b.use_var(hi);
+        let full_blk = self.e.b.create_block();
+        let more_blk = self.e.b.create_block();
+        self.e.b.ins().brif(full, full_blk, &[], more_blk, &[]);
+        self.e.b.switch_to_block(more_blk);
+        self.slot_exit(w1, hv, EXIT_RECORDED);
+        self.e.b.switch_to_block(full_blk);
+        self.slot_exit(w1, hv, EXIT_DEOPT);
+
+        // exits
+        self.e.b.switch_to_block(exit_done);
+        let z = self.e.b.ins().iconst(types::I64, 0);
+        self.slot_exit(z, z, EXIT_DONE);
+        self.e.b.switch_to_block(stopped);
+        let wv = self.e.b.use_var(w);
+        let hv = self.e.b.use_var(hi);
+        self.slot_exit(wv, hv, EXIT_STOPPED);
+        Ok(())
+    }
+
+    /// One version of the per-workitem loop: `item` stops between workitems
+    /// when the control word is set, and otherwise runs the body, whose
+    /// `ret` goes to `next_item`, which counts and advances.
+    ///
+    /// With `unroll > 1`, while at least `unroll` workitems of the chunk are
+    /// left, one check of the control word precedes `unroll` copies of the
+    /// body, each ending where the next begins ([`opt::unroll_factor`]);
+    /// the last few workitems of a chunk go one by one.
+    pub(super) fn item_loop(
+        &mut self,
+        item: Block,
+        claim: Block,
+        stopped: Block,
+        next_item: Block,
+        unroll: u32,
+    ) -> Result<(), JitError> {
+        let (w, hi) = (self.e.env.w.expect("set"), self.e.env.hi.expect("set"));
+        self.e.b.switch_to_block(item);
+        let wv = self.e.b.use_var(w);
+        let hv = self.e.b.use_var(hi);
+        let chunk_done = self.e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
+        let check = self.e.b.create_block();
+        let vector = unroll == opt::UNROLL
+            && self.opts.inject.is_none()
+            && opt::vectorizable(self.v, self.cur.func, &self.e.unchecked);
+        // A vector group is VECTORS_PER_GROUP SIMD bodies of UNROLL lanes.
+        let unroll = if vector {
+            unroll * opt::VECTORS_PER_GROUP
+        } else {
+            unroll
+        };
+        if unroll > 1 {
+            let group = self.e.b.create_block();
+            let one = self.e.b.create_block();
+            self.e.b.ins().brif(chunk_done, claim, &[], one, &[]);
+            self.e.b.switch_to_block(one);
+            let left = self.e.b.ins().isub(hv, wv);
+            let full =
+                self.e
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, left, i64::from(unroll));
+            self.e.b.ins().brif(full, group, &[], check, &[]);
+            self.e.b.switch_to_block(group);
+            let cw = self.control_word();
+            let mut start = self.e.b.create_block();
+            self.e.b.ins().brif(cw, stopped, &[], start, &[]);
+            if vector {
+                self.e.b.switch_to_block(start);
+                for _ in 0..opt::VECTORS_PER_GROUP {
+                    self.vector_group()?;
+                }
+                self.e.b.ins().jump(item, &[]);
+            }
+            for j in (0..unroll).filter(|_| !vector) {
+                let next = self.e.b.create_block();
+                let then = if j + 1 == unroll {
+                    item
+                } else {
+                    self.e.b.create_block()
+                };
+                self.one_workitem(start, next, then)?;
+                start = then;
+            }
+        } else {
+            self.e.b.ins().brif(chunk_done, claim, &[], check, &[]);
+        }
+        self.e.b.switch_to_block(check);
+        let cw = self.control_word();
+        let start = self.e.b.create_block();
+        self.e.b.ins().brif(cw, stopped, &[], start, &[]);
+        self.one_workitem(start, next_item, item)
+    }
+
+    /// One copy of the body for workitem `w`, starting at `start`: its
+    /// entry (parameters, captures, zeroed locals), the body, whose `ret`
+    /// goes to `next`, and `next` itself, which counts the workitem,
+    /// advances `w` and goes on to `then`.
+    pub(super) fn one_workitem(
+        &mut self,
+        start: Block,
+        next: Block,
+        then: Block,
+    ) -> Result<(), JitError> {
+        let f = self.v.func(self.cur.func);
+        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
+        self.e.env.next_item = Some(next);
+        self.e.b.switch_to_block(start);
+        let wv = self.e.b.use_var(w);
+        let lv0 = self.cur.locals[0];
+        self.e.b.def_var(lv0, wv);
+        for i in 1..f.locals.len() {
+            let var = self.cur.locals[i];
+            let val = if i < f.param_count as usize {
+                self.e.env.captures[i - 1]
+            } else {
+                self.zero(f.locals[i].ty.kind())
+            };
+            self.e.b.def_var(var, val);
+        }
+        self.nursery_snapshot();
+        self.cur.blocks.clear();
+        self.make_blocks();
+        let first = self.cur.blocks[&0];
+        self.e.b.ins().jump(first, &[]);
+
+        self.kernel_body()?;
+
+        self.e.b.switch_to_block(next);
+        self.nursery_reset();
+        let d = self.e.b.use_var(done);
+        let d1 = self.e.b.ins().iadd_imm_s(d, 1);
+        self.e.b.def_var(done, d1);
+        let wv = self.e.b.use_var(w);
+        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
+        self.e.b.def_var(w, w1);
+        self.e.b.ins().jump(then, &[]);
+        Ok(())
+    }
+
+    pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {
+        let n = self.v.func(self.cur.func).body.len() as Bci;
+        // Predicated loops are the kernel's own (not an inlined callee's).
+        let loops = if self.outer.is_empty() {
+            self.e.loops.clone()
+        } else {
+            Vec::new()
+        };
+        let mut terminated = true;
+        let mut from = 0;
+        for lp in &loops {
+            let t = self.lower_range(from, lp.header, terminated)?;
+            self.predicated_loop(lp, t)?;
+            terminated = true;
+            from = lp.header;
+        }
+        self.lower_range(from, n, terminated)?;
+        Ok(())
+    }
+
+    /// The address of this slot's [`crate::ctx::SlotWords`].
+    pub(super) fn slot_words(&mut self) -> Value {
+        let (ctx, slot, _) = self.base_values();
+        let words = self
+            .e
+            .b
+            .ins()
+            .load(self.e.ptr, trusted(), ctx, offsets::SLOTS);
+        let off = self.e.b.ins().imul_imm_s(slot, offsets::SLOT_BYTES);
+        self.e.b.ins().iadd(words, off)
+    }
+
+    /// This slot's record count: the records it has written and the host
+    /// has not replayed yet. Only deopt exits change it, and they leave the
+    /// slot function, so it is kept in memory rather than in a variable
+    /// that would hold a register across the loop.
+    pub(super) fn records_count(&mut self) -> Value {
+        let at = self.slot_words();
+        self.e
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_RECORDS)
+    }
+
+    /// Count the record just written; returns the count.
+    pub(super) fn count_record(&mut self) -> Value {
+        let at = self.slot_words();
+        let n = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_RECORDS);
+        let n1 = self.e.b.ins().iadd_imm_s(n, 1);
+        self.e
+            .b
+            .ins()
+            .store(trusted(), n1, at, offsets::SLOT_RECORDS);
+        n1
+    }
+
+    /// The control word, read through the context each time: the pointer
+    /// is not kept in a register across the loop (the load hits L1).
+    pub(super) fn control_word(&mut self) -> Value {
+        let (ctx, _, _) = self.base_values();
+        let control = self
+            .e
+            .b
+            .ins()
+            .load(self.e.ptr, trusted(), ctx, offsets::CONTROL);
+        self.e.b.ins().atomic_load(types::I32, trusted(), control)
+    }
+
+    /// A raw 64-bit slot as a value of kind `k`.
+    pub(super) fn unpack_raw(&mut self, k: Kind, raw: Value) -> Value {
+        match k {
+            Kind::I64 => raw,
+            Kind::I32 | Kind::Ref => self.e.b.ins().ireduce(types::I32, raw),
+            Kind::F32 => {
+                let lo = self.e.b.ins().ireduce(types::I32, raw);
+                self.e.b.ins().bitcast(types::F32, MemFlagsData::new(), lo)
+            }
+            Kind::F64 => self.e.b.ins().bitcast(types::F64, MemFlagsData::new(), raw),
+        }
+    }
+
+    /// A value of kind `k` as a raw 64-bit slot (the save-record format).
+    pub(super) fn pack_raw(&mut self, k: Kind, x: Value) -> Value {
+        match k {
+            Kind::I64 => x,
+            Kind::I32 | Kind::Ref => self.e.b.ins().uextend(types::I64, x),
+            Kind::F32 => {
+                let bits = self.e.b.ins().bitcast(types::I32, MemFlagsData::new(), x);
+                self.e.b.ins().uextend(types::I64, bits)
+            }
+            Kind::F64 => self.e.b.ins().bitcast(types::I64, MemFlagsData::new(), x),
+        }
+    }
+
+    /// Store this slot's counters and never-ran range, and return `code`.
+    pub(super) fn slot_exit(&mut self, nr_lo: Value, nr_hi: Value, code: u32) {
+        self.tlab_write_back();
+        let at = self.slot_words();
+        self.e
+            .b
+            .ins()
+            .store(trusted(), nr_lo, at, offsets::SLOT_NEVER_RAN_LO);
+        self.e
+            .b
+            .ins()
+            .store(trusted(), nr_hi, at, offsets::SLOT_NEVER_RAN_HI);
+        let done = self.e.b.use_var(self.e.env.done.expect("set"));
+        self.e
+            .b
+            .ins()
+            .store(trusted(), done, at, offsets::SLOT_COMPLETED);
+        let c = self.e.b.ins().iconst(types::I32, i64::from(code));
+        self.e.b.ins().return_(&[c]);
+    }
+}

@@ -1,0 +1,107 @@
+//! Calls: every call is inlined ([`Walker::inline`]); a virtual call tests
+//! the receiver's class and inlines the matching implementation
+//! ([`Walker::call_virtual`]).
+
+use super::{Backend, Frame, Outer, Walker, plan};
+use crate::JitError;
+use offload_ir::{Bci, FuncId, Kind};
+
+impl<B: Backend> Walker<'_, B> {
+    /// Inline a call of `callee` at `bci`: pop its arguments, lower its body
+    /// in a frame of its own, and go on where it returns. Returns the
+    /// result, if the callee returns one (not pushed).
+    ///
+    /// Recursion, nesting deeper than [`super::MAX_INLINE_DEPTH`] and more
+    /// than [`super::MAX_INLINED_INSTS`] inlined instructions are refused
+    /// with [`JitError::Unsupported`] (the kernel runs on the interpreter).
+    pub(crate) fn inline(&mut self, bci: Bci, callee: FuncId) -> Result<Option<B::Val>, JitError> {
+        let f = self.v.func(callee);
+        let chain: Vec<FuncId> = self
+            .outer
+            .iter()
+            .map(|o| o.frame.func)
+            .chain([self.cur.func])
+            .collect();
+        let analysis = self.inliner.enter(self.prog, &chain, callee, bci)?;
+        // Arguments, last first.
+        let mut args = Vec::with_capacity(f.param_count as usize);
+        for p in f.params().iter().rev() {
+            args.push(self.pop(p.ty.kind()));
+        }
+        args.reverse();
+        self.calls += 1;
+        let n = self.calls;
+        let join = B::join(self, f.ret.map(|t| t.kind()), false, n);
+        let mut frame = Frame::new(callee, analysis, n);
+        frame.ret_to = Some(join.clone());
+        let caller = std::mem::replace(&mut self.cur, frame);
+        self.outer.push(Outer {
+            frame: caller,
+            call_bci: bci,
+        });
+        for (i, l) in f.locals.iter().enumerate() {
+            let kind = l.ty.kind();
+            let var = B::local_var(self, n, i, kind);
+            let val = match args.get(i) {
+                Some(a) => a.clone(),
+                None => self.zero(kind),
+            };
+            B::def_var(self, &var, kind, val);
+            self.cur.locals.push(var);
+        }
+        self.make_blocks();
+        let lowered = self.whole_body();
+        let o = self.outer.pop().expect("pushed");
+        self.cur = o.frame;
+        lowered?;
+        Ok(B::enter_join(self, &join))
+    }
+
+    /// `callvirt method` at `bci`: test the receiver's class against the
+    /// classes of each implementation (every subclass of the method's class
+    /// that this module has, or the classes the profile saw) and inline the
+    /// matching one; a receiver of any other class deopts and the
+    /// interpreter makes the call.
+    pub(crate) fn call_virtual(&mut self, bci: Bci, method: FuncId) -> Result<(), JitError> {
+        let m = self.v.func(method);
+        let plan::VirtualCall {
+            targets,
+            miss,
+            assumed,
+        } = plan::virtual_call(self.prog, self.spec, self.cur.func, method, bci)?;
+        if let Some(a) = assumed {
+            self.speculate(bci, a);
+        }
+        let nargs = m.param_count as usize;
+        let d0 = self.cur.depth;
+        let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
+        let recv = B::use_var(self, &recv_var, Kind::Ref);
+        self.null_check_unless_known(recv.clone(), bci, nargs - 1);
+        let tag = B::class_tag(self, recv);
+        self.calls += 1;
+        let join = B::join(self, m.ret.map(|t| t.kind()), true, self.calls);
+        for (imp, ids) in targets {
+            let hit = B::tag_in(self, tag.clone(), &ids);
+            let next = B::guard(self, hit);
+            self.cur.depth = d0;
+            let r = self.inline(bci, imp)?;
+            B::jump_join(self, &join, r);
+            B::switch_to(self, &next);
+        }
+        // A class no implementation was compiled for (or, speculating, one
+        // the profile never saw): the interpreter calls.
+        self.cur.depth = d0;
+        self.deopt_here(bci, miss);
+        let r = B::enter_join(self, &join);
+        self.cur.depth = d0 - nargs;
+        if let (Some(t), Some(r)) = (m.ret, r) {
+            self.push(t.kind(), r);
+        }
+        Ok(())
+    }
+
+    /// The zero of kind `k`.
+    pub(crate) fn zero(&mut self, k: Kind) -> B::Val {
+        B::constant(self, super::Const::zero(k))
+    }
+}

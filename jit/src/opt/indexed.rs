@@ -1,0 +1,216 @@
+//! Array accesses indexed by the workitem number ([`workitem_indexed`]).
+
+use super::{kept_below, shared_step};
+use offload_ir::analysis::FuncAnalysis;
+use offload_ir::{Bci, FuncId};
+
+/// What [`workitem_indexed`] knows of a value.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Sym {
+    Other,
+    /// The workitem number (parameter 0, never assigned).
+    Workitem,
+    /// The workitem number as `i32` (`i64.to_i32` of it).
+    WorkitemI32,
+    /// The value of reference parameter `l`, which the kernel never assigns.
+    Param(u32),
+}
+
+/// The array accesses of kernel `k` whose index is the workitem number
+/// (converted to `i32`) and whose array is a reference parameter the kernel
+/// never assigns, by bytecode index, with that parameter's local index.
+///
+/// For a chunk `[lo, hi)` with `0 <= lo` and `hi <= length` of each such
+/// array, none of these accesses can fail (a null array has length 0, so
+/// the condition also excludes null), and a backend may run the chunk in a
+/// version of the body without their checks. The analysis is a forward
+/// walk of the operand stack within each basic block (a value crossing a
+/// block boundary is unknown), and a local counts as the workitem number
+/// only when every store to it stores that number and nothing increments it
+/// (the verifier's definite assignment rules out a read before the first
+/// store). Accesses in inlined callees are not covered.
+pub(crate) fn workitem_indexed(
+    v: &offload_ir::Verified,
+    k: FuncId,
+    a: &FuncAnalysis,
+) -> std::collections::BTreeMap<Bci, u32> {
+    use offload_ir::{Inst, Kind};
+    let f = v.func(k);
+    let frames = &v.types(k).frames;
+    let params = f.param_count as usize;
+    let mut assigned = vec![false; f.locals.len()];
+    for inst in &f.body {
+        if let Inst::Store { local } | Inst::Inc { local, .. } = *inst {
+            assigned[local.index()] = true;
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    if params == 0 || assigned[0] || f.locals[0].ty.kind() != Kind::I64 {
+        return out;
+    }
+    let leaders: std::collections::HashSet<Bci> = a.cfg.blocks.iter().map(|b| b.start).collect();
+    // Candidates for "holds the workitem number as i32": assigned, non-
+    // parameter i32 locals; refined until every store to one stores it.
+    let mut wi32: Vec<bool> = (0..f.locals.len())
+        .map(|l| l >= params && f.locals[l].ty.kind() == Kind::I32)
+        .collect();
+    loop {
+        out.clear();
+        let mut changed = false;
+        let mut stack: Vec<Sym> = Vec::new();
+        for (bci, &inst) in f.body.iter().enumerate() {
+            let Some(frame) = frames[bci].as_ref() else {
+                continue;
+            };
+            let depth = frame.stack.len();
+            if leaders.contains(&(bci as Bci)) || stack.len() != depth {
+                stack.clear();
+                stack.resize(depth, Sym::Other);
+            }
+            let pop = |s: &mut Vec<Sym>| s.pop().unwrap_or(Sym::Other);
+            // Pop an access's index and array; note it if it qualifies.
+            let access =
+                |s: &mut Vec<Sym>, bci: usize, out: &mut std::collections::BTreeMap<Bci, u32>| {
+                    let idx = pop(s);
+                    if let (Sym::WorkitemI32, Sym::Param(p)) = (idx, pop(s)) {
+                        out.insert(bci as Bci, p);
+                    }
+                };
+            match inst {
+                Inst::Load { local } => {
+                    let l = local.index();
+                    stack.push(if l == 0 {
+                        Sym::Workitem
+                    } else if wi32[l] {
+                        Sym::WorkitemI32
+                    } else if l < params && !assigned[l] && f.locals[l].ty.kind() == Kind::Ref {
+                        Sym::Param(l as u32)
+                    } else {
+                        Sym::Other
+                    });
+                }
+                Inst::Store { local } => {
+                    let s = pop(&mut stack);
+                    if wi32[local.index()] && s != Sym::WorkitemI32 {
+                        wi32[local.index()] = false;
+                        changed = true;
+                    }
+                }
+                Inst::Inc { local, .. } => {
+                    if wi32[local.index()] {
+                        wi32[local.index()] = false;
+                        changed = true;
+                    }
+                }
+                Inst::I64ToI32 => {
+                    let s = pop(&mut stack);
+                    stack.push(if s == Sym::Workitem {
+                        Sym::WorkitemI32
+                    } else {
+                        Sym::Other
+                    });
+                }
+                _ if shared_step(&mut stack, inst, Sym::Other, |s| access(s, bci, &mut out)) => {}
+                _ => {
+                    // Any other instruction pops its operands and pushes at
+                    // most one result: keep what lies below its operands.
+                    let after = frames
+                        .get(bci + 1)
+                        .and_then(|fr| fr.as_ref())
+                        .map_or(0, |fr| fr.stack.len());
+                    stack.truncate(kept_below(inst, depth, after));
+                    stack.resize(after, Sym::Other);
+                }
+            }
+        }
+        if !changed {
+            return out;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::workitem_indexed;
+    use offload_ir::{Bci, parse_module, verify};
+    use std::collections::BTreeMap;
+
+    /// `workitem_indexed` of the first function of `src`.
+    fn indexed(src: &str) -> BTreeMap<Bci, u32> {
+        let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
+        let k = offload_ir::FuncId::new(0);
+        let a = offload_ir::analysis::analyze(&v, k);
+        workitem_indexed(&v, k, &a)
+    }
+
+    #[test]
+    fn saxpy_has_all_three_accesses_through_a_local() {
+        let src = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/kernels/saxpy.obc"
+        ))
+        .unwrap();
+        // x[j] (param 2), y[j] loaded and stored (param 3).
+        assert_eq!(indexed(&src), BTreeMap::from([(8, 2), (12, 3), (14, 3)]));
+    }
+
+    #[test]
+    fn only_the_workitem_number_itself_and_fixed_arrays_count() {
+        let k = |body: &str| {
+            indexed(&format!(
+                "kernel k(i: i64, a: i32[], b: i32[]) {{\n local j: i32\n{body}\n ret\n}}"
+            ))
+        };
+        // Directly, with dup and swap in between.
+        let direct = k("load a\n load i\n i64.to_i32\n dup\n pop\n i32.aload\n pop");
+        assert_eq!(direct, BTreeMap::from([(5, 1)]));
+        let swapped = k("load i\n i64.to_i32\n load a\n swap\n i32.aload\n pop");
+        assert_eq!(swapped, BTreeMap::from([(4, 1)]));
+        // Below a stored value that pops nothing (a constant) or pops only
+        // values above it (an add, a call), the index and array are kept.
+        let stored = k("load a\n load i\n i64.to_i32\n i32.const 7\n i32.astore");
+        assert_eq!(stored, BTreeMap::from([(4, 1)]));
+        let summed =
+            k("load a\n load i\n i64.to_i32\n i32.const 7\n i32.const 8\n i32.add\n i32.astore");
+        assert_eq!(summed, BTreeMap::from([(6, 1)]));
+        // i + 1 is not i.
+        assert!(
+            k("load a\n load i\n i64.to_i32\n i32.const 1\n i32.add\n i32.aload\n pop").is_empty()
+        );
+        // A local that is also incremented, or also stored something else.
+        assert!(
+            k("load i\n i64.to_i32\n store j\n inc j 1\n load a\n load j\n i32.aload\n pop")
+                .is_empty()
+        );
+        assert!(
+            k("load i\n i64.to_i32\n store j\n i32.const 0\n store j\n load a\n load j\n i32.aload\n pop")
+                .is_empty()
+        );
+        // An array parameter the kernel assigns.
+        assert!(k("load b\n store a\n load a\n load i\n i64.to_i32\n i32.aload\n pop").is_empty());
+        // A workitem number that is assigned.
+        assert!(
+            k("i64.const 3\n store i\n load a\n load i\n i64.to_i32\n i32.aload\n pop").is_empty()
+        );
+    }
+
+    #[test]
+    fn values_do_not_cross_block_boundaries() {
+        // The index is pushed before a branch target; the access after it
+        // does not know what is on the stack.
+        let src = "kernel k(i: i64, a: i32[]) {
+    load a
+    load i
+    i64.to_i32
+    load i
+    i64.const 0
+    i64.lt
+    br_if skip
+  skip:
+    i32.aload
+    pop
+    ret
+}";
+        assert!(indexed(src).is_empty());
+    }
+}

@@ -1,0 +1,51 @@
+//! How a kernel version is compiled: the options both backends take
+//! ([`CompileOptions`]), fault injection included. The options change the
+//! code, never the deopt metadata: a CPU and a PTX version compiled with
+//! the same options have the same sites.
+
+use offload_ir::Bci;
+
+/// Fault injection compiled into a kernel version (tests only; a version
+/// compiled without it pays nothing): workitems with
+/// `w % modulus == remainder` deoptimize just before executing the
+/// instruction at `site_bci` (which must be a deopt site), with the site's
+/// first reason — as if its check had failed spuriously.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Injection {
+    /// The site.
+    pub site_bci: Bci,
+    /// Workitems are chosen by `w % modulus == remainder`.
+    pub modulus: i64,
+    /// See `modulus`.
+    pub remainder: i64,
+}
+
+/// Fault injection compiled into a kernel version: back-edge polls deopt
+/// with reason `Safepoint` as if the host had requested a safepoint — every
+/// `every`-th poll of a slot, or, with a `seed`, each poll with probability
+/// 1/`every` (a per-slot xorshift stream seeded from `seed` and the slot).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SafepointInjection {
+    /// The period (or the inverse probability), at least 1.
+    pub every: u64,
+    /// Random instead of periodic.
+    pub seed: Option<u64>,
+}
+
+/// How a kernel version is compiled. The default is what production runs:
+/// polls at every back-edge, no fault injection.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// Force deopts at a site (tests).
+    pub inject: Option<Injection>,
+    /// Force safepoint deopts at back-edge polls (tests).
+    pub safepoints: Option<SafepointInjection>,
+    /// Leave out the back-edge polls — only to measure what they cost: a
+    /// safepoint then waits for each slot's current workitem to finish.
+    pub no_polls: bool,
+    /// Compile for latency (the first tier): no Cranelift optimizations and
+    /// single-pass register allocation — 2–2.5x quicker to compile, about 2x
+    /// slower to run. The same lowering, deopt sites and metadata as the
+    /// optimized tier, so records from either decode the same way.
+    pub quick: bool,
+}

@@ -1,0 +1,157 @@
+//! Allocation on the device: the shared-TLAB protocol of
+//! `offload_tlab::tlab` in PTX, with the designated refiller carving TLABs
+//! from the device eden.
+
+use super::*;
+
+impl Lp<'_> {
+    /// Write a filler header over words `[start, end)` (`b64` registers,
+    /// `start < end`).
+    pub(super) fn fill(&mut self, start: &str, end: &str) {
+        let a = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {a}, {start}, 8, {HEAP};"));
+        let n = self.t(Cls::B64);
+        self.emit(format!("sub.u64 {n}, {end}, {start};"));
+        let bytes = self.t(Cls::B32);
+        self.emit(format!("cvt.u32.u64 {bytes}, {n};"));
+        self.emit(format!("shl.b32 {bytes}, {bytes}, 3;"));
+        let tag = self.t(Cls::B32);
+        self.emit(format!(
+            "mov.b32 {tag}, {};",
+            offload_tlab::layout::FILLER_TAG
+        ));
+        self.emit(format!("st.u32 [{a}], {tag};"));
+        self.emit(format!("st.u32 [{a}+4], {bytes};"));
+    }
+
+    /// Allocate `words` (`b64`) heap words with header `(tag, word1)`
+    /// (`b32`): the shared-TLAB protocol on the device. Deopts with
+    /// `AllocationFailure` when eden is exhausted. Returns the reference.
+    pub(super) fn allocate(&mut self, bci: Bci, tag: &str, word1: &str, words: &str) -> String {
+        let got = self.t(Cls::B64);
+        let l_got = self.new_label();
+        let l_large = self.new_label();
+        let l_retry = self.new_label();
+        let l_fail = self.new_label();
+        let p = self.t(Cls::Pred);
+        self.emit(format!("// allocate at bci {bci}"));
+        self.emit(format!("setp.eq.u64 {p}, {TLAB}, 0;"));
+        self.emit(format!("setp.gt.or.u64 {p}, {words}, {LARGE}, {p};"));
+        self.emit(format!("@{p} bra {l_large};"));
+        // 1. generation; 2. the add.
+        self.label(&l_retry);
+        let g = self.t(Cls::B64);
+        self.emit(format!("ld.acquire.gpu.u64 {g}, [{TLAB}+8];"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {g}, 0;")); // FAILED is bit 63
+        self.emit(format!("@{p} bra {l_fail};"));
+        let old = self.t(Cls::B64);
+        self.emit(format!(
+            "atom.acq_rel.gpu.add.u64 {old}, [{TLAB}], {words};"
+        ));
+        let top = self.t(Cls::B64);
+        let end = self.t(Cls::B64);
+        self.emit(format!("and.b64 {top}, {old}, 4294967295;"));
+        self.emit(format!("shr.u64 {end}, {old}, 32;"));
+        let nt = self.t(Cls::B64);
+        self.emit(format!("add.u64 {nt}, {top}, {words};"));
+        self.emit(format!("mov.u64 {got}, {top};"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.le.u64 {p}, {nt}, {end};"));
+        self.emit(format!("@{p} bra {l_got};"));
+        // 4. another allocator is refilling: wait for the generation.
+        let l_refill = self.new_label();
+        let l_wait = self.new_label();
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.le.u64 {p}, {top}, {end};"));
+        self.emit(format!("@{p} bra {l_refill};"));
+        let stats = self.t(Cls::B64);
+        self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
+        self.emit(format!("red.add.u64 [{stats}+16], 1;"));
+        self.label(&l_wait);
+        self.emit("nanosleep.u32 100;");
+        let g2 = self.t(Cls::B64);
+        self.emit(format!("ld.acquire.gpu.u64 {g2}, [{TLAB}+8];"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.eq.u64 {p}, {g2}, {g};"));
+        self.emit(format!("@{p} bra {l_wait};"));
+        self.emit(format!("bra {l_retry};"));
+        // 3. the designated refiller: fill the gap, carve, publish.
+        self.label(&l_refill);
+        let l_carve = self.new_label();
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.u64 {p}, {top}, {end};"));
+        self.emit(format!("@{p} bra {l_carve};"));
+        self.fill(&top, &end);
+        self.label(&l_carve);
+        let want = self.t(Cls::B64);
+        self.emit(format!("ld.u64 {want}, [{CTX}+{}];", offsets::TLAB_WORDS));
+        self.emit(format!("max.u64 {want}, {want}, {words};"));
+        let (start, new_end) = self.carve(&want, &l_fail, Some(TLAB));
+        let st = self.t(Cls::B64);
+        self.emit(format!("add.u64 {st}, {start}, {words};"));
+        self.emit(format!("shl.b64 {new_end}, {new_end}, 32;"));
+        self.emit(format!("or.b64 {st}, {st}, {new_end};"));
+        let x = self.t(Cls::B64);
+        self.emit(format!("atom.acq_rel.gpu.exch.b64 {x}, [{TLAB}], {st};"));
+        self.emit(format!("red.add.u64 [{TLAB}+16], 1;"));
+        self.emit(format!("red.release.gpu.add.u64 [{TLAB}+8], 1;"));
+        let stats = self.t(Cls::B64);
+        self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
+        self.emit(format!("red.add.u64 [{stats}+8], 1;"));
+        self.emit(format!("mov.u64 {got}, {start};"));
+        self.emit(format!("bra {l_got};"));
+        // Large objects and TLAB-less policies: straight from eden.
+        self.label(&l_large);
+        let (start, _) = self.carve(words, &l_fail, None);
+        self.emit(format!("mov.u64 {got}, {start};"));
+        self.emit(format!("bra {l_got};"));
+        // Eden exhausted.
+        self.label(&l_fail);
+        self.deopt_here(bci, Reason::AllocationFailure);
+        // The object is at `got`: its memory is zero; write the header.
+        self.label(&l_got);
+        let a = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {a}, {got}, 8, {HEAP};"));
+        self.emit(format!("st.u32 [{a}], {tag};"));
+        self.emit(format!("st.u32 [{a}+4], {word1};"));
+        let r = self.t(Cls::B32);
+        self.emit(format!("cvt.u32.u64 {r}, {got};"));
+        r
+    }
+
+    /// Carve `n` words from the device eden: `(start, end)` registers, or a
+    /// jump to `fail`. The one carve that crosses the limit fills the rest
+    /// of eden (so the heap parses) and, for a TLAB refill, sets its FAILED
+    /// bit (waiters see the generation change and fail too).
+    pub(super) fn carve(&mut self, n: &str, fail: &str, tlab: Option<&str>) -> (String, String) {
+        let start = self.t(Cls::B64);
+        self.emit(format!("atom.add.u64 {start}, [{EDEN}], {n};"));
+        let limit = self.t(Cls::B64);
+        self.emit(format!("ld.u64 {limit}, [{EDEN}+8];"));
+        let end = self.t(Cls::B64);
+        self.emit(format!("add.u64 {end}, {start}, {n};"));
+        let ok = self.new_label();
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.le.u64 {p}, {end}, {limit};"));
+        self.emit(format!("@{p} bra {ok};"));
+        let skip = self.new_label();
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.u64 {p}, {start}, {limit};"));
+        self.emit(format!("@{p} bra {skip};"));
+        self.fill(&start, &limit);
+        self.label(&skip);
+        if let Some(t) = tlab {
+            self.emit(format!(
+                "red.release.gpu.or.b64 [{t}+8], {:#x};",
+                offload_tlab::FAILED
+            ));
+        }
+        let stats = self.t(Cls::B64);
+        self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
+        self.emit(format!("red.add.u64 [{stats}+24], 1;"));
+        self.emit(format!("bra {fail};"));
+        self.label(&ok);
+        (start, end)
+    }
+}

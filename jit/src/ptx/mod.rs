@@ -1,0 +1,250 @@
+//! The PTX backend: verified bytecode → PTX text for NVIDIA GPUs (sm_70 and
+//! newer), with the same slot-loop protocol as the CPU backend ([`crate::cpu`]),
+//! lowered through the same walker (`crate::lower`):
+//!
+//! ```text
+//! slot = ctaid.x * ntid.x + tid.x                  ; one slot per thread
+//! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item
+//! claim:  lo = atom.add(cursor, chunk); if lo >= end: exit DONE
+//! item:   if w == hi: goto claim
+//!         if ld.relaxed.sys(control) != 0: never_ran[slot] = [w, hi); exit STOPPED
+//!         <the kernel body for workitem w>
+//! deopt:  save_area[slot][n] = (w, live values); fence; site word; count
+//!         n += 1; if n == records_per_slot or safepoint: exit DEOPT
+//!         w += 1; goto item
+//! ```
+//!
+//! The lowering — frames and inlining, virtual dispatch, site numbering,
+//! speculation, back-edge polls, which values each deopt exit stores — is
+//! the walker's (`crate::lower::Walker`), shared with the CPU backend, so
+//! a CPU and a PTX version of a kernel have the same [`DeoptMetadata`] and
+//! the host replays either one's records unchanged; this module spells the
+//! walker's primitives in PTX (`emit.rs`).
+//!
+//! Locals and operand-stack slots are PTX virtual registers (one per local,
+//! one per stack depth and kind, per inlined call), which `ptxas`
+//! allocates; every deopt exit stores the site's frame state from them.
+//! Nothing traps: a `trap` poisons the CUDA context, so every failed check
+//! writes a record and the slot goes on (or returns).
+//!
+//! Memory: the heap image lives in device memory (`heap_base`), references
+//! are 32-bit word offsets as on the host. The control word is in pinned,
+//! mapped host memory and is read with `ld.relaxed.sys`, so the host can
+//! raise a safepoint while the kernel runs. Allocation runs the shared-TLAB
+//! protocol of `offload_tlab::tlab` entirely on the device: the fast path
+//! is one `atom.add`; the designated refiller carves the next TLAB from the
+//! device eden (`atom.add` on its top), waiters back off with `nanosleep`,
+//! and an exhausted eden sets the FAILED bit and deopts with
+//! `AllocationFailure`.
+//!
+//! Arithmetic is bit-exact with the host: integer ops mask shift counts and
+//! special-case `MIN / -1` like the interpreter; float ops use the `.rn`
+//! forms with denormals preserved (no `.ftz`, no `.approx`); `f.rem` is
+//! an exact `fmod` (integer long division on the significands, like musl),
+//! `min`/`max` propagate NaN and order `-0 < +0`. The transcendentals
+//! (`exp`, `log`, `sin`, `cos`, `pow`) call [`ptxlib`]'s routines, the
+//! host's libm ported to PTX and checked bit for bit on the host by
+//! the virtual GPU (`offload-vgpu`); sine and cosine of huge arguments (beyond the
+//! single-word reduction) deoptimize with reason `DeviceLimit` and the host
+//! finishes them.
+
+mod alloc;
+mod ctx;
+mod emit;
+mod float;
+mod slot_loop;
+
+pub use ctx::{DEVICE_TLAB_BYTES, DeviceCtx, offsets};
+
+use crate::lower::{Walker, plan};
+use crate::spec::Speculations;
+use crate::{CompileOptions, JitError, ptxlib};
+use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
+use offload_host_interp::Program;
+use offload_ir::{Bci, FuncId, Kind};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// The PTX ISA version we emit: the lowest that has everything we use
+/// (`ld.relaxed.sys`, `fence.acq_rel`, `atom` with `.sem`: 6.0;
+/// `nanosleep`: 6.3), so drivers as old as CUDA 10.1 accept it.
+pub const PTX_VERSION: &str = "6.3";
+/// The target we emit for. Independent thread scheduling (sm_70) is what
+/// makes spinning on a TLAB refill inside a warp safe; the same PTX is
+/// assembled for sm_80 and sm_90 (`.target` must not exceed the `-arch`).
+pub const PTX_TARGET: &str = "sm_70";
+
+/// A kernel version compiled to PTX.
+#[derive(Clone, Debug)]
+pub struct PtxKernel {
+    /// The kernel.
+    pub kernel: FuncId,
+    /// Its version.
+    pub version: u32,
+    /// The `.entry` name.
+    pub name: String,
+    /// The module text.
+    pub text: String,
+    /// Its deopt metadata — equal to the CPU version's.
+    pub meta: DeoptMetadata,
+    /// How long code generation took.
+    pub compile_time: Duration,
+}
+
+/// Compile version `version` of kernel `k` to PTX.
+pub fn compile(
+    prog: &Program,
+    k: FuncId,
+    version: u32,
+    opts: CompileOptions,
+) -> Result<PtxKernel, JitError> {
+    compile_speculative(prog, k, version, opts, &Speculations::none())
+}
+
+/// Compile version `version` of kernel `k` to PTX with speculations (see
+/// [`crate::spec`]); the metadata records them exactly as the CPU
+/// backend's does.
+pub fn compile_speculative(
+    prog: &Program,
+    k: FuncId,
+    version: u32,
+    opts: CompileOptions,
+    spec: &Speculations,
+) -> Result<PtxKernel, JitError> {
+    let t0 = Instant::now();
+    let v = prog.verified();
+    let name = format!("offload_k{}_v{version}", k.0);
+    let ptx = Ptx {
+        code: String::new(),
+        regs: Vec::new(),
+        next: [0; 5],
+        labels: 0,
+        math: BTreeSet::new(),
+    };
+    let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
+    lw.build()?;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "//\n// offload: kernel `{}` version {version} ({} deopt sites)\n//",
+        v.func(k).name,
+        lw.meta.sites.len()
+    );
+    let _ = writeln!(
+        text,
+        ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n"
+    );
+    if !lw.e.math.is_empty() {
+        text.push_str(&ptxlib::definitions(lw.e.math.iter().copied()));
+        text.push('\n');
+    }
+    let _ = writeln!(text, ".visible .entry {name}(\n\t.param .u64 p_ctx\n)\n{{");
+    for (i, n) in lw.e.next.iter().enumerate() {
+        if *n > 0 {
+            let (ty, pre) = TEMP_CLASSES[i];
+            let _ = writeln!(text, "\t.reg {ty} {pre}<{n}>;");
+        }
+    }
+    for (name, ty) in &lw.e.regs {
+        let _ = writeln!(text, "\t.reg {ty} {name};");
+    }
+    text.push_str(&lw.e.code);
+    text.push_str("}\n");
+    Ok(PtxKernel {
+        kernel: k,
+        version,
+        name,
+        text,
+        meta: lw.meta,
+        compile_time: t0.elapsed(),
+    })
+}
+
+/// Temporary register classes: `(type, prefix)`, indexed by [`Cls`].
+const TEMP_CLASSES: [(&str, &str); 5] = [
+    (".b32", "%r"),
+    (".b64", "%rd"),
+    (".f32", "%f"),
+    (".f64", "%fd"),
+    (".pred", "%p"),
+];
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Cls {
+    B32 = 0,
+    B64 = 1,
+    F32 = 2,
+    F64 = 3,
+    Pred = 4,
+}
+
+fn cls(k: Kind) -> Cls {
+    match k {
+        Kind::I32 | Kind::Ref => Cls::B32,
+        Kind::I64 => Cls::B64,
+        Kind::F32 => Cls::F32,
+        Kind::F64 => Cls::F64,
+    }
+}
+
+fn reg_type(k: Kind) -> &'static str {
+    TEMP_CLASSES[cls(k) as usize].0
+}
+
+/// The `mov` type suffix of a kind.
+fn mov_ty(k: Kind) -> &'static str {
+    match k {
+        Kind::I32 | Kind::Ref => "b32",
+        Kind::I64 => "b64",
+        Kind::F32 => "f32",
+        Kind::F64 => "f64",
+    }
+}
+
+/// The `ld`/`st` type of a field of kind `k`.
+fn field_ty(k: Kind) -> &'static str {
+    match k {
+        Kind::I32 | Kind::Ref => "u32",
+        Kind::I64 => "u64",
+        Kind::F32 => "f32",
+        Kind::F64 => "f64",
+    }
+}
+
+/// The PTX backend's state while lowering one kernel version: the text
+/// and the registers and labels it names.
+pub(crate) struct Ptx {
+    /// The body's instructions.
+    code: String,
+    /// Named registers: (name, type).
+    regs: Vec<(String, &'static str)>,
+    /// Next temporary of each class.
+    next: [u32; 5],
+    labels: u32,
+    /// Math-library routines the kernel calls.
+    math: BTreeSet<&'static str>,
+}
+
+/// The walker with the PTX backend.
+pub(crate) type Lp<'a> = Walker<'a, Ptx>;
+
+// Named registers of the slot loop.
+const CTX: &str = "%ctx";
+const SLOT: &str = "%slot";
+const HEAP: &str = "%heap";
+const CONTROL: &str = "%control";
+const W: &str = "%w";
+const HI: &str = "%hi";
+const DONE: &str = "%done";
+const NREC: &str = "%nrec";
+const TLAB: &str = "%tlab";
+const LARGE: &str = "%large";
+const EDEN: &str = "%eden";
+const POLLS: &str = "%polls";
+const L_CLAIM: &str = "$claim";
+const L_ITEM: &str = "$item";
+const L_NEXT: &str = "$next_item";
+const L_AFTER: &str = "$after_deopt";
+const L_DONE: &str = "$exit_done";
+const L_STOPPED: &str = "$stopped";

@@ -1,0 +1,238 @@
+//! The PTX slot loop around the kernel's body (module docs): a slot per
+//! thread, claiming chunks, the control word between workitems, and the
+//! slot's exits.
+
+use super::*;
+
+impl Lp<'_> {
+    pub(super) fn build(&mut self) -> Result<(), JitError> {
+        let f = self.v.func(self.cur.func);
+        for (n, ty) in [
+            (CTX, ".b64"),
+            (SLOT, ".b64"),
+            (HEAP, ".b64"),
+            (CONTROL, ".b64"),
+            (W, ".b64"),
+            (HI, ".b64"),
+            (DONE, ".b64"),
+            (NREC, ".b64"),
+            (TLAB, ".b64"),
+            (LARGE, ".b64"),
+            (EDEN, ".b64"),
+        ] {
+            self.named(n.into(), ty);
+        }
+        self.emit(format!("ld.param.u64 {CTX}, [p_ctx];"));
+        let (a, b, c) = (self.t(Cls::B32), self.t(Cls::B32), self.t(Cls::B32));
+        self.emit(format!("mov.u32 {a}, %ctaid.x;"));
+        self.emit(format!("mov.u32 {b}, %ntid.x;"));
+        self.emit(format!("mov.u32 {c}, %tid.x;"));
+        self.emit(format!("mul.wide.u32 {SLOT}, {a}, {b};"));
+        let t = self.t(Cls::B64);
+        self.emit(format!("cvt.u64.u32 {t}, {c};"));
+        self.emit(format!("add.u64 {SLOT}, {SLOT}, {t};"));
+        let n = self.ld_ctx(Cls::B64, offsets::SLOTS);
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.u64 {p}, {SLOT}, {n};"));
+        self.emit(format!("@{p} bra $idle;"));
+        self.emit(format!("ld.u64 {HEAP}, [{CTX}+{}];", offsets::HEAP_BASE));
+        self.emit(format!("ld.u64 {CONTROL}, [{CTX}+{}];", offsets::CONTROL));
+        self.emit(format!("ld.u64 {EDEN}, [{CTX}+{}];", offsets::EDEN));
+        self.emit(format!("ld.u64 {LARGE}, [{CTX}+{}];", offsets::LARGE_WORDS));
+        // TLAB of this slot: tlabs + (slot / group) * 24, or none.
+        let group = self.ld_ctx(Cls::B64, offsets::TLAB_GROUP);
+        let p = self.t(Cls::Pred);
+        let l_tl = self.new_label();
+        self.emit(format!("mov.u64 {TLAB}, 0;"));
+        self.emit(format!("setp.eq.u64 {p}, {group}, 0;"));
+        self.emit(format!("@{p} bra {l_tl};"));
+        let base = self.ld_ctx(Cls::B64, offsets::TLABS);
+        let q = self.t(Cls::B64);
+        self.emit(format!("div.u64 {q}, {SLOT}, {group};"));
+        self.emit(format!(
+            "mad.lo.u64 {TLAB}, {q}, {}, {base};",
+            DEVICE_TLAB_BYTES
+        ));
+        self.label(&l_tl);
+        // Captures.
+        let caps = self.ld_ctx(Cls::B64, offsets::CAPTURES);
+        let mut captures = Vec::new();
+        for (i, p) in f.params().iter().enumerate().skip(1) {
+            let raw = self.t(Cls::B64);
+            self.emit(format!("ld.u64 {raw}, [{caps}+{}];", (i - 1) * 8));
+            let name = self.named(format!("%cap{i}"), reg_type(p.ty.kind()));
+            self.unpack_raw(p.ty.kind(), &raw, &name);
+            captures.push(name);
+        }
+        self.emit(format!("mov.u64 {DONE}, 0;"));
+        self.emit(format!("mov.u64 {NREC}, 0;"));
+        if let Some(si) = self.opts.safepoints {
+            self.named(POLLS.into(), ".b64");
+            match si.seed {
+                Some(seed) => {
+                    let s0 = (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let t = self.t(Cls::B64);
+                    self.emit(format!(
+                        "mul.lo.u64 {t}, {SLOT}, {:#x};",
+                        0x2545_F491_4F6C_DD1Du64
+                    ));
+                    self.emit(format!("xor.b64 {t}, {t}, {s0:#x};"));
+                    self.emit(format!("or.b64 {POLLS}, {t}, 1;"));
+                }
+                None => self.emit(format!("mov.u64 {POLLS}, 0;")),
+            }
+            // The stream goes on from the slot's last launch, if it polled.
+            let (at, saved, fresh) = (self.inject_addr(), self.t(Cls::B64), self.t(Cls::Pred));
+            self.emit(format!("ld.u64 {saved}, [{at}];"));
+            self.emit(format!("setp.eq.u64 {fresh}, {saved}, 0;"));
+            self.emit(format!("selp.b64 {POLLS}, {POLLS}, {saved}, {fresh};"));
+        }
+        for (i, l) in f.locals.iter().enumerate() {
+            let name = self.named(format!("%l0_{i}"), reg_type(l.ty.kind()));
+            self.cur.locals.push(name);
+        }
+        // Resume a stopped chunk first.
+        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
+        self.emit(format!("ld.u64 {W}, [{at}];"));
+        self.emit(format!("ld.u64 {HI}, [{at}+8];"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
+        self.emit(format!("@{p} bra {L_ITEM};"));
+        // claim
+        self.label(L_CLAIM);
+        let cursor = self.ld_ctx(Cls::B64, offsets::CURSOR);
+        let chunk = self.ld_ctx(Cls::B64, offsets::CHUNK);
+        let end = self.ld_ctx(Cls::B64, offsets::END);
+        let lo = self.t(Cls::B64);
+        self.emit(format!("atom.add.u64 {lo}, [{cursor}], {chunk};"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.s64 {p}, {lo}, {end};"));
+        self.emit(format!("@{p} bra {L_DONE};"));
+        self.emit(format!("add.s64 {HI}, {lo}, {chunk};"));
+        self.emit(format!("min.s64 {HI}, {HI}, {end};"));
+        self.emit(format!("mov.u64 {W}, {lo};"));
+        // item
+        self.label(L_ITEM);
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.s64 {p}, {W}, {HI};"));
+        self.emit(format!("@{p} bra {L_CLAIM};"));
+        let cw = self.t(Cls::B32);
+        self.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
+        self.emit(format!("@{p} bra {L_STOPPED};"));
+        // Workitem entry: parameters, captures, zeroed locals.
+        let l0 = self.cur.locals[0].clone();
+        self.emit(format!("cvt.u32.u64 {l0}, {W};"));
+        for i in 1..f.locals.len() {
+            let var = self.cur.locals[i].clone();
+            let k = f.locals[i].ty.kind();
+            if i < f.param_count as usize {
+                let c = captures[i - 1].clone();
+                self.emit(format!("mov.{} {var}, {c};", mov_ty(k)));
+            } else {
+                self.zero_into(k, &var);
+            }
+        }
+        self.make_blocks();
+        self.whole_body()?;
+        // next_item
+        self.label(L_NEXT);
+        self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
+        self.emit(format!("add.s64 {W}, {W}, 1;"));
+        self.emit(format!("bra {L_ITEM};"));
+        // after_deopt
+        self.label(L_AFTER);
+        self.emit(format!("add.s64 {NREC}, {NREC}, 1;"));
+        self.emit(format!("add.s64 {W}, {W}, 1;"));
+        let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {NREC}, {per};"));
+        self.emit(format!("@{p} bra {L_ITEM};"));
+        self.slot_exit(W, HI, crate::ctx::EXIT_DEOPT);
+        self.label(L_DONE);
+        self.slot_exit("0", "0", crate::ctx::EXIT_DONE);
+        self.label(L_STOPPED);
+        self.slot_exit(W, HI, crate::ctx::EXIT_STOPPED);
+        self.label("$idle");
+        self.emit("ret;");
+        Ok(())
+    }
+
+    /// `x` in a `b64` register (immediates are moved into one).
+    pub(super) fn reg64(&mut self, x: &str) -> String {
+        if x.starts_with('%') {
+            return x.to_string();
+        }
+        let r = self.t(Cls::B64);
+        self.emit(format!("mov.b64 {r}, {x};"));
+        r
+    }
+
+    /// Raw 64-bit slot `raw` as a value of kind `k`, into `dst`.
+    pub(super) fn unpack_raw(&mut self, k: Kind, raw: &str, dst: &str) {
+        match k {
+            Kind::I64 => self.emit(format!("mov.b64 {dst}, {raw};")),
+            Kind::I32 | Kind::Ref => self.emit(format!("cvt.u32.u64 {dst}, {raw};")),
+            Kind::F32 => {
+                let lo = self.t(Cls::B32);
+                self.emit(format!("cvt.u32.u64 {lo}, {raw};"));
+                self.emit(format!("mov.b32 {dst}, {lo};"));
+            }
+            Kind::F64 => self.emit(format!("mov.b64 {dst}, {raw};")),
+        }
+    }
+
+    /// A value of kind `k` as a raw 64-bit slot.
+    pub(super) fn pack_raw(&mut self, k: Kind, x: &str) -> String {
+        let r = self.t(Cls::B64);
+        match k {
+            Kind::I64 | Kind::F64 => self.emit(format!("mov.b64 {r}, {x};")),
+            Kind::I32 | Kind::Ref => self.emit(format!("cvt.u64.u32 {r}, {x};")),
+            Kind::F32 => {
+                let b = self.t(Cls::B32);
+                self.emit(format!("mov.b32 {b}, {x};"));
+                self.emit(format!("cvt.u64.u32 {r}, {b};"));
+            }
+        }
+        r
+    }
+
+    /// Store this slot's never-ran range, completed count and exit code,
+    /// and return.
+    pub(super) fn slot_exit(&mut self, nr_lo: &str, nr_hi: &str, code: u32) {
+        let (nr_lo, nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
+        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
+        self.emit(format!("st.u64 [{at}], {nr_lo};"));
+        self.emit(format!("st.u64 [{at}+8], {nr_hi};"));
+        let comp = self.ld_ctx(Cls::B64, offsets::COMPLETED);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 8, {comp};"));
+        self.emit(format!("st.u64 [{at}], {DONE};"));
+        let ex = self.ld_ctx(Cls::B64, offsets::EXITS);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 4, {ex};"));
+        let c = self.t(Cls::B32);
+        self.emit(format!("mov.b32 {c}, {code};"));
+        self.emit(format!("st.u32 [{at}], {c};"));
+        self.emit("ret;");
+    }
+
+    /// The address of this slot's injected-safepoint state.
+    pub(super) fn inject_addr(&mut self) -> String {
+        let base = self.ld_ctx(Cls::B64, offsets::INJECT);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 8, {base};"));
+        at
+    }
+
+    pub(super) fn ld_ctx(&mut self, c: Cls, off: u32) -> String {
+        let r = self.t(c);
+        self.emit(format!("ld.u64 {r}, [{CTX}+{off}];"));
+        r
+    }
+}
