@@ -29,11 +29,8 @@
 mod control;
 mod exception;
 mod interp;
-mod profile;
-mod program;
 
 pub use control::{Control, Registered, Running};
 pub use exception::{Exception, TraceFrame};
 pub use interp::{DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, ResumePlan};
-pub use profile::{FuncProfile, Profile};
-pub use program::{Layout, Program};
+pub use offload_program::{FuncProfile, Layout, Profile, Program};

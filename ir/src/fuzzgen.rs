@@ -12,7 +12,7 @@
 //! sequences with arbitrary operands, for checking that the verifier rejects
 //! garbage without panicking.
 
-use crate::isa::{Inst, Label};
+use crate::isa::{Inst, Label, Op, Opcode};
 use crate::module::{Class, Field, FuncDebug, FuncKind, Function, Local, Meta, Module};
 use crate::types::{ClassId, Elem, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, Type};
 use arbitrary::{Result, Unstructured};
@@ -655,12 +655,12 @@ impl Body<'_, '_, '_> {
             0 | 1 => {
                 self.expr(t, d)?;
                 self.expr(t, d)?;
-                let op = *self.u.choose(binops(t))?;
+                let op = *self.u.choose(&binops(t))?;
                 self.emit(op);
             }
             2 => {
                 self.expr(t, d)?;
-                let op = *self.u.choose(unops(t))?;
+                let op = *self.u.choose(&unops(t))?;
                 self.emit(op);
             }
             3 => {
@@ -676,7 +676,7 @@ impl Body<'_, '_, '_> {
                 let from = *self.u.choose(&SCALARS)?;
                 self.expr(from, d)?;
                 self.expr(from, d)?;
-                let op = *self.u.choose(compares(from))?;
+                let op = *self.u.choose(&compares(from))?;
                 self.emit(op);
             }
             5 => {
@@ -746,67 +746,36 @@ impl Body<'_, '_, '_> {
     }
 }
 
-fn binops(t: Type) -> &'static [Inst] {
-    use Inst::*;
-    match t {
-        Type::I32 => &[
-            I32Add, I32Sub, I32Mul, I32Div, I32Rem, I32And, I32Or, I32Xor, I32Shl, I32Shr, I32Ushr,
-            I32Min, I32Max,
-        ],
-        Type::I64 => &[
-            I64Add, I64Sub, I64Mul, I64Div, I64Rem, I64And, I64Or, I64Xor, I64Shl, I64Shr, I64Ushr,
-            I64Min, I64Max,
-        ],
-        Type::F32 => &[
-            F32Add, F32Sub, F32Mul, F32Div, F32Rem, F32Min, F32Max, F32Pow,
-        ],
-        _ => &[
-            F64Add, F64Sub, F64Mul, F64Div, F64Rem, F64Min, F64Max, F64Pow,
-        ],
-    }
+/// The instructions of the table whose operation class `class` accepts
+/// (arithmetic with a fixed effect, so no operands), in table order.
+fn table_insts(class: impl Fn(Op) -> bool) -> Vec<Inst> {
+    Opcode::ALL
+        .iter()
+        .filter(|o| class(o.op()))
+        .filter_map(|o| o.bare())
+        .collect()
 }
 
-fn unops(t: Type) -> &'static [Inst] {
-    use Inst::*;
-    match t {
-        Type::I32 => &[I32Neg, I32Abs],
-        Type::I64 => &[I64Neg, I64Abs],
-        Type::F32 => &[
-            F32Neg, F32Abs, F32Sqrt, F32Floor, F32Ceil, F32Exp, F32Log, F32Sin, F32Cos,
-        ],
-        _ => &[
-            F64Neg, F64Abs, F64Sqrt, F64Floor, F64Ceil, F64Exp, F64Log, F64Sin, F64Cos,
-        ],
-    }
+/// The binary operations on values of type `t`.
+fn binops(t: Type) -> Vec<Inst> {
+    table_insts(|op| matches!(op, Op::Binary(k, _) if k == t.kind()))
 }
 
-fn compares(t: Type) -> &'static [Inst] {
-    use Inst::*;
-    match t {
-        Type::I32 => &[I32Eq, I32Ne, I32Lt, I32Le, I32Gt, I32Ge],
-        Type::I64 => &[I64Eq, I64Ne, I64Lt, I64Le, I64Gt, I64Ge],
-        Type::F32 => &[F32Eq, F32Ne, F32Lt, F32Le, F32Gt, F32Ge],
-        _ => &[F64Eq, F64Ne, F64Lt, F64Le, F64Gt, F64Ge],
-    }
+/// The unary operations on values of type `t`.
+fn unops(t: Type) -> Vec<Inst> {
+    table_insts(|op| matches!(op, Op::Unary(k, _) if k == t.kind()))
 }
 
+/// The comparisons of values of type `t`.
+fn compares(t: Type) -> Vec<Inst> {
+    table_insts(|op| matches!(op, Op::Compare(k, _) if k == t.kind()))
+}
+
+/// The conversion from `from` to `to`, if there is one.
 fn convert(from: Type, to: Type) -> Option<Inst> {
-    use Inst::*;
-    Some(match (from, to) {
-        (Type::I32, Type::I64) => I32ToI64,
-        (Type::I32, Type::F32) => I32ToF32,
-        (Type::I32, Type::F64) => I32ToF64,
-        (Type::I64, Type::I32) => I64ToI32,
-        (Type::I64, Type::F32) => I64ToF32,
-        (Type::I64, Type::F64) => I64ToF64,
-        (Type::F32, Type::I32) => F32ToI32,
-        (Type::F32, Type::I64) => F32ToI64,
-        (Type::F32, Type::F64) => F32ToF64,
-        (Type::F64, Type::I32) => F64ToI32,
-        (Type::F64, Type::I64) => F64ToI64,
-        (Type::F64, Type::F32) => F64ToF32,
-        _ => return None,
-    })
+    table_insts(|op| op == Op::Convert(from.kind(), to.kind()))
+        .first()
+        .copied()
 }
 
 fn load_inst(t: Type) -> Inst {

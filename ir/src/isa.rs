@@ -334,10 +334,15 @@ operand! {
 /// instruction's [`Op`](crate::isa::Op): `Binary(I32, Add)`, `Compare(F64,
 /// Lt)`, `Convert(I32, F64)`, ... for the arithmetic whose executors derive
 /// their arms from the table, `Other` for the rest.
+///
+/// `for_each_op!(m, tokens..)` passes `[tokens..]` to `m!` before the rows,
+/// so that an executor can build one `match` of its own arms and an arm per
+/// arithmetic row (the interpreter's step does).
 #[macro_export]
 macro_rules! for_each_op {
-    ($m:ident) => {
+    ($m:ident $(, $($extra:tt)*)?) => {
         $m! {
+            $([$($extra)*])?
             /// Push the constant `value`.
             I32Const { value: i32 } = "i32.const", fixed!([] -> [I32]), NONE, Next, Other;
             /// Push the constant `value`.
@@ -651,6 +656,15 @@ macro_rules! special {
     };
 }
 
+macro_rules! bare_inst {
+    ($name:ident) => {
+        Some(Inst::$name)
+    };
+    ($name:ident { $($field:ident),* }) => {
+        None
+    };
+}
+
 macro_rules! define_isa {
     ($(
         $(#[doc = $doc:literal])*
@@ -712,6 +726,11 @@ macro_rules! define_isa {
                 #[allow(unused_imports)]
                 use {BinOp::*, CmpOp::*, Kind::*, Op::*, UnOp::*};
                 match self { $(Opcode::$name => $op,)* }
+            }
+
+            /// The instruction of this opcode if it has no operands.
+            pub fn bare(self) -> Option<Inst> {
+                match self { $(Opcode::$name => bare_inst!($name $({ $($field),* })?),)* }
             }
 
             /// Look up an opcode by mnemonic.

@@ -10,10 +10,10 @@
 //! ```
 
 use offload_deopt::{Assumption, Speculation};
-use offload_host_interp::Program;
 use offload_ir::{Inst, Opcode, isa::hz};
 use offload_jit::{CompileOptions, Injection, SafepointInjection};
 use offload_jit::{CpuJit, Speculations, ptx};
+use offload_program::Program;
 use std::sync::Arc;
 
 fn main() {

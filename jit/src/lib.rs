@@ -64,8 +64,8 @@ mod ssa;
 
 use cranelift_jit::{JITBuilder, JITModule};
 use offload_deopt::DeoptMetadata;
-use offload_host_interp::Program;
 use offload_ir::FuncId;
+use offload_program::Program;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -17,9 +17,9 @@
 //! the same sites (a test compares their metadata).
 
 use offload_deopt::{Assumption, Speculation};
-use offload_host_interp::{Profile, Program};
 use offload_ir::isa::{Inst, hz};
 use offload_ir::{Bci, ClassId, FuncId};
+use offload_program::{Profile, Program};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// How speculative a compilation may be.

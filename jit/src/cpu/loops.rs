@@ -1,8 +1,9 @@
 //! What the CPU's optimizations ([`crate::opt`]) emit: SIMD bodies for
 //! vectorizable item loops, and predicated loops with their entry test.
 
-use super::Lw;
+use super::{Cpu, Lw};
 use crate::JitError;
+use crate::lower::Backend;
 use crate::opt;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
@@ -75,16 +76,9 @@ impl Lw<'_, '_> {
                     stack.pop();
                     stack.push((VV::Idx32, Kind::I32));
                 }
-                Inst::F32Add
-                | Inst::F32Sub
-                | Inst::F32Mul
-                | Inst::F32Div
-                | Inst::I32Add
-                | Inst::I32Sub
-                | Inst::I32And
-                | Inst::I32Or
-                | Inst::I32Xor => {
-                    let ((b, k), (a, _)) = (
+                _ if opt::vector::simd_op(inst).is_some() => {
+                    let (k, op) = opt::vector::simd_op(inst).ok_or_else(|| unexpected(bci))?;
+                    let ((b, _), (a, _)) = (
                         stack.pop().ok_or_else(|| unexpected(bci))?,
                         stack.pop().ok_or_else(|| unexpected(bci))?,
                     );
@@ -95,18 +89,9 @@ impl Lw<'_, '_> {
                         _ => Err(unexpected(bci)),
                     };
                     let (x, y) = (val(a, self)?, val(b, self)?);
-                    let ins = self.e.b.ins();
-                    let r = match inst {
-                        Inst::F32Add => ins.fadd(x, y),
-                        Inst::F32Sub => ins.fsub(x, y),
-                        Inst::F32Mul => ins.fmul(x, y),
-                        Inst::F32Div => ins.fdiv(x, y),
-                        Inst::I32Add => ins.iadd(x, y),
-                        Inst::I32Sub => ins.isub(x, y),
-                        Inst::I32And => ins.band(x, y),
-                        Inst::I32Or => ins.bor(x, y),
-                        _ => ins.bxor(x, y),
-                    };
+                    // The scalar primitive: Cranelift's lane-wise forms
+                    // are the same instructions on vector types.
+                    let r = Cpu::binary(self, op, k, x, y);
                     stack.push((if both_u { VV::U(r) } else { VV::V(r) }, k));
                 }
                 Inst::I32ALoad | Inst::F32ALoad => {

@@ -111,8 +111,8 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId as ClFuncId, Linkage, Module, ModuleReloc};
 use offload_deopt::DeoptMetadata;
-use offload_host_interp::Program;
 use offload_ir::{Bci, FuncId, Kind, SiteId};
+use offload_program::Program;
 use std::collections::{BTreeSet, HashMap};
 
 fn cl_type(k: Kind) -> ClType {

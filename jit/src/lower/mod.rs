@@ -44,9 +44,9 @@ pub(crate) mod plan;
 use crate::spec::Speculations;
 use crate::{CompileOptions, Injection, JitError};
 use offload_deopt::{Assumption, DeoptMetadata, Reason, Speculation};
-use offload_host_interp::Program;
 use offload_ir::analysis::{FuncAnalysis, Value as FsValue};
 use offload_ir::{Bci, FuncId, Kind, SiteId, Type, Verified};
+use offload_program::Program;
 use std::collections::HashMap;
 
 pub(crate) use inst::{BinOp, CmpOp, Const, UnOp};

@@ -16,9 +16,9 @@ use crate::JitError;
 use crate::lower::{MAX_INLINE_DEPTH, MAX_INLINED_INSTS};
 use crate::spec::Speculations;
 use offload_deopt::{Assumption, DeoptMetadata, Reason};
-use offload_host_interp::Program;
 use offload_ir::analysis::{DeoptSite, FuncAnalysis};
 use offload_ir::{Bci, ClassId, FuncId, SiteId, Type};
+use offload_program::Program;
 use std::collections::HashMap;
 
 /// A site in inlined code: the callers' (function, call bci) chain, the

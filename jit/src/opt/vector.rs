@@ -1,6 +1,7 @@
 //! Unrolled and SIMD item loops ([`unroll_factor`], [`vectorizable`]).
 
-use offload_ir::{Bci, FuncId};
+use offload_ir::isa::{BinOp, Op};
+use offload_ir::{Bci, FuncId, Inst, Kind};
 
 /// The most bytecode instructions a kernel may have for its unchecked item
 /// loop to be unrolled.
@@ -38,6 +39,22 @@ enum VKind {
     Idx,
     Idx32,
     Arr,
+}
+
+/// The lane-wise operation `inst` is in a SIMD body, by the instruction
+/// table's class: `add`, `sub`, `mul` and `div` of `f32`, and `add`, `sub`,
+/// `and`, `or` and `xor` of `i32` — operations a vector unit computes a
+/// lane at a time with the scalar's exact bits. Everything else keeps the
+/// kernel on the scalar body.
+pub(crate) fn simd_op(inst: Inst) -> Option<(Kind, BinOp)> {
+    match inst.opcode().op() {
+        Op::Binary(k @ Kind::F32, op @ (BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div))
+        | Op::Binary(
+            k @ Kind::I32,
+            op @ (BinOp::Add | BinOp::Sub | BinOp::And | BinOp::Or | BinOp::Xor),
+        ) => Some((k, op)),
+        _ => None,
+    }
 }
 
 /// Whether the unchecked item loop of kernel `k` can run a group of
@@ -98,31 +115,17 @@ pub(crate) fn vectorizable(
                 Some(Idx) => stack.push(Idx32),
                 _ => return false,
             },
-            Inst::F32Add | Inst::F32Sub | Inst::F32Mul | Inst::F32Div => {
+            _ if simd_op(inst).is_some() => {
+                let Some((k, _)) = simd_op(inst) else {
+                    return false;
+                };
                 let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
                     return false;
                 };
-                if kind(a) != Some(Kind::F32) || kind(b) != Some(Kind::F32) {
+                if kind(a) != Some(k) || kind(b) != Some(k) {
                     return false;
                 }
-                stack.push(if a == U(Kind::F32) && b == U(Kind::F32) {
-                    a
-                } else {
-                    V(Kind::F32)
-                });
-            }
-            Inst::I32Add | Inst::I32Sub | Inst::I32And | Inst::I32Or | Inst::I32Xor => {
-                let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
-                    return false;
-                };
-                if kind(a) != Some(Kind::I32) || kind(b) != Some(Kind::I32) {
-                    return false;
-                }
-                stack.push(if a == U(Kind::I32) && b == U(Kind::I32) {
-                    a
-                } else {
-                    V(Kind::I32)
-                });
+                stack.push(if a == U(k) && b == U(k) { a } else { V(k) });
             }
             Inst::I32ALoad | Inst::F32ALoad if unchecked.contains(&(bci as Bci)) => {
                 let (Some(Idx32), Some(Arr)) = (stack.pop(), stack.pop()) else {

@@ -78,11 +78,14 @@ impl Profile {
         }
     }
 
-    pub(crate) fn branch(&mut self, f: FuncId, bci: Bci, taken: bool) {
+    /// Count one execution of the branch at `bci` of `f`, `taken` or not.
+    pub fn branch(&mut self, f: FuncId, bci: Bci, taken: bool) {
         self.funcs[f.index()].branches[bci as usize][usize::from(!taken)] += 1;
     }
 
-    pub(crate) fn receiver(&mut self, f: FuncId, bci: Bci, class: u32) {
+    /// Count one receiver of global class `class` at the virtual call at
+    /// `bci` of `f`.
+    pub fn receiver(&mut self, f: FuncId, bci: Bci, class: u32) {
         let r = &mut self.funcs[f.index()].receivers[bci as usize];
         match r.iter_mut().find(|(c, _)| *c == class) {
             Some(e) => e.1 += 1,
@@ -90,11 +93,13 @@ impl Profile {
         }
     }
 
-    pub(crate) fn null(&mut self, f: FuncId, bci: Bci) {
+    /// Count one null seen at `bci` of `f`.
+    pub fn null(&mut self, f: FuncId, bci: Bci) {
         self.funcs[f.index()].nulls[bci as usize] += 1;
     }
 
-    pub(crate) fn exec(&mut self, f: FuncId, bci: Bci) {
+    /// Count one execution of the instruction at `bci` of `f`.
+    pub fn exec(&mut self, f: FuncId, bci: Bci) {
         self.funcs[f.index()].execs[bci as usize] += 1;
     }
 }
