@@ -1,0 +1,395 @@
+//! Configuring a [`Runtime`]: [`RuntimeBuilder`].
+
+use super::*;
+
+/// Configures a [`Runtime`].
+#[derive(Clone, Debug)]
+pub struct RuntimeBuilder {
+    heap: HeapConfig,
+    workers: Option<usize>,
+    /// `None`: CUDA when a GPU is present, else the CPU (reported).
+    device: Option<Device>,
+    strict: bool,
+    deadline: Option<std::time::Duration>,
+    device_slots: Option<usize>,
+    policy: AllocPolicy,
+    alloc_buffers: bool,
+    profile: bool,
+    compile: offload_jit::CompileOptions,
+    deopt_records: usize,
+    fail_refills: Option<(u64, u64)>,
+    reclaim: bool,
+    warmup: u32,
+    spec_cfg: offload_jit::SpecConfig,
+    tiered: bool,
+    /// The policy, or the unknown name asked for (an error at `build`).
+    recompile_policy: Result<PolicyFactory, String>,
+    rewrite_ptx: Option<PtxRewrite>,
+}
+
+/// A test hook that rewrites a kernel's PTX before the driver loads it.
+#[derive(Clone)]
+pub(crate) struct PtxRewrite(pub(crate) Arc<dyn Fn(&str) -> String + Send + Sync>);
+
+impl std::fmt::Debug for PtxRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PtxRewrite")
+    }
+}
+
+/// Makes one recompilation policy per kernel.
+#[derive(Clone)]
+pub(crate) struct PolicyFactory(Arc<dyn Fn() -> Box<dyn Policy> + Send + Sync>);
+
+impl PolicyFactory {
+    pub(super) fn named(name: &str) -> Option<PolicyFactory> {
+        crate::policy::by_name(name)?;
+        let name = name.to_string();
+        Some(PolicyFactory(Arc::new(move || {
+            crate::policy::by_name(&name).expect("checked")
+        })))
+    }
+}
+
+impl std::ops::Deref for PolicyFactory {
+    type Target = dyn Fn() -> Box<dyn Policy> + Send + Sync;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for PolicyFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PolicyFactory({})", (self.0)().name())
+    }
+}
+
+/// Save records per slot on the CPU device unless configured.
+pub const DEFAULT_DEOPT_RECORDS: usize = 1024;
+/// The most save records per slot a runtime accepts
+/// ([`RuntimeBuilder::deopt_records`]); more would not make a launch
+/// faster (a slot replays its records about once per this many deopts),
+/// only its save area larger.
+pub const MAX_DEOPT_RECORDS: usize = 1 << 20;
+/// The most worker threads a runtime starts ([`RuntimeBuilder::workers`]).
+pub const MAX_WORKERS: usize = 1024;
+
+impl RuntimeBuilder {
+    /// The defaults ([`Runtime::builder`]).
+    pub(super) fn new() -> RuntimeBuilder {
+        RuntimeBuilder {
+            heap: HeapConfig::default(),
+            workers: None,
+            device: None,
+            strict: false,
+            deadline: None,
+            device_slots: None,
+            policy: AllocPolicy::default(),
+            alloc_buffers: true,
+            profile: false,
+            compile: offload_jit::CompileOptions::default(),
+            deopt_records: DEFAULT_DEOPT_RECORDS,
+            fail_refills: None,
+            reclaim: true,
+            warmup: 0,
+            spec_cfg: offload_jit::SpecConfig::default(),
+            tiered: true,
+            recompile_policy: PolicyFactory::named("never").ok_or_else(|| "never".to_string()),
+            rewrite_ptx: None,
+        }
+    }
+
+    /// Fault injection for tests: in every launch, TLAB refill number
+    /// `first` (1-based) and every `every`-th after it (0: only `first`)
+    /// fail for the allocation that does them (see
+    /// [`offload_tlab::RefillFault`]): compiled code deopts with
+    /// `AllocationFailure`, the interpreter retries. On the CUDA device,
+    /// whose refills carve from a device eden, each launch's eden holds
+    /// `first` TLABs, so every refill after those finds it exhausted
+    /// (`every` does not apply there).
+    pub fn fail_refills(mut self, first: u64, every: u64) -> Self {
+        self.fail_refills = Some((first, every));
+        self
+    }
+
+    /// Whether a launch on the CPU device or the interpreter whose objects
+    /// all died with it hands their memory back to eden (default: yes).
+    /// Its write barrier notes any reference to an object of the launch
+    /// stored into an older object, and such a launch keeps its objects;
+    /// so does one that overlapped another launch or a host allocation, or
+    /// during which a [`Runtime::safepoint`] operation ran (it had the
+    /// heap, and could have stored a reference anywhere).
+    /// Off, every object stays in the heap until the runtime is dropped
+    /// (for inspecting what a launch made, e.g. with
+    /// [`Runtime::verify_heap`]). CUDA launches always keep theirs.
+    pub fn reclaim(mut self, on: bool) -> Self {
+        self.reclaim = on;
+        self
+    }
+
+    /// Save records per slot (at least 1, at most [`MAX_DEOPT_RECORDS`];
+    /// default [`DEFAULT_DEOPT_RECORDS`]).
+    /// A slot that deoptimizes writes a record and goes on with its next
+    /// workitem; only when its records are full does it stop, so a slot
+    /// stops, replays its records and re-enters about once per `n` deopts. The save area is
+    /// `workers * n` records: bounded by the slots, never by the range.
+    pub fn deopt_records(mut self, n: usize) -> Self {
+        self.deopt_records = n.max(1);
+        self
+    }
+
+    /// Fault injection for tests: compile every kernel so that the chosen
+    /// workitems deoptimize at the chosen site (see
+    /// [`offload_jit::Injection`]). Kernels without that site run on the
+    /// interpreter, and their reports say so.
+    pub fn inject(mut self, inj: offload_jit::Injection) -> Self {
+        self.compile.inject = Some(inj);
+        self
+    }
+
+    /// Fault injection for tests: the CUDA device hands each kernel's PTX
+    /// to `f` and loads what it returns (to check how a kernel that faults
+    /// on the GPU, say with a store outside the heap, is reported).
+    pub fn rewrite_ptx(mut self, f: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        self.rewrite_ptx = Some(PtxRewrite(Arc::new(f)));
+        self
+    }
+
+    /// Fault injection for tests: compiled back-edge polls deopt as if a
+    /// safepoint had been requested — every `every`-th poll of a slot, or
+    /// with `seed`, each poll with probability 1/`every` (see
+    /// [`offload_jit::SafepointInjection`]).
+    pub fn inject_safepoints(mut self, every: u64, seed: Option<u64>) -> Self {
+        self.compile.safepoints = Some(offload_jit::SafepointInjection {
+            every: every.max(1),
+            seed,
+        });
+        self
+    }
+
+    /// Tiered compilation on the CPU (default on): a kernel version is
+    /// first compiled quickly (no Cranelift optimizations, single-pass
+    /// register allocation) so that its first launch starts soon, and
+    /// compiled again, optimized, on a background thread; launches use the
+    /// optimized code once it is there. Off: every version is compiled
+    /// optimized before its first launch.
+    pub fn tiered(mut self, on: bool) -> Self {
+        self.tiered = on;
+        self
+    }
+
+    /// Compile back-edge polls (default on). Off only to measure what they
+    /// cost: a safepoint then waits until each slot's current workitem ends.
+    pub fn back_edge_polls(mut self, on: bool) -> Self {
+        self.compile.no_polls = !on;
+        self
+    }
+
+    /// Bytes the heap starts with.
+    pub fn initial_heap(mut self, bytes: usize) -> Self {
+        self.heap.initial = bytes;
+        self
+    }
+    /// Bytes the heap may grow to.
+    pub fn max_heap(mut self, bytes: usize) -> Self {
+        self.heap.max = bytes;
+        self
+    }
+    /// TLAB size in bytes.
+    pub fn tlab_bytes(mut self, bytes: u32) -> Self {
+        self.heap.tlab_bytes = bytes;
+        self
+    }
+    /// Number of worker threads (the concurrent slots); default: every core.
+    /// [`RuntimeBuilder::build`] refuses more than [`MAX_WORKERS`].
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n.max(1));
+        self
+    }
+    /// Force the device kernels run on. Without this, the runtime uses
+    /// CUDA when a usable GPU is present and the CPU device otherwise, and
+    /// says why in [`Runtime::fallback`]. Forcing `Cuda` on a machine
+    /// without one also falls back to the CPU, reported (an error in
+    /// strict mode).
+    pub fn device(mut self, d: Device) -> Self {
+        self.device = Some(d);
+        self
+    }
+    /// Run CUDA launches with at most `n` slots (device threads) instead
+    /// of the device's resident capacity — 1 makes a launch run its
+    /// workitems in order, as the differential tests need.
+    pub fn device_slots(mut self, n: usize) -> Self {
+        self.device_slots = Some(n.max(1));
+        self
+    }
+    /// Strict mode: a fallback — no usable GPU for the CUDA device, or a
+    /// kernel the PTX backend does not compile — is an error instead of a
+    /// report.
+    pub fn strict(mut self, on: bool) -> Self {
+        self.strict = on;
+        self
+    }
+    /// A deadline for every launch: one still running this long after it
+    /// started is interrupted as [`Runtime::interrupt`] interrupts it, and
+    /// returns [`OffloadError::Interrupted`] with its report
+    /// ([`LaunchReport::deadline`] says it was the deadline). `None` (the
+    /// default): launches run until they end.
+    /// [`Runtime::par_offload_with_deadline`] sets one launch's.
+    pub fn launch_deadline(mut self, d: Option<std::time::Duration>) -> Self {
+        self.deadline = d;
+        self
+    }
+    /// The allocation policy.
+    pub fn alloc_policy(mut self, p: AllocPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+    /// Whether the workers of a shared TLAB each allocate from a buffer of
+    /// their own taken from it (the default), or bump the shared TLAB with
+    /// an atomic add per object, as a GPU warp does (for experiments on
+    /// contention). See `offload_tlab::alloc`, "Allocation buffers".
+    pub fn alloc_buffers(mut self, on: bool) -> Self {
+        self.alloc_buffers = on;
+        self
+    }
+    /// Record interpreter profiles during launches.
+    pub fn profile(mut self, on: bool) -> Self {
+        self.profile = on;
+        self
+    }
+
+    /// Speculate: the first `launches` launches of each kernel (its
+    /// warm-up) run in the interpreter with profiling, and the kernel is
+    /// then compiled with the speculations the profile supports (see
+    /// [`offload_jit::spec`]) — untaken branches, one or two receiver
+    /// classes at virtual calls, values never seen null. 0 (the default)
+    /// compiles at the first launch without speculation: a warm-up in the
+    /// interpreter pays off only for kernels launched many times.
+    pub fn speculate(mut self, launches: u32) -> Self {
+        self.warmup = launches;
+        self
+    }
+
+    /// How speculative compilation is (minimum profile counts, receiver
+    /// classes inlined per call).
+    pub fn spec_config(mut self, cfg: offload_jit::SpecConfig) -> Self {
+        self.spec_cfg = cfg;
+        self
+    }
+
+    /// The recompilation policy applied after every launch, by name (see
+    /// [`crate::policy::NAMES`]; the default is `never`, Sumatra's
+    /// behaviour). An unknown name makes [`RuntimeBuilder::build`] fail.
+    pub fn policy(mut self, name: &str) -> Self {
+        self.recompile_policy = PolicyFactory::named(name).ok_or_else(|| name.to_string());
+        self
+    }
+
+    /// A recompilation policy of your own: `make` is called once per kernel.
+    pub fn policy_with(
+        mut self,
+        make: impl Fn() -> Box<dyn Policy> + Send + Sync + 'static,
+    ) -> Self {
+        self.recompile_policy = Ok(PolicyFactory(Arc::new(make)));
+        self
+    }
+    /// Make the runtime.
+    pub fn build(self) -> Result<Runtime, OffloadError> {
+        let policy_factory = self.recompile_policy.map_err(|bad| {
+            OffloadError::Setup(format!(
+                "unknown recompilation policy `{bad}` (available: {})",
+                crate::policy::NAMES.join(", ")
+            ))
+        })?;
+        // Every core by default (at most MAX_WORKERS); more only if asked.
+        let workers = self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
+        });
+        if workers > MAX_WORKERS {
+            return Err(OffloadError::Setup(format!(
+                "{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"
+            )));
+        }
+        if self.deopt_records > MAX_DEOPT_RECORDS {
+            return Err(OffloadError::Setup(format!(
+                "{} deopt records per worker asked for; at most {MAX_DEOPT_RECORDS}",
+                self.deopt_records
+            )));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .thread_name(|i| format!("offload-worker-{i}"))
+            .build()
+            .map_err(|e| OffloadError::Setup(e.to_string()))?;
+        let (device, gpu, fallback) = match self.device {
+            Some(d @ (Device::Cpu | Device::Interpreter)) => (d, None, None),
+            want => match crate::cuda::probe() {
+                Ok(g) => {
+                    // Not a fallback, but as plain to see: the CUDA device
+                    // is a simulation.
+                    let note = g.is_virtual().then(|| {
+                        format!(
+                            "the CUDA device is {}: offload's virtual GPU, a PTX simulator found on the library path, not hardware (its timings say nothing about a GPU's)",
+                            g.describe()
+                        )
+                    });
+                    (Device::Cuda, Some(g), note)
+                }
+                Err(why) if self.strict => {
+                    return Err(OffloadError::Setup(format!(
+                        "strict mode: the CUDA device is unavailable: {why}"
+                    )));
+                }
+                Err(why) => {
+                    let asked = if want.is_some() {
+                        "requested"
+                    } else {
+                        "default"
+                    };
+                    (
+                        Device::Cpu,
+                        None,
+                        Some(format!(
+                            "the {asked} CUDA device is unavailable ({why}); using the CPU device"
+                        )),
+                    )
+                }
+            },
+        };
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                heap: Heap::new(self.heap)?,
+                pool,
+                workers,
+                device,
+                gpu,
+                fallback,
+                strict: self.strict,
+                deadline: self.deadline,
+                device_slots: self.device_slots,
+                policy: self.policy,
+                alloc_buffers: self.alloc_buffers,
+                profile: self.profile,
+                control: offload_host_interp::Control::new(),
+                jit: offload_jit::CpuJit::new(),
+                compile: self.compile,
+                deopt_records: self.deopt_records,
+                fail_refills: self.fail_refills,
+                reclaim: self.reclaim,
+                warmup: self.warmup,
+                spec_cfg: self.spec_cfg,
+                policy_factory,
+                rewrite_ptx: self.rewrite_ptx,
+                kernels: dashmap::DashMap::new(),
+                compiled: dashmap::DashMap::new(),
+                tiered: self.tiered,
+                background: Mutex::new(Vec::new()),
+                class_shapes: Mutex::new(Vec::new()),
+                next_module: AtomicU64::new(0),
+                save_areas: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}

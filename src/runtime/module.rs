@@ -1,0 +1,396 @@
+//! A loaded [`Module`]: its kernels, the closures made of them, and the
+//! objects and arrays of references made from its classes.
+
+use super::*;
+
+impl Module {
+    /// The module's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The prepared program (verified module, layout, analyses).
+    pub fn program(&self) -> &Arc<Program> {
+        &self.prog
+    }
+
+    /// The names of the kernels.
+    pub fn kernels(&self) -> Vec<String> {
+        let v = self.prog.verified();
+        v.kernels().map(|k| v.func(k).name.clone()).collect()
+    }
+
+    /// The kernel named `kernel`, or an error listing the kernels there are.
+    pub(crate) fn kernel_id(&self, kernel: &str) -> Result<FuncId, OffloadError> {
+        self.prog
+            .verified()
+            .func_named(kernel)
+            .filter(|&k| self.prog.is_kernel(k))
+            .ok_or_else(|| {
+                let all = self.kernels();
+                let nearest =
+                    offload_ir::nearest(kernel, all.iter().map(String::as_str)).map(str::to_string);
+                OffloadError::NoSuchKernel {
+                    module: self.name.clone(),
+                    kernel: kernel.to_string(),
+                    available: all.join(", "),
+                    nearest,
+                }
+            })
+    }
+
+    /// Bind a kernel to its captures (every parameter after the index, in
+    /// order). Each capture is checked against its parameter: numbers by
+    /// type, references by the runtime type of the object they point at.
+    /// Captured references must not be null.
+    pub fn closure(
+        &self,
+        kernel: &str,
+        captures: impl IntoIterator<Item = Arg>,
+    ) -> Result<Closure, OffloadError> {
+        let v = self.prog.verified();
+        let k = self.kernel_id(kernel)?;
+        let f = v.func(k);
+        let params = &f.params()[1..];
+        let captures: Vec<Arg> = captures.into_iter().collect();
+        let cerr = |problem: String| OffloadError::Capture {
+            kernel: kernel.to_string(),
+            problem,
+        };
+        if captures.len() != params.len() {
+            let names: Vec<String> = params
+                .iter()
+                .map(|p| format!("{}: {}", p.name, v.type_name(p.ty)))
+                .collect();
+            return Err(cerr(format!(
+                "takes {} capture(s) ({}), {} given",
+                params.len(),
+                names.join(", "),
+                captures.len()
+            )));
+        }
+        let mut raw = Vec::with_capacity(captures.len());
+        for (i, (p, a)) in params.iter().zip(&captures).enumerate() {
+            let want = v.type_name(p.ty);
+            let bad = |found: String| {
+                cerr(format!(
+                    "capture {} (`{}`) must be {want}, found {found}",
+                    i + 1,
+                    p.name
+                ))
+            };
+            let bits = match (p.ty, *a) {
+                (Type::I32, Arg::I32(x)) => u64::from(x as u32),
+                (Type::I64, Arg::I64(x)) => x as u64,
+                (Type::F32, Arg::F32(x)) => u64::from(x.to_bits()),
+                (Type::F64, Arg::F64(x)) => x.to_bits(),
+                (t, Arg::Ref { r, rt }) if t.is_ref() => {
+                    if r.is_null() {
+                        return Err(bad("null".into()));
+                    }
+                    if rt != self.rt.inner.id {
+                        return Err(bad("a reference from another runtime".into()));
+                    }
+                    let found = self.runtime_type(r)?;
+                    if !self.is_instance(r, t)? {
+                        return Err(bad(found));
+                    }
+                    u64::from(r.0)
+                }
+                (_, a) => return Err(bad(arg_kind(a).into())),
+            };
+            raw.push(bits);
+        }
+        Ok(Closure {
+            module: self.clone(),
+            kernel: k,
+            captures: raw,
+        })
+    }
+
+    fn is_instance(&self, r: Ref, t: Type) -> Result<bool, OffloadError> {
+        Ok(self
+            .prog
+            .header_is_instance(self.rt.inner.heap.header(r)?, t))
+    }
+
+    fn runtime_type(&self, r: Ref) -> Result<String, OffloadError> {
+        Ok(format!(
+            "`{}`",
+            self.prog.header_type_name(self.rt.inner.heap.header(r)?)
+        ))
+    }
+
+    /// A new zeroed instance of `class`.
+    pub fn new_object(&self, class: &str) -> Result<Object, OffloadError> {
+        let v = self.prog.verified();
+        let c = v.class_named(class).ok_or_else(|| {
+            OffloadError::Lookup(format!("module `{}` has no class `{class}`", self.name))
+        })?;
+        if let Some(&a) = v.vtable(c).iter().find(|&&m| v.func(m).is_abstract()) {
+            return Err(OffloadError::Lookup(format!(
+                "cannot instantiate `{class}`: `{}` is abstract",
+                v.func(a).name
+            )));
+        }
+        let at = Allocator::alloc_host(
+            &self.rt.inner.heap,
+            Header::Object {
+                class: self.prog.global_class(c),
+                size: self.prog.layout.class_size[c.index()],
+            },
+        )?;
+        Ok(Object {
+            r: Ref(at),
+            class: c,
+            module: self.clone(),
+        })
+    }
+
+    fn field_of(&self, o: &Object, name: &str) -> Result<(usize, Type), OffloadError> {
+        let v = self.prog.verified();
+        if o.module.rt.inner.id != self.rt.inner.id || !Arc::ptr_eq(&o.module.prog, &self.prog) {
+            return Err(OffloadError::Handle(
+                "the object belongs to another module".into(),
+            ));
+        }
+        let f = v.lookup_field(o.class, name).ok_or_else(|| {
+            OffloadError::Lookup(format!(
+                "class `{}` has no field `{name}`",
+                v.class(o.class).name
+            ))
+        })?;
+        Ok((
+            o.r.byte_offset() + self.prog.layout.field_offset[f.index()] as usize,
+            v.field(f).ty,
+        ))
+    }
+
+    /// Set a field of an object.
+    pub fn set_field(
+        &self,
+        o: &Object,
+        name: &str,
+        value: impl Into<Arg>,
+    ) -> Result<(), OffloadError> {
+        let (off, ty) = self.field_of(o, name)?;
+        let heap = &self.rt.inner.heap;
+        let value = value.into();
+        match (ty, value) {
+            (Type::I32, Arg::I32(x)) => heap.store32(off, x as u32)?,
+            (Type::F32, Arg::F32(x)) => heap.store32(off, x.to_bits())?,
+            (Type::I64, Arg::I64(x)) => heap.store64(off, x as u64)?,
+            (Type::F64, Arg::F64(x)) => heap.store64(off, x.to_bits())?,
+            (t, Arg::Ref { r, rt })
+                if t.is_ref()
+                    && rt == self.rt.inner.id
+                    && (r.is_null() || self.is_instance(r, t)?) =>
+            {
+                heap.store32(off, r.0)?
+            }
+            (t, a) => {
+                return Err(OffloadError::Lookup(format!(
+                    "field `{name}` has type {}, cannot store {}",
+                    self.prog.verified().type_name(t),
+                    arg_kind(a)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Read a numeric field of an object.
+    pub fn get_field<T: Element>(&self, o: &Object, name: &str) -> Result<T, OffloadError> {
+        let (off, ty) = self.field_of(o, name)?;
+        if ty != T::ELEM.to_type() {
+            return Err(OffloadError::Lookup(format!(
+                "field `{name}` has type {}, not {}",
+                self.prog.verified().type_name(ty),
+                self.prog.verified().type_name(T::ELEM.to_type())
+            )));
+        }
+        let heap = &self.rt.inner.heap;
+        Ok(T::from_bits(if kind_size(ty.kind()) == 8 {
+            heap.load64(off)?
+        } else {
+            u64::from(heap.load32(off)?)
+        }))
+    }
+}
+
+impl Module {
+    /// A new array of `len` null references to `class` (`class[]`).
+    pub fn new_ref_array(&self, class: &str, len: usize) -> Result<RefArray, OffloadError> {
+        let c = self.prog.verified().class_named(class).ok_or_else(|| {
+            OffloadError::Lookup(format!("module `{}` has no class `{class}`", self.name))
+        })?;
+        let len = u32::try_from(len)
+            .ok()
+            .filter(|&l| l <= i32::MAX as u32)
+            .ok_or_else(|| {
+                OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
+            })?;
+        let at = Allocator::alloc_host(
+            &self.rt.inner.heap,
+            Header::Array {
+                elem: self.prog.global_elem(Elem::Class(c)),
+                dims: 1,
+                len,
+            },
+        )?;
+        Ok(RefArray {
+            r: Ref(at),
+            len,
+            elem: c,
+            module: self.clone(),
+        })
+    }
+
+    fn ref_slot(&self, a: &RefArray, i: usize) -> Result<usize, OffloadError> {
+        if a.module.rt.inner.id != self.rt.inner.id || !Arc::ptr_eq(&a.module.prog, &self.prog) {
+            return Err(OffloadError::Handle(
+                "the array belongs to another module".into(),
+            ));
+        }
+        if i >= a.len() {
+            return Err(OffloadError::Handle(format!(
+                "index {i} is out of bounds of an array of {}",
+                a.len()
+            )));
+        }
+        Ok(a.r.byte_offset() + 8 + i * 4)
+    }
+
+    /// Store a reference (null, or an instance of the element class) in
+    /// element `i`.
+    pub fn set_element(
+        &self,
+        a: &RefArray,
+        i: usize,
+        value: impl Into<Arg>,
+    ) -> Result<(), OffloadError> {
+        let off = self.ref_slot(a, i)?;
+        match value.into() {
+            Arg::Ref { r, rt }
+                if rt == self.rt.inner.id
+                    && (r.is_null() || self.is_instance(r, Type::Class(a.elem))?) =>
+            {
+                self.rt.inner.heap.store32(off, r.0)?;
+                Ok(())
+            }
+            Arg::Ref { r, .. } if !r.is_null() => Err(OffloadError::Lookup(format!(
+                "cannot store a {} in an element of `{}[]`",
+                self.runtime_type(r)?,
+                a.elem_class()
+            ))),
+            v => Err(OffloadError::Lookup(format!(
+                "cannot store {} in an element of `{}[]`",
+                arg_kind(v),
+                a.elem_class()
+            ))),
+        }
+    }
+
+    /// Element `i`: `None` for null, else the reference and the name of
+    /// its runtime class.
+    pub fn element(&self, a: &RefArray, i: usize) -> Result<Option<(Ref, String)>, OffloadError> {
+        let off = self.ref_slot(a, i)?;
+        let r = Ref(self.rt.inner.heap.load32(off)?);
+        if r.is_null() {
+            return Ok(None);
+        }
+        Ok(Some((
+            r,
+            self.prog.header_type_name(self.rt.inner.heap.header(r)?),
+        )))
+    }
+
+    /// Read a reference field of an object.
+    pub fn get_ref_field(&self, o: &Object, name: &str) -> Result<Ref, OffloadError> {
+        let (off, ty) = self.field_of(o, name)?;
+        if !ty.is_ref() {
+            return Err(OffloadError::Lookup(format!(
+                "field `{name}` has type {}, not a reference",
+                self.prog.verified().type_name(ty)
+            )));
+        }
+        Ok(Ref(self.rt.inner.heap.load32(off)?))
+    }
+
+    /// Every field of `o` (inherited ones first) with its type and value,
+    /// as text: numbers as Rust prints them, references as `null` or
+    /// `Type@offset`.
+    pub fn fields(&self, o: &Object) -> Result<Vec<(String, String, String)>, OffloadError> {
+        let v = self.prog.verified();
+        let mut chain: Vec<ClassId> = v.ancestors(o.class).collect();
+        chain.reverse();
+        let heap = &self.rt.inner.heap;
+        let mut out = Vec::new();
+        for c in chain {
+            for &f in &v.class(c).fields {
+                let fd = v.field(f);
+                let (off, ty) = self.field_of(o, &fd.name)?;
+                let text = match ty {
+                    Type::I32 => (heap.load32(off)? as i32).to_string(),
+                    Type::F32 => format!("{:?}", f32::from_bits(heap.load32(off)?)),
+                    Type::I64 => (heap.load64(off)? as i64).to_string(),
+                    Type::F64 => format!("{:?}", f64::from_bits(heap.load64(off)?)),
+                    _ => {
+                        let r = Ref(heap.load32(off)?);
+                        match self.type_of(r)? {
+                            None => "null".to_string(),
+                            Some(t) => format!("{t}@{:#x}", r.byte_offset()),
+                        }
+                    }
+                };
+                out.push((fd.name.clone(), v.type_name(ty), text));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A handle to the object `r` points at (made by a kernel, or found in
+    /// a field or array element): an error unless it is an instance of one
+    /// of this module's classes.
+    pub fn object_at(&self, r: Ref) -> Result<Object, OffloadError> {
+        let h = self.rt.inner.heap.header(r)?;
+        match h {
+            Header::Object { class, .. } => match self.prog.local_class(class) {
+                Some(c) => Ok(Object {
+                    r,
+                    class: c,
+                    module: self.clone(),
+                }),
+                None => Err(OffloadError::Handle(format!(
+                    "{} is an object of another module",
+                    self.runtime_type(r)?
+                ))),
+            },
+            _ => Err(OffloadError::Handle(format!(
+                "{} is not an object",
+                self.runtime_type(r)?
+            ))),
+        }
+    }
+
+    /// The runtime type of the object `r` points at, as the text form
+    /// writes it (`None` for null).
+    pub fn type_of(&self, r: Ref) -> Result<Option<String>, OffloadError> {
+        if r.is_null() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.prog.header_type_name(self.rt.inner.heap.header(r)?),
+        ))
+    }
+}
+
+fn arg_kind(a: Arg) -> &'static str {
+    match a {
+        Arg::I32(_) => "an i32",
+        Arg::I64(_) => "an i64",
+        Arg::F32(_) => "an f32",
+        Arg::F64(_) => "an f64",
+        Arg::Ref { .. } => "a reference",
+    }
+}

@@ -1,0 +1,317 @@
+//! Host-side handles: the values passed to kernels ([`Arg`]), typed
+//! arrays ([`Array`]), objects and arrays of references, and copying
+//! arrays into and out of the heap.
+
+use super::*;
+
+/// A value passed to a kernel.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// An `i32`.
+    I32(i32),
+    /// An `i64`.
+    I64(i64),
+    /// An `f32`.
+    F32(f32),
+    /// An `f64`.
+    F64(f64),
+    /// A heap reference, with the runtime it belongs to.
+    Ref {
+        /// The reference.
+        r: Ref,
+        /// The owning runtime's id.
+        rt: u64,
+    },
+}
+
+impl From<i32> for Arg {
+    fn from(v: i32) -> Arg {
+        Arg::I32(v)
+    }
+}
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::I64(v)
+    }
+}
+impl From<f32> for Arg {
+    fn from(v: f32) -> Arg {
+        Arg::F32(v)
+    }
+}
+impl From<f64> for Arg {
+    fn from(v: f64) -> Arg {
+        Arg::F64(v)
+    }
+}
+
+/// A numeric array element type that Rust slices can be copied from and to.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// The bytecode element type.
+    const ELEM: Elem;
+    /// Raw bits as stored.
+    fn to_bits(self) -> u64;
+    /// From raw bits.
+    fn from_bits(b: u64) -> Self;
+}
+
+impl Element for i32 {
+    const ELEM: Elem = Elem::I32;
+    fn to_bits(self) -> u64 {
+        u64::from(self as u32)
+    }
+    fn from_bits(b: u64) -> Self {
+        b as u32 as i32
+    }
+}
+impl Element for i64 {
+    const ELEM: Elem = Elem::I64;
+    fn to_bits(self) -> u64 {
+        self as u64
+    }
+    fn from_bits(b: u64) -> Self {
+        b as i64
+    }
+}
+impl Element for f32 {
+    const ELEM: Elem = Elem::F32;
+    fn to_bits(self) -> u64 {
+        u64::from(f32::to_bits(self))
+    }
+    fn from_bits(b: u64) -> Self {
+        f32::from_bits(b as u32)
+    }
+}
+impl Element for f64 {
+    const ELEM: Elem = Elem::F64;
+    fn to_bits(self) -> u64 {
+        f64::to_bits(self)
+    }
+    fn from_bits(b: u64) -> Self {
+        f64::from_bits(b)
+    }
+}
+
+/// A handle to an array of `T` in a runtime's heap.
+#[derive(Debug)]
+pub struct Array<T: Element> {
+    r: Ref,
+    len: u32,
+    rt: u64,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> Clone for Array<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: Element> Copy for Array<T> {}
+
+impl<T: Element> Array<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The heap reference.
+    pub fn as_ref(&self) -> Ref {
+        self.r
+    }
+}
+
+impl<T: Element> From<&Array<T>> for Arg {
+    fn from(a: &Array<T>) -> Arg {
+        Arg::Ref { r: a.r, rt: a.rt }
+    }
+}
+impl<T: Element> From<Array<T>> for Arg {
+    fn from(a: Array<T>) -> Arg {
+        Arg::Ref { r: a.r, rt: a.rt }
+    }
+}
+
+/// A handle to an object of one of a module's classes.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub(crate) r: Ref,
+    pub(crate) class: ClassId,
+    pub(crate) module: Module,
+}
+
+impl Object {
+    /// The heap reference.
+    pub fn as_ref(&self) -> Ref {
+        self.r
+    }
+    /// The class name.
+    pub fn class_name(&self) -> &str {
+        &self.module.prog.verified().class(self.class).name
+    }
+    /// The module whose class it is an instance of.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+}
+
+impl From<&Object> for Arg {
+    fn from(o: &Object) -> Arg {
+        Arg::Ref {
+            r: o.r,
+            rt: o.module.rt.inner.id,
+        }
+    }
+}
+
+/// A handle to a one-dimensional array of references to one of a module's
+/// classes (`Shape[]`): its elements are null or instances of the class or
+/// its subclasses.
+#[derive(Clone, Debug)]
+pub struct RefArray {
+    pub(crate) r: Ref,
+    pub(crate) len: u32,
+    pub(crate) elem: ClassId,
+    pub(crate) module: Module,
+}
+
+impl RefArray {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The heap reference.
+    pub fn as_ref(&self) -> Ref {
+        self.r
+    }
+    /// The element class.
+    pub fn elem_class(&self) -> &str {
+        &self.module.prog.verified().class(self.elem).name
+    }
+    /// The module of the element class.
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+}
+
+impl From<&RefArray> for Arg {
+    fn from(a: &RefArray) -> Arg {
+        Arg::Ref {
+            r: a.r,
+            rt: a.module.rt.inner.id,
+        }
+    }
+}
+
+impl Runtime {
+    /// A new array holding a copy of `data`.
+    pub fn array<T: Element>(&self, data: &[T]) -> Result<Array<T>, OffloadError> {
+        let a = self.new_array::<T>(data.len())?;
+        self.write(&a, 0, data)?;
+        Ok(a)
+    }
+
+    /// A new zeroed array of `len` elements.
+    pub fn new_array<T: Element>(&self, len: usize) -> Result<Array<T>, OffloadError> {
+        let len = u32::try_from(len)
+            .ok()
+            .filter(|&l| l <= i32::MAX as u32)
+            .ok_or_else(|| {
+                OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
+            })?;
+        let at = Allocator::alloc_host(
+            &self.inner.heap,
+            Header::Array {
+                elem: T::ELEM,
+                dims: 1,
+                len,
+            },
+        )?;
+        Ok(Array {
+            r: Ref(at),
+            len,
+            rt: self.inner.id,
+            _t: PhantomData,
+        })
+    }
+
+    fn check<T: Element>(&self, a: &Array<T>) -> Result<(), OffloadError> {
+        if a.rt != self.inner.id {
+            return Err(OffloadError::Handle(
+                "the array belongs to another runtime".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Check that `a` is ours and `[at, at + n)` lies inside it; return the
+    /// byte offset of element `at` and the element size.
+    fn span<T: Element>(
+        &self,
+        a: &Array<T>,
+        at: usize,
+        n: usize,
+        what: &str,
+    ) -> Result<(usize, usize), OffloadError> {
+        self.check(a)?;
+        if at.checked_add(n).is_none_or(|e| e > a.len()) {
+            return Err(OffloadError::Handle(format!(
+                "{what} {n} elements at {at} overflows an array of {}",
+                a.len()
+            )));
+        }
+        let size = kind_size(array_elem_kind(T::ELEM, 1)) as usize;
+        Ok((a.r.byte_offset() + 8 + at * size, size))
+    }
+
+    /// Copy `data` into `a` starting at element `at`.
+    pub fn write<T: Element>(
+        &self,
+        a: &Array<T>,
+        at: usize,
+        data: &[T],
+    ) -> Result<(), OffloadError> {
+        let (base, size) = self.span(a, at, data.len(), "writing")?;
+        let heap = &self.inner.heap;
+        for (i, &x) in data.iter().enumerate() {
+            if size == 8 {
+                heap.store64(base + i * 8, x.to_bits())?;
+            } else {
+                heap.store32(base + i * 4, x.to_bits() as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copy the whole array out.
+    pub fn read<T: Element>(&self, a: &Array<T>) -> Result<Vec<T>, OffloadError> {
+        let mut out = vec![T::from_bits(0); a.len()];
+        self.read_into(a, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copy `out.len()` elements starting at `at` into `out`.
+    pub fn read_into<T: Element>(
+        &self,
+        a: &Array<T>,
+        at: usize,
+        out: &mut [T],
+    ) -> Result<(), OffloadError> {
+        let (base, size) = self.span(a, at, out.len(), "reading")?;
+        let heap = &self.inner.heap;
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = T::from_bits(if size == 8 {
+                heap.load64(base + i * 8)?
+            } else {
+                u64::from(heap.load32(base + i * 4)?)
+            });
+        }
+        Ok(())
+    }
+}
