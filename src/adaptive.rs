@@ -18,8 +18,8 @@
 //! Every decision is kept in the kernel's log (with what applying it did)
 //! and emitted as a `tracing` event.
 
-use crate::launch::LaunchReport;
 use crate::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
+use crate::report::LaunchReport;
 use crate::runtime::{Device, Runtime};
 use offload_deopt::{DeoptCounters, KernelVersion, Reason, Speculation};
 use offload_host_interp::{Profile, Program};

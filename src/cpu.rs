@@ -22,12 +22,11 @@
 
 use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
-use crate::launch::{DeoptRow, LaunchReport, Started, Thrown, Timings};
+use crate::launch::Started;
+use crate::replay::{Replayer, Replays};
+use crate::report::{LaunchReport, Timings};
 use crate::runtime::{Closure, Device, Runtime};
-use offload_deopt::Reason;
-use offload_host_interp::{Interpreter, ResumePlan};
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32};
@@ -134,21 +133,14 @@ fn chunk_size(n: u64, workers: usize) -> i64 {
 #[derive(Default)]
 struct SlotOut {
     on_device: u64,
-    replayed: u64,
     never_ran: u64,
     /// What `never_ran` has counted (a workitem counts once).
-    passed: crate::launch::NeverRan,
+    passed: crate::report::NeverRan,
     entries: u64,
-    /// Per site id and reason code: records replayed, and records an
-    /// interrupt dropped (counted here, keyed in the report at the end).
-    replayed_at: Vec<[u64; Reason::ALL.len()]>,
-    abandoned_at: Vec<[u64; Reason::ALL.len()]>,
-    table: Vec<DeoptRow>,
-    thrown: Thrown,
+    /// What became of the slot's records.
+    replays: Replays,
     replay_time: Duration,
     error: Option<OffloadError>,
-    /// Workitems an interrupt stopped part-way.
-    abandoned: u64,
     /// The slot saw the launch's interrupt and left.
     cut: bool,
     /// A replay stored a reference to an object of this launch into an
@@ -220,11 +212,8 @@ pub(crate) fn launch(
                 // returns (rather than parks) when one is requested, and
                 // this worker parks in `poll` below.
                 let _running = inner.control.enter();
-                let mut interp: Option<Interpreter> = None;
-                // Each site's frames, resolved on its first record.
-                let mut plans: Vec<Option<ResumePlan>> = vec![None; meta.sites.len()];
-                out.replayed_at = vec![[0; Reason::ALL.len()]; meta.sites.len()];
-                out.abandoned_at = vec![[0; Reason::ALL.len()]; meta.sites.len()];
+                let mut replayer =
+                    Replayer::new(prog, &inner.heap, alloc, &inner.control, slot, epoch, meta);
                 let mut values = Vec::new();
                 loop {
                     if inner.control.interrupted_since(epoch) {
@@ -280,34 +269,17 @@ pub(crate) fn launch(
                         inner.control.poll();
                         out.cut |= inner.control.interrupted_since(epoch);
                         if out.cut {
-                            abandoned(&mut out, meta, header, &values);
+                            out.replays.abandoned(meta, header, &values);
                             continue;
                         }
-                        let it = interp.get_or_insert_with(|| {
-                            let mut it = Interpreter::new(prog, &inner.heap, alloc, slot);
-                            it.set_control(&inner.control, epoch);
-                            it
-                        });
-                        let res = match &mut plans[header.1.0 as usize] {
-                            Some(plan) => it.resume_planned(plan, header.0, &values),
-                            empty => match it.resume_plan(meta, header.1) {
-                                Ok(plan) => {
-                                    it.resume_planned(empty.insert(plan), header.0, &values)
-                                }
-                                Err(e) => Err(Box::new(e)),
-                            },
-                        };
-                        out.escaped |= it.escaped();
-                        if it.take_interrupted() {
-                            out.cut = true;
-                            abandoned(&mut out, meta, header, &values);
-                            continue;
-                        }
-                        if let Err(e) = replayed(&mut out, meta, header, &values, res) {
+                        let resumed = replayer.resume(meta, header, &values);
+                        out.cut |= resumed.1;
+                        if let Err(e) = out.replays.resumed(meta, header, &values, resumed) {
                             out.error = Some(e);
                             return;
                         }
                     }
+                    out.escaped |= replayer.escaped();
                     // SAFETY: compiled code for this slot has returned, and
                     // the word is this slot's alone (see above); its records
                     // are replayed (or abandoned) and cleared.
@@ -321,13 +293,9 @@ pub(crate) fn launch(
         }
     });
     let t_merge = Instant::now();
-    let mut thrown = Thrown::default();
-    let (mut on_device, mut replayed, mut never_ran, mut entries) = (0u64, 0u64, 0u64, 0u64);
-    let mut abandoned = 0u64;
+    let mut report = LaunchReport::new(closure.kernel_name(), Device::Cpu, range, workers);
+    let mut replays = Replays::default();
     let mut escaped = false;
-    let mut deopts = BTreeMap::new();
-    let mut site_deopts = BTreeMap::new();
-    let mut table = Vec::new();
     let mut replay_time = Duration::ZERO;
     for o in outs {
         let o = o.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -335,69 +303,28 @@ pub(crate) fn launch(
             return Err(e);
         }
         escaped |= o.escaped;
-        on_device += o.on_device;
-        replayed += o.replayed;
-        never_ran += o.never_ran;
-        entries += o.entries;
-        abandoned += o.abandoned;
-        // Deopts count replayed and abandoned records; site deopts (what
-        // recompilation policies see) only replayed ones.
-        let per_site = meta.sites.iter().zip(&o.replayed_at).zip(&o.abandoned_at);
-        for ((site, replayed), abandoned) in per_site {
-            for (i, &reason) in Reason::ALL.iter().enumerate() {
-                let (r, a) = (replayed[i], abandoned[i]);
-                if r + a > 0 {
-                    *deopts.entry((site.bci, reason)).or_insert(0) += r + a;
-                }
-                if r > 0 {
-                    *site_deopts.entry((site.id, reason)).or_insert(0) += r;
-                }
-            }
-        }
-        table.extend(o.table);
-        thrown = thrown.merge(o.thrown);
+        report.on_device += o.on_device;
+        report.never_ran += o.never_ran;
+        report.reentries += o.entries;
+        replays = replays.merge(o.replays);
         replay_time = replay_time.max(o.replay_time);
     }
-    table.sort_by_key(|r: &DeoptRow| r.workitem);
-    table.truncate(LaunchReport::TABLE_ROWS);
-    crate::launch::name_saved(prog, meta, &mut table);
+    report.reentries = report.reentries.saturating_sub(workers as u64);
+    let thrown = replays.finish(prog, meta, &mut report);
     // Compiled code's barrier notes escapes in the slot words, a replay's
     // in the interpreter.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
     let mut alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = slot_words.iter().map(|s| s.recycled * 8).sum();
     rt.give_back_save_area(area);
-    let report = LaunchReport {
-        kernel: closure.kernel_name().to_string(),
-        device: Device::Cpu,
-        range,
-        on_device,
-        completed: on_device + replayed - thrown.count,
-        threw: thrown.count,
-        workers,
-        chunks: total.div_ceil(chunk as u64),
-        alloc: alloc_stats,
-        timings: Timings::from_marks([started.at, t0, td, t_merge, Instant::now()], replay_time),
-        profile: None,
-        safepoints: inner.control.count() - safepoints_before,
-        replayed,
-        never_ran,
-        launches: 1,
-        reentries: entries.saturating_sub(workers as u64),
-        deopts,
-        site_deopts,
-        version: Some(ck.version),
-        quick_tier: ck.quick,
-        speculations: meta.speculations.clone(),
-        decision: None,
-        fallback: None,
-        deopt_table: table,
-        interrupted: false, // Thrown::finish
-        abandoned,
-        deadline: None,
-        gpu: None,
-        copied_bytes: 0,
-    };
+    report.chunks = total.div_ceil(chunk as u64);
+    report.alloc = alloc_stats;
+    report.timings =
+        Timings::from_marks([started.at, t0, td, t_merge, Instant::now()], replay_time);
+    report.safepoints = inner.control.count() - safepoints_before;
+    report.version = Some(ck.version);
+    report.quick_tier = ck.quick;
+    report.speculations = meta.speculations.clone();
     thrown.finish(report)
 }
 
@@ -421,68 +348,6 @@ pub(crate) fn exclusive(tlabs: &[*const offload_tlab::SharedTlab]) -> bool {
     seen.sort_unstable();
     seen.dedup();
     seen.len() == tlabs.len() && !seen.contains(&std::ptr::null())
-}
-
-/// Account for one record an interrupt dropped.
-fn abandoned(
-    out: &mut SlotOut,
-    meta: &offload_deopt::DeoptMetadata,
-    (workitem, site, reason): (i64, offload_ir::SiteId, offload_deopt::Reason),
-    values: &[u64],
-) {
-    out.abandoned_at[site.0 as usize][reason.code() as usize] += 1;
-    out.abandoned += 1;
-    if out.table.len() < LaunchReport::TABLE_ROWS {
-        out.table.push(DeoptRow {
-            workitem,
-            action: "interrupted",
-            bci: meta.site(site).map_or(u32::MAX, |s| s.bci),
-            reason,
-            site: Some(site),
-            values: values.to_vec(),
-            saved: Vec::new(),
-        });
-    }
-}
-
-/// Account for one replayed record.
-fn replayed(
-    out: &mut SlotOut,
-    meta: &offload_deopt::DeoptMetadata,
-    (workitem, site, reason): (i64, offload_ir::SiteId, offload_deopt::Reason),
-    values: &[u64],
-    res: Result<
-        Result<(), Box<offload_host_interp::Exception>>,
-        Box<offload_host_interp::ResumeError>,
-    >,
-) -> Result<(), OffloadError> {
-    // (`read_into` checked the site id against the metadata.)
-    out.replayed_at[site.0 as usize][reason.code() as usize] += 1;
-    let action = match res {
-        Ok(Ok(())) => "replayed",
-        Ok(Err(e)) => {
-            out.thrown.add(*e);
-            "replayed, threw"
-        }
-        Err(e) => {
-            return Err(OffloadError::Setup(format!(
-                "cannot resume workitem {workitem}: {e}"
-            )));
-        }
-    };
-    out.replayed += 1;
-    if out.table.len() < LaunchReport::TABLE_ROWS {
-        out.table.push(DeoptRow {
-            workitem,
-            action,
-            bci: meta.site(site).map_or(u32::MAX, |s| s.bci),
-            reason,
-            site: Some(site),
-            values: values.to_vec(),
-            saved: Vec::new(),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -41,18 +41,19 @@
 
 use crate::adaptive::{Plan, Version};
 use crate::error::OffloadError;
-use crate::launch::{DeoptRow, LaunchReport, Started, Thrown, Timings};
+use crate::launch::Started;
+use crate::replay::{Replayer, Replays};
+use crate::report::{LaunchReport, Timings};
 use crate::runtime::{Closure, Device, Runtime};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, sys,
 };
 use offload_deopt::SaveArea;
-use offload_host_interp::Interpreter;
 use offload_ir::FuncId;
 use offload_jit::ptx::{DEVICE_TLAB_BYTES, DeviceCtx, PtxKernel};
 use offload_tlab::Eden;
 use rayon::prelude::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -426,21 +427,19 @@ fn run(
     let _running = inner.control.enter();
     let epoch = started.ticket;
 
-    let (mut on_device, mut replayed, mut never_ran, mut launches) = (0u64, 0u64, 0u64, 0u64);
-    let (mut abandoned, mut cut) = (0u64, false);
-    let mut deopts = BTreeMap::new();
-    let mut site_deopts = BTreeMap::new();
-    let mut table: Vec<DeoptRow> = Vec::new();
-    let mut thrown = Thrown::default();
+    let mut report = LaunchReport::new(closure.kernel_name(), Device::Cuda, range.clone(), slots);
+    report.launches = 0;
+    let mut replays = Replays::default();
+    let mut cut = false;
     // Kernel time, and replay time with the copies back it needs; the
     // rest of the loop (the copies up) is setup.
     let (mut run_time, mut replay_time) = (Duration::ZERO, Duration::ZERO);
-    let mut passed = vec![crate::launch::NeverRan::default(); slots];
+    let mut passed = vec![crate::report::NeverRan::default(); slots];
     let alloc = rt.allocator(inner.workers, plan.tlab_bytes);
     let mut device_stats: Vec<u64>;
     let mut eden_failures = 0u64;
     loop {
-        launches += 1;
+        report.launches += 1;
         // The heap image, with a fresh device eden above the used part.
         // Injected refill failures (`fail_refills(first, _)`) give the
         // device an eden of `first` TLABs: the refills after those find it
@@ -607,7 +606,7 @@ fn run(
         if eden_top < ee && !heap.give_back(eden_top, ee) {
             heap.fill(eden_top, ee);
         }
-        on_device += comp.iter().sum::<u64>();
+        report.on_device += comp.iter().sum::<u64>();
         // Replay the records, in parallel.
         let tp = Instant::now();
         let mut records = Vec::new();
@@ -623,21 +622,8 @@ fn run(
         // An interrupt stopped the kernel: drop the saved frames instead of
         // replaying them, and launch nothing more.
         if inner.control.interrupted_since(epoch) {
-            for (h, vals) in records {
-                let bci = meta.site(h.1).map_or(u32::MAX, |s| s.bci);
-                *deopts.entry((bci, h.2)).or_insert(0) += 1;
-                abandoned += 1;
-                if table.len() < LaunchReport::TABLE_ROWS {
-                    table.push(DeoptRow {
-                        workitem: h.0,
-                        action: "interrupted",
-                        bci,
-                        reason: h.2,
-                        site: Some(h.1),
-                        values: vals,
-                        saved: Vec::new(),
-                    });
-                }
+            for (h, vals) in &records {
+                replays.abandoned(meta, *h, vals);
             }
             inner.control.poll();
             break;
@@ -649,53 +635,15 @@ fn run(
                 .map_init(
                     || {
                         let w = rayon::current_thread_index().unwrap_or(0);
-                        let mut it = Interpreter::new(prog, heap, &alloc, w);
-                        it.set_control(&inner.control, epoch);
-                        it
+                        Replayer::new(prog, heap, &alloc, &inner.control, w, epoch, meta)
                     },
-                    |it, (h, vals)| {
-                        let r = it.resume_values(meta, h.0, h.1, vals);
-                        (r, it.take_interrupted())
-                    },
+                    |r, (h, vals)| r.resume(meta, *h, vals),
                 )
                 .collect()
         });
-        for ((h, vals), (res, stopped)) in records.iter().zip(results) {
-            let bci = meta.site(h.1).map_or(u32::MAX, |s| s.bci);
-            *deopts.entry((bci, h.2)).or_insert(0) += 1;
-            let action = match res {
-                _ if stopped => {
-                    cut = true;
-                    abandoned += 1;
-                    "interrupted"
-                }
-                Ok(Ok(())) => "replayed",
-                Ok(Err(e)) => {
-                    thrown.add(e);
-                    "replayed, threw"
-                }
-                Err(e) => {
-                    return Err(OffloadError::Setup(format!(
-                        "cannot resume workitem {}: {e}",
-                        h.0
-                    )));
-                }
-            };
-            if !stopped {
-                replayed += 1;
-                *site_deopts.entry((h.1, h.2)).or_insert(0) += 1;
-            }
-            if table.len() < LaunchReport::TABLE_ROWS {
-                table.push(DeoptRow {
-                    workitem: h.0,
-                    action,
-                    bci,
-                    reason: h.2,
-                    site: Some(h.1),
-                    values: vals.clone(),
-                    saved: Vec::new(),
-                });
-            }
+        for ((h, vals), resumed) in records.iter().zip(results) {
+            cut |= resumed.1;
+            replays.resumed(meta, *h, vals, resumed)?;
         }
         replay_time += tp.elapsed();
         // A safepoint stopped the kernel: park until its operation is done.
@@ -706,7 +654,7 @@ fn run(
         {
             break;
         }
-        never_ran += nr
+        report.never_ran += nr
             .chunks_exact(2)
             .zip(&mut passed)
             .map(|(p, c)| c.add(p[0], p[1]))
@@ -719,56 +667,28 @@ fn run(
         copied += area.bytes() as u64;
     }
     let t_loop = Instant::now();
-    table.sort_by_key(|r| r.workitem);
-    crate::launch::name_saved(&closure.module.prog, meta, &mut table);
-    let report = LaunchReport {
-        kernel: closure.kernel_name().to_string(),
-        device: Device::Cuda,
-        range,
-        on_device,
-        completed: on_device + replayed - thrown.count,
-        threw: thrown.count,
-        workers: slots,
-        chunks: total.div_ceil(chunk as u64),
-        alloc: {
-            // The device's own counters: refills of its TLABs and
-            // allocations that found its eden exhausted.
-            let mut a = alloc.retire();
-            a.refills += device_stats[1];
-            a.exhausted += device_stats[3];
-            a
-        },
-        timings: {
-            let teardown = t_loop.elapsed();
-            let looped = t_loop.saturating_duration_since(t0);
-            Timings::of(
-                t0.saturating_duration_since(started.at),
-                looped.saturating_sub(run_time + replay_time),
-                run_time,
-                replay_time,
-                teardown,
-            )
-        },
-        profile: None,
-        safepoints: inner.control.count() - safepoints_before,
-        replayed,
-        never_ran,
-        launches,
-        reentries: launches - 1,
-        deopts,
-        site_deopts,
-        version: Some(k.ptx.version),
-        quick_tier: false,
-        speculations: k.ptx.meta.speculations.clone(),
-        decision: None,
-        fallback: None,
-        deopt_table: table,
-        interrupted: false, // Thrown::finish
-        abandoned,
-        deadline: None,
-        gpu: Some(gpu.describe()),
-        copied_bytes: copied,
-    };
+    let thrown = replays.finish(&closure.module.prog, meta, &mut report);
+    report.chunks = total.div_ceil(chunk as u64);
+    // The device's own counters: refills of its TLABs and allocations
+    // that found its eden exhausted.
+    report.alloc = alloc.retire();
+    report.alloc.refills += device_stats[1];
+    report.alloc.exhausted += device_stats[3];
+    let teardown = t_loop.elapsed();
+    let looped = t_loop.saturating_duration_since(t0);
+    report.timings = Timings::of(
+        t0.saturating_duration_since(started.at),
+        looped.saturating_sub(run_time + replay_time),
+        run_time,
+        replay_time,
+        teardown,
+    );
+    report.safepoints = inner.control.count() - safepoints_before;
+    report.reentries = report.launches - 1;
+    report.version = Some(k.ptx.version);
+    report.speculations = k.ptx.meta.speculations.clone();
+    report.gpu = Some(gpu.describe());
+    report.copied_bytes = copied;
     thrown.finish(report)
 }
 

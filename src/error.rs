@@ -1,6 +1,6 @@
 //! The errors of the public API.
 
-use crate::launch::LaunchReport;
+use crate::report::LaunchReport;
 use offload_host_interp::Exception;
 use offload_ir::ExceptionKind;
 use std::collections::BTreeMap;

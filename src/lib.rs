@@ -90,8 +90,11 @@ mod cuda;
 pub mod diagnostics;
 mod error;
 pub mod inspect;
+mod interp_device;
 mod launch;
 pub mod policy;
+mod replay;
+mod report;
 mod runtime;
 #[doc(hidden)]
 pub mod table;
@@ -99,8 +102,8 @@ pub mod table;
 pub mod tools;
 
 pub use error::{KernelExceptions, OffloadError};
-pub use launch::{DeoptRow, LaunchReport, Timings};
 pub use offload_tlab::AllocPolicy;
+pub use report::{DeoptRow, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
     Module, Object, RefArray, Runtime, RuntimeBuilder, par_offload,

@@ -7,8 +7,8 @@
 
 use crate::adaptive::{KernelInfo, KernelState};
 use crate::error::OffloadError;
-use crate::launch::LaunchReport;
 use crate::policy::Policy;
+use crate::report::LaunchReport;
 use offload_host_interp::Program;
 use offload_ir::{ClassId, Elem, FuncId, Type};
 use offload_tlab::layout::{Header, array_elem_kind, kind_size};

@@ -1,0 +1,140 @@
+//! `par_offload` on the interpreter device: the range is cut into chunks that
+//! the workers claim; each worker runs its chunks' workitems one after another
+//! in its own interpreter, allocating from its TLAB slot.
+
+use crate::adaptive::Plan;
+use crate::error::OffloadError;
+use crate::launch::Started;
+use crate::report::{DeoptRow, LaunchReport, Thrown, Timings};
+use crate::runtime::{Closure, Device, Runtime};
+use offload_host_interp::{Interpreter, Profile};
+use rayon::prelude::*;
+use std::ops::Range;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Workitems per claim of the interpreter device.
+fn chunk_size(n: u64, workers: usize) -> u64 {
+    (n / (workers as u64 * 16)).clamp(1, 4096)
+}
+
+pub(crate) fn launch(
+    rt: &Runtime,
+    range: Range<i64>,
+    closure: &Closure,
+    plan: &Plan,
+    started: Started,
+) -> Result<LaunchReport, OffloadError> {
+    let t0 = Instant::now();
+    let inner = &rt.inner;
+    let prog = &*closure.module.prog;
+    let n = range.end.wrapping_sub(range.start) as u64;
+    let workers = inner.workers;
+    let alloc = rt.allocator(workers, plan.tlab_bytes);
+    let chunk = plan.chunk.unwrap_or_else(|| chunk_size(n, workers));
+    let profiling = inner.profile || plan.warmup;
+    let chunks = n.div_ceil(chunk);
+    let epoch = started.ticket;
+    let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
+    // Each workitem's dead objects go back to its worker's TLAB as it ends
+    // when every worker has a TLAB of its own, as on the CPU device (the
+    // two devices must agree on which programs run out of memory).
+    let nursery = inner.reclaim
+        && prog.may_allocate(closure.kernel)
+        && crate::cpu::exclusive(&crate::cpu::tlabs_of(&alloc, workers));
+    let recycled = std::sync::atomic::AtomicU64::new(0);
+    let safepoints_before = inner.control.count();
+
+    let t1 = Instant::now();
+    let (completed, mut cut, thrown, escaped) = inner.pool.install(|| {
+        (0..chunks)
+            .into_par_iter()
+            .map_init(
+                || {
+                    let worker = rayon::current_thread_index().unwrap_or(0);
+                    let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
+                    it.set_control(&inner.control, epoch);
+                    if profiling {
+                        it.enable_profile();
+                    }
+                    if nursery {
+                        it.enable_nursery();
+                    }
+                    (worker, it)
+                },
+                |(worker, it), c| {
+                    let lo = range.start.wrapping_add((c * chunk) as i64);
+                    let hi = lo.saturating_add(chunk as i64).min(range.end);
+                    let (mut done, mut abandoned) = (0u64, Vec::new());
+                    let mut thrown = Thrown::default();
+                    let _running = inner.control.enter();
+                    for w in lo..hi {
+                        inner.control.poll();
+                        if inner.control.interrupted_since(epoch) {
+                            break;
+                        }
+                        match it.run_kernel(closure.kernel, w, &closure.captures) {
+                            Ok(()) => done += 1,
+                            // Stopped at a poll: the row shows where (the
+                            // interpreter keeps no save-area values).
+                            Err(e) if it.take_interrupted() => abandoned.push(DeoptRow {
+                                workitem: w,
+                                action: "interrupted",
+                                bci: e.trace.first().map_or(0, |f| f.bci),
+                                reason: offload_deopt::Reason::Safepoint,
+                                site: None,
+                                values: Vec::new(),
+                                saved: Vec::new(),
+                            }),
+                            Err(e) => thrown.add(e),
+                        }
+                    }
+                    recycled.fetch_add(
+                        it.take_recycled_words(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    if profiling {
+                        let mut slot = profiles[*worker % profiles.len()]
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner());
+                        let p = slot.get_or_insert_with(|| Profile::new(prog.verified()));
+                        it.drain_profile_into(p);
+                    }
+                    (done, abandoned, thrown, it.escaped())
+                },
+            )
+            .reduce(
+                || (0, Vec::new(), Thrown::default(), false),
+                |mut a, b| {
+                    a.1.extend(b.1);
+                    (a.0 + b.0, a.1, a.2.merge(b.2), a.3 || b.3)
+                },
+            )
+    });
+    let t2 = Instant::now();
+    let mut alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    alloc_stats.recycled = recycled.into_inner() * 8;
+    let profile = profiling.then(|| {
+        let mut all = Profile::new(prog.verified());
+        for p in profiles
+            .into_iter()
+            .filter_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        {
+            all.merge(&p);
+        }
+        all
+    });
+    let abandoned = cut.len() as u64;
+    cut.sort_by_key(|r| r.workitem);
+    cut.truncate(LaunchReport::TABLE_ROWS);
+    let mut report = LaunchReport::new(closure.kernel_name(), Device::Interpreter, range, workers);
+    report.on_device = completed + thrown.count;
+    report.chunks = chunks;
+    report.alloc = alloc_stats;
+    report.timings = Timings::from_marks([started.at, t0, t1, t2, Instant::now()], Duration::ZERO);
+    report.profile = profile;
+    report.safepoints = inner.control.count() - safepoints_before;
+    report.deopt_table = cut;
+    report.abandoned = abandoned;
+    thrown.finish(report)
+}

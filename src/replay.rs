@@ -1,0 +1,233 @@
+//! Replaying deopt records, and the accounting of what became of them, for
+//! every device.
+//!
+//! A device hands each record it reads from its save area — `(workitem,
+//! site, reason)` and the saved values — to a [`Replayer`], which resumes
+//! the workitem in an interpreter from the site's frame state (each site's
+//! frames are resolved once, on its first record), and then to
+//! [`Replays::replayed`]; a record an interrupt cut off goes to
+//! [`Replays::abandoned`] instead, and is dropped. The CPU device keeps a
+//! `Replays` per slot (its workers replay as their slots fill) and merges
+//! them; the CUDA device one per launch (the host replays after each grid).
+//! [`Replays::finish`] writes the counts, the deopt tables and the first
+//! exception into the [`LaunchReport`].
+
+use crate::error::OffloadError;
+use crate::report::{DeoptRow, LaunchReport, Thrown};
+use offload_deopt::{DeoptMetadata, Reason};
+use offload_host_interp::{Control, Exception, Interpreter, Program, ResumeError, ResumePlan};
+use offload_ir::SiteId;
+use offload_tlab::{Allocator, Heap};
+use std::collections::BTreeMap;
+
+/// A record's header: the workitem, its site and why it stopped.
+pub(crate) type Header = (i64, SiteId, Reason);
+
+/// What resuming one record gave: the workitem's end (or its exception),
+/// or why it could not be resumed.
+pub(crate) type Resumed = Result<Result<(), Box<Exception>>, Box<ResumeError>>;
+
+/// Resumes records of one kernel version on one worker: an interpreter,
+/// made on the first record, and each site's frames, resolved on its first.
+pub(crate) struct Replayer<'a> {
+    prog: &'a Program,
+    heap: &'a Heap,
+    alloc: &'a Allocator<'a>,
+    control: &'a Control,
+    worker: usize,
+    epoch: u64,
+    interp: Option<Interpreter<'a>>,
+    plans: Vec<Option<ResumePlan>>,
+}
+
+impl<'a> Replayer<'a> {
+    /// A replayer for records of the version `meta` describes, on `worker`,
+    /// serving the launch whose interrupt ticket is `epoch`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        prog: &'a Program,
+        heap: &'a Heap,
+        alloc: &'a Allocator<'a>,
+        control: &'a Control,
+        worker: usize,
+        epoch: u64,
+        meta: &DeoptMetadata,
+    ) -> Replayer<'a> {
+        Replayer {
+            prog,
+            heap,
+            alloc,
+            control,
+            worker,
+            epoch,
+            interp: None,
+            plans: vec![None; meta.sites.len()],
+        }
+    }
+
+    /// Resume the record `(workitem, site, _)` with `values`. Returns what
+    /// became of it, and whether an interrupt stopped it part-way (then
+    /// the record counts as abandoned, whatever the result says).
+    pub(crate) fn resume(
+        &mut self,
+        meta: &DeoptMetadata,
+        (workitem, site, _): Header,
+        values: &[u64],
+    ) -> (Resumed, bool) {
+        let it = self.interp.get_or_insert_with(|| {
+            let mut it = Interpreter::new(self.prog, self.heap, self.alloc, self.worker);
+            it.set_control(self.control, self.epoch);
+            it
+        });
+        let res = match self.plans.get_mut(site.0 as usize) {
+            Some(Some(plan)) => it.resume_planned(plan, workitem, values),
+            Some(empty) => match it.resume_plan(meta, site) {
+                Ok(plan) => it.resume_planned(empty.insert(plan), workitem, values),
+                Err(e) => Err(Box::new(e)),
+            },
+            // A site the metadata does not have (`read_into` checks the ids,
+            // so only a corrupt record): `resume_plan` says which.
+            None => match it.resume_plan(meta, site) {
+                Ok(plan) => it.resume_planned(&plan, workitem, values),
+                Err(e) => Err(Box::new(e)),
+            },
+        };
+        (res, it.take_interrupted())
+    }
+
+    /// Whether a replay stored a reference to an object of this launch
+    /// into an older object (the interpreter's write barrier).
+    pub(crate) fn escaped(&self) -> bool {
+        self.interp.as_ref().is_some_and(Interpreter::escaped)
+    }
+}
+
+/// What became of a launch's deopt records: replayed (to their end or an
+/// exception) or abandoned by an interrupt, by site and reason, with the
+/// first rows of the deopt table.
+#[derive(Default)]
+pub(crate) struct Replays {
+    /// Records replayed, by site id and reason code.
+    replayed_at: BTreeMap<(SiteId, Reason), u64>,
+    /// Records an interrupt dropped, by site id and reason code.
+    abandoned_at: BTreeMap<(SiteId, Reason), u64>,
+    /// Workitems replayed to their end or their exception.
+    pub(crate) replayed: u64,
+    /// Workitems an interrupt stopped part-way.
+    pub(crate) abandoned: u64,
+    /// The first [`LaunchReport::TABLE_ROWS`] rows (in the order added).
+    table: Vec<DeoptRow>,
+    /// The replays' exceptions.
+    pub(crate) thrown: Thrown,
+}
+
+impl Replays {
+    /// Account for one record an interrupt dropped.
+    pub(crate) fn abandoned(&mut self, meta: &DeoptMetadata, h: Header, values: &[u64]) {
+        *self.abandoned_at.entry((h.1, h.2)).or_insert(0) += 1;
+        self.abandoned += 1;
+        self.row(meta, h, "interrupted", values);
+    }
+
+    /// Account for one replayed record; an error if it could not be
+    /// resumed at all (its site or values do not match the metadata).
+    pub(crate) fn replayed(
+        &mut self,
+        meta: &DeoptMetadata,
+        h: Header,
+        values: &[u64],
+        res: Resumed,
+    ) -> Result<(), OffloadError> {
+        let action = match res {
+            Ok(Ok(())) => "replayed",
+            Ok(Err(e)) => {
+                self.thrown.add(*e);
+                "replayed, threw"
+            }
+            Err(e) => {
+                return Err(OffloadError::Setup(format!(
+                    "cannot resume workitem {}: {e}",
+                    h.0
+                )));
+            }
+        };
+        *self.replayed_at.entry((h.1, h.2)).or_insert(0) += 1;
+        self.replayed += 1;
+        self.row(meta, h, action, values);
+        Ok(())
+    }
+
+    /// Account for one resumed record: abandoned when an interrupt
+    /// stopped it, replayed otherwise.
+    pub(crate) fn resumed(
+        &mut self,
+        meta: &DeoptMetadata,
+        h: Header,
+        values: &[u64],
+        (res, stopped): (Resumed, bool),
+    ) -> Result<(), OffloadError> {
+        if stopped {
+            self.abandoned(meta, h, values);
+            Ok(())
+        } else {
+            self.replayed(meta, h, values, res)
+        }
+    }
+
+    fn row(&mut self, meta: &DeoptMetadata, h: Header, action: &'static str, values: &[u64]) {
+        if self.table.len() < LaunchReport::TABLE_ROWS {
+            self.table.push(DeoptRow {
+                workitem: h.0,
+                action,
+                bci: meta.site(h.1).map_or(u32::MAX, |s| s.bci),
+                reason: h.2,
+                site: Some(h.1),
+                values: values.to_vec(),
+                saved: Vec::new(),
+            });
+        }
+    }
+
+    /// Both accounts together.
+    pub(crate) fn merge(mut self, other: Replays) -> Replays {
+        for (k, n) in other.replayed_at {
+            *self.replayed_at.entry(k).or_insert(0) += n;
+        }
+        for (k, n) in other.abandoned_at {
+            *self.abandoned_at.entry(k).or_insert(0) += n;
+        }
+        self.replayed += other.replayed;
+        self.abandoned += other.abandoned;
+        self.table.extend(other.table);
+        self.thrown = self.thrown.merge(other.thrown);
+        self
+    }
+
+    /// Write the account into `report` (of a launch of the version `meta`
+    /// describes, of `prog`): `replayed`, `abandoned`, the deopt counts —
+    /// `deopts` by site bytecode index counts replayed and abandoned
+    /// records, `site_deopts` (what recompilation policies see) replayed
+    /// ones only — and the deopt table, sorted by workitem, with its
+    /// values named. Returns the exceptions, for [`Thrown::finish`].
+    pub(crate) fn finish(
+        mut self,
+        prog: &Program,
+        meta: &DeoptMetadata,
+        report: &mut LaunchReport,
+    ) -> Thrown {
+        for (&(site, reason), &n) in self.replayed_at.iter().chain(&self.abandoned_at) {
+            let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
+            *report.deopts.entry((bci, reason)).or_insert(0) += n;
+        }
+        for (&key, &n) in &self.replayed_at {
+            *report.site_deopts.entry(key).or_insert(0) += n;
+        }
+        report.replayed += self.replayed;
+        report.abandoned += self.abandoned;
+        self.table.sort_by_key(|r| r.workitem);
+        self.table.truncate(LaunchReport::TABLE_ROWS);
+        crate::report::name_saved(prog, meta, &mut self.table);
+        report.deopt_table = self.table;
+        self.thrown
+    }
+}

@@ -1,0 +1,539 @@
+//! What a launch did: the [`LaunchReport`] every device returns, its phase
+//! [`Timings`], the deopt table's rows, and the counters devices build it
+//! from ([`NeverRan`], [`Thrown`]). Every figure is defined once, on its
+//! field.
+
+use crate::error::{KernelExceptions, OffloadError};
+use crate::runtime::Device;
+use offload_host_interp::{Exception, Profile};
+use offload_ir::ExceptionKind;
+use offload_tlab::AllocStats;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+/// How long each phase of a launch took, as wall-clock time on the host.
+///
+/// The phases follow one another, so they partition the launch:
+/// `compile + setup + run + replay + teardown == total`, exactly (each is
+/// measured between two of the same clock's readings). On the CPU device,
+/// slots replay their deopted workitems while other slots still run
+/// compiled code; there `replay` is the longest any slot spent replaying and
+/// `run` the rest of the time the slots took.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Waiting for the kernel version's code: compiling it (and, on the
+    /// CUDA device, loading it into the driver) when this launch is its
+    /// first, a cache lookup otherwise. The CPU device's optimized tier,
+    /// compiled on a background thread, is not part of any launch.
+    pub compile: Duration,
+    /// Preparing the launch: save area, TLABs, slot words, and on the CUDA
+    /// device the copies of the heap image and buffers to the device.
+    pub setup: Duration,
+    /// Running workitems on the device (compiled code; on the interpreter
+    /// device, everything).
+    pub run: Duration,
+    /// Replaying deoptimized workitems in the interpreter (what a
+    /// recompilation policy weighs against `run`), with, on the CUDA
+    /// device, the copies back that the replay needs.
+    pub replay: Duration,
+    /// Retiring TLABs and merging the slots' results into the report.
+    pub teardown: Duration,
+    /// The whole launch: the sum of the parts above.
+    pub total: Duration,
+}
+
+/// `T ms (compile a ms, setup b ms, run c ms, replay d ms, teardown e ms)`;
+/// the parts add up to the total (each figure is rounded to the
+/// microsecond, so the printed parts can miss the printed total by a few).
+impl fmt::Display for Timings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        write!(f, "{:.3} ms (", ms(self.total))?;
+        for (i, (name, d)) in self.parts().iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{name} {:.3} ms", ms(*d))?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl Timings {
+    /// Phases from the clock's readings at their boundaries: `marks[0]` is
+    /// the launch's start, and phase `i` runs from `marks[i]` to
+    /// `marks[i + 1]`, except that `replay` (overlapping `run` on the CPU
+    /// device) is carved out of the run phase.
+    pub(crate) fn from_marks(marks: [Instant; 5], replay: Duration) -> Timings {
+        let span = |i: usize| marks[i + 1].saturating_duration_since(marks[i]);
+        let device = span(2);
+        let replay = replay.min(device);
+        Timings::of(span(0), span(1), device - replay, replay, span(3))
+    }
+
+    /// Timings from the parts; `total` is their sum.
+    pub(crate) fn of(
+        compile: Duration,
+        setup: Duration,
+        run: Duration,
+        replay: Duration,
+        teardown: Duration,
+    ) -> Timings {
+        Timings {
+            compile,
+            setup,
+            run,
+            replay,
+            teardown,
+            total: compile + setup + run + replay + teardown,
+        }
+    }
+
+    /// The parts as `name value` pairs, in launch order.
+    pub fn parts(&self) -> [(&'static str, Duration); 5] {
+        [
+            ("compile", self.compile),
+            ("setup", self.setup),
+            ("run", self.run),
+            ("replay", self.replay),
+            ("teardown", self.teardown),
+        ]
+    }
+}
+
+/// What a launch did.
+#[derive(Clone, Debug)]
+pub struct LaunchReport {
+    /// The kernel.
+    pub kernel: String,
+    /// Where it ran.
+    pub device: Device,
+    /// The range.
+    pub range: Range<i64>,
+    /// Workitems that ran to their end on the device without
+    /// deoptimizing (on the interpreter device: every workitem that ran to
+    /// its end). The range is partitioned as `on_device + replayed +
+    /// abandoned + not_started() == workitems()`.
+    pub on_device: u64,
+    /// Workitems that ran to their end without an exception, on the device
+    /// or in a replay: `completed + threw == on_device + replayed`.
+    pub completed: u64,
+    /// Workitems that ended with an exception (on the device or in a
+    /// replay).
+    pub threw: u64,
+    /// Workers used.
+    pub workers: usize,
+    /// Chunks the range was cut into.
+    pub chunks: u64,
+    /// Allocation counters.
+    pub alloc: AllocStats,
+    /// Phase times.
+    pub timings: Timings,
+    /// The merged profile, if profiling was on.
+    pub profile: Option<Profile>,
+    /// Safepoints that completed while the launch ran.
+    pub safepoints: u64,
+    /// Workitems that deoptimized and were resumed in the interpreter,
+    /// which ran them to their end.
+    pub replayed: u64,
+    /// Workitems that a stop (a slot's full deopt records, a safepoint)
+    /// left unstarted and the device then ran after all (re-entered or
+    /// relaunched). Each counts once however many stops passed it over, so
+    /// this is at most `on_device + replayed`; it is a note on how the
+    /// range was run, not a part of the partition.
+    pub never_ran: u64,
+    /// Device launches (1 plus relaunches of never-ran work; the CPU device
+    /// never relaunches, its slots re-enter instead).
+    pub launches: u64,
+    /// Times a slot stopped (records full, safepoint), had its records
+    /// replayed, and entered the device again with its unstarted rest.
+    pub reentries: u64,
+    /// Deopts by (site bytecode index, reason).
+    pub deopts: BTreeMap<(offload_ir::Bci, offload_deopt::Reason), u64>,
+    /// Deopts by (site of the version that ran, reason): the counters the
+    /// recompilation policy sees.
+    pub site_deopts: BTreeMap<(offload_ir::SiteId, offload_deopt::Reason), u64>,
+    /// The compiled version that ran (`None`: the interpreter ran the
+    /// launch).
+    pub version: Option<u32>,
+    /// The CPU device ran the version's quick tier: its optimized code was
+    /// still being compiled (see [`crate::RuntimeBuilder::tiered`]).
+    pub quick_tier: bool,
+    /// The speculations compiled into that version, with the sites that
+    /// guard them.
+    pub speculations: Vec<offload_deopt::SpecRecord>,
+    /// The recompilation policy's decision after this launch.
+    pub decision: Option<crate::adaptive::Logged>,
+    /// Why the kernel ran on the interpreter instead of the requested device.
+    pub fallback: Option<String>,
+    /// The deoptimized workitems, as Sumatra's table shows them (the first
+    /// [`LaunchReport::TABLE_ROWS`]).
+    pub deopt_table: Vec<DeoptRow>,
+    /// Whether [`crate::Runtime::interrupt`] stopped the launch (it then
+    /// returns [`OffloadError::Interrupted`] with this report).
+    pub interrupted: bool,
+    /// The deadline that interrupted the launch
+    /// ([`crate::RuntimeBuilder::launch_deadline`],
+    /// [`crate::Runtime::par_offload_with_deadline`]); `None` when no
+    /// deadline passed while it ran.
+    pub deadline: Option<Duration>,
+    /// Workitems the interrupt stopped part-way: their frames were dropped,
+    /// not replayed (what they wrote before stays written; every object is
+    /// whole).
+    pub abandoned: u64,
+    /// The GPU that ran the launch, as `name (sm_XY, N SMs)` (`None` off
+    /// the CUDA device). offload's virtual GPU names itself so: a report
+    /// never passes a simulation off as hardware.
+    pub gpu: Option<String>,
+    /// Bytes copied between host and device memory by the launch, both
+    /// directions, every relaunch included (0 off the CUDA device, where
+    /// nothing is copied): the heap image each way, the save area, the
+    /// launch context and the per-slot bookkeeping.
+    pub copied_bytes: u64,
+}
+
+/// One value a deoptimized workitem saved, named as its frame state names
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SavedValue {
+    /// The local's name, or `s0`, `s1`… for operand-stack slots; prefixed
+    /// with the function and a dot (`dist.x`) in the frame of an inlined
+    /// call.
+    pub name: String,
+    /// Its type, as the text form writes it.
+    pub ty: String,
+    /// The value: integers in decimal, floats as the shortest text that
+    /// reads back the same, references as `null` or `@word` (their word
+    /// offset in the heap).
+    pub value: String,
+}
+
+impl fmt::Display for SavedValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} = {}", self.name, self.ty, self.value)
+    }
+}
+
+/// A saved record's values, named and typed from its site's frame-state
+/// map (`raw[i]` is the value of the site's `i`-th slot).
+pub(crate) fn saved_values(
+    prog: &offload_host_interp::Program,
+    meta: &offload_deopt::DeoptMetadata,
+    site: offload_ir::SiteId,
+    raw: &[u64],
+) -> Vec<SavedValue> {
+    use offload_ir::Type;
+    let Some(s) = meta.site(site) else {
+        return Vec::new();
+    };
+    let v = prog.verified();
+    let m = v.module();
+    s.frame_slots()
+        .zip(raw)
+        .map(|((fi, sl), &bits)| {
+            let func = s.frames.get(fi).map(|fr| v.func(fr.func));
+            let base = match sl.value {
+                offload_ir::analysis::Value::Local(l) => func
+                    .and_then(|f| f.locals.get(l.index()))
+                    .map_or_else(|| format!("local{}", l.index()), |l| l.name.clone()),
+                offload_ir::analysis::Value::Stack(k) => format!("s{k}"),
+            };
+            let name = match func {
+                Some(f) if fi > 0 => format!("{}.{base}", f.name),
+                _ => base,
+            };
+            let value = match sl.ty {
+                Type::I32 => (bits as u32 as i32).to_string(),
+                Type::I64 => (bits as i64).to_string(),
+                Type::F32 => crate::diagnostics::f32_text(f32::from_bits(bits as u32)),
+                Type::F64 => crate::diagnostics::f64_text(f64::from_bits(bits)),
+                _ if bits as u32 == 0 => "null".to_string(),
+                _ => format!("@{}", bits as u32),
+            };
+            SavedValue {
+                name,
+                ty: m.type_name(sl.ty),
+                value,
+            }
+        })
+        .collect()
+}
+
+/// Names the saved values of the rows that made it into the table.
+pub(crate) fn name_saved(
+    prog: &offload_host_interp::Program,
+    meta: &offload_deopt::DeoptMetadata,
+    rows: &mut [DeoptRow],
+) {
+    for r in rows {
+        if let Some(site) = r.site {
+            r.saved = saved_values(prog, meta, site, &r.values);
+        }
+    }
+}
+
+/// One row of the deopt table: a workitem that deoptimized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeoptRow {
+    /// The workitem.
+    pub workitem: i64,
+    /// What happened to it: replayed to completion, or threw.
+    pub action: &'static str,
+    /// Where it stopped.
+    pub bci: offload_ir::Bci,
+    /// The deopt site of the version that ran (`None` for a workitem the
+    /// interpreter device stopped, which saves no record).
+    pub site: Option<offload_ir::SiteId>,
+    /// Why.
+    pub reason: offload_deopt::Reason,
+    /// The saved frame-state values, raw, in the order of the site's
+    /// frame-state map.
+    pub values: Vec<u64>,
+    /// The same values with their names and types.
+    pub saved: Vec<SavedValue>,
+}
+
+impl LaunchReport {
+    /// The report of a launch of `kernel` on `device` over `range` with
+    /// `workers`, before anything is counted: the devices fill in what
+    /// they did, [`crate::replay::Replays::finish`] what became of the
+    /// deopts, and [`Thrown::finish`] the exceptions.
+    pub(crate) fn new(kernel: &str, device: Device, range: Range<i64>, workers: usize) -> Self {
+        LaunchReport {
+            kernel: kernel.to_string(),
+            device,
+            range,
+            on_device: 0,
+            completed: 0,
+            threw: 0,
+            workers,
+            chunks: 0,
+            alloc: AllocStats::default(),
+            timings: Timings::default(),
+            profile: None,
+            safepoints: 0,
+            replayed: 0,
+            never_ran: 0,
+            launches: 1,
+            reentries: 0,
+            deopts: BTreeMap::new(),
+            site_deopts: BTreeMap::new(),
+            version: None,
+            quick_tier: false,
+            speculations: Vec::new(),
+            decision: None,
+            fallback: None,
+            deopt_table: Vec::new(),
+            interrupted: false,
+            abandoned: 0,
+            deadline: None,
+            gpu: None,
+            copied_bytes: 0,
+        }
+    }
+
+    /// Rows kept in [`LaunchReport::deopt_table`].
+    pub const TABLE_ROWS: usize = 64;
+
+    /// Workitems in the range.
+    pub fn workitems(&self) -> u64 {
+        self.range.end.wrapping_sub(self.range.start) as u64
+    }
+
+    /// Workitems of the range that never started (nonzero only when
+    /// interrupted): the rest of the partition, `workitems() - on_device -
+    /// replayed - abandoned`.
+    pub fn not_started(&self) -> u64 {
+        self.workitems()
+            .saturating_sub(self.on_device + self.replayed + self.abandoned)
+    }
+
+    /// The deopt table as text: a row per workitem in
+    /// [`LaunchReport::deopt_table`], its saved values named and typed.
+    pub fn deopt_table_text(&self) -> String {
+        let mut t = crate::table::new(["workitem", "action", "bci", "reason", "saved values"]);
+        for r in &self.deopt_table {
+            let vals: Vec<String> = if r.saved.len() == r.values.len() {
+                r.saved.iter().map(ToString::to_string).collect()
+            } else {
+                r.values.iter().map(|v| format!("{v:#x}")).collect()
+            };
+            t.add_row([
+                r.workitem.to_string(),
+                r.action.to_string(),
+                r.bci.to_string(),
+                r.reason.name().to_string(),
+                vals.join(", "),
+            ]);
+        }
+        crate::table::right(&mut t, &[0, 2]);
+        crate::table::text(&t)
+    }
+}
+
+impl fmt::Display for LaunchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} over {}..{} on {} ({} workers, {} chunks): {} completed, {} threw",
+            self.kernel,
+            self.range.start,
+            self.range.end,
+            match &self.gpu {
+                Some(g) => format!("{} ({g})", self.device.name()),
+                None => self.device.name().to_string(),
+            },
+            self.workers,
+            self.chunks,
+            self.completed,
+            self.threw,
+        )?;
+        if self.abandoned + self.not_started() > 0 {
+            write!(
+                f,
+                ", {} stopped part-way, {} not started",
+                self.abandoned,
+                self.not_started()
+            )?;
+        }
+        write!(
+            f,
+            "; {} TLAB refills, {} heap growths; {}",
+            self.alloc.refills, self.alloc.heap_grows, self.timings
+        )?;
+        if self.copied_bytes > 0 {
+            write!(
+                f,
+                "; {:.1} MiB copied between host and device",
+                self.copied_bytes as f64 / (1 << 20) as f64
+            )?;
+        }
+        if self.alloc.buffer_refills > 0 {
+            write!(
+                f,
+                "; {} allocation buffers taken from shared TLABs",
+                self.alloc.buffer_refills
+            )?;
+        }
+        if self.alloc.recycled > 0 {
+            write!(
+                f,
+                "; {:.1} KiB of workitems' dead objects reused",
+                self.alloc.recycled as f64 / 1024.0
+            )?;
+        }
+        if self.alloc.reclaimed > 0 {
+            write!(
+                f,
+                "; {:.1} KiB of dead objects handed back",
+                self.alloc.reclaimed as f64 / 1024.0
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The never-ran workitems one slot has counted: a stop leaves the rest of
+/// the slot's chunk, `[lo, hi)`, unstarted, and the slot's next entry runs
+/// it first; a second stop before it is done leaves a part of the same rest
+/// (which must not count again), one after it a new chunk's rest.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct NeverRan {
+    lo: i64,
+    hi: i64,
+}
+
+impl NeverRan {
+    /// A stop left `[lo, hi)` unstarted: the workitems of it not counted
+    /// before.
+    pub(crate) fn add(&mut self, lo: i64, hi: i64) -> u64 {
+        if hi <= lo {
+            return 0;
+        }
+        let overlap = (hi.min(self.hi) - lo.max(self.lo)).max(0);
+        if overlap == 0 {
+            (self.lo, self.hi) = (lo, hi);
+        } else {
+            (self.lo, self.hi) = (lo.min(self.lo), hi.max(self.hi));
+        }
+        (hi - lo - overlap) as u64
+    }
+}
+
+/// Exceptions of a part of the range: bounded however many workitems throw.
+#[derive(Default)]
+pub(crate) struct Thrown {
+    first: Option<Exception>,
+    pub(crate) count: u64,
+    by_kind: BTreeMap<ExceptionKind, u64>,
+    lowest: Vec<i64>,
+}
+
+impl Thrown {
+    pub(crate) fn add(&mut self, e: Exception) {
+        let w = e.workitem.unwrap_or(i64::MAX);
+        self.count += 1;
+        *self.by_kind.entry(e.kind).or_default() += 1;
+        self.note(w);
+        if self
+            .first
+            .as_ref()
+            .is_none_or(|f| f.workitem.unwrap_or(i64::MAX) > w)
+        {
+            self.first = Some(e);
+        }
+    }
+
+    fn note(&mut self, w: i64) {
+        let at = self.lowest.partition_point(|&x| x < w);
+        if at < KernelExceptions::LISTED {
+            self.lowest.insert(at, w);
+            self.lowest.truncate(KernelExceptions::LISTED);
+        }
+    }
+
+    pub(crate) fn merge(mut self, other: Thrown) -> Thrown {
+        self.count += other.count;
+        for (k, n) in other.by_kind {
+            *self.by_kind.entry(k).or_default() += n;
+        }
+        for w in other.lowest {
+            self.note(w);
+        }
+        if let Some(o) = other.first
+            && self.first.as_ref().is_none_or(|f| f.workitem > o.workitem)
+        {
+            self.first = Some(o);
+        }
+        self
+    }
+}
+
+impl Thrown {
+    /// The launch's result: the report, or the exceptions with the report.
+    /// Whether an interrupt cut the launch short is derived here, for every
+    /// device: only what it actually stopped counts (one that came after
+    /// the last workitem changed nothing).
+    ///
+    /// Sets `threw` and `completed` (`completed + threw == on_device +
+    /// replayed`: every workitem that ran to its end ran to it with or
+    /// without an exception).
+    pub(crate) fn finish(self, mut report: LaunchReport) -> Result<LaunchReport, OffloadError> {
+        report.threw = self.count;
+        report.completed = report.on_device + report.replayed - self.count;
+        report.interrupted = report.abandoned > 0 || report.not_started() > 0;
+        if report.interrupted {
+            return Err(OffloadError::Interrupted(Box::new(report)));
+        }
+        match self.first {
+            None => Ok(report),
+            Some(first) => Err(OffloadError::Exceptions(Box::new(KernelExceptions {
+                first,
+                count: self.count,
+                by_kind: self.by_kind,
+                workitems: self.lowest,
+                report,
+            }))),
+        }
+    }
+}
