@@ -18,9 +18,10 @@
 //! Every decision is kept in the kernel's log (with what applying it did)
 //! and emitted as a `tracing` event.
 
+use crate::env::{Device, LaunchEnv, Settings};
 use crate::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
+pub use crate::policy::{Logged, decision_name};
 use crate::report::LaunchReport;
-use crate::runtime::{Device, Runtime};
 use offload_deopt::{DeoptCounters, KernelVersion, Reason, Speculation};
 use offload_host_interp::{Profile, Program};
 use offload_ir::{Bci, FuncId, SiteId};
@@ -53,53 +54,6 @@ pub(crate) struct Plan {
     pub(crate) tlab_bytes: Option<u32>,
     /// The kernel's chunk size, if a policy changed it.
     pub(crate) chunk: Option<u64>,
-}
-
-/// One decision of a kernel's policy, as logged.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Logged {
-    /// The launch it followed (1-based, warm-up launches included).
-    pub launch: u64,
-    /// The version that ran (`None`: the interpreter ran it).
-    pub version: Option<u32>,
-    /// Where the launch ran.
-    pub device: Device,
-    /// The policy.
-    pub policy: &'static str,
-    /// Its decision and reason.
-    pub decided: Decided,
-    /// What applying it did.
-    pub applied: String,
-}
-
-impl std::fmt::Display for Logged {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let v = self
-            .version
-            .map_or("interp".to_string(), |v| format!("v{v}"));
-        write!(
-            f,
-            "launch {} ({v} on {}): {} decided {} — {}; {}",
-            self.launch,
-            self.device.name(),
-            self.policy,
-            decision_name(&self.decided.decision),
-            self.decided.why,
-            self.applied
-        )
-    }
-}
-
-/// A decision's short name for tables: `keep`, `recompile`, `resize`,
-/// `stop->interp`, `retry`.
-pub fn decision_name(d: &Decision) -> String {
-    match d {
-        Decision::Keep => "keep".into(),
-        Decision::Recompile { .. } => "recompile".into(),
-        Decision::Resize { .. } => "resize".into(),
-        Decision::StopOffloading { to } => format!("stop->{}", to.name()),
-        Decision::RetryLater { .. } => "retry".into(),
-    }
 }
 
 /// What a kernel's adaptive state says about it now.
@@ -150,18 +104,24 @@ pub(crate) struct KernelState {
 }
 
 impl KernelState {
-    pub(crate) fn new(rt: &Runtime, prog: Arc<Program>, kernel: FuncId) -> KernelState {
-        let inner = &rt.inner;
+    /// The state of `kernel` of `prog` before its first launch, deciding
+    /// with `policy`.
+    pub(crate) fn new(
+        settings: &Settings,
+        policy: Box<dyn Policy>,
+        prog: Arc<Program>,
+        kernel: FuncId,
+    ) -> KernelState {
         KernelState {
             kernel,
             prog,
-            policy: (inner.policy_factory)(),
-            spec_cfg: inner.spec_cfg,
+            policy,
+            spec_cfg: settings.spec_cfg,
             launches: 0,
-            warmup_left: if inner.device == Device::Interpreter {
+            warmup_left: if settings.device == Device::Interpreter {
                 0
             } else {
-                inner.warmup
+                settings.warmup
             },
             profile: None,
             version: Arc::new(Version {
@@ -187,13 +147,13 @@ impl KernelState {
     }
 
     /// How the next launch runs.
-    pub(crate) fn plan(&self, rt: &Runtime) -> Plan {
+    pub(crate) fn plan(&self, settings: &Settings) -> Plan {
         let warmup = self.warmup_left > 0;
         Plan {
             device: if warmup {
                 Device::Interpreter
             } else {
-                self.target.unwrap_or(rt.inner.device)
+                self.target.unwrap_or(settings.device)
             },
             warmup,
             version: self.version.clone(),
@@ -203,7 +163,7 @@ impl KernelState {
     }
 
     /// Account for a finished launch run by `plan` and apply the policy.
-    pub(crate) fn after(&mut self, rt: &Runtime, plan: &Plan, rep: &mut LaunchReport) {
+    pub(crate) fn after(&mut self, env: &LaunchEnv, plan: &Plan, rep: &mut LaunchReport) {
         self.launches += 1;
         if plan.warmup {
             self.warmed_up(rep);
@@ -228,7 +188,7 @@ impl KernelState {
             device_time: rep.timings.run,
             replay_time: rep.timings.replay,
         };
-        let tlab = self.tlab_bytes.unwrap_or(rt.inner.heap.config().tlab_bytes) as usize;
+        let tlab = self.tlab_bytes.unwrap_or(env.heap.config().tlab_bytes) as usize;
         let decided = self.policy.decide(
             &outcome,
             &Context {
@@ -238,7 +198,7 @@ impl KernelState {
             },
         );
         self.history.push(outcome);
-        let applied = self.apply(rt, &decided.decision, rep);
+        let applied = self.apply(env, &decided.decision, rep);
         let logged = Logged {
             launch: self.launches,
             version: rep.version,
@@ -303,14 +263,14 @@ impl KernelState {
         });
     }
 
-    fn apply(&mut self, rt: &Runtime, d: &Decision, rep: &LaunchReport) -> String {
+    fn apply(&mut self, env: &LaunchEnv, d: &Decision, rep: &LaunchReport) -> String {
         // A pending retry counts down on every launch off the device.
         let mut back = String::new();
         if let Some(n) = self.retry_in {
             if n <= 1 {
                 self.retry_in = None;
                 self.target = None;
-                back = format!("; back to the {} device", rt.inner.device.name());
+                back = format!("; back to the {} device", env.settings.device.name());
             } else {
                 self.retry_in = Some(n - 1);
             }
@@ -373,7 +333,7 @@ impl KernelState {
                 }
                 format!(
                     "TLAB {} bytes, chunk {}",
-                    self.tlab_bytes.unwrap_or(rt.inner.heap.config().tlab_bytes),
+                    self.tlab_bytes.unwrap_or(env.heap.config().tlab_bytes),
                     self.chunk.map_or("default".to_string(), |c| c.to_string())
                 )
             }
@@ -388,7 +348,7 @@ impl KernelState {
                     self.target = None;
                     self.retry_in = None;
                     back.clear();
-                    format!("back to the {} device", rt.inner.device.name())
+                    format!("back to the {} device", env.settings.device.name())
                 } else {
                     self.retry_in = Some(*after);
                     format!("back to the device in {after} launch(es)")
@@ -398,7 +358,7 @@ impl KernelState {
         what + &back
     }
 
-    pub(crate) fn info(&self, rt: &Runtime) -> KernelInfo {
+    pub(crate) fn info(&self, settings: &Settings) -> KernelInfo {
         let mut deopts = BTreeMap::new();
         for v in 0..=self.version.number {
             let kv = KernelVersion {
@@ -415,7 +375,7 @@ impl KernelState {
             version: self.version.number,
             speculations: self.version.spec.iter().collect(),
             recompiles: self.recompiles,
-            device: self.plan(rt).device,
+            device: self.plan(settings).device,
             deopts,
             log: self.log.as_slice().to_vec(),
         }

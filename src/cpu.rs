@@ -21,11 +21,12 @@
 //! bookkeeping is O(workers × records per slot), whatever the range.
 
 use crate::adaptive::{Plan, Version};
+use crate::device::{Executor, Unsupported};
+use crate::env::Device;
+use crate::env::{KernelCall, LaunchEnv, Started, exclusive, tlabs_of};
 use crate::error::OffloadError;
-use crate::launch::Started;
 use crate::replay::{Replayer, Replays};
 use crate::report::{LaunchReport, Timings};
-use crate::runtime::{Closure, Device, Runtime};
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
 use std::ops::Range;
 use std::sync::Arc;
@@ -52,72 +53,133 @@ impl Tiers {
     }
 }
 
-/// Version `ver` of the closure's kernel (compiled on first use and
-/// cached), or why it cannot be compiled. With tiering, the first use
-/// compiles the quick tier and starts the optimized compile on a background
-/// thread; later uses get the optimized code once it is done. Both tiers
-/// come from the same lowering, with the same deopt metadata.
-pub(crate) fn compiled(
-    rt: &Runtime,
-    closure: &Closure,
-    ver: &Version,
-) -> Result<Arc<CompiledKernel>, JitError> {
-    // Keyed by the module's id, which a runtime never reuses (an address or a
-    // class base could come back for another module).
-    let key = (closure.module.id, closure.kernel, ver.number);
-    if let Some(hit) = rt.inner.compiled.get(&key) {
-        return hit.value().best();
-    }
-    let inner = &rt.inner;
-    let opts = offload_jit::CompileOptions {
-        quick: inner.tiered,
-        ..inner.compile
-    };
-    let first = inner
-        .jit
-        .compile_speculative(
-            &closure.module.prog,
-            closure.kernel,
-            ver.number,
-            opts,
-            &ver.spec,
-        )
-        .map(Arc::new);
-    let tiers = Arc::new(Tiers {
-        first: first.clone(),
-        optimized: OnceLock::new(),
-    });
-    if let Ok(ck) = &first {
-        if ck.quick {
-            let (tiers, prog, spec) =
-                (tiers.clone(), closure.module.prog.clone(), ver.spec.clone());
-            let (k, number, opts) = (closure.kernel, ver.number, inner.compile);
-            let job = std::thread::Builder::new()
-                .name("offload-compile".into())
-                .spawn(move || {
-                    let jit = offload_jit::CpuJit::new();
-                    // The quick tier compiled, so this one does too; if it
-                    // did not, launches would keep the quick tier.
-                    if let Ok(ck) = jit.compile_speculative(&prog, k, number, opts, &spec) {
-                        let _ = tiers.optimized.set(Arc::new(ck));
-                    }
-                });
-            // No thread to be had: launches keep the quick tier.
-            if let Ok(h) = job {
-                let mut pending = inner
-                    .background
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                // Finished compiles need no joining.
-                pending.retain(|h| !h.is_finished());
-                pending.push(h);
-            }
-        } else {
-            let _ = tiers.optimized.set(ck.clone());
+/// The CPU device: the JIT, and the compiled code of every kernel
+/// version launched (in their tiers).
+#[derive(Debug)]
+pub(crate) struct CpuDevice {
+    jit: offload_jit::CpuJit,
+    /// Compiled kernel versions by (module id, kernel, version), in their
+    /// tiers, or why the kernel could not be compiled.
+    compiled: dashmap::DashMap<(u64, offload_ir::FuncId, u32), Arc<Tiers>>,
+    /// Whether versions are compiled quick first, optimized in the
+    /// background.
+    tiered: bool,
+    /// The background compiles not yet joined.
+    background: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl CpuDevice {
+    /// A CPU device that compiles `tiered` or not.
+    pub(crate) fn new(tiered: bool) -> CpuDevice {
+        CpuDevice {
+            jit: offload_jit::CpuJit::new(),
+            compiled: dashmap::DashMap::new(),
+            tiered,
+            background: Mutex::new(Vec::new()),
         }
     }
-    inner.compiled.insert(key, tiers);
-    first
+
+    /// The JIT.
+    pub(crate) fn jit(&self) -> &offload_jit::CpuJit {
+        &self.jit
+    }
+
+    /// Wait until every background compile started so far has finished
+    /// ([`crate::Runtime::finish_compiles`]).
+    pub(crate) fn finish_compiles(&self) {
+        loop {
+            let pending = std::mem::take(
+                &mut *self
+                    .background
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            if pending.is_empty() {
+                return;
+            }
+            for h in pending {
+                // A compile that panicked leaves the quick tier in use.
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Version `ver` of the closure's kernel (compiled on first use and
+    /// cached), or why it cannot be compiled. With tiering, the first use
+    /// compiles the quick tier and starts the optimized compile on a background
+    /// thread; later uses get the optimized code once it is done. Both tiers
+    /// come from the same lowering, with the same deopt metadata.
+    pub(crate) fn compiled(
+        &self,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
+        ver: &Version,
+    ) -> Result<Arc<CompiledKernel>, JitError> {
+        // Keyed by the module's id, which a runtime never reuses (an address or a
+        // class base could come back for another module).
+        let key = (call.module, call.kernel, ver.number);
+        if let Some(hit) = self.compiled.get(&key) {
+            return hit.value().best();
+        }
+        let opts = offload_jit::CompileOptions {
+            quick: self.tiered,
+            ..env.settings.compile
+        };
+        let first = self
+            .jit
+            .compile_speculative(call.prog, call.kernel, ver.number, opts, &ver.spec)
+            .map(Arc::new);
+        let tiers = Arc::new(Tiers {
+            first: first.clone(),
+            optimized: OnceLock::new(),
+        });
+        if let Ok(ck) = &first {
+            if ck.quick {
+                let (tiers, prog, spec) = (tiers.clone(), call.prog.clone(), ver.spec.clone());
+                let (k, number, opts) = (call.kernel, ver.number, env.settings.compile);
+                let job = std::thread::Builder::new()
+                    .name("offload-compile".into())
+                    .spawn(move || {
+                        let jit = offload_jit::CpuJit::new();
+                        // The quick tier compiled, so this one does too; if it
+                        // did not, launches would keep the quick tier.
+                        if let Ok(ck) = jit.compile_speculative(&prog, k, number, opts, &spec) {
+                            let _ = tiers.optimized.set(Arc::new(ck));
+                        }
+                    });
+                // No thread to be had: launches keep the quick tier.
+                if let Ok(h) = job {
+                    let mut pending = self
+                        .background
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // Finished compiles need no joining.
+                    pending.retain(|h| !h.is_finished());
+                    pending.push(h);
+                }
+            } else {
+                let _ = tiers.optimized.set(ck.clone());
+            }
+        }
+        self.compiled.insert(key, tiers);
+        first
+    }
+}
+
+impl Executor for CpuDevice {
+    fn launch(
+        &self,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
+        plan: &Plan,
+        range: Range<i64>,
+        started: Started,
+    ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+        match self.compiled(env, call, &plan.version) {
+            Ok(ck) => Ok(run(env, range, call, &ck, plan, started)),
+            Err(why) => Err(Unsupported(why.to_string())),
+        }
+    }
 }
 
 /// Workitems per claim: about 32 claims per worker, for balance when
@@ -148,22 +210,24 @@ struct SlotOut {
     escaped: bool,
 }
 
-pub(crate) fn launch(
-    rt: &Runtime,
+fn run(
+    env: &LaunchEnv,
     range: Range<i64>,
-    closure: &Closure,
+    call: KernelCall<'_>,
     ck: &CompiledKernel,
     plan: &Plan,
     started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
-    let inner = &rt.inner;
-    let prog = &*closure.module.prog;
+    let inner = env;
+    let prog = call.prog;
     let workers = inner.workers;
     let meta = &ck.meta;
-    let per_slot = inner.deopt_records.max(1);
-    let area = rt.take_save_area(workers * per_slot, meta.layout)?;
-    let alloc = rt.allocator(workers, plan.tlab_bytes);
+    let per_slot = env.settings.deopt_records.max(1);
+    let area = env
+        .take_save_area(workers * per_slot, meta.layout)
+        .map_err(OffloadError::Setup)?;
+    let alloc = env.allocator(workers, plan.tlab_bytes);
     let tlabs = tlabs_of(&alloc, workers);
     let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = plan
@@ -188,7 +252,7 @@ pub(crate) fn launch(
         save_area: area.as_ptr(),
         record_words: u64::from(meta.layout.record_words),
         slots: slot_words.as_mut_ptr(),
-        captures: closure.captures.as_ptr(),
+        captures: call.captures.as_ptr(),
         records_per_slot: per_slot as u64,
         tlabs: tlabs.as_ptr(),
         allocator: std::ptr::from_ref(&alloc).cast(),
@@ -199,7 +263,7 @@ pub(crate) fn launch(
             0
         },
         young: u64::from(alloc.young_start()),
-        nursery: u64::from(inner.reclaim && own_tlabs),
+        nursery: u64::from(env.settings.reclaim && own_tlabs),
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
@@ -293,7 +357,7 @@ pub(crate) fn launch(
         }
     });
     let t_merge = Instant::now();
-    let mut report = LaunchReport::new(closure.kernel_name(), Device::Cpu, range, workers);
+    let mut report = LaunchReport::new(call.name(), Device::Cpu, range, workers);
     let mut replays = Replays::default();
     let mut escaped = false;
     let mut replay_time = Duration::ZERO;
@@ -314,9 +378,9 @@ pub(crate) fn launch(
     // Compiled code's barrier notes escapes in the slot words, a replay's
     // in the interpreter.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
-    let mut alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = slot_words.iter().map(|s| s.recycled * 8).sum();
-    rt.give_back_save_area(area);
+    env.give_back_save_area(area);
     report.chunks = total.div_ceil(chunk as u64);
     report.alloc = alloc_stats;
     report.timings =
@@ -326,41 +390,4 @@ pub(crate) fn launch(
     report.quick_tier = ck.quick;
     report.speculations = meta.speculations.clone();
     thrown.finish(report)
-}
-
-/// Each worker's TLAB (null for one without).
-pub(crate) fn tlabs_of(
-    alloc: &offload_tlab::Allocator<'_>,
-    workers: usize,
-) -> Vec<*const offload_tlab::SharedTlab> {
-    (0..workers)
-        .map(|w| {
-            alloc
-                .tlab_for(w)
-                .map_or(std::ptr::null(), std::ptr::from_ref)
-        })
-        .collect()
-}
-
-/// Whether every slot has a TLAB and no two share one.
-pub(crate) fn exclusive(tlabs: &[*const offload_tlab::SharedTlab]) -> bool {
-    let mut seen: Vec<_> = tlabs.to_vec();
-    seen.sort_unstable();
-    seen.dedup();
-    seen.len() == tlabs.len() && !seen.contains(&std::ptr::null())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::exclusive;
-
-    #[test]
-    fn tlabs_are_exclusive_only_when_each_slot_has_its_own() {
-        let t: Vec<offload_tlab::SharedTlab> = (0..3).map(|_| Default::default()).collect();
-        let p = |i: usize| std::ptr::from_ref(&t[i]);
-        assert!(exclusive(&[p(0), p(1), p(2)]));
-        assert!(exclusive(&[p(2)]));
-        assert!(!exclusive(&[p(0), p(0), p(1)]), "a group of two");
-        assert!(!exclusive(&[p(0), std::ptr::null()]), "a slot without one");
-    }
 }

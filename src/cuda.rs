@@ -25,7 +25,7 @@
 //! Every byte moved counts in [`LaunchReport::copied_bytes`]. The device
 //! may be offload's virtual GPU (`vgpu/driver`, found only on the library
 //! path): [`Gpu::is_virtual`] says so, and reports and
-//! [`Runtime::fallback`] show it.
+//! [`crate::Runtime::fallback`] show it.
 //!
 //! Why a heap image rather than managed memory (seed `002_…`): the image
 //! moves exactly the heap's used prefix in two bulk copies per launch and
@@ -40,11 +40,11 @@
 //! back whole, so launches are serialized by a lock).
 
 use crate::adaptive::{Plan, Version};
+use crate::device::{Executor, Unsupported};
+use crate::env::{Device, KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
-use crate::launch::Started;
 use crate::replay::{Replayer, Replays};
 use crate::report::{LaunchReport, Timings};
-use crate::runtime::{Closure, Device, Runtime};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, sys,
 };
@@ -209,30 +209,30 @@ impl Gpu {
     /// cached on first use), or why it cannot run on the GPU.
     fn loaded(
         &self,
-        rt: &Runtime,
-        closure: &Closure,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
         ver: &Version,
     ) -> Result<Arc<Loaded>, String> {
-        let key = (closure.module.id, closure.kernel, ver.number);
+        let key = (call.module, call.kernel, ver.number);
         let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(hit) = modules.get(&key) {
             return hit.clone();
         }
-        let res = self.load(rt, closure, ver).map(Arc::new);
+        let res = self.load(env, call, ver).map(Arc::new);
         modules.insert(key, res.clone());
         res
     }
 
-    fn load(&self, rt: &Runtime, closure: &Closure, ver: &Version) -> Result<Loaded, String> {
+    fn load(&self, env: &LaunchEnv, call: KernelCall<'_>, ver: &Version) -> Result<Loaded, String> {
         let mut ptx = offload_jit::ptx::compile_speculative(
-            &closure.module.prog,
-            closure.kernel,
+            call.prog,
+            call.kernel,
             ver.number,
-            rt.inner.compile,
+            env.settings.compile,
             &ver.spec,
         )
         .map_err(|e| e.to_string())?;
-        if let Some(f) = &rt.inner.rewrite_ptx {
+        if let Some(f) = &env.settings.rewrite_ptx {
             ptx.text = (f.0)(&ptx.text);
         }
         let t = Instant::now();
@@ -242,7 +242,7 @@ impl Gpu {
             .map_err(|e| {
                 format!(
                     "the CUDA driver rejected the PTX of `{}`: {}\n{}\n--- PTX ---\n{}",
-                    closure.kernel_name(),
+                    call.name(),
                     driver_error(&e),
                     jit_log(&ptx.text),
                     ptx.text
@@ -331,42 +331,39 @@ fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> OffloadError 
     move |e| OffloadError::Setup(format!("CUDA {what}: {}", driver_error(&e)))
 }
 
-/// The kernel cannot run on the GPU (the caller falls back, or errors in
-/// strict mode).
-pub(crate) struct Unsupported(pub(crate) String);
-
-/// Run `closure` over `range` on the GPU.
-pub(crate) fn launch(
-    rt: &Runtime,
-    gpu: &Gpu,
-    range: Range<i64>,
-    closure: &Closure,
-    plan: &Plan,
-    started: Started,
-) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
-    let loaded = gpu
-        .loaded(rt, closure, &plan.version)
-        .map_err(Unsupported)?;
-    Ok(run(rt, gpu, &loaded, range, closure, plan, started))
+impl Executor for Gpu {
+    /// Run the kernel over `range` on the GPU, or say why it cannot run
+    /// there (the PTX backend or the driver refused it).
+    fn launch(
+        &self,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
+        plan: &Plan,
+        range: Range<i64>,
+        started: Started,
+    ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+        let loaded = self.loaded(env, call, &plan.version).map_err(Unsupported)?;
+        Ok(run(env, self, &loaded, range, call, plan, started))
+    }
 }
 
 #[allow(clippy::too_many_lines)]
 fn run(
-    rt: &Runtime,
+    env: &LaunchEnv,
     gpu: &Gpu,
     k: &Loaded,
     range: Range<i64>,
-    closure: &Closure,
+    call: KernelCall<'_>,
     plan: &Plan,
     started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let _one = gpu.launch_lock.lock().unwrap_or_else(|e| e.into_inner());
-    let inner = &rt.inner;
+    let inner = env;
     let heap = &inner.heap;
     let meta = &k.ptx.meta;
     let s = &gpu.stream;
-    let slots = match inner.device_slots {
+    let slots = match env.settings.device_slots {
         Some(n) => n.min((k.grid * BLOCK) as usize),
         None => (k.grid * BLOCK) as usize,
     };
@@ -386,7 +383,7 @@ fn run(
     // `group` warps (the device has no fail-on-overflow variant: its
     // allocators wait for the refiller); `PrivateTlab` gives each slot its
     // own; `EdenCas` allocates every object from eden.
-    let group = match inner.policy {
+    let group = match env.settings.policy {
         offload_tlab::AllocPolicy::EdenCas => 0,
         offload_tlab::AllocPolicy::PrivateTlab => 1,
         offload_tlab::AllocPolicy::SharedTlab { group }
@@ -405,10 +402,10 @@ fn run(
         .alloc_zeros(tlabs_n * DEVICE_TLAB_BYTES as usize)
         .map_err(cuda_err("TLABs"))?;
     let captures: CudaSlice<u64> = s
-        .clone_htod(if closure.captures.is_empty() {
+        .clone_htod(if call.captures.is_empty() {
             &[0u64][..]
         } else {
-            &closure.captures[..]
+            call.captures
         })
         .map_err(cuda_err("captures"))?;
     // SAFETY: nothing else reads or writes the area during the copy.
@@ -419,7 +416,7 @@ fn run(
     // Bytes copied between host and device: the uploads above, and what
     // each round of the loop below moves.
     let ctx_bytes = std::mem::size_of::<DeviceCtx>() as u64;
-    let mut copied = 8 * (1 + closure.captures.len().max(1) as u64) + area.bytes() as u64;
+    let mut copied = 8 * (1 + call.captures.len().max(1) as u64) + area.bytes() as u64;
     let control = Arc::new(AtomicU32::new(0));
     let _registered = inner
         .control
@@ -427,7 +424,7 @@ fn run(
     let _running = inner.control.enter();
     let epoch = started.ticket;
 
-    let mut report = LaunchReport::new(closure.kernel_name(), Device::Cuda, range.clone(), slots);
+    let mut report = LaunchReport::new(call.name(), Device::Cuda, range.clone(), slots);
     report.launches = 0;
     let mut replays = Replays::default();
     let mut cut = false;
@@ -435,7 +432,7 @@ fn run(
     // rest of the loop (the copies up) is setup.
     let (mut run_time, mut replay_time) = (Duration::ZERO, Duration::ZERO);
     let mut passed = vec![crate::report::NeverRan::default(); slots];
-    let alloc = rt.allocator(inner.workers, plan.tlab_bytes);
+    let alloc = env.allocator(inner.workers, plan.tlab_bytes);
     let mut device_stats: Vec<u64>;
     let mut eden_failures = 0u64;
     loop {
@@ -445,7 +442,7 @@ fn run(
         // device an eden of `first` TLABs: the refills after those find it
         // exhausted, publish FAILED, and their waiters deopt with
         // `AllocationFailure`.
-        let want = match inner.fail_refills {
+        let want = match env.settings.fail_refills {
             Some((first, _)) => {
                 (first.max(1) * tlab_words).min(u64::from(DEVICE_EDEN_BYTES / 8)) as u32
             }
@@ -578,7 +575,7 @@ fn run(
         // launch's relaunches (the buffer is never reset). A launch that
         // exhausted its eden doubles the next one's.
         device_stats = s.clone_dtoh(&stats).map_err(cuda_err("counters"))?;
-        if device_stats[3] > eden_failures && inner.fail_refills.is_none() {
+        if device_stats[3] > eden_failures && env.settings.fail_refills.is_none() {
             let cap = DEVICE_EDEN_BYTES / 8;
             let now = gpu.eden_words.load(Ordering::Relaxed);
             gpu.eden_words
@@ -628,7 +625,7 @@ fn run(
             inner.control.poll();
             break;
         }
-        let prog = &*closure.module.prog;
+        let prog = call.prog;
         let results: Vec<_> = inner.pool.install(|| {
             records
                 .par_iter()
@@ -667,7 +664,7 @@ fn run(
         copied += area.bytes() as u64;
     }
     let t_loop = Instant::now();
-    let thrown = replays.finish(&closure.module.prog, meta, &mut report);
+    let thrown = replays.finish(call.prog, meta, &mut report);
     report.chunks = total.div_ceil(chunk as u64);
     // The device's own counters: refills of its TLABs and allocations
     // that found its eden exhausted.
@@ -722,12 +719,11 @@ unsafe fn heap_image(heap: &offload_tlab::Heap, bytes: usize) -> &mut [u8] {
 }
 
 /// `load_module` time of a kernel version on the GPU (loads it if needed).
-pub(crate) fn load_time(rt: &Runtime, gpu: &Gpu, closure: &Closure) -> Result<Duration, String> {
-    // The version the kernel's next launch runs.
-    let plan = rt
-        .kernel_state(closure)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .plan(rt);
-    gpu.loaded(rt, closure, &plan.version).map(|l| l.load_time)
+pub(crate) fn load_time(
+    env: &LaunchEnv,
+    gpu: &Gpu,
+    call: KernelCall<'_>,
+    ver: &Version,
+) -> Result<Duration, String> {
+    gpu.loaded(env, call, ver).map(|l| l.load_time)
 }

@@ -33,9 +33,8 @@ impl Module {
         let (k, version, spec) = self.current(kernel)?;
         let (text, _) = self
             .rt
-            .inner
-            .jit
-            .clif(&self.prog, k, version, self.rt.inner.compile, &spec)
+            .cpu_jit()
+            .clif(&self.prog, k, version, self.rt.settings().compile, &spec)
             .map_err(|e| cannot(kernel, "the CPU device", e))?;
         Ok(text)
     }
@@ -47,7 +46,7 @@ impl Module {
             &self.prog,
             k,
             version,
-            self.rt.inner.compile,
+            self.rt.settings().compile,
             &spec,
         )
         .map_err(|e| cannot(kernel, "the CUDA device", e))?;
@@ -61,9 +60,8 @@ impl Module {
         let (k, version, spec) = self.current(kernel)?;
         let (_, meta) = self
             .rt
-            .inner
-            .jit
-            .clif(&self.prog, k, version, self.rt.inner.compile, &spec)
+            .cpu_jit()
+            .clif(&self.prog, k, version, self.rt.settings().compile, &spec)
             .map_err(|e| cannot(kernel, "the CPU device", e))?;
         Ok(self.metadata_text(&meta))
     }
@@ -72,17 +70,17 @@ impl Module {
     /// [`crate::Runtime::kernel_info`]); `None` before its first launch.
     pub fn kernel_info(&self, kernel: &str) -> Result<Option<KernelInfo>, OffloadError> {
         let k = self.kernel_id(kernel)?;
-        let Some(st) = self.rt.inner.kernels.get(&(self.id, k)).map(|s| s.clone()) else {
+        let Some(st) = self.rt.existing_kernel_state(self.id, k) else {
             return Ok(None);
         };
         let st = st.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(Some(st.info(&self.rt)))
+        Ok(Some(st.info(self.rt.settings())))
     }
 
     /// The kernel, its current version and speculations.
     fn current(&self, kernel: &str) -> Result<(FuncId, u32, Speculations), OffloadError> {
         let k = self.kernel_id(kernel)?;
-        let (version, spec) = match self.rt.inner.kernels.get(&(self.id, k)) {
+        let (version, spec) = match self.rt.existing_kernel_state(self.id, k) {
             Some(st) => {
                 let st = st.lock().unwrap_or_else(|e| e.into_inner());
                 let ver = st.current_version();

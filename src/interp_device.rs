@@ -3,10 +3,11 @@
 //! in its own interpreter, allocating from its TLAB slot.
 
 use crate::adaptive::Plan;
+use crate::device::{Executor, Unsupported};
+use crate::env::{Device, KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
-use crate::launch::Started;
-use crate::report::{DeoptRow, LaunchReport, Thrown, Timings};
-use crate::runtime::{Closure, Device, Runtime};
+use crate::replay::Thrown;
+use crate::report::{DeoptRow, LaunchReport, Timings};
 use offload_host_interp::{Interpreter, Profile};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -18,30 +19,48 @@ fn chunk_size(n: u64, workers: usize) -> u64 {
     (n / (workers as u64 * 16)).clamp(1, 4096)
 }
 
-pub(crate) fn launch(
-    rt: &Runtime,
+/// The interpreter device: it runs every kernel.
+#[derive(Debug)]
+pub(crate) struct Interp;
+
+impl Executor for Interp {
+    fn launch(
+        &self,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
+        plan: &Plan,
+        range: Range<i64>,
+        started: Started,
+    ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+        Ok(run(env, range, call, plan, started))
+    }
+}
+
+/// Run the launch in interpreters on every worker.
+pub(crate) fn run(
+    env: &LaunchEnv,
     range: Range<i64>,
-    closure: &Closure,
+    call: KernelCall<'_>,
     plan: &Plan,
     started: Started,
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
-    let inner = &rt.inner;
-    let prog = &*closure.module.prog;
+    let inner = env;
+    let prog = call.prog;
     let n = range.end.wrapping_sub(range.start) as u64;
     let workers = inner.workers;
-    let alloc = rt.allocator(workers, plan.tlab_bytes);
+    let alloc = env.allocator(workers, plan.tlab_bytes);
     let chunk = plan.chunk.unwrap_or_else(|| chunk_size(n, workers));
-    let profiling = inner.profile || plan.warmup;
+    let profiling = env.settings.profile || plan.warmup;
     let chunks = n.div_ceil(chunk);
     let epoch = started.ticket;
     let profiles: Vec<Mutex<Option<Profile>>> = (0..workers).map(|_| Mutex::new(None)).collect();
     // Each workitem's dead objects go back to its worker's TLAB as it ends
     // when every worker has a TLAB of its own, as on the CPU device (the
     // two devices must agree on which programs run out of memory).
-    let nursery = inner.reclaim
-        && prog.may_allocate(closure.kernel)
-        && crate::cpu::exclusive(&crate::cpu::tlabs_of(&alloc, workers));
+    let nursery = env.settings.reclaim
+        && prog.may_allocate(call.kernel)
+        && crate::env::exclusive(&crate::env::tlabs_of(&alloc, workers));
     let recycled = std::sync::atomic::AtomicU64::new(0);
     let safepoints_before = inner.control.count();
 
@@ -73,7 +92,7 @@ pub(crate) fn launch(
                         if inner.control.interrupted_since(epoch) {
                             break;
                         }
-                        match it.run_kernel(closure.kernel, w, &closure.captures) {
+                        match it.run_kernel(call.kernel, w, call.captures) {
                             Ok(()) => done += 1,
                             // Stopped at a poll: the row shows where (the
                             // interpreter keeps no save-area values).
@@ -112,7 +131,7 @@ pub(crate) fn launch(
             )
     });
     let t2 = Instant::now();
-    let mut alloc_stats = rt.end_allocation(alloc, escaped, safepoints_before);
+    let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = recycled.into_inner() * 8;
     let profile = profiling.then(|| {
         let mut all = Profile::new(prog.verified());
@@ -127,7 +146,7 @@ pub(crate) fn launch(
     let abandoned = cut.len() as u64;
     cut.sort_by_key(|r| r.workitem);
     cut.truncate(LaunchReport::TABLE_ROWS);
-    let mut report = LaunchReport::new(closure.kernel_name(), Device::Interpreter, range, workers);
+    let mut report = LaunchReport::new(call.name(), Device::Interpreter, range, workers);
     report.on_device = completed + thrown.count;
     report.chunks = chunks;
     report.alloc = alloc_stats;

@@ -1,18 +1,38 @@
 //! One `par_offload` call: the kernel's plan (device, version), a deadline's
 //! watchdog, the launch on the planned device with its fallbacks (CUDA →
 //! CPU → interpreter), and the policy's look at the report afterwards.
+//!
+//! A launch sees the runtime only as its [`LaunchEnv`] and the devices it
+//! may run on ([`Devices`]); each device sits behind [`Executor`].
 
-use crate::adaptive::Plan;
+use crate::adaptive::{KernelState, Plan};
+use crate::cpu::CpuDevice;
+use crate::cuda::Gpu;
+use crate::device::{Executor, Unsupported};
+use crate::env::{Device, KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
+use crate::interp_device::Interp;
 use crate::report::LaunchReport;
-use crate::runtime::{Closure, Device, Runtime};
 use std::ops::Range;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The devices a launch may run on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Devices<'a> {
+    pub(crate) cpu: &'a CpuDevice,
+    /// The GPU, if the runtime has one.
+    pub(crate) gpu: Option<&'a Gpu>,
+}
+
+/// Run `call` over `range` on `devices` as the kernel's `state` plans it,
+/// within `deadline`, and let its policy see the report.
 pub(crate) fn launch(
-    rt: &Runtime,
+    env: &LaunchEnv,
+    devices: Devices<'_>,
+    call: KernelCall<'_>,
+    state: &Mutex<KernelState>,
     range: Range<i64>,
-    closure: &Closure,
     deadline: Option<Duration>,
 ) -> Result<LaunchReport, OffloadError> {
     if range.start > range.end {
@@ -21,15 +41,17 @@ pub(crate) fn launch(
             end: range.end,
         });
     }
-    let state = rt.kernel_state(closure);
-    let plan = state.lock().unwrap_or_else(|e| e.into_inner()).plan(rt);
+    let plan = state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .plan(&env.settings);
     // The launch's interrupt ticket: what a deadline interrupts.
-    let ticket = rt.inner.control.interrupt_epoch();
+    let ticket = env.control.interrupt_epoch();
     let mut r = match deadline {
-        None => launch_on(rt, range, closure, &plan, ticket),
+        None => launch_on(env, devices, call, &plan, range, ticket),
         Some(d) => {
-            let (r, hit) = within(rt, d, ticket, || {
-                launch_on(rt, range, closure, &plan, ticket)
+            let (r, hit) = within(env, d, ticket, || {
+                launch_on(env, devices, call, &plan, range, ticket)
             });
             let mut r = r;
             if hit {
@@ -43,7 +65,7 @@ pub(crate) fn launch(
             r
         }
     };
-    rt.inner.control.finish_launch(ticket);
+    env.control.finish_launch(ticket);
     // An interrupted launch ran part of its range: it tells the policy
     // nothing about the kernel.
     let report = match &mut r {
@@ -55,30 +77,20 @@ pub(crate) fn launch(
         state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .after(rt, &plan, rep);
+            .after(env, &plan, rep);
     }
     r
-}
-
-/// When a launch started (its compile time counts from here: time spent
-/// on a device's code that then could not run counts as compile time of
-/// the launch that ran instead) and its interrupt ticket
-/// ([`offload_host_interp::Control::interrupt_epoch`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Started {
-    pub(crate) at: Instant,
-    pub(crate) ticket: u64,
 }
 
 /// Runs `f` with a watchdog that interrupts the launch holding `ticket` if
 /// `f` is still running after `d`; returns `f`'s result and whether the
 /// watchdog fired.
-fn within<R>(rt: &Runtime, d: Duration, ticket: u64, f: impl FnOnce() -> R) -> (R, bool) {
+fn within<R>(env: &LaunchEnv, d: Duration, ticket: u64, f: impl FnOnce() -> R) -> (R, bool) {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let watchdog = s.spawn(move || match done_rx.recv_timeout(d) {
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                rt.inner.control.interrupt_launch(ticket);
+                env.control.interrupt_launch(ticket);
                 true
             }
             _ => false,
@@ -90,85 +102,94 @@ fn within<R>(rt: &Runtime, d: Duration, ticket: u64, f: impl FnOnce() -> R) -> (
     })
 }
 
+/// Why a compiled device cannot run this launch whatever the kernel:
+/// profiling needs the interpreter, and the compiled slot loops claim
+/// chunks with an atomic add that every slot may push up to a chunk past
+/// the end, which must stay far from overflowing.
+fn compiled_devices_refuse(env: &LaunchEnv, range: &Range<i64>) -> Option<String> {
+    if env.settings.profile {
+        Some("profiling is on".to_string())
+    } else if range.end > i64::MAX - (1 << 32) {
+        Some("the range ends too close to i64::MAX for the device cursor".to_string())
+    } else {
+        None
+    }
+}
+
+/// Run `call` on `device`, or say why it cannot run there.
+fn try_on(
+    device: &dyn Executor,
+    env: &LaunchEnv,
+    call: KernelCall<'_>,
+    plan: &Plan,
+    range: &Range<i64>,
+    started: Started,
+) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+    if let Some(why) = compiled_devices_refuse(env, range) {
+        return Err(Unsupported(why));
+    }
+    device.launch(env, call, plan, range.clone(), started)
+}
+
+/// Note on a launch's result that it ran where it did because of `note`.
+fn with_fallback(
+    mut r: Result<LaunchReport, OffloadError>,
+    note: String,
+) -> Result<LaunchReport, OffloadError> {
+    match &mut r {
+        Ok(rep) => rep.fallback = Some(note),
+        Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
+        Err(_) => {}
+    }
+    r
+}
+
 /// Run one launch as `plan` says: on its device, falling back from CUDA to
 /// the CPU and from the CPU to the interpreter when the kernel cannot run
-/// there (reported; an error in strict mode).
+/// there (reported; an error in strict mode when CUDA cannot run it).
 fn launch_on(
-    rt: &Runtime,
-    range: Range<i64>,
-    closure: &Closure,
+    env: &LaunchEnv,
+    devices: Devices<'_>,
+    call: KernelCall<'_>,
     plan: &Plan,
+    range: Range<i64>,
     ticket: u64,
 ) -> Result<LaunchReport, OffloadError> {
     let started = Started {
         at: Instant::now(),
         ticket,
     };
+    // The interpreter runs every kernel: the last resort.
+    let interp = |range| match Interp.launch(env, call, plan, range, started) {
+        Ok(r) => r,
+        Err(Unsupported(why)) => Err(OffloadError::Setup(why)),
+    };
     if plan.device == Device::Interpreter {
-        return crate::interp_device::launch(rt, range, closure, plan, started);
+        return interp(range);
     }
     let mut cuda_note = None;
-    if let Some(gpu) = rt
-        .inner
-        .gpu
-        .as_ref()
-        .filter(|_| plan.device == Device::Cuda)
-    {
-        let why = if rt.inner.profile {
-            "profiling is on".to_string()
-        } else if range.end > i64::MAX - (1 << 32) {
-            "the range ends too close to i64::MAX for the device cursor".to_string()
-        } else {
-            match crate::cuda::launch(rt, gpu, range.clone(), closure, plan, started) {
-                Ok(r) => return r,
-                Err(crate::cuda::Unsupported(why)) => why,
+    if let Some(gpu) = devices.gpu.filter(|_| plan.device == Device::Cuda) {
+        match try_on(gpu, env, call, plan, &range, started) {
+            Ok(r) => return r,
+            Err(Unsupported(why)) => {
+                if env.settings.strict {
+                    return Err(OffloadError::Setup(format!(
+                        "strict mode: `{}` cannot run on the CUDA device: {why}",
+                        call.name()
+                    )));
+                }
+                cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
             }
-        };
-        if rt.inner.strict {
-            return Err(OffloadError::Setup(format!(
-                "strict mode: `{}` cannot run on the CUDA device: {why}",
-                closure.kernel_name()
-            )));
-        }
-        cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
-    }
-    let mut r = launch_cpu(rt, range, closure, plan, started);
-    if let Some(note) = cuda_note {
-        match &mut r {
-            Ok(rep) => rep.fallback = Some(note),
-            Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
-            Err(_) => {}
         }
     }
-    r
-}
-
-fn launch_cpu(
-    rt: &Runtime,
-    range: Range<i64>,
-    closure: &Closure,
-    plan: &Plan,
-    started: Started,
-) -> Result<LaunchReport, OffloadError> {
-    // The compiled slot loops claim chunks with an atomic add on the cursor,
-    // which every slot may push up to a chunk past the end; keep that far
-    // from overflowing.
-    let why = if rt.inner.profile {
-        "profiling is on".to_string()
-    } else if range.end > i64::MAX - (1 << 32) {
-        "the range ends too close to i64::MAX for the device cursor".to_string()
-    } else {
-        match crate::cpu::compiled(rt, closure, &plan.version) {
-            Ok(ck) => return crate::cpu::launch(rt, range, closure, &ck, plan, started),
-            Err(why) => why.to_string(),
+    let r = match try_on(devices.cpu, env, call, plan, &range, started) {
+        Ok(r) => r,
+        Err(Unsupported(why)) => {
+            with_fallback(interp(range), format!("ran on the interpreter: {why}"))
         }
     };
-    let mut r = crate::interp_device::launch(rt, range, closure, plan, started);
-    let note = Some(format!("ran on the interpreter: {why}"));
-    match &mut r {
-        Ok(rep) => rep.fallback = note,
-        Err(OffloadError::Exceptions(e)) => e.report.fallback = note,
-        Err(_) => {}
+    match cuda_note {
+        Some(note) => with_fallback(r, note),
+        None => r,
     }
-    r
 }

@@ -73,6 +73,39 @@
 //! [`inspect`] shows a kernel as the runtime sees it: its bytecode with the
 //! verifier's types, its Cranelift IR and PTX, and its deopt metadata.
 //!
+//! # One `par_offload` call, file by file
+//!
+//! 1. `runtime/mod.rs`: [`par_offload`] checks the closure belongs to the
+//!    runtime and hands the launch its `LaunchEnv` (heap, workers,
+//!    control word, settings, allocator and save-area pool: `env.rs`), the
+//!    devices it may use, the kernel call and the kernel's adaptive state.
+//! 2. `launch.rs`: the kernel's state (`adaptive.rs`) plans the launch —
+//!    the device, the compiled version with its speculations, TLAB and
+//!    chunk sizes; a deadline starts a watchdog; the planned device runs
+//!    it, falling back CUDA → CPU → interpreter when a device cannot
+//!    (`device.rs`: the one interface every device implements).
+//! 3. The device: `cuda.rs` compiles the PTX (`offload-jit`'s `ptx`),
+//!    copies the heap image and launches one slot per GPU thread;
+//!    `cpu.rs` compiles with Cranelift (`offload-jit`'s `cpu`, quick tier
+//!    first) and enters one slot loop per worker; `interp_device.rs` runs
+//!    the workitems in interpreters. Compiled slots write deopt records
+//!    into the save area as they meet what they cannot handle.
+//! 4. `replay.rs`: the device hands each record to a replayer, which
+//!    resumes the workitem in the interpreter from the site's frame state,
+//!    and accounts for it (replayed, threw, or abandoned by an interrupt);
+//!    the CPU replays as each slot fills, the GPU after each grid, then
+//!    re-enters or relaunches on the never-ran rest.
+//! 5. `report.rs`: the device fills the [`LaunchReport`] — the partition
+//!    of the range, the deopts by site and reason, the deopt table with
+//!    named values, allocation, phase timings — and the exceptions decide
+//!    whether the call returns it or [`OffloadError::Exceptions`]
+//!    (`error.rs`).
+//! 6. Back in `launch.rs`, the kernel's recompilation policy (`policy.rs`)
+//!    sees the report and decides what the next launch runs.
+//!
+//! The modules form layers with no cycle: `env`, `policy`, `report`,
+//! `error`, `replay`, `adaptive`, `device`, the devices, `launch`, then
+//! `runtime`; the tooling (`tools`, the REPL and the CLI) sits on top.
 //! The architecture — invariants, how a launch flows, where each part lives
 //! — is described in `docs/DESIGN.md` in the repository.
 
@@ -87,7 +120,9 @@ pub use offload_tlab as tlab;
 pub mod adaptive;
 mod cpu;
 mod cuda;
+mod device;
 pub mod diagnostics;
+mod env;
 mod error;
 pub mod inspect;
 mod interp_device;

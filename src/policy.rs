@@ -22,7 +22,7 @@
 //! Policies are pure functions of the launch history, so they are tested on
 //! synthetic deopt streams (below) as well as end to end.
 
-use crate::Device;
+use crate::env::Device;
 use offload_deopt::Reason;
 use offload_ir::SiteId;
 use std::collections::BTreeMap;
@@ -417,6 +417,53 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
 
 /// The built-in policies' names.
 pub const NAMES: [&str; 4] = ["never", "trap-limit", "deopt-rate", "cost-model"];
+
+/// One decision of a kernel's policy, as logged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logged {
+    /// The launch it followed (1-based, warm-up launches included).
+    pub launch: u64,
+    /// The version that ran (`None`: the interpreter ran it).
+    pub version: Option<u32>,
+    /// Where the launch ran.
+    pub device: Device,
+    /// The policy.
+    pub policy: &'static str,
+    /// Its decision and reason.
+    pub decided: Decided,
+    /// What applying it did.
+    pub applied: String,
+}
+
+impl std::fmt::Display for Logged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self
+            .version
+            .map_or("interp".to_string(), |v| format!("v{v}"));
+        write!(
+            f,
+            "launch {} ({v} on {}): {} decided {} — {}; {}",
+            self.launch,
+            self.device.name(),
+            self.policy,
+            decision_name(&self.decided.decision),
+            self.decided.why,
+            self.applied
+        )
+    }
+}
+
+/// A decision's short name for tables: `keep`, `recompile`, `resize`,
+/// `stop->interp`, `retry`.
+pub fn decision_name(d: &Decision) -> String {
+    match d {
+        Decision::Keep => "keep".into(),
+        Decision::Recompile { .. } => "recompile".into(),
+        Decision::Resize { .. } => "resize".into(),
+        Decision::StopOffloading { to } => format!("stop->{}", to.name()),
+        Decision::RetryLater { .. } => "retry".into(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

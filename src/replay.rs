@@ -12,10 +12,12 @@
 //! [`Replays::finish`] writes the counts, the deopt tables and the first
 //! exception into the [`LaunchReport`].
 
+use crate::error::KernelExceptions;
 use crate::error::OffloadError;
-use crate::report::{DeoptRow, LaunchReport, Thrown};
+use crate::report::{DeoptRow, LaunchReport};
 use offload_deopt::{DeoptMetadata, Reason};
 use offload_host_interp::{Control, Exception, Interpreter, Program, ResumeError, ResumePlan};
+use offload_ir::ExceptionKind;
 use offload_ir::SiteId;
 use offload_tlab::{Allocator, Heap};
 use std::collections::BTreeMap;
@@ -229,5 +231,83 @@ impl Replays {
         crate::report::name_saved(prog, meta, &mut self.table);
         report.deopt_table = self.table;
         self.thrown
+    }
+}
+
+/// Exceptions of a part of the range: bounded however many workitems throw.
+#[derive(Default)]
+pub(crate) struct Thrown {
+    first: Option<Exception>,
+    pub(crate) count: u64,
+    by_kind: BTreeMap<ExceptionKind, u64>,
+    lowest: Vec<i64>,
+}
+
+impl Thrown {
+    pub(crate) fn add(&mut self, e: Exception) {
+        let w = e.workitem.unwrap_or(i64::MAX);
+        self.count += 1;
+        *self.by_kind.entry(e.kind).or_default() += 1;
+        self.note(w);
+        if self
+            .first
+            .as_ref()
+            .is_none_or(|f| f.workitem.unwrap_or(i64::MAX) > w)
+        {
+            self.first = Some(e);
+        }
+    }
+
+    fn note(&mut self, w: i64) {
+        let at = self.lowest.partition_point(|&x| x < w);
+        if at < KernelExceptions::LISTED {
+            self.lowest.insert(at, w);
+            self.lowest.truncate(KernelExceptions::LISTED);
+        }
+    }
+
+    pub(crate) fn merge(mut self, other: Thrown) -> Thrown {
+        self.count += other.count;
+        for (k, n) in other.by_kind {
+            *self.by_kind.entry(k).or_default() += n;
+        }
+        for w in other.lowest {
+            self.note(w);
+        }
+        if let Some(o) = other.first
+            && self.first.as_ref().is_none_or(|f| f.workitem > o.workitem)
+        {
+            self.first = Some(o);
+        }
+        self
+    }
+}
+
+impl Thrown {
+    /// The launch's result: the report, or the exceptions with the report.
+    /// Whether an interrupt cut the launch short is derived here, for every
+    /// device: only what it actually stopped counts (one that came after
+    /// the last workitem changed nothing).
+    ///
+    /// Sets `threw` and `completed` (`completed + threw == on_device +
+    /// replayed`: every workitem that ran to its end ran to it with or
+    /// without an exception).
+    pub(crate) fn finish(self, mut report: LaunchReport) -> Result<LaunchReport, OffloadError> {
+        report.threw = self.count;
+        report.completed = report.on_device + report.replayed - self.count;
+        report.interrupted = report.abandoned > 0 || report.not_started() > 0;
+        if report.interrupted {
+            return Err(OffloadError::Interrupted(Box::new(report)));
+        }
+        match self.first {
+            None => Ok(report),
+            Some(first) => Err(OffloadError::Exceptions(Box::new(KernelExceptions {
+                first,
+                count: self.count,
+                by_kind: self.by_kind,
+                workitems: self.lowest,
+                report,
+            }))),
+        }
     }
 }

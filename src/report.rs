@@ -1,12 +1,9 @@
 //! What a launch did: the [`LaunchReport`] every device returns, its phase
 //! [`Timings`], the deopt table's rows, and the counters devices build it
-//! from ([`NeverRan`], [`Thrown`]). Every figure is defined once, on its
-//! field.
+//! from ([`NeverRan`]). Every figure is defined once, on its field.
 
-use crate::error::{KernelExceptions, OffloadError};
-use crate::runtime::Device;
-use offload_host_interp::{Exception, Profile};
-use offload_ir::ExceptionKind;
+use crate::env::Device;
+use offload_host_interp::Profile;
 use offload_tlab::AllocStats;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -163,14 +160,14 @@ pub struct LaunchReport {
     /// guard them.
     pub speculations: Vec<offload_deopt::SpecRecord>,
     /// The recompilation policy's decision after this launch.
-    pub decision: Option<crate::adaptive::Logged>,
+    pub decision: Option<crate::policy::Logged>,
     /// Why the kernel ran on the interpreter instead of the requested device.
     pub fallback: Option<String>,
     /// The deoptimized workitems, as Sumatra's table shows them (the first
     /// [`LaunchReport::TABLE_ROWS`]).
     pub deopt_table: Vec<DeoptRow>,
     /// Whether [`crate::Runtime::interrupt`] stopped the launch (it then
-    /// returns [`OffloadError::Interrupted`] with this report).
+    /// returns [`crate::OffloadError::Interrupted`] with this report).
     pub interrupted: bool,
     /// The deadline that interrupted the launch
     /// ([`crate::RuntimeBuilder::launch_deadline`],
@@ -457,83 +454,5 @@ impl NeverRan {
             (self.lo, self.hi) = (lo.min(self.lo), hi.max(self.hi));
         }
         (hi - lo - overlap) as u64
-    }
-}
-
-/// Exceptions of a part of the range: bounded however many workitems throw.
-#[derive(Default)]
-pub(crate) struct Thrown {
-    first: Option<Exception>,
-    pub(crate) count: u64,
-    by_kind: BTreeMap<ExceptionKind, u64>,
-    lowest: Vec<i64>,
-}
-
-impl Thrown {
-    pub(crate) fn add(&mut self, e: Exception) {
-        let w = e.workitem.unwrap_or(i64::MAX);
-        self.count += 1;
-        *self.by_kind.entry(e.kind).or_default() += 1;
-        self.note(w);
-        if self
-            .first
-            .as_ref()
-            .is_none_or(|f| f.workitem.unwrap_or(i64::MAX) > w)
-        {
-            self.first = Some(e);
-        }
-    }
-
-    fn note(&mut self, w: i64) {
-        let at = self.lowest.partition_point(|&x| x < w);
-        if at < KernelExceptions::LISTED {
-            self.lowest.insert(at, w);
-            self.lowest.truncate(KernelExceptions::LISTED);
-        }
-    }
-
-    pub(crate) fn merge(mut self, other: Thrown) -> Thrown {
-        self.count += other.count;
-        for (k, n) in other.by_kind {
-            *self.by_kind.entry(k).or_default() += n;
-        }
-        for w in other.lowest {
-            self.note(w);
-        }
-        if let Some(o) = other.first
-            && self.first.as_ref().is_none_or(|f| f.workitem > o.workitem)
-        {
-            self.first = Some(o);
-        }
-        self
-    }
-}
-
-impl Thrown {
-    /// The launch's result: the report, or the exceptions with the report.
-    /// Whether an interrupt cut the launch short is derived here, for every
-    /// device: only what it actually stopped counts (one that came after
-    /// the last workitem changed nothing).
-    ///
-    /// Sets `threw` and `completed` (`completed + threw == on_device +
-    /// replayed`: every workitem that ran to its end ran to it with or
-    /// without an exception).
-    pub(crate) fn finish(self, mut report: LaunchReport) -> Result<LaunchReport, OffloadError> {
-        report.threw = self.count;
-        report.completed = report.on_device + report.replayed - self.count;
-        report.interrupted = report.abandoned > 0 || report.not_started() > 0;
-        if report.interrupted {
-            return Err(OffloadError::Interrupted(Box::new(report)));
-        }
-        match self.first {
-            None => Ok(report),
-            Some(first) => Err(OffloadError::Exceptions(Box::new(KernelExceptions {
-                first,
-                count: self.count,
-                by_kind: self.by_kind,
-                workitems: self.lowest,
-                report,
-            }))),
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! Configuring a [`Runtime`]: [`RuntimeBuilder`].
 
 use super::*;
+use crate::env::{PtxRewrite, Settings};
 
 /// Configures a [`Runtime`].
 #[derive(Clone, Debug)]
@@ -25,16 +26,6 @@ pub struct RuntimeBuilder {
     /// The policy, or the unknown name asked for (an error at `build`).
     recompile_policy: Result<PolicyFactory, String>,
     rewrite_ptx: Option<PtxRewrite>,
-}
-
-/// A test hook that rewrites a kernel's PTX before the driver loads it.
-#[derive(Clone)]
-pub(crate) struct PtxRewrite(pub(crate) Arc<dyn Fn(&str) -> String + Send + Sync>);
-
-impl std::fmt::Debug for PtxRewrite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PtxRewrite")
-    }
 }
 
 /// Makes one recompilation policy per kernel.
@@ -356,40 +347,31 @@ impl RuntimeBuilder {
                 }
             },
         };
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let settings = Settings {
+            device,
+            strict: self.strict,
+            deadline: self.deadline,
+            device_slots: self.device_slots,
+            policy: self.policy,
+            alloc_buffers: self.alloc_buffers,
+            profile: self.profile,
+            compile: self.compile,
+            deopt_records: self.deopt_records,
+            fail_refills: self.fail_refills,
+            reclaim: self.reclaim,
+            warmup: self.warmup,
+            spec_cfg: self.spec_cfg,
+            rewrite_ptx: self.rewrite_ptx,
+        };
+        let env = LaunchEnv::new(Heap::new(self.heap)?, pool, workers, settings);
         Ok(Runtime {
-            inner: Arc::new(Inner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                heap: Heap::new(self.heap)?,
-                pool,
-                workers,
-                device,
+            inner: Arc::new(Inner::new(
+                env,
+                CpuDevice::new(self.tiered),
                 gpu,
                 fallback,
-                strict: self.strict,
-                deadline: self.deadline,
-                device_slots: self.device_slots,
-                policy: self.policy,
-                alloc_buffers: self.alloc_buffers,
-                profile: self.profile,
-                control: offload_host_interp::Control::new(),
-                jit: offload_jit::CpuJit::new(),
-                compile: self.compile,
-                deopt_records: self.deopt_records,
-                fail_refills: self.fail_refills,
-                reclaim: self.reclaim,
-                warmup: self.warmup,
-                spec_cfg: self.spec_cfg,
                 policy_factory,
-                rewrite_ptx: self.rewrite_ptx,
-                kernels: dashmap::DashMap::new(),
-                compiled: dashmap::DashMap::new(),
-                tiered: self.tiered,
-                background: Mutex::new(Vec::new()),
-                class_shapes: Mutex::new(Vec::new()),
-                next_module: AtomicU64::new(0),
-                save_areas: Mutex::new(Vec::new()),
-            }),
+            )),
         })
     }
 }

@@ -6,6 +6,10 @@
 //! arrays, objects) and copying arrays in and out of the heap.
 
 use crate::adaptive::{KernelInfo, KernelState};
+use crate::cpu::CpuDevice;
+use crate::cuda::Gpu;
+pub use crate::env::Device;
+use crate::env::{KernelCall, LaunchEnv};
 use crate::error::OffloadError;
 use crate::policy::Policy;
 use crate::report::LaunchReport;
@@ -22,88 +26,28 @@ mod builder;
 mod module;
 mod values;
 
+pub(crate) use builder::PolicyFactory;
 pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, RuntimeBuilder};
-pub(crate) use builder::{PolicyFactory, PtxRewrite};
 pub use values::{Arg, Array, Element, Object, RefArray};
 
-/// Where kernels run.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Device {
-    /// The host interpreter on every core (the reference semantics).
-    Interpreter,
-    /// Native code from the Cranelift JIT on every core, with deopt into the
-    /// interpreter. Kernels the JIT does not compile yet run on the
-    /// interpreter, and the launch report says why.
-    Cpu,
-    /// An NVIDIA GPU (sm_70 or newer) through the CUDA driver, with deopt
-    /// into the interpreter. Kernels the PTX backend does not compile run
-    /// on the CPU device, and the launch report says why (an error in
-    /// strict mode).
-    Cuda,
-}
-
-impl Device {
-    /// Short name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Device::Interpreter => "interp",
-            Device::Cpu => "cpu",
-            Device::Cuda => "cuda",
-        }
-    }
-}
-
-impl std::str::FromStr for Device {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "interp" | "interpreter" => Ok(Device::Interpreter),
-            "cpu" => Ok(Device::Cpu),
-            "cuda" | "gpu" => Ok(Device::Cuda),
-            other => Err(format!(
-                "unknown device `{other}` (available: cuda, cpu, interp)"
-            )),
-        }
-    }
-}
-
+/// What a runtime shares between its clones.
 #[derive(Debug)]
 pub(crate) struct Inner {
+    /// The runtime's id (an array handle knows its runtime's).
     pub(crate) id: u64,
-    pub(crate) heap: Heap,
-    pub(crate) pool: rayon::ThreadPool,
-    pub(crate) workers: usize,
-    pub(crate) device: Device,
-    pub(crate) gpu: Option<crate::cuda::Gpu>,
-    pub(crate) fallback: Option<String>,
-    pub(crate) strict: bool,
-    /// Every launch's deadline ([`RuntimeBuilder::launch_deadline`]).
-    pub(crate) deadline: Option<std::time::Duration>,
-    pub(crate) device_slots: Option<usize>,
-    pub(crate) policy: AllocPolicy,
-    pub(crate) alloc_buffers: bool,
-    pub(crate) profile: bool,
-    pub(crate) control: offload_host_interp::Control,
-    pub(crate) jit: offload_jit::CpuJit,
-    pub(crate) compile: offload_jit::CompileOptions,
-    pub(crate) deopt_records: usize,
-    pub(crate) fail_refills: Option<(u64, u64)>,
-    /// See [`RuntimeBuilder::reclaim`].
-    pub(crate) reclaim: bool,
-    pub(crate) warmup: u32,
-    pub(crate) spec_cfg: offload_jit::SpecConfig,
-    pub(crate) policy_factory: PolicyFactory,
-    /// See [`RuntimeBuilder::rewrite_ptx`].
-    pub(crate) rewrite_ptx: Option<PtxRewrite>,
+    /// What every launch needs: heap, workers, control word, settings,
+    /// allocator and save-area pool. Devices see only this.
+    pub(crate) env: LaunchEnv,
+    /// The CPU device: its JIT and compiled code.
+    cpu: CpuDevice,
+    /// The CUDA device, when a usable GPU was found.
+    gpu: Option<Gpu>,
+    /// Why the runtime runs on another device than asked (or a note that
+    /// the GPU is a simulation).
+    fallback: Option<String>,
+    policy_factory: PolicyFactory,
     /// The adaptive state of every kernel launched, by (module id, kernel).
-    pub(crate) kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
-    /// Compiled kernel versions by (module id, kernel, version), in their
-    /// tiers, or why the kernel could not be compiled.
-    pub(crate) compiled: dashmap::DashMap<(u64, FuncId, u32), Arc<crate::cpu::Tiers>>,
-    /// Whether versions are compiled quick first, optimized in the background.
-    pub(crate) tiered: bool,
-    /// The background compiles not yet joined.
-    pub(crate) background: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
     /// The shapes of every class loaded into the runtime, by global class
     /// id (ids are handed out in load order and never reused): the heap
     /// verifier knows the class of every object, including objects of a
@@ -111,10 +55,29 @@ pub(crate) struct Inner {
     /// is the next module's class base.
     class_shapes: Mutex<Vec<offload_tlab::ClassShape>>,
     next_module: AtomicU64,
-    /// Empty save areas of finished CPU launches, kept for the next launch
-    /// of the same shape (a fresh one per launch costs more than a small
-    /// kernel's whole run).
-    pub(crate) save_areas: Mutex<Vec<offload_deopt::SaveArea>>,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        env: LaunchEnv,
+        cpu: CpuDevice,
+        gpu: Option<Gpu>,
+        fallback: Option<String>,
+        policy_factory: PolicyFactory,
+    ) -> Inner {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Inner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            env,
+            cpu,
+            gpu,
+            fallback,
+            policy_factory,
+            kernels: dashmap::DashMap::new(),
+            class_shapes: Mutex::new(Vec::new()),
+            next_module: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The offload runtime: one managed heap, a pool of workers, a device.
@@ -161,7 +124,10 @@ impl Runtime {
     /// Callable from any thread; with no launch running, `op` runs at once.
     /// Returns `op`'s result and the time-to-safepoint.
     pub fn safepoint<R>(&self, op: impl FnOnce(&Heap) -> R) -> (R, std::time::Duration) {
-        self.inner.control.safepoint(|| op(&self.inner.heap))
+        self.inner
+            .env
+            .control
+            .safepoint(|| op(&self.inner.env.heap))
     }
 
     /// Interrupt every launch running now (callable from any thread — a
@@ -174,12 +140,12 @@ impl Runtime {
     /// [`OffloadError::Interrupted`] with its report. Launches that start
     /// later run normally. Returns the time-to-safepoint.
     pub fn interrupt(&self) -> std::time::Duration {
-        self.inner.control.interrupt()
+        self.inner.env.control.interrupt()
     }
 
     /// How many safepoints this runtime has completed.
     pub fn safepoint_count(&self) -> u64 {
-        self.inner.control.count()
+        self.inner.env.control.count()
     }
 
     /// The null reference, as an argument.
@@ -192,7 +158,7 @@ impl Runtime {
 
     /// The device kernels run on.
     pub fn device(&self) -> Device {
-        self.inner.device
+        self.inner.env.settings.device
     }
 
     /// Why the runtime is not on the device it was asked for (or, by
@@ -212,17 +178,18 @@ impl Runtime {
             self.inner.gpu.as_ref().ok_or_else(|| {
                 OffloadError::Setup("the runtime is not on the CUDA device".into())
             })?;
-        crate::cuda::load_time(self, gpu, closure).map_err(OffloadError::Setup)
+        let plan = self
+            .kernel_state(closure)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .plan(&self.inner.env.settings);
+        crate::cuda::load_time(&self.inner.env, gpu, closure.call(), &plan.version)
+            .map_err(OffloadError::Setup)
     }
 
-    /// The CUDA C baselines of the GPU benchmarks, loaded on this runtime's
-    /// GPU (an error unless the device is CUDA).
-    pub fn cuda_c(&self) -> Result<crate::tools::cuda_c::CudaC, OffloadError> {
-        let gpu =
-            self.inner.gpu.as_ref().ok_or_else(|| {
-                OffloadError::Setup("the runtime is not on the CUDA device".into())
-            })?;
-        crate::tools::cuda_c::CudaC::load(gpu).map_err(OffloadError::Setup)
+    /// The runtime's GPU, if it runs on one.
+    pub(crate) fn gpu_handle(&self) -> Option<&Gpu> {
+        self.inner.gpu.as_ref()
     }
 
     /// The GPU, described (`None` unless the device is CUDA).
@@ -241,111 +208,19 @@ impl Runtime {
 
     /// Number of workers.
     pub fn workers(&self) -> usize {
-        self.inner.workers
-    }
-
-    /// The allocator of one launch with `workers` workers (with the refill
-    /// fault injection, if configured, and the kernel's TLAB size, if a
-    /// policy changed it).
-    pub(crate) fn allocator(
-        &self,
-        workers: usize,
-        tlab_bytes: Option<u32>,
-    ) -> offload_tlab::Allocator<'_> {
-        let mut a = offload_tlab::Allocator::new(&self.inner.heap, self.inner.policy, workers)
-            .with_buffers(self.inner.alloc_buffers);
-        if let Some(t) = tlab_bytes {
-            a = a.with_tlab_bytes(t);
-        }
-        match self.inner.fail_refills {
-            Some((first, every)) => a.with_refill_fault(first, every),
-            None => a,
-        }
-    }
-
-    /// Retire a launch's allocator: hand its objects back to eden
-    /// ([`offload_tlab::Allocator::reclaim`]) unless one may outlive the
-    /// launch — a workitem stored one into an older object (`escaped`, the
-    /// write barrier), or a safepoint operation, which had the heap to
-    /// itself, ran since `safepoints_before` — or reclaiming is off.
-    pub(crate) fn end_allocation(
-        &self,
-        alloc: offload_tlab::Allocator<'_>,
-        escaped: bool,
-        safepoints_before: u64,
-    ) -> offload_tlab::AllocStats {
-        let safepointed = self.inner.control.count() != safepoints_before;
-        if escaped || safepointed || !self.inner.reclaim {
-            alloc.retire()
-        } else {
-            alloc.reclaim()
-        }
+        self.inner.env.workers
     }
 
     /// Wait until every background compile started so far (the optimized
     /// tier of kernel versions already launched) has finished, so that the
     /// next launches run optimized code — before timing launches, say.
     pub fn finish_compiles(&self) {
-        loop {
-            let pending = std::mem::take(
-                &mut *self
-                    .inner
-                    .background
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner),
-            );
-            if pending.is_empty() {
-                return;
-            }
-            for h in pending {
-                // A compile that panicked leaves the quick tier in use.
-                let _ = h.join();
-            }
-        }
-    }
-
-    /// An empty save area of `slots` records of `layout`: one a finished
-    /// launch gave back, or a new one.
-    pub(crate) fn take_save_area(
-        &self,
-        slots: usize,
-        layout: offload_deopt::SaveLayout,
-    ) -> Result<offload_deopt::SaveArea, OffloadError> {
-        let mut pool = self
-            .inner
-            .save_areas
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match pool
-            .iter()
-            .position(|a| a.slots() == slots && a.layout() == layout)
-        {
-            Some(i) => Ok(pool.swap_remove(i)),
-            None => offload_deopt::SaveArea::try_new(slots, layout)
-                .map_err(|e| OffloadError::Setup(e.to_string())),
-        }
-    }
-
-    /// Keep `area` for a later launch if every record in it is empty (a
-    /// launch that failed part-way may leave records behind).
-    pub(crate) fn give_back_save_area(&self, area: offload_deopt::SaveArea) {
-        const KEPT: usize = 8;
-        if area.is_clear() {
-            let mut pool = self
-                .inner
-                .save_areas
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if pool.len() == KEPT {
-                pool.remove(0);
-            }
-            pool.push(area);
-        }
+        self.inner.cpu.finish_compiles();
     }
 
     /// The heap.
     pub fn heap(&self) -> &Heap {
-        &self.inner.heap
+        &self.inner.env.heap
     }
 
     /// Load a module from `.obc` text; `name` names it in messages.
@@ -404,7 +279,7 @@ impl Runtime {
                 "the closure belongs to another runtime".into(),
             ));
         }
-        crate::launch::launch(self, range, closure, self.inner.deadline)
+        self.launch(range, closure, self.inner.env.settings.deadline)
     }
 
     /// [`Runtime::par_offload`] with a deadline for this launch (instead of
@@ -424,7 +299,30 @@ impl Runtime {
                 "the closure belongs to another runtime".into(),
             ));
         }
-        crate::launch::launch(self, range, closure, Some(deadline))
+        self.launch(range, closure, Some(deadline))
+    }
+
+    /// Launch `closure` over `range` on the runtime's devices, within
+    /// `deadline`.
+    fn launch(
+        &self,
+        range: Range<i64>,
+        closure: &Closure,
+        deadline: Option<std::time::Duration>,
+    ) -> Result<LaunchReport, OffloadError> {
+        let devices = crate::launch::Devices {
+            cpu: &self.inner.cpu,
+            gpu: self.inner.gpu.as_ref(),
+        };
+        let state = self.kernel_state(closure);
+        crate::launch::launch(
+            &self.inner.env,
+            devices,
+            closure.call(),
+            &state,
+            range,
+            deadline,
+        )
     }
 
     /// The adaptive state of `closure`'s kernel (created on first use).
@@ -434,7 +332,8 @@ impl Runtime {
             .entry((closure.module.id, closure.kernel))
             .or_insert_with(|| {
                 Arc::new(Mutex::new(KernelState::new(
-                    self,
+                    &self.inner.env.settings,
+                    (self.inner.policy_factory)(),
                     closure.module.prog.clone(),
                     closure.kernel,
                 )))
@@ -442,18 +341,34 @@ impl Runtime {
             .clone()
     }
 
+    /// The adaptive state of kernel `k` of the module with id `module`, if
+    /// it has been launched.
+    pub(crate) fn existing_kernel_state(
+        &self,
+        module: u64,
+        k: FuncId,
+    ) -> Option<Arc<Mutex<KernelState>>> {
+        self.inner.kernels.get(&(module, k)).map(|s| s.clone())
+    }
+
+    /// The settings launches read.
+    pub(crate) fn settings(&self) -> &crate::env::Settings {
+        &self.inner.env.settings
+    }
+
+    /// The CPU device's JIT.
+    pub(crate) fn cpu_jit(&self) -> &offload_jit::CpuJit {
+        self.inner.cpu.jit()
+    }
+
     /// What the runtime knows about `closure`'s kernel: its version and
     /// speculations, its deopt counters per (version, site, reason), where
     /// it runs now, and its policy's decisions. `None` before its first
     /// launch.
     pub fn kernel_info(&self, closure: &Closure) -> Option<KernelInfo> {
-        let st = self
-            .inner
-            .kernels
-            .get(&(closure.module.id, closure.kernel))?
-            .clone();
+        let st = self.existing_kernel_state(closure.module.id, closure.kernel)?;
         let st = st.lock().unwrap_or_else(|e| e.into_inner());
-        Some(st.info(self))
+        Some(st.info(&self.inner.env.settings))
     }
 
     /// Walk and verify the whole heap (between launches): every object has a
@@ -482,11 +397,22 @@ impl Runtime {
             .clone();
         Ok(self
             .inner
+            .env
             .heap
             .verify(|g| shapes.get(g as usize).cloned())?)
     }
 }
 impl Closure {
+    /// The kernel call a launch of this closure makes.
+    pub(crate) fn call(&self) -> KernelCall<'_> {
+        KernelCall {
+            prog: &self.module.prog,
+            kernel: self.kernel,
+            captures: &self.captures,
+            module: self.module.id,
+        }
+    }
+
     /// The kernel.
     pub fn kernel(&self) -> FuncId {
         self.kernel

@@ -111,13 +111,14 @@ impl Module {
     fn is_instance(&self, r: Ref, t: Type) -> Result<bool, OffloadError> {
         Ok(self
             .prog
-            .header_is_instance(self.rt.inner.heap.header(r)?, t))
+            .header_is_instance(self.rt.inner.env.heap.header(r)?, t))
     }
 
     fn runtime_type(&self, r: Ref) -> Result<String, OffloadError> {
         Ok(format!(
             "`{}`",
-            self.prog.header_type_name(self.rt.inner.heap.header(r)?)
+            self.prog
+                .header_type_name(self.rt.inner.env.heap.header(r)?)
         ))
     }
 
@@ -134,7 +135,7 @@ impl Module {
             )));
         }
         let at = Allocator::alloc_host(
-            &self.rt.inner.heap,
+            &self.rt.inner.env.heap,
             Header::Object {
                 class: self.prog.global_class(c),
                 size: self.prog.layout.class_size[c.index()],
@@ -174,7 +175,7 @@ impl Module {
         value: impl Into<Arg>,
     ) -> Result<(), OffloadError> {
         let (off, ty) = self.field_of(o, name)?;
-        let heap = &self.rt.inner.heap;
+        let heap = &self.rt.inner.env.heap;
         let value = value.into();
         match (ty, value) {
             (Type::I32, Arg::I32(x)) => heap.store32(off, x as u32)?,
@@ -209,7 +210,7 @@ impl Module {
                 self.prog.verified().type_name(T::ELEM.to_type())
             )));
         }
-        let heap = &self.rt.inner.heap;
+        let heap = &self.rt.inner.env.heap;
         Ok(T::from_bits(if kind_size(ty.kind()) == 8 {
             heap.load64(off)?
         } else {
@@ -231,7 +232,7 @@ impl Module {
                 OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
             })?;
         let at = Allocator::alloc_host(
-            &self.rt.inner.heap,
+            &self.rt.inner.env.heap,
             Header::Array {
                 elem: self.prog.global_elem(Elem::Class(c)),
                 dims: 1,
@@ -275,7 +276,7 @@ impl Module {
                 if rt == self.rt.inner.id
                     && (r.is_null() || self.is_instance(r, Type::Class(a.elem))?) =>
             {
-                self.rt.inner.heap.store32(off, r.0)?;
+                self.rt.inner.env.heap.store32(off, r.0)?;
                 Ok(())
             }
             Arg::Ref { r, .. } if !r.is_null() => Err(OffloadError::Lookup(format!(
@@ -295,13 +296,14 @@ impl Module {
     /// its runtime class.
     pub fn element(&self, a: &RefArray, i: usize) -> Result<Option<(Ref, String)>, OffloadError> {
         let off = self.ref_slot(a, i)?;
-        let r = Ref(self.rt.inner.heap.load32(off)?);
+        let r = Ref(self.rt.inner.env.heap.load32(off)?);
         if r.is_null() {
             return Ok(None);
         }
         Ok(Some((
             r,
-            self.prog.header_type_name(self.rt.inner.heap.header(r)?),
+            self.prog
+                .header_type_name(self.rt.inner.env.heap.header(r)?),
         )))
     }
 
@@ -314,7 +316,7 @@ impl Module {
                 self.prog.verified().type_name(ty)
             )));
         }
-        Ok(Ref(self.rt.inner.heap.load32(off)?))
+        Ok(Ref(self.rt.inner.env.heap.load32(off)?))
     }
 
     /// Every field of `o` (inherited ones first) with its type and value,
@@ -324,7 +326,7 @@ impl Module {
         let v = self.prog.verified();
         let mut chain: Vec<ClassId> = v.ancestors(o.class).collect();
         chain.reverse();
-        let heap = &self.rt.inner.heap;
+        let heap = &self.rt.inner.env.heap;
         let mut out = Vec::new();
         for c in chain {
             for &f in &v.class(c).fields {
@@ -353,7 +355,7 @@ impl Module {
     /// a field or array element): an error unless it is an instance of one
     /// of this module's classes.
     pub fn object_at(&self, r: Ref) -> Result<Object, OffloadError> {
-        let h = self.rt.inner.heap.header(r)?;
+        let h = self.rt.inner.env.heap.header(r)?;
         match h {
             Header::Object { class, .. } => match self.prog.local_class(class) {
                 Some(c) => Ok(Object {
@@ -380,7 +382,8 @@ impl Module {
             return Ok(None);
         }
         Ok(Some(
-            self.prog.header_type_name(self.rt.inner.heap.header(r)?),
+            self.prog
+                .header_type_name(self.rt.inner.env.heap.header(r)?),
         ))
     }
 }

@@ -226,7 +226,7 @@ impl Runtime {
                 OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
             })?;
         let at = Allocator::alloc_host(
-            &self.inner.heap,
+            &self.inner.env.heap,
             Header::Array {
                 elem: T::ELEM,
                 dims: 1,
@@ -278,7 +278,7 @@ impl Runtime {
         data: &[T],
     ) -> Result<(), OffloadError> {
         let (base, size) = self.span(a, at, data.len(), "writing")?;
-        let heap = &self.inner.heap;
+        let heap = &self.inner.env.heap;
         for (i, &x) in data.iter().enumerate() {
             if size == 8 {
                 heap.store64(base + i * 8, x.to_bits())?;
@@ -304,7 +304,7 @@ impl Runtime {
         out: &mut [T],
     ) -> Result<(), OffloadError> {
         let (base, size) = self.span(a, at, out.len(), "reading")?;
-        let heap = &self.inner.heap;
+        let heap = &self.inner.env.heap;
         for (i, slot) in out.iter_mut().enumerate() {
             *slot = T::from_bits(if size == 8 {
                 heap.load64(base + i * 8)?

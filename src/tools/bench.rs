@@ -682,7 +682,7 @@ pub fn run_cuda_c(
 ) -> Result<Vec<BenchResult>, OffloadError> {
     use crate::tools::cuda_c::Arg as C;
     let s = shrink.max(1);
-    let cc = rt.cuda_c()?;
+    let cc = crate::tools::cuda_c::CudaC::for_runtime(rt)?;
     let baseline = "CUDA C (NVRTC)";
     let mut out = Vec::new();
     let mismatch = |bench: &str, what: String| {

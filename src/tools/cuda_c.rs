@@ -58,6 +58,15 @@ impl std::fmt::Debug for CudaC {
 }
 
 impl CudaC {
+    /// The baselines loaded on `rt`'s GPU (an error unless the runtime's
+    /// device is CUDA).
+    pub fn for_runtime(rt: &crate::Runtime) -> Result<CudaC, crate::OffloadError> {
+        let gpu = rt.gpu_handle().ok_or_else(|| {
+            crate::OffloadError::Setup("the runtime is not on the CUDA device".into())
+        })?;
+        CudaC::load(gpu).map_err(crate::OffloadError::Setup)
+    }
+
     /// Loads the baselines' module (after sizing the device `malloc` heap).
     pub(crate) fn load(gpu: &Gpu) -> Result<CudaC, String> {
         let ctx: &Arc<CudaContext> = &gpu.ctx;

@@ -1,0 +1,257 @@
+//! What a launch needs from the runtime, handed to a device instead of the
+//! runtime itself: the heap, the worker pool, the control word, the
+//! settings a launch reads ([`Settings`]), and the allocator and save-area
+//! pool a launch draws from ([`LaunchEnv`]); and the kernel it runs
+//! ([`KernelCall`]). The runtime (`runtime/`) owns one `LaunchEnv`; the
+//! devices (`interp_device.rs`, `cpu.rs`, `cuda.rs`) see only it.
+
+use offload_deopt::{SaveArea, SaveLayout};
+use offload_host_interp::{Control, Program};
+use offload_ir::FuncId;
+use offload_jit::{CompileOptions, SpecConfig};
+use offload_tlab::{AllocPolicy, AllocStats, Allocator, Heap, SharedTlab};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Where kernels run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The host interpreter on every core (the reference semantics).
+    Interpreter,
+    /// Native code from the Cranelift JIT on every core, with deopt into the
+    /// interpreter. Kernels the JIT does not compile yet run on the
+    /// interpreter, and the launch report says why.
+    Cpu,
+    /// An NVIDIA GPU (sm_70 or newer) through the CUDA driver, with deopt
+    /// into the interpreter. Kernels the PTX backend does not compile run
+    /// on the CPU device, and the launch report says why (an error in
+    /// strict mode).
+    Cuda,
+}
+
+impl Device {
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Interpreter => "interp",
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "interp" | "interpreter" => Ok(Device::Interpreter),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda),
+            other => Err(format!(
+                "unknown device `{other}` (available: cuda, cpu, interp)"
+            )),
+        }
+    }
+}
+
+/// A test hook that rewrites the PTX text before the driver loads it
+/// ([`crate::RuntimeBuilder::rewrite_ptx`]).
+#[derive(Clone)]
+pub(crate) struct PtxRewrite(pub(crate) Arc<dyn Fn(&str) -> String + Send + Sync>);
+
+impl std::fmt::Debug for PtxRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PtxRewrite")
+    }
+}
+
+/// The runtime's configuration that launches read, as the
+/// [`crate::RuntimeBuilder`] set it (each field is documented on the
+/// builder's method of the same name).
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// The device launches run on (CUDA only when a GPU was found).
+    pub(crate) device: Device,
+    pub(crate) strict: bool,
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) device_slots: Option<usize>,
+    pub(crate) policy: AllocPolicy,
+    pub(crate) alloc_buffers: bool,
+    pub(crate) profile: bool,
+    pub(crate) compile: CompileOptions,
+    pub(crate) deopt_records: usize,
+    pub(crate) fail_refills: Option<(u64, u64)>,
+    pub(crate) reclaim: bool,
+    pub(crate) warmup: u32,
+    pub(crate) spec_cfg: SpecConfig,
+    pub(crate) rewrite_ptx: Option<PtxRewrite>,
+}
+
+/// What every launch needs: the runtime's heap, workers, control word
+/// and settings, and the pools a launch takes from and gives back to.
+#[derive(Debug)]
+pub(crate) struct LaunchEnv {
+    pub(crate) heap: Heap,
+    pub(crate) pool: rayon::ThreadPool,
+    pub(crate) workers: usize,
+    pub(crate) control: Control,
+    pub(crate) settings: Settings,
+    /// Empty save areas of finished CPU launches, kept for the next launch
+    /// of the same shape (a fresh one per launch costs more than a small
+    /// kernel's whole run).
+    save_areas: Mutex<Vec<SaveArea>>,
+}
+
+impl LaunchEnv {
+    pub(crate) fn new(
+        heap: Heap,
+        pool: rayon::ThreadPool,
+        workers: usize,
+        settings: Settings,
+    ) -> LaunchEnv {
+        LaunchEnv {
+            heap,
+            pool,
+            workers,
+            control: Control::new(),
+            settings,
+            save_areas: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An allocator for a launch on `workers` slots, with the runtime's
+    /// policy and the kernel's TLAB size if it has its own.
+    pub(crate) fn allocator(&self, workers: usize, tlab_bytes: Option<u32>) -> Allocator<'_> {
+        let s = &self.settings;
+        let mut a = Allocator::new(&self.heap, s.policy, workers).with_buffers(s.alloc_buffers);
+        if let Some(t) = tlab_bytes {
+            a = a.with_tlab_bytes(t);
+        }
+        match s.fail_refills {
+            Some((first, every)) => a.with_refill_fault(first, every),
+            None => a,
+        }
+    }
+
+    /// Retire a launch's allocator: hand its objects back to eden
+    /// ([`Allocator::reclaim`]) unless one may outlive the launch — a
+    /// workitem stored one into an older object (`escaped`, the write
+    /// barrier), or a safepoint operation, which had the heap to itself,
+    /// ran since `safepoints_before` — or reclaiming is off.
+    pub(crate) fn end_allocation(
+        &self,
+        alloc: Allocator<'_>,
+        escaped: bool,
+        safepoints_before: u64,
+    ) -> AllocStats {
+        let safepointed = self.control.count() != safepoints_before;
+        if escaped || safepointed || !self.settings.reclaim {
+            alloc.retire()
+        } else {
+            alloc.reclaim()
+        }
+    }
+
+    /// An empty save area of `slots` records of `layout`: one a finished
+    /// launch gave back, or a new one (an error says why none could be
+    /// made).
+    pub(crate) fn take_save_area(
+        &self,
+        slots: usize,
+        layout: SaveLayout,
+    ) -> Result<SaveArea, String> {
+        let mut pool = self
+            .save_areas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match pool
+            .iter()
+            .position(|a| a.slots() == slots && a.layout() == layout)
+        {
+            Some(i) => Ok(pool.swap_remove(i)),
+            None => SaveArea::try_new(slots, layout).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Keep `area` for a later launch if every record in it is empty (a
+    /// launch that failed part-way may leave records behind).
+    pub(crate) fn give_back_save_area(&self, area: SaveArea) {
+        const KEPT: usize = 8;
+        if area.is_clear() {
+            let mut pool = self
+                .save_areas
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if pool.len() == KEPT {
+                pool.remove(0);
+            }
+            pool.push(area);
+        }
+    }
+}
+
+/// Each slot's TLAB (null for one without).
+pub(crate) fn tlabs_of(alloc: &Allocator<'_>, workers: usize) -> Vec<*const SharedTlab> {
+    (0..workers)
+        .map(|w| {
+            alloc
+                .tlab_for(w)
+                .map_or(std::ptr::null(), std::ptr::from_ref)
+        })
+        .collect()
+}
+
+/// Whether every slot has a TLAB and no two share one.
+pub(crate) fn exclusive(tlabs: &[*const SharedTlab]) -> bool {
+    let mut seen: Vec<_> = tlabs.to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len() == tlabs.len() && !seen.contains(&std::ptr::null())
+}
+
+/// The kernel a launch runs: a closure's parts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KernelCall<'a> {
+    /// Its module's program.
+    pub(crate) prog: &'a Arc<Program>,
+    /// The kernel.
+    pub(crate) kernel: FuncId,
+    /// The captured values, as raw slots (type-checked against the
+    /// kernel's parameters).
+    pub(crate) captures: &'a [u64],
+    /// The module's id in the runtime (never reused: the key of compiled
+    /// code).
+    pub(crate) module: u64,
+}
+
+impl KernelCall<'_> {
+    /// The kernel's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.prog.verified().func(self.kernel).name
+    }
+}
+
+/// When a launch started (its compile time counts from here: time spent
+/// on a device's code that then could not run counts as compile time of
+/// the launch that ran instead) and its interrupt ticket
+/// ([`offload_host_interp::Control::interrupt_epoch`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Started {
+    pub(crate) at: Instant,
+    pub(crate) ticket: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exclusive;
+
+    #[test]
+    fn tlabs_are_exclusive_only_when_each_slot_has_its_own() {
+        let t: Vec<offload_tlab::SharedTlab> = (0..3).map(|_| Default::default()).collect();
+        let p = |i: usize| std::ptr::from_ref(&t[i]);
+        assert!(exclusive(&[p(0), p(1), p(2)]));
+        assert!(exclusive(&[p(2)]));
+        assert!(!exclusive(&[p(0), p(0), p(1)]), "a group of two");
+        assert!(!exclusive(&[p(0), std::ptr::null()]), "a slot without one");
+    }
+}
