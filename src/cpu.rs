@@ -324,8 +324,7 @@ fn run(
                             Ok(Some(h)) => h,
                             Ok(None) => break, // a slot fills its records in order
                             Err(e) => {
-                                out.error =
-                                    Some(OffloadError::Setup(format!("corrupt save area: {e}")));
+                                out.error = Some(OffloadError::CorruptSaveArea(e));
                                 return;
                             }
                         };

@@ -327,8 +327,11 @@ pub(crate) fn driver_error(e: &cudarc::driver::DriverError) -> String {
     }
 }
 
-fn cuda_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> OffloadError + '_ {
-    move |e| OffloadError::Setup(format!("CUDA {what}: {}", driver_error(&e)))
+fn cuda_err(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> OffloadError {
+    move |e| OffloadError::Cuda {
+        operation: what,
+        message: driver_error(&e),
+    }
 }
 
 impl Executor for Gpu {
@@ -612,7 +615,7 @@ fn run(
             match area.read_into(r, meta, &mut values) {
                 Ok(Some(h)) => records.push((h, values.clone())),
                 Ok(None) => {}
-                Err(e) => return Err(OffloadError::Setup(format!("corrupt save area: {e}"))),
+                Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
             }
         }
         area.clear();

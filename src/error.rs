@@ -141,7 +141,59 @@ pub enum OffloadError {
     /// The heap could not be created or an allocation failed.
     #[error("heap: {0}")]
     Heap(#[from] offload_tlab::HeapError),
-    /// The runtime could not be set up.
+    /// A setting of the [`crate::RuntimeBuilder`] is out of range or
+    /// unknown.
+    #[error("runtime setup: {problem}")]
+    Config {
+        /// The builder's method.
+        setting: &'static str,
+        /// What is wrong with the value.
+        problem: String,
+    },
+    /// Strict mode refused a fallback ([`crate::RuntimeBuilder::strict`]).
+    #[error("strict mode: {what}: {why}")]
+    Strict {
+        /// What would have fallen back: the CUDA device, or a kernel on it.
+        what: String,
+        /// Why it could not run as asked.
+        why: String,
+    },
+    /// The runtime is not on the CUDA device (a GPU-only operation).
+    #[error("the runtime is not on the CUDA device")]
+    NoGpu,
+    /// A CUDA driver call failed.
+    #[error("CUDA {operation}: {message}")]
+    Cuda {
+        /// What was being done: `launch`, `heap image`, `save area`…
+        operation: &'static str,
+        /// The driver's error, by name and description.
+        message: String,
+    },
+    /// A kernel cannot be compiled for a device (asked of the code views:
+    /// a launch falls back instead).
+    #[error("kernel `{kernel}` cannot be compiled for the {} device: {source}", device.name())]
+    NotCompiled {
+        /// The kernel.
+        kernel: String,
+        /// The device.
+        device: crate::Device,
+        /// Why.
+        source: offload_jit::JitError,
+    },
+    /// A save record could not be read back (its site or values do not
+    /// match the kernel version's metadata).
+    #[error("corrupt save area: {0}")]
+    CorruptSaveArea(#[from] offload_deopt::DeoptError),
+    /// A deoptimized workitem could not be resumed from its record.
+    #[error("cannot resume workitem {workitem}: {source}")]
+    Resume {
+        /// The workitem.
+        workitem: i64,
+        /// Why.
+        source: Box<offload_host_interp::ResumeError>,
+    },
+    /// The runtime could not be set up, or a resource (threads, a device
+    /// eden, class ids) ran out; the text says which.
     #[error("runtime setup: {0}")]
     Setup(String),
     /// Reading a file failed.

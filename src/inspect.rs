@@ -35,7 +35,7 @@ impl Module {
             .rt
             .cpu_jit()
             .clif(&self.prog, k, version, self.rt.settings().compile, &spec)
-            .map_err(|e| cannot(kernel, "the CPU device", e))?;
+            .map_err(|e| cannot(kernel, crate::Device::Cpu, e))?;
         Ok(text)
     }
 
@@ -49,7 +49,7 @@ impl Module {
             self.rt.settings().compile,
             &spec,
         )
-        .map_err(|e| cannot(kernel, "the CUDA device", e))?;
+        .map_err(|e| cannot(kernel, crate::Device::Cuda, e))?;
         Ok(p.text)
     }
 
@@ -62,7 +62,7 @@ impl Module {
             .rt
             .cpu_jit()
             .clif(&self.prog, k, version, self.rt.settings().compile, &spec)
-            .map_err(|e| cannot(kernel, "the CPU device", e))?;
+            .map_err(|e| cannot(kernel, crate::Device::Cpu, e))?;
         Ok(self.metadata_text(&meta))
     }
 
@@ -152,8 +152,10 @@ impl Module {
     }
 }
 
-fn cannot(kernel: &str, device: &str, e: impl std::fmt::Display) -> OffloadError {
-    OffloadError::Setup(format!(
-        "kernel `{kernel}` cannot be compiled for {device}: {e}"
-    ))
+fn cannot(kernel: &str, device: crate::Device, source: offload_jit::JitError) -> OffloadError {
+    OffloadError::NotCompiled {
+        kernel: kernel.to_string(),
+        device,
+        source,
+    }
 }

@@ -7,7 +7,7 @@ use crate::device::{Executor, Unsupported};
 use crate::env::{Device, KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
 use crate::replay::Thrown;
-use crate::report::{DeoptRow, LaunchReport, Timings};
+use crate::report::{DeoptAction, DeoptRow, LaunchReport, Timings};
 use offload_host_interp::{Interpreter, Profile};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -98,7 +98,7 @@ pub(crate) fn run(
                             // interpreter keeps no save-area values).
                             Err(e) if it.take_interrupted() => abandoned.push(DeoptRow {
                                 workitem: w,
-                                action: "interrupted",
+                                action: DeoptAction::Interrupted,
                                 bci: e.trace.first().map_or(0, |f| f.bci),
                                 reason: offload_deopt::Reason::Safepoint,
                                 site: None,

@@ -173,10 +173,10 @@ fn launch_on(
             Ok(r) => return r,
             Err(Unsupported(why)) => {
                 if env.settings.strict {
-                    return Err(OffloadError::Setup(format!(
-                        "strict mode: `{}` cannot run on the CUDA device: {why}",
-                        call.name()
-                    )));
+                    return Err(OffloadError::Strict {
+                        what: format!("`{}` cannot run on the CUDA device", call.name()),
+                        why,
+                    });
                 }
                 cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
             }

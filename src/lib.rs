@@ -138,7 +138,7 @@ pub mod tools;
 
 pub use error::{KernelExceptions, OffloadError};
 pub use offload_tlab::AllocPolicy;
-pub use report::{DeoptRow, LaunchReport, SavedValue, Timings};
+pub use report::{DeoptAction, DeoptRow, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
     Module, Object, RefArray, Runtime, RuntimeBuilder, par_offload,

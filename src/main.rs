@@ -25,7 +25,7 @@ struct SessionArgs {
 }
 
 fn deadline(s: &str) -> Result<std::time::Duration, String> {
-    match repl::parse_duration(s).map_err(|e| e.0)? {
+    match repl::parse_duration(s).map_err(|e| e.to_string())? {
         std::time::Duration::ZERO => Err("a deadline must be longer than 0".into()),
         d => Ok(d),
     }

@@ -14,7 +14,7 @@
 
 use crate::error::KernelExceptions;
 use crate::error::OffloadError;
-use crate::report::{DeoptRow, LaunchReport};
+use crate::report::{DeoptAction, DeoptRow, LaunchReport};
 use offload_deopt::{DeoptMetadata, Reason};
 use offload_host_interp::{Control, Exception, Interpreter, Program, ResumeError, ResumePlan};
 use offload_ir::ExceptionKind;
@@ -128,7 +128,7 @@ impl Replays {
     pub(crate) fn abandoned(&mut self, meta: &DeoptMetadata, h: Header, values: &[u64]) {
         *self.abandoned_at.entry((h.1, h.2)).or_insert(0) += 1;
         self.abandoned += 1;
-        self.row(meta, h, "interrupted", values);
+        self.row(meta, h, DeoptAction::Interrupted, values);
     }
 
     /// Account for one replayed record; an error if it could not be
@@ -141,16 +141,16 @@ impl Replays {
         res: Resumed,
     ) -> Result<(), OffloadError> {
         let action = match res {
-            Ok(Ok(())) => "replayed",
+            Ok(Ok(())) => DeoptAction::Replayed,
             Ok(Err(e)) => {
                 self.thrown.add(*e);
-                "replayed, threw"
+                DeoptAction::ReplayedThrew
             }
-            Err(e) => {
-                return Err(OffloadError::Setup(format!(
-                    "cannot resume workitem {}: {e}",
-                    h.0
-                )));
+            Err(source) => {
+                return Err(OffloadError::Resume {
+                    workitem: h.0,
+                    source,
+                });
             }
         };
         *self.replayed_at.entry((h.1, h.2)).or_insert(0) += 1;
@@ -176,7 +176,7 @@ impl Replays {
         }
     }
 
-    fn row(&mut self, meta: &DeoptMetadata, h: Header, action: &'static str, values: &[u64]) {
+    fn row(&mut self, meta: &DeoptMetadata, h: Header, action: DeoptAction, values: &[u64]) {
         if self.table.len() < LaunchReport::TABLE_ROWS {
             self.table.push(DeoptRow {
                 workitem: h.0,

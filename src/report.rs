@@ -269,13 +269,42 @@ pub(crate) fn name_saved(
     }
 }
 
+/// What became of a deoptimized workitem (a [`DeoptRow`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DeoptAction {
+    /// Resumed in the interpreter, which ran it to its end.
+    Replayed,
+    /// Resumed in the interpreter, where it threw.
+    ReplayedThrew,
+    /// An interrupt stopped it part-way; its frames were dropped.
+    Interrupted,
+}
+
+impl DeoptAction {
+    /// As the deopt table prints it: `replayed`, `replayed, threw`,
+    /// `interrupted`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeoptAction::Replayed => "replayed",
+            DeoptAction::ReplayedThrew => "replayed, threw",
+            DeoptAction::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl fmt::Display for DeoptAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One row of the deopt table: a workitem that deoptimized.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeoptRow {
     /// The workitem.
     pub workitem: i64,
-    /// What happened to it: replayed to completion, or threw.
-    pub action: &'static str,
+    /// What happened to it.
+    pub action: DeoptAction,
     /// Where it stopped.
     pub bci: offload_ir::Bci,
     /// The deopt site of the version that ran (`None` for a workitem the

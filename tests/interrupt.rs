@@ -68,7 +68,7 @@ fn interrupted_launch(device: Device) {
     let cut = rep
         .deopt_table
         .iter()
-        .filter(|r| r.action == "interrupted")
+        .filter(|r| r.action == offload::DeoptAction::Interrupted)
         .count() as u64;
     assert_eq!(
         cut,

@@ -67,7 +67,7 @@ fn check_module(
                 }
                 ok += 1;
             }
-            (_, Err(JitError::Unsupported(why))) => refused.push(format!("{name}::{k}: {why}")),
+            (_, Err(e @ JitError::Unsupported { .. })) => refused.push(format!("{name}::{k}: {e}")),
             (Err(e), _) => panic!("{name}: kernel {k}: CPU refused but PTX did not: {e}"),
             (_, Err(e)) => panic!("{name}: kernel {k}: {e}"),
         }

@@ -130,15 +130,87 @@ fn lowering_isa(
 /// Why a kernel was not compiled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum JitError {
-    /// The kernel uses something this backend does not compile (yet).
-    #[error("not compiled to native code: {0}")]
-    Unsupported(String),
+    /// The kernel uses something the backends do not compile: the function
+    /// and bytecode index at fault, and what it is (the kernel then runs on
+    /// the next device down, and the launch report says why).
+    #[error("not compiled: `{func}` at bci {bci}: {why}")]
+    Unsupported {
+        /// The function the instruction is in (the kernel, or a function
+        /// inlined into it).
+        func: String,
+        /// The instruction's bytecode index in `func`.
+        bci: offload_ir::Bci,
+        /// What is not compiled.
+        why: Refusal,
+    },
+    /// The kernel is abstract: there is no body to compile.
+    #[error("`{kernel}` has no body to compile")]
+    Abstract {
+        /// The kernel.
+        kernel: String,
+    },
+    /// Fault injection asked for a site the kernel does not have.
+    #[error("injection at bci {bci}: {why}")]
+    BadInjection {
+        /// The bytecode index asked for.
+        bci: offload_ir::Bci,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// Cranelift rejected what we generated (a bug: the message carries the IR).
     #[error("code generation failed: {0}")]
     Codegen(String),
     /// This machine is not a Cranelift target.
     #[error("no native code generator for this machine: {0}")]
     Host(String),
+}
+
+/// What the backends refuse to compile ([`JitError::Unsupported`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A call of a function already being inlined (recursion).
+    #[error("call of `{callee}`: recursive calls are not compiled")]
+    Recursive {
+        /// The function called.
+        callee: String,
+    },
+    /// Calls nested deeper than [`MAX_INLINE_DEPTH`].
+    #[error("call of `{callee}`: calls nest deeper than {MAX_INLINE_DEPTH}")]
+    TooDeep {
+        /// The function called.
+        callee: String,
+    },
+    /// More than [`MAX_INLINED_INSTS`] instructions inlined into one kernel.
+    #[error("call of `{callee}`: more than {MAX_INLINED_INSTS} instructions inlined")]
+    TooBig {
+        /// The function called.
+        callee: String,
+    },
+    /// A static call of an abstract method.
+    #[error("call of abstract `{callee}`")]
+    AbstractCall {
+        /// The method called.
+        callee: String,
+    },
+    /// A `callvirt` of something that is not a method.
+    #[error("callvirt of non-method `{callee}`")]
+    NotAMethod {
+        /// The function called.
+        callee: String,
+    },
+    /// A `newarray` whose element type has no array type (too many
+    /// dimensions) or no header encoding.
+    #[error("`newarray` of {elem}: no array header for it")]
+    NoArrayHeader {
+        /// The element type, as the text form writes it.
+        elem: String,
+    },
+    /// An instruction no backend lowers.
+    #[error("`{mnemonic}` has no lowering")]
+    NoLowering {
+        /// The instruction.
+        mnemonic: &'static str,
+    },
 }
 
 /// A compiled kernel version.

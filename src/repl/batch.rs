@@ -8,7 +8,7 @@
 //! that has it.
 
 use super::input;
-use super::session::{ReplError, Session};
+use super::session::Session;
 
 /// One entry of a batch, after it ran.
 #[derive(Debug)]
@@ -122,7 +122,7 @@ fn one_at_a_time(s: &mut Session, origin: &str, entries: Vec<(String, u32)>) -> 
             let err = s
                 .execute_at(&entry, origin, start, &mut out)
                 .err()
-                .map(|ReplError(m)| m);
+                .map(|e| e.to_string());
             Done {
                 entry,
                 start,

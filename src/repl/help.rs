@@ -240,7 +240,7 @@ pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
                         .any(|n| *n == name || n.trim_start_matches(':') == name)
                 })
                 .ok_or_else(|| {
-                    super::session::ReplError(format!(
+                    super::session::ReplError::Entry(format!(
                         "no command `{name}` (`:help` lists them){}",
                         super::suggest::did_you_mean(
                             name,

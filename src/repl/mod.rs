@@ -28,7 +28,7 @@ use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper, Highlighter, Hinter};
-use session::{ReplError, Session};
+use session::Session;
 pub use session::{Settings, parse_duration};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -53,7 +53,7 @@ fn is_quit(entry: &str) -> bool {
 
 /// `offload repl`.
 pub fn repl(settings: Settings, history: Option<PathBuf>) -> Result<(), String> {
-    let mut s = Session::new(settings).map_err(|e| format!("error: {}", e.0))?;
+    let mut s = Session::new(settings).map_err(|e| format!("error: {e}"))?;
     if std::io::stdin().is_terminal() {
         interactive(&mut s, history)
     } else {
@@ -106,8 +106,8 @@ fn piped(s: &mut Session) -> Result<(), String> {
         let mut out = String::new();
         let r = s.execute_at(&e, "<stdin>", start, &mut out);
         let _ = write!(stdout, "{out}");
-        if let Err(ReplError(msg)) = r {
-            let _ = writeln!(stdout, "error: {msg}");
+        if let Err(e) = r {
+            let _ = writeln!(stdout, "error: {e}");
         }
         let _ = stdout.flush();
     }
@@ -151,7 +151,7 @@ fn echo_entry(out: &mut impl Write, e: &str) {
 pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String> {
     let name = path.display().to_string();
     let text = offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))?;
-    let mut s = Session::new(settings).map_err(|e| format!("error: {}", e.0))?;
+    let mut s = Session::new(settings).map_err(|e| format!("error: {e}"))?;
     s.script = true;
     install_ctrl_c(&s)?;
     let mut stdout = std::io::stdout();
@@ -212,7 +212,7 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
                 entry: e,
                 start,
                 out,
-                err: r.err().map(|ReplError(m)| m),
+                err: r.err().map(|e| e.to_string()),
             }],
         )?;
     }
@@ -376,8 +376,8 @@ fn interactive(s: &mut Session, history: Option<PathBuf>) -> Result<(), String> 
                 let mut out = String::new();
                 let r = s.execute(&entry, "<input>", &mut out);
                 print!("{out}");
-                if let Err(ReplError(msg)) = r {
-                    println!("error: {msg}");
+                if let Err(e) = r {
+                    println!("error: {e}");
                 }
                 let _ = std::io::stdout().flush();
             }

@@ -286,26 +286,33 @@ impl RuntimeBuilder {
     }
     /// Make the runtime.
     pub fn build(self) -> Result<Runtime, OffloadError> {
-        let policy_factory = self.recompile_policy.map_err(|bad| {
-            OffloadError::Setup(format!(
+        let policy_factory = self.recompile_policy.map_err(|bad| OffloadError::Config {
+            setting: "policy",
+            problem: format!(
                 "unknown recompilation policy `{bad}` (available: {})",
                 crate::policy::NAMES.join(", ")
-            ))
+            ),
         })?;
         // Every core by default (at most MAX_WORKERS); more only if asked.
         let workers = self.workers.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
         });
         if workers > MAX_WORKERS {
-            return Err(OffloadError::Setup(format!(
-                "{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"
-            )));
+            return Err(OffloadError::Config {
+                setting: "workers",
+                problem: format!(
+                    "{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"
+                ),
+            });
         }
         if self.deopt_records > MAX_DEOPT_RECORDS {
-            return Err(OffloadError::Setup(format!(
-                "{} deopt records per worker asked for; at most {MAX_DEOPT_RECORDS}",
-                self.deopt_records
-            )));
+            return Err(OffloadError::Config {
+                setting: "deopt_records",
+                problem: format!(
+                    "{} deopt records per worker asked for; at most {MAX_DEOPT_RECORDS}",
+                    self.deopt_records
+                ),
+            });
         }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers)
@@ -327,9 +334,10 @@ impl RuntimeBuilder {
                     (Device::Cuda, Some(g), note)
                 }
                 Err(why) if self.strict => {
-                    return Err(OffloadError::Setup(format!(
-                        "strict mode: the CUDA device is unavailable: {why}"
-                    )));
+                    return Err(OffloadError::Strict {
+                        what: "the CUDA device is unavailable".into(),
+                        why,
+                    });
                 }
                 Err(why) => {
                     let asked = if want.is_some() {

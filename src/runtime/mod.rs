@@ -174,10 +174,7 @@ impl Runtime {
     /// took. An error when the device is not CUDA or the kernel cannot run
     /// on it.
     pub fn gpu_load_time(&self, closure: &Closure) -> Result<std::time::Duration, OffloadError> {
-        let gpu =
-            self.inner.gpu.as_ref().ok_or_else(|| {
-                OffloadError::Setup("the runtime is not on the CUDA device".into())
-            })?;
+        let gpu = self.inner.gpu.as_ref().ok_or_else(|| OffloadError::NoGpu)?;
         let plan = self
             .kernel_state(closure)
             .lock()

@@ -61,9 +61,7 @@ impl CudaC {
     /// The baselines loaded on `rt`'s GPU (an error unless the runtime's
     /// device is CUDA).
     pub fn for_runtime(rt: &crate::Runtime) -> Result<CudaC, crate::OffloadError> {
-        let gpu = rt.gpu_handle().ok_or_else(|| {
-            crate::OffloadError::Setup("the runtime is not on the CUDA device".into())
-        })?;
+        let gpu = rt.gpu_handle().ok_or(crate::OffloadError::NoGpu)?;
         CudaC::load(gpu).map_err(crate::OffloadError::Setup)
     }
 

@@ -319,7 +319,7 @@ impl<B: Backend> Walker<'_, B> {
                 self.push(Ref, r);
             }
             Inst::NewArray { elem } => {
-                let (tag, esize) = plan::new_array(self.prog, elem, bci)?;
+                let (tag, esize) = plan::new_array(self.prog, self.cur.func, elem, bci)?;
                 let len = self.pop(I32);
                 self.cur.depth += 1; // in the frame state for the checks
                 let neg = B::is_negative(self, len.clone());
@@ -329,10 +329,13 @@ impl<B: Backend> Walker<'_, B> {
                 self.push(Ref, r);
             }
             _ => {
-                return Err(JitError::Unsupported(format!(
-                    "`{}` at bci {bci} has no lowering",
-                    inst.opcode().mnemonic()
-                )));
+                return Err(JitError::Unsupported {
+                    func: self.v.func(self.cur.func).name.clone(),
+                    bci,
+                    why: crate::Refusal::NoLowering {
+                        mnemonic: inst.opcode().mnemonic(),
+                    },
+                });
             }
         }
         Ok(false)

@@ -361,9 +361,9 @@ impl<'a, B: Backend> Walker<'a, B> {
         opts: CompileOptions,
         spec: &'a Speculations,
     ) -> Result<Walker<'a, B>, JitError> {
-        let analysis = prog
-            .analysis(k)
-            .ok_or_else(|| JitError::Unsupported("abstract".into()))?;
+        let analysis = prog.analysis(k).ok_or_else(|| JitError::Abstract {
+            kernel: prog.verified().func(k).name.clone(),
+        })?;
         let meta = DeoptMetadata::new(analysis, k, version);
         plan::check_options(&meta, &opts)?;
         Ok(Walker {

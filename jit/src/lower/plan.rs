@@ -12,9 +12,9 @@
 //! every example and on generated programs).
 
 use crate::CompileOptions;
-use crate::JitError;
 use crate::lower::{MAX_INLINE_DEPTH, MAX_INLINED_INSTS};
 use crate::spec::Speculations;
+use crate::{JitError, Refusal};
 use offload_deopt::{Assumption, DeoptMetadata, Reason};
 use offload_ir::analysis::{DeoptSite, FuncAnalysis};
 use offload_ir::{Bci, ClassId, FuncId, SiteId, Type};
@@ -49,26 +49,37 @@ impl Inliner {
         callee: FuncId,
         bci: Bci,
     ) -> Result<&'p FuncAnalysis, JitError> {
-        let f = prog.verified().func(callee);
-        let name = &f.name;
+        let v = prog.verified();
+        let f = v.func(callee);
+        let callee_name = f.name.clone();
+        let refuse = |why: Refusal| JitError::Unsupported {
+            func: chain
+                .last()
+                .map_or_else(String::new, |&c| v.func(c).name.clone()),
+            bci,
+            why,
+        };
         if chain.contains(&callee) {
-            return Err(JitError::Unsupported(format!(
-                "call of `{name}` at bci {bci}: recursive calls are not compiled"
-            )));
+            return Err(refuse(Refusal::Recursive {
+                callee: callee_name,
+            }));
         }
         if chain.len() > MAX_INLINE_DEPTH {
-            return Err(JitError::Unsupported(format!(
-                "call of `{name}` at bci {bci}: calls nest deeper than {MAX_INLINE_DEPTH}"
-            )));
+            return Err(refuse(Refusal::TooDeep {
+                callee: callee_name,
+            }));
         }
         self.insts += f.body.len();
         if self.insts > MAX_INLINED_INSTS {
-            return Err(JitError::Unsupported(format!(
-                "call of `{name}` at bci {bci}: more than {MAX_INLINED_INSTS} instructions inlined"
-            )));
+            return Err(refuse(Refusal::TooBig {
+                callee: callee_name,
+            }));
         }
-        prog.analysis(callee)
-            .ok_or_else(|| JitError::Unsupported(format!("call of abstract `{name}` at bci {bci}")))
+        prog.analysis(callee).ok_or_else(|| {
+            refuse(Refusal::AbstractCall {
+                callee: callee_name.clone(),
+            })
+        })
     }
 
     /// The id of the site at `bci` of `cur`, called through `outer` (each
@@ -113,10 +124,10 @@ pub(crate) fn check_options(meta: &DeoptMetadata, opts: &CompileOptions) -> Resu
     if let Some(inj) = opts.inject
         && (meta.site_at(inj.site_bci).is_none() || inj.modulus <= 0)
     {
-        return Err(JitError::Unsupported(format!(
-            "injection at bci {}: not a deopt site, or modulus not positive",
-            inj.site_bci
-        )));
+        return Err(JitError::BadInjection {
+            bci: inj.site_bci,
+            why: "not a deopt site, or modulus not positive",
+        });
     }
     Ok(())
 }
@@ -126,16 +137,20 @@ pub(crate) fn check_options(meta: &DeoptMetadata, opts: &CompileOptions) -> Resu
 /// the receivers that select it. A receiver of any other class deopts.
 pub(crate) fn virtual_targets(
     prog: &Program,
+    func: FuncId,
     method: FuncId,
     bci: Bci,
 ) -> Result<Vec<(FuncId, Vec<u32>)>, JitError> {
     let v = prog.verified();
     let m = v.func(method);
     let offload_ir::FuncKind::Method { class: decl, .. } = m.kind else {
-        return Err(JitError::Unsupported(format!(
-            "callvirt of non-method `{}` at bci {bci}",
-            m.name
-        )));
+        return Err(JitError::Unsupported {
+            func: v.func(func).name.clone(),
+            bci,
+            why: Refusal::NotAMethod {
+                callee: m.name.clone(),
+            },
+        });
     };
     let mut targets: Vec<(FuncId, Vec<u32>)> = Vec::new();
     for c in 0..v.classes.len() {
@@ -194,7 +209,7 @@ pub(crate) fn virtual_call(
             assumed: Some(Assumption::Receivers(classes.to_vec())),
         },
         None => VirtualCall {
-            targets: virtual_targets(prog, method, bci)?,
+            targets: virtual_targets(prog, func, method, bci)?,
             miss: Reason::Throw,
             assumed: None,
         },
@@ -296,12 +311,21 @@ pub(crate) fn new_object(prog: &Program, class: ClassId) -> (u32, u32) {
 
 /// `newarray elem` at `bci`: the header tag and the element size in bytes.
 /// An array of `len` elements takes `(8 + len * esize + 7) / 8` words.
-pub(crate) fn new_array(prog: &Program, elem: Type, bci: Bci) -> Result<(u32, u32), JitError> {
+pub(crate) fn new_array(
+    prog: &Program,
+    func: FuncId,
+    elem: Type,
+    bci: Bci,
+) -> Result<(u32, u32), JitError> {
+    let refuse = || JitError::Unsupported {
+        func: prog.verified().func(func).name.clone(),
+        bci,
+        why: Refusal::NoArrayHeader {
+            elem: prog.verified().type_name(elem),
+        },
+    };
     let Some(Type::Array(e, d)) = elem.array_of() else {
-        return Err(JitError::Unsupported(format!(
-            "`newarray` at bci {bci}: no array type of {}",
-            prog.verified().type_name(elem)
-        )));
+        return Err(refuse());
     };
     let h = offload_tlab::Header::Array {
         elem: prog.global_elem(e),
@@ -309,9 +333,7 @@ pub(crate) fn new_array(prog: &Program, elem: Type, bci: Bci) -> Result<(u32, u3
         len: 0,
     };
     let Some((tag, _)) = h.encode() else {
-        return Err(JitError::Unsupported(format!(
-            "`newarray` at bci {bci}: element type has no header encoding"
-        )));
+        return Err(refuse());
     };
     let esize = offload_tlab::layout::kind_size(offload_tlab::layout::array_elem_kind(
         prog.global_elem(e),

@@ -165,8 +165,8 @@ impl Session {
         if path.is_empty() {
             bail!("usage: :load FILE.obc");
         }
-        let text =
-            offload::diagnostics::read_source(std::path::Path::new(path)).map_err(ReplError)?;
+        let text = offload::diagnostics::read_source(std::path::Path::new(path))
+            .map_err(ReplError::Entry)?;
         self.define(&text, path, 1, out)
     }
 
@@ -207,7 +207,7 @@ impl Session {
 /// Load `defs` as one module; errors point into the definition (and its
 /// file and line) they are in.
 pub(super) fn load_defs(rt: &Runtime, defs: &[Def]) -> Result<Module> {
-    load_defs_diag(rt, defs).map_err(|f| ReplError(f.text))
+    load_defs_diag(rt, defs).map_err(|f| ReplError::Entry(f.text))
 }
 
 /// Why a session's definitions did not load: the rendered errors, and for

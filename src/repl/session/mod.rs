@@ -13,24 +13,27 @@ use std::fmt::Write;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-/// An error of one entry: what was wrong, rendered for people.
-#[derive(Debug)]
-pub struct ReplError(pub String);
-
-impl From<OffloadError> for ReplError {
-    fn from(e: OffloadError) -> ReplError {
-        ReplError(e.to_string())
-    }
+/// An error of one entry, shown to people as its text.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplError {
+    /// The runtime refused what the entry asked (its error kept whole:
+    /// a load's diagnostics, a launch's exceptions and report).
+    #[error("{0}")]
+    Runtime(#[from] OffloadError),
+    /// The entry itself is wrong: an unknown command, name or setting, a
+    /// bad argument or usage; the text says what and where.
+    #[error("{0}")]
+    Entry(String),
 }
 
 impl From<String> for ReplError {
     fn from(e: String) -> ReplError {
-        ReplError(e)
+        ReplError::Entry(e)
     }
 }
 
 macro_rules! bail {
-    ($($t:tt)*) => { return Err(ReplError(format!($($t)*))) };
+    ($($t:tt)*) => { return Err(ReplError::Entry(format!($($t)*))) };
 }
 
 type Result<T, E = ReplError> = std::result::Result<T, E>;
@@ -288,7 +291,7 @@ impl Session {
 
     fn module(&self) -> Result<&Module> {
         self.module.as_ref().ok_or_else(|| {
-            ReplError("nothing is defined yet: define a kernel or `:load FILE`".into())
+            ReplError::Entry("nothing is defined yet: define a kernel or `:load FILE`".into())
         })
     }
 
@@ -296,7 +299,7 @@ impl Session {
 
     fn var(&self, name: &str) -> Result<&Var> {
         self.vars.get(name).ok_or_else(|| {
-            ReplError(format!(
+            ReplError::Entry(format!(
                 "no variable `{name}`{}",
                 if self.vars.is_empty() {
                     String::new()
@@ -372,7 +375,7 @@ impl Session {
             (None, _) => Type::I32,
         };
         let bad = || {
-            ReplError(format!(
+            ReplError::Entry(format!(
                 "`{s}` is not {} literal",
                 match ty {
                     Type::I32 => "an i32",
@@ -412,7 +415,7 @@ impl Session {
             .find(|(n, _, _)| n == field)
             .map(|(_, t, _)| t)
             .ok_or_else(|| {
-                ReplError(format!("class `{}` has no field `{field}`", o.class_name()))
+                ReplError::Entry(format!("class `{}` has no field `{field}`", o.class_name()))
             })?;
         let want = match ty.as_str() {
             "i32" => Some(Type::I32),
@@ -436,7 +439,7 @@ impl Session {
             _ => len
                 .replace('_', "")
                 .parse()
-                .map_err(|_| ReplError(format!("`{len}` is not an array length")))?,
+                .map_err(|_| ReplError::Entry(format!("`{len}` is not an array length")))?,
         };
         let rt = self.rt.clone();
         let mode = init.first().copied().unwrap_or("zero");
@@ -446,7 +449,7 @@ impl Session {
                     "zero" => vec![<$t>::default(); len],
                     "fill" => {
                         let x = init.get(1).ok_or_else(|| {
-                            ReplError("usage: ... fill VALUE".into())
+                            ReplError::Entry("usage: ... fill VALUE".into())
                         })?;
                         let a = self.literal(x, Some(Elem::$v.to_type()))?;
                         vec![num_of::<$t>(a)?; len]
@@ -459,13 +462,13 @@ impl Session {
                     "random" => {
                         let seed: u64 = init
                             .get(1)
-                            .ok_or_else(|| ReplError("usage: ... random SEED [LO..HI]".into()))?
+                            .ok_or_else(|| ReplError::Entry("usage: ... random SEED [LO..HI]".into()))?
                             .parse()
-                            .map_err(|_| ReplError("the seed is a non-negative integer".into()))?;
+                            .map_err(|_| ReplError::Entry("the seed is a non-negative integer".into()))?;
                         let (lo, hi) = match init.get(2) {
                             Some(r) => {
                                 let (a, b) = r.split_once("..").ok_or_else(|| {
-                                    ReplError(format!("`{r}` is not a range LO..HI"))
+                                    ReplError::Entry(format!("`{r}` is not a range LO..HI"))
                                 })?;
                                 (parse_f(a)?, parse_f(b)?)
                             }
@@ -561,7 +564,7 @@ impl Session {
         let (name, idx) = index_of(lhs)?;
         let idx: usize = idx
             .parse()
-            .map_err(|_| ReplError(format!("`{idx}` is not an index")))?;
+            .map_err(|_| ReplError::Entry(format!("`{idx}` is not an index")))?;
         let var = self.var(name)?.clone();
         let rt = &self.rt;
         match &var {
@@ -598,7 +601,7 @@ impl Session {
                 .into_iter()
                 .find(|(n, _, _)| n == field)
                 .ok_or_else(|| {
-                    ReplError(format!("class `{}` has no field `{field}`", o.class_name()))
+                    ReplError::Entry(format!("class `{}` has no field `{field}`", o.class_name()))
                 })?;
             let _ = writeln!(out, "{tail}: {t} = {v}");
             return Ok(());
@@ -764,11 +767,11 @@ impl Session {
                 None => self
                     .literal(a, param.map(|p| p.1))
                     .map_err(|e| {
-                        ReplError(format!(
+                        ReplError::Entry(format!(
                             "argument {} of `{kernel}`{}: {} (and no variable has that name){}",
                             i + 1,
                             param.map_or(String::new(), |(n, _)| format!(" (`{n}`)")),
-                            e.0,
+                            e,
                             self.did_you_mean_var(a)
                         ))
                     })?,
@@ -915,7 +918,7 @@ impl Session {
         let last = self
             .last
             .as_ref()
-            .ok_or_else(|| ReplError("no launch yet: `run` a kernel first".into()))?;
+            .ok_or_else(|| ReplError::Entry("no launch yet: `run` a kernel first".into()))?;
         f(last, out);
         Ok(())
     }

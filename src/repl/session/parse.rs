@@ -6,28 +6,28 @@ use super::*;
 pub(super) fn one<'a>(words: &[&'a str], usage: &str) -> Result<&'a str> {
     match words {
         [w] => Ok(w),
-        _ => Err(ReplError(format!("usage: {usage}"))),
+        _ => Err(ReplError::Entry(format!("usage: {usage}"))),
     }
 }
 
 pub(super) fn parse_u64(s: &str) -> Result<u64> {
     s.replace('_', "")
         .parse()
-        .map_err(|_| ReplError(format!("`{s}` is not a non-negative integer")))
+        .map_err(|_| ReplError::Entry(format!("`{s}` is not a non-negative integer")))
 }
 
 pub(super) fn parse_f(s: &str) -> Result<f64> {
     s.parse()
-        .map_err(|_| ReplError(format!("`{s}` is not a number")))
+        .map_err(|_| ReplError::Entry(format!("`{s}` is not a number")))
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let (num, unit) = s
         .find(|c: char| c.is_alphabetic())
         .map_or((s, "ms"), |i| s.split_at(i));
-    let x: f64 = num
-        .parse()
-        .map_err(|_| ReplError(format!("`{s}` is not a duration (like 20ms, 1.5s, 300us)")))?;
+    let x: f64 = num.parse().map_err(|_| {
+        ReplError::Entry(format!("`{s}` is not a duration (like 20ms, 1.5s, 300us)"))
+    })?;
     let secs = match unit {
         "s" => x,
         "ms" => x / 1e3,
@@ -67,7 +67,7 @@ pub(super) fn parse_range(s: &str, vars: &BTreeMap<String, Var>) -> Result<std::
             _ => x
                 .replace('_', "")
                 .parse()
-                .map_err(|_| ReplError(format!("`{x}` is not a range end (a number, or a variable: an integer or an array, meaning its length)"))),
+                .map_err(|_| ReplError::Entry(format!("`{x}` is not a range end (a number, or a variable: an integer or an array, meaning its length)"))),
         }
     };
     match s.split_once("..") {
@@ -87,10 +87,10 @@ pub(super) fn array_head(s: &str) -> Option<(&str, &str)> {
 pub(super) fn index_of(s: &str) -> Result<(&str, &str)> {
     let (name, rest) = s
         .split_once('[')
-        .ok_or_else(|| ReplError(format!("`{s}` is not NAME[INDEX]")))?;
+        .ok_or_else(|| ReplError::Entry(format!("`{s}` is not NAME[INDEX]")))?;
     let inside = rest
         .strip_suffix(']')
-        .ok_or_else(|| ReplError(format!("`{s}`: missing `]`")))?;
+        .ok_or_else(|| ReplError::Entry(format!("`{s}`: missing `]`")))?;
     Ok((name.trim(), inside.trim()))
 }
 
@@ -120,7 +120,7 @@ impl FromArg for f64 {
 
 pub(super) fn num_of<T: FromArg>(a: Arg) -> Result<T> {
     T::from_arg(a).ok_or_else(|| {
-        ReplError(format!(
+        ReplError::Entry(format!(
             "{} {} does not fit the element type",
             arg_type(a),
             arg_text(a)

@@ -163,13 +163,13 @@ impl Session {
         let val = |what: &str| -> Result<&str> {
             vals.first()
                 .copied()
-                .ok_or_else(|| ReplError(format!("usage: :set {key} {what}")))
+                .ok_or_else(|| ReplError::Entry(format!("usage: :set {key} {what}")))
         };
         let num = |what: &str| -> Result<u64> {
             let v = val(what)?;
             v.replace('_', "")
                 .parse()
-                .map_err(|_| ReplError(format!(":set {key}: `{v}` is not a number")))
+                .map_err(|_| ReplError::Entry(format!(":set {key}: `{v}` is not a number")))
         };
         let at_least_one = |what: &str| -> Result<u64> {
             match num(what)? {
@@ -180,7 +180,7 @@ impl Session {
         let bytes = || -> Result<u64> {
             let v = val("BYTES")?;
             parse_bytes(v).ok_or_else(|| {
-                ReplError(format!(
+                ReplError::Entry(format!(
                     ":set {key}: `{v}` is not a size (bytes, or with a K, M or G suffix: 64M)"
                 ))
             })
@@ -211,7 +211,7 @@ impl Session {
                 } else {
                     let n = bytes()?;
                     Some(u32::try_from(n).map_err(|_| {
-                        ReplError(format!(
+                        ReplError::Entry(format!(
                             ":set tlab: {n} bytes is more than a TLAB can be ({} bytes)",
                             u32::MAX
                         ))

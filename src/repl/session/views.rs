@@ -9,7 +9,7 @@ impl Session {
         let last = self
             .last
             .as_ref()
-            .ok_or_else(|| ReplError("no launch yet: `run` a kernel first".into()))?;
+            .ok_or_else(|| ReplError::Entry("no launch yet: `run` a kernel first".into()))?;
         let Some(p) = &last.report.profile else {
             bail!(
                 "the last launch collected no profile: `:set profile on` (launches then run in the interpreter) or `:set speculate N` (warm-up launches profile)"
