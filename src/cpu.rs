@@ -278,6 +278,7 @@ fn run(
                 let _running = inner.control.enter();
                 let mut replayer =
                     Replayer::new(prog, &inner.heap, alloc, &inner.control, slot, epoch, meta);
+                out.replays = Replays::new(meta);
                 let mut values = Vec::new();
                 loop {
                     if inner.control.interrupted_since(epoch) {

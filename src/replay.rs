@@ -70,6 +70,7 @@ impl<'a> Replayer<'a> {
     /// Resume the record `(workitem, site, _)` with `values`. Returns what
     /// became of it, and whether an interrupt stopped it part-way (then
     /// the record counts as abandoned, whatever the result says).
+    #[inline]
     pub(crate) fn resume(
         &mut self,
         meta: &DeoptMetadata,
@@ -104,15 +105,43 @@ impl<'a> Replayer<'a> {
     }
 }
 
+/// Counts by site id and reason.
+#[derive(Default)]
+struct PerSite(Vec<[u64; Reason::ALL.len()]>);
+
+impl PerSite {
+    #[inline]
+    fn add(&mut self, site: SiteId, reason: Reason, n: u64) {
+        let i = site.0 as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, [0; Reason::ALL.len()]);
+        }
+        self.0[i][reason.code() as usize] += n;
+    }
+
+    /// Every non-zero count, by site and reason.
+    fn iter(&self) -> impl Iterator<Item = (SiteId, Reason, u64)> + '_ {
+        self.0.iter().enumerate().flat_map(|(i, by)| {
+            Reason::ALL
+                .iter()
+                .zip(by)
+                .filter(|&(_, &n)| n > 0)
+                .map(move |(&r, &n)| (SiteId(i as u32), r, n))
+        })
+    }
+}
+
 /// What became of a launch's deopt records: replayed (to their end or an
 /// exception) or abandoned by an interrupt, by site and reason, with the
 /// first rows of the deopt table.
 #[derive(Default)]
 pub(crate) struct Replays {
-    /// Records replayed, by site id and reason code.
-    replayed_at: BTreeMap<(SiteId, Reason), u64>,
+    /// Records replayed, by site id and reason code (a count per record
+    /// costs an index, not a map insertion: replay is the hot path of a
+    /// launch that deopts often).
+    replayed_at: PerSite,
     /// Records an interrupt dropped, by site id and reason code.
-    abandoned_at: BTreeMap<(SiteId, Reason), u64>,
+    abandoned_at: PerSite,
     /// Workitems replayed to their end or their exception.
     pub(crate) replayed: u64,
     /// Workitems an interrupt stopped part-way.
@@ -126,13 +155,14 @@ pub(crate) struct Replays {
 impl Replays {
     /// Account for one record an interrupt dropped.
     pub(crate) fn abandoned(&mut self, meta: &DeoptMetadata, h: Header, values: &[u64]) {
-        *self.abandoned_at.entry((h.1, h.2)).or_insert(0) += 1;
+        self.abandoned_at.add(h.1, h.2, 1);
         self.abandoned += 1;
         self.row(meta, h, DeoptAction::Interrupted, values);
     }
 
     /// Account for one replayed record; an error if it could not be
     /// resumed at all (its site or values do not match the metadata).
+    #[inline]
     pub(crate) fn replayed(
         &mut self,
         meta: &DeoptMetadata,
@@ -153,14 +183,26 @@ impl Replays {
                 });
             }
         };
-        *self.replayed_at.entry((h.1, h.2)).or_insert(0) += 1;
+        self.replayed_at.add(h.1, h.2, 1);
         self.replayed += 1;
         self.row(meta, h, action, values);
         Ok(())
     }
 
+    /// An account for the records of the version `meta` describes (room
+    /// for each of its sites made at once).
+    pub(crate) fn new(meta: &DeoptMetadata) -> Replays {
+        let n = meta.sites.len();
+        Replays {
+            replayed_at: PerSite(vec![[0; Reason::ALL.len()]; n]),
+            abandoned_at: PerSite(vec![[0; Reason::ALL.len()]; n]),
+            ..Replays::default()
+        }
+    }
+
     /// Account for one resumed record: abandoned when an interrupt
     /// stopped it, replayed otherwise.
+    #[inline]
     pub(crate) fn resumed(
         &mut self,
         meta: &DeoptMetadata,
@@ -192,11 +234,11 @@ impl Replays {
 
     /// Both accounts together.
     pub(crate) fn merge(mut self, other: Replays) -> Replays {
-        for (k, n) in other.replayed_at {
-            *self.replayed_at.entry(k).or_insert(0) += n;
+        for (site, reason, n) in other.replayed_at.iter() {
+            self.replayed_at.add(site, reason, n);
         }
-        for (k, n) in other.abandoned_at {
-            *self.abandoned_at.entry(k).or_insert(0) += n;
+        for (site, reason, n) in other.abandoned_at.iter() {
+            self.abandoned_at.add(site, reason, n);
         }
         self.replayed += other.replayed;
         self.abandoned += other.abandoned;
@@ -217,12 +259,12 @@ impl Replays {
         meta: &DeoptMetadata,
         report: &mut LaunchReport,
     ) -> Thrown {
-        for (&(site, reason), &n) in self.replayed_at.iter().chain(&self.abandoned_at) {
+        for (site, reason, n) in self.replayed_at.iter().chain(self.abandoned_at.iter()) {
             let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
             *report.deopts.entry((bci, reason)).or_insert(0) += n;
         }
-        for (&key, &n) in &self.replayed_at {
-            *report.site_deopts.entry(key).or_insert(0) += n;
+        for (site, reason, n) in self.replayed_at.iter() {
+            *report.site_deopts.entry((site, reason)).or_insert(0) += n;
         }
         report.replayed += self.replayed;
         report.abandoned += self.abandoned;

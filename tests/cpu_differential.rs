@@ -4,10 +4,12 @@
 //! same exceptions (see `offload::tools::differential`; the `jit_differential`
 //! cargo-fuzz target runs the same comparison at length).
 
-use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::print_module;
 use offload::tools::differential::Differ;
 use offload::tools::reference::Rng;
+
+#[path = "common/programs.rs"]
+mod programs;
 
 #[test]
 fn random_kernels_agree_between_the_cpu_device_and_the_interpreter() {
@@ -15,11 +17,7 @@ fn random_kernels_agree_between_the_cpu_device_and_the_interpreter() {
     let mut rng = Rng::new(77);
     let (mut compared, mut compiled) = (0, 0);
     for case in 0..400 {
-        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
-        let Ok(module) = arbitrary_module(
-            &mut arbitrary::Unstructured::new(&bytes),
-            &GenConfig::default(),
-        ) else {
+        let Some(module) = programs::generate(&mut rng) else {
             continue;
         };
         let text = print_module(&module);

@@ -7,13 +7,15 @@
 //! up here as a differing word, with the program printed.
 
 use offload::interp::{Interpreter, Outcome};
-use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::{Kind, Type, print_module};
 use offload::tlab::Allocator;
 use offload::tools::differential::{canonical_bits as canon, inputs};
 use offload::tools::reference::Rng;
 use offload::{Device, Runtime, par_offload};
 use offload_jit::Injection;
+
+#[path = "common/programs.rs"]
+mod programs;
 
 #[test]
 fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
@@ -22,11 +24,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
     // Frames checked per tier: [quick, optimized].
     let mut per_tier = [0; 2];
     for case in 0..120 {
-        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
-        let Ok(module) = arbitrary_module(
-            &mut arbitrary::Unstructured::new(&bytes),
-            &GenConfig::default(),
-        ) else {
+        let Some(module) = programs::generate(&mut rng) else {
             continue;
         };
         let text = print_module(&module);

@@ -9,7 +9,7 @@ use offload::deopt::Reason;
 use offload::{Device, Runtime, par_offload};
 use offload_jit::Injection;
 
-const TRIG: &str = include_str!("ptx/math.obc");
+const TRIG: &str = include_str!("files/lower_math.obc");
 
 /// Inputs: ordinary values, multiples of pi/2, and arguments beyond the
 /// device's reduction (which the GPU hands to the host).

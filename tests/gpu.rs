@@ -7,13 +7,15 @@
 //! about 5·10^7 PTX instructions a second.
 
 use offload::deopt::Reason;
-use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::print_module;
 use offload::tools::differential::Differ;
 use offload::tools::reference::Rng;
 use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
 use offload_jit::Injection;
 use std::time::{Duration, Instant};
+
+#[path = "common/programs.rs"]
+mod programs;
 
 #[path = "common/stress.rs"]
 mod stress;
@@ -64,11 +66,7 @@ fn differential_random_programs_on_cuda() {
         if case % 25 == 24 {
             differ = new_differ();
         }
-        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
-        let Ok(module) = arbitrary_module(
-            &mut arbitrary::Unstructured::new(&bytes),
-            &GenConfig::default(),
-        ) else {
+        let Some(module) = programs::generate(&mut rng) else {
             continue;
         };
         match differ.compare(&print_module(&module), rng.next_u64()) {
@@ -364,7 +362,9 @@ fn transcendentals_match_libm_and_huge_trig_arguments_go_to_the_host() {
     // for bit against the host's libm; sine and cosine of huge arguments
     // deoptimize (DeviceLimit) and the host finishes them.
     let rt = build(gpu());
-    let m = rt.load("math.obc", include_str!("ptx/math.obc")).unwrap();
+    let m = rt
+        .load("math.obc", include_str!("files/lower_math.obc"))
+        .unwrap();
     let n = size(&rt, 200_000, 3_000);
     let mut rng = Rng::new(3);
     let xs: Vec<f64> = (0..n)

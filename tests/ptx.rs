@@ -6,13 +6,15 @@
 //! metadata (the lowering decisions are shared). A missing `ptxas` fails
 //! the run: `scripts/test-all` installs it.
 
-use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::print_module;
 use offload::jit::{CompileOptions, Injection, SafepointInjection};
 use offload::jit::{CpuJit, JitError, ptx, ptxas};
 use offload::tools::reference::Rng;
 use offload::{Device, Runtime};
 use std::path::PathBuf;
+
+#[path = "common/programs.rs"]
+mod programs;
 
 fn ptxas_path() -> PathBuf {
     ptxas::find().unwrap_or_else(|e| panic!("{e}"))
@@ -177,11 +179,7 @@ fn generated_programs_assemble_and_share_the_cpu_metadata() {
     let mut rng = Rng::new(505);
     let (mut ok, mut refused) = (0, 0);
     for case in 0..120 {
-        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
-        let Ok(module) = arbitrary_module(
-            &mut arbitrary::Unstructured::new(&bytes),
-            &GenConfig::default(),
-        ) else {
+        let Some(module) = programs::generate(&mut rng) else {
             continue;
         };
         let text = print_module(&module);

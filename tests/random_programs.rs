@@ -2,10 +2,12 @@
 //! interpreter: whatever they do, the result is completion or exceptions —
 //! never a panic, a hang or a corrupt heap.
 
-use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
 use offload::ir::{Elem, Type, print_module};
 use offload::tools::reference::Rng;
 use offload::{Arg, OffloadError, Runtime, par_offload};
+
+#[path = "common/programs.rs"]
+mod programs;
 
 fn capture(rt: &Runtime, m: &offload::Module, t: Type, rng: &mut Rng) -> Option<Arg> {
     Some(match t {
@@ -43,11 +45,7 @@ fn random_kernels_complete_or_throw() {
     let mut threw = 0;
     let mut loaded: Vec<offload::Module> = Vec::new();
     for case in 0..300 {
-        let bytes: Vec<u8> = (0..4096).map(|_| rng.next_u64() as u8).collect();
-        let Ok(module) = arbitrary_module(
-            &mut arbitrary::Unstructured::new(&bytes),
-            &GenConfig::default(),
-        ) else {
+        let Some(module) = programs::generate(&mut rng) else {
             continue;
         };
         let text = print_module(&module);

@@ -1,0 +1,352 @@
+//! The CPU device's optimized tier against the interpreter: chunks that
+//! run without bounds checks, loops checked once at entry, vectorized
+//! groups, and the deopt reasons of the checks they keep.
+
+use offload::deopt::Reason;
+use offload::ir::ExceptionKind;
+use offload::{OffloadError, Runtime, par_offload};
+
+#[path = "common/runtimes.rs"]
+mod runtimes;
+
+use runtimes::{cpu, interpreter, optimized};
+
+/// One compare checks an array access for both null and bounds (null reads
+/// as an array of length 0); the record still names the right reason, and
+/// the replay throws the right exception, in both tiers.
+#[test]
+fn a_null_array_and_an_index_out_of_bounds_deopt_with_their_own_reasons() {
+    // Workitems 0..4 read `a`, the others a local that is still null.
+    const GET: &str = "kernel get(i: i64, a: i32[], out: i32[]) {
+    local src: i32[]
+    ref.null
+    store src
+    load i
+    i64.const 4
+    i64.ge
+    br_if read
+    load a
+    store src
+  read:
+    load out
+    load i
+    i64.to_i32
+    load src
+    load i
+    i64.to_i32
+    i32.aload
+    i32.astore
+    ret
+}";
+    // The aload's bytecode index (the site both checks share).
+    const ALOAD: u32 = 14;
+    for tier in ["quick", "optimized"] {
+        let rt = cpu(2);
+        let m = rt.load("get.obc", GET).unwrap();
+        let out = rt.new_array::<i32>(8).unwrap();
+        let a = rt.array(&[7i32; 4]).unwrap();
+        if tier == "optimized" {
+            // Warm up, then wait for the optimized tier.
+            let c = m.closure("get", [(&a).into(), (&out).into()]).unwrap();
+            par_offload(0..4, &c).unwrap();
+            rt.finish_compiles();
+        }
+        // Out of bounds for 2..4 (a has 2 elements), null for 4..8.
+        let out = rt.new_array::<i32>(8).unwrap();
+        let a = rt.array(&[7i32; 2]).unwrap();
+        let c = m.closure("get", [(&a).into(), (&out).into()]).unwrap();
+        let e = match par_offload(0..8, &c) {
+            Err(OffloadError::Exceptions(e)) => e,
+            other => panic!("{tier}: expected exceptions, got {other:?}"),
+        };
+        assert_eq!(e.report.quick_tier, tier == "quick", "{}", e.report);
+        assert_eq!(e.workitems, vec![2, 3, 4, 5, 6, 7]);
+        assert_eq!(e.by_kind.get(&ExceptionKind::IndexOutOfBounds), Some(&2));
+        assert_eq!(e.by_kind.get(&ExceptionKind::NullPointer), Some(&4));
+        let deopts = &e.report.deopts;
+        assert_eq!(
+            deopts.get(&(ALOAD, Reason::BoundsCheck)),
+            Some(&2),
+            "{tier}: {deopts:?}"
+        );
+        assert_eq!(
+            deopts.get(&(ALOAD, Reason::NullCheck)),
+            Some(&4),
+            "{tier}: {deopts:?}"
+        );
+        assert_eq!(rt.read(&out).unwrap(), [7, 7, 0, 0, 0, 0, 0, 0]);
+    }
+}
+
+/// Accesses indexed by the workitem number run unchecked in chunks that
+/// lie inside their arrays, and checked elsewhere: a range that runs past
+/// the end of one array gives exactly the interpreter's results and
+/// exceptions, in both tiers.
+#[test]
+fn chunks_inside_the_arrays_and_chunks_past_their_end_agree_with_the_interpreter() {
+    const ADD1: &str = "kernel add1(i: i64, a: i32[], out: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load out
+    load j
+    load a
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}";
+    let run = |rt: &Runtime, n: usize, warm: bool| {
+        let m = rt.load("add1.obc", ADD1).unwrap();
+        let a = rt.array(&(0..40).collect::<Vec<i32>>()).unwrap();
+        if warm {
+            let out = rt.new_array::<i32>(40).unwrap();
+            let c = m.closure("add1", [(&a).into(), (&out).into()]).unwrap();
+            par_offload(0..40, &c).unwrap();
+            rt.finish_compiles();
+        }
+        let out = rt.new_array::<i32>(n).unwrap();
+        let c = m.closure("add1", [(&a).into(), (&out).into()]).unwrap();
+        let res = par_offload(0..n as i64, &c);
+        let (quick, thrown) = match res {
+            Ok(r) => (r.quick_tier, (0, Vec::new())),
+            Err(OffloadError::Exceptions(e)) => (
+                e.report.quick_tier,
+                (
+                    e.by_kind
+                        .get(&ExceptionKind::IndexOutOfBounds)
+                        .copied()
+                        .unwrap_or(0),
+                    e.workitems.clone(),
+                ),
+            ),
+            Err(e) => panic!("{e}"),
+        };
+        (quick, thrown, rt.read(&out).unwrap())
+    };
+    let interp = interpreter(2);
+    for n in [1usize, 39, 40, 41, 64, 1000, 2000] {
+        let (_, want_thrown, want) = run(&interp, n, false);
+        assert_eq!(want_thrown.0, n.saturating_sub(40) as u64);
+        // Chunks are n / 64 workitems (at least 1): with n = 1000 and 2000
+        // the first chunks lie inside `a` and one runs past its end.
+        for warm in [false, true] {
+            let rt = cpu(2);
+            let (quick, thrown, got) = run(&rt, n, warm);
+            assert_eq!(quick, !warm, "n {n}");
+            assert_eq!(got, want, "n {n}, warm {warm}");
+            assert_eq!(thrown, want_thrown, "n {n}, warm {warm}");
+        }
+    }
+}
+
+/// Loops whose accesses the optimized tier checks once at entry
+/// (`plan::loop_predicates`): where the check holds, where it fails because
+/// an array is short, the start is negative, or the counter would wrap past
+/// `i32::MAX`, the CPU device gives the interpreter's results and
+/// exceptions (same workitems, same kinds).
+#[test]
+fn loops_checked_once_at_entry_agree_with_the_interpreter() {
+    // out[row] = sum of a[row * m + k - k0] for k = k0, k0 + 2, ... < n.
+    const ROWSUM: &str = "kernel rowsum(i: i64, n: i32, k0: i32, m: i32, a: i32[], out: i64[]) {
+    local row: i32
+    local k: i32
+    local s: i64
+    load i
+    i64.to_i32
+    store row
+    i64.const 0
+    store s
+    load k0
+    store k
+  loop:
+    load k
+    load n
+    i32.ge
+    br_if done
+    load s
+    load a
+    load row
+    load m
+    i32.mul
+    load k
+    i32.add
+    load k0
+    i32.sub
+    i32.aload
+    i32.to_i64
+    i64.add
+    store s
+    inc k 2
+    br loop
+  done:
+    load out
+    load row
+    load s
+    i64.astore
+    ret
+}";
+    let run = |rt: &Runtime, rows: usize, n: i32, k0: i32, m: i32, len: usize| {
+        let module = rt.load("rowsum.obc", ROWSUM).unwrap();
+        let a = rt.array(&(0..len as i32).collect::<Vec<i32>>()).unwrap();
+        let out = rt.new_array::<i64>(rows).unwrap();
+        let c = module
+            .closure(
+                "rowsum",
+                [n.into(), k0.into(), m.into(), (&a).into(), (&out).into()],
+            )
+            .unwrap();
+        let thrown = match par_offload(0..rows as i64, &c) {
+            Ok(r) => {
+                assert!(r.fallback.is_none(), "{:?}", r.fallback);
+                (0, Vec::new(), Vec::new())
+            }
+            Err(OffloadError::Exceptions(e)) => {
+                let mut kinds: Vec<_> = e.by_kind.iter().map(|(k, n)| (*k, *n)).collect();
+                kinds.sort_by_key(|(k, _)| format!("{k:?}"));
+                (e.count, e.workitems.clone(), kinds)
+            }
+            Err(e) => panic!("{e}"),
+        };
+        (thrown, rt.read(&out).unwrap())
+    };
+    let interp = interpreter(2);
+    let optimized = optimized(2);
+    let cases: [(usize, i32, i32, i32, usize, bool); 6] = [
+        // rows, n, k0, m, a's length, whether some workitem throws
+        (64, 40, 0, 40, 64 * 40, false),    // every row inside `a`
+        (64, 40, 0, 40, 50 * 40 + 7, true), // rows past 50 run off its end
+        (64, 40, -2, 40, 64 * 40, true),    // row 0 starts below 0
+        (64, 40, 50, 40, 0, false),         // no iteration at all
+        (64, 41, 1, 40, 64 * 40, false),    // odd bound, step 2
+        // k = MAX-3, MAX-1, then wraps to MIN+1 < n: indices 0, 2, 4, then
+        // 6 is out of bounds (the entry check must not pass).
+        (1, i32::MAX, i32::MAX - 3, 0, 5, true),
+    ];
+    for (rows, n, k0, m, len, throws) in cases {
+        let want = run(&interp, rows, n, k0, m, len);
+        assert_eq!(
+            want.0.0 > 0,
+            throws,
+            "case {rows} {n} {k0} {m} {len}: {want:?}"
+        );
+        let got = run(&optimized, rows, n, k0, m, len);
+        assert_eq!(got, want, "case {rows} {n} {k0} {m} {len}");
+    }
+}
+
+/// Straight-line 32-bit kernels run as SIMD bodies, a lane per workitem, in
+/// the optimized tier's unchecked chunks (`plan::vectorizable`). Mixed
+/// uniform and per-workitem operands, a stored uniform value, the workitem
+/// number kept in a local, the same array passed twice (so that a lane's
+/// load and store of one element alias), ranges with a scalar tail and
+/// ranges that run past the arrays' end: all as on the interpreter.
+#[test]
+fn vectorized_groups_agree_with_the_interpreter() {
+    const MIX: &str = "kernel mix(i: i64, a: f32, m: i32, x: f32[], y: f32[], p: i32[], q: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load y
+    load j
+    load a
+    load x
+    load j
+    f32.aload
+    f32.mul
+    load y
+    load j
+    f32.aload
+    f32.sub
+    f32.const 0.5
+    f32.div
+    f32.astore
+    load p
+    load j
+    load q
+    load j
+    i32.aload
+    load m
+    i32.xor
+    load p
+    load j
+    i32.aload
+    i32.add
+    load m
+    i32.and
+    load q
+    load j
+    i32.aload
+    i32.or
+    i32.astore
+    load q
+    load j
+    load m
+    i32.astore
+    ret
+}";
+    let run = |rt: &Runtime, n: usize, len: usize, same: bool| {
+        let m = rt.load("mix.obc", MIX).unwrap();
+        let x = rt
+            .array(&(0..len).map(|v| v as f32 * 0.25 - 3.0).collect::<Vec<_>>())
+            .unwrap();
+        let y = rt
+            .array(&(0..len).map(|v| (v % 7) as f32).collect::<Vec<_>>())
+            .unwrap();
+        let p = rt
+            .array(&(0..len as i32).map(|v| v * 3 - 11).collect::<Vec<_>>())
+            .unwrap();
+        let q = rt
+            .array(&(0..len as i32).map(|v| v ^ 0x55).collect::<Vec<_>>())
+            .unwrap();
+        let (ya, qa) = if same { (&x, &p) } else { (&y, &q) };
+        let c = m
+            .closure(
+                "mix",
+                [
+                    1.5f32.into(),
+                    0x0f0fi32.into(),
+                    (&x).into(),
+                    ya.into(),
+                    (&p).into(),
+                    qa.into(),
+                ],
+            )
+            .unwrap();
+        let thrown = match par_offload(0..n as i64, &c) {
+            Ok(r) => (0, Vec::new(), r.quick_tier),
+            Err(OffloadError::Exceptions(e)) => (e.count, e.workitems.clone(), e.report.quick_tier),
+            Err(e) => panic!("{e}"),
+        };
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        (
+            (thrown.0, thrown.1),
+            bits(rt.read(&x).unwrap()),
+            bits(rt.read(&y).unwrap()),
+            rt.read(&p).unwrap(),
+            rt.read(&q).unwrap(),
+            thrown.2,
+        )
+    };
+    let interp = interpreter(2);
+    let optimized = optimized(2);
+    for (n, len) in [
+        (4096, 4096),
+        (5000, 5003),
+        (3001, 3001),
+        (17, 17),
+        (6000, 4100),
+    ] {
+        for same in [false, true] {
+            let mut want = run(&interp, n, len, same);
+            let got = run(&optimized, n, len, same);
+            assert!(!got.5, "the optimized tier runs");
+            want.5 = got.5;
+            assert_eq!(got, want, "n {n}, len {len}, same {same}");
+        }
+    }
+}
