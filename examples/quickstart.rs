@@ -1,6 +1,6 @@
 //! The smallest honest use of offload: saxpy over a million elements.
 //!
-//! `cargo run --release --example quickstart`
+//! `cargo run --release -p offload --example quickstart`
 
 use offload::{Runtime, par_offload};
 

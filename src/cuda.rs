@@ -314,6 +314,35 @@ fn jit_log(text: &str) -> String {
 
 /// A driver error as a sentence: the driver's message (which, on offload's
 /// virtual GPU, carries the simulator's diagnostic) and the error's name.
+/// A CUDA driver error as text: its name and the driver's description.
+pub fn cuda_error_text(e: &cudarc::driver::DriverError) -> String {
+    driver_error(e)
+}
+
+/// The GPU a runtime runs on, for tools that run kernels of their own
+/// beside offload's on the same context (the CUDA C baselines of
+/// `offload bench`): [`crate::Runtime::gpu_handles`].
+#[derive(Clone, Debug)]
+pub struct GpuHandles {
+    /// The CUDA context.
+    pub context: Arc<CudaContext>,
+    /// The stream offload launches on.
+    pub stream: Arc<CudaStream>,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+}
+
+impl Gpu {
+    /// The context, stream and size of this GPU.
+    pub(crate) fn handles(&self) -> GpuHandles {
+        GpuHandles {
+            context: self.ctx.clone(),
+            stream: self.stream.clone(),
+            sms: self.sms,
+        }
+    }
+}
+
 pub(crate) fn driver_error(e: &cudarc::driver::DriverError) -> String {
     let text = |r: Result<&std::ffi::CStr, _>| {
         r.ok()

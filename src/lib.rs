@@ -105,7 +105,8 @@
 //!
 //! The modules form layers with no cycle: `env`, `policy`, `report`,
 //! `error`, `replay`, `adaptive`, `device`, the devices, `launch`, then
-//! `runtime`; the tooling (`tools`, the REPL and the CLI) sits on top.
+//! `runtime`. The `offload` command, its REPL and its tooling sit on top,
+//! in a crate of their own (`cli/`, `offload-cli`).
 //! The architecture — invariants, how a launch flows, where each part lives
 //! — is described in `docs/DESIGN.md` in the repository.
 
@@ -133,9 +134,8 @@ mod report;
 mod runtime;
 #[doc(hidden)]
 pub mod table;
-#[doc(hidden)]
-pub mod tools;
 
+pub use cuda::{GpuHandles, cuda_error_text};
 pub use error::{KernelExceptions, OffloadError};
 pub use offload_tlab::AllocPolicy;
 pub use report::{DeoptAction, DeoptRow, LaunchReport, SavedValue, Timings};

@@ -332,7 +332,7 @@ fn the_optimized_list_kernel_keeps_no_constant_across_blocks() {
     // iteration; the JIT gives each using block a copy of its own.
     let rt = cpu().build().unwrap();
     let m = rt
-        .load("list.obc", offload::tools::bench::LIST_KERNEL)
+        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
         .unwrap();
     let clif = m.cranelift_ir("list").unwrap();
     assert!(clif.contains("iconst.i64 0x0018_0000_0000"), "{clif}");

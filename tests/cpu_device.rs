@@ -2,12 +2,12 @@
 
 use offload::deopt::Reason;
 use offload::ir::ExceptionKind;
-use offload::tools::demo::example;
-use offload::tools::reference as native;
 use offload::{Device, OffloadError, Runtime, par_offload};
+use offload_cli::tools::demo::example;
+use offload_cli::tools::reference as native;
 use offload_jit::Injection;
 
-use offload::tools::demo::INC_KERNEL as INC;
+use offload_cli::tools::demo::INC_KERNEL as INC;
 
 #[path = "common/runtimes.rs"]
 mod runtimes;
@@ -19,9 +19,10 @@ use runtimes::{cpu, interpreter, optimized};
 #[test]
 fn the_demo_matches_native_rust_on_the_cpu_device() {
     let rt = cpu(2);
-    let rows = offload::tools::demo::run(&rt, offload::tools::demo::Sizes { shrink: 20 }).unwrap();
+    let rows =
+        offload_cli::tools::demo::run(&rt, offload_cli::tools::demo::Sizes { shrink: 20 }).unwrap();
     let bad: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
-    assert!(bad.is_empty(), "{}", offload::tools::demo::table(&rows));
+    assert!(bad.is_empty(), "{}", offload_cli::tools::demo::table(&rows));
 }
 
 #[test]

@@ -84,6 +84,6 @@ fn strict_mode_makes_the_fallback_an_error() {
 #[test]
 fn the_cuda_c_baselines_need_the_cuda_device() {
     let rt = Runtime::builder().device(Device::Cpu).build().unwrap();
-    let e = offload::tools::cuda_c::CudaC::for_runtime(&rt).unwrap_err();
+    let e = offload_cli::tools::cuda_c::CudaC::for_runtime(&rt).unwrap_err();
     assert!(e.to_string().contains("not on the CUDA device"), "{e}");
 }

@@ -9,9 +9,9 @@
 use offload::interp::{Interpreter, Outcome};
 use offload::ir::{Kind, Type, print_module};
 use offload::tlab::Allocator;
-use offload::tools::differential::{canonical_bits as canon, inputs};
-use offload::tools::reference::Rng;
 use offload::{Device, Runtime, par_offload};
+use offload_cli::tools::differential::{canonical_bits as canon, inputs};
+use offload_cli::tools::reference::Rng;
 use offload_jit::Injection;
 
 #[path = "common/programs.rs"]

@@ -8,9 +8,9 @@
 
 use offload::deopt::Reason;
 use offload::ir::print_module;
-use offload::tools::differential::Differ;
-use offload::tools::reference::Rng;
 use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
+use offload_cli::tools::differential::Differ;
+use offload_cli::tools::reference::Rng;
 use offload_jit::Injection;
 use std::time::{Duration, Instant};
 
@@ -128,7 +128,7 @@ fn injected_inc(site_bci: u32, modulus: i64) -> offload::LaunchReport {
     }));
     let n = size(&rt, 200_000, 6_000);
     let m = rt
-        .load("inc.obc", offload::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
     let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
@@ -212,7 +212,7 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
 fn exactly_once_while_the_host_raises_safepoints() {
     let rt = build(gpu());
     let m = rt
-        .load("spin.obc", offload::tools::demo::SPIN_KERNEL)
+        .load("spin.obc", offload_cli::tools::demo::SPIN_KERNEL)
         .unwrap();
     let n = size(&rt, 200_000, 6_000);
     let iters = size(&rt, 2000, 300) as i32;
@@ -263,7 +263,7 @@ fn tlab_refills_under_contention_one_refiller_per_overflow() {
             .reclaim(false),
     );
     let m = rt
-        .load("list.obc", offload::tools::bench::LIST_KERNEL)
+        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
         .unwrap();
     let items = size(&rt, 1_000_000, 8_000);
     let n = 8i32;
@@ -277,7 +277,7 @@ fn tlab_refills_under_contention_one_refiller_per_overflow() {
     assert_eq!(rep.device, Device::Cuda, "{rep}");
     let got = rt.read(&out).unwrap();
     let want: Vec<i64> = (0..items as i64)
-        .map(|i| offload::tools::reference::list_sum_expected(i, n))
+        .map(|i| offload_cli::tools::reference::list_sum_expected(i, n))
         .collect();
     assert_eq!(got, want, "{rep}");
     // No two objects overlap and every gap is a filler: the heap parses,
@@ -305,7 +305,7 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
     // with AllocationFailure; the host replays them.
     let rt = build(gpu().tlab_bytes(512).fail_refills(2, 1).reclaim(false));
     let m = rt
-        .load("list.obc", offload::tools::bench::LIST_KERNEL)
+        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
         .unwrap();
     let items = size(&rt, 100_000, 4_000);
     let out = rt.new_array::<i64>(items).unwrap();
@@ -315,7 +315,7 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
     )
     .unwrap();
     let want: Vec<i64> = (0..items as i64)
-        .map(|i| offload::tools::reference::list_sum_expected(i, 8))
+        .map(|i| offload_cli::tools::reference::list_sum_expected(i, 8))
         .collect();
     assert_eq!(rt.read(&out).unwrap(), want, "{rep}");
     let failures: u64 = rep
@@ -333,7 +333,7 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
 fn launches_that_allocate_nothing_leave_the_heap_top_where_it_was() {
     let rt = build(gpu());
     let m = rt
-        .load("inc.obc", offload::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(1000).unwrap();
     let c = m.closure("inc", [(&out).into()]).unwrap();
@@ -464,7 +464,7 @@ fn a_kernel_that_stores_outside_the_heap_is_an_error_naming_its_ptx_line() {
         )
     }));
     let m = rt
-        .load("inc.obc", offload::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(100).unwrap();
     let err = par_offload(0..100, &m.closure("inc", [(&out).into()]).unwrap()).unwrap_err();

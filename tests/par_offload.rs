@@ -1,11 +1,11 @@
 //! `par_offload` end to end on the interpreter device.
 
 use offload::ir::ExceptionKind;
-use offload::tools::demo::example;
-use offload::tools::reference as native;
 use offload::{AllocPolicy, Device, OffloadError, Runtime, par_offload};
+use offload_cli::tools::demo::example;
+use offload_cli::tools::reference as native;
 
-use offload::tools::demo::INC_KERNEL as INC;
+use offload_cli::tools::demo::INC_KERNEL as INC;
 
 fn rt() -> Runtime {
     Runtime::builder().workers(4).build().unwrap()

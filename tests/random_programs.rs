@@ -3,8 +3,8 @@
 //! never a panic, a hang or a corrupt heap.
 
 use offload::ir::{Elem, Type, print_module};
-use offload::tools::reference::Rng;
 use offload::{Arg, OffloadError, Runtime, par_offload};
+use offload_cli::tools::reference::Rng;
 
 #[path = "common/programs.rs"]
 mod programs;

@@ -4,8 +4,8 @@
 //! the interpreter that replays deopts — keeps any launch that stored a
 //! reference to one of its objects into an older object.
 
-use offload::tools::bench::LIST_KERNEL;
 use offload::{Arg, Device, Runtime, par_offload};
+use offload_cli::tools::bench::LIST_KERNEL;
 use offload_jit::Injection;
 
 /// The interpreter, the CPU device's quick tier (a tiered runtime's first
@@ -46,7 +46,8 @@ fn churn(
             let got = rt.read(&out).unwrap();
             assert!(
                 (0..items)
-                    .all(|i| got[i] == offload::tools::reference::list_sum_expected(i as i64, 16)),
+                    .all(|i| got[i]
+                        == offload_cli::tools::reference::list_sum_expected(i as i64, 16)),
                 "{r}"
             );
             (r, rt.heap().used())
@@ -462,7 +463,7 @@ fn lists_a_workitem_keeps_survive_the_workitems_after_it() {
         )
         .unwrap();
         let sums: Vec<i64> = (0..items as i64)
-            .map(|i| offload::tools::reference::list_sum_expected(i, n))
+            .map(|i| offload_cli::tools::reference::list_sum_expected(i, n))
             .collect();
         assert_eq!(rt.read(&out).unwrap(), sums, "{name}: {r}");
         assert_eq!(r.alloc.reclaimed, 0, "{name}: kept lists escaped: {r}");
@@ -665,7 +666,7 @@ fn both_devices_run_a_garbage_making_kernel_in_a_small_heap() {
         let got = rt.read(&out).unwrap();
         assert!(
             (0..items)
-                .all(|i| got[i] == offload::tools::reference::list_sum_expected(i as i64, 64)),
+                .all(|i| got[i] == offload_cli::tools::reference::list_sum_expected(i as i64, 64)),
             "{device:?}: {r}"
         );
         assert!(r.alloc.recycled > 20 << 20, "{device:?}: {r}");

@@ -79,7 +79,13 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 ";
 
 fn safepoints_on(device: Device, n: usize, iters: i32) {
-    safepoints_in(offload::tools::demo::SPIN_KERNEL, device, n, iters, true);
+    safepoints_in(
+        offload_cli::tools::demo::SPIN_KERNEL,
+        device,
+        n,
+        iters,
+        true,
+    );
 }
 
 /// Safepoints while `src`'s `spin` runs; `tiered: false` compiles the

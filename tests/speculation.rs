@@ -9,8 +9,8 @@
 use offload::jit::CompileOptions;
 use offload::jit::{CpuJit, SpecConfig, Speculations, ptx, ptxas};
 use offload::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
-use offload::tools::experiment::{self, Config};
 use offload::{Arg, Device, OffloadError, Runtime};
+use offload_cli::tools::experiment::{self, Config};
 use offload_deopt::{Assumption, Reason};
 use std::collections::BTreeSet;
 

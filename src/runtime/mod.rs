@@ -184,9 +184,11 @@ impl Runtime {
             .map_err(OffloadError::Setup)
     }
 
-    /// The runtime's GPU, if it runs on one.
-    pub(crate) fn gpu_handle(&self) -> Option<&Gpu> {
-        self.inner.gpu.as_ref()
+    /// The CUDA context and stream of the runtime's GPU (`None` unless
+    /// the device is CUDA), for tools that run kernels of their own beside
+    /// offload's.
+    pub fn gpu_handles(&self) -> Option<crate::GpuHandles> {
+        self.inner.gpu.as_ref().map(Gpu::handles)
     }
 
     /// The GPU, described (`None` unless the device is CUDA).

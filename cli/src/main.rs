@@ -293,9 +293,10 @@ fn run(cli: Cli) -> Result<(), String> {
             if let Some(g) = rt.gpu() {
                 println!("GPU: {g}");
             }
-            let rows = offload::tools::demo::run(&rt, offload::tools::demo::Sizes { shrink })
-                .map_err(|e| format!("error: {e}"))?;
-            print!("{}", offload::tools::demo::table(&rows));
+            let rows =
+                offload_cli::tools::demo::run(&rt, offload_cli::tools::demo::Sizes { shrink })
+                    .map_err(|e| format!("error: {e}"))?;
+            print!("{}", offload_cli::tools::demo::table(&rows));
             for r in &rows {
                 if let Some(d) = &r.deopts {
                     print!("\n{d}");
@@ -323,13 +324,13 @@ fn run(cli: Cli) -> Result<(), String> {
                 b = b.workers(w);
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
-            let mut rows = offload::tools::bench::run(&rt, shrink, reps.max(1))
+            let mut rows = offload_cli::tools::bench::run(&rt, shrink, reps.max(1))
                 .map_err(|e| format!("error: {e}"))?;
             // NVRTC's PTX for the CUDA C baselines calls device `malloc` and
             // approximate math, which the virtual GPU does not model.
             if rt.device() == offload::Device::Cuda && !rt.gpu_is_virtual() {
                 rows.extend(
-                    offload::tools::bench::run_cuda_c(&rt, shrink, reps.max(1))
+                    offload_cli::tools::bench::run_cuda_c(&rt, shrink, reps.max(1))
                         .map_err(|e| format!("error: {e}"))?,
                 );
             }
@@ -346,7 +347,7 @@ fn run(cli: Cli) -> Result<(), String> {
                 if let Some(why) = rt.fallback() {
                     println!("note: {why}");
                 }
-                print!("{}", offload::tools::bench::table(&rows));
+                print!("{}", offload_cli::tools::bench::table(&rows));
             }
             Ok(())
         }
@@ -368,7 +369,7 @@ fn run(cli: Cli) -> Result<(), String> {
             workload,
             policy,
             all,
-            offload::tools::experiment::Config {
+            offload_cli::tools::experiment::Config {
                 device,
                 launches,
                 items,
@@ -511,13 +512,13 @@ fn experiment(
     workload: Option<String>,
     policies: Vec<String>,
     all: bool,
-    cfg: offload::tools::experiment::Config,
+    cfg: offload_cli::tools::experiment::Config,
     csv: Option<PathBuf>,
     svg: Option<PathBuf>,
     log: bool,
 ) -> Result<(), String> {
     use offload::policy::NAMES;
-    use offload::tools::experiment::{self, WORKLOADS};
+    use offload_cli::tools::experiment::{self, WORKLOADS};
     let workloads: Vec<String> = if all {
         WORKLOADS.iter().map(ToString::to_string).collect()
     } else {

@@ -4,7 +4,6 @@
 //! offload's launches (upload once, then the median of synchronized kernel
 //! runs). Only the benchmarks use it.
 
-use crate::cuda::Gpu;
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg, sys,
 };
@@ -12,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The baselines' PTX (NVRTC output for compute_70, `.version` lowered to 6.3).
-pub const PTX: &str = include_str!("../../benches/cuda/baselines.ptx");
+pub const PTX: &str = include_str!("../../../benches/cuda/baselines.ptx");
 /// Their source, whose hash the PTX header records.
-pub const SOURCE: &str = include_str!("../../benches/cuda/baselines.cu");
+pub const SOURCE: &str = include_str!("../../../benches/cuda/baselines.cu");
 
 /// Device heap for the `malloc` baseline.
 const MALLOC_HEAP: usize = 512 << 20;
@@ -60,27 +59,27 @@ impl std::fmt::Debug for CudaC {
 impl CudaC {
     /// The baselines loaded on `rt`'s GPU (an error unless the runtime's
     /// device is CUDA).
-    pub fn for_runtime(rt: &crate::Runtime) -> Result<CudaC, crate::OffloadError> {
-        let gpu = rt.gpu_handle().ok_or(crate::OffloadError::NoGpu)?;
-        CudaC::load(gpu).map_err(crate::OffloadError::Setup)
+    pub fn for_runtime(rt: &offload::Runtime) -> Result<CudaC, offload::OffloadError> {
+        let gpu = rt.gpu_handles().ok_or(offload::OffloadError::NoGpu)?;
+        CudaC::load(&gpu).map_err(offload::OffloadError::Setup)
     }
 
     /// Loads the baselines' module (after sizing the device `malloc` heap).
-    pub(crate) fn load(gpu: &Gpu) -> Result<CudaC, String> {
-        let ctx: &Arc<CudaContext> = &gpu.ctx;
+    fn load(gpu: &offload::GpuHandles) -> Result<CudaC, String> {
+        let ctx: &Arc<CudaContext> = &gpu.context;
         ctx.bind_to_thread()
-            .map_err(|e| format!("CUDA: {}", crate::cuda::driver_error(&e)))?;
+            .map_err(|e| format!("CUDA: {}", offload::cuda_error_text(&e)))?;
         // SAFETY: sets a context limit of the current context before any
         // kernel that uses `malloc` is loaded; no pointers are involved.
         unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE, MALLOC_HEAP) }
             .result()
-            .map_err(|e| format!("CUDA malloc heap limit: {}", crate::cuda::driver_error(&e)))?;
+            .map_err(|e| format!("CUDA malloc heap limit: {}", offload::cuda_error_text(&e)))?;
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(PTX))
             .map_err(|e| {
                 format!(
                     "the CUDA driver rejected the CUDA C baselines: {}",
-                    crate::cuda::driver_error(&e)
+                    offload::cuda_error_text(&e)
                 )
             })?;
         Ok(CudaC {
@@ -91,12 +90,9 @@ impl CudaC {
     }
 
     fn function(&self, name: &str) -> Result<CudaFunction, String> {
-        self.module.load_function(name).map_err(|e| {
-            format!(
-                "CUDA C baseline `{name}`: {}",
-                crate::cuda::driver_error(&e)
-            )
-        })
+        self.module
+            .load_function(name)
+            .map_err(|e| format!("CUDA C baseline `{name}`: {}", offload::cuda_error_text(&e)))
     }
 
     /// Runs `kernel(n, args...)` once on fresh copies of `args` (whose arrays
@@ -112,7 +108,7 @@ impl CudaC {
         let s = &self.stream;
         let err = |what: &'static str| {
             move |e: cudarc::driver::DriverError| {
-                format!("CUDA C {kernel}: {what}: {}", crate::cuda::driver_error(&e))
+                format!("CUDA C {kernel}: {what}: {}", offload::cuda_error_text(&e))
             }
         };
         let mut dev = Vec::with_capacity(args.len());

@@ -3,9 +3,8 @@
 //! recompilation-policy experiments, differential testing, native Rust
 //! versions of the example kernels, and the CUDA C baselines.
 //!
-//! **Not public API**: hidden from the docs, free to change in any release.
-//! It sits in the library only because the binary, the integration tests
-//! and the benchmarks all need it, and uses nothing but the public API.
+//! Used by the binary, by the runtime's integration tests and benchmarks
+//! (a dev-dependency of `offload`), and built on the public API only.
 
 pub mod bench;
 pub mod cuda_c;

@@ -19,9 +19,9 @@
 //! be identical under every policy and equal to the interpreter's, which
 //! [`run`] checks when asked.
 
-use crate::adaptive::{Logged, decision_name};
-use crate::policy::Decision;
-use crate::{Arg, Array, Closure, Device, Module, OffloadError, Runtime};
+use offload::adaptive::{Logged, decision_name};
+use offload::policy::Decision;
+use offload::{Arg, Array, Closure, Device, Module, OffloadError, Runtime};
 use offload_deopt::Reason;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -41,12 +41,12 @@ pub const WORKLOADS: [&str; 6] = [
 /// The `.obc` source of a workload.
 pub fn source(workload: &str) -> Option<&'static str> {
     Some(match workload {
-        "stable" => include_str!("../../experiments/stable.obc"),
-        "phase-change" => include_str!("../../experiments/phase_change.obc"),
-        "rare-null" => include_str!("../../experiments/rare_null.obc"),
-        "megamorphic" => include_str!("../../experiments/megamorphic.obc"),
-        "alloc-pressure" => include_str!("../../experiments/alloc_pressure.obc"),
-        "safepoint-storm" => include_str!("../../experiments/safepoint_storm.obc"),
+        "stable" => include_str!("../../../experiments/stable.obc"),
+        "phase-change" => include_str!("../../../experiments/phase_change.obc"),
+        "rare-null" => include_str!("../../../experiments/rare_null.obc"),
+        "megamorphic" => include_str!("../../../experiments/megamorphic.obc"),
+        "alloc-pressure" => include_str!("../../../experiments/alloc_pressure.obc"),
+        "safepoint-storm" => include_str!("../../../experiments/safepoint_storm.obc"),
         _ => return None,
     })
 }
@@ -230,7 +230,7 @@ struct Driver {
     out_f64: Option<Array<f64>>,
     out_i32: Option<Array<i32>>,
     x: Option<Array<f64>>,
-    holder: Option<crate::Object>,
+    holder: Option<offload::Object>,
     kinds: i32,
 }
 
@@ -537,7 +537,7 @@ fn reasons_text(m: &BTreeMap<Reason, u64>) -> String {
 /// on the workload (`~` when its runs overlap the best policy's: within
 /// noise), and what the first run did.
 pub fn table(results: &[RunResult]) -> String {
-    let mut t = crate::table::new([
+    let mut t = offload::table::new([
         "workload",
         "policy",
         "median ms",
@@ -588,8 +588,8 @@ pub fn table(results: &[RunResult]) -> String {
             .to_string(),
         ]);
     }
-    crate::table::right(&mut t, &[2, 3, 4, 5, 6, 7]);
-    crate::table::text(&t)
+    offload::table::right(&mut t, &[2, 3, 4, 5, 6, 7]);
+    offload::table::text(&t)
 }
 
 /// One CSV row: a launch of one run.

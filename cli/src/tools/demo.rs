@@ -3,50 +3,50 @@
 //! ([`crate::tools::reference`]), with timings.
 
 use crate::tools::reference as native;
-use crate::{Array, Closure, OffloadError, Runtime, par_offload};
+use offload::{Array, Closure, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
 
 /// The example kernels, compiled into the binary.
 pub const EXAMPLES: &[(&str, &str)] = &[
     (
         "saxpy.obc",
-        include_str!("../../examples/kernels/saxpy.obc"),
+        include_str!("../../../examples/kernels/saxpy.obc"),
     ),
     (
         "mandelbrot.obc",
-        include_str!("../../examples/kernels/mandelbrot.obc"),
+        include_str!("../../../examples/kernels/mandelbrot.obc"),
     ),
     (
         "nbody.obc",
-        include_str!("../../examples/kernels/nbody.obc"),
+        include_str!("../../../examples/kernels/nbody.obc"),
     ),
     (
         "blackscholes.obc",
-        include_str!("../../examples/kernels/blackscholes.obc"),
+        include_str!("../../../examples/kernels/blackscholes.obc"),
     ),
     (
         "matmul.obc",
-        include_str!("../../examples/kernels/matmul.obc"),
+        include_str!("../../../examples/kernels/matmul.obc"),
     ),
     (
         "histogram.obc",
-        include_str!("../../examples/kernels/histogram.obc"),
+        include_str!("../../../examples/kernels/histogram.obc"),
     ),
     (
         "alloc.obc",
-        include_str!("../../examples/kernels/alloc.obc"),
+        include_str!("../../../examples/kernels/alloc.obc"),
     ),
     (
         "linkedlist.obc",
-        include_str!("../../examples/kernels/linkedlist.obc"),
+        include_str!("../../../examples/kernels/linkedlist.obc"),
     ),
     (
         "shapes.obc",
-        include_str!("../../examples/kernels/shapes.obc"),
+        include_str!("../../../examples/kernels/shapes.obc"),
     ),
     (
         "throws.obc",
-        include_str!("../../examples/kernels/throws.obc"),
+        include_str!("../../../examples/kernels/throws.obc"),
     ),
 ];
 
@@ -456,7 +456,7 @@ pub fn run(rt: &Runtime, sizes: Sizes) -> Result<Vec<DemoResult>, OffloadError> 
 
 /// The demo as a table.
 pub fn table(rows: &[DemoResult]) -> String {
-    let mut t = crate::table::new(["kernel", "workitems", "ms", "check", "detail"]);
+    let mut t = offload::table::new(["kernel", "workitems", "ms", "check", "detail"]);
     for r in rows {
         t.add_row([
             r.kernel.to_string(),
@@ -466,8 +466,8 @@ pub fn table(rows: &[DemoResult]) -> String {
             r.detail.clone(),
         ]);
     }
-    crate::table::right(&mut t, &[1, 2]);
-    crate::table::text(&t)
+    offload::table::right(&mut t, &[1, 2]);
+    offload::table::text(&t)
 }
 
 /// The `nbody` example (one step, dt = eps2 = 0.01) over `bodies`: the
@@ -483,12 +483,12 @@ pub(crate) fn nbody_closure(
         .into_iter()
         .map(|v| rt.array(v))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut args: Vec<crate::Arg> = vec![
+    let mut args: Vec<offload::Arg> = vec![
         (bodies.px.len() as i32).into(),
         0.01f32.into(),
         0.01f32.into(),
     ];
-    args.extend(arrays.iter().map(crate::Arg::from));
+    args.extend(arrays.iter().map(offload::Arg::from));
     Ok((m.closure("nbody", args)?, arrays))
 }
 

@@ -6,7 +6,7 @@ use std::process::Command;
 fn offload(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_offload"))
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("run offload");
     (
@@ -17,13 +17,14 @@ fn offload(args: &[&str]) -> (i32, String, String) {
 }
 
 fn examples() -> Vec<String> {
-    let mut v: Vec<String> =
-        std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/kernels"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "obc"))
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect();
+    let mut v: Vec<String> = std::fs::read_dir(
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join("examples/kernels"),
+    )
+    .unwrap()
+    .map(|e| e.unwrap().path())
+    .filter(|p| p.extension().is_some_and(|e| e == "obc"))
+    .map(|p| p.to_string_lossy().into_owned())
+    .collect();
     v.sort();
     v
 }
@@ -134,7 +135,7 @@ fn a_closed_pipe_ends_the_tool_quietly() {
     use std::process::Stdio;
     let mut child = Command::new(env!("CARGO_BIN_EXE_offload"))
         .args(["demo", "--workers", "1"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -258,7 +259,7 @@ fn experiment_all_writes_a_table_csv_and_svg() {
     assert_eq!(code, 0, "{out}{err}");
     // A table row per (workload, policy), each checked against the
     // interpreter.
-    for w in offload::tools::experiment::WORKLOADS {
+    for w in offload_cli::tools::experiment::WORKLOADS {
         for p in offload::policy::NAMES {
             let row = out
                 .lines()

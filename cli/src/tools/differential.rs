@@ -4,7 +4,7 @@
 //! same generated inputs, and compare the heaps and the exceptions.
 
 use crate::tools::reference::Rng;
-use crate::{Arg, Device, LaunchReport, OffloadError, Runtime, par_offload};
+use offload::{Arg, Device, LaunchReport, OffloadError, Runtime, par_offload};
 use offload_ir::{Elem, Kind, Type};
 
 /// Runtimes, one per device (on the CPU, one per compiler tier), each with
@@ -30,10 +30,10 @@ pub struct Compared {
 }
 
 enum Out {
-    I32(crate::Array<i32>),
-    I64(crate::Array<i64>),
-    F32(crate::Array<f32>),
-    F64(crate::Array<f64>),
+    I32(offload::Array<i32>),
+    I64(offload::Array<i64>),
+    F32(offload::Array<f32>),
+    F64(offload::Array<f64>),
 }
 
 impl Differ {
@@ -90,7 +90,7 @@ impl Differ {
     pub fn compare(&self, text: &str, seed: u64) -> Result<Compared, String> {
         let load = |rt: &Runtime| rt.load("case.obc", text).map_err(|e| e.to_string());
         let mi = load(&self.interp)?;
-        let natives: Vec<(&str, &Runtime, crate::Module)> = [
+        let natives: Vec<(&str, &Runtime, offload::Module)> = [
             (
                 if self.optimized.is_some() {
                     "cpu (quick tier)"
@@ -114,7 +114,7 @@ impl Differ {
             let Some((ai, oi)) = args_for(&self.interp, &mi, &params, s) else {
                 continue;
             };
-            let run = |m: &crate::Module, args| {
+            let run = |m: &offload::Module, args| {
                 m.closure(&k, args)
                     .map_err(|e| e.to_string())
                     .map(|c| outcome(par_offload(0..16, &c)))
@@ -161,7 +161,7 @@ fn outcome(r: Result<LaunchReport, OffloadError>) -> Result<(Outcome, bool), Str
 
 fn args_for(
     rt: &Runtime,
-    m: &crate::Module,
+    m: &offload::Module,
     params: &[Type],
     seed: u64,
 ) -> Option<(Vec<Arg>, Vec<Out>)> {
@@ -240,7 +240,7 @@ fn canon64(x: f64) -> u64 {
 /// The arguments [`Differ::compare`] draws from `seed` for a kernel with
 /// these parameter types (after the workitem index) — the same on every
 /// runtime, objects included — or `None` if some type cannot be generated.
-pub fn inputs(rt: &Runtime, m: &crate::Module, params: &[Type], seed: u64) -> Option<Vec<Arg>> {
+pub fn inputs(rt: &Runtime, m: &offload::Module, params: &[Type], seed: u64) -> Option<Vec<Arg>> {
     args_for(rt, m, params, seed).map(|(args, _)| args)
 }
 

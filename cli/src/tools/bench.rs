@@ -8,7 +8,7 @@
 
 use crate::tools::demo::example;
 use crate::tools::reference as native;
-use crate::{Device, OffloadError, Runtime, par_offload};
+use offload::{Device, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
 
 /// The allocation benchmark: each workitem builds a list of `n` fresh
@@ -114,7 +114,7 @@ impl Target {
             Target::Slowdown(x) => format!("≤ {x:.2}x"),
             Target::Nanos(n) => format!(
                 "≤ {}",
-                crate::diagnostics::duration_text(Duration::from_nanos(n))
+                offload::diagnostics::duration_text(Duration::from_nanos(n))
             ),
         }
     }
@@ -172,7 +172,7 @@ impl BenchResult {
         }
     }
 
-    /// One JSON object (see [`JsonRow`]'s fields).
+    /// One JSON object (see `JsonRow`'s fields).
     pub fn json(&self) -> String {
         serde_json::to_string(&JsonRow {
             bench: &self.bench,
@@ -244,7 +244,7 @@ fn by_turns<const N: usize>(
 }
 
 /// Run `launch` (a launch on `rt`) once and wait for its kernel's
-/// optimized tier (see [`crate::RuntimeBuilder::tiered`]).
+/// optimized tier (see [`offload::RuntimeBuilder::tiered`]).
 fn warm(
     rt: &Runtime,
     launch: &mut impl FnMut() -> Result<(), OffloadError>,
@@ -294,7 +294,7 @@ pub fn deopt_rate_launch(
     n: usize,
     modulus: i64,
     remainder: i64,
-) -> Result<(Runtime, crate::Closure), OffloadError> {
+) -> Result<(Runtime, offload::Closure), OffloadError> {
     let rt = Runtime::builder()
         .workers(workers)
         .device(Device::Cpu)
@@ -320,7 +320,7 @@ pub fn polls_launch(
     w: i32,
     h: i32,
     iters: i32,
-) -> Result<(Runtime, crate::Closure), OffloadError> {
+) -> Result<(Runtime, offload::Closure), OffloadError> {
     let rt = Runtime::builder()
         .workers(workers)
         .device(Device::Cpu)
@@ -355,7 +355,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             note,
         });
     };
-    let note_of = |r: &crate::LaunchReport| r.fallback.clone().unwrap_or_default();
+    let note_of = |r: &offload::LaunchReport| r.fallback.clone().unwrap_or_default();
 
     // saxpy
     let n = (1 << 20) / s;
@@ -449,7 +449,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         let mut nout = vec![0i64; items];
         let bbox = native_median(|| native::list_sum_box_par(n, &mut nout), reps);
         let bbump = native_median(|| native::list_sum_bump_par(n, &mut nout), reps);
-        let shared2 = Some(crate::AllocPolicy::SharedTlab { group: 2 });
+        let shared2 = Some(offload::AllocPolicy::SharedTlab { group: 2 });
         for (label, policy, buffers) in [
             ("alloc list", None, true),
             ("alloc list shared:2", shared2, true),
@@ -551,7 +551,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 format!(
                     "median of {}, max {}",
                     stops.len(),
-                    crate::diagnostics::duration_text(stops[stops.len() - 1])
+                    offload::diagnostics::duration_text(stops[stops.len() - 1])
                 ),
             );
         }
@@ -636,7 +636,7 @@ const COMPUTE: [&str; 5] = ["saxpy", "mandelbrot", "nbody", "matmul", "blackscho
 /// and a missed target flagged in the `met` column.
 pub fn table(rows: &[BenchResult]) -> String {
     let us = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e6);
-    let mut t = crate::table::new([
+    let mut t = offload::table::new([
         "bench",
         "device",
         "baseline",
@@ -664,8 +664,8 @@ pub fn table(rows: &[BenchResult]) -> String {
             r.note.clone(),
         ]);
     }
-    crate::table::right(&mut t, &[3, 4, 5]);
-    crate::table::text(&t)
+    offload::table::right(&mut t, &[3, 4, 5]);
+    offload::table::text(&t)
 }
 
 /// `offload bench --device cuda`: the example kernels on the GPU against the

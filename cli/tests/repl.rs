@@ -1,8 +1,8 @@
 //! The REPL, through the real binary.
 //!
-//! - Golden transcripts: each `tests/repl/NAME.ofs` goes into `offload
+//! - Golden transcripts: each `cli/tests/repl/NAME.ofs` goes into `offload
 //!   repl` on a pipe (entries echoed after the prompt, errors shown and the
-//!   session going on), and the output must equal `tests/repl/NAME.out`,
+//!   session going on), and the output must equal `cli/tests/repl/NAME.out`,
 //!   with times masked. `OFFLOAD_BLESS=1 cargo test --test repl` rewrites
 //!   the expected files.
 //! - Script mode: every example script runs cleanly; a script stops at its
@@ -16,8 +16,10 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_offload")
 }
 
+/// The repository root: the REPL runs there, so `:load examples/...`
+/// finds the examples.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 /// Mask what changes from run to run: times.
@@ -44,8 +46,8 @@ fn normalize(s: &str) -> String {
 }
 
 fn transcript(name: &str) {
-    let input = root().join(format!("tests/repl/{name}.ofs"));
-    let expected_path = root().join(format!("tests/repl/{name}.out"));
+    let input = root().join(format!("cli/tests/repl/{name}.ofs"));
+    let expected_path = root().join(format!("cli/tests/repl/{name}.out"));
     let out = Command::new(bin())
         .args(["repl", "--workers", "2", "--device", "cpu"])
         .current_dir(root())
