@@ -3,9 +3,10 @@
 //! workitems, the unchecked and unrolled versions of the item loop, and
 //! the slot's exits.
 
-use super::{Lw, cl_type, trusted};
+use super::{Cpu, Lw, trusted};
 use crate::JitError;
 use crate::ctx::{EXIT_DEOPT, EXIT_DONE, EXIT_RECORDED, EXIT_STOPPED, offsets};
+use crate::lower::Backend;
 use crate::opt;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{AtomicRmwOp, Block, InstBuilder, MemFlagsData, Value, types};
@@ -92,8 +93,8 @@ impl Lw<'_, '_> {
             self.e.b.def_var(polls, state);
             self.e.env.polls = Some(polls);
         }
-        for l in &f.locals {
-            let var = self.e.b.declare_var(cl_type(l.ty.kind()));
+        for (i, l) in f.locals.iter().enumerate() {
+            let var = Cpu::local_var(self, 0, i, l.ty.kind());
             self.cur.locals.push(var);
         }
 

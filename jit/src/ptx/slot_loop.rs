@@ -3,6 +3,7 @@
 //! slot's exits.
 
 use super::*;
+use crate::lower::Backend;
 
 impl Lp<'_> {
     pub(super) fn build(&mut self) -> Result<(), JitError> {
@@ -88,7 +89,7 @@ impl Lp<'_> {
             self.emit(format!("selp.b64 {POLLS}, {POLLS}, {saved}, {fresh};"));
         }
         for (i, l) in f.locals.iter().enumerate() {
-            let name = self.named(format!("%l0_{i}"), reg_type(l.ty.kind()));
+            let name = Ptx::local_var(self, 0, i, l.ty.kind());
             self.cur.locals.push(name);
         }
         // Resume a stopped chunk first.
