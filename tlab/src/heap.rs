@@ -107,24 +107,25 @@ pub struct ClassShape {
 
 /// The managed heap.
 ///
-/// There is no collector. What keeps repeated launches from using fresh
-/// memory every time is [`Heap::reclaim`]: a launch whose objects all died
-/// with it (none was stored into an older object, which the launch's write
-/// barrier checks) hands its memory back, if nothing else was carved from
-/// eden meanwhile. Memory carved again is zeroed by the carver (memory
+/// What the runtime's roots no longer reach is freed by a collection
+/// ([`Heap::collect`], at a safepoint). Between collections, what keeps
+/// repeated launches from using fresh memory every time is
+/// [`Heap::reclaim`]: a launch whose objects all died with it (none was
+/// stored into an older object, which the launch's write barrier checks)
+/// hands its memory back, if nothing else was carved from eden meanwhile. Memory carved again is zeroed by the carver (memory
 /// never carved before is fresh, and zero).
 #[derive(Debug)]
 pub struct Heap {
-    region: Region,
+    pub(crate) region: Region,
     cfg: HeapConfig,
     /// Eden top, in words.
-    top: AtomicU64,
+    pub(crate) top: AtomicU64,
     grows: AtomicU64,
     /// Carves (and reclaims) begun and finished: a [`HeapMark`] is taken
     /// when they are equal, and a reclaim needs every one since its mark
     /// to be the reclaiming allocator's own.
-    started: AtomicU64,
-    finished: AtomicU64,
+    pub(crate) started: AtomicU64,
+    pub(crate) finished: AtomicU64,
     /// The highest top so far: memory below it may hold dead objects.
     high_water: AtomicU64,
     /// Serializes reclaims.

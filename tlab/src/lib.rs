@@ -9,7 +9,9 @@
 //! TLAB bumps an allocation buffer of its own taken from it. Carved memory reads as zero, a
 //! launch whose objects all died with it hands them back
 //! ([`Allocator::reclaim`]), and the heap walks and verifies object by
-//! object ([`Heap::walk`], [`Heap::verify`]).
+//! object ([`Heap::walk`], [`Heap::verify`]); the collector ([`gc`],
+//! [`Heap::collect`]) frees what no root reaches and slides the rest down,
+//! so eden's top comes back down to the live data.
 //!
 //! ```
 //! use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
@@ -28,6 +30,7 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod gc;
 pub mod heap;
 pub mod layout;
 pub mod region;
@@ -35,6 +38,7 @@ mod sync;
 pub mod tlab;
 
 pub use alloc::{AllocPolicy, AllocStats, Allocator};
+pub use gc::{GcStats, Roots};
 pub use heap::{
     ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, MIN_HEAP_BYTES, WalkStats,
 };

@@ -132,6 +132,30 @@ impl Region {
         // SAFETY: as in `u32_at`, with 8-byte alignment and size.
         Some(unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast()) })
     }
+
+    /// The first `n` 32-bit cells of the region (bytes `[0, 4n)`), or
+    /// `None` if they are not all committed: for the collector, which reads
+    /// and updates the heap in bulk.
+    pub fn u32_cells(&self, n: usize) -> Option<&[AtomicU32]> {
+        if n.checked_mul(4).is_none_or(|b| b > self.committed()) {
+            return None;
+        }
+        // SAFETY: `[0, 4n)` is inside committed, read-write memory that lives
+        // as long as `self`; the base is page-aligned, so every cell is
+        // 4-aligned; the memory is only ever accessed atomically.
+        Some(unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU32>(), n) })
+    }
+
+    /// The first `n` 64-bit cells of the region (bytes `[0, 8n)`), or `None`
+    /// if they are not all committed.
+    pub fn u64_cells(&self, n: usize) -> Option<&[AtomicU64]> {
+        if n.checked_mul(8).is_none_or(|b| b > self.committed()) {
+            return None;
+        }
+        // SAFETY: as in `u32_cells`, with 8-byte cells (the base is
+        // page-aligned).
+        Some(unsafe { std::slice::from_raw_parts(self.base.as_ptr().cast::<AtomicU64>(), n) })
+    }
 }
 
 impl Region {

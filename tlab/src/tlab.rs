@@ -291,6 +291,18 @@ impl SharedTlab {
                 .is_ok()
     }
 
+    /// Make the slot empty again after a collection moved eden's top (its
+    /// TLAB, retired before the collection, is gone): the next allocation
+    /// becomes its refiller and carves from eden anew, and a slot that had
+    /// seen eden exhausted ([`FAILED`]) may allocate again. Only when no
+    /// allocation is in flight (at a safepoint).
+    pub fn reset(&self) {
+        self.state.store(0, Ordering::Release);
+        let g = self.generation.load(Ordering::Acquire);
+        self.generation
+            .store((g & !FAILED).wrapping_add(1) & !FAILED, Ordering::Release);
+    }
+
     /// Retire the slot once no allocation is in flight: the unused rest of its
     /// TLAB becomes a filler, so the heap parses.
     pub fn retire(&self, eden: &(impl Eden + ?Sized)) {

@@ -1,0 +1,221 @@
+//! Marking on every worker, and the passes over marked objects (their live
+//! words, their references).
+
+use super::bits::Bits;
+use crate::heap::{ClassShape, HeapError};
+use crate::layout::{HEAP_START_WORDS, Header, array_elem_kind};
+use offload_ir::Kind;
+use rayon::prelude::*;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A task's stack longer than this gives half of it to a new task.
+const SPLIT: usize = 1024;
+/// Bitmap words per task of the passes over marked objects (2^18 heap
+/// words, 2 MiB).
+const CHUNK: usize = 4096;
+
+/// What marking reads: the heap's cells up to its top, the class shapes,
+/// and the mark bitmap it fills.
+pub(super) struct Tracer<'a> {
+    pub(super) cells: &'a [AtomicU32],
+    pub(super) shapes: &'a [ClassShape],
+    pub(super) marks: Bits,
+    /// Eden's top, in words.
+    pub(super) top: u32,
+}
+
+/// The header of the object at word `r`, if it decodes.
+#[inline]
+fn header(cells: &[AtomicU32], r: u32) -> Option<Header> {
+    let i = r as usize * 2;
+    Header::decode(
+        cells[i].load(Ordering::Relaxed),
+        cells[i + 1].load(Ordering::Relaxed),
+    )
+}
+
+/// Call `f` on the index (in 32-bit cells) of every reference slot of the
+/// object at `r` with header `h`; an error if its class is unknown or has
+/// another size.
+#[inline]
+fn ref_slots(
+    shapes: &[ClassShape],
+    r: u32,
+    h: Header,
+    mut f: impl FnMut(usize),
+) -> Result<(), String> {
+    let base = r as usize * 2;
+    match h {
+        Header::Object { class, size } => {
+            let shape = shapes
+                .get(class as usize)
+                .ok_or_else(|| format!("unknown class {class}"))?;
+            if shape.size != size {
+                return Err(format!(
+                    "class {class} has size {} but header says {size}",
+                    shape.size
+                ));
+            }
+            for &o in &shape.ref_offsets {
+                f(base + o as usize / 4);
+            }
+        }
+        Header::Array { elem, dims, len } => {
+            if array_elem_kind(elem, dims) == Kind::Ref {
+                for i in 0..len as usize {
+                    f(base + 2 + i);
+                }
+            }
+        }
+        Header::Filler { .. } => return Err("a reference points at a filler".into()),
+    }
+    Ok(())
+}
+
+impl Tracer<'_> {
+    /// Mark everything the roots reach; the number of non-null roots.
+    pub(super) fn mark(&self, roots: &mut dyn super::Roots) -> Result<u64, HeapError> {
+        let mut start = Vec::new();
+        let mut count = 0u64;
+        let mut bad = None;
+        roots.visit(&mut |r| {
+            let r = *r;
+            if r == 0 {
+                return;
+            }
+            count += 1;
+            if r < HEAP_START_WORDS || r >= self.top {
+                bad.get_or_insert(HeapError::Corrupt {
+                    at: r,
+                    what: format!("a root points at word {r}, outside the heap"),
+                });
+            } else if self.marks.test_and_set(r) {
+                start.push(r);
+            }
+        });
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        let err = Mutex::new(None);
+        rayon::scope(|s| {
+            for part in start.chunks(SPLIT / 4) {
+                let (part, err) = (part.to_vec(), &err);
+                s.spawn(move |s| self.trace(s, part, err));
+            }
+        });
+        match err.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(count),
+        }
+    }
+
+    /// Trace from `stack` until it is empty, handing half of it to a new
+    /// task whenever it grows past [`SPLIT`].
+    fn trace<'s>(
+        &'s self,
+        s: &rayon::Scope<'s>,
+        mut stack: Vec<u32>,
+        err: &'s Mutex<Option<HeapError>>,
+    ) {
+        let fail = |e: HeapError| {
+            let mut slot = err.lock().unwrap_or_else(|e| e.into_inner());
+            slot.get_or_insert(e);
+        };
+        while let Some(r) = stack.pop() {
+            let Some(h) = header(self.cells, r) else {
+                return fail(HeapError::Corrupt {
+                    at: r,
+                    what: "a reference points at no object (bad header)".into(),
+                });
+            };
+            let end = h.size().map_or(u64::MAX, |b| u64::from(r) + b.div_ceil(8));
+            if end > u64::from(self.top) {
+                return fail(HeapError::Corrupt {
+                    at: r,
+                    what: format!("{h} runs past eden's top (word {})", self.top),
+                });
+            }
+            let mut out_of_range = None;
+            let res = ref_slots(self.shapes, r, h, |cell| {
+                let v = self.cells[cell].load(Ordering::Relaxed);
+                if v == 0 {
+                    return;
+                }
+                if v < HEAP_START_WORDS || v >= self.top {
+                    out_of_range = Some(v);
+                } else if self.marks.test_and_set(v) {
+                    stack.push(v);
+                }
+            });
+            if let Err(what) = res {
+                return fail(HeapError::Corrupt { at: r, what });
+            }
+            if let Some(v) = out_of_range {
+                return fail(HeapError::Corrupt {
+                    at: r,
+                    what: format!("a reference points at word {v}, outside the heap"),
+                });
+            }
+            if stack.len() > SPLIT {
+                let half = stack.split_off(stack.len() / 2);
+                s.spawn(move |s| self.trace(s, half, err));
+            }
+        }
+    }
+}
+
+/// The marked object starts in bitmap words `[from, to)` with their size
+/// in words.
+fn marked(
+    cells: &[AtomicU32],
+    marks: &Bits,
+    from: usize,
+    to: usize,
+) -> impl Iterator<Item = (u32, Header, u64)> {
+    marks.ones(from, to).map(move |r| {
+        // Marking decoded every marked header; the default never happens.
+        let h = header(cells, r).unwrap_or(Header::Filler { size: 8 });
+        (r, h, h.size().unwrap_or(8) / 8)
+    })
+}
+
+/// Set a bit in `live` for every word of every marked object; the number
+/// of objects and of words.
+pub(super) fn live_words(cells: &[AtomicU32], marks: &Bits, live: &Bits) -> (u64, u64) {
+    (0..marks.len().div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let (mut n, mut w) = (0u64, 0u64);
+            for (r, _, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
+            {
+                live.set_range(u64::from(r), u64::from(r) + size);
+                n += 1;
+                w += size;
+            }
+            (n, w)
+        })
+        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// Replace every non-null reference in a marked object by `fwd` of it.
+pub(super) fn update_refs(
+    cells: &[AtomicU32],
+    shapes: &[ClassShape],
+    marks: &Bits,
+    fwd: &(dyn Fn(u32) -> u32 + Sync),
+) {
+    (0..marks.len().div_ceil(CHUNK))
+        .into_par_iter()
+        .for_each(|c| {
+            for (r, h, _) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len())) {
+                // Marking checked every marked object's shape.
+                let _ = ref_slots(shapes, r, h, |cell| {
+                    let v = cells[cell].load(Ordering::Relaxed);
+                    if v != 0 {
+                        cells[cell].store(fwd(v), Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+}

@@ -1,0 +1,231 @@
+//! The collector: a full, stop-the-world, sliding mark-compact collection
+//! of the whole heap, with parallel marking.
+//!
+//! # Why this algorithm
+//!
+//! TLABs are carved from one contiguous eden by moving its top, so a
+//! collection must give back *contiguous* space at the top: a free list
+//! under the bump allocator would leave holes no TLAB can use. Of the two
+//! ways to get it, copying needs a to-space as large as the live data —
+//! half the maximum heap held back, which a GPU's memory (the heap is
+//! copied there whole) cannot spare — while sliding compaction works in
+//! place and keeps objects in allocation order (what a kernel's loop over
+//! them allocated side by side stays side by side). So: **mark** everything
+//! reachable from the roots; **compute** each live object's new address;
+//! **update** every reference (in live objects and in the roots); **slide**
+//! each live object down to its new address, in address order.
+//!
+//! * Marking sets a bit per live object start in a side bitmap, and runs on
+//!   every worker of the calling rayon pool: each task traces from a stack
+//!   of its own and hands half of it to a new task when it grows long, so
+//!   wide graphs spread over the workers (a long list is inherently
+//!   sequential).
+//! * Forwarding needs no word in the objects (the header is all they have):
+//!   a second bitmap has a bit for *every word* of every live object, and a
+//!   table holds, per 64 heap words, where the first live word among them
+//!   goes. An object's new address is that entry plus the live words before
+//!   it in its 64 — one popcount (the "Compressor" scheme).
+//! * Objects that are already in place (the dense prefix of long-lived
+//!   data below the first hole) are not copied.
+//! * Afterwards eden's top is the end of the live data; the memory above it
+//!   that held garbage is zeroed by the next carve (see `Heap`'s high-water
+//!   mark), so allocation still finds zeroed memory.
+//!
+//! A generational young collection over the launch nursery would trace
+//! less, but needs a remembered set of old-to-young stores, which the
+//! devices' write barrier only records as one "something escaped" bit per
+//! launch; the pause measured here (BENCHMARKS.md) is well inside the
+//! issue's budget, so the full collection stays simple and always exact.
+//!
+//! The collector needs the heap to itself: every allocator retired (the
+//! heap parses from its start to its top) and no other thread reading or
+//! writing it — a safepoint (see the runtime's docs).
+
+mod bits;
+mod mark;
+
+use crate::heap::{ClassShape, Heap, HeapError};
+use crate::layout::{HEAP_START_WORDS, Header};
+use bits::Bits;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The collector's roots: something that can show it every reference it
+/// holds, as a mutable cell. [`Heap::collect`] calls [`Roots::visit`]
+/// twice: once to read the roots (marking), once to update them (after
+/// objects moved). Both calls must visit the same cells.
+pub trait Roots {
+    /// Call `f` on every reference cell (word offsets; 0 is null and left
+    /// alone).
+    fn visit(&mut self, f: &mut dyn FnMut(&mut u32));
+}
+
+impl<F: FnMut(&mut dyn FnMut(&mut u32))> Roots for F {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut u32)) {
+        self(f)
+    }
+}
+
+/// What one collection did. Sizes are bytes of eden in use (`Heap::used`,
+/// the two reserved words at the heap's start included).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcStats {
+    /// Bytes in use before.
+    pub before: u64,
+    /// Bytes in use after: the live data.
+    pub after: u64,
+    /// Objects and arrays that survived.
+    pub live_objects: u64,
+    /// Bytes of surviving objects that moved.
+    pub moved: u64,
+    /// Non-null roots visited.
+    pub roots: u64,
+    /// Time to mark.
+    pub mark: Duration,
+    /// Time to compute new addresses, update references and move objects.
+    pub compact: Duration,
+}
+
+impl GcStats {
+    /// Bytes freed: `before - after`.
+    pub fn freed(&self) -> u64 {
+        self.before.saturating_sub(self.after)
+    }
+
+    /// The pause inside the heap: `mark + compact` (the runtime adds the
+    /// time to reach the safepoint).
+    pub fn pause(&self) -> Duration {
+        self.mark + self.compact
+    }
+}
+
+/// `freed F of B bytes (L live in N objects), M moved; mark X, compact Y`.
+impl std::fmt::Display for GcStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "freed {} of {} bytes ({} live in {} objects), {} moved; mark {:.2?}, compact {:.2?}",
+            self.freed(),
+            self.before,
+            self.after,
+            self.live_objects,
+            self.moved,
+            self.mark,
+            self.compact
+        )
+    }
+}
+
+/// Where live objects go: the live-word bitmap and, per 64 words, the new
+/// address of the first live word among them.
+struct Forwarding {
+    live: Bits,
+    base: Vec<u32>,
+}
+
+impl Forwarding {
+    /// The new address of the live object at `r`.
+    #[inline]
+    fn of(&self, r: u32) -> u32 {
+        let w = (r >> 6) as usize;
+        let below = self.live.word(w) & ((1u64 << (r & 63)) - 1);
+        self.base[w] + below.count_ones()
+    }
+}
+
+impl Heap {
+    /// Collect the heap: keep what `roots` reach (and what that reaches),
+    /// free the rest, and slide the survivors down so that eden's top is
+    /// the end of the live data; `roots` are updated to the new addresses.
+    /// `shapes` are the classes by global id (the size and reference
+    /// offsets of each). Marking runs on the current rayon pool.
+    ///
+    /// A corrupt heap or root (a reference to no object, an unknown class)
+    /// is an error found before anything moved: the heap is left as it was.
+    ///
+    /// # Safety
+    ///
+    /// The caller has the heap to itself for the whole call: no allocator
+    /// holds an unretired TLAB (the heap parses up to its top), and no
+    /// other thread reads or writes the heap or holds a reference into it
+    /// that the roots do not show — objects move.
+    pub unsafe fn collect(
+        &self,
+        shapes: &[ClassShape],
+        roots: &mut dyn Roots,
+    ) -> Result<GcStats, HeapError> {
+        let t0 = Instant::now();
+        let top = self.top.load(Ordering::Acquire);
+        let cells = self
+            .region
+            .u32_cells(top as usize * 2)
+            .ok_or(HeapError::OutOfRange(top as usize * 8))?;
+        let mut st = GcStats {
+            before: top * 8,
+            ..GcStats::default()
+        };
+        let tracer = mark::Tracer {
+            cells,
+            shapes,
+            marks: Bits::new(top),
+            top: top as u32,
+        };
+        st.roots = tracer.mark(roots)?;
+        let marks = tracer.marks;
+        let t_mark = Instant::now();
+        st.mark = t_mark - t0;
+
+        // Live words and the new address of each block of 64 words.
+        let live = Bits::new(top);
+        let (objects, words) = mark::live_words(cells, &marks, &live);
+        st.live_objects = objects;
+        let mut base = Vec::with_capacity(live.len());
+        let mut next = HEAP_START_WORDS;
+        for w in 0..live.len() {
+            base.push(next);
+            next += live.word(w).count_ones();
+        }
+        debug_assert_eq!(u64::from(next), u64::from(HEAP_START_WORDS) + words);
+        let fwd = Forwarding { live, base };
+
+        // Update every reference in live objects, then the roots.
+        mark::update_refs(cells, shapes, &marks, &|r| fwd.of(r));
+        roots.visit(&mut |r| {
+            if *r != 0 {
+                *r = fwd.of(*r);
+            }
+        });
+
+        // Slide, in address order: every object goes down (or stays), so a
+        // copy never overwrites an object not yet moved.
+        let words64 = self
+            .region
+            .u64_cells(top as usize)
+            .ok_or(HeapError::OutOfRange(top as usize * 8))?;
+        for at in marks.ones(0, marks.len()) {
+            let to = fwd.of(at);
+            let (a, b) = (
+                cells[at as usize * 2].load(Ordering::Relaxed),
+                cells[at as usize * 2 + 1].load(Ordering::Relaxed),
+            );
+            let size = Header::decode(a, b).and_then(Header::size).unwrap_or(8) / 8;
+            if to != at {
+                for i in 0..size as usize {
+                    let v = words64[at as usize + i].load(Ordering::Relaxed);
+                    words64[to as usize + i].store(v, Ordering::Relaxed);
+                }
+                st.moved += size * 8;
+            }
+        }
+        // Eden's top comes down to the live data; what lies above it is
+        // zeroed by the carve that takes it (below the high-water mark).
+        // The collection counts as a carve for every `HeapMark` taken
+        // before it, so no reclaim rolls back across it.
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.top.store(u64::from(next), Ordering::SeqCst);
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        st.after = u64::from(next) * 8;
+        st.compact = t_mark.elapsed();
+        Ok(st)
+    }
+}
