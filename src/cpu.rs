@@ -228,6 +228,12 @@ fn run(
         .take_save_area(workers * per_slot, meta.layout)
         .map_err(OffloadError::Setup)?;
     let alloc = env.allocator(workers, plan.tlab_bytes);
+    // The save area's records and the allocator's TLABs, for collections
+    // while the launch runs (a replay that finds eden exhausted asks for
+    // one, see `crate::gc`).
+    let roots = KernelCall::device_roots(&alloc, Some((&area, meta)));
+    let registered = env.gc.launch(&roots);
+    let on_exhausted = KernelCall::on_exhausted(env);
     let tlabs = tlabs_of(&alloc, workers);
     let total = range.end.wrapping_sub(range.start) as u64;
     let chunk = plan
@@ -252,7 +258,7 @@ fn run(
         save_area: area.as_ptr(),
         record_words: u64::from(meta.layout.record_words),
         slots: slot_words.as_mut_ptr(),
-        captures: call.captures.as_ptr(),
+        captures: call.captures.as_ptr().cast::<u64>(),
         records_per_slot: per_slot as u64,
         tlabs: tlabs.as_ptr(),
         allocator: std::ptr::from_ref(&alloc).cast(),
@@ -269,15 +275,23 @@ fn run(
     let td = Instant::now();
     inner.pool.scope(|s| {
         for (slot, out) in outs.iter().enumerate() {
-            let (ctx, area, alloc) = (&ctx, &area, &alloc);
+            let (ctx, area, alloc, on_exhausted) = (&ctx, &area, &alloc, &on_exhausted);
             s.spawn(move |_| {
                 let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
                 // Slots count as running for safepoints; compiled code
                 // returns (rather than parks) when one is requested, and
                 // this worker parks in `poll` below.
                 let _running = inner.control.enter();
-                let mut replayer =
-                    Replayer::new(prog, &inner.heap, alloc, &inner.control, slot, epoch, meta);
+                let mut replayer = Replayer::new(
+                    prog,
+                    &inner.heap,
+                    alloc,
+                    &inner.control,
+                    slot,
+                    epoch,
+                    on_exhausted,
+                    meta,
+                );
                 out.replays = Replays::new(meta);
                 let mut values = Vec::new();
                 loop {
@@ -320,7 +334,19 @@ fn run(
                         out.never_ran += out.passed.add(lo, hi);
                     }
                     let tr = Instant::now();
+                    // SAFETY: as above.
+                    if unsafe { (*ctx.slots.add(slot)).records } > 0
+                        && let Err(e) = env.gc.before_replays(&env.heap, &env.control)
+                    {
+                        out.error = Some(e);
+                        return;
+                    }
                     for r in slot * per_slot..(slot + 1) * per_slot {
+                        // Park (if asked) while the record is still in the
+                        // save area, whose references a collection updates;
+                        // from its read until the replay's frames hold them
+                        // nothing parks.
+                        inner.control.poll();
                         let header = match area.read_into(r, meta, &mut values) {
                             Ok(Some(h)) => h,
                             Ok(None) => break, // a slot fills its records in order
@@ -330,7 +356,6 @@ fn run(
                             }
                         };
                         let _ = area.clear_one(r);
-                        inner.control.poll();
                         out.cut |= inner.control.interrupted_since(epoch);
                         if out.cut {
                             out.replays.abandoned(meta, header, &values);
@@ -378,6 +403,7 @@ fn run(
     // Compiled code's barrier notes escapes in the slot words, a replay's
     // in the interpreter.
     let escaped = slot_words.iter().any(|s| s.escaped != 0) || escaped;
+    drop(registered);
     let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = slot_words.iter().map(|s| s.recycled * 8).sum();
     env.give_back_save_area(area);

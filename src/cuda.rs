@@ -433,12 +433,14 @@ fn run(
     let mut tlabs: CudaSlice<u8> = s
         .alloc_zeros(tlabs_n * DEVICE_TLAB_BYTES as usize)
         .map_err(cuda_err("TLABs"))?;
-    let captures: CudaSlice<u64> = s
-        .clone_htod(if call.captures.is_empty() {
-            &[0u64][..]
-        } else {
-            call.captures
-        })
+    // Uploaded again before each relaunch: a collection between two may
+    // have moved what the references among them point at.
+    let capture_values = || {
+        let v = call.capture_values();
+        if v.is_empty() { vec![0u64] } else { v }
+    };
+    let mut captures: CudaSlice<u64> = s
+        .clone_htod(&capture_values())
         .map_err(cuda_err("captures"))?;
     // SAFETY: nothing else reads or writes the area during the copy.
     let mut area_dev: CudaSlice<u64> = s
@@ -453,7 +455,10 @@ fn run(
     let _registered = inner
         .control
         .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
-    let _running = inner.control.enter();
+    // This thread is a running worker (no collection moves the heap while
+    // the device holds its image) except while the replays run, which
+    // are the running workers then.
+    let mut running = Some(inner.control.enter());
     let epoch = started.ticket;
 
     let mut report = LaunchReport::new(call.name(), Device::Cuda, range.clone(), slots);
@@ -465,6 +470,11 @@ fn run(
     let (mut run_time, mut replay_time) = (Duration::ZERO, Duration::ZERO);
     let mut passed = vec![crate::report::NeverRan::default(); slots];
     let alloc = env.allocator(inner.workers, plan.tlab_bytes);
+    // The save area's records (kept there until replayed) and the
+    // replays' allocator, for collections while the launch runs.
+    let roots = KernelCall::device_roots(&alloc, Some((&area, meta)));
+    let registered = env.gc.launch(&roots);
+    let on_exhausted = KernelCall::on_exhausted(env);
     let mut device_stats: Vec<u64>;
     let mut eden_failures = 0u64;
     loop {
@@ -636,43 +646,74 @@ fn run(
             heap.fill(eden_top, ee);
         }
         report.on_device += comp.iter().sum::<u64>();
-        // Replay the records, in parallel.
+        // Replay the records, in parallel. Each stays in the save area
+        // (a root of the launch) until its replay has read it, so that a
+        // collection meanwhile updates it.
         let tp = Instant::now();
-        let mut records = Vec::new();
+        let mut occupied = Vec::new();
         let mut values = Vec::new();
         for r in 0..slots {
             match area.read_into(r, meta, &mut values) {
-                Ok(Some(h)) => records.push((h, values.clone())),
+                Ok(Some(_)) => occupied.push(r),
                 Ok(None) => {}
                 Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
             }
         }
-        area.clear();
         // An interrupt stopped the kernel: drop the saved frames instead of
         // replaying them, and launch nothing more.
         if inner.control.interrupted_since(epoch) {
-            for (h, vals) in &records {
-                replays.abandoned(meta, *h, vals);
+            for &r in &occupied {
+                if let Ok(Some(h)) = area.read_into(r, meta, &mut values) {
+                    replays.abandoned(meta, h, &values);
+                }
             }
+            area.clear();
             inner.control.poll();
             break;
         }
+        if !occupied.is_empty() {
+            env.gc.before_replays(heap, &inner.control)?;
+        }
         let prog = call.prog;
+        drop(running.take());
         let results: Vec<_> = inner.pool.install(|| {
-            records
+            occupied
                 .par_iter()
                 .map_init(
                     || {
                         let w = rayon::current_thread_index().unwrap_or(0);
-                        Replayer::new(prog, heap, &alloc, &inner.control, w, epoch, meta)
+                        Replayer::new(
+                            prog,
+                            heap,
+                            &alloc,
+                            &inner.control,
+                            w,
+                            epoch,
+                            &on_exhausted,
+                            meta,
+                        )
                     },
-                    |r, (h, vals)| r.resume(meta, *h, vals),
+                    |rp, &r| {
+                        let _running = inner.control.enter();
+                        inner.control.poll();
+                        let mut vals = Vec::new();
+                        let h = area.read_into(r, meta, &mut vals)?;
+                        Ok(h.map(|h| {
+                            let resumed = rp.resume(meta, h, &vals);
+                            (h, vals, resumed)
+                        }))
+                    },
                 )
                 .collect()
         });
-        for ((h, vals), resumed) in records.iter().zip(results) {
+        running = Some(inner.control.enter());
+        area.clear();
+        for res in results {
+            let Some((h, vals, resumed)) = res.map_err(OffloadError::CorruptSaveArea)? else {
+                continue;
+            };
             cut |= resumed.1;
-            replays.resumed(meta, *h, vals, resumed)?;
+            replays.resumed(meta, h, &vals, resumed)?;
         }
         replay_time += tp.elapsed();
         // A safepoint stopped the kernel: park until its operation is done.
@@ -689,7 +730,10 @@ fn run(
             .map(|(p, c)| c.add(p[0], p[1]))
             .sum::<u64>();
         // Relaunch: the records are replayed; the never-ran rests and the
-        // cursor carry over (the device buffers keep them).
+        // cursor carry over (the device buffers keep them); the captures
+        // are uploaded again.
+        s.memcpy_htod(&capture_values(), &mut captures)
+            .map_err(cuda_err("captures"))?;
         // SAFETY: nothing else reads or writes the area during the copy.
         s.memcpy_htod(unsafe { area_words(&area) }, &mut area_dev)
             .map_err(cuda_err("save area"))?;
@@ -700,6 +744,8 @@ fn run(
     report.chunks = total.div_ceil(chunk as u64);
     // The device's own counters: refills of its TLABs and allocations
     // that found its eden exhausted.
+    drop(registered);
+    drop(running);
     report.alloc = alloc.retire();
     report.alloc.refills += device_stats[1];
     report.alloc.exhausted += device_stats[3];

@@ -102,6 +102,29 @@ pub fn read_source(path: &std::path::Path) -> Result<String, String> {
     utf8_text(&name, bytes)
 }
 
+/// A size in bytes in the binary unit that suits it (`512 B`, `1.50 KiB`,
+/// `64.0 MiB`, `2.00 GiB`), three significant digits.
+pub fn bytes_text(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    let digits = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.digits$} {}", UNITS[unit])
+}
+
 /// A duration in the unit that suits it (ns, µs, ms or s), three significant
 /// digits: for notes, where each figure stands alone. Table columns use
 /// one unit per column instead.

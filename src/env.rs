@@ -10,6 +10,7 @@ use offload_host_interp::{Control, Program};
 use offload_ir::FuncId;
 use offload_jit::{CompileOptions, SpecConfig};
 use offload_tlab::{AllocPolicy, AllocStats, Allocator, Heap, SharedTlab};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -85,6 +86,7 @@ pub(crate) struct Settings {
     pub(crate) warmup: u32,
     pub(crate) spec_cfg: SpecConfig,
     pub(crate) rewrite_ptx: Option<PtxRewrite>,
+    pub(crate) gc: crate::gc::GcPolicy,
 }
 
 /// What every launch needs: the runtime's heap, workers, control word
@@ -96,6 +98,8 @@ pub(crate) struct LaunchEnv {
     pub(crate) workers: usize,
     pub(crate) control: Control,
     pub(crate) settings: Settings,
+    /// The collector: class shapes, handle roots, the launches in flight.
+    pub(crate) gc: crate::gc::Collector,
     /// Empty save areas of finished CPU launches, kept for the next launch
     /// of the same shape (a fresh one per launch costs more than a small
     /// kernel's whole run).
@@ -114,6 +118,7 @@ impl LaunchEnv {
             pool,
             workers,
             control: Control::new(),
+            gc: crate::gc::Collector::new(settings.gc, workers),
             settings,
             save_areas: Mutex::new(Vec::new()),
         }
@@ -123,7 +128,9 @@ impl LaunchEnv {
     /// policy and the kernel's TLAB size if it has its own.
     pub(crate) fn allocator(&self, workers: usize, tlab_bytes: Option<u32>) -> Allocator<'_> {
         let s = &self.settings;
-        let mut a = Allocator::new(&self.heap, s.policy, workers).with_buffers(s.alloc_buffers);
+        let mut a = Allocator::new(&self.heap, s.policy, workers)
+            .with_buffers(s.alloc_buffers)
+            .with_exhaustion_every(s.gc.stress);
         if let Some(t) = tlab_bytes {
             a = a.with_tlab_bytes(t);
         }
@@ -217,17 +224,52 @@ pub(crate) struct KernelCall<'a> {
     /// The kernel.
     pub(crate) kernel: FuncId,
     /// The captured values, as raw slots (type-checked against the
-    /// kernel's parameters).
-    pub(crate) captures: &'a [u64],
+    /// kernel's parameters). A collection during the launch updates the
+    /// references among them in place (they are roots of the launch, see
+    /// [`crate::gc::LaunchRoots`]), so devices read them from here, not
+    /// from a copy taken before.
+    pub(crate) captures: &'a [AtomicU64],
     /// The module's id in the runtime (never reused: the key of compiled
     /// code).
     pub(crate) module: u64,
 }
 
-impl KernelCall<'_> {
+impl<'a> KernelCall<'a> {
     /// The kernel's name.
     pub(crate) fn name(&self) -> &str {
         &self.prog.verified().func(self.kernel).name
+    }
+
+    /// The captures now, as raw slots.
+    pub(crate) fn capture_values(&self) -> Vec<u64> {
+        self.captures
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Acquire))
+            .collect()
+    }
+
+    /// The roots a device registers for its part of a launch: its
+    /// allocator and save area (the captures are the launch's, registered
+    /// before it picked the device).
+    pub(crate) fn device_roots(
+        alloc: &'a Allocator<'a>,
+        area: Option<(&'a SaveArea, &'a offload_deopt::DeoptMetadata)>,
+    ) -> crate::gc::LaunchRoots<'a> {
+        crate::gc::LaunchRoots {
+            captures: &[],
+            ref_captures: Vec::new(),
+            area,
+            alloc: Some(alloc),
+        }
+    }
+
+    /// An interpreter's hook for eden's exhaustion in a launch on `env`.
+    pub(crate) fn on_exhausted(env: &'a LaunchEnv) -> crate::gc::OnExhausted<'a> {
+        crate::gc::OnExhausted {
+            gc: &env.gc,
+            heap: &env.heap,
+            control: &env.control,
+        }
     }
 }
 

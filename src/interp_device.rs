@@ -12,6 +12,7 @@ use offload_host_interp::{Interpreter, Profile};
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Workitems per claim of the interpreter device.
@@ -63,6 +64,12 @@ pub(crate) fn run(
         && crate::env::exclusive(&crate::env::tlabs_of(&alloc, workers));
     let recycled = std::sync::atomic::AtomicU64::new(0);
     let safepoints_before = inner.control.count();
+    // The allocator's TLABs, for collections while the launch runs (an
+    // interpreter that finds eden exhausted asks for one); the frames of
+    // the interpreters are roots where they park.
+    let roots = KernelCall::device_roots(&alloc, None);
+    let registered = env.gc.launch(&roots);
+    let on_exhausted = KernelCall::on_exhausted(env);
 
     let t1 = Instant::now();
     let (completed, mut cut, thrown, escaped) = inner.pool.install(|| {
@@ -73,15 +80,16 @@ pub(crate) fn run(
                     let worker = rayon::current_thread_index().unwrap_or(0);
                     let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
                     it.set_control(&inner.control, epoch);
+                    it.set_collector(&on_exhausted);
                     if profiling {
                         it.enable_profile();
                     }
                     if nursery {
                         it.enable_nursery();
                     }
-                    (worker, it)
+                    (worker, it, Vec::new())
                 },
-                |(worker, it), c| {
+                |(worker, it, captures), c| {
                     let lo = range.start.wrapping_add((c * chunk) as i64);
                     let hi = lo.saturating_add(chunk as i64).min(range.end);
                     let (mut done, mut abandoned) = (0u64, Vec::new());
@@ -92,7 +100,11 @@ pub(crate) fn run(
                         if inner.control.interrupted_since(epoch) {
                             break;
                         }
-                        match it.run_kernel(call.kernel, w, call.captures) {
+                        // Read each time: a collection at a poll may have
+                        // moved what they point at.
+                        captures.clear();
+                        captures.extend(call.captures.iter().map(|c| c.load(Ordering::Acquire)));
+                        match it.run_kernel(call.kernel, w, captures) {
                             Ok(()) => done += 1,
                             // Stopped at a poll: the row shows where (the
                             // interpreter keeps no save-area values).
@@ -131,6 +143,7 @@ pub(crate) fn run(
             )
     });
     let t2 = Instant::now();
+    drop(registered);
     let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = recycled.into_inner() * 8;
     let profile = profiling.then(|| {

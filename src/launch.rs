@@ -47,6 +47,7 @@ pub(crate) fn launch(
         .plan(&env.settings);
     // The launch's interrupt ticket: what a deadline interrupts.
     let ticket = env.control.interrupt_epoch();
+    let gc_before = env.gc.totals();
     let mut r = match deadline {
         None => launch_on(env, devices, call, &plan, range, ticket),
         Some(d) => {
@@ -66,6 +67,13 @@ pub(crate) fn launch(
         }
     };
     env.control.finish_launch(ticket);
+    let gc = env.gc.totals().since(&gc_before);
+    match &mut r {
+        Ok(rep) => rep.gc = gc,
+        Err(OffloadError::Interrupted(rep)) => rep.gc = gc,
+        Err(OffloadError::Exceptions(e)) => e.report.gc = gc,
+        Err(_) => {}
+    }
     // An interrupted launch ran part of its range: it tells the policy
     // nothing about the kernel.
     let report = match &mut r {

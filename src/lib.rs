@@ -125,6 +125,7 @@ mod device;
 pub mod diagnostics;
 mod env;
 mod error;
+mod gc;
 pub mod inspect;
 mod interp_device;
 mod launch;
@@ -137,7 +138,8 @@ pub mod table;
 
 pub use cuda::{GpuHandles, cuda_error_text};
 pub use error::{KernelExceptions, OffloadError};
-pub use offload_tlab::AllocPolicy;
+pub use gc::{GcPolicy, GcSummary, Root};
+pub use offload_tlab::{AllocPolicy, GcStats};
 pub use report::{DeoptAction, DeoptRow, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,

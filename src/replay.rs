@@ -16,7 +16,9 @@ use crate::error::KernelExceptions;
 use crate::error::OffloadError;
 use crate::report::{DeoptAction, DeoptRow, LaunchReport};
 use offload_deopt::{DeoptMetadata, Reason};
-use offload_host_interp::{Control, Exception, Interpreter, Program, ResumeError, ResumePlan};
+use offload_host_interp::{
+    Collector, Control, Exception, Interpreter, Program, ResumeError, ResumePlan,
+};
 use offload_ir::ExceptionKind;
 use offload_ir::SiteId;
 use offload_tlab::{Allocator, Heap};
@@ -38,6 +40,7 @@ pub(crate) struct Replayer<'a> {
     control: &'a Control,
     worker: usize,
     epoch: u64,
+    gc: &'a dyn Collector,
     interp: Option<Interpreter<'a>>,
     plans: Vec<Option<ResumePlan>>,
 }
@@ -53,6 +56,7 @@ impl<'a> Replayer<'a> {
         control: &'a Control,
         worker: usize,
         epoch: u64,
+        gc: &'a dyn Collector,
         meta: &DeoptMetadata,
     ) -> Replayer<'a> {
         Replayer {
@@ -62,6 +66,7 @@ impl<'a> Replayer<'a> {
             control,
             worker,
             epoch,
+            gc,
             interp: None,
             plans: vec![None; meta.sites.len()],
         }
@@ -80,6 +85,7 @@ impl<'a> Replayer<'a> {
         let it = self.interp.get_or_insert_with(|| {
             let mut it = Interpreter::new(self.prog, self.heap, self.alloc, self.worker);
             it.set_control(self.control, self.epoch);
+            it.set_collector(self.gc);
             it
         });
         let res = match self.plans.get_mut(site.0 as usize) {

@@ -187,6 +187,11 @@ pub struct LaunchReport {
     /// nothing is copied): the heap image each way, the save area, the
     /// launch context and the per-slot bookkeeping.
     pub copied_bytes: u64,
+    /// The collections that ran while the launch was in flight — its own
+    /// (eden exhausted, or due before it started) and any another thread
+    /// asked for meanwhile, which stopped this launch's workers too. Their
+    /// pauses are inside the phase times above, not added to them.
+    pub gc: crate::GcSummary,
 }
 
 /// One value a deoptimized workitem saved, named as its frame state names
@@ -355,6 +360,7 @@ impl LaunchReport {
             deadline: None,
             gpu: None,
             copied_bytes: 0,
+            gc: crate::GcSummary::default(),
         }
     }
 
@@ -454,6 +460,9 @@ impl fmt::Display for LaunchReport {
                 "; {:.1} KiB of dead objects handed back",
                 self.alloc.reclaimed as f64 / 1024.0
             )?;
+        }
+        if self.gc.collections > 0 {
+            write!(f, "; gc: {}", self.gc)?;
         }
         Ok(())
     }

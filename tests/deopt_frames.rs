@@ -71,7 +71,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                 let ci = mi.closure(&kname, ai).unwrap();
                 let alloc = Allocator::new(interp.heap(), offload::AllocPolicy::default(), 1);
                 let mut it = Interpreter::new(mi.program(), interp.heap(), &alloc, 0);
-                let stopped = it.run_to_site(kid, w, ci.captures(), site.bci, 0);
+                let stopped = it.run_to_site(kid, w, &ci.captures(), site.bci, 0);
                 let row = report.deopt_table.iter().find(|r| r.bci == site.bci);
                 match (stopped, row) {
                     (Ok(Outcome::Stopped(want)), Some(row)) => {

@@ -39,7 +39,7 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
         .iter()
         .filter_map(|a| match a {
             Arg::Ref { r, .. } => {
-                matches!(rt.heap().header(*r), Ok(Header::Array { .. })).then_some(*r)
+                matches!(rt.heap().header(r.get()), Ok(Header::Array { .. })).then_some(r.get())
             }
             _ => None,
         })
@@ -58,7 +58,7 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     let mut baseline: Vec<Option<ExceptionKind>> = Vec::new();
     for &w in workitems {
         let mut it = Interpreter::new(prog, rt.heap(), &alloc, 0);
-        baseline.push(it.run_kernel(k, w, caps).err().map(|e| e.kind));
+        baseline.push(it.run_kernel(k, w, &caps).err().map(|e| e.kind));
     }
     let expected = snapshot(rt, &arrays);
 
@@ -68,7 +68,7 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
             restore(rt, &arrays, &initial);
             for (wi, &w) in workitems.iter().enumerate() {
                 let mut first = Interpreter::new(prog, rt.heap(), &alloc, 0);
-                let outcome = first.run_to_site(k, w, caps, site.bci, occurrence);
+                let outcome = first.run_to_site(k, w, &caps, site.bci, occurrence);
                 let result = match outcome {
                     Ok(Outcome::Stopped(values)) => {
                         reached[si] = true;

@@ -267,6 +267,39 @@ impl SaveArea {
         &self.words[s * self.layout.record_words as usize + SaveLayout::SITE_WORD as usize]
     }
 
+    /// Show the collector every reference in the area's records (the
+    /// metadata's [`crate::SiteMap::ref_words`] of each record's site):
+    /// `f` reads each and may replace it (the object moved). Only while no
+    /// one writes records (at a safepoint). A record whose site the
+    /// metadata does not have is an error, and nothing of it is visited.
+    pub fn visit_refs(
+        &self,
+        meta: &DeoptMetadata,
+        f: &mut dyn FnMut(&mut u32),
+    ) -> Result<(), DeoptError> {
+        let rw = self.layout.record_words as usize;
+        for slot in 0..self.slots {
+            let sw = self.site_word(slot).load(Ordering::Acquire);
+            if sw == SaveLayout::EMPTY {
+                continue;
+            }
+            let site = meta.site(SiteId(sw as u32)).ok_or(DeoptError::BadSite {
+                slot,
+                site: sw as u32,
+                version: meta.version,
+            })?;
+            for w in site.ref_words() {
+                let Some(cell) = self.words.get(slot * rw + w as usize) else {
+                    continue;
+                };
+                let mut r = cell.load(Ordering::Relaxed) as u32;
+                f(&mut r);
+                cell.store(u64::from(r), Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether every record is empty (an area that may be reused as is).
     pub fn is_clear(&self) -> bool {
         (0..self.slots).all(|s| self.site_word(s).load(Ordering::Acquire) == SaveLayout::EMPTY)

@@ -7,6 +7,7 @@
 //! of them continue. (Compiled devices deoptimize at the poll instead; the
 //! interpreter can simply wait, as HotSpot's interpreter does.)
 
+use offload_tlab::Roots;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -23,6 +24,66 @@ struct State {
     /// their slots to stop.
     words: Vec<(u64, Arc<AtomicU32>, u32)>,
     next_word: u64,
+    /// The roots of the workers parked now with references of their own
+    /// (an interpreter's frames), for the safepoint's operation.
+    parked_roots: Vec<RootsPtr>,
+}
+
+/// A parked worker's roots: a pointer to what it passed to
+/// [`Control::poll_with`], valid while it is parked.
+struct RootsPtr(*mut (dyn Roots + 'static));
+
+// SAFETY: the pointer is only dereferenced by a safepoint's operation while
+// its owner is parked (blocked in `park`, touching nothing it points to),
+// and the owner removes it before it returns; see `Parked`.
+unsafe impl Send for RootsPtr {}
+
+impl std::fmt::Debug for RootsPtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RootsPtr")
+    }
+}
+
+/// The roots of every worker parked at a safepoint, for its operation
+/// ([`Control::safepoint_with`]): visiting them visits each worker's.
+pub struct Parked<'a> {
+    ptrs: Vec<*mut (dyn Roots + 'static)>,
+    /// The caller's own roots ([`Control::safepoint_from_worker`]).
+    own: Option<&'a mut dyn Roots>,
+}
+
+impl std::fmt::Debug for Parked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Parked({} roots)", self.len())
+    }
+}
+
+impl Parked<'_> {
+    /// How many workers' roots there are (the caller's included).
+    pub fn len(&self) -> usize {
+        self.ptrs.len() + usize::from(self.own.is_some())
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Roots for Parked<'_> {
+    fn visit(&mut self, f: &mut dyn FnMut(&mut u32)) {
+        for &p in &self.ptrs {
+            // SAFETY: `p` was registered by a worker that is parked until
+            // this safepoint ends (the operation holding this `Parked`
+            // runs before that), so it points to live roots nothing else
+            // touches now; each worker registers its own, so no two
+            // pointers alias.
+            unsafe { (*p).visit(f) };
+        }
+        if let Some(own) = self.own.as_mut() {
+            own.visit(f);
+        }
+    }
 }
 
 /// The control word and the rendezvous of one runtime's workers.
@@ -120,18 +181,47 @@ impl Control {
         }
     }
 
+    /// The poll of a worker that holds references of its own (an
+    /// interpreter's frames): parked, it shows them to the safepoint's
+    /// operation (a collection reads and updates them). Otherwise as
+    /// [`Control::poll`].
+    #[inline]
+    pub fn poll_with(&self, roots: &mut dyn Roots) -> bool {
+        if self.requested.load(Ordering::Relaxed) {
+            self.park_with(Some(roots))
+        } else {
+            false
+        }
+    }
+
     #[cold]
     fn park(&self) -> bool {
+        self.park_with(None)
+    }
+
+    #[cold]
+    fn park_with(&self, roots: Option<&mut dyn Roots>) -> bool {
         let mut st = self.lock();
         if !st.requested {
             return false;
         }
+        let ptr = roots.map(|r| {
+            let p: *mut (dyn Roots + '_) = r;
+            // SAFETY: only the lifetime is erased; the pointer is removed
+            // below, before this function returns and the borrow ends.
+            let p: *mut (dyn Roots + 'static) = unsafe { std::mem::transmute(p) };
+            st.parked_roots.push(RootsPtr(p));
+            p
+        });
         st.parked += 1;
         self.cv.notify_all();
         while st.requested {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         st.parked -= 1;
+        if let Some(p) = ptr {
+            st.parked_roots.retain(|q| !std::ptr::addr_eq(q.0, p));
+        }
         true
     }
 
@@ -197,23 +287,86 @@ impl Control {
     /// start work that needs these workers (a launch on the same runtime
     /// would wait for the safepoint to end).
     pub fn safepoint<R>(&self, op: impl FnOnce() -> R) -> (R, Duration) {
+        self.safepoint_with(|_| op())
+    }
+
+    /// [`Control::safepoint`] whose operation also gets the roots of the
+    /// parked workers that hold references (see [`Control::poll_with`]).
+    /// Called by a thread that is not a running worker.
+    pub fn safepoint_with<R>(&self, op: impl FnOnce(&mut Parked<'_>) -> R) -> (R, Duration) {
         let t0 = Instant::now();
         let mut st = self.lock();
         // One safepoint at a time.
         while st.requested {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+        self.stop_all(&mut st);
+        while st.parked < st.running {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let tts = t0.elapsed();
+        let mut parked = Parked {
+            ptrs: st.parked_roots.iter().map(|p| p.0).collect(),
+            own: None,
+        };
+        drop(st);
+        let r = op(&mut parked);
+        drop(parked);
+        self.resume_all();
+        (r, tts)
+    }
+
+    /// A safepoint asked for by a running worker (one that called
+    /// [`Control::enter`]), which counts itself as stopped and shows its
+    /// own roots to `op` with the parked workers'. If another safepoint is
+    /// in progress, the worker parks in it instead (with its roots) and
+    /// this returns `None`: the caller then sees what that safepoint did
+    /// (a collection, say) and decides again.
+    pub fn safepoint_from_worker<R>(
+        &self,
+        own: &mut dyn Roots,
+        op: impl FnOnce(&mut Parked<'_>) -> R,
+    ) -> Option<(R, Duration)> {
+        let t0 = Instant::now();
+        let mut st = self.lock();
+        if st.requested {
+            drop(st);
+            self.park_with(Some(own));
+            return None;
+        }
+        self.stop_all(&mut st);
+        // This worker is one of the running ones, and stopped.
+        st.parked += 1;
+        while st.parked < st.running {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let tts = t0.elapsed();
+        let mut parked = Parked {
+            ptrs: st.parked_roots.iter().map(|p| p.0).collect(),
+            own: Some(own),
+        };
+        drop(st);
+        let r = op(&mut parked);
+        drop(parked);
+        self.lock().parked -= 1;
+        self.resume_all();
+        Some((r, tts))
+    }
+
+    /// Request a safepoint (the caller holds the lock and none is in
+    /// progress): set the flag and every registered control word's stop
+    /// bits.
+    fn stop_all(&self, st: &mut State) {
         st.requested = true;
         self.requested.store(true, Ordering::SeqCst);
         for (_, word, bits) in &st.words {
             word.fetch_or(*bits, Ordering::SeqCst);
         }
-        while st.parked < st.running {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        let tts = t0.elapsed();
-        drop(st);
-        let r = op();
+    }
+
+    /// End the safepoint in progress: clear the stop bits and the flag,
+    /// count it, and wake every parked worker.
+    fn resume_all(&self) {
         let mut st = self.lock();
         // Clear the stop bits first: a compiled slot that re-enters after
         // parking must not see this safepoint's request again.
@@ -224,7 +377,6 @@ impl Control {
         self.requested.store(false, Ordering::SeqCst);
         self.safepoints.fetch_add(1, Ordering::Relaxed);
         self.cv.notify_all();
-        (r, tts)
     }
 
     /// How many safepoints have completed.

@@ -30,7 +30,9 @@ mod control;
 mod exception;
 mod interp;
 
-pub use control::{Control, Registered, Running};
+pub use control::{Control, Parked, Registered, Running};
 pub use exception::{Exception, TraceFrame};
-pub use interp::{DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, ResumePlan};
+pub use interp::{
+    Collector, DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, ResumePlan,
+};
 pub use offload_program::{FuncProfile, Layout, Profile, Program};

@@ -26,6 +26,7 @@ pub struct RuntimeBuilder {
     /// The policy, or the unknown name asked for (an error at `build`).
     recompile_policy: Result<PolicyFactory, String>,
     rewrite_ptx: Option<PtxRewrite>,
+    gc: crate::GcPolicy,
 }
 
 /// Makes one recompilation policy per kernel.
@@ -87,6 +88,7 @@ impl RuntimeBuilder {
             tiered: true,
             recompile_policy: PolicyFactory::named("never").ok_or_else(|| "never".to_string()),
             rewrite_ptx: None,
+            gc: crate::GcPolicy::default(),
         }
     }
 
@@ -284,8 +286,27 @@ impl RuntimeBuilder {
         self.recompile_policy = Ok(PolicyFactory(Arc::new(make)));
         self
     }
+    /// When the collector runs besides on exhaustion and on request
+    /// ([`crate::GcPolicy`]: the growth that triggers a collection before
+    /// a launch, stress for tests, verification after each collection).
+    pub fn gc(mut self, policy: crate::GcPolicy) -> Self {
+        self.gc = policy;
+        self
+    }
+
     /// Make the runtime.
     pub fn build(self) -> Result<Runtime, OffloadError> {
+        if !(self.gc.trigger.is_finite() && self.gc.trigger >= 0.0)
+            || (self.gc.trigger > 0.0 && self.gc.trigger <= 1.0)
+        {
+            return Err(OffloadError::Config {
+                setting: "gc",
+                problem: format!(
+                    "a collection trigger of {} times the live data: it must be above 1 (or 0, off)",
+                    self.gc.trigger
+                ),
+            });
+        }
         let policy_factory = self.recompile_policy.map_err(|bad| OffloadError::Config {
             setting: "policy",
             problem: format!(
@@ -370,6 +391,7 @@ impl RuntimeBuilder {
             warmup: self.warmup,
             spec_cfg: self.spec_cfg,
             rewrite_ptx: self.rewrite_ptx,
+            gc: self.gc,
         };
         let env = LaunchEnv::new(Heap::new(self.heap)?, pool, workers, settings);
         Ok(Runtime {

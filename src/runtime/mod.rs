@@ -11,6 +11,7 @@ use crate::cuda::Gpu;
 pub use crate::env::Device;
 use crate::env::{KernelCall, LaunchEnv};
 use crate::error::OffloadError;
+use crate::gc::Root;
 use crate::policy::Policy;
 use crate::report::LaunchReport;
 use offload_host_interp::Program;
@@ -48,12 +49,6 @@ pub(crate) struct Inner {
     policy_factory: PolicyFactory,
     /// The adaptive state of every kernel launched, by (module id, kernel).
     kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
-    /// The shapes of every class loaded into the runtime, by global class
-    /// id (ids are handed out in load order and never reused): the heap
-    /// verifier knows the class of every object, including objects of a
-    /// module the caller no longer holds (a REPL redefinition). Its length
-    /// is the next module's class base.
-    class_shapes: Mutex<Vec<offload_tlab::ClassShape>>,
     next_module: AtomicU64,
 }
 
@@ -74,7 +69,6 @@ impl Inner {
             fallback,
             policy_factory,
             kernels: dashmap::DashMap::new(),
-            class_shapes: Mutex::new(Vec::new()),
             next_module: AtomicU64::new(0),
         }
     }
@@ -102,7 +96,11 @@ pub struct Module {
 pub struct Closure {
     pub(crate) module: Module,
     pub(crate) kernel: FuncId,
+    /// The captured values as raw slots; the reference ones are 0 here and
+    /// live in `refs`.
     pub(crate) captures: Vec<u64>,
+    /// The captured references: (capture index, root).
+    pub(crate) refs: Vec<(usize, Root)>,
 }
 
 impl Runtime {
@@ -151,7 +149,7 @@ impl Runtime {
     /// The null reference, as an argument.
     pub fn null(&self) -> Arg {
         Arg::Ref {
-            r: Ref::NULL,
+            r: Root::null(),
             rt: self.inner.id,
         }
     }
@@ -180,7 +178,8 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .plan(&self.inner.env.settings);
-        crate::cuda::load_time(&self.inner.env, gpu, closure.call(), &plan.version)
+        let captures = self.hold(|_| closure.capture_cells());
+        crate::cuda::load_time(&self.inner.env, gpu, closure.call(&captures), &plan.version)
             .map_err(OffloadError::Setup)
     }
 
@@ -231,7 +230,9 @@ impl Runtime {
         })?;
         let mut shapes = self
             .inner
-            .class_shapes
+            .env
+            .gc
+            .shapes
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let base = shapes.len() as u32;
@@ -314,10 +315,27 @@ impl Runtime {
             gpu: self.inner.gpu.as_ref(),
         };
         let state = self.kernel_state(closure);
+        let env = &self.inner.env;
+        if env.gc.due(&env.heap) {
+            self.collect()?;
+        }
+        // The launch's captures, read from the closure's roots and
+        // registered as roots of the launch before a collection can move
+        // them (this thread is a running worker meanwhile).
+        let running = env.control.enter();
+        let captures = closure.capture_cells();
+        let roots = crate::gc::LaunchRoots {
+            captures: &captures,
+            ref_captures: closure.refs.iter().map(|(i, _)| *i).collect(),
+            area: None,
+            alloc: None,
+        };
+        let _registered = env.gc.launch(&roots);
+        drop(running);
         crate::launch::launch(
-            &self.inner.env,
+            env,
             devices,
-            closure.call(),
+            closure.call(&captures),
             &state,
             range,
             deadline,
@@ -390,35 +408,116 @@ impl Runtime {
         }
         let shapes = self
             .inner
-            .class_shapes
+            .env
+            .gc
+            .shapes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let _running = self.inner.env.control.enter();
         Ok(self
             .inner
             .env
             .heap
             .verify(|g| shapes.get(g as usize).cloned())?)
     }
+
+    /// Collect the heap now: bring every launch in flight to a safepoint,
+    /// free every object no handle, launch or parked worker can reach, and
+    /// slide the rest down so that the heap's top is the end of the live
+    /// data (see the collector's docs, `src/gc/mod.rs`). Handles stay
+    /// valid; a bare [`offload_tlab::Ref`] taken before does not. Callable
+    /// from any thread but a launch's workers.
+    pub fn collect(&self) -> Result<offload_tlab::GcStats, OffloadError> {
+        let env = &self.inner.env;
+        env.gc.collect(&env.heap, &env.control)
+    }
+
+    /// Every collection so far, added up.
+    pub fn gc_totals(&self) -> crate::GcSummary {
+        self.inner.env.gc.totals()
+    }
+
+    /// The last collection's figures (`None` before the first).
+    pub fn last_collection(&self) -> Option<offload_tlab::GcStats> {
+        self.inner.env.gc.last()
+    }
+
+    /// Handles alive now (each [`Root`] cell counts once, however many
+    /// clones share it).
+    pub fn live_handles(&self) -> usize {
+        self.inner.env.gc.handles.live()
+    }
+
+    /// Run `f` as a running worker: no collection starts until it returns,
+    /// so the references it reads from handles stay put.
+    pub(crate) fn hold<R>(&self, f: impl FnOnce(&Heap) -> R) -> R {
+        let _running = self.inner.env.control.enter();
+        f(&self.inner.env.heap)
+    }
+
+    /// Allocate an object with header `h` from the host and root it; when
+    /// the heap is full, collect and try once more.
+    pub(crate) fn alloc_rooted(&self, h: Header) -> Result<Root, OffloadError> {
+        let env = &self.inner.env;
+        let _running = env.control.enter();
+        let mut collected = false;
+        loop {
+            match Allocator::alloc_host(&env.heap, h) {
+                Ok(at) => return Ok(env.gc.handles.root(Ref(at))),
+                Err(offload_tlab::HeapError::Exhausted { .. }) if !collected => {
+                    let mut none = |_: &mut dyn FnMut(&mut u32)| {};
+                    if let Some(r) = env.gc.collect_from_worker(&env.heap, &env.control, &mut none)
+                    {
+                        r?;
+                        collected = true;
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// A root for `r`, read under [`Runtime::hold`] (or by a launch that
+    /// just ended): the handle that keeps it.
+    pub(crate) fn root(&self, r: Ref) -> Root {
+        self.inner.env.gc.handles.root(r)
+    }
 }
 impl Closure {
-    /// The kernel call a launch of this closure makes.
-    pub(crate) fn call(&self) -> KernelCall<'_> {
+    /// The kernel call a launch of this closure makes, with its captures
+    /// as the launch holds them.
+    pub(crate) fn call<'a>(&'a self, captures: &'a [AtomicU64]) -> KernelCall<'a> {
         KernelCall {
             prog: &self.module.prog,
             kernel: self.kernel,
-            captures: &self.captures,
+            captures,
             module: self.module.id,
         }
+    }
+
+    /// The captures now, as cells a launch holds (and a collection
+    /// updates). Read them where no collection can start (a running
+    /// worker).
+    pub(crate) fn capture_cells(&self) -> Box<[AtomicU64]> {
+        let cells: Box<[AtomicU64]> = self.captures.iter().map(|&c| AtomicU64::new(c)).collect();
+        for (i, r) in &self.refs {
+            cells[*i].store(u64::from(r.get().0), Ordering::Relaxed);
+        }
+        cells
     }
 
     /// The kernel.
     pub fn kernel(&self) -> FuncId {
         self.kernel
     }
-    /// The captured values as raw slots (what the interpreter receives).
-    pub fn captures(&self) -> &[u64] {
-        &self.captures
+    /// The captured values as raw slots (what the interpreter receives);
+    /// references as they are now (valid until the next collection).
+    pub fn captures(&self) -> Vec<u64> {
+        self.capture_cells()
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
     }
     /// The kernel's name.
     pub fn kernel_name(&self) -> &str {

@@ -70,6 +70,9 @@ impl Module {
             )));
         }
         let mut raw = Vec::with_capacity(captures.len());
+        let mut refs = Vec::new();
+        // The references are checked where no collection can move them.
+        let _running = self.rt.inner.env.control.enter();
         for (i, (p, a)) in params.iter().zip(&captures).enumerate() {
             let want = v.type_name(p.ty);
             let bad = |found: String| {
@@ -79,23 +82,24 @@ impl Module {
                     p.name
                 ))
             };
-            let bits = match (p.ty, *a) {
-                (Type::I32, Arg::I32(x)) => u64::from(x as u32),
-                (Type::I64, Arg::I64(x)) => x as u64,
+            let bits = match (p.ty, a) {
+                (Type::I32, Arg::I32(x)) => u64::from(*x as u32),
+                (Type::I64, Arg::I64(x)) => *x as u64,
                 (Type::F32, Arg::F32(x)) => u64::from(x.to_bits()),
                 (Type::F64, Arg::F64(x)) => x.to_bits(),
                 (t, Arg::Ref { r, rt }) if t.is_ref() => {
                     if r.is_null() {
                         return Err(bad("null".into()));
                     }
-                    if rt != self.rt.inner.id {
+                    if *rt != self.rt.inner.id {
                         return Err(bad("a reference from another runtime".into()));
                     }
-                    let found = self.runtime_type(r)?;
-                    if !self.is_instance(r, t)? {
+                    let found = self.runtime_type(r.get())?;
+                    if !self.is_instance(r.get(), t)? {
                         return Err(bad(found));
                     }
-                    u64::from(r.0)
+                    refs.push((i, r.clone()));
+                    0
                 }
                 (_, a) => return Err(bad(arg_kind(a).into())),
             };
@@ -105,6 +109,7 @@ impl Module {
             module: self.clone(),
             kernel: k,
             captures: raw,
+            refs,
         })
     }
 
@@ -134,20 +139,19 @@ impl Module {
                 v.func(a).name
             )));
         }
-        let at = Allocator::alloc_host(
-            &self.rt.inner.env.heap,
-            Header::Object {
-                class: self.prog.global_class(c),
-                size: self.prog.layout.class_size[c.index()],
-            },
-        )?;
+        let r = self.rt.alloc_rooted(Header::Object {
+            class: self.prog.global_class(c),
+            size: self.prog.layout.class_size[c.index()],
+        })?;
         Ok(Object {
-            r: Ref(at),
+            r,
             class: c,
             module: self.clone(),
         })
     }
 
+    /// The byte offset of field `name` of `o` now, and its type (call it
+    /// under [`Runtime::hold`]).
     fn field_of(&self, o: &Object, name: &str) -> Result<(usize, Type), OffloadError> {
         let v = self.prog.verified();
         if o.module.rt.inner.id != self.rt.inner.id || !Arc::ptr_eq(&o.module.prog, &self.prog) {
@@ -174,48 +178,50 @@ impl Module {
         name: &str,
         value: impl Into<Arg>,
     ) -> Result<(), OffloadError> {
-        let (off, ty) = self.field_of(o, name)?;
-        let heap = &self.rt.inner.env.heap;
         let value = value.into();
-        match (ty, value) {
-            (Type::I32, Arg::I32(x)) => heap.store32(off, x as u32)?,
-            (Type::F32, Arg::F32(x)) => heap.store32(off, x.to_bits())?,
-            (Type::I64, Arg::I64(x)) => heap.store64(off, x as u64)?,
-            (Type::F64, Arg::F64(x)) => heap.store64(off, x.to_bits())?,
-            (t, Arg::Ref { r, rt })
-                if t.is_ref()
-                    && rt == self.rt.inner.id
-                    && (r.is_null() || self.is_instance(r, t)?) =>
-            {
-                heap.store32(off, r.0)?
+        self.rt.hold(|heap| {
+            let (off, ty) = self.field_of(o, name)?;
+            match (ty, &value) {
+                (Type::I32, Arg::I32(x)) => heap.store32(off, *x as u32)?,
+                (Type::F32, Arg::F32(x)) => heap.store32(off, x.to_bits())?,
+                (Type::I64, Arg::I64(x)) => heap.store64(off, *x as u64)?,
+                (Type::F64, Arg::F64(x)) => heap.store64(off, x.to_bits())?,
+                (t, Arg::Ref { r, rt })
+                    if t.is_ref()
+                        && *rt == self.rt.inner.id
+                        && (r.is_null() || self.is_instance(r.get(), t)?) =>
+                {
+                    heap.store32(off, r.get().0)?
+                }
+                (t, a) => {
+                    return Err(OffloadError::Lookup(format!(
+                        "field `{name}` has type {}, cannot store {}",
+                        self.prog.verified().type_name(t),
+                        arg_kind(a)
+                    )));
+                }
             }
-            (t, a) => {
-                return Err(OffloadError::Lookup(format!(
-                    "field `{name}` has type {}, cannot store {}",
-                    self.prog.verified().type_name(t),
-                    arg_kind(a)
-                )));
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Read a numeric field of an object.
     pub fn get_field<T: Element>(&self, o: &Object, name: &str) -> Result<T, OffloadError> {
-        let (off, ty) = self.field_of(o, name)?;
-        if ty != T::ELEM.to_type() {
-            return Err(OffloadError::Lookup(format!(
-                "field `{name}` has type {}, not {}",
-                self.prog.verified().type_name(ty),
-                self.prog.verified().type_name(T::ELEM.to_type())
-            )));
-        }
-        let heap = &self.rt.inner.env.heap;
-        Ok(T::from_bits(if kind_size(ty.kind()) == 8 {
-            heap.load64(off)?
-        } else {
-            u64::from(heap.load32(off)?)
-        }))
+        self.rt.hold(|heap| {
+            let (off, ty) = self.field_of(o, name)?;
+            if ty != T::ELEM.to_type() {
+                return Err(OffloadError::Lookup(format!(
+                    "field `{name}` has type {}, not {}",
+                    self.prog.verified().type_name(ty),
+                    self.prog.verified().type_name(T::ELEM.to_type())
+                )));
+            }
+            Ok(T::from_bits(if kind_size(ty.kind()) == 8 {
+                heap.load64(off)?
+            } else {
+                u64::from(heap.load32(off)?)
+            }))
+        })
     }
 }
 
@@ -231,22 +237,21 @@ impl Module {
             .ok_or_else(|| {
                 OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
             })?;
-        let at = Allocator::alloc_host(
-            &self.rt.inner.env.heap,
-            Header::Array {
-                elem: self.prog.global_elem(Elem::Class(c)),
-                dims: 1,
-                len,
-            },
-        )?;
+        let r = self.rt.alloc_rooted(Header::Array {
+            elem: self.prog.global_elem(Elem::Class(c)),
+            dims: 1,
+            len,
+        })?;
         Ok(RefArray {
-            r: Ref(at),
+            r,
             len,
             elem: c,
             module: self.clone(),
         })
     }
 
+    /// The byte offset of element `i` of `a` now (call it under
+    /// [`Runtime::hold`]).
     fn ref_slot(&self, a: &RefArray, i: usize) -> Result<usize, OffloadError> {
         if a.module.rt.inner.id != self.rt.inner.id || !Arc::ptr_eq(&a.module.prog, &self.prog) {
             return Err(OffloadError::Handle(
@@ -270,53 +275,60 @@ impl Module {
         i: usize,
         value: impl Into<Arg>,
     ) -> Result<(), OffloadError> {
-        let off = self.ref_slot(a, i)?;
-        match value.into() {
-            Arg::Ref { r, rt }
-                if rt == self.rt.inner.id
-                    && (r.is_null() || self.is_instance(r, Type::Class(a.elem))?) =>
-            {
-                self.rt.inner.env.heap.store32(off, r.0)?;
-                Ok(())
+        let value = value.into();
+        self.rt.hold(|heap| {
+            let off = self.ref_slot(a, i)?;
+            match &value {
+                Arg::Ref { r, rt }
+                    if *rt == self.rt.inner.id
+                        && (r.is_null() || self.is_instance(r.get(), Type::Class(a.elem))?) =>
+                {
+                    heap.store32(off, r.get().0)?;
+                    Ok(())
+                }
+                Arg::Ref { r, .. } if !r.is_null() => Err(OffloadError::Lookup(format!(
+                    "cannot store a {} in an element of `{}[]`",
+                    self.runtime_type(r.get())?,
+                    a.elem_class()
+                ))),
+                v => Err(OffloadError::Lookup(format!(
+                    "cannot store {} in an element of `{}[]`",
+                    arg_kind(v),
+                    a.elem_class()
+                ))),
             }
-            Arg::Ref { r, .. } if !r.is_null() => Err(OffloadError::Lookup(format!(
-                "cannot store a {} in an element of `{}[]`",
-                self.runtime_type(r)?,
-                a.elem_class()
-            ))),
-            v => Err(OffloadError::Lookup(format!(
-                "cannot store {} in an element of `{}[]`",
-                arg_kind(v),
-                a.elem_class()
-            ))),
-        }
+        })
     }
 
-    /// Element `i`: `None` for null, else the reference and the name of
-    /// its runtime class.
-    pub fn element(&self, a: &RefArray, i: usize) -> Result<Option<(Ref, String)>, OffloadError> {
-        let off = self.ref_slot(a, i)?;
-        let r = Ref(self.rt.inner.env.heap.load32(off)?);
-        if r.is_null() {
-            return Ok(None);
-        }
-        Ok(Some((
-            r,
-            self.prog
-                .header_type_name(self.rt.inner.env.heap.header(r)?),
-        )))
+    /// Element `i`: `None` for null, else a root of the object and the
+    /// name of its runtime class.
+    pub fn element(&self, a: &RefArray, i: usize) -> Result<Option<(Root, String)>, OffloadError> {
+        self.rt.hold(|heap| {
+            let off = self.ref_slot(a, i)?;
+            let r = Ref(heap.load32(off)?);
+            if r.is_null() {
+                return Ok(None);
+            }
+            Ok(Some((
+                self.rt.root(r),
+                self.prog.header_type_name(heap.header(r)?),
+            )))
+        })
     }
 
-    /// Read a reference field of an object.
-    pub fn get_ref_field(&self, o: &Object, name: &str) -> Result<Ref, OffloadError> {
-        let (off, ty) = self.field_of(o, name)?;
-        if !ty.is_ref() {
-            return Err(OffloadError::Lookup(format!(
-                "field `{name}` has type {}, not a reference",
-                self.prog.verified().type_name(ty)
-            )));
-        }
-        Ok(Ref(self.rt.inner.env.heap.load32(off)?))
+    /// Read a reference field of an object, as a root of what it points
+    /// at (null's root is null).
+    pub fn get_ref_field(&self, o: &Object, name: &str) -> Result<Root, OffloadError> {
+        self.rt.hold(|heap| {
+            let (off, ty) = self.field_of(o, name)?;
+            if !ty.is_ref() {
+                return Err(OffloadError::Lookup(format!(
+                    "field `{name}` has type {}, not a reference",
+                    self.prog.verified().type_name(ty)
+                )));
+            }
+            Ok(self.rt.root(Ref(heap.load32(off)?)))
+        })
     }
 
     /// Every field of `o` (inherited ones first) with its type and value,
@@ -326,6 +338,7 @@ impl Module {
         let v = self.prog.verified();
         let mut chain: Vec<ClassId> = v.ancestors(o.class).collect();
         chain.reverse();
+        let _running = self.rt.inner.env.control.enter();
         let heap = &self.rt.inner.env.heap;
         let mut out = Vec::new();
         for c in chain {
@@ -339,9 +352,10 @@ impl Module {
                     Type::F64 => format!("{:?}", f64::from_bits(heap.load64(off)?)),
                     _ => {
                         let r = Ref(heap.load32(off)?);
-                        match self.type_of(r)? {
-                            None => "null".to_string(),
-                            Some(t) => format!("{t}@{:#x}", r.byte_offset()),
+                        if r.is_null() {
+                            "null".to_string()
+                        } else {
+                            format!("{}@{:#x}", self.runtime_type(r)?.trim_matches('`'), r.byte_offset())
                         }
                     }
                 };
@@ -351,15 +365,17 @@ impl Module {
         Ok(out)
     }
 
-    /// A handle to the object `r` points at (made by a kernel, or found in
-    /// a field or array element): an error unless it is an instance of one
-    /// of this module's classes.
-    pub fn object_at(&self, r: Ref) -> Result<Object, OffloadError> {
-        let h = self.rt.inner.env.heap.header(r)?;
+    /// A handle to the object `r` points at (found in a field or array
+    /// element): an error unless it is an instance of one of this module's
+    /// classes.
+    pub fn object_at(&self, r: &Root) -> Result<Object, OffloadError> {
+        let _running = self.rt.inner.env.control.enter();
+        let h = self.rt.inner.env.heap.header(r.get())?;
+        let r = r.get();
         match h {
             Header::Object { class, .. } => match self.prog.local_class(class) {
                 Some(c) => Ok(Object {
-                    r,
+                    r: self.rt.root(r),
                     class: c,
                     module: self.clone(),
                 }),
@@ -377,18 +393,18 @@ impl Module {
 
     /// The runtime type of the object `r` points at, as the text form
     /// writes it (`None` for null).
-    pub fn type_of(&self, r: Ref) -> Result<Option<String>, OffloadError> {
-        if r.is_null() {
-            return Ok(None);
-        }
-        Ok(Some(
-            self.prog
-                .header_type_name(self.rt.inner.env.heap.header(r)?),
-        ))
+    pub fn type_of(&self, r: &Root) -> Result<Option<String>, OffloadError> {
+        self.rt.hold(|heap| {
+            let r = r.get();
+            if r.is_null() {
+                return Ok(None);
+            }
+            Ok(Some(self.prog.header_type_name(heap.header(r)?)))
+        })
     }
 }
 
-fn arg_kind(a: Arg) -> &'static str {
+fn arg_kind(a: &Arg) -> &'static str {
     match a {
         Arg::I32(_) => "an i32",
         Arg::I64(_) => "an i64",

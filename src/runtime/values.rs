@@ -5,7 +5,7 @@
 use super::*;
 
 /// A value passed to a kernel.
-#[derive(Copy, Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Arg {
     /// An `i32`.
     I32(i32),
@@ -17,8 +17,9 @@ pub enum Arg {
     F64(f64),
     /// A heap reference, with the runtime it belongs to.
     Ref {
-        /// The reference.
-        r: Ref,
+        /// The reference, as a root: it keeps the object alive and follows
+        /// it when a collection moves it.
+        r: Root,
         /// The owning runtime's id.
         rt: u64,
     },
@@ -92,10 +93,11 @@ impl Element for f64 {
     }
 }
 
-/// A handle to an array of `T` in a runtime's heap.
+/// A handle to an array of `T` in a runtime's heap. It keeps the array
+/// alive, and stays valid when a collection moves it; clones share it.
 #[derive(Debug)]
 pub struct Array<T: Element> {
-    r: Ref,
+    r: Root,
     len: u32,
     rt: u64,
     _t: PhantomData<T>,
@@ -103,10 +105,14 @@ pub struct Array<T: Element> {
 
 impl<T: Element> Clone for Array<T> {
     fn clone(&self) -> Self {
-        *self
+        Array {
+            r: self.r.clone(),
+            len: self.len,
+            rt: self.rt,
+            _t: PhantomData,
+        }
     }
 }
-impl<T: Element> Copy for Array<T> {}
 
 impl<T: Element> Array<T> {
     /// Number of elements.
@@ -117,15 +123,18 @@ impl<T: Element> Array<T> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The heap reference.
+    /// The heap reference now (valid until the next collection).
     pub fn as_ref(&self) -> Ref {
-        self.r
+        self.r.get()
     }
 }
 
 impl<T: Element> From<&Array<T>> for Arg {
     fn from(a: &Array<T>) -> Arg {
-        Arg::Ref { r: a.r, rt: a.rt }
+        Arg::Ref {
+            r: a.r.clone(),
+            rt: a.rt,
+        }
     }
 }
 impl<T: Element> From<Array<T>> for Arg {
@@ -134,18 +143,19 @@ impl<T: Element> From<Array<T>> for Arg {
     }
 }
 
-/// A handle to an object of one of a module's classes.
+/// A handle to an object of one of a module's classes. It keeps the
+/// object alive, and stays valid when a collection moves it.
 #[derive(Clone, Debug)]
 pub struct Object {
-    pub(crate) r: Ref,
+    pub(crate) r: Root,
     pub(crate) class: ClassId,
     pub(crate) module: Module,
 }
 
 impl Object {
-    /// The heap reference.
+    /// The heap reference now (valid until the next collection).
     pub fn as_ref(&self) -> Ref {
-        self.r
+        self.r.get()
     }
     /// The class name.
     pub fn class_name(&self) -> &str {
@@ -160,7 +170,7 @@ impl Object {
 impl From<&Object> for Arg {
     fn from(o: &Object) -> Arg {
         Arg::Ref {
-            r: o.r,
+            r: o.r.clone(),
             rt: o.module.rt.inner.id,
         }
     }
@@ -168,10 +178,11 @@ impl From<&Object> for Arg {
 
 /// A handle to a one-dimensional array of references to one of a module's
 /// classes (`Shape[]`): its elements are null or instances of the class or
-/// its subclasses.
+/// its subclasses. It keeps the array alive, and stays valid when a
+/// collection moves it.
 #[derive(Clone, Debug)]
 pub struct RefArray {
-    pub(crate) r: Ref,
+    pub(crate) r: Root,
     pub(crate) len: u32,
     pub(crate) elem: ClassId,
     pub(crate) module: Module,
@@ -186,9 +197,9 @@ impl RefArray {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The heap reference.
+    /// The heap reference now (valid until the next collection).
     pub fn as_ref(&self) -> Ref {
-        self.r
+        self.r.get()
     }
     /// The element class.
     pub fn elem_class(&self) -> &str {
@@ -203,7 +214,7 @@ impl RefArray {
 impl From<&RefArray> for Arg {
     fn from(a: &RefArray) -> Arg {
         Arg::Ref {
-            r: a.r,
+            r: a.r.clone(),
             rt: a.module.rt.inner.id,
         }
     }
@@ -225,16 +236,13 @@ impl Runtime {
             .ok_or_else(|| {
                 OffloadError::Handle(format!("array length {len} exceeds {}", i32::MAX))
             })?;
-        let at = Allocator::alloc_host(
-            &self.inner.env.heap,
-            Header::Array {
-                elem: T::ELEM,
-                dims: 1,
-                len,
-            },
-        )?;
+        let r = self.alloc_rooted(Header::Array {
+            elem: T::ELEM,
+            dims: 1,
+            len,
+        })?;
         Ok(Array {
-            r: Ref(at),
+            r,
             len,
             rt: self.inner.id,
             _t: PhantomData,
@@ -251,7 +259,8 @@ impl Runtime {
     }
 
     /// Check that `a` is ours and `[at, at + n)` lies inside it; return the
-    /// byte offset of element `at` and the element size.
+    /// byte offset of element `at` and the element size (valid until the
+    /// next collection: call it under [`Runtime::hold`]).
     fn span<T: Element>(
         &self,
         a: &Array<T>,
@@ -277,16 +286,17 @@ impl Runtime {
         at: usize,
         data: &[T],
     ) -> Result<(), OffloadError> {
-        let (base, size) = self.span(a, at, data.len(), "writing")?;
-        let heap = &self.inner.env.heap;
-        for (i, &x) in data.iter().enumerate() {
-            if size == 8 {
-                heap.store64(base + i * 8, x.to_bits())?;
-            } else {
-                heap.store32(base + i * 4, x.to_bits() as u32)?;
+        self.hold(|heap| {
+            let (base, size) = self.span(a, at, data.len(), "writing")?;
+            for (i, &x) in data.iter().enumerate() {
+                if size == 8 {
+                    heap.store64(base + i * 8, x.to_bits())?;
+                } else {
+                    heap.store32(base + i * 4, x.to_bits() as u32)?;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Copy the whole array out.
@@ -303,15 +313,16 @@ impl Runtime {
         at: usize,
         out: &mut [T],
     ) -> Result<(), OffloadError> {
-        let (base, size) = self.span(a, at, out.len(), "reading")?;
-        let heap = &self.inner.env.heap;
-        for (i, slot) in out.iter_mut().enumerate() {
-            *slot = T::from_bits(if size == 8 {
-                heap.load64(base + i * 8)?
-            } else {
-                u64::from(heap.load32(base + i * 4)?)
-            });
-        }
-        Ok(())
+        self.hold(|heap| {
+            let (base, size) = self.span(a, at, out.len(), "reading")?;
+            for (i, slot) in out.iter_mut().enumerate() {
+                *slot = T::from_bits(if size == 8 {
+                    heap.load64(base + i * 8)?
+                } else {
+                    u64::from(heap.load32(base + i * 4)?)
+                });
+            }
+            Ok(())
+        })
     }
 }

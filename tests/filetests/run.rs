@@ -297,23 +297,23 @@ fn device_leg(rt: &Runtime, t: &FileTest) -> Result<usize, String> {
         let (result, read): (Arg, Box<dyn Fn() -> Result<u64, OffloadError> + '_>) = match f.ret {
             Some(Type::I64) => {
                 let a = rt.new_array::<i64>(1).map_err(|e| e.to_string())?;
-                (a.into(), Box::new(move || Ok(rt.read(&a)?[0] as u64)))
+                ((&a).into(), Box::new(move || Ok(rt.read(&a)?[0] as u64)))
             }
             Some(Type::F32) => {
                 let a = rt.new_array::<f32>(1).map_err(|e| e.to_string())?;
                 (
-                    a.into(),
+                    (&a).into(),
                     Box::new(move || Ok(u64::from(rt.read(&a)?[0].to_bits()))),
                 )
             }
             Some(Type::F64) => {
                 let a = rt.new_array::<f64>(1).map_err(|e| e.to_string())?;
-                (a.into(), Box::new(move || Ok(rt.read(&a)?[0].to_bits())))
+                ((&a).into(), Box::new(move || Ok(rt.read(&a)?[0].to_bits())))
             }
             _ => {
                 let a = rt.new_array::<i32>(1).map_err(|e| e.to_string())?;
                 (
-                    a.into(),
+                    (&a).into(),
                     Box::new(move || Ok(u64::from(rt.read(&a)?[0] as u32))),
                 )
             }

@@ -138,6 +138,9 @@ pub struct Allocator<'h> {
     mark: HeapMark,
     /// Carves from eden it has asked for (TLAB refills and direct objects).
     carves: AtomicU64,
+    /// Collector stress ([`Allocator::with_exhaustion_every`]): every
+    /// `.0`-th TLAB refill from eden finds it exhausted; `.1` counts them.
+    stress: Option<(u64, AtomicU64)>,
 }
 
 impl<'h> Allocator<'h> {
@@ -171,6 +174,7 @@ impl<'h> Allocator<'h> {
             fault: None,
             mark: heap.mark(),
             carves: AtomicU64::new(0),
+            stress: None,
         }
         .with_buffers(true)
     }
@@ -180,6 +184,17 @@ impl<'h> Allocator<'h> {
     /// first) fail for the allocation that does them; see [`RefillFault`].
     pub fn with_refill_fault(mut self, first: u64, every: u64) -> Self {
         self.fault = Some(RefillFault::new(first, every));
+        self
+    }
+
+    /// Collector stress (tests): every `every`-th TLAB refill from eden
+    /// (counted over this allocator's slots) finds eden exhausted, as if
+    /// the heap were full: the refiller publishes FAILED and the slot's
+    /// allocators fail with [`AllocFailure::Exhausted`] — on a device they
+    /// deopt with `AllocationFailure` — until a collection resets the
+    /// slots ([`Allocator::reset_after_collection`]). 0 turns it off.
+    pub fn with_exhaustion_every(mut self, every: u64) -> Self {
+        self.stress = (every > 0).then(|| (every, AtomicU64::new(0)));
         self
     }
 
@@ -275,6 +290,29 @@ impl<'h> Allocator<'h> {
             heap: self.heap,
             words: self.tlab_words,
             carves: &self.carves,
+            stress: self.stress.as_ref(),
+        }
+    }
+
+    /// Before a collection (at a safepoint, no allocation in flight): the
+    /// unused rest of every TLAB and buffer becomes a filler, so that the
+    /// heap parses; the slots hold no room until
+    /// [`Allocator::reset_after_collection`].
+    pub fn retire_for_collection(&self) {
+        for s in self.buffers.iter().chain(self.slots.iter()) {
+            s.retire(self.heap);
+        }
+    }
+
+    /// After a collection moved eden's top: every slot and buffer is empty
+    /// and may allocate again (one that had seen eden exhausted too), its
+    /// next allocation refilling from eden as it is now. Objects this
+    /// allocator made before may have moved below its mark, so it no longer
+    /// hands its memory back at the end ([`Allocator::reclaim`] frees
+    /// nothing: the collection counted as a foreign carve).
+    pub fn reset_after_collection(&self) {
+        for s in self.buffers.iter().chain(self.slots.iter()) {
+            s.reset();
         }
     }
 
@@ -455,10 +493,18 @@ struct SizedEden<'h> {
     words: u32,
     /// The allocator's count of its carves.
     carves: &'h AtomicU64,
+    /// Collector stress: (every, count); see
+    /// [`Allocator::with_exhaustion_every`].
+    stress: Option<&'h (u64, AtomicU64)>,
 }
 
 impl Eden for SizedEden<'_> {
     fn carve(&self, min_words: u32) -> Result<(u32, u32), AllocFailure> {
+        if let Some((every, count)) = self.stress
+            && (count.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(*every)
+        {
+            return Err(AllocFailure::Exhausted);
+        }
         self.carves.fetch_add(1, Ordering::Relaxed);
         self.heap
             .carve_region(min_words, self.words.max(min_words))

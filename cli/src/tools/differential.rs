@@ -46,11 +46,20 @@ impl Differ {
     /// slot. An error when `device` is CUDA and no GPU is usable (kernels
     /// the PTX backend refuses still fall back, and count as not compiled).
     pub fn on(device: Device) -> Result<Differ, OffloadError> {
+        Differ::with_gc(device, offload::GcPolicy::default())
+    }
+
+    /// [`Differ::on`] with the collector's policy `gc` on the device's
+    /// runtimes (the interpreter it is compared with keeps the default):
+    /// under stress, every launch that allocates collects, and must still
+    /// agree with the interpreter.
+    pub fn with_gc(device: Device, gc: offload::GcPolicy) -> Result<Differ, OffloadError> {
         let native = Runtime::builder()
             .workers(1)
             .deopt_records(1)
             .device_slots(1)
             .device(device)
+            .gc(gc)
             .build()?;
         if native.device() != device {
             return Err(OffloadError::Setup(
@@ -69,6 +78,7 @@ impl Differ {
                     .deopt_records(1)
                     .device(device)
                     .tiered(false)
+                    .gc(gc)
                     .build()?,
             ),
             _ => None,

@@ -12,9 +12,11 @@ use offload_tlab::{AllocFailure, Allocator, Heap, HeapError};
 use std::sync::atomic::Ordering;
 
 mod resume;
+mod roots;
 mod step;
 
 pub use resume::{ResumeError, ResumeFrame, ResumePlan};
+pub use roots::Collector;
 
 /// Frames deeper than this throw `StackOverflow`.
 pub const DEFAULT_MAX_DEPTH: usize = 512;
@@ -77,6 +79,8 @@ pub struct Interpreter<'a> {
     profile: Option<Profile>,
     workitem: Option<i64>,
     control: Option<&'a crate::Control>,
+    /// Called when eden is exhausted ([`Interpreter::set_collector`]).
+    gc: Option<&'a dyn Collector>,
     /// The interrupt epoch of the launch this interpreter serves.
     epoch: u64,
     interrupted: bool,
@@ -115,6 +119,7 @@ impl<'a> Interpreter<'a> {
             profile: None,
             workitem: None,
             control: None,
+            gc: None,
             epoch: 0,
             interrupted: false,
             checked_kernel: None,
@@ -202,6 +207,14 @@ impl<'a> Interpreter<'a> {
         self.epoch = epoch;
     }
 
+    /// Collect the heap through `gc` when eden is exhausted, and try the
+    /// allocation again; without one, exhaustion throws `OutOfMemory` at
+    /// once. The interpreter's frames are among the collection's roots (it
+    /// updates them), here and wherever it parks at a safepoint.
+    pub fn set_collector(&mut self, gc: &'a dyn Collector) {
+        self.gc = Some(gc);
+    }
+
     /// Whether the last workitem ended because its launch was interrupted
     /// (its `Err` is then that, not an exception of the kernel); clears
     /// the flag.
@@ -209,10 +222,12 @@ impl<'a> Interpreter<'a> {
         std::mem::take(&mut self.interrupted)
     }
 
+    /// The poll at a back-edge or call of the innermost frame, at `pc`:
+    /// parked, the frames are roots of whatever the safepoint does.
     #[inline]
-    fn poll(&self) -> Result<(), Box<Trap>> {
+    fn poll(&mut self, pc: Bci) -> Result<(), Box<Trap>> {
         if let Some(c) = self.control
-            && c.poll()
+            && c.poll_with(&mut self.frame_roots(pc))
             && c.interrupted_since(self.epoch)
         {
             return Err(Box::new(Trap::Interrupted));

@@ -143,7 +143,7 @@ impl<'a> Interpreter<'a> {
             Inst::Br { target } => {
                 next = target.0;
                 if next <= pc {
-                    self.poll()?;
+                    self.poll(pc)?;
                 }
             }
             Inst::BrIf { target }
@@ -167,7 +167,7 @@ impl<'a> Interpreter<'a> {
                     let Label(t) = target;
                     next = t;
                     if t <= pc {
-                        self.poll()?;
+                        self.poll(pc)?;
                     }
                 }
             }
@@ -182,11 +182,14 @@ impl<'a> Interpreter<'a> {
                 let Some(Type::Array(e, d)) = elem.array_of() else {
                     unreachable!("verified: the element type has an array type")
                 };
-                let at = self.allocate(Header::Array {
-                    elem: prog.global_elem(e),
-                    dims: d,
-                    len: len as u32,
-                })?;
+                let at = self.allocate(
+                    Header::Array {
+                        elem: prog.global_elem(e),
+                        dims: d,
+                        len: len as u32,
+                    },
+                    pc,
+                )?;
                 push!(u64::from(at));
             }
             Inst::ArrayLen => {
@@ -231,10 +234,13 @@ impl<'a> Interpreter<'a> {
                 self.heap.store64(at, x)?;
             }
             Inst::New { class } => {
-                let at = self.allocate(Header::Object {
-                    class: prog.global_class(class),
-                    size: prog.layout.class_size[class.index()],
-                })?;
+                let at = self.allocate(
+                    Header::Object {
+                        class: prog.global_class(class),
+                        size: prog.layout.class_size[class.index()],
+                    },
+                    pc,
+                )?;
                 push!(u64::from(at));
             }
             Inst::GetField { field } => {
@@ -309,7 +315,7 @@ impl<'a> Interpreter<'a> {
                 if let Some(top) = self.frames.last_mut() {
                     top.pc = pc;
                 }
-                self.poll()?;
+                self.poll(pc)?;
                 if self.frames.len() >= self.max_depth {
                     return Err(Box::new(Trap::Throw(
                         ExceptionKind::StackOverflow,
@@ -478,20 +484,37 @@ impl<'a> Interpreter<'a> {
         }
     }
 
-    pub(super) fn allocate(&self, header: Header) -> Result<u32, Trap> {
+    /// Allocate an object for the instruction at `pc` of the innermost
+    /// frame (its operands popped: none of them is a reference). When eden
+    /// is exhausted the collector, if there is one, collects with the
+    /// frames as roots and the allocation is tried again; `OutOfMemory`
+    /// only when a collection of this interpreter's own did not make room.
+    pub(super) fn allocate(&mut self, header: Header, pc: Bci) -> Result<u32, Trap> {
+        // Collections this allocation waited for (another worker's) or
+        // ran: a bound, so that workers that keep taking each other's
+        // room cannot loop for ever.
+        let mut rounds = 0;
         loop {
             match self.alloc.alloc(self.worker, header) {
                 Ok(at) => return Ok(at),
                 Err(AllocFailure::Overflow) => std::thread::yield_now(),
                 Err(AllocFailure::Exhausted) => {
-                    return Err(Trap::Throw(
-                        ExceptionKind::OutOfMemory,
-                        format!(
-                            "cannot allocate {} bytes: heap at its maximum of {} bytes",
-                            header.size().unwrap_or(u64::MAX),
-                            self.heap.config().max
-                        ),
-                    ));
+                    rounds += 1;
+                    let retry = rounds <= 8
+                        && match self.gc {
+                            Some(gc) => gc.collect(&mut self.frame_roots(pc)),
+                            None => false,
+                        };
+                    if !retry {
+                        return Err(Trap::Throw(
+                            ExceptionKind::OutOfMemory,
+                            format!(
+                                "cannot allocate {} bytes: heap at its maximum of {} bytes",
+                                header.size().unwrap_or(u64::MAX),
+                                self.heap.config().max
+                            ),
+                        ));
+                    }
                 }
             }
         }

@@ -65,7 +65,7 @@ pub enum Var {
 impl Var {
     fn arg(&self) -> Arg {
         match self {
-            Var::Scalar(a) => *a,
+            Var::Scalar(a) => a.clone(),
             Var::I32(a) => a.into(),
             Var::I64(a) => a.into(),
             Var::F32(a) => a.into(),
@@ -77,7 +77,7 @@ impl Var {
 
     fn describe(&self) -> String {
         match self {
-            Var::Scalar(a) => format!("{} = {}", arg_type(*a), arg_text(*a)),
+            Var::Scalar(a) => format!("{} = {}", arg_type(a), arg_text(a)),
             Var::I32(a) => format!("i32[{}]", a.len()),
             Var::I64(a) => format!("i64[{}]", a.len()),
             Var::F32(a) => format!("f32[{}]", a.len()),
@@ -88,7 +88,7 @@ impl Var {
     }
 }
 
-fn arg_type(a: Arg) -> &'static str {
+fn arg_type(a: &Arg) -> &'static str {
     match a {
         Arg::I32(_) => "i32",
         Arg::I64(_) => "i64",
@@ -98,7 +98,7 @@ fn arg_type(a: Arg) -> &'static str {
     }
 }
 
-fn arg_text(a: Arg) -> String {
+fn arg_text(a: &Arg) -> String {
     match a {
         Arg::I32(x) => x.to_string(),
         Arg::I64(x) => x.to_string(),
@@ -615,7 +615,7 @@ impl Session {
         let var = self.var(name)?;
         let len = match var {
             Var::Scalar(a) => {
-                let _ = writeln!(out, "{name}: {} = {}", arg_type(*a), arg_text(*a));
+                let _ = writeln!(out, "{name}: {} = {}", arg_type(a), arg_text(a));
                 return Ok(());
             }
             Var::Obj(o) => {

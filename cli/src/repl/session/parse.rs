@@ -119,11 +119,11 @@ impl FromArg for f64 {
 }
 
 pub(super) fn num_of<T: FromArg>(a: Arg) -> Result<T> {
-    T::from_arg(a).ok_or_else(|| {
+    T::from_arg(a.clone()).ok_or_else(|| {
         ReplError::Entry(format!(
             "{} {} does not fit the element type",
-            arg_type(a),
-            arg_text(a)
+            arg_type(&a),
+            arg_text(&a)
         ))
     })
 }

@@ -343,7 +343,7 @@ pub(super) fn carry_over(
 ) -> Result<(BTreeMap<String, Var>, Vec<String>)> {
     let same = std::ptr::eq(from, to) || from.heap().base_ptr() == to.heap().base_ptr();
     let mut next = BTreeMap::new();
-    let mut moved: Vec<(offload::tlab::Ref, Arg)> = Vec::new();
+    let mut moved: Vec<(offload::Root, Arg)> = Vec::new();
     let mut lost = Vec::new();
     // Pass 1: make every array and object; copy numbers.
     for (name, v) in vars {
@@ -352,7 +352,7 @@ pub(super) fn carry_over(
                 lost.push(name.clone());
                 continue;
             }
-            Var::Scalar(a) => Var::Scalar(*a),
+            Var::Scalar(a) => Var::Scalar(a.clone()),
             Var::I32(_) | Var::I64(_) | Var::F32(_) | Var::F64(_) if same => v.clone(),
             Var::I32(a) => Var::I32(to.array(&from.read(a)?)?),
             Var::I64(a) => Var::I64(to.array(&from.read(a)?)?),
@@ -389,7 +389,7 @@ pub(super) fn carry_over(
             (Var::Refs(a), Some(Var::Refs(na))) => {
                 let old = a.module();
                 for i in 0..a.len() {
-                    let r = old.element(a, i)?.map_or(offload::tlab::Ref(0), |(r, _)| r);
+                    let r = old.element(a, i)?.map(|(r, _)| r);
                     match reach(r, old, module, to, &mut moved, &mut work)
                         .map(|x| na.module().set_element(na, i, x))
                     {
@@ -408,7 +408,7 @@ pub(super) fn carry_over(
                 continue;
             }
             let r = old.get_ref_field(&o, &f)?;
-            match reach(r, &old, module, to, &mut moved, &mut work)
+            match reach(Some(r), &old, module, to, &mut moved, &mut work)
                 .map(|a| no.module().set_field(&no, &f, a))
             {
                 Some(Ok(())) => {}
@@ -452,23 +452,23 @@ pub(super) fn remake(o: &Object, module: Option<&Module>) -> Result<Option<(Obje
 /// `None` when it cannot be moved (an array no variable holds, a class
 /// that is gone).
 pub(super) fn reach(
-    r: offload::tlab::Ref,
+    r: Option<offload::Root>,
     old: &Module,
     module: Option<&Module>,
     to: &Runtime,
-    moved: &mut Vec<(offload::tlab::Ref, Arg)>,
+    moved: &mut Vec<(offload::Root, Arg)>,
     work: &mut Vec<(Object, Object)>,
 ) -> Option<Arg> {
-    if r.is_null() {
+    let Some(r) = r.filter(|r| !r.is_null()) else {
         return Some(to.null());
-    }
+    };
     if let Some((_, n)) = moved.iter().find(|(o, _)| *o == r) {
-        return Some(*n);
+        return Some(n.clone());
     }
-    let o = old.object_at(r).ok()?;
+    let o = old.object_at(&r).ok()?;
     let (no, _) = remake(&o, module).ok()??;
     let a = Arg::from(&no);
-    moved.push((r, a));
+    moved.push((r, a.clone()));
     work.push((o, no));
     Some(a)
 }

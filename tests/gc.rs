@@ -1,0 +1,329 @@
+//! The collector in the runtime: what survives a collection (handles,
+//! fields, reference arrays, save-area records, captures), exhaustion and
+//! recovery, collections during launches on every device, and the figures
+//! it reports.
+
+use offload::jit::Injection;
+use offload::{Arg, Device, GcPolicy, OffloadError, Runtime};
+
+/// `Node { val, data }`; `fill` keeps a node per workitem in `out`, `churn`
+/// makes one per workitem and overwrites a ring of `m` with it (garbage
+/// that escaped the workitem), `check` reads them back, `hold` keeps a node
+/// in a local across an allocation of garbage and a later site.
+const NODES: &str = "
+class Node {
+    field val: i64
+    field data: i64[]
+}
+
+kernel fill(i: i64, out: Node[]) {
+    local n: Node
+    local d: i64[]
+    new Node
+    store n
+    load n
+    load i
+    putfield Node.val
+    i32.const 10
+    newarray i64
+    store d
+    load d
+    i32.const 0
+    load i
+    i64.astore
+    load n
+    load d
+    putfield Node.data
+    load out
+    load i
+    i64.to_i32
+    load n
+    ref.astore
+    ret
+}
+
+kernel churn(i: i64, ring: Node[], m: i32) {
+    local n: Node
+    local d: i64[]
+    new Node
+    store n
+    load n
+    load i
+    putfield Node.val
+    i32.const 10
+    newarray i64
+    store d
+    load d
+    i32.const 0
+    load i
+    i64.astore
+    load n
+    load d
+    putfield Node.data
+    load ring
+    load i
+    load m
+    i32.to_i64
+    i64.rem
+    i64.to_i32
+    load n
+    ref.astore
+    ret
+}
+
+kernel check(i: i64, nodes: Node[], out: i64[]) {
+    local n: Node
+    load nodes
+    load i
+    i64.to_i32
+    ref.aload
+    store n
+    load out
+    load i
+    i64.to_i32
+    load n
+    getfield Node.val
+    load n
+    getfield Node.data
+    i32.const 0
+    i64.aload
+    i64.add
+    i64.astore
+    ret
+}
+
+kernel hold(i: i64, out: i64[]) {
+    local n: Node
+    local junk: i64[]
+    i32.const 50
+    newarray i64
+    store junk
+    new Node
+    store n
+    load n
+    load i
+    putfield Node.val
+    i32.const 4
+    newarray i64
+    store junk
+    load out
+    load i
+    i64.to_i32
+    load n
+    getfield Node.val
+    i64.const 3
+    i64.mul
+    i64.astore
+    ret
+}
+";
+
+fn runtime(device: Device, max: usize, gc: GcPolicy) -> Runtime {
+    Runtime::builder()
+        .device(device)
+        .workers(2)
+        .initial_heap(max.min(1 << 20))
+        .max_heap(max)
+        .gc(gc)
+        .build()
+        .unwrap()
+}
+
+fn verify(rt: &Runtime) -> offload::tlab::WalkStats {
+    rt.verify_heap(&[]).unwrap()
+}
+
+#[test]
+fn what_handles_fields_and_reference_arrays_reach_survives_intact() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = runtime(device, 64 << 20, GcPolicy::default());
+        let m = rt.load("nodes.obc", NODES).unwrap();
+        let n = 2000;
+        let kept = m.new_ref_array("Node", n).unwrap();
+        let dropped = m.new_ref_array("Node", n).unwrap();
+        for arr in [&dropped, &kept] {
+            let c = m.closure("fill", [Arg::from(arr)]).unwrap();
+            rt.par_offload(0..n as i64, &c).unwrap();
+        }
+        // Host-made objects: one held, one only through a field of it.
+        let o = m.new_object("Node").unwrap();
+        let data = rt.array(&[7i64, 8, 9]).unwrap();
+        m.set_field(&o, "val", 41i64).unwrap();
+        m.set_field(&o, "data", &data).unwrap();
+        drop(data);
+        let garbage: Vec<_> = (0..100).map(|_| rt.new_array::<i32>(100).unwrap()).collect();
+        drop(garbage);
+        drop(dropped);
+        let before = rt.heap().used();
+        let st = rt.collect().unwrap();
+        assert_eq!(st.before, before);
+        assert!(st.freed() > n as u64 * 100, "{st}");
+        // Heap use is the live data: the kept nodes and their arrays, the
+        // held object and its array.
+        let walk = verify(&rt);
+        assert_eq!(walk.fillers, 0);
+        assert_eq!(walk.bytes + 16, rt.heap().used());
+        assert_eq!(st.after, rt.heap().used());
+        let node = 24;
+        let arr10 = 8 + 80;
+        let live = (8 + 4 * n as u64).div_ceil(8) * 8 + n as u64 * (node + arr10) + node + 32;
+        assert_eq!(walk.bytes, live, "{device:?}: {walk}");
+        // Contents intact, through the moved handles.
+        let out = rt.new_array::<i64>(n).unwrap();
+        let c = m.closure("check", [Arg::from(&kept), Arg::from(&out)]).unwrap();
+        rt.par_offload(0..n as i64, &c).unwrap();
+        let got = rt.read(&out).unwrap();
+        assert!(got.iter().enumerate().all(|(i, &v)| v == 2 * i as i64));
+        assert_eq!(m.get_field::<i64>(&o, "val").unwrap(), 41);
+        let d = m.get_ref_field(&o, "data").unwrap();
+        assert!(!d.is_null());
+        let fields = m.fields(&o).unwrap();
+        assert_eq!(fields[1].1, "i64[]");
+        assert_eq!(rt.gc_totals().collections, 1);
+    }
+}
+
+#[test]
+fn a_record_holding_references_is_updated_by_a_collection_before_its_replay() {
+    // Every workitem deopts at `getfield Node.val` holding its node, and a
+    // collection runs before each batch of replays: the junk allocated
+    // before the node is freed, so the node moves between its deopt and
+    // its replay.
+    let gc = GcPolicy {
+        collect_before_replays: true,
+        verify: true,
+        ..GcPolicy::default()
+    };
+    let probe = Runtime::builder().device(Device::Cpu).build().unwrap();
+    let m = probe.load("nodes.obc", NODES).unwrap();
+    let k = m.program().verified().func_named("hold").unwrap();
+    let site = m
+        .program()
+        .analysis(k)
+        .unwrap()
+        .sites
+        .iter()
+        .find(|s| {
+            let body = &m.program().verified().func(k).body;
+            matches!(body[s.bci as usize], offload::ir::Inst::GetField { .. })
+        })
+        .expect("a getfield site")
+        .bci;
+    let rt = Runtime::builder()
+        .device(Device::Cpu)
+        .workers(2)
+        .deopt_records(16)
+        .inject(Injection {
+            site_bci: site,
+            modulus: 1,
+            remainder: 0,
+        })
+        .gc(gc)
+        .build()
+        .unwrap();
+    let m = rt.load("nodes.obc", NODES).unwrap();
+    let n = 1000;
+    let out = rt.new_array::<i64>(n).unwrap();
+    let c = m.closure("hold", [Arg::from(&out)]).unwrap();
+    let r = rt.par_offload(0..n as i64, &c).unwrap();
+    assert_eq!(r.replayed, n as u64, "{r}");
+    assert!(r.gc.collections > 0 && r.gc.moved > 0, "{r}");
+    let got = rt.read(&out).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &v)| v == 3 * i as i64));
+    verify(&rt);
+}
+
+#[test]
+fn garbage_that_escapes_the_nursery_is_collected_during_the_launch() {
+    // About 120 bytes per workitem over a million workitems with a 16 MiB
+    // heap: the heap fills many times over, and the launch completes.
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = runtime(device, 16 << 20, GcPolicy::default());
+        let m = rt.load("nodes.obc", NODES).unwrap();
+        let ring = m.new_ref_array("Node", 1000).unwrap();
+        let c = m
+            .closure("churn", [Arg::from(&ring), Arg::I32(1000)])
+            .unwrap();
+        let n: i64 = if device == Device::Cpu { 1_000_000 } else { 500_000 };
+        let r = rt.par_offload(0..n, &c).unwrap();
+        assert_eq!(r.completed, n as u64);
+        assert!(r.gc.collections >= 2, "{device:?}: {r}");
+        assert!(r.gc.freed > 16 << 20, "{device:?}: {}", r.gc);
+        let text = r.to_string();
+        assert!(text.contains("gc: "), "{text}");
+        // Each ring slot holds a node of a workitem of its residue.
+        let out = rt.new_array::<i64>(1000).unwrap();
+        let c = m.closure("check", [Arg::from(&ring), Arg::from(&out)]).unwrap();
+        rt.par_offload(0..1000, &c).unwrap();
+        for (j, v) in rt.read(&out).unwrap().into_iter().enumerate() {
+            assert_eq!((v / 2) % 1000, j as i64, "{device:?}");
+        }
+        verify(&rt);
+    }
+}
+
+#[test]
+fn live_data_that_does_not_fit_is_out_of_memory_and_the_runtime_recovers() {
+    let rt = runtime(Device::Cpu, 16 << 20, GcPolicy::default());
+    let m = rt.load("nodes.obc", NODES).unwrap();
+    // 200,000 nodes of 112 bytes: 21 MiB, more than the heap.
+    let n = 200_000;
+    let out = m.new_ref_array("Node", n).unwrap();
+    let c = m.closure("fill", [Arg::from(&out)]).unwrap();
+    match rt.par_offload(0..n as i64, &c) {
+        Err(OffloadError::Exceptions(e)) => {
+            assert_eq!(e.first.kind, offload::ir::ExceptionKind::OutOfMemory);
+            assert!(e.count > 0 && e.count < n as u64, "{}", e.count);
+            assert_eq!(e.report.completed + e.report.threw, n as u64);
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    verify(&rt);
+    // Still full: a large host allocation fails cleanly.
+    assert!(rt.new_array::<i64>(1 << 20).is_err());
+    // The user drops what kept the nodes: the next allocation succeeds.
+    drop(c);
+    drop(out);
+    let big = rt.new_array::<i64>(1 << 20).unwrap();
+    assert_eq!(big.len(), 1 << 20);
+    assert!(rt.gc_totals().collections >= 2);
+    verify(&rt);
+}
+
+#[test]
+fn a_long_session_of_launches_does_not_leak() {
+    // Each launch keeps a fresh array of nodes and drops the last one's:
+    // with collections due between launches, the heap stays near twice
+    // the live data, far below its maximum.
+    let rt = runtime(Device::Cpu, 256 << 20, GcPolicy::default());
+    let m = rt.load("nodes.obc", NODES).unwrap();
+    let mut peak = 0;
+    for _ in 0..60 {
+        let out = m.new_ref_array("Node", 20_000).unwrap();
+        let c = m.closure("fill", [Arg::from(&out)]).unwrap();
+        rt.par_offload(0..20_000, &c).unwrap();
+        peak = peak.max(rt.heap().used());
+    }
+    // 60 launches keep 60 x 2.2 MiB; live at any time is one launch's.
+    assert!(peak < 16 << 20, "peak {peak}");
+    assert!(rt.gc_totals().collections >= 5, "{}", rt.gc_totals());
+    verify(&rt);
+}
+
+#[test]
+fn redefined_classes_keep_a_healthy_heap() {
+    let rt = runtime(Device::Cpu, 64 << 20, GcPolicy::default());
+    let old = rt.load("a.obc", "class P {\n    field x: i64\n}\n").unwrap();
+    let o = old.new_object("P").unwrap();
+    let _new = rt
+        .load("a.obc", "class P {\n    field x: i64\n    field y: i64\n}\n")
+        .unwrap();
+    let _o2 = _new.new_object("P").unwrap();
+    verify(&rt);
+    rt.collect().unwrap();
+    let w = verify(&rt);
+    assert_eq!(w.objects, 2);
+    drop(o);
+    rt.collect().unwrap();
+    assert_eq!(verify(&rt).objects, 1);
+}
