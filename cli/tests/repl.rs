@@ -22,7 +22,8 @@ fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
-/// Mask what changes from run to run: times.
+/// Mask what changes from run to run: times (a number before a unit of
+/// time).
 fn normalize(s: &str) -> String {
     let mut out = String::new();
     for line in s.lines() {
@@ -32,7 +33,10 @@ fn normalize(s: &str) -> String {
             if i > 0 {
                 l.push(' ');
             }
-            let next_is_ms = words.get(i + 1).is_some_and(|n| n.starts_with("ms"));
+            let next_is_ms = words.get(i + 1).is_some_and(|n| {
+                let unit = n.trim_end_matches([',', ')', ';', ':']);
+                ["ms", "µs", "ns", "s"].contains(&unit)
+            });
             if next_is_ms && w.parse::<f64>().is_ok() {
                 l.push_str("<t>");
             } else {
@@ -306,7 +310,7 @@ fn interactive() {
     p.exp_string("interrupted:").unwrap();
     p.exp_string("offload> ").unwrap();
     type_(&mut p, ":heap\r");
-    p.exp_string("heap ok").unwrap();
+    p.exp_string("verified: ").unwrap();
     type_(&mut p, "print a[1]\r");
     p.exp_string("[2]").unwrap();
     // Ctrl-D leaves.

@@ -135,9 +135,12 @@ impl GcSummary {
     }
 }
 
-/// `N collections, P pause (longest L), F freed`.
+/// `N collections, P pause (longest L), F freed`, or `none`.
 impl std::fmt::Display for GcSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.collections == 0 {
+            return f.write_str("none");
+        }
         write!(
             f,
             "{} collection{}, {} pause (longest {}), {} freed",

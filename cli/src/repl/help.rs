@@ -171,8 +171,14 @@ pub const COMMANDS: &[Cmd] = &[
     Cmd {
         names: &[":heap"],
         synopsis: ":heap",
-        about: "Walk and verify the whole heap.",
+        about: "Walk and verify the whole heap; show its use, the handles alive and the collections so far.",
         example: ":heap",
+    },
+    Cmd {
+        names: &[":gc"],
+        synopsis: ":gc",
+        about: "Collect the heap now: free what no variable reaches, and say how much and how long it took.",
+        example: ":gc",
     },
     Cmd {
         names: &[":help", ":h"],

@@ -278,7 +278,40 @@ impl Session {
             ":heap" => {
                 let mods: Vec<&Module> = self.module.iter().collect();
                 let w = self.rt.verify_heap(&mods)?;
-                let _ = writeln!(out, "heap ok: {w}");
+                let heap = self.rt.heap();
+                let b = offload::diagnostics::bytes_text;
+                let _ = writeln!(
+                    out,
+                    "heap: {} in use, {} committed, {} at most",
+                    b(heap.used()),
+                    b(heap.committed() as u64),
+                    b(heap.config().max as u64)
+                );
+                let _ = writeln!(
+                    out,
+                    "  verified: {} objects, {} arrays, {} fillers ({})",
+                    w.objects,
+                    w.arrays,
+                    w.fillers,
+                    b(w.filler_bytes)
+                );
+                let gc = self.rt.gc_totals();
+                let _ = writeln!(out, "  handles: {}; collections: {gc}", self.rt.live_handles());
+                Ok(())
+            }
+            ":gc" => {
+                let st = self.rt.collect()?;
+                let b = offload::diagnostics::bytes_text;
+                let _ = writeln!(
+                    out,
+                    "collected in {}: freed {} of {}; {} live in {} objects, {} moved",
+                    offload::diagnostics::duration_text(st.pause()),
+                    b(st.freed()),
+                    b(st.before),
+                    b(st.after),
+                    st.live_objects,
+                    b(st.moved)
+                );
                 Ok(())
             }
             ":quit" | ":q" | ":exit" => Ok(()),
