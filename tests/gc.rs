@@ -151,7 +151,9 @@ fn what_handles_fields_and_reference_arrays_reach_survives_intact() {
         m.set_field(&o, "val", 41i64).unwrap();
         m.set_field(&o, "data", &data).unwrap();
         drop(data);
-        let garbage: Vec<_> = (0..100).map(|_| rt.new_array::<i32>(100).unwrap()).collect();
+        let garbage: Vec<_> = (0..100)
+            .map(|_| rt.new_array::<i32>(100).unwrap())
+            .collect();
         drop(garbage);
         drop(dropped);
         let before = rt.heap().used();
@@ -170,7 +172,9 @@ fn what_handles_fields_and_reference_arrays_reach_survives_intact() {
         assert_eq!(walk.bytes, live, "{device:?}: {walk}");
         // Contents intact, through the moved handles.
         let out = rt.new_array::<i64>(n).unwrap();
-        let c = m.closure("check", [Arg::from(&kept), Arg::from(&out)]).unwrap();
+        let c = m
+            .closure("check", [Arg::from(&kept), Arg::from(&out)])
+            .unwrap();
         rt.par_offload(0..n as i64, &c).unwrap();
         let got = rt.read(&out).unwrap();
         assert!(got.iter().enumerate().all(|(i, &v)| v == 2 * i as i64));
@@ -244,7 +248,11 @@ fn garbage_that_escapes_the_nursery_is_collected_during_the_launch() {
         let c = m
             .closure("churn", [Arg::from(&ring), Arg::I32(1000)])
             .unwrap();
-        let n: i64 = if device == Device::Cpu { 1_000_000 } else { 500_000 };
+        let n: i64 = if device == Device::Cpu {
+            1_000_000
+        } else {
+            500_000
+        };
         let r = rt.par_offload(0..n, &c).unwrap();
         assert_eq!(r.completed, n as u64);
         assert!(r.gc.collections >= 2, "{device:?}: {r}");
@@ -253,7 +261,9 @@ fn garbage_that_escapes_the_nursery_is_collected_during_the_launch() {
         assert!(text.contains("gc: "), "{text}");
         // Each ring slot holds a node of a workitem of its residue.
         let out = rt.new_array::<i64>(1000).unwrap();
-        let c = m.closure("check", [Arg::from(&ring), Arg::from(&out)]).unwrap();
+        let c = m
+            .closure("check", [Arg::from(&ring), Arg::from(&out)])
+            .unwrap();
         rt.par_offload(0..1000, &c).unwrap();
         for (j, v) in rt.read(&out).unwrap().into_iter().enumerate() {
             assert_eq!((v / 2) % 1000, j as i64, "{device:?}");
@@ -313,10 +323,15 @@ fn a_long_session_of_launches_does_not_leak() {
 #[test]
 fn redefined_classes_keep_a_healthy_heap() {
     let rt = runtime(Device::Cpu, 64 << 20, GcPolicy::default());
-    let old = rt.load("a.obc", "class P {\n    field x: i64\n}\n").unwrap();
+    let old = rt
+        .load("a.obc", "class P {\n    field x: i64\n}\n")
+        .unwrap();
     let o = old.new_object("P").unwrap();
     let _new = rt
-        .load("a.obc", "class P {\n    field x: i64\n    field y: i64\n}\n")
+        .load(
+            "a.obc",
+            "class P {\n    field x: i64\n    field y: i64\n}\n",
+        )
         .unwrap();
     let _o2 = _new.new_object("P").unwrap();
     verify(&rt);
@@ -326,4 +341,76 @@ fn redefined_classes_keep_a_healthy_heap() {
     drop(o);
     rt.collect().unwrap();
     assert_eq!(verify(&rt).objects, 1);
+}
+
+#[path = "common/programs.rs"]
+mod programs;
+
+/// GC stress: every second TLAB refill finds eden exhausted (so every launch that
+/// allocates collects, from the interpreter that replays or runs the
+/// allocating workitem), a collection runs before every batch of replays,
+/// and the heap is verified after each.
+fn stress() -> GcPolicy {
+    GcPolicy {
+        stress: 2,
+        collect_before_replays: true,
+        verify: true,
+        ..GcPolicy::default()
+    }
+}
+
+#[test]
+fn random_programs_agree_with_the_interpreter_under_gc_stress() {
+    use offload_cli::tools::differential::Differ;
+    use offload_cli::tools::reference::Rng;
+    for device in [Device::Cpu, Device::Interpreter] {
+        let differ = Differ::with_gc(device, stress()).unwrap();
+        let mut rng = Rng::new(2028);
+        let mut compared = 0;
+        for case in 0..150 {
+            let Some(module) = programs::generate(&mut rng) else {
+                continue;
+            };
+            let text = offload::ir::print_module(&module);
+            match differ.compare(&text, rng.next_u64()) {
+                Ok(c) => compared += c.kernels,
+                Err(why) => panic!("{device:?}, case {case}: {why}"),
+            }
+        }
+        assert!(compared > 100, "only {compared} kernels compared");
+    }
+}
+
+#[test]
+fn the_example_kernels_run_exactly_once_under_gc_stress() {
+    // The list kernel of `examples/kernels/linkedlist.obc`'s shape:
+    // every workitem builds a list and walks it, allocating across many
+    // refills, each of which collects.
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = Runtime::builder()
+            .device(device)
+            .workers(2)
+            .tlab_bytes(1024)
+            .gc(stress())
+            .build()
+            .unwrap();
+        let m = rt.load("nodes.obc", NODES).unwrap();
+        let n = 3000;
+        let out = m.new_ref_array("Node", n).unwrap();
+        let c = m.closure("fill", [Arg::from(&out)]).unwrap();
+        let r = rt.par_offload(0..n as i64, &c).unwrap();
+        assert_eq!(r.completed, n as u64, "{r}");
+        assert!(r.gc.collections > 10, "{device:?}: {r}");
+        let sums = rt.new_array::<i64>(n).unwrap();
+        let c = m
+            .closure("check", [Arg::from(&out), Arg::from(&sums)])
+            .unwrap();
+        rt.par_offload(0..n as i64, &c).unwrap();
+        let got = rt.read(&sums).unwrap();
+        assert!(
+            got.iter().enumerate().all(|(i, &v)| v == 2 * i as i64),
+            "{device:?}"
+        );
+        verify(&rt);
+    }
 }

@@ -124,12 +124,19 @@ mod tests {
             seen.push(*r);
             *r += 1;
         });
-        assert_eq!(seen, [10], "the dropped root is gone, null is not in the table");
+        assert_eq!(
+            seen,
+            [10],
+            "the dropped root is gone, null is not in the table"
+        );
         assert_eq!(b.get(), Ref(11), "clones share the cell");
         assert_eq!(t.live(), 1);
         for i in 0..1000 {
             drop(t.root(Ref(i + 2)));
         }
-        assert!(t.cells.lock().unwrap().len() < 200, "dead cells are pruned as it grows");
+        assert!(
+            t.cells.lock().unwrap().len() < 200,
+            "dead cells are pruned as it grows"
+        );
     }
 }

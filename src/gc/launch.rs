@@ -102,10 +102,7 @@ impl Registry {
 
     /// Run `f` on every launch registered now (none can leave meanwhile).
     pub(crate) fn with_all<R>(&self, f: impl FnOnce(&[&LaunchRoots<'_>]) -> R) -> R {
-        let launches = self
-            .launches
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let launches = self.launches.lock().unwrap_or_else(PoisonError::into_inner);
         // SAFETY: each pointer is registered by a live `LaunchGuard`, whose
         // drop must take this lock to remove it: while the lock is held
         // here, every one points to a live `LaunchRoots`.

@@ -68,7 +68,7 @@ pub struct GcPolicy {
     pub trigger: f64,
     /// Stress (tests): every `stress`-th TLAB refill of a launch finds eden
     /// exhausted, so that the launch collects as if the heap were full.
-    /// 0: off.
+    /// 0: off; at least 2 otherwise (with 1 no refill would ever succeed).
     pub stress: u64,
     /// Stress (tests): collect before each batch of replays (a CPU slot's
     /// full records, a GPU kernel's), so that the records' references move
@@ -262,7 +262,11 @@ impl Collector {
     /// Under [`GcPolicy::collect_before_replays`], collect from a running
     /// worker about to replay records (they are roots in its launch's save
     /// area). A failed collection is the launch's error.
-    pub(crate) fn before_replays(&self, heap: &Heap, control: &Control) -> Result<(), OffloadError> {
+    pub(crate) fn before_replays(
+        &self,
+        heap: &Heap,
+        control: &Control,
+    ) -> Result<(), OffloadError> {
         if self.policy.collect_before_replays {
             let mut none = |_: &mut dyn FnMut(&mut u32)| {};
             if let Some(r) = self.collect_from_worker(heap, control, &mut none) {
@@ -289,11 +293,7 @@ impl Collector {
     /// Collect now, from a thread that is not a running worker (the host,
     /// between launches or during them): bring every launch to a
     /// safepoint, collect, and let them go on.
-    pub(crate) fn collect(
-        &self,
-        heap: &Heap,
-        control: &Control,
-    ) -> Result<GcStats, OffloadError> {
+    pub(crate) fn collect(&self, heap: &Heap, control: &Control) -> Result<GcStats, OffloadError> {
         let (r, tts) = control.safepoint_with(|parked| self.collect_stopped(heap, parked));
         self.account(r, tts)
     }
@@ -350,7 +350,9 @@ impl Collector {
                     .map_err(|e| e.to_string())
             })
             .as_ref()
-            .map_err(|e| OffloadError::Setup(format!("cannot start the collector's workers: {e}")))?;
+            .map_err(|e| {
+                OffloadError::Setup(format!("cannot start the collector's workers: {e}"))
+            })?;
         self.launches.with_all(|launches| {
             for a in launches.iter().filter_map(|l| l.alloc) {
                 a.retire_for_collection();

@@ -307,6 +307,14 @@ impl RuntimeBuilder {
                 ),
             });
         }
+        if self.gc.stress == 1 {
+            return Err(OffloadError::Config {
+                setting: "gc",
+                problem:
+                    "collector stress of 1: every refill would fail; use 0 (off) or at least 2"
+                        .into(),
+            });
+        }
         let policy_factory = self.recompile_policy.map_err(|bad| OffloadError::Config {
             setting: "policy",
             problem: format!(

@@ -467,7 +467,9 @@ impl Runtime {
                 Ok(at) => return Ok(env.gc.handles.root(Ref(at))),
                 Err(offload_tlab::HeapError::Exhausted { .. }) if !collected => {
                     let mut none = |_: &mut dyn FnMut(&mut u32)| {};
-                    if let Some(r) = env.gc.collect_from_worker(&env.heap, &env.control, &mut none)
+                    if let Some(r) = env
+                        .gc
+                        .collect_from_worker(&env.heap, &env.control, &mut none)
                     {
                         r?;
                         collected = true;

@@ -355,7 +355,11 @@ impl Module {
                         if r.is_null() {
                             "null".to_string()
                         } else {
-                            format!("{}@{:#x}", self.runtime_type(r)?.trim_matches('`'), r.byte_offset())
+                            format!(
+                                "{}@{:#x}",
+                                self.runtime_type(r)?.trim_matches('`'),
+                                r.byte_offset()
+                            )
                         }
                     }
                 };

@@ -59,7 +59,10 @@ impl Roots for FrameRoots<'_> {
                 .filter(|(_, t)| t.is_ref())
                 .map(|(k, _)| base + nlocals + k)
                 .take_while(|&at| at < end);
-            for at in locals.chain(stack).collect::<smallvec::SmallVec<[usize; 16]>>() {
+            for at in locals
+                .chain(stack)
+                .collect::<smallvec::SmallVec<[usize; 16]>>()
+            {
                 if let Some(slot) = self.stack.get_mut(at) {
                     let mut r = *slot as u32;
                     f(&mut r);

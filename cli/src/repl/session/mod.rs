@@ -296,7 +296,11 @@ impl Session {
                     b(w.filler_bytes)
                 );
                 let gc = self.rt.gc_totals();
-                let _ = writeln!(out, "  handles: {}; collections: {gc}", self.rt.live_handles());
+                let _ = writeln!(
+                    out,
+                    "  handles: {}; collections: {gc}",
+                    self.rt.live_handles()
+                );
                 Ok(())
             }
             ":gc" => {
