@@ -491,9 +491,21 @@ fn run(
             None => gpu.eden_words.load(Ordering::Relaxed),
         };
         let min = (tlab_words as u32).max(2).min(want.max(2));
-        let (es, ee) = heap.carve_region(min, want).ok_or_else(|| {
+        // No room for the device eden: collect (this thread is a running
+        // worker, the device holds no heap image now) and try once more.
+        let carved = match heap.carve_region(min, want) {
+            Some(r) => Some(r),
+            None => {
+                let mut none = |_: &mut dyn FnMut(&mut u32)| {};
+                if let Some(r) = env.gc.collect_from_worker(heap, &inner.control, &mut none) {
+                    r?;
+                }
+                heap.carve_region(min, want)
+            }
+        };
+        let (es, ee) = carved.ok_or_else(|| {
             OffloadError::Setup(format!(
-                "heap exhausted: no room for a device eden of {} bytes",
+                "heap exhausted: no room for a device eden of {} bytes, even after a collection",
                 u64::from(min) * 8
             ))
         })?;

@@ -330,6 +330,44 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
 
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_full_heap_is_collected_between_relaunches() {
+    // Lists of 8 nodes per workitem, kept in a ring: garbage that escapes
+    // every nursery. With a small maximum heap the device eden, then the
+    // replays' allocations, find it full: the host collects between
+    // relaunches (save-area records and captures are roots) and the launch
+    // completes with the exact answer.
+    let rt = build(
+        gpu()
+            .tlab_bytes(1024)
+            .initial_heap(1 << 20)
+            .max_heap(4 << 20)
+            .gc(offload::GcPolicy {
+                stress: 3,
+                collect_before_replays: true,
+                verify: true,
+                ..offload::GcPolicy::default()
+            }),
+    );
+    let m = rt
+        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
+        .unwrap();
+    let items = size(&rt, 200_000, 3_000);
+    let out = rt.new_array::<i64>(items).unwrap();
+    let rep = par_offload(
+        0..items as i64,
+        &m.closure("list", [8i32.into(), (&out).into()]).unwrap(),
+    )
+    .unwrap();
+    let want: Vec<i64> = (0..items as i64)
+        .map(|i| offload_cli::tools::reference::list_sum_expected(i, 8))
+        .collect();
+    assert_eq!(rt.read(&out).unwrap(), want, "{rep}");
+    assert!(rep.gc.collections > 0, "{rep}");
+    rt.verify_heap(&[&m]).unwrap();
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn launches_that_allocate_nothing_leave_the_heap_top_where_it_was() {
     let rt = build(gpu());
     let m = rt

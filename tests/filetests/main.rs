@@ -147,6 +147,38 @@ fn file_tests() {
     );
 }
 
+/// `run`'s lines on the CPU device and the interpreter device under GC
+/// stress: every second TLAB refill finds eden exhausted and collects, a
+/// collection runs before every batch of replays, and the heap is verified
+/// after each; every line still gives its expected result.
+#[test]
+fn file_tests_run_under_gc_stress() {
+    let stress = offload::GcPolicy {
+        stress: 2,
+        collect_before_replays: true,
+        verify: true,
+        ..offload::GcPolicy::default()
+    };
+    for device in [offload::Device::Cpu, offload::Device::Interpreter] {
+        let mut leg = run::CpuLeg::on(device, stress);
+        let mut failures = Vec::new();
+        for t in files()
+            .iter()
+            .filter(|t| t.kinds.iter().any(|k| k == "run"))
+        {
+            if let Err(e) = leg.run(t) {
+                failures.push(format!("{}: {e}", t.name));
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{device:?}:\n{}",
+            failures.join("\n\n")
+        );
+        assert!(leg.lines() > 500, "only {} run lines", leg.lines());
+    }
+}
+
 /// `run`'s CUDA leg: every run line on the CUDA device (the virtual GPU in
 /// CI: `scripts/gpu-tests`).
 #[test]

@@ -404,11 +404,17 @@ pub struct CpuLeg {
 
 impl CpuLeg {
     pub fn new() -> CpuLeg {
-        let rt = Runtime::builder()
-            .device(Device::Cpu)
-            .workers(1)
-            .build()
-            .expect("a CPU runtime");
+        CpuLeg::on(Device::Cpu, offload::GcPolicy::default())
+    }
+
+    /// The leg on `device` with the collector's policy `gc` (under GC
+    /// stress, with small TLABs: more refills, more collections).
+    pub fn on(device: Device, gc: offload::GcPolicy) -> CpuLeg {
+        let mut b = Runtime::builder().device(device).workers(1).gc(gc);
+        if gc.stress > 0 {
+            b = b.tlab_bytes(256);
+        }
+        let rt = b.build().expect("a runtime");
         CpuLeg { rt, lines: 0 }
     }
 

@@ -323,7 +323,7 @@ fn a_corrupt_root_or_object_is_an_error_and_nothing_moves() {
     let o = Allocator::alloc_host(&heap, header(&Kind::Obj(0))).unwrap();
     let used = heap.used();
     // A root past the top.
-    let mut roots = vec![o, 1 << 30];
+    let mut roots = [o, 1 << 30];
     // SAFETY: the test has the heap to itself.
     let e = unsafe {
         heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
@@ -333,7 +333,7 @@ fn a_corrupt_root_or_object_is_an_error_and_nothing_moves() {
     assert!(matches!(e, Err(HeapError::Corrupt { .. })), "{e:?}");
     // A field pointing into the middle of an array (no header there).
     heap.store32(o as usize * 8 + 12, 3).unwrap();
-    let mut roots = vec![o];
+    let mut roots = [o];
     // SAFETY: as above.
     let e = unsafe {
         heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
@@ -343,7 +343,7 @@ fn a_corrupt_root_or_object_is_an_error_and_nothing_moves() {
     assert!(matches!(e, Err(HeapError::Corrupt { .. })), "{e:?}");
     // An object of a class the collector is not told about.
     heap.store32(o as usize * 8 + 12, 0).unwrap();
-    let mut roots = vec![o];
+    let mut roots = [o];
     // SAFETY: as above.
     let e = unsafe {
         heap.collect(&[], &mut |f: &mut dyn FnMut(&mut u32)| {
@@ -352,7 +352,7 @@ fn a_corrupt_root_or_object_is_an_error_and_nothing_moves() {
     };
     assert!(matches!(e, Err(HeapError::Corrupt { .. })), "{e:?}");
     assert_eq!(heap.used(), used, "nothing was freed");
-    assert_eq!(roots, vec![o], "nothing moved");
+    assert_eq!(roots, [o], "nothing moved");
 }
 
 #[test]
@@ -360,18 +360,13 @@ fn a_slot_that_saw_eden_exhausted_allocates_again_after_a_reset() {
     let heap = heap(64 << 10);
     let a = Allocator::new(&heap, AllocPolicy::SharedTlab { group: 1 }, 1);
     let mut kept = None;
-    loop {
-        match a.alloc(0, header(&Kind::Ints(10))) {
-            Ok(x) => {
-                kept.get_or_insert(x);
-            }
-            Err(_) => break,
-        }
+    while let Ok(x) = a.alloc(0, header(&Kind::Ints(10))) {
+        kept.get_or_insert(x);
     }
     let slot = a.tlab_for(0).unwrap();
     assert!(slot.failed());
     slot.retire(&heap);
-    let mut roots = vec![kept.unwrap()];
+    let mut roots = [kept.unwrap()];
     // SAFETY: every TLAB is retired and nothing else touches the heap.
     unsafe {
         heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {

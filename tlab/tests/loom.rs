@@ -259,3 +259,44 @@ fn two_allocators_one_object_each() {
         assert!(a.is_ok() && b.is_ok());
     });
 }
+
+#[test]
+fn after_a_collection_a_failed_slot_refills_again_without_overlap() {
+    model_bounded(1, || {
+        // Eden fills: one allocator gets the only TLAB, the other sees
+        // FAILED (the device deopts both waiters with AllocationFailure).
+        let eden = Arc::new(MockEden::new(4, 4));
+        let slot = Arc::new(SharedTlab::new());
+        let first: Vec<_> = (0..2)
+            .map(|_| {
+                let (eden, slot) = (eden.clone(), slot.clone());
+                thread::spawn(move || slot.allocate(3, &*eden, true))
+            })
+            .collect();
+        let first: Vec<_> = first.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(first.contains(&Err(AllocFailure::Exhausted)), "{first:?}");
+        // The safepoint: every allocator has stopped. The collection
+        // retires the TLAB, frees everything (eden's top back to 0) and
+        // resets the slot.
+        slot.retire(&*eden);
+        eden.top.store(0, Ordering::SeqCst);
+        eden.carves.lock().unwrap().clear();
+        eden.fills.lock().unwrap().clear();
+        slot.reset();
+        assert!(!slot.failed());
+        // The retried allocations refill through the protocol again.
+        let eden2 = Arc::new(MockEden::new(8, 4));
+        let again: Vec<_> = (0..2)
+            .map(|_| {
+                let (eden2, slot) = (eden2.clone(), slot.clone());
+                thread::spawn(move || vec![(3, slot.allocate(3, &*eden2, true))])
+            })
+            .collect();
+        let results: Vec<_> = again.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(
+            results.iter().flatten().all(|(_, r)| r.is_ok()),
+            "both fit after the collection: {results:?}"
+        );
+        check(&results, &eden2);
+    });
+}
