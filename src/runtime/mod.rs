@@ -31,6 +31,11 @@ pub(crate) use builder::PolicyFactory;
 pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, RuntimeBuilder};
 pub use values::{Arg, Array, Element, Object, RefArray};
 
+thread_local! {
+    /// Whether this thread is running a safepoint's operation.
+    static IN_SAFEPOINT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// What a runtime shares between its clones.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -122,10 +127,31 @@ impl Runtime {
     /// Callable from any thread; with no launch running, `op` runs at once.
     /// Returns `op`'s result and the time-to-safepoint.
     pub fn safepoint<R>(&self, op: impl FnOnce(&Heap) -> R) -> (R, std::time::Duration) {
-        self.inner
-            .env
-            .control
-            .safepoint(|| op(&self.inner.env.heap))
+        self.inner.env.control.safepoint(|| {
+            // The operation may read and write through handles: it has
+            // the heap to itself already (see `Runtime::running`).
+            struct Unset;
+            impl Drop for Unset {
+                fn drop(&mut self) {
+                    IN_SAFEPOINT.with(|f| f.set(false));
+                }
+            }
+            IN_SAFEPOINT.with(|f| f.set(true));
+            let _unset = Unset;
+            op(&self.inner.env.heap)
+        })
+    }
+
+    /// Count this thread as a running worker, so that no collection starts
+    /// until the guard drops — unless it is running a safepoint's
+    /// operation ([`Runtime::safepoint`]), which has the heap to itself
+    /// already.
+    pub(crate) fn running(&self) -> Option<offload_host_interp::Running<'_>> {
+        if IN_SAFEPOINT.with(std::cell::Cell::get) {
+            None
+        } else {
+            Some(self.inner.env.control.enter())
+        }
     }
 
     /// Interrupt every launch running now (callable from any thread — a
@@ -414,7 +440,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let _running = self.inner.env.control.enter();
+        let _running = self.running();
         Ok(self
             .inner
             .env
@@ -452,7 +478,7 @@ impl Runtime {
     /// Run `f` as a running worker: no collection starts until it returns,
     /// so the references it reads from handles stay put.
     pub(crate) fn hold<R>(&self, f: impl FnOnce(&Heap) -> R) -> R {
-        let _running = self.inner.env.control.enter();
+        let _running = self.running();
         f(&self.inner.env.heap)
     }
 
@@ -460,8 +486,9 @@ impl Runtime {
     /// the heap is full, collect and try once more.
     pub(crate) fn alloc_rooted(&self, h: Header) -> Result<Root, OffloadError> {
         let env = &self.inner.env;
-        let _running = env.control.enter();
-        let mut collected = false;
+        let running = self.running();
+        // Inside a safepoint's operation no collection can run.
+        let mut collected = running.is_none();
         loop {
             match Allocator::alloc_host(&env.heap, h) {
                 Ok(at) => return Ok(env.gc.handles.root(Ref(at))),

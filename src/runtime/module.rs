@@ -72,7 +72,7 @@ impl Module {
         let mut raw = Vec::with_capacity(captures.len());
         let mut refs = Vec::new();
         // The references are checked where no collection can move them.
-        let _running = self.rt.inner.env.control.enter();
+        let _running = self.rt.running();
         for (i, (p, a)) in params.iter().zip(&captures).enumerate() {
             let want = v.type_name(p.ty);
             let bad = |found: String| {
@@ -338,7 +338,7 @@ impl Module {
         let v = self.prog.verified();
         let mut chain: Vec<ClassId> = v.ancestors(o.class).collect();
         chain.reverse();
-        let _running = self.rt.inner.env.control.enter();
+        let _running = self.rt.running();
         let heap = &self.rt.inner.env.heap;
         let mut out = Vec::new();
         for c in chain {
@@ -373,7 +373,7 @@ impl Module {
     /// element): an error unless it is an instance of one of this module's
     /// classes.
     pub fn object_at(&self, r: &Root) -> Result<Object, OffloadError> {
-        let _running = self.rt.inner.env.control.enter();
+        let _running = self.rt.running();
         let h = self.rt.inner.env.heap.header(r.get())?;
         let r = r.get();
         match h {
