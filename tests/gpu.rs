@@ -331,16 +331,16 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn a_full_heap_is_collected_between_relaunches() {
-    // Lists of 8 nodes per workitem, kept in a ring: garbage that escapes
-    // every nursery. With a small maximum heap the device eden, then the
-    // replays' allocations, find it full: the host collects between
-    // relaunches (save-area records and captures are roots) and the launch
-    // completes with the exact answer.
+    // Lists of 64 nodes per workitem, several MiB in all through a 2 MiB
+    // heap: the device eden runs out, its allocators deopt with
+    // AllocationFailure, and the host collects before replaying them and
+    // when the next device eden does not fit (save-area records and
+    // captures are roots); the launch completes with the exact answer.
     let rt = build(
         gpu()
             .tlab_bytes(1024)
             .initial_heap(1 << 20)
-            .max_heap(4 << 20)
+            .max_heap(2 << 20)
             .gc(offload::GcPolicy {
                 stress: 3,
                 collect_before_replays: true,
@@ -355,11 +355,11 @@ fn a_full_heap_is_collected_between_relaunches() {
     let out = rt.new_array::<i64>(items).unwrap();
     let rep = par_offload(
         0..items as i64,
-        &m.closure("list", [8i32.into(), (&out).into()]).unwrap(),
+        &m.closure("list", [64i32.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..items as i64)
-        .map(|i| offload_cli::tools::reference::list_sum_expected(i, 8))
+        .map(|i| offload_cli::tools::reference::list_sum_expected(i, 64))
         .collect();
     assert_eq!(rt.read(&out).unwrap(), want, "{rep}");
     assert!(rep.gc.collections > 0, "{rep}");
