@@ -94,30 +94,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let live = m.new_ref_array("Node", n)?;
         let c = m.closure("fill", [Arg::from(&live)])?;
         rt.par_offload(0..n as i64, &c)?;
-        let mut pauses = Vec::new();
-        let mut marks = Vec::new();
-        for _ in 0..5 {
-            // Garbage below the live data's next position: the dead array's
-            // nodes, then the live ones move down over them.
-            let dead = m.new_ref_array("Node", n)?;
-            let c = m.closure("fill", [Arg::from(&dead)])?;
-            rt.par_offload(0..n as i64, &c)?;
-            drop(c);
-            drop(dead);
-            let t = Instant::now();
-            let st = rt.collect()?;
-            pauses.push(t.elapsed());
-            marks.push(st.mark);
+        drop(c);
+        let mut live = live;
+        for moving in [false, true] {
+            let mut pauses = Vec::new();
+            let mut marks = Vec::new();
+            for _ in 0..5 {
+                // As much garbage as live data: above the live data (which
+                // stays in place), or below a fresh copy of it (which all
+                // slides down).
+                let dead = m.new_ref_array("Node", n)?;
+                let c = m.closure("fill", [Arg::from(&dead)])?;
+                rt.par_offload(0..n as i64, &c)?;
+                drop(c);
+                drop(dead);
+                if moving {
+                    let fresh = m.new_ref_array("Node", n)?;
+                    let c = m.closure("fill", [Arg::from(&fresh)])?;
+                    rt.par_offload(0..n as i64, &c)?;
+                    live = fresh;
+                }
+                let t = Instant::now();
+                let st = rt.collect()?;
+                pauses.push(t.elapsed());
+                marks.push(st.mark);
+            }
+            let st = rt.last_collection().expect("collected");
+            println!(
+                "  {mib:>3} MiB live, {} ({} objects, {:.1} MiB after, {:.1} MiB moved): pause {:.1} ms (mark {:.1} ms), {:.1} ms per 100 MiB live",
+                if moving { "all moving" } else { "in place  " },
+                st.live_objects,
+                st.after as f64 / (1 << 20) as f64,
+                st.moved as f64 / (1 << 20) as f64,
+                median(pauses.clone()).as_secs_f64() * 1e3,
+                median(marks).as_secs_f64() * 1e3,
+                median(pauses).as_secs_f64() * 1e3 * 100.0 / (st.after as f64 / (1 << 20) as f64)
+            );
         }
-        let st = rt.last_collection().expect("collected");
-        println!(
-            "  {mib:>3} MiB live ({} objects, {:.1} MiB after): pause {:.1} ms (mark {:.1} ms), {:.1} ms per 100 MiB live",
-            st.live_objects,
-            st.after as f64 / (1 << 20) as f64,
-            median(pauses.clone()).as_secs_f64() * 1e3,
-            median(marks).as_secs_f64() * 1e3,
-            median(pauses).as_secs_f64() * 1e3 * 100.0 / (st.after as f64 / (1 << 20) as f64)
-        );
+        drop(live);
     }
 
     println!(

@@ -202,7 +202,17 @@ impl Heap {
             .region
             .u64_cells(top as usize)
             .ok_or(HeapError::OutOfRange(top as usize * 8))?;
-        for at in marks.ones(0, marks.len()) {
+        // The dense prefix (every word live from the heap's start) stays
+        // where it is: sliding starts at its end.
+        let mut prefix = 0usize;
+        while prefix < fwd.live.len() {
+            let w = fwd.live.word(prefix) | if prefix == 0 { 0b11 } else { 0 };
+            if w != u64::MAX {
+                break;
+            }
+            prefix += 1;
+        }
+        for at in marks.ones(prefix, marks.len()) {
             let to = fwd.of(at);
             let (a, b) = (
                 cells[at as usize * 2].load(Ordering::Relaxed),
