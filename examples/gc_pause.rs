@@ -8,68 +8,7 @@
 use offload::{Arg, Device, Runtime};
 use std::time::{Duration, Instant};
 
-const NODES: &str = "
-class Node {
-    field val: i64
-    field data: i64[]
-}
-
-kernel fill(i: i64, out: Node[]) {
-    local n: Node
-    local d: i64[]
-    new Node
-    store n
-    load n
-    load i
-    putfield Node.val
-    i32.const 10
-    newarray i64
-    store d
-    load d
-    i32.const 0
-    load i
-    i64.astore
-    load n
-    load d
-    putfield Node.data
-    load out
-    load i
-    i64.to_i32
-    load n
-    ref.astore
-    ret
-}
-
-kernel churn(i: i64, ring: Node[], m: i32) {
-    local n: Node
-    local d: i64[]
-    new Node
-    store n
-    load n
-    load i
-    putfield Node.val
-    i32.const 10
-    newarray i64
-    store d
-    load d
-    i32.const 0
-    load i
-    i64.astore
-    load n
-    load d
-    putfield Node.data
-    load ring
-    load i
-    load m
-    i32.to_i64
-    i64.rem
-    i64.to_i32
-    load n
-    ref.astore
-    ret
-}
-";
-
+const NODES: &str = include_str!("gc/nodes.obc");
 /// Bytes a node and its array take (24 + 88).
 const NODE_BYTES: usize = 112;
 
