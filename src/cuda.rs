@@ -496,10 +496,7 @@ fn run(
         let carved = match heap.carve_region(min, want) {
             Some(r) => Some(r),
             None => {
-                let mut none = |_: &mut dyn FnMut(&mut u32)| {};
-                if let Some(r) = env.gc.collect_from_worker(heap, &inner.control, &mut none) {
-                    r?;
-                }
+                env.gc.collect_here(heap, &inner.control)?;
                 heap.carve_region(min, want)
             }
         };

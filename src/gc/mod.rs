@@ -268,12 +268,20 @@ impl Collector {
         control: &Control,
     ) -> Result<(), OffloadError> {
         if self.policy.collect_before_replays {
-            let mut none = |_: &mut dyn FnMut(&mut u32)| {};
-            if let Some(r) = self.collect_from_worker(heap, control, &mut none) {
-                r?;
-            }
+            self.collect_here(heap, control)?;
         }
         Ok(())
+    }
+
+    /// Collect from a running worker that holds no references of its own
+    /// (its launch's are registered): at once, or by parking in another
+    /// worker's safepoint already in progress.
+    pub(crate) fn collect_here(&self, heap: &Heap, control: &Control) -> Result<(), OffloadError> {
+        let mut none = |_: &mut dyn FnMut(&mut u32)| {};
+        match self.collect_from_worker(heap, control, &mut none) {
+            Some(r) => r.map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Whether a collection could make room for an allocation that found
