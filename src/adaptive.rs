@@ -184,6 +184,7 @@ impl KernelState {
             workitems: rep.range.end.wrapping_sub(rep.range.start) as u64,
             on_device: if offloaded { rep.on_device } else { 0 },
             replayed: rep.replayed,
+            resumed: rep.resumed,
             deopts: rep.site_deopts.clone(),
             device_time: rep.timings.run,
             replay_time: rep.timings.replay,

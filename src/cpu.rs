@@ -6,18 +6,22 @@
 //! 2. a slot stops when its records are full, or at a safepoint (after
 //!    parking until the safepoint's operation is done), leaving its
 //!    unstarted rest in `never_ran[slot]`;
-//! 3. its worker then resumes each of its deoptimized workitems from the
-//!    save records in the interpreter, and enters the slot loop again, which
-//!    starts with the never-ran rest and goes on claiming chunks, until the
-//!    range is exhausted.
+//! 3. its worker then drains the slot's records: one stopped by a safepoint
+//!    (or a full heap, after a collection) at a loop header or an allocation
+//!    is resumed by the slot itself from the record ([`drain_records`]; the
+//!    compiled side is `offload_jit`'s re-entry copy of the body), every
+//!    other one is resumed in the interpreter; then it enters the slot loop
+//!    again, which starts with the never-ran rest and goes on claiming
+//!    chunks, until the range is exhausted.
 //!
 //! On a GPU the host replays after the whole launch returns and relaunches
 //! on the never-ran work; on the CPU the device's worker *is* a host thread,
 //! so each slot drains its own records as soon as they are full and no slot
 //! waits for the others (a deopt costs its replay, not a relaunch of
-//! everything). Every workitem runs exactly once: wholly on the device; on
-//! the device up to a deopt and the rest in the interpreter; or, if it had
-//! not started when its slot stopped, on the next entry of that slot. The
+//! everything). Every workitem runs exactly once: wholly on the device
+//! (stopped and resumed there any number of times); on the device up to a
+//! deopt and the rest in the interpreter; or, if it had not started when
+//! its slot stopped, on the next entry of that slot. The
 //! bookkeeping is O(workers × records per slot), whatever the range.
 
 use crate::adaptive::{Plan, Version};
@@ -32,7 +36,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use std::time::Instant;
 
 /// The compiled code of one kernel version: the tier its first launch ran
 /// (quick, or optimized when tiering is off), or why it cannot be compiled;
@@ -210,6 +215,109 @@ struct SlotOut {
     escaped: bool,
 }
 
+/// Empty slot `slot`'s records, the last first: each is resumed by the
+/// slot itself when the code has re-entry, the record's site is a re-entry
+/// point and its reason a safepoint's or a full heap's
+/// ([`offload_deopt::SiteMap::resumable`]) — a full heap's only once a
+/// collection has run since the record was written (`since` counts the
+/// collections then; without one the allocation would only fail again);
+/// the others are replayed in the interpreter, which collects when it
+/// finds the heap full (or, after an interrupt, abandoned). A record the resumed
+/// workitem writes (it stopped again, or deoptimized) takes the place of the
+/// one it was resumed from and is drained in turn, so the slot never holds
+/// more than its `records_per_slot`.
+#[allow(clippy::too_many_arguments)]
+fn drain_records(
+    ctx: &LaunchCtx,
+    ck: &CompiledKernel,
+    area: &offload_deopt::SaveArea,
+    slot: usize,
+    replayer: &mut Replayer<'_>,
+    values: &mut Vec<u64>,
+    out: &mut SlotOut,
+    collections: &dyn Fn() -> u64,
+    mut since: u64,
+) -> Result<(), OffloadError> {
+    let meta = &ck.meta;
+    let per_slot = ctx.records_per_slot as usize;
+    let control = replayer.control();
+    let epoch = replayer.epoch();
+    let words = |f: &mut dyn FnMut(&mut offload_jit::ctx::SlotWords)| {
+        // SAFETY: compiled code for this slot is not running (it returned,
+        // or is called below and returns before the next access), and the
+        // slot's words are this worker's alone (see `run`).
+        f(unsafe { &mut *ctx.slots.add(slot) })
+    };
+    loop {
+        let mut n = 0;
+        words(&mut |w| n = w.records as usize);
+        if n == 0 {
+            return Ok(());
+        }
+        let r = slot * per_slot + n - 1;
+        // Park (if asked) while the record is still in the save area, whose
+        // references a collection updates; from its read until the replay's
+        // frames (or the resumed code's variables) hold them nothing parks.
+        control.poll();
+        let header = match area.read_into(r, meta, values) {
+            Ok(Some(h)) => h,
+            Ok(None) => {
+                return Err(OffloadError::CorruptSaveArea(
+                    offload_deopt::DeoptError::Empty { record: r },
+                ));
+            }
+            Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
+        };
+        out.cut |= control.interrupted_since(epoch);
+        let resolved =
+            header.2 != offload_deopt::Reason::AllocationFailure || collections() > since;
+        if !out.cut
+            && ck.reentry
+            && resolved
+            && meta.site(header.1).is_some_and(|s| s.resumable(header.2))
+        {
+            words(&mut |w| {
+                w.records = (n - 1) as u64;
+                w.reenter = 1;
+            });
+            // SAFETY: as in `run`: `ctx` describes this launch, and record
+            // `r`, just past the slot's count, is the one it resumes.
+            let code = unsafe { ck.run_slot(ctx, slot) };
+            since = collections();
+            let mut again = false;
+            words(&mut |w| {
+                out.on_device += w.completed;
+                again = w.records as usize == n;
+            });
+            if code == offload_jit::ctx::EXIT_NO_LANDING {
+                return Err(OffloadError::CorruptSaveArea(
+                    offload_deopt::DeoptError::NoLanding {
+                        record: r,
+                        site: header.1.0,
+                    },
+                ));
+            }
+            out.replays.resumed_on_device(meta, header, values);
+            if !again {
+                // Its values are in the workitem's variables, or it ended.
+                let _ = area.clear_one(r);
+            }
+            continue;
+        }
+        let _ = area.clear_one(r);
+        words(&mut |w| w.records = (n - 1) as u64);
+        if out.cut {
+            out.replays.abandoned(meta, header, values);
+            continue;
+        }
+        let tr = Instant::now();
+        let resumed = replayer.resume(meta, header, values);
+        out.cut |= resumed.1;
+        out.replays.resumed(meta, header, values, resumed)?;
+        out.replay_time += tr.elapsed();
+    }
+}
+
 fn run(
     env: &LaunchEnv,
     range: Range<i64>,
@@ -323,6 +431,9 @@ fn run(
                             break code;
                         }
                     };
+                    // Collections from here on may have made room for the
+                    // allocations that failed before the slot returned.
+                    let since = env.gc.collections();
                     // SAFETY: as above.
                     let [lo, hi] = unsafe { (*ctx.slots.add(slot)).never_ran };
                     // Park here if a safepoint stopped the slot; if it was an
@@ -341,39 +452,28 @@ fn run(
                         out.error = Some(e);
                         return;
                     }
-                    for r in slot * per_slot..(slot + 1) * per_slot {
-                        // Park (if asked) while the record is still in the
-                        // save area, whose references a collection updates;
-                        // from its read until the replay's frames hold them
-                        // nothing parks.
-                        inner.control.poll();
-                        let header = match area.read_into(r, meta, &mut values) {
-                            Ok(Some(h)) => h,
-                            Ok(None) => break, // a slot fills its records in order
-                            Err(e) => {
-                                out.error = Some(OffloadError::CorruptSaveArea(e));
-                                return;
-                            }
-                        };
-                        let _ = area.clear_one(r);
-                        out.cut |= inner.control.interrupted_since(epoch);
-                        if out.cut {
-                            out.replays.abandoned(meta, header, &values);
-                            continue;
-                        }
-                        let resumed = replayer.resume(meta, header, &values);
-                        out.cut |= resumed.1;
-                        if let Err(e) = out.replays.resumed(meta, header, &values, resumed) {
-                            out.error = Some(e);
-                            return;
-                        }
-                    }
-                    out.escaped |= replayer.escaped();
-                    // SAFETY: compiled code for this slot has returned, and
-                    // the word is this slot's alone (see above); its records
-                    // are replayed (or abandoned) and cleared.
-                    unsafe { (*ctx.slots.add(slot)).records = 0 };
                     out.replay_time += tr.elapsed();
+                    let collections = || env.gc.collections();
+                    if let Err(e) = drain_records(
+                        ctx,
+                        ck,
+                        area,
+                        slot,
+                        &mut replayer,
+                        &mut values,
+                        &mut out,
+                        &collections,
+                        since,
+                    ) {
+                        out.error = Some(e);
+                        return;
+                    }
+                    // SAFETY: compiled code for this slot has returned, and
+                    // the words are this slot's alone (see above). Resuming
+                    // records left the rest empty: the stop's rest runs at
+                    // the slot's next entry.
+                    unsafe { (*ctx.slots.add(slot)).never_ran = [lo, hi] };
+                    out.escaped |= replayer.escaped();
                     if code == offload_jit::ctx::EXIT_DONE || out.cut {
                         return;
                     }

@@ -19,8 +19,21 @@
 //!    never-ran ranges and counters, retire the TLABs into fillers, hand
 //!    the unused rest of the eden back to the heap (a kernel that
 //!    allocates nothing leaves the heap's top where it was), replay the
-//!    records in the interpreter in parallel, and relaunch over the
-//!    never-ran work until every slot has exhausted the range.
+//!    records in the interpreter in parallel — except those of workitems a
+//!    safepoint (or the device eden's exhaustion) stopped at a loop header
+//!    or an allocation, which stay in the save area — and relaunch: each
+//!    slot first resumes the record left in its part of the area (the
+//!    PTX's re-entry, `offload_jit::ptx`), then runs its never-ran rest,
+//!    then claims, until every slot has exhausted the range.
+//!
+//! **Why exit and re-enter, not wait in place.** A stopped slot leaves the
+//! grid and the relaunch resumes it, rather than spinning at its poll
+//! while the host runs the safepoint (the GC seed's §4.2.4): the host's
+//! operation works on the host heap, so the device's image is stale for
+//! as long as it runs and is replaced after it (a collection moves objects
+//! that spinning threads would hold in registers). Waiting in place pays
+//! only with a heap resident on the device (issue 30), where the host
+//! would work on the device image.
 //!
 //! Every byte moved counts in [`LaunchReport::copied_bytes`]. The device
 //! may be offload's virtual GPU (`vgpu/driver`, found only on the library
@@ -477,6 +490,9 @@ fn run(
     let on_exhausted = KernelCall::on_exhausted(env);
     let mut device_stats: Vec<u64>;
     let mut eden_failures = 0u64;
+    // Per slot, the (workitem, site) of the allocation failure it was last
+    // given to resume: failing there again goes to the interpreter.
+    let mut resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>> = vec![None; slots];
     loop {
         report.launches += 1;
         // The heap image, with a fresh device eden above the used part.
@@ -506,6 +522,17 @@ fn run(
                 u64::from(min) * 8
             ))
         })?;
+        if report.launches > 1 {
+            // A relaunch: the captures and the records left to resume go up
+            // again, after any collection since the last launch (which
+            // updated them on the host).
+            s.memcpy_htod(&capture_values(), &mut captures)
+                .map_err(cuda_err("captures"))?;
+            // SAFETY: nothing else reads or writes the area during the copy.
+            s.memcpy_htod(unsafe { area_words(&area) }, &mut area_dev)
+                .map_err(cuda_err("save area"))?;
+            copied += area.bytes() as u64 + 8 * call.captures.len().max(1) as u64;
+        }
         // The device image: the heap's used part `[0, es)` copied, the
         // device eden `[es, ee)` zeroed on the device (it is zero on the
         // host too), so only what the heap holds crosses the bus.
@@ -680,7 +707,27 @@ fn run(
             inner.control.poll();
             break;
         }
-        if !occupied.is_empty() {
+        // The records the relaunch resumes on the device stay in the area:
+        // a safepoint's, and a full device eden's (the relaunch carves a
+        // fresh one) unless the same workitem's allocation failed there
+        // again after a resume (then the interpreter, which collects,
+        // finishes it).
+        let mut resume = Vec::new();
+        occupied.retain(|&r| {
+            let Ok(Some(h)) = area.read_into(r, meta, &mut values) else {
+                return true;
+            };
+            let again = h.2 == offload_deopt::Reason::AllocationFailure
+                && resumed_alloc[r] == Some((h.0, h.1));
+            let ok = k.ptx.reentry && !again && meta.site(h.1).is_some_and(|s| s.resumable(h.2));
+            if ok {
+                resumed_alloc[r] =
+                    (h.2 == offload_deopt::Reason::AllocationFailure).then_some((h.0, h.1));
+                resume.push((h, values.clone()));
+            }
+            !ok
+        });
+        if !occupied.is_empty() || !resume.is_empty() {
             env.gc.before_replays(heap, &inner.control)?;
         }
         let prog = call.prog;
@@ -716,7 +763,9 @@ fn run(
                 .collect()
         });
         running = Some(inner.control.enter());
-        area.clear();
+        for &r in &occupied {
+            let _ = area.clear_one(r);
+        }
         for res in results {
             let Some((h, vals, resumed)) = res.map_err(OffloadError::CorruptSaveArea)? else {
                 continue;
@@ -727,26 +776,28 @@ fn run(
         replay_time += tp.elapsed();
         // A safepoint stopped the kernel: park until its operation is done.
         inner.control.poll();
-        if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE)
-            || cut
-            || inner.control.interrupted_since(epoch)
-        {
+        if cut || inner.control.interrupted_since(epoch) {
+            // The records left to resume are dropped with the launch.
+            for (h, vals) in &resume {
+                replays.abandoned(meta, *h, vals);
+            }
+            area.clear();
             break;
+        }
+        if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE) && resume.is_empty() {
+            break;
+        }
+        for (h, vals) in &resume {
+            replays.resumed_on_device(meta, *h, vals);
         }
         report.never_ran += nr
             .chunks_exact(2)
             .zip(&mut passed)
             .map(|(p, c)| c.add(p[0], p[1]))
             .sum::<u64>();
-        // Relaunch: the records are replayed; the never-ran rests and the
-        // cursor carry over (the device buffers keep them); the captures
-        // are uploaded again.
-        s.memcpy_htod(&capture_values(), &mut captures)
-            .map_err(cuda_err("captures"))?;
-        // SAFETY: nothing else reads or writes the area during the copy.
-        s.memcpy_htod(unsafe { area_words(&area) }, &mut area_dev)
-            .map_err(cuda_err("save area"))?;
-        copied += area.bytes() as u64;
+        // Relaunch: the records are replayed or left to resume; the
+        // never-ran rests and the cursor carry over (the device buffers
+        // keep them); the captures and the area go up at the loop's top.
     }
     let t_loop = Instant::now();
     let thrown = replays.finish(call.prog, meta, &mut report);

@@ -39,6 +39,11 @@ pub struct LaunchOutcome {
     pub on_device: u64,
     /// Workitems the host replayed after a deopt.
     pub replayed: u64,
+    /// Stopped workitems the device resumed itself
+    /// ([`crate::LaunchReport::resumed`]): deopts as much as replays
+    /// (each stopped the workitem and saved its frames), so they count in
+    /// `deopts` and the deopt rate too.
+    pub resumed: u64,
     /// Deopts by (site of the version, reason).
     pub deopts: BTreeMap<(SiteId, Reason), u64>,
     /// Time on the device (launches, including never-ran relaunches).
@@ -48,12 +53,13 @@ pub struct LaunchOutcome {
 }
 
 impl LaunchOutcome {
-    /// Fraction of workitems that deoptimized.
+    /// Deopts per workitem: records replayed or resumed on the device,
+    /// over the workitems of the launch.
     pub fn deopt_rate(&self) -> f64 {
         if self.workitems == 0 {
             0.0
         } else {
-            self.replayed as f64 / self.workitems as f64
+            (self.replayed + self.resumed) as f64 / self.workitems as f64
         }
     }
 
@@ -476,6 +482,7 @@ mod tests {
             workitems,
             on_device: workitems - replayed,
             replayed,
+            resumed: 0,
             deopts: deopts
                 .iter()
                 .map(|&(b, r, n)| ((SiteId(b), r), n))

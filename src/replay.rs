@@ -104,6 +104,16 @@ impl<'a> Replayer<'a> {
         (res, it.take_interrupted())
     }
 
+    /// The safepoint control the replays obey.
+    pub(crate) fn control(&self) -> &'a Control {
+        self.control
+    }
+
+    /// The interrupt ticket of the launch served.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// Whether a replay stored a reference to an object of this launch
     /// into an older object (the interpreter's write barrier).
     pub(crate) fn escaped(&self) -> bool {
@@ -148,6 +158,10 @@ pub(crate) struct Replays {
     replayed_at: PerSite,
     /// Records an interrupt dropped, by site id and reason code.
     abandoned_at: PerSite,
+    /// Records the device resumed itself, by site id and reason code.
+    resumed_at: PerSite,
+    /// Records the device resumed ([`LaunchReport::resumed`]).
+    pub(crate) resumed: u64,
     /// Workitems replayed to their end or their exception.
     pub(crate) replayed: u64,
     /// Workitems an interrupt stopped part-way.
@@ -164,6 +178,13 @@ impl Replays {
         self.abandoned_at.add(h.1, h.2, 1);
         self.abandoned += 1;
         self.row(meta, h, DeoptAction::Interrupted, values);
+    }
+
+    /// Account for one record the device resumed itself.
+    pub(crate) fn resumed_on_device(&mut self, meta: &DeoptMetadata, h: Header, values: &[u64]) {
+        self.resumed_at.add(h.1, h.2, 1);
+        self.resumed += 1;
+        self.row(meta, h, DeoptAction::Resumed, values);
     }
 
     /// Account for one replayed record; an error if it could not be
@@ -202,6 +223,7 @@ impl Replays {
         Replays {
             replayed_at: PerSite(vec![[0; Reason::ALL.len()]; n]),
             abandoned_at: PerSite(vec![[0; Reason::ALL.len()]; n]),
+            resumed_at: PerSite(vec![[0; Reason::ALL.len()]; n]),
             ..Replays::default()
         }
     }
@@ -246,6 +268,10 @@ impl Replays {
         for (site, reason, n) in other.abandoned_at.iter() {
             self.abandoned_at.add(site, reason, n);
         }
+        for (site, reason, n) in other.resumed_at.iter() {
+            self.resumed_at.add(site, reason, n);
+        }
+        self.resumed += other.resumed;
         self.replayed += other.replayed;
         self.abandoned += other.abandoned;
         self.table.extend(other.table);
@@ -254,10 +280,11 @@ impl Replays {
     }
 
     /// Write the account into `report` (of a launch of the version `meta`
-    /// describes, of `prog`): `replayed`, `abandoned`, the deopt counts —
-    /// `deopts` by site bytecode index counts replayed and abandoned
-    /// records, `site_deopts` (what recompilation policies see) replayed
-    /// ones only — and the deopt table, sorted by workitem, with its
+    /// describes, of `prog`): `replayed`, `abandoned`, `resumed`, the deopt
+    /// counts — `deopts` by site bytecode index counts replayed, resumed
+    /// and abandoned records, `site_deopts` (what recompilation policies
+    /// see) replayed and resumed ones — and the deopt table, sorted by
+    /// workitem, with its
     /// values named. Returns the exceptions, for [`Thrown::finish`].
     pub(crate) fn finish(
         mut self,
@@ -265,14 +292,16 @@ impl Replays {
         meta: &DeoptMetadata,
         report: &mut LaunchReport,
     ) -> Thrown {
-        for (site, reason, n) in self.replayed_at.iter().chain(self.abandoned_at.iter()) {
+        let ran = || self.replayed_at.iter().chain(self.resumed_at.iter());
+        for (site, reason, n) in ran().chain(self.abandoned_at.iter()) {
             let bci = meta.site(site).map_or(u32::MAX, |s| s.bci);
             *report.deopts.entry((bci, reason)).or_insert(0) += n;
         }
-        for (site, reason, n) in self.replayed_at.iter() {
+        for (site, reason, n) in ran() {
             *report.site_deopts.entry((site, reason)).or_insert(0) += n;
         }
         report.replayed += self.replayed;
+        report.resumed += self.resumed;
         report.abandoned += self.abandoned;
         self.table.sort_by_key(|r| r.workitem);
         self.table.truncate(LaunchReport::TABLE_ROWS);

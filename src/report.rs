@@ -133,6 +133,16 @@ pub struct LaunchReport {
     /// Workitems that deoptimized and were resumed in the interpreter,
     /// which ran them to their end.
     pub replayed: u64,
+    /// Save records the device resumed itself (*re-entries*): a workitem a
+    /// safepoint or a full heap stopped at a loop's back-edge or an
+    /// allocation, entered again in compiled code where it stopped
+    /// ([`crate::RuntimeBuilder::reentry`]). Not a part of the partition:
+    /// a workitem resumed and run to its end on the device counts in
+    /// `on_device`, one that then deoptimized for another reason in
+    /// `replayed`; a workitem stopped and resumed twice counts twice here.
+    /// Resumed records are deopts, and count in `deopts` and `site_deopts`
+    /// like replayed ones.
+    pub resumed: u64,
     /// Workitems that a stop (a slot's full deopt records, a safepoint)
     /// left unstarted and the device then ran after all (re-entered or
     /// relaunched). Each counts once however many stops passed it over, so
@@ -283,16 +293,20 @@ pub enum DeoptAction {
     ReplayedThrew,
     /// An interrupt stopped it part-way; its frames were dropped.
     Interrupted,
+    /// It stopped at a safepoint (or on a full heap) and the device resumed
+    /// it from its record ([`LaunchReport::resumed`]).
+    Resumed,
 }
 
 impl DeoptAction {
     /// As the deopt table prints it: `replayed`, `replayed, threw`,
-    /// `interrupted`.
+    /// `interrupted`, `resumed on device`.
     pub fn name(self) -> &'static str {
         match self {
             DeoptAction::Replayed => "replayed",
             DeoptAction::ReplayedThrew => "replayed, threw",
             DeoptAction::Interrupted => "interrupted",
+            DeoptAction::Resumed => "resumed on device",
         }
     }
 }
@@ -344,6 +358,7 @@ impl LaunchReport {
             profile: None,
             safepoints: 0,
             replayed: 0,
+            resumed: 0,
             never_ran: 0,
             launches: 1,
             reentries: 0,

@@ -46,6 +46,7 @@ fn measure(n: i64) -> (u64, u64, offload::LaunchReport) {
             site_bci: 7,
             modulus: 1,
             remainder: 0,
+            reason: None,
         })
         .build()
         .unwrap();

@@ -141,6 +141,7 @@ fn injected_inc(site_bci: u32, modulus: i64, n: usize) -> offload::LaunchReport 
             site_bci,
             modulus,
             remainder: 3 % modulus,
+            reason: None,
         })
         .build()
         .unwrap();
@@ -178,6 +179,7 @@ fn reports_partition_the_range_under_a_safepoint_storm() {
                 site_bci: 7,
                 modulus: 3,
                 remainder: 1,
+                reason: None,
             })
             .inject_safepoints(1, Some(7))
             .build()
@@ -255,6 +257,7 @@ fn deopts_inside_unrolled_groups_are_replayed_exactly_once() {
                     site_bci,
                     modulus,
                     remainder,
+                    reason: None,
                 })
                 .build()
                 .unwrap();
@@ -291,6 +294,7 @@ fn bounded_bookkeeping_for_a_huge_range() {
             site_bci: 0,
             modulus: 1_000_000_000_000,
             remainder: 0,
+            reason: None,
         })
         .build()
         .unwrap();
@@ -642,6 +646,7 @@ fn both_tiers_deopt_at_the_same_sites_and_replay_exactly_once() {
                 site_bci: 10,
                 modulus: 7,
                 remainder: 3,
+                reason: None,
             })
             .build()
             .unwrap();
@@ -661,8 +666,8 @@ fn both_tiers_deopt_at_the_same_sites_and_replay_exactly_once() {
 
 /// Injected safepoints with a seed are random at the rate asked for: each
 /// back-edge poll deopts with probability 1/`every`, whatever the seed and
-/// however often the slots re-enter (a deopt is an exit, and the stream
-/// goes on from where the slot's last entry left it).
+/// however often the slots re-enter or resume a record (a deopt is an
+/// exit, and the stream goes on from where the slot's last entry left it).
 #[test]
 fn injected_random_safepoints_come_at_the_rate_asked_for() {
     for (every, seed) in [(50u64, 1u64), (50, 2), (50, 77), (4, 9)] {
@@ -673,6 +678,10 @@ fn injected_random_safepoints_come_at_the_rate_asked_for() {
             .inject_safepoints(every, Some(seed))
             .build()
             .unwrap();
-        stress::check_safepoint_rate(&rt, 20_000, every, seed);
+        let r = stress::check_safepoint_rate(&rt, 20_000, every, seed);
+        assert!(
+            r.resumed > 0,
+            "the CPU device resumes stopped workitems\n{r}"
+        );
     }
 }

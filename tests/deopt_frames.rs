@@ -49,6 +49,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                         site_bci: site.bci,
                         modulus: 1,
                         remainder: 0,
+                        reason: None,
                     })
                     .build()
                     .unwrap();

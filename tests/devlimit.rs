@@ -115,6 +115,7 @@ fn device_limit_deopts_replay_with_the_host_libm() {
                 site_bci: site,
                 modulus: 3,
                 remainder: 1,
+                reason: None,
             })
             .build()
             .unwrap();

@@ -115,6 +115,7 @@ fn a_record_holding_references_is_updated_by_a_collection_before_its_replay() {
             site_bci: site,
             modulus: 1,
             remainder: 0,
+            reason: None,
         })
         .gc(gc)
         .build()

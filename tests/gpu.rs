@@ -125,6 +125,7 @@ fn injected_inc(site_bci: u32, modulus: i64) -> offload::LaunchReport {
         site_bci,
         modulus,
         remainder: 3 % modulus,
+        reason: None,
     }));
     let n = size(&rt, 200_000, 6_000);
     let m = rt
@@ -241,9 +242,11 @@ fn exactly_once_while_the_host_raises_safepoints() {
     );
     eprintln!("{raised} safepoints raised; {rep}");
     assert!(
-        rep.safepoints > 0 && rep.replayed > 0,
+        rep.safepoints > 0 && rep.resumed > 0,
         "no safepoint reached the kernel\n{rep}"
     );
+    // Every stopped workitem is resumed on the device by a relaunch.
+    assert_eq!(rep.replayed, 0, "{rep}");
     assert!(
         rep.deopts.keys().any(|&(_, why)| why == Reason::Safepoint),
         "{rep}"

@@ -147,6 +147,7 @@ fn every_compile_option_assembles() {
                         site_bci: site.bci,
                         modulus: 3,
                         remainder: 1,
+                        reason: None,
                     }),
                     ..CompileOptions::default()
                 };

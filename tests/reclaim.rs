@@ -216,6 +216,7 @@ fn an_escape_only_a_replay_makes_keeps_the_objects() {
             site_bci: 0,
             modulus: 1,
             remainder: 0,
+            reason: None,
         })
         .build()
         .unwrap();
@@ -539,6 +540,7 @@ fn deopted_workitems_keep_their_objects_while_later_ones_are_reset() {
             site_bci: 29,
             modulus: 7,
             remainder: 3,
+            reason: None,
         })
         .build()
         .unwrap();

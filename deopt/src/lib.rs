@@ -49,7 +49,7 @@ mod save_area;
 pub use counters::{DeoptCounters, KernelVersion};
 pub use metadata::{
     Assumption, DeoptMetadata, Reason, SaveLayout, SiteFrame, SiteMap, SlotLoc, SpecRecord,
-    Speculation,
+    Speculation, reentry_point,
 };
 pub use never_ran::NeverRan;
 pub use save_area::{DeoptError, Record, SaveArea};

@@ -241,9 +241,35 @@ pub struct SiteMap {
     /// The frames, outermost (the kernel) first; the interpreter rebuilds
     /// them all and re-executes the innermost frame's instruction.
     pub frames: Vec<SiteFrame>,
+    /// A *re-entry point* ([`reentry_point`]): a compiled version with
+    /// re-entry code (`offload_jit::CompileOptions::no_reentry` unset) can
+    /// resume a record of this site on the device — load the frames into
+    /// its variables and jump to the innermost frame's instruction — when
+    /// the record's reason is [`SiteMap::resumable`]. The same frame-state
+    /// map serves the exit and the re-entry.
+    pub reentry: bool,
+}
+
+/// Whether the analysis site `s` is a re-entry point: a loop header (where
+/// back-edge polls stop a workitem for a safepoint; not the function's
+/// entry, which polls between workitems without a record) or an
+/// allocation (whose slow path stops for a safepoint or a full heap). At
+/// either the device re-executes the instruction from the saved state,
+/// exactly as the interpreter would.
+pub fn reentry_point(s: &DeoptSite) -> bool {
+    (s.poll && s.bci != 0) || s.hazards.has(hz::ALLOCATES)
 }
 
 impl SiteMap {
+    /// Whether a record of this site with `reason` may be resumed on the
+    /// device: the site is a re-entry point and the workitem stopped for a
+    /// safepoint or a full heap — the host's business, not a property of
+    /// the code (a failed check, speculation or device limit would only
+    /// fail again, and goes to the interpreter).
+    pub fn resumable(&self, reason: Reason) -> bool {
+        self.reentry && matches!(reason, Reason::Safepoint | Reason::AllocationFailure)
+    }
+
     /// The record words that hold references (the collector updates them).
     pub fn ref_words(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots.iter().filter(|s| s.ty.is_ref()).map(|s| s.word)
@@ -327,6 +353,7 @@ impl DeoptMetadata {
                     bci: s.bci,
                     values: s.frame.len() as u32,
                 }],
+                reentry: reentry_point(s),
             })
             .collect();
         DeoptMetadata {
@@ -404,6 +431,7 @@ impl DeoptMetadata {
             slots,
             frame: site.frame.clone(),
             frames,
+            reentry: reentry_point(site),
         });
         id
     }

@@ -60,6 +60,21 @@ pub enum DeoptError {
         /// Values given.
         found: usize,
     },
+    /// A slot counts a record that is empty.
+    #[error("save record {record} is counted by its slot but empty")]
+    Empty {
+        /// The record's index in the area.
+        record: usize,
+    },
+    /// A record the host asked compiled code to resume names a site the
+    /// code has no landing for.
+    #[error("save record {record}: compiled code cannot resume site {site} (no landing)")]
+    NoLanding {
+        /// The record's index in the area.
+        record: usize,
+        /// The site.
+        site: u32,
+    },
     /// The record is wider than the layout.
     #[error("a record of {words} words does not fit the layout's {record_words}")]
     TooWide {

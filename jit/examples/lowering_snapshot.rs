@@ -92,6 +92,7 @@ fn main() {
                             site_bci,
                             modulus: 3,
                             remainder: 1,
+                            reason: None,
                         }),
                         ..Default::default()
                     },

@@ -30,6 +30,14 @@ pub const EXIT_DEOPT: u32 = 0x0E52;
 /// what only they use out of the loop's registers.
 pub const EXIT_RECORDED: u32 = 0x0E53;
 
+/// Slot exit: it resumed the save record it was entered with
+/// ([`SlotWords::reenter`]) and ran that workitem to its end; its
+/// `never_ran` is empty (the host keeps the slot's unstarted rest).
+pub const EXIT_RESUMED: u32 = 0x0E54;
+/// Slot exit: it was entered to resume a record whose site has no landing
+/// in this code (a corrupt record, or a host bug); nothing ran.
+pub const EXIT_NO_LANDING: u32 = 0x0E55;
+
 /// What a compiled slot loop needs. The runtime owns every pointed-to object
 /// and keeps it alive (and the heap committed) for the whole launch.
 #[repr(C)]
@@ -115,6 +123,14 @@ pub struct SlotWords {
     /// ([`crate::rt::offload_alloc_slow`]): compiled code calls it through a
     /// convention that preserves every register and passes no result back.
     pub slow_result: u64,
+    /// Non-zero: the host enters the slot to resume the save record just
+    /// past its count (record `records` of its part of the save area, whose
+    /// site is a re-entry point of this code) instead of claiming work.
+    /// The slot clears it on entry, runs that one workitem from the record
+    /// and leaves: `EXIT_RESUMED` when it ran to its end, or through a deopt
+    /// exit (whose record takes the same place, the values having been
+    /// read). `never_ran` is left empty either way.
+    pub reenter: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -181,6 +197,8 @@ pub mod offsets {
     pub const SLOT_SLOW_RESULT: i32 = 56;
     /// `SlotWords::inject_state`.
     pub const SLOT_INJECT_STATE: i32 = 48;
+    /// `SlotWords::reenter`.
+    pub const SLOT_REENTER: i32 = 64;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -247,5 +265,6 @@ mod tests {
             offset_of!(SlotWords, inject_state) as i32,
             offsets::SLOT_INJECT_STATE
         );
+        assert_eq!(offset_of!(SlotWords, reenter) as i32, offsets::SLOT_REENTER);
     }
 }

@@ -225,6 +225,11 @@ pub struct CompiledKernel {
     pub compile_time: Duration,
     /// The quick tier (see [`CompileOptions::quick`]).
     pub quick: bool,
+    /// The code can resume records of re-entry points
+    /// ([`offload_deopt::SiteMap::resumable`]) when entered with
+    /// [`ctx::SlotWords::reenter`]: the kernel has a loop or allocates,
+    /// and [`CompileOptions::no_reentry`] was not set.
+    pub reentry: bool,
     entry: SlotFn,
     /// Owns the code; freed when the kernel version is dropped.
     module: Mutex<Option<JITModule>>,
@@ -333,7 +338,7 @@ impl CpuJit {
         let mut module = Self::module(opts.quick)?;
         let name = format!("k{}_v{version}", k.0);
         let mut text = String::new();
-        let (_, meta) = cpu::compile(
+        let (_, meta, _) = cpu::compile(
             &mut module,
             prog,
             k,
@@ -384,7 +389,8 @@ impl CpuJit {
         let t0 = Instant::now();
         let mut module = Self::module(opts.quick)?;
         let name = format!("k{}_v{version}", k.0);
-        let (id, meta) = cpu::compile(&mut module, prog, k, version, &name, opts, spec, None)?;
+        let (id, meta, reentry) =
+            cpu::compile(&mut module, prog, k, version, &name, opts, spec, None)?;
         module
             .finalize_definitions()
             .map_err(|e| JitError::Codegen(e.to_string()))?;
@@ -399,6 +405,7 @@ impl CpuJit {
             meta,
             compile_time: t0.elapsed(),
             quick: opts.quick,
+            reentry,
             entry,
             module: Mutex::new(Some(module)),
         })

@@ -8,8 +8,11 @@ use offload_ir::Bci;
 /// Fault injection compiled into a kernel version (tests only; a version
 /// compiled without it pays nothing): workitems with
 /// `w % modulus == remainder` deoptimize just before executing the
-/// instruction at `site_bci` (which must be a deopt site), with the site's
-/// first reason — as if its check had failed spuriously.
+/// instruction at `site_bci` (which must be a deopt site), with `reason`
+/// (one of the site's) or the site's first — as if its check had failed
+/// spuriously, or a safepoint had stopped them there. A workitem resumed
+/// on the device at that instruction does not take the injected deopt
+/// again on the way in (later arrivals do).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Injection {
     /// The site.
@@ -18,6 +21,8 @@ pub struct Injection {
     pub modulus: i64,
     /// See `modulus`.
     pub remainder: i64,
+    /// The reason the deopt gives (`None`: the site's first).
+    pub reason: Option<offload_deopt::Reason>,
 }
 
 /// Fault injection compiled into a kernel version: back-edge polls deopt
@@ -43,6 +48,10 @@ pub struct CompileOptions {
     /// Leave out the back-edge polls — only to measure what they cost: a
     /// safepoint then waits for each slot's current workitem to finish.
     pub no_polls: bool,
+    /// Leave out the re-entry code (experiments): every stopped workitem is
+    /// then finished by the host interpreter, as before devices could
+    /// resume records ([`offload_deopt::SiteMap::reentry`]).
+    pub no_reentry: bool,
     /// Compile for latency (the first tier): no Cranelift optimizations and
     /// single-pass register allocation — 2–2.5x quicker to compile, about 2x
     /// slower to run. The same lowering, deopt sites and metadata as the

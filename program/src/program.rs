@@ -120,6 +120,18 @@ impl Program {
     /// every implementation any class dispatches to). Only such kernels
     /// need the nursery reset at each workitem's end.
     pub fn may_allocate(&self, k: FuncId) -> bool {
+        self.reaches(k, |_, inst| {
+            inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES)
+        })
+    }
+
+    /// Whether kernel `k`, or a function it may call, has an instruction
+    /// for which `hit(function, instruction)` holds.
+    pub fn reaches(
+        &self,
+        k: FuncId,
+        mut hit: impl FnMut(FuncId, &offload_ir::Inst) -> bool,
+    ) -> bool {
         let v = self.verified();
         let mut seen = std::collections::HashSet::new();
         let mut work = vec![k];
@@ -128,7 +140,7 @@ impl Program {
                 continue;
             }
             for inst in &v.func(f).body {
-                if inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES) {
+                if hit(f, inst) {
                     return true;
                 }
                 match *inst {
@@ -141,6 +153,15 @@ impl Program {
             }
         }
         false
+    }
+
+    /// Whether kernel `k`, or a function it may call, has a re-entry point
+    /// (`offload_deopt::reentry_point`: a loop, or an allocation).
+    pub fn has_reentry_points(&self, k: FuncId) -> bool {
+        self.reaches(k, |f, inst| {
+            inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES)
+                || self.analysis(f).is_some_and(|a| !a.loop_headers.is_empty())
+        })
     }
 
     /// The implementation of method `m` for an instance of class `c`.

@@ -237,6 +237,14 @@ impl Collector {
             .clone()
     }
 
+    /// Collections that ran so far.
+    pub(crate) fn collections(&self) -> u64 {
+        self.totals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .collections
+    }
+
     /// The last collection's figures.
     pub(crate) fn last(&self) -> Option<GcStats> {
         self.last

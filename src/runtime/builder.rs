@@ -178,6 +178,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Resume stopped workitems on the device (default on): a workitem a
+    /// safepoint (or a full heap) stopped at a loop's back-edge or an
+    /// allocation is entered again in compiled code from its save record
+    /// ([`offload_deopt::SiteMap::resumable`]) rather than finished by the
+    /// interpreter. Off, for experiments: every stopped workitem is
+    /// replayed, as before devices could resume records.
+    pub fn reentry(mut self, on: bool) -> Self {
+        self.compile.no_reentry = !on;
+        self
+    }
+
     /// Bytes the heap starts with.
     pub fn initial_heap(mut self, bytes: usize) -> Self {
         self.heap.initial = bytes;

@@ -225,7 +225,7 @@ fn offload_median(
 /// during the run (this is a shared machine) weighs on each alike. Each
 /// runs once untimed first; a launch's kernel must already be compiled
 /// ([`warm`]).
-fn by_turns<const N: usize>(
+pub(crate) fn by_turns<const N: usize>(
     mut fs: [&mut dyn FnMut() -> Result<(), OffloadError>; N],
     reps: usize,
 ) -> Result<[Duration; N], OffloadError> {
@@ -302,6 +302,7 @@ pub fn deopt_rate_launch(
             site_bci: 10,
             modulus,
             remainder,
+            reason: None,
         })
         .build()?;
     let m = rt.load("inc.obc", crate::tools::demo::INC_KERNEL)?;
@@ -554,6 +555,12 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                     offload::diagnostics::duration_text(stops[stops.len() - 1])
                 ),
             );
+        }
+        // Stopping long workitems: safepoints during a launch against the
+        // same launch without them (`bench_stops`).
+        for r in crate::tools::bench_stops::rows(rt.workers(), s, reps)? {
+            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+            push(&r.bench, base, r.offload, r.target, r.note);
         }
         // Compile latency: fresh compiles of each kernel above, in both
         // tiers; the quick tier is what the first launch waits for.

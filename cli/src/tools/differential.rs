@@ -4,7 +4,7 @@
 //! same generated inputs, and compare the heaps and the exceptions.
 
 use crate::tools::reference::Rng;
-use offload::{Arg, Device, LaunchReport, OffloadError, Runtime, par_offload};
+use offload::{Arg, Device, LaunchReport, OffloadError, Runtime, RuntimeBuilder, par_offload};
 use offload_ir::{Elem, Kind, Type};
 
 /// Runtimes, one per device (on the CPU, one per compiler tier), each with
@@ -27,6 +27,9 @@ pub struct Compared {
     pub kernels: usize,
     /// Of those, kernels the JIT compiled (the rest fell back).
     pub compiled: usize,
+    /// Save records the device runtimes resumed themselves
+    /// ([`LaunchReport::resumed`], summed).
+    pub resumed: u64,
 }
 
 enum Out {
@@ -54,13 +57,24 @@ impl Differ {
     /// under stress, every launch that allocates collects, and must still
     /// agree with the interpreter.
     pub fn with_gc(device: Device, gc: offload::GcPolicy) -> Result<Differ, OffloadError> {
-        let native = Runtime::builder()
-            .workers(1)
-            .deopt_records(1)
-            .device_slots(1)
-            .device(device)
-            .gc(gc)
-            .build()?;
+        Differ::configured(device, &|b| b.gc(gc))
+    }
+
+    /// [`Differ::on`] with `configure` applied to the device's runtimes
+    /// (fault injection, policies; the interpreter it is compared with
+    /// keeps the defaults).
+    pub fn configured(
+        device: Device,
+        configure: &dyn Fn(RuntimeBuilder) -> RuntimeBuilder,
+    ) -> Result<Differ, OffloadError> {
+        let native = configure(
+            Runtime::builder()
+                .workers(1)
+                .deopt_records(1)
+                .device_slots(1)
+                .device(device),
+        )
+        .build()?;
         if native.device() != device {
             return Err(OffloadError::Setup(
                 native
@@ -73,13 +87,14 @@ impl Differ {
         // the optimized tier runs on a second runtime that compiles only it.
         let optimized = match device {
             Device::Cpu => Some(
-                Runtime::builder()
-                    .workers(1)
-                    .deopt_records(1)
-                    .device(device)
-                    .tiered(false)
-                    .gc(gc)
-                    .build()?,
+                configure(
+                    Runtime::builder()
+                        .workers(1)
+                        .deopt_records(1)
+                        .device(device)
+                        .tiered(false),
+                )
+                .build()?,
             ),
             _ => None,
         };
@@ -129,14 +144,15 @@ impl Differ {
                     .map_err(|e| e.to_string())
                     .map(|c| outcome(par_offload(0..16, &c)))
             };
-            let (ri, _) = run(&mi, ai)??;
+            let (ri, _, _) = run(&mi, ai)??;
             let hi = read_all(&self.interp, &oi)?;
             let mut all_native = true;
             for (name, rt, m) in &natives {
                 let (ac, oc) = args_for(rt, m, &params, s)
                     .ok_or_else(|| format!("kernel {k}: no inputs on the {name}"))?;
-                let (rc, native) = run(m, ac)??;
+                let (rc, native, resumed) = run(m, ac)??;
                 all_native &= native;
+                out.resumed += resumed;
                 if rc != ri {
                     return Err(format!(
                         "kernel {k}: exceptions differ: {name} {rc:?}, interpreter {ri:?}\n{text}"
@@ -158,12 +174,15 @@ impl Differ {
 
 type Outcome = Option<(u64, Option<i64>, String)>;
 
-fn outcome(r: Result<LaunchReport, OffloadError>) -> Result<(Outcome, bool), String> {
+/// A launch's exceptions (if any), whether it ran natively, and the
+/// records it resumed on the device.
+fn outcome(r: Result<LaunchReport, OffloadError>) -> Result<(Outcome, bool, u64), String> {
     match r {
-        Ok(rep) => Ok((None, rep.fallback.is_none())),
+        Ok(rep) => Ok((None, rep.fallback.is_none(), rep.resumed)),
         Err(OffloadError::Exceptions(e)) => Ok((
             Some((e.count, e.first.workitem, e.first.kind.name().to_string())),
             e.report.fallback.is_none(),
+            e.report.resumed,
         )),
         Err(e) => Err(format!("launch failed: {e}")),
     }

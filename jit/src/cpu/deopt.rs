@@ -30,25 +30,7 @@ impl Lw<'_, '_> {
         if let Some(b) = self.e.b.current_block() {
             self.e.b.set_cold_block(b);
         }
-        let (ctx, slot, _) = self.base_values();
-        let ins = self.e.b.ins();
-        let area = ins.load(self.e.ptr, trusted(), ctx, offsets::SAVE_AREA);
-        let words = self
-            .e
-            .b
-            .ins()
-            .load(types::I64, trusted(), ctx, offsets::RECORD_WORDS);
-        let per = self
-            .e
-            .b
-            .ins()
-            .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
-        let first = self.e.b.ins().imul(slot, per);
-        let n = self.records_count();
-        let index = self.e.b.ins().iadd(first, n);
-        let rec_words = self.e.b.ins().imul(index, words);
-        let rec_bytes = self.e.b.ins().imul_imm_s(rec_words, 8);
-        let rec = self.e.b.ins().iadd(area, rec_bytes);
+        let rec = self.record_address();
         let w = self.e.b.use_var(self.e.env.w.expect("set"));
         self.e
             .b
@@ -81,6 +63,33 @@ impl Lw<'_, '_> {
             let next = self.e.env.after_deopt.expect("set");
             self.e.b.ins().jump(next, &[]);
         }
+    }
+
+    /// The address of this slot's record just past its count: where its
+    /// next deopt writes, and the one the host asks it to resume.
+    pub(super) fn record_address(&mut self) -> Value {
+        let (ctx, slot, _) = self.base_values();
+        let area = self
+            .e
+            .b
+            .ins()
+            .load(self.e.ptr, trusted(), ctx, offsets::SAVE_AREA);
+        let words = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::RECORD_WORDS);
+        let per = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
+        let first = self.e.b.ins().imul(slot, per);
+        let n = self.records_count();
+        let index = self.e.b.ins().iadd(first, n);
+        let rec_words = self.e.b.ins().imul(index, words);
+        let rec_bytes = self.e.b.ins().imul_imm_s(rec_words, 8);
+        self.e.b.ins().iadd(area, rec_bytes)
     }
 
     /// Branch to deopt exit `exit` if `cond` is non-zero; continue

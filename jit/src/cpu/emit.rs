@@ -298,6 +298,15 @@ impl<'f> Backend for Cpu<'f> {
         sp
     }
 
+    fn reentry_value(w: W<'_, '_, 'f>, word: u32, kind: Kind) -> Value {
+        let rec = w.e.env.reentry_record.expect("set in a re-entry copy");
+        let raw =
+            w.e.b
+                .ins()
+                .load(types::I64, trusted(), rec, (word * 8) as i32);
+        w.unpack_raw(kind, raw)
+    }
+
     fn injected(w: W<'_, '_, 'f>, inj: Injection) -> Value {
         let x = w.e.b.use_var(w.e.env.w.expect("set"));
         let m = w.e.b.ins().srem_imm_s(x, inj.modulus);

@@ -2,7 +2,8 @@
 //! persistent slot loop per kernel (docs/DESIGN.md, "How a launch flows"):
 //!
 //! ```text
-//! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
+//! entry:  if reenter[slot]: goto resume             ; the host asks for a record
+//!         [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
 //! claim:  lo = atomic_add(cursor, chunk); if lo >= end: exit DONE
 //! item:   if w == hi: goto claim
 //!         if control != 0: never_ran[slot] = [w, hi); exit STOPPED
@@ -12,7 +13,21 @@
 //!         never_ran[slot] = [w+1, hi)
 //!         if n == records_per_slot or reason == Safepoint: exit DEOPT
 //!         exit RECORDED                              ; entered again at once
+//! resume: r = save_area[slot][records[slot]]; w = r.workitem; hi = w + 1
+//!         goto landing[r.site]                      ; its frames into the variables
+//!         <the re-entry copy of the body>           ; `ret` → exit RESUMED
 //! ```
+//!
+//! **Re-entry.** A record of a safepoint (or of a full heap, once a
+//! collection has run) at a loop header or an allocation is resumed by the
+//! slot itself (`src/cpu.rs` drains a slot's records, last first): the host
+//! sets `reenter[slot]` with the record just past the slot's count, and the
+//! slot function enters a copy of the body lowered with a *landing* at
+//! every re-entry point (`lower/reentry.rs`), which loads the record into
+//! the variables its exit stored from and jumps to the instruction. The
+//! copy is the body lowered plainly and kept apart from the hot copies,
+//! whose loops stay natural (a landing enters a loop below its header). A
+//! deopt in the resumed workitem writes its record in the same place.
 //!
 //! `never_ran[slot]`, `records[slot]` and the slot's completed count are
 //! its `SlotWords`, on cache lines of their own (only its exits write them).
@@ -242,7 +257,7 @@ pub(crate) fn compile(
     opts: CompileOptions,
     spec: &Speculations,
     clif: Option<&mut String>,
-) -> Result<(ClFuncId, DeoptMetadata), JitError> {
+) -> Result<(ClFuncId, DeoptMetadata, bool), JitError> {
     let allocates = plan::may_allocate(prog, k);
     let imports = Imports::declare(module, allocates)?;
 
@@ -257,7 +272,7 @@ pub(crate) fn compile(
     let mut ctx = module.make_context();
     ctx.func.signature = sig;
     let mut fctx = FunctionBuilderContext::new();
-    let meta = {
+    let (meta, reentry) = {
         let cpu = Cpu {
             b: FunctionBuilder::new(&mut ctx.func, &mut fctx),
             ptr,
@@ -280,10 +295,10 @@ pub(crate) fn compile(
             lw.e.b.func.dfg.ext_funcs[fr].colocated = false;
             lw.e.math.insert(*name, fr);
         }
-        lw.build()?;
+        let reentry = lw.build()?;
         lw.e.b.seal_all_blocks();
         lw.e.b.finalize(module.target_config());
-        lw.meta
+        (lw.meta, reentry)
     };
     crate::ssa::remove_redundant_params(&mut ctx.func);
     define(module, id, &mut ctx)?;
@@ -293,7 +308,7 @@ pub(crate) fn compile(
         *out = ctx.func.display().to_string();
     }
     module.clear_context(&mut ctx);
-    Ok((id, meta))
+    Ok((id, meta, reentry))
 }
 
 /// Compile `ctx.func` and define it as `id`. The optimizing module's
@@ -374,6 +389,10 @@ pub(crate) struct Env {
     /// or, once the workitem cannot be reset, [`Lw::nursery_off`].
     pub(crate) nursery: Option<Variable>,
     pub(crate) captures: Vec<Value>,
+    /// In the re-entry copy of the body: the address of the record being
+    /// re-entered (defined where the copy is entered, which dominates
+    /// every landing).
+    pub(crate) reentry_record: Option<Value>,
 }
 
 /// The CPU backend's state while lowering one kernel version: the

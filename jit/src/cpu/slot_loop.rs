@@ -13,7 +13,9 @@ use cranelift_codegen::ir::{AtomicRmwOp, Block, InstBuilder, MemFlagsData, Value
 use offload_ir::{Bci, Kind};
 
 impl Lw<'_, '_> {
-    pub(super) fn build(&mut self) -> Result<(), JitError> {
+    /// Build the slot function; returns whether it has re-entry code (a
+    /// copy of the body with landings, [`Lw::reentry_copy`]).
+    pub(super) fn build(&mut self) -> Result<bool, JitError> {
         let f = self.v.func(self.cur.func);
         let entry = self.e.b.create_block();
         self.e.b.append_block_params_for_function_params(entry);
@@ -124,6 +126,20 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, rest_lo);
         self.e.b.def_var(hi, rest_hi);
         let has_rest = self.e.b.ins().icmp(IntCC::SignedLessThan, rest_lo, rest_hi);
+        // Entered to resume a record: the re-entry copy of the body.
+        let reentry = (!self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func))
+            .then(|| self.e.b.create_block());
+        if let Some(resume) = reentry {
+            self.e.b.set_cold_block(resume);
+            let flag = self
+                .e
+                .b
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
+            let normal = self.e.b.create_block();
+            self.e.b.ins().brif(flag, resume, &[], normal, &[]);
+            self.e.b.switch_to_block(normal);
+        }
         // With accesses indexed by the workitem number, a chunk whose range
         // is inside every such array runs a version of the body without
         // their checks (`opt::workitem_indexed`); the quick tier has one
@@ -240,6 +256,10 @@ impl Lw<'_, '_> {
         self.e.b.switch_to_block(full_blk);
         self.slot_exit(w1, hv, EXIT_DEOPT);
 
+        if let Some(resume) = reentry {
+            self.reentry_copy(resume)?;
+        }
+
         // exits
         self.e.b.switch_to_block(exit_done);
         let z = self.e.b.ins().iconst(types::I64, 0);
@@ -248,6 +268,108 @@ impl Lw<'_, '_> {
         let wv = self.e.b.use_var(w);
         let hv = self.e.b.use_var(hi);
         self.slot_exit(wv, hv, EXIT_STOPPED);
+        Ok(reentry.is_some())
+    }
+
+    /// The re-entry copy of the body, entered at `start` when the host
+    /// asks the slot to resume the record just past its count
+    /// ([`crate::ctx::SlotWords::reenter`]): the workitem's entry as
+    /// [`Lw::one_workitem`] makes it, then a dispatch on the record's site
+    /// to that site's landing (`lower/reentry.rs`), which loads the saved
+    /// frames and jumps to where the workitem stopped. The workitem's end
+    /// leaves with `EXIT_RESUMED`; a deopt leaves through the shared exits
+    /// (with an empty unstarted rest: `hi` is the workitem's successor).
+    ///
+    /// The copy is lowered plainly (no predicated loops, no unchecked
+    /// accesses) and apart from the hot copies: its landings enter loops
+    /// below their headers, which would make the hot copies' loops
+    /// irreducible and cost them Cranelift's loop optimizations. Its
+    /// workitem's objects are not handed back at its end (the nursery is
+    /// off: objects from before the stop lie below any snapshot).
+    fn reentry_copy(&mut self, start: Block) -> Result<(), JitError> {
+        let f = self.v.func(self.cur.func);
+        let (w, hi, done) = (
+            self.e.env.w.expect("set"),
+            self.e.env.hi.expect("set"),
+            self.e.env.done.expect("set"),
+        );
+        self.e.b.switch_to_block(start);
+        let at = self.slot_words();
+        let zero = self.e.b.ins().iconst(types::I64, 0);
+        self.e
+            .b
+            .ins()
+            .store(trusted(), zero, at, offsets::SLOT_REENTER);
+        let rec = self.record_address();
+        let wv = self.e.b.ins().load(
+            types::I64,
+            trusted(),
+            rec,
+            (offload_deopt::SaveLayout::WORKITEM_WORD * 8) as i32,
+        );
+        let site_word = self.e.b.ins().load(
+            types::I64,
+            trusted(),
+            rec,
+            (offload_deopt::SaveLayout::SITE_WORD * 8) as i32,
+        );
+        let site = self.e.b.ins().ireduce(types::I32, site_word);
+        self.e.b.def_var(w, wv);
+        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
+        self.e.b.def_var(hi, w1);
+        self.e.b.def_var(done, zero);
+        let lv0 = self.cur.locals[0];
+        self.e.b.def_var(lv0, wv);
+        for i in 1..f.locals.len() {
+            let var = self.cur.locals[i];
+            let val = if i < f.param_count as usize {
+                self.e.env.captures[i - 1]
+            } else {
+                self.zero(f.locals[i].ty.kind())
+            };
+            self.e.b.def_var(var, val);
+        }
+        if let Some(nv) = self.e.env.nursery {
+            let off = self.nursery_off();
+            self.e.b.def_var(nv, off);
+        }
+        let dispatch = self.e.b.create_block();
+        self.e.b.ins().jump(dispatch, &[]);
+
+        let resumed = self.e.b.create_block();
+        self.e.b.set_cold_block(resumed);
+        self.e.env.next_item = Some(resumed);
+        self.e.env.reentry_record = Some(rec);
+        self.cur.blocks.clear();
+        self.make_blocks();
+        self.inliner.next_version();
+        let landings = self.lower_with_landings();
+        self.e.env.reentry_record = None;
+        let landings = landings?;
+
+        self.e.b.switch_to_block(dispatch);
+        let no_landing = self.e.b.create_block();
+        self.e.b.set_cold_block(no_landing);
+        let mut switch = cranelift_frontend::Switch::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (id, land) in landings {
+            if seen.insert(id) {
+                switch.set_entry(u128::from(id.0), land);
+            }
+        }
+        switch.emit(&mut self.e.b, site, no_landing);
+
+        self.e.b.switch_to_block(resumed);
+        let one = self.e.b.ins().iconst(types::I64, 1);
+        self.e.b.def_var(done, one);
+        let wv = self.e.b.use_var(w);
+        let hv = self.e.b.use_var(hi);
+        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
+        self.slot_exit(w1, hv, crate::ctx::EXIT_RESUMED);
+        self.e.b.switch_to_block(no_landing);
+        let wv = self.e.b.use_var(w);
+        let hv = self.e.b.use_var(hi);
+        self.slot_exit(wv, hv, crate::ctx::EXIT_NO_LANDING);
         Ok(())
     }
 

@@ -50,6 +50,19 @@ impl<B: Backend> Walker<'_, B> {
             self.cur.locals.push(var);
         }
         self.make_blocks();
+        // The callee's re-entry points get their sites (for this call
+        // chain) now, in bytecode order, whether or not this copy of the
+        // body has landings: a backend whose hot code has none (the CPU's)
+        // and one whose has (the PTX) then number them alike.
+        let points: Vec<_> = analysis
+            .sites
+            .iter()
+            .filter(|s| offload_deopt::reentry_point(s))
+            .map(|s| s.bci)
+            .collect();
+        for bci in points {
+            self.site_id(bci);
+        }
         let lowered = self.whole_body();
         let o = self.outer.pop().expect("pushed");
         self.cur = o.frame;

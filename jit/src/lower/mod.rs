@@ -23,7 +23,11 @@
 //!   backward branch goes through a poll of the control word that deopts
 //!   with reason `Safepoint` at the loop header;
 //! - **deopt exits** ([`Walker::deopt_here`], [`Walker::deopt_if`]): which
-//!   variables hold each value of the site's save record ([`Exit`]).
+//!   variables hold each value of the site's save record ([`Exit`]);
+//! - **re-entry landings** ([`Walker::lower_with_landings`]): in a copy
+//!   of the body lowered with them, every re-entry point loads a stopped
+//!   workitem's record into the variables its exit stores from, so the
+//!   device resumes the workitem where it stopped.
 //!
 //! What differs between devices is how each of those is spelled: that is
 //! the [`Backend`] trait, in the spirit of Cranelift's `machinst` lowering
@@ -40,6 +44,7 @@
 mod calls;
 mod inst;
 pub(crate) mod plan;
+mod reentry;
 
 use crate::spec::Speculations;
 use crate::{CompileOptions, Injection, JitError};
@@ -153,6 +158,9 @@ pub(crate) trait Backend: Sized {
     fn safepoint_requested(w: &mut Walker<'_, Self>) -> Self::Val;
     /// Whether injection `inj` picks the running workitem, as a condition.
     fn injected(w: &mut Walker<'_, Self>, inj: Injection) -> Self::Val;
+    /// Word `word` of the save record being re-entered, as a value of kind
+    /// `kind` (in a landing, `lower/reentry.rs`).
+    fn reentry_value(w: &mut Walker<'_, Self>, word: u32, kind: Kind) -> Self::Val;
 
     // --- Tests.
 
@@ -348,6 +356,9 @@ pub(crate) struct Walker<'a, B: Backend> {
     pub(crate) inliner: plan::Inliner,
     /// Inlined calls (and virtual calls) so far: numbers frame copies.
     pub(crate) calls: u32,
+    /// While lowering a copy of the body with re-entry landings
+    /// ([`Walker::lower_with_landings`]): those made so far, by site.
+    pub(crate) landings: Option<Vec<(SiteId, B::Block)>>,
 }
 
 impl<'a, B: Backend> Walker<'a, B> {
@@ -377,6 +388,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             outer: Vec::new(),
             inliner: plan::Inliner::default(),
             calls: 0,
+            landings: None,
         })
     }
 
@@ -566,21 +578,34 @@ impl<'a, B: Backend> Walker<'a, B> {
             let Some(frame) = types_.frames[bci as usize].as_ref() else {
                 continue;
             };
-            if let Some(blk) = self.cur.blocks.get(&bci).cloned() {
-                B::enter_block(self, &blk, terminated);
-            }
             self.cur.depth = frame.stack.len();
-            if let Some(inj) = self.opts.inject
-                && self.outer.is_empty()
-                && inj.site_bci == bci
-            {
+            let leader = self.cur.blocks.get(&bci).cloned();
+            let inject = self
+                .opts
+                .inject
+                .filter(|inj| self.outer.is_empty() && inj.site_bci == bci);
+            let lands = self.lands_at(bci);
+            if lands && inject.is_none() {
+                terminated = self.landing(bci, leader.clone(), terminated);
+            }
+            if let Some(blk) = &leader {
+                B::enter_block(self, blk, terminated);
+            }
+            if let Some(inj) = inject {
                 let hit = B::injected(self, inj);
-                let reason = self
-                    .meta
-                    .site_at(bci)
-                    .expect("checked at compile start")
-                    .reasons[0];
+                let reason = inj.reason.unwrap_or_else(|| {
+                    self.meta
+                        .site_at(bci)
+                        .expect("checked at compile start")
+                        .reasons[0]
+                });
                 self.deopt_if(hit, bci, reason);
+                // A workitem resumed here must not take the injected deopt
+                // again (it would stop at every re-entry, and never get
+                // on): its landing comes after the check.
+                if lands {
+                    self.landing(bci, None, false);
+                }
             }
             terminated = self.inst(bci, inst)?;
             if terminated {

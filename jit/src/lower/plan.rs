@@ -129,6 +129,17 @@ pub(crate) fn check_options(meta: &DeoptMetadata, opts: &CompileOptions) -> Resu
             why: "not a deopt site, or modulus not positive",
         });
     }
+    if let Some(inj) = opts.inject
+        && let Some(r) = inj.reason
+        && meta
+            .site_at(inj.site_bci)
+            .is_some_and(|s| !s.reasons.contains(&r))
+    {
+        return Err(JitError::BadInjection {
+            bci: inj.site_bci,
+            why: "the site cannot deoptimize for the reason asked for",
+        });
+    }
     Ok(())
 }
 

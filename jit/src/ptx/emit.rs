@@ -397,6 +397,14 @@ impl Backend for Ptx {
         p
     }
 
+    fn reentry_value(w: W<'_, '_>, word: u32, kind: Kind) -> String {
+        let raw = w.t(Cls::B64);
+        w.emit(format!("ld.u64 {raw}, [{RREC}+{}];", word * 8));
+        let dst = w.t(cls(kind));
+        w.unpack_raw(kind, &raw, &dst);
+        dst
+    }
+
     fn injected(w: W<'_, '_>, inj: Injection) -> String {
         let m = w.t(Cls::B64);
         w.emit(format!("rem.s64 {m}, {W}, {};", inj.modulus));

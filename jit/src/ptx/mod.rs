@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! slot = ctaid.x * ntid.x + tid.x                  ; one slot per thread
-//! entry:  [w, hi) = never_ran[slot]; if w < hi: goto item
+//! entry:  if save_area[slot] holds a record: goto resume
+//!         [w, hi) = never_ran[slot]; if w < hi: goto item
 //! claim:  lo = atom.add(cursor, chunk); if lo >= end: exit DONE
 //! item:   if w == hi: goto claim
 //!         if ld.relaxed.sys(control) != 0: never_ran[slot] = [w, hi); exit STOPPED
@@ -12,7 +13,19 @@
 //! deopt:  save_area[slot][n] = (w, live values); fence; site word; count
 //!         n += 1; if n == records_per_slot or safepoint: exit DEOPT
 //!         w += 1; goto item
+//! resume: w = record.workitem; hi = w + 1; goto landing[record.site]
+//!         <the body from where the workitem stopped> ; `ret` → more
+//! more:   empty the record; [w, hi) = never_ran[slot]; goto item (or claim)
 //! ```
+//!
+//! **Re-entry.** The host leaves a record of a safepoint or of the device
+//! eden's exhaustion at a loop header or an allocation in the slot's part
+//! of the save area, and the relaunch resumes it before anything else:
+//! the body is lowered once, with a landing at every re-entry point
+//! (`lower/reentry.rs`) that loads the record into the registers its exit
+//! stored from. While the slot resumes, its exits leave its unstarted rest
+//! in `never_ran` (it runs when the resumed workitem ends), and a deopt of
+//! the resumed workitem writes its record in the same place.
 //!
 //! The lowering — frames and inlining, virtual dispatch, site numbering,
 //! speculation, back-edge polls, which values each deopt exit stores — is
@@ -88,6 +101,11 @@ pub struct PtxKernel {
     pub text: String,
     /// Its deopt metadata — equal to the CPU version's.
     pub meta: DeoptMetadata,
+    /// It resumes the record the host leaves in a slot's part of the save
+    /// area ([`offload_deopt::SiteMap::resumable`]) before anything else:
+    /// the kernel has a loop or allocates, and
+    /// [`CompileOptions::no_reentry`] was not set.
+    pub reentry: bool,
     /// How long code generation took.
     pub compile_time: Duration,
 }
@@ -121,9 +139,10 @@ pub fn compile_speculative(
         next: [0; 5],
         labels: 0,
         math: BTreeSet::new(),
+        reentry: false,
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
-    lw.build()?;
+    let reentry = lw.build()?;
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -157,6 +176,7 @@ pub fn compile_speculative(
         name,
         text,
         meta: lw.meta,
+        reentry,
         compile_time: t0.elapsed(),
     })
 }
@@ -224,6 +244,8 @@ pub(crate) struct Ptx {
     labels: u32,
     /// Math-library routines the kernel calls.
     math: BTreeSet<&'static str>,
+    /// The kernel has re-entry code (`slot_loop.rs`).
+    reentry: bool,
 }
 
 /// The walker with the PTX backend.
@@ -242,6 +264,13 @@ const TLAB: &str = "%tlab";
 const LARGE: &str = "%large";
 const EDEN: &str = "%eden";
 const POLLS: &str = "%polls";
+/// The slot's record (slot loop, re-entry), its site, and whether the slot
+/// is resuming it (its unstarted rest waits in never_ran).
+const RREC: &str = "%rrec";
+const RSITE: &str = "%rsite";
+const RESTP: &str = "%restp";
+const L_RESUME: &str = "$resume";
+const L_MORE: &str = "$more";
 const L_CLAIM: &str = "$claim";
 const L_ITEM: &str = "$item";
 const L_NEXT: &str = "$next_item";

@@ -6,8 +6,12 @@ use super::*;
 use crate::lower::Backend;
 
 impl Lp<'_> {
-    pub(super) fn build(&mut self) -> Result<(), JitError> {
+    /// Build the kernel; returns whether it has re-entry code (landings in
+    /// its body, and the slot resumes the record the host left it).
+    pub(super) fn build(&mut self) -> Result<bool, JitError> {
         let f = self.v.func(self.cur.func);
+        let reentry = !self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func);
+        self.e.reentry = reentry;
         for (n, ty) in [
             (CTX, ".b64"),
             (SLOT, ".b64"),
@@ -92,6 +96,30 @@ impl Lp<'_> {
             let name = Ptx::local_var(self, 0, i, l.ty.kind());
             self.cur.locals.push(name);
         }
+        if reentry {
+            // A record the host left in the slot's part of the save area
+            // is resumed first; the slot's unstarted rest waits in
+            // never_ran (RESTP: its exits leave it there).
+            self.named(RREC.into(), ".b64");
+            self.named(RSITE.into(), ".b32");
+            self.named(RESTP.into(), ".pred");
+            let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
+            let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
+            let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
+            let idx = self.t(Cls::B64);
+            self.emit(format!("mul.lo.u64 {idx}, {SLOT}, {per};"));
+            let rw = self.t(Cls::B64);
+            self.emit(format!("mul.lo.u64 {rw}, {idx}, {words};"));
+            self.emit(format!("mad.lo.u64 {RREC}, {rw}, 8, {area};"));
+            let sw = self.t(Cls::B64);
+            self.emit(format!(
+                "ld.u64 {sw}, [{RREC}+{}];",
+                SaveLayout::SITE_WORD * 8
+            ));
+            self.emit(format!("setp.ne.s64 {RESTP}, {sw}, -1;"));
+            self.emit(format!("cvt.u32.u64 {RSITE}, {sw};"));
+            self.emit(format!("@{RESTP} bra {L_RESUME};"));
+        }
         // Resume a stopped chunk first.
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
@@ -118,27 +146,23 @@ impl Lp<'_> {
         self.label(L_ITEM);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ge.s64 {p}, {W}, {HI};"));
-        self.emit(format!("@{p} bra {L_CLAIM};"));
+        let exhausted = if reentry { L_MORE } else { L_CLAIM };
+        self.emit(format!("@{p} bra {exhausted};"));
         let cw = self.t(Cls::B32);
         self.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         self.emit(format!("@{p} bra {L_STOPPED};"));
-        // Workitem entry: parameters, captures, zeroed locals.
-        let l0 = self.cur.locals[0].clone();
-        self.emit(format!("cvt.u32.u64 {l0}, {W};"));
-        for i in 1..f.locals.len() {
-            let var = self.cur.locals[i].clone();
-            let k = f.locals[i].ty.kind();
-            if i < f.param_count as usize {
-                let c = captures[i - 1].clone();
-                self.emit(format!("mov.{} {var}, {c};", mov_ty(k)));
-            } else {
-                self.zero_into(k, &var);
-            }
-        }
+        self.workitem_entry(&captures);
         self.make_blocks();
-        self.whole_body()?;
+        let landings = if reentry {
+            let first = self.cur.blocks[&0].clone();
+            self.emit(format!("bra {first};"));
+            self.lower_with_landings()?
+        } else {
+            self.whole_body()?;
+            Vec::new()
+        };
         // next_item
         self.label(L_NEXT);
         self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
@@ -157,9 +181,70 @@ impl Lp<'_> {
         self.slot_exit("0", "0", crate::ctx::EXIT_DONE);
         self.label(L_STOPPED);
         self.slot_exit(W, HI, crate::ctx::EXIT_STOPPED);
+        if reentry {
+            self.resume_blocks(&captures, &landings);
+        }
         self.label("$idle");
         self.emit("ret;");
-        Ok(())
+        Ok(reentry)
+    }
+
+    /// A workitem's entry: its index, the captures, zeroed locals.
+    fn workitem_entry(&mut self, captures: &[String]) {
+        let f = self.v.func(self.cur.func);
+        let l0 = self.cur.locals[0].clone();
+        self.emit(format!("cvt.u32.u64 {l0}, {W};"));
+        for i in 1..f.locals.len() {
+            let var = self.cur.locals[i].clone();
+            let k = f.locals[i].ty.kind();
+            if i < f.param_count as usize {
+                let c = captures[i - 1].clone();
+                self.emit(format!("mov.{} {var}, {c};", mov_ty(k)));
+            } else {
+                self.zero_into(k, &var);
+            }
+        }
+    }
+
+    /// Resuming the slot's record (module docs): `$resume` enters its
+    /// workitem and dispatches on its site to the landing
+    /// (`lower/reentry.rs`); when the workitem ends, `$more` empties the
+    /// record and goes on with the slot's unstarted rest, then claims.
+    fn resume_blocks(&mut self, captures: &[String], landings: &[(offload_ir::SiteId, String)]) {
+        self.label(L_RESUME);
+        self.emit(format!(
+            "ld.u64 {W}, [{RREC}+{}];",
+            SaveLayout::WORKITEM_WORD * 8
+        ));
+        self.emit(format!("add.s64 {HI}, {W}, 1;"));
+        self.workitem_entry(captures);
+        let mut seen = BTreeSet::new();
+        for (id, land) in landings {
+            if seen.insert(*id) {
+                let p = self.t(Cls::Pred);
+                self.emit(format!("setp.eq.u32 {p}, {RSITE}, {};", id.0));
+                self.emit(format!("@{p} bra {land};"));
+            }
+        }
+        self.slot_exit(W, HI, crate::ctx::EXIT_NO_LANDING);
+        self.label(L_MORE);
+        self.emit(format!("@!{RESTP} bra {L_CLAIM};"));
+        let empty = self.t(Cls::B64);
+        self.emit(format!("mov.b64 {empty}, -1;"));
+        self.emit(format!(
+            "st.u64 [{RREC}+{}], {empty};",
+            SaveLayout::SITE_WORD * 8
+        ));
+        self.emit(format!("setp.ne.s64 {RESTP}, {W}, {W};"));
+        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
+        self.emit(format!("ld.u64 {W}, [{at}];"));
+        self.emit(format!("ld.u64 {HI}, [{at}+8];"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
+        self.emit(format!("@{p} bra {L_ITEM};"));
+        self.emit(format!("bra {L_CLAIM};"));
     }
 
     /// `x` in a `b64` register (immediates are moved into one).
@@ -208,8 +293,14 @@ impl Lp<'_> {
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
         self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
-        self.emit(format!("st.u64 [{at}], {nr_lo};"));
-        self.emit(format!("st.u64 [{at}+8], {nr_hi};"));
+        // A slot resuming its record leaves its rest where it is.
+        let guard = if self.e.reentry {
+            format!("@!{RESTP} ")
+        } else {
+            String::new()
+        };
+        self.emit(format!("{guard}st.u64 [{at}], {nr_lo};"));
+        self.emit(format!("{guard}st.u64 [{at}+8], {nr_hi};"));
         let comp = self.ld_ctx(Cls::B64, offsets::COMPLETED);
         let at = self.t(Cls::B64);
         self.emit(format!("mad.lo.u64 {at}, {SLOT}, 8, {comp};"));

@@ -22,6 +22,8 @@ pub struct Settings {
     pub deopt_records: Option<usize>,
     /// Every launch's deadline (`None`: none).
     pub deadline: Option<Duration>,
+    /// Stopped workitems are resumed on the device (`RuntimeBuilder::reentry`).
+    pub reentry: bool,
 }
 
 impl Default for Settings {
@@ -38,6 +40,7 @@ impl Default for Settings {
             max_heap: None,
             deopt_records: None,
             deadline: None,
+            reentry: true,
         }
     }
 }
@@ -67,7 +70,7 @@ impl Settings {
         if let Some(n) = self.deopt_records {
             b = b.deopt_records(n);
         }
-        b = b.launch_deadline(self.deadline);
+        b = b.launch_deadline(self.deadline).reentry(self.reentry);
         Ok(b.build()?)
     }
 
@@ -140,6 +143,15 @@ impl Settings {
                 || format!("default ({})", offload::DEFAULT_DEOPT_RECORDS),
                 |n| n.to_string()
             )
+        );
+        let _ = writeln!(
+            s,
+            "reentry     {}",
+            if self.reentry {
+                "on (stopped workitems resume on the device)"
+            } else {
+                "off (the interpreter finishes every stopped workitem)"
+            }
         );
         let _ = writeln!(
             s,
@@ -235,11 +247,16 @@ impl Session {
                     _ => bail!("usage: :set fail-refills FIRST EVERY | off"),
                 }
             }
-            "profile" => {
-                s.profile = match val("on|off")? {
+            "profile" | "reentry" => {
+                let on = match val("on|off")? {
                     "on" => true,
                     "off" => false,
-                    v => bail!(":set profile: `{v}` is neither on nor off"),
+                    v => bail!(":set {key}: `{v}` is neither on nor off"),
+                };
+                if key == "profile" {
+                    s.profile = on;
+                } else {
+                    s.reentry = on;
                 }
             }
             "max-heap" => s.max_heap = Some(bytes()? as usize),

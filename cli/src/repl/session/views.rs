@@ -202,6 +202,9 @@ pub(super) fn summary(last: &Last, out: &mut String) {
         if !reasons.is_empty() {
             let _ = write!(line, " ({})", reasons.join(", "));
         }
+        if r.resumed > 0 {
+            let _ = write!(line, " · {} resumed on the device", r.resumed);
+        }
         if r.never_ran > 0 {
             let _ = write!(
                 line,
@@ -247,7 +250,7 @@ pub(super) fn deopt_table(last: &Last, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "{} deoptimized workitem(s) in the last launch of {}{}:",
+        "{} deopt(s) in the last launch of {}{}:",
         total,
         r.kernel,
         if total as usize > r.deopt_table.len() {
