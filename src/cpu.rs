@@ -222,7 +222,8 @@ struct SlotOut {
 /// collection has run since the record was written (`since` counts the
 /// collections then; without one the allocation would only fail again);
 /// the others are replayed in the interpreter, which collects when it
-/// finds the heap full (or, after an interrupt, abandoned). A record the resumed
+/// finds the heap full (or, after an interrupt, abandoned). Adds the time
+/// the slot spent running resumed workitems to `resuming`. A record the resumed
 /// workitem writes (it stopped again, or deoptimized) takes the place of the
 /// one it was resumed from and is drained in turn, so the slot never holds
 /// more than its `records_per_slot`.
@@ -237,6 +238,7 @@ fn drain_records(
     out: &mut SlotOut,
     collections: &dyn Fn() -> u64,
     mut since: u64,
+    resuming: &mut Duration,
 ) -> Result<(), OffloadError> {
     let meta = &ck.meta;
     let per_slot = ctx.records_per_slot as usize;
@@ -272,7 +274,7 @@ fn drain_records(
         let resolved =
             header.2 != offload_deopt::Reason::AllocationFailure || collections() > since;
         if !out.cut
-            && ck.reentry
+            && ck.resumes.contains(&header.1)
             && resolved
             && meta.site(header.1).is_some_and(|s| s.resumable(header.2))
         {
@@ -280,14 +282,27 @@ fn drain_records(
                 w.records = (n - 1) as u64;
                 w.reenter = 1;
             });
+            let t_run = Instant::now();
             // SAFETY: as in `run`: `ctx` describes this launch, and record
             // `r`, just past the slot's count, is the one it resumes.
             let code = unsafe { ck.run_slot(ctx, slot) };
+            // Device time, not the replays'.
+            *resuming += t_run.elapsed();
             since = collections();
+            if code == offload_jit::ctx::EXIT_STOPPED {
+                // A safepoint came before the workitem started: the record
+                // is still to resume, after the park at the loop's top.
+                words(&mut |w| {
+                    w.records = n as u64;
+                    w.reenter = 0;
+                });
+                continue;
+            }
             let mut again = false;
             words(&mut |w| {
                 out.on_device += w.completed;
                 again = w.records as usize == n;
+                w.reenter = 0;
             });
             if code == offload_jit::ctx::EXIT_NO_LANDING {
                 return Err(OffloadError::CorruptSaveArea(
@@ -310,11 +325,9 @@ fn drain_records(
             out.replays.abandoned(meta, header, values);
             continue;
         }
-        let tr = Instant::now();
         let resumed = replayer.resume(meta, header, values);
         out.cut |= resumed.1;
         out.replays.resumed(meta, header, values, resumed)?;
-        out.replay_time += tr.elapsed();
     }
 }
 
@@ -452,9 +465,9 @@ fn run(
                         out.error = Some(e);
                         return;
                     }
-                    out.replay_time += tr.elapsed();
                     let collections = || env.gc.collections();
-                    if let Err(e) = drain_records(
+                    let mut resuming = Duration::ZERO;
+                    let drained = drain_records(
                         ctx,
                         ck,
                         area,
@@ -464,7 +477,12 @@ fn run(
                         &mut out,
                         &collections,
                         since,
-                    ) {
+                        &mut resuming,
+                    );
+                    // The replays' time: the collection before them and the
+                    // drain, less the resumed workitems' runs on the device.
+                    out.replay_time += tr.elapsed().saturating_sub(resuming);
+                    if let Err(e) = drained {
                         out.error = Some(e);
                         return;
                     }

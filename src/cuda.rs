@@ -719,7 +719,9 @@ fn run(
             };
             let again = h.2 == offload_deopt::Reason::AllocationFailure
                 && resumed_alloc[r] == Some((h.0, h.1));
-            let ok = k.ptx.reentry && !again && meta.site(h.1).is_some_and(|s| s.resumable(h.2));
+            let ok = k.ptx.resumes.contains(&h.1)
+                && !again
+                && meta.site(h.1).is_some_and(|s| s.resumable(h.2));
             if ok {
                 resumed_alloc[r] =
                     (h.2 == offload_deopt::Reason::AllocationFailure).then_some((h.0, h.1));

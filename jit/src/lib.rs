@@ -225,11 +225,13 @@ pub struct CompiledKernel {
     pub compile_time: Duration,
     /// The quick tier (see [`CompileOptions::quick`]).
     pub quick: bool,
-    /// The code can resume records of re-entry points
+    /// The sites whose records the code can resume
     /// ([`offload_deopt::SiteMap::resumable`]) when entered with
-    /// [`ctx::SlotWords::reenter`]: the kernel has a loop or allocates,
-    /// and [`CompileOptions::no_reentry`] was not set.
-    pub reentry: bool,
+    /// [`ctx::SlotWords::reenter`] (none: the kernel has no loop and does
+    /// not allocate, or [`CompileOptions::no_reentry`] was set). The quick
+    /// tier lands at the kernel's outermost loop headers only; the
+    /// optimized tier at every re-entry point.
+    pub resumes: std::collections::BTreeSet<offload_ir::SiteId>,
     entry: SlotFn,
     /// Owns the code; freed when the kernel version is dropped.
     module: Mutex<Option<JITModule>>,
@@ -389,7 +391,7 @@ impl CpuJit {
         let t0 = Instant::now();
         let mut module = Self::module(opts.quick)?;
         let name = format!("k{}_v{version}", k.0);
-        let (id, meta, reentry) =
+        let (id, meta, resumes) =
             cpu::compile(&mut module, prog, k, version, &name, opts, spec, None)?;
         module
             .finalize_definitions()
@@ -405,7 +407,7 @@ impl CpuJit {
             meta,
             compile_time: t0.elapsed(),
             quick: opts.quick,
-            reentry,
+            resumes,
             entry,
             module: Mutex::new(Some(module)),
         })

@@ -54,11 +54,19 @@ fn with_safepoints(
             let mut next = first;
             let mut raised = 0u64;
             loop {
-                while t0.elapsed() < next {
+                // Asleep until the next safepoint is due (waking at most
+                // every 5 ms to see whether the launch is over): a thread
+                // that polled often would take CPU time from the workers,
+                // on a machine with as many cores as workers.
+                loop {
                     if done.load(Ordering::Relaxed) {
                         return raised;
                     }
-                    std::thread::sleep(Duration::from_micros(100));
+                    let now = t0.elapsed();
+                    if now >= next {
+                        break;
+                    }
+                    std::thread::sleep((next - now).min(Duration::from_millis(5)));
                 }
                 rt.safepoint(|_| ());
                 raised += 1;

@@ -201,6 +201,10 @@ impl Lw<'_, '_> {
             })
             .collect();
         let mut res: Result<bool, JitError> = Ok(true);
+        // No landings in the unchecked copies: a workitem resumed in the
+        // loop enters it where its predicate is evaluated (`entry`), or in
+        // the checked version.
+        let landings = self.landings.take();
         for j in 0..copies {
             for &(k, _) in &inside {
                 let nb = if k == h {
@@ -228,6 +232,7 @@ impl Lw<'_, '_> {
                 Err(_) => break,
             }
         }
+        self.landings = landings;
         for b in added {
             self.e.unchecked.remove(&b);
         }

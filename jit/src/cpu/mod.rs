@@ -22,12 +22,19 @@
 //! collection has run) at a loop header or an allocation is resumed by the
 //! slot itself (`src/cpu.rs` drains a slot's records, last first): the host
 //! sets `reenter[slot]` with the record just past the slot's count, and the
-//! slot function enters a copy of the body lowered with a *landing* at
-//! every re-entry point (`lower/reentry.rs`), which loads the record into
-//! the variables its exit stored from and jumps to the instruction. The
-//! copy is the body lowered plainly and kept apart from the hot copies,
-//! whose loops stay natural (a landing enters a loop below its header). A
-//! deopt in the resumed workitem writes its record in the same place.
+//! slot function runs that workitem alone from a *landing*
+//! (`lower/reentry.rs`), which loads the record into the variables its exit
+//! stored from and jumps to the instruction. Landings at the kernel's
+//! outermost loop headers sit in the hot copies of the body (checked and
+//! unchecked): the workitem enters the item loop as any other, its body's
+//! start dispatches on the record's site, and the resumed loop runs the
+//! very code fresh workitems run — entered at its header, it stays a
+//! natural loop. Every other re-entry point (an allocation, a nested or
+//! inlined loop: landing there would give a loop a second entry) lands in
+//! a copy of the body of its own, lowered plainly, which only the
+//! optimized tier has (it costs compile time the first launch would wait
+//! for). A deopt in the resumed workitem writes its record in the same
+//! place.
 //!
 //! `never_ran[slot]`, `records[slot]` and the slot's completed count are
 //! its `SlotWords`, on cache lines of their own (only its exits write them).
@@ -257,7 +264,7 @@ pub(crate) fn compile(
     opts: CompileOptions,
     spec: &Speculations,
     clif: Option<&mut String>,
-) -> Result<(ClFuncId, DeoptMetadata, bool), JitError> {
+) -> Result<(ClFuncId, DeoptMetadata, BTreeSet<SiteId>), JitError> {
     let allocates = plan::may_allocate(prog, k);
     let imports = Imports::declare(module, allocates)?;
 
@@ -282,6 +289,8 @@ pub(crate) fn compile(
             unchecked: Default::default(),
             loops: Vec::new(),
             allocates,
+            resume_copy: None,
+            resumable: BTreeSet::new(),
         };
         let mut lw = Walker::new(cpu, prog, k, version, opts, spec)?;
         // In name order, so the function's text is the same every time.
@@ -414,6 +423,12 @@ pub(crate) struct Cpu<'f> {
     pub(crate) loops: Vec<crate::opt::PredicatedLoop>,
     /// Whether the kernel may allocate (`plan::may_allocate`).
     pub(crate) allocates: bool,
+    /// While lowering the checked item loop of a kernel with re-entry
+    /// code: the re-entry copy's entry, where its dispatch sends what it
+    /// has no landing for.
+    pub(crate) resume_copy: Option<Block>,
+    /// The sites the function lands at so far (`slot_loop.rs`).
+    pub(crate) resumable: BTreeSet<SiteId>,
 }
 
 /// The walker with the CPU backend.

@@ -10,12 +10,13 @@ use crate::lower::Backend;
 use crate::opt;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{AtomicRmwOp, Block, InstBuilder, MemFlagsData, Value, types};
-use offload_ir::{Bci, Kind};
+use offload_ir::{Bci, Kind, SiteId};
+use std::collections::BTreeSet;
 
 impl Lw<'_, '_> {
-    /// Build the slot function; returns whether it has re-entry code (a
-    /// copy of the body with landings, [`Lw::reentry_copy`]).
-    pub(super) fn build(&mut self) -> Result<bool, JitError> {
+    /// Build the slot function; returns the sites whose records it can
+    /// resume (none: it has no re-entry code).
+    pub(super) fn build(&mut self) -> Result<BTreeSet<SiteId>, JitError> {
         let f = self.v.func(self.cur.func);
         let entry = self.e.b.create_block();
         self.e.b.append_block_params_for_function_params(entry);
@@ -126,18 +127,34 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, rest_lo);
         self.e.b.def_var(hi, rest_hi);
         let has_rest = self.e.b.ins().icmp(IntCC::SignedLessThan, rest_lo, rest_hi);
-        // Entered to resume a record: the re-entry copy of the body.
-        let reentry = (!self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func))
-            .then(|| self.e.b.create_block());
-        if let Some(resume) = reentry {
-            self.e.b.set_cold_block(resume);
+        // Entered to resume a record: its workitem alone. A kernel with
+        // loops lands at its outermost loop headers in the hot copies of
+        // the body (`hot`): the resumed workitem's loop then runs the same
+        // machine code as every other workitem's (Cranelift does not align
+        // loops; in a copy of its own, `spin`'s loop fell across a cache
+        // line and ran 1.5x slower). Every other re-entry point lands in
+        // the re-entry copy (`reentry`), which the optimized tier has; the
+        // quick tier, compiled while the first launch waits, leaves it out
+        // (the interpreter finishes those records).
+        let points = !self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func);
+        let hot = points && !self.cur.analysis.loop_headers.is_empty();
+        let reentry = (points && !self.opts.quick).then(|| self.e.b.create_block());
+        let resume_entry = (hot || reentry.is_some()).then(|| self.e.b.create_block());
+        // Where the hot copies' dispatch sends a site they have no landing
+        // for: the re-entry copy, or (quick tier) an exit that says so.
+        let fallback = match reentry {
+            Some(b) => b,
+            None => self.e.b.create_block(),
+        };
+        if let Some(re) = resume_entry {
+            self.e.b.set_cold_block(re);
             let flag = self
                 .e
                 .b
                 .ins()
                 .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
             let normal = self.e.b.create_block();
-            self.e.b.ins().brif(flag, resume, &[], normal, &[]);
+            self.e.b.ins().brif(flag, re, &[], normal, &[]);
             self.e.b.switch_to_block(normal);
         }
         // With accesses indexed by the workitem number, a chunk whose range
@@ -194,8 +211,32 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, lo);
         self.e.b.ins().jump(pick.unwrap_or(item), &[]);
 
-        // The checked version.
-        self.item_loop(item, claim, stopped, next_item, 1)?;
+        if let (Some(re), Some(resume)) = (resume_entry, reentry)
+            && !hot
+        {
+            self.e.b.switch_to_block(re);
+            self.e.b.ins().jump(resume, &[]);
+        }
+        if let Some(re) = resume_entry.filter(|_| hot) {
+            self.e.b.switch_to_block(re);
+            let rec = self.record_address();
+            let wv = self.e.b.ins().load(
+                types::I64,
+                trusted(),
+                rec,
+                (offload_deopt::SaveLayout::WORKITEM_WORD * 8) as i32,
+            );
+            self.e.b.def_var(w, wv);
+            let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
+            self.e.b.def_var(hi, w1);
+            self.e.b.ins().jump(pick.unwrap_or(item), &[]);
+        }
+        // The checked version (with the landings, when the code resumes
+        // records).
+        self.e.resume_copy = hot.then_some(fallback);
+        let checked = self.item_loop(item, claim, stopped, next_item, 1);
+        self.e.resume_copy = None;
+        checked?;
         if let Some(pick) = pick {
             // pick: the unchecked version when 0 <= w and hi <= the length
             // of every array those accesses index (null's is 0).
@@ -222,7 +263,10 @@ impl Lw<'_, '_> {
             self.e.unchecked = unchecked.into_keys().collect();
             self.inliner.next_version();
             let unroll = opt::unroll_factor(self.v, self.cur.func);
-            self.item_loop(fast_item, claim, stopped, fast_next, unroll)?;
+            self.e.resume_copy = (hot && unroll == 1).then_some(fallback);
+            let fast = self.item_loop(fast_item, claim, stopped, fast_next, unroll);
+            self.e.resume_copy = None;
+            fast?;
             self.e.unchecked.clear();
         }
 
@@ -258,6 +302,12 @@ impl Lw<'_, '_> {
 
         if let Some(resume) = reentry {
             self.reentry_copy(resume)?;
+        } else if hot {
+            self.e.b.switch_to_block(fallback);
+            self.e.b.set_cold_block(fallback);
+            let wv = self.e.b.use_var(w);
+            let hv = self.e.b.use_var(hi);
+            self.slot_exit(wv, hv, crate::ctx::EXIT_NO_LANDING);
         }
 
         // exits
@@ -268,7 +318,7 @@ impl Lw<'_, '_> {
         let wv = self.e.b.use_var(w);
         let hv = self.e.b.use_var(hi);
         self.slot_exit(wv, hv, EXIT_STOPPED);
-        Ok(reentry.is_some())
+        Ok(std::mem::take(&mut self.e.resumable))
     }
 
     /// The re-entry copy of the body, entered at `start` when the host
@@ -283,7 +333,8 @@ impl Lw<'_, '_> {
     /// The copy is lowered plainly (no predicated loops, no unchecked
     /// accesses) and apart from the hot copies: its landings enter loops
     /// below their headers, which would make the hot copies' loops
-    /// irreducible and cost them Cranelift's loop optimizations. Its
+    /// irreducible and cost them Cranelift's loop optimizations. The hot
+    /// copies' dispatch sends here what they have no landing for. Its
     /// workitem's objects are not handed back at its end (the nursery is
     /// off: objects from before the stop lie below any snapshot).
     fn reentry_copy(&mut self, start: Block) -> Result<(), JitError> {
@@ -346,6 +397,7 @@ impl Lw<'_, '_> {
         let landings = self.lower_with_landings();
         self.e.env.reentry_record = None;
         let landings = landings?;
+        self.e.resumable.extend(landings.iter().map(|l| l.0));
 
         self.e.b.switch_to_block(dispatch);
         let no_landing = self.e.b.create_block();
@@ -437,6 +489,29 @@ impl Lw<'_, '_> {
                 self.one_workitem(start, next, then)?;
                 start = then;
             }
+        } else if self.e.resume_copy.is_some() {
+            // A slot resuming a record runs that workitem alone and leaves.
+            let chunk_end = self.e.b.create_block();
+            self.e.b.ins().brif(chunk_done, chunk_end, &[], check, &[]);
+            self.e.b.switch_to_block(chunk_end);
+            let at = self.slot_words();
+            let flag = self
+                .e
+                .b
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
+            let resumed = self.e.b.create_block();
+            self.e.b.set_cold_block(resumed);
+            self.e.b.ins().brif(flag, resumed, &[], claim, &[]);
+            self.e.b.switch_to_block(resumed);
+            let zero = self.e.b.ins().iconst(types::I64, 0);
+            self.e
+                .b
+                .ins()
+                .store(trusted(), zero, at, offsets::SLOT_REENTER);
+            let wv = self.e.b.use_var(w);
+            let hv = self.e.b.use_var(hi);
+            self.slot_exit(wv, hv, crate::ctx::EXIT_RESUMED);
         } else {
             self.e.b.ins().brif(chunk_done, claim, &[], check, &[]);
         }
@@ -477,9 +552,13 @@ impl Lw<'_, '_> {
         self.cur.blocks.clear();
         self.make_blocks();
         let first = self.cur.blocks[&0];
-        self.e.b.ins().jump(first, &[]);
-
-        self.kernel_body()?;
+        match self.e.resume_copy {
+            None => {
+                self.e.b.ins().jump(first, &[]);
+                self.kernel_body()?;
+            }
+            Some(resume) => self.body_with_landings(first, resume)?,
+        }
 
         self.e.b.switch_to_block(next);
         self.nursery_reset();
@@ -490,6 +569,64 @@ impl Lw<'_, '_> {
         let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
         self.e.b.def_var(w, w1);
         self.e.b.ins().jump(then, &[]);
+        Ok(())
+    }
+
+    /// The body of the checked copy of a kernel with re-entry code: a
+    /// workitem the host asked the slot to resume (`SlotWords::reenter`
+    /// is 1; it becomes 2 while the workitem runs) dispatches on its
+    /// record's site to a landing at one of the kernel's outermost loop
+    /// headers, in this copy — resumed, the loop runs the hot code — or
+    /// else to the re-entry copy (`resume`), which lands everywhere.
+    fn body_with_landings(&mut self, first: Block, resume: Block) -> Result<(), JitError> {
+        let at = self.slot_words();
+        let flag = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
+        let pending = self.e.b.ins().icmp_imm_s(IntCC::Equal, flag, 1);
+        let pre = self.e.b.create_block();
+        self.e.b.set_cold_block(pre);
+        self.e.b.ins().brif(pending, pre, &[], first, &[]);
+        self.e.b.switch_to_block(pre);
+        let two = self.e.b.ins().iconst(types::I64, 2);
+        self.e
+            .b
+            .ins()
+            .store(trusted(), two, at, offsets::SLOT_REENTER);
+        let rec = self.record_address();
+        let site_word = self.e.b.ins().load(
+            types::I64,
+            trusted(),
+            rec,
+            (offload_deopt::SaveLayout::SITE_WORD * 8) as i32,
+        );
+        let site = self.e.b.ins().ireduce(types::I32, site_word);
+        if let Some(nv) = self.e.env.nursery {
+            let off = self.nursery_off();
+            self.e.b.def_var(nv, off);
+        }
+        let dispatch = self.e.b.create_block();
+        self.e.b.ins().jump(dispatch, &[]);
+        self.e.env.reentry_record = Some(rec);
+        let outer = self.landings.replace(Vec::new());
+        self.landing_scope = crate::lower::reentry::Scope::OutermostLoops;
+        let lowered = self.kernel_body();
+        self.landing_scope = crate::lower::reentry::Scope::Every;
+        let landings = std::mem::replace(&mut self.landings, outer).unwrap_or_default();
+        self.e.env.reentry_record = None;
+        lowered?;
+        self.e.resumable.extend(landings.iter().map(|l| l.0));
+        self.e.b.switch_to_block(dispatch);
+        let mut switch = cranelift_frontend::Switch::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (id, land) in landings {
+            if seen.insert(id) {
+                switch.set_entry(u128::from(id.0), land);
+            }
+        }
+        switch.emit(&mut self.e.b, site, resume);
         Ok(())
     }
 
@@ -504,7 +641,22 @@ impl Lw<'_, '_> {
         let mut terminated = true;
         let mut from = 0;
         for lp in &loops {
-            let t = self.lower_range(from, lp.header, terminated)?;
+            let mut t = self.lower_range(from, lp.header, terminated)?;
+            let injected = self.opts.inject.is_some_and(|i| i.site_bci == lp.header);
+            if self.lands_at(lp.header) && !injected {
+                // Resumed at the header, the loop's predicate decides which
+                // version runs the rest, as on any other entry. (An
+                // injected deopt at the header sits in each version, where
+                // a landing cannot follow it: the re-entry copy's does.)
+                let entry = self.cur.blocks[&lp.header];
+                let depth = self.v.types(self.cur.func).frames[lp.header as usize]
+                    .as_ref()
+                    .expect("reachable")
+                    .stack
+                    .len();
+                self.cur.depth = depth;
+                t = self.landing(lp.header, Some(entry), t);
+            }
             self.predicated_loop(lp, t)?;
             terminated = true;
             from = lp.header;

@@ -44,7 +44,7 @@
 mod calls;
 mod inst;
 pub(crate) mod plan;
-mod reentry;
+pub(crate) mod reentry;
 
 use crate::spec::Speculations;
 use crate::{CompileOptions, Injection, JitError};
@@ -359,6 +359,8 @@ pub(crate) struct Walker<'a, B: Backend> {
     /// While lowering a copy of the body with re-entry landings
     /// ([`Walker::lower_with_landings`]): those made so far, by site.
     pub(crate) landings: Option<Vec<(SiteId, B::Block)>>,
+    /// Which re-entry points get landings while `landings` is set.
+    pub(crate) landing_scope: reentry::Scope,
 }
 
 impl<'a, B: Backend> Walker<'a, B> {
@@ -389,6 +391,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             inliner: plan::Inliner::default(),
             calls: 0,
             landings: None,
+            landing_scope: reentry::Scope::Every,
         })
     }
 

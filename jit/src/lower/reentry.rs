@@ -15,15 +15,39 @@
 //!
 //! A landing for a loop header jumps to the header's block; one for an
 //! allocation starts a block of its own at the instruction (the code
-//! before falls into it). Landings enter loops from outside their headers
-//! — the body copy they live in is irreducible — so the CPU backend keeps
-//! them in a copy of the body of their own, and its hot copies keep their
-//! natural loops (`crate::cpu`).
+//! before falls into it). A landing below a loop's header gives the loop a
+//! second entry, so the CPU backend lands in its hot copies of the body
+//! only at the kernel's outermost loop headers ([`Scope::OutermostLoops`])
+//! and keeps the other landings in a copy of their own (`crate::cpu`); the
+//! PTX has one copy with every landing.
 
 use super::{Backend, Walker};
 use crate::JitError;
 use offload_deopt::Reason;
+use offload_ir::analysis::FuncAnalysis;
 use offload_ir::{Bci, SiteId};
+
+/// Which re-entry points a copy of the body lands at.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every one, in the kernel and in inlined callees.
+    Every,
+    /// Only the headers of the kernel's outermost loops: the landings a
+    /// hot copy of the body can have and keep its loops natural (a loop
+    /// entered at its header has one entry; one entered below it, or
+    /// inside another loop, has two).
+    OutermostLoops,
+}
+
+/// Whether the loop header `h` of `a` lies in no other loop (bytecode
+/// order: no back-edge spans it other than its own).
+pub(crate) fn outermost_header(a: &FuncAnalysis, h: Bci) -> bool {
+    a.loop_headers.contains(&h)
+        && !a
+            .back_edges
+            .iter()
+            .any(|e| e.to != h && e.to < h && h <= e.from)
+}
 
 impl<B: Backend> Walker<'_, B> {
     /// Lower the current frame's whole body (its blocks made, entered by
@@ -47,6 +71,25 @@ impl<B: Backend> Walker<'_, B> {
                 .analysis
                 .site_at(bci)
                 .is_some_and(offload_deopt::reentry_point)
+            && match self.landing_scope {
+                Scope::Every => true,
+                Scope::OutermostLoops => {
+                    self.outer.is_empty() && outermost_header(self.cur.analysis, bci)
+                }
+            }
+            && !self.landed_here(bci)
+    }
+
+    /// Whether the kernel's instruction at `bci` has its landing in this
+    /// copy already (a predicated loop's header lands where its predicate
+    /// is evaluated, not again in its checked version).
+    fn landed_here(&self, bci: Bci) -> bool {
+        let Some(site) = self.meta.site_at(bci).filter(|_| self.outer.is_empty()) else {
+            return false;
+        };
+        self.landings
+            .as_ref()
+            .is_some_and(|l| l.iter().any(|(id, _)| *id == site.id))
     }
 
     /// Emit the landing of the current frame's instruction at `bci` (with

@@ -101,11 +101,11 @@ pub struct PtxKernel {
     pub text: String,
     /// Its deopt metadata — equal to the CPU version's.
     pub meta: DeoptMetadata,
-    /// It resumes the record the host leaves in a slot's part of the save
-    /// area ([`offload_deopt::SiteMap::resumable`]) before anything else:
-    /// the kernel has a loop or allocates, and
-    /// [`CompileOptions::no_reentry`] was not set.
-    pub reentry: bool,
+    /// The sites whose records it resumes when the host leaves one in a
+    /// slot's part of the save area ([`offload_deopt::SiteMap::resumable`]):
+    /// every re-entry point, unless the kernel has none (no loop, no
+    /// allocation) or [`CompileOptions::no_reentry`] was set.
+    pub resumes: BTreeSet<offload_ir::SiteId>,
     /// How long code generation took.
     pub compile_time: Duration,
 }
@@ -142,7 +142,7 @@ pub fn compile_speculative(
         reentry: false,
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
-    let reentry = lw.build()?;
+    let resumes = lw.build()?;
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -176,7 +176,7 @@ pub fn compile_speculative(
         name,
         text,
         meta: lw.meta,
-        reentry,
+        resumes,
         compile_time: t0.elapsed(),
     })
 }

@@ -6,9 +6,9 @@ use super::*;
 use crate::lower::Backend;
 
 impl Lp<'_> {
-    /// Build the kernel; returns whether it has re-entry code (landings in
-    /// its body, and the slot resumes the record the host left it).
-    pub(super) fn build(&mut self) -> Result<bool, JitError> {
+    /// Build the kernel; returns the sites whose records it can resume
+    /// (none: it has no re-entry code).
+    pub(super) fn build(&mut self) -> Result<BTreeSet<offload_ir::SiteId>, JitError> {
         let f = self.v.func(self.cur.func);
         let reentry = !self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func);
         self.e.reentry = reentry;
@@ -186,7 +186,7 @@ impl Lp<'_> {
         }
         self.label("$idle");
         self.emit("ret;");
-        Ok(reentry)
+        Ok(landings.iter().map(|l| l.0).collect())
     }
 
     /// A workitem's entry: its index, the captures, zeroed locals.
