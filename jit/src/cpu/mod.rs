@@ -119,6 +119,7 @@ mod alloc;
 mod deopt;
 mod emit;
 mod loops;
+mod reentry;
 mod slot_loop;
 
 use crate::lower::{Walker, plan};

@@ -143,16 +143,12 @@ impl Lw<'_, '_> {
         // Where the hot copies' dispatch sends a site they have no landing
         // for: the re-entry copy, or (quick tier) an exit that says so.
         let fallback = match reentry {
-            Some(b) => b,
-            None => self.e.b.create_block(),
+            Some(b) => Some(b),
+            None => hot.then(|| self.e.b.create_block()),
         };
         if let Some(re) = resume_entry {
             self.e.b.set_cold_block(re);
-            let flag = self
-                .e
-                .b
-                .ins()
-                .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
+            let (_, flag) = self.reenter_word();
             let normal = self.e.b.create_block();
             self.e.b.ins().brif(flag, re, &[], normal, &[]);
             self.e.b.switch_to_block(normal);
@@ -220,12 +216,7 @@ impl Lw<'_, '_> {
         if let Some(re) = resume_entry.filter(|_| hot) {
             self.e.b.switch_to_block(re);
             let rec = self.record_address();
-            let wv = self.e.b.ins().load(
-                types::I64,
-                trusted(),
-                rec,
-                (offload_deopt::SaveLayout::WORKITEM_WORD * 8) as i32,
-            );
+            let wv = self.record_word(rec, offload_deopt::SaveLayout::WORKITEM_WORD);
             self.e.b.def_var(w, wv);
             let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
             self.e.b.def_var(hi, w1);
@@ -233,7 +224,7 @@ impl Lw<'_, '_> {
         }
         // The checked version (with the landings, when the code resumes
         // records).
-        self.e.resume_copy = hot.then_some(fallback);
+        self.e.resume_copy = fallback.filter(|_| hot);
         let checked = self.item_loop(item, claim, stopped, next_item, 1);
         self.e.resume_copy = None;
         checked?;
@@ -263,7 +254,7 @@ impl Lw<'_, '_> {
             self.e.unchecked = unchecked.into_keys().collect();
             self.inliner.next_version();
             let unroll = opt::unroll_factor(self.v, self.cur.func);
-            self.e.resume_copy = (hot && unroll == 1).then_some(fallback);
+            self.e.resume_copy = fallback.filter(|_| hot && unroll == 1);
             let fast = self.item_loop(fast_item, claim, stopped, fast_next, unroll);
             self.e.resume_copy = None;
             fast?;
@@ -302,12 +293,10 @@ impl Lw<'_, '_> {
 
         if let Some(resume) = reentry {
             self.reentry_copy(resume)?;
-        } else if hot {
+        } else if let Some(fallback) = fallback {
             self.e.b.switch_to_block(fallback);
             self.e.b.set_cold_block(fallback);
-            let wv = self.e.b.use_var(w);
-            let hv = self.e.b.use_var(hi);
-            self.slot_exit(wv, hv, crate::ctx::EXIT_NO_LANDING);
+            self.no_landing_exit();
         }
 
         // exits
@@ -319,110 +308,6 @@ impl Lw<'_, '_> {
         let hv = self.e.b.use_var(hi);
         self.slot_exit(wv, hv, EXIT_STOPPED);
         Ok(std::mem::take(&mut self.e.resumable))
-    }
-
-    /// The re-entry copy of the body, entered at `start` when the host
-    /// asks the slot to resume the record just past its count
-    /// ([`crate::ctx::SlotWords::reenter`]): the workitem's entry as
-    /// [`Lw::one_workitem`] makes it, then a dispatch on the record's site
-    /// to that site's landing (`lower/reentry.rs`), which loads the saved
-    /// frames and jumps to where the workitem stopped. The workitem's end
-    /// leaves with `EXIT_RESUMED`; a deopt leaves through the shared exits
-    /// (with an empty unstarted rest: `hi` is the workitem's successor).
-    ///
-    /// The copy is lowered plainly (no predicated loops, no unchecked
-    /// accesses) and apart from the hot copies: its landings enter loops
-    /// below their headers, which would make the hot copies' loops
-    /// irreducible and cost them Cranelift's loop optimizations. The hot
-    /// copies' dispatch sends here what they have no landing for. Its
-    /// workitem's objects are not handed back at its end (the nursery is
-    /// off: objects from before the stop lie below any snapshot).
-    fn reentry_copy(&mut self, start: Block) -> Result<(), JitError> {
-        let f = self.v.func(self.cur.func);
-        let (w, hi, done) = (
-            self.e.env.w.expect("set"),
-            self.e.env.hi.expect("set"),
-            self.e.env.done.expect("set"),
-        );
-        self.e.b.switch_to_block(start);
-        let at = self.slot_words();
-        let zero = self.e.b.ins().iconst(types::I64, 0);
-        self.e
-            .b
-            .ins()
-            .store(trusted(), zero, at, offsets::SLOT_REENTER);
-        let rec = self.record_address();
-        let wv = self.e.b.ins().load(
-            types::I64,
-            trusted(),
-            rec,
-            (offload_deopt::SaveLayout::WORKITEM_WORD * 8) as i32,
-        );
-        let site_word = self.e.b.ins().load(
-            types::I64,
-            trusted(),
-            rec,
-            (offload_deopt::SaveLayout::SITE_WORD * 8) as i32,
-        );
-        let site = self.e.b.ins().ireduce(types::I32, site_word);
-        self.e.b.def_var(w, wv);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
-        self.e.b.def_var(hi, w1);
-        self.e.b.def_var(done, zero);
-        let lv0 = self.cur.locals[0];
-        self.e.b.def_var(lv0, wv);
-        for i in 1..f.locals.len() {
-            let var = self.cur.locals[i];
-            let val = if i < f.param_count as usize {
-                self.e.env.captures[i - 1]
-            } else {
-                self.zero(f.locals[i].ty.kind())
-            };
-            self.e.b.def_var(var, val);
-        }
-        if let Some(nv) = self.e.env.nursery {
-            let off = self.nursery_off();
-            self.e.b.def_var(nv, off);
-        }
-        let dispatch = self.e.b.create_block();
-        self.e.b.ins().jump(dispatch, &[]);
-
-        let resumed = self.e.b.create_block();
-        self.e.b.set_cold_block(resumed);
-        self.e.env.next_item = Some(resumed);
-        self.e.env.reentry_record = Some(rec);
-        self.cur.blocks.clear();
-        self.make_blocks();
-        self.inliner.next_version();
-        let landings = self.lower_with_landings();
-        self.e.env.reentry_record = None;
-        let landings = landings?;
-        self.e.resumable.extend(landings.iter().map(|l| l.0));
-
-        self.e.b.switch_to_block(dispatch);
-        let no_landing = self.e.b.create_block();
-        self.e.b.set_cold_block(no_landing);
-        let mut switch = cranelift_frontend::Switch::new();
-        let mut seen = std::collections::BTreeSet::new();
-        for (id, land) in landings {
-            if seen.insert(id) {
-                switch.set_entry(u128::from(id.0), land);
-            }
-        }
-        switch.emit(&mut self.e.b, site, no_landing);
-
-        self.e.b.switch_to_block(resumed);
-        let one = self.e.b.ins().iconst(types::I64, 1);
-        self.e.b.def_var(done, one);
-        let wv = self.e.b.use_var(w);
-        let hv = self.e.b.use_var(hi);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
-        self.slot_exit(w1, hv, crate::ctx::EXIT_RESUMED);
-        self.e.b.switch_to_block(no_landing);
-        let wv = self.e.b.use_var(w);
-        let hv = self.e.b.use_var(hi);
-        self.slot_exit(wv, hv, crate::ctx::EXIT_NO_LANDING);
-        Ok(())
     }
 
     /// One version of the per-workitem loop: `item` stops between workitems
@@ -494,24 +379,7 @@ impl Lw<'_, '_> {
             let chunk_end = self.e.b.create_block();
             self.e.b.ins().brif(chunk_done, chunk_end, &[], check, &[]);
             self.e.b.switch_to_block(chunk_end);
-            let at = self.slot_words();
-            let flag = self
-                .e
-                .b
-                .ins()
-                .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
-            let resumed = self.e.b.create_block();
-            self.e.b.set_cold_block(resumed);
-            self.e.b.ins().brif(flag, resumed, &[], claim, &[]);
-            self.e.b.switch_to_block(resumed);
-            let zero = self.e.b.ins().iconst(types::I64, 0);
-            self.e
-                .b
-                .ins()
-                .store(trusted(), zero, at, offsets::SLOT_REENTER);
-            let wv = self.e.b.use_var(w);
-            let hv = self.e.b.use_var(hi);
-            self.slot_exit(wv, hv, crate::ctx::EXIT_RESUMED);
+            self.chunk_end(claim);
         } else {
             self.e.b.ins().brif(chunk_done, claim, &[], check, &[]);
         }
@@ -569,64 +437,6 @@ impl Lw<'_, '_> {
         let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
         self.e.b.def_var(w, w1);
         self.e.b.ins().jump(then, &[]);
-        Ok(())
-    }
-
-    /// The body of the checked copy of a kernel with re-entry code: a
-    /// workitem the host asked the slot to resume (`SlotWords::reenter`
-    /// is 1; it becomes 2 while the workitem runs) dispatches on its
-    /// record's site to a landing at one of the kernel's outermost loop
-    /// headers, in this copy — resumed, the loop runs the hot code — or
-    /// else to the re-entry copy (`resume`), which lands everywhere.
-    fn body_with_landings(&mut self, first: Block, resume: Block) -> Result<(), JitError> {
-        let at = self.slot_words();
-        let flag = self
-            .e
-            .b
-            .ins()
-            .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
-        let pending = self.e.b.ins().icmp_imm_s(IntCC::Equal, flag, 1);
-        let pre = self.e.b.create_block();
-        self.e.b.set_cold_block(pre);
-        self.e.b.ins().brif(pending, pre, &[], first, &[]);
-        self.e.b.switch_to_block(pre);
-        let two = self.e.b.ins().iconst(types::I64, 2);
-        self.e
-            .b
-            .ins()
-            .store(trusted(), two, at, offsets::SLOT_REENTER);
-        let rec = self.record_address();
-        let site_word = self.e.b.ins().load(
-            types::I64,
-            trusted(),
-            rec,
-            (offload_deopt::SaveLayout::SITE_WORD * 8) as i32,
-        );
-        let site = self.e.b.ins().ireduce(types::I32, site_word);
-        if let Some(nv) = self.e.env.nursery {
-            let off = self.nursery_off();
-            self.e.b.def_var(nv, off);
-        }
-        let dispatch = self.e.b.create_block();
-        self.e.b.ins().jump(dispatch, &[]);
-        self.e.env.reentry_record = Some(rec);
-        let outer = self.landings.replace(Vec::new());
-        self.landing_scope = crate::lower::reentry::Scope::OutermostLoops;
-        let lowered = self.kernel_body();
-        self.landing_scope = crate::lower::reentry::Scope::Every;
-        let landings = std::mem::replace(&mut self.landings, outer).unwrap_or_default();
-        self.e.env.reentry_record = None;
-        lowered?;
-        self.e.resumable.extend(landings.iter().map(|l| l.0));
-        self.e.b.switch_to_block(dispatch);
-        let mut switch = cranelift_frontend::Switch::new();
-        let mut seen = std::collections::BTreeSet::new();
-        for (id, land) in landings {
-            if seen.insert(id) {
-                switch.set_entry(u128::from(id.0), land);
-            }
-        }
-        switch.emit(&mut self.e.b, site, resume);
         Ok(())
     }
 

@@ -121,14 +121,7 @@ impl Lp<'_> {
             self.emit(format!("@{RESTP} bra {L_RESUME};"));
         }
         // Resume a stopped chunk first.
-        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
-        let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
-        self.emit(format!("ld.u64 {W}, [{at}];"));
-        self.emit(format!("ld.u64 {HI}, [{at}+8];"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
-        self.emit(format!("@{p} bra {L_ITEM};"));
+        self.rest_first();
         // claim
         self.label(L_CLAIM);
         let cursor = self.ld_ctx(Cls::B64, offsets::CURSOR);
@@ -189,6 +182,19 @@ impl Lp<'_> {
         Ok(landings.iter().map(|l| l.0).collect())
     }
 
+    /// Load the slot's unstarted rest into `[w, hi)` and run it if there
+    /// is one (else fall through).
+    fn rest_first(&mut self) {
+        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
+        let at = self.t(Cls::B64);
+        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
+        self.emit(format!("ld.u64 {W}, [{at}];"));
+        self.emit(format!("ld.u64 {HI}, [{at}+8];"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
+        self.emit(format!("@{p} bra {L_ITEM};"));
+    }
+
     /// A workitem's entry: its index, the captures, zeroed locals.
     fn workitem_entry(&mut self, captures: &[String]) {
         let f = self.v.func(self.cur.func);
@@ -236,14 +242,7 @@ impl Lp<'_> {
             SaveLayout::SITE_WORD * 8
         ));
         self.emit(format!("setp.ne.s64 {RESTP}, {W}, {W};"));
-        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
-        let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
-        self.emit(format!("ld.u64 {W}, [{at}];"));
-        self.emit(format!("ld.u64 {HI}, [{at}+8];"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
-        self.emit(format!("@{p} bra {L_ITEM};"));
+        self.rest_first();
         self.emit(format!("bra {L_CLAIM};"));
     }
 
