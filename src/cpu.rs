@@ -222,11 +222,11 @@ struct SlotOut {
 /// collection has run since the record was written (`since` counts the
 /// collections then; without one the allocation would only fail again);
 /// the others are replayed in the interpreter, which collects when it
-/// finds the heap full (or, after an interrupt, abandoned). Adds the time
-/// the slot spent running resumed workitems to `resuming`. A record the resumed
-/// workitem writes (it stopped again, or deoptimized) takes the place of the
-/// one it was resumed from and is drained in turn, so the slot never holds
-/// more than its `records_per_slot`.
+/// finds the heap full (or, after an interrupt, abandoned). A record the
+/// resumed workitem writes (it stopped again, or deoptimized) takes the
+/// place of the one it was resumed from and is drained in turn, so the slot
+/// never holds more than its `records_per_slot`. Adds the time the slot
+/// spent running resumed workitems to `resuming`.
 #[allow(clippy::too_many_arguments)]
 fn drain_records(
     ctx: &LaunchCtx,
