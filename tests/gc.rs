@@ -241,6 +241,9 @@ fn redefined_classes_keep_a_healthy_heap() {
 #[path = "common/programs.rs"]
 mod programs;
 
+#[path = "common/examples.rs"]
+mod examples;
+
 /// GC stress: every second TLAB refill finds eden exhausted (so every launch that
 /// allocates collects, from the interpreter that replays or runs the
 /// allocating workitem), a collection runs before every batch of replays,
@@ -313,22 +316,15 @@ fn the_example_kernels_run_exactly_once_under_gc_stress() {
 #[test]
 fn every_example_kernel_agrees_with_the_interpreter_under_gc_stress() {
     use offload_cli::tools::differential::Differ;
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "obc"))
-        .collect();
-    files.sort();
+    let files = examples::examples();
     for device in [Device::Cpu, Device::Interpreter] {
         let differ = Differ::with_gc(device, stress()).unwrap();
         let mut kernels = 0;
-        for (i, f) in files.iter().enumerate() {
-            let text = std::fs::read_to_string(f).unwrap();
+        for (i, (f, text)) in files.iter().enumerate() {
             for s in 0..3u64 {
                 let c = differ
-                    .compare(&text, 1000 * i as u64 + s)
-                    .unwrap_or_else(|why| panic!("{device:?}, {}: {why}", f.display()));
+                    .compare(text, 1000 * i as u64 + s)
+                    .unwrap_or_else(|why| panic!("{device:?}, {f}: {why}"));
                 kernels += c.kernels;
             }
         }

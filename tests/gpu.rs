@@ -20,6 +20,9 @@ mod programs;
 #[path = "common/stress.rs"]
 mod stress;
 
+#[path = "common/examples.rs"]
+mod examples;
+
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
 fn gpu() -> RuntimeBuilder {
@@ -93,22 +96,14 @@ fn differential_random_programs_on_cuda() {
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn every_example_kernel_gives_the_interpreters_heap_and_exceptions() {
     let differ = Differ::on(Device::Cuda).unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "obc"))
-        .collect();
-    files.sort();
     let (mut kernels, mut compiled) = (0, 0);
-    for (i, f) in files.iter().enumerate() {
-        let text = std::fs::read_to_string(f).unwrap();
+    for (i, (f, text)) in examples::examples().iter().enumerate() {
         // Several argument draws per file: arrays of random lengths make
         // some launches throw, and the exceptions must agree too.
         for s in 0..3u64 {
             let c = differ
-                .compare(&text, 1000 * i as u64 + s)
-                .unwrap_or_else(|why| panic!("{}: {why}", f.display()));
+                .compare(text, 1000 * i as u64 + s)
+                .unwrap_or_else(|why| panic!("{f}: {why}"));
             kernels += c.kernels;
             compiled += c.compiled;
         }

@@ -16,25 +16,12 @@ use std::path::PathBuf;
 #[path = "common/programs.rs"]
 mod programs;
 
+#[path = "common/examples.rs"]
+mod examples;
+use examples::examples;
+
 fn ptxas_path() -> PathBuf {
     ptxas::find().unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn examples() -> Vec<(String, String)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
-    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "obc"))
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read_to_string(&p).unwrap(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// Compile every kernel of `text` to PTX and to CPU code with `opts`;

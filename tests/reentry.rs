@@ -13,25 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 const SPIN: &str = include_str!("../examples/kernels/spin.obc");
 
-/// Every example's `.obc` text, with its file name.
-fn examples() -> Vec<(String, String)> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "obc"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .map(|f| {
-            (
-                f.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read_to_string(f).unwrap(),
-            )
-        })
-        .collect()
-}
+#[path = "common/examples.rs"]
+mod examples;
+use examples::examples;
 
 /// The re-entry frame checker: at every re-entry point of every example
 /// kernel, every workitem is stopped (an injected safepoint, on each
