@@ -90,13 +90,9 @@ impl Lw<'_, '_> {
         let dispatch = self.e.b.create_block();
         self.e.b.ins().jump(dispatch, &[]);
         self.e.env.reentry_record = Some(rec);
-        let outer = self.landings.replace(Vec::new());
-        self.landing_scope = Scope::OutermostLoops;
-        let lowered = self.kernel_body();
-        self.landing_scope = Scope::Every;
-        let landings = std::mem::replace(&mut self.landings, outer).unwrap_or_default();
+        let landings = self.landing_in(Scope::OutermostLoops, Self::kernel_body);
         self.e.env.reentry_record = None;
-        lowered?;
+        let landings = landings?;
         self.e.b.switch_to_block(dispatch);
         self.dispatch(site, landings, fallback);
         Ok(())
@@ -119,7 +115,6 @@ impl Lw<'_, '_> {
     /// workitem's objects are not handed back at its end (the nursery is
     /// off: objects from before the stop lie below any snapshot).
     pub(super) fn reentry_copy(&mut self, start: Block) -> Result<(), JitError> {
-        let f = self.v.func(self.cur.func);
         let (w, hi, done) = (
             self.e.env.w.expect("set"),
             self.e.env.hi.expect("set"),
@@ -136,17 +131,7 @@ impl Lw<'_, '_> {
         self.e.b.def_var(hi, w1);
         let zero = self.e.b.ins().iconst(types::I64, 0);
         self.e.b.def_var(done, zero);
-        let lv0 = self.cur.locals[0];
-        self.e.b.def_var(lv0, wv);
-        for i in 1..f.locals.len() {
-            let var = self.cur.locals[i];
-            let val = if i < f.param_count as usize {
-                self.e.env.captures[i - 1]
-            } else {
-                self.zero(f.locals[i].ty.kind())
-            };
-            self.e.b.def_var(var, val);
-        }
+        self.workitem_locals(wv);
         if let Some(nv) = self.e.env.nursery {
             let off = self.nursery_off();
             self.e.b.def_var(nv, off);

@@ -400,22 +400,11 @@ impl Lw<'_, '_> {
         next: Block,
         then: Block,
     ) -> Result<(), JitError> {
-        let f = self.v.func(self.cur.func);
         let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
         self.e.env.next_item = Some(next);
         self.e.b.switch_to_block(start);
         let wv = self.e.b.use_var(w);
-        let lv0 = self.cur.locals[0];
-        self.e.b.def_var(lv0, wv);
-        for i in 1..f.locals.len() {
-            let var = self.cur.locals[i];
-            let val = if i < f.param_count as usize {
-                self.e.env.captures[i - 1]
-            } else {
-                self.zero(f.locals[i].ty.kind())
-            };
-            self.e.b.def_var(var, val);
-        }
+        self.workitem_locals(wv);
         self.nursery_snapshot();
         self.cur.blocks.clear();
         self.make_blocks();
@@ -438,6 +427,23 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, w1);
         self.e.b.ins().jump(then, &[]);
         Ok(())
+    }
+
+    /// A workitem's entry: the kernel's locals for workitem `wv` — its
+    /// index, the captures, the rest zero.
+    pub(super) fn workitem_locals(&mut self, wv: Value) {
+        let f = self.v.func(self.cur.func);
+        let lv0 = self.cur.locals[0];
+        self.e.b.def_var(lv0, wv);
+        for i in 1..f.locals.len() {
+            let var = self.cur.locals[i];
+            let val = if i < f.param_count as usize {
+                self.e.env.captures[i - 1]
+            } else {
+                self.zero(f.locals[i].ty.kind())
+            };
+            self.e.b.def_var(var, val);
+        }
     }
 
     pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {

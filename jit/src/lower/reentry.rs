@@ -52,13 +52,24 @@ pub(crate) fn outermost_header(a: &FuncAnalysis, h: Bci) -> bool {
 impl<B: Backend> Walker<'_, B> {
     /// Lower the current frame's whole body (its blocks made, entered by
     /// no fall-through) with a landing at every re-entry point, and return
-    /// the landings by site. Records the sites met as re-entry points in
-    /// the metadata (they already are: the flag is the analysis').
+    /// the landings by site.
     pub(crate) fn lower_with_landings(&mut self) -> Result<Vec<(SiteId, B::Block)>, JitError> {
-        let outer = self.landings.replace(Vec::new());
         let n = self.v.func(self.cur.func).body.len() as Bci;
-        let res = self.lower_range(0, n, true);
-        let landings = std::mem::replace(&mut self.landings, outer).unwrap_or_default();
+        self.landing_in(Scope::Every, |w| w.lower_range(0, n, true).map(|_| ()))
+    }
+
+    /// Run `lower` with landings at the re-entry points `scope` names, and
+    /// return the landings it made, by site.
+    pub(crate) fn landing_in(
+        &mut self,
+        scope: Scope,
+        lower: impl FnOnce(&mut Self) -> Result<(), JitError>,
+    ) -> Result<Vec<(SiteId, B::Block)>, JitError> {
+        let outer = (self.landings.replace(Vec::new()), self.landing_scope);
+        self.landing_scope = scope;
+        let res = lower(self);
+        let landings = std::mem::replace(&mut self.landings, outer.0).unwrap_or_default();
+        self.landing_scope = outer.1;
         res?;
         Ok(landings)
     }
