@@ -2,6 +2,7 @@
 
 use crate::layout::{HEAP_START_WORDS, Header, Ref, words};
 use crate::region::Region;
+use crate::resident::Residency;
 use crate::tlab::Eden;
 use fixedbitset::FixedBitSet;
 use std::sync::Mutex;
@@ -59,6 +60,15 @@ pub enum HeapError {
     /// An access outside the heap (a dangling or forged reference).
     #[error("heap access out of range at byte {0:#x}")]
     OutOfRange(usize),
+    /// The device's copy of heap bytes could not be fetched (see
+    /// [`crate::resident`]).
+    #[error("cannot fetch heap bytes {:#x}..{:#x} from the device: {message}", bytes.start, bytes.end)]
+    Device {
+        /// The byte range being fetched.
+        bytes: std::ops::Range<usize>,
+        /// The device's error.
+        message: String,
+    },
     /// The heap does not parse.
     #[error("heap corrupt at word {at}: {what}")]
     Corrupt {
@@ -132,6 +142,10 @@ pub struct Heap {
     reclaim_lock: Mutex<()>,
     /// Bytes reclaimed so far.
     reclaimed: AtomicU64,
+    /// The device copy's coherence state ([`crate::resident`]).
+    pub(crate) res: Residency,
+    /// Why the last carve failed when a fetch from the device did.
+    carve_error: Mutex<Option<HeapError>>,
 }
 
 /// Eden's state at a point in time: what [`Heap::reclaim`] rolls back to.
@@ -188,6 +202,8 @@ impl Heap {
             high_water: AtomicU64::new(u64::from(HEAP_START_WORDS)),
             reclaim_lock: Mutex::new(()),
             reclaimed: AtomicU64::new(0),
+            res: Residency::new(cfg.max),
+            carve_error: Mutex::new(None),
         })
     }
 
@@ -241,11 +257,20 @@ impl Heap {
     }
 
     /// Carve `[start, start + want)` words from eden (at least `min`), growing
-    /// the heap if allowed. The words are zero.
-    fn carve_words(&self, min: u64, want: u64, grow: bool) -> Option<(u64, u64)> {
+    /// the heap if allowed. The words are zero on the host (`for_device`:
+    /// the caller zeroes them on the device, and the host's are
+    /// meaningless until the device's come back).
+    fn carve_words(&self, min: u64, want: u64, grow: bool, for_device: bool) -> Option<(u64, u64)> {
         self.started.fetch_add(1, Ordering::SeqCst);
         let got = loop {
             let start = self.top.load(Ordering::SeqCst);
+            if !for_device && let Err(e) = self.before_carve(start) {
+                *self
+                    .carve_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+                break None;
+            }
             let limit = self.limit_words();
             let end = (start + want).min(limit);
             if end < start + min {
@@ -269,7 +294,7 @@ impl Heap {
             // Below the high-water mark lie the objects of a reclaimed
             // launch; above it, memory no one has written.
             let dirty_end = self.high_water.fetch_max(end, Ordering::SeqCst).min(end);
-            if start < dirty_end {
+            if !for_device && start < dirty_end {
                 // SAFETY: the CAS above made `[start, end)` this carve's
                 // alone; no one else reads or writes it until the caller
                 // publishes objects in it, and a reclaim cannot move `top`
@@ -280,8 +305,18 @@ impl Heap {
                 }
             }
         }
+        if let Some((start, end)) = got
+            && !for_device
+        {
+            self.host_wrote(start as usize * 8, end as usize * 8);
+        }
         self.finished.fetch_add(1, Ordering::SeqCst);
         got
+    }
+
+    /// The highest top so far, in words.
+    pub(crate) fn high_water(&self) -> u64 {
+        self.high_water.load(Ordering::SeqCst)
     }
 
     /// Eden's state now, for a later [`Heap::reclaim`]: taken between
@@ -348,6 +383,22 @@ impl Heap {
             u64::from(min_words),
             u64::from(want_words.max(min_words)),
             true,
+            false,
+        )
+        .map(|(s, e)| (s as u32, e as u32))
+    }
+
+    /// [`Heap::carve_region`] for a device eden on a mirrored heap: the
+    /// host does not zero the region (the device zeroes its copy), and it
+    /// is not marked for the device. After the launch the device marks
+    /// what it allocated ([`Heap::device_wrote`]) and hands the rest back
+    /// ([`Heap::give_back`]).
+    pub fn carve_device_region(&self, min_words: u32, want_words: u32) -> Option<(u32, u32)> {
+        self.carve_words(
+            u64::from(min_words),
+            u64::from(want_words.max(min_words)),
+            true,
+            true,
         )
         .map(|(s, e)| (s as u32, e as u32))
     }
@@ -384,11 +435,18 @@ impl Heap {
     /// Returns the word offset; the memory is zero.
     pub fn alloc_direct(&self, bytes: u64) -> Result<u32, HeapError> {
         let w = words(bytes);
-        self.carve_words(w, w, true)
+        self.carve_words(w, w, true, false)
             .map(|(s, _)| s as u32)
-            .ok_or(HeapError::Exhausted {
-                needed: bytes,
-                max: self.cfg.max,
+            .ok_or_else(|| {
+                let failed = self
+                    .carve_error
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                failed.unwrap_or(HeapError::Exhausted {
+                    needed: bytes,
+                    max: self.cfg.max,
+                })
             })
     }
 
@@ -399,6 +457,7 @@ impl Heap {
             what: format!("unencodable header: {h}"),
         })?;
         let off = at as usize * 8;
+        self.writable(off, 8)?;
         self.cell32(off)?.store(a, Ordering::Relaxed);
         self.cell32(off + 4)?.store(b, Ordering::Relaxed);
         Ok(())
@@ -407,6 +466,7 @@ impl Heap {
     /// Read the header of the object at `r`.
     pub fn header(&self, r: Ref) -> Result<Header, HeapError> {
         let off = r.byte_offset();
+        self.fetch(off, 8)?;
         let a = self.cell32(off)?.load(Ordering::Relaxed);
         let b = self.cell32(off + 4)?.load(Ordering::Relaxed);
         Header::decode(a, b).ok_or_else(|| HeapError::Corrupt {
@@ -425,44 +485,60 @@ impl Heap {
         self.region.u64_at(off).ok_or(HeapError::OutOfRange(off))
     }
 
-    /// The 32-bit cell at byte offset `off` from the heap base.
+    /// The 32-bit cell at byte offset `off` from the heap base, for an
+    /// atomic read-modify-write (on a mirrored heap the cell is fetched
+    /// and marked written).
     #[inline]
     pub fn u32_cell(&self, off: usize) -> Result<&std::sync::atomic::AtomicU32, HeapError> {
-        self.cell32(off)
+        let cell = self.cell32(off)?;
+        self.writable(off, 4)?;
+        Ok(cell)
     }
 
-    /// The 64-bit cell at byte offset `off` (8-aligned).
+    /// The 64-bit cell at byte offset `off` (8-aligned), for an atomic
+    /// read-modify-write.
     #[inline]
     pub fn u64_cell(&self, off: usize) -> Result<&AtomicU64, HeapError> {
-        self.cell64(off)
+        let cell = self.cell64(off)?;
+        self.writable(off, 8)?;
+        Ok(cell)
     }
 
     /// Load 32 bits (relaxed).
     #[inline]
     pub fn load32(&self, off: usize) -> Result<u32, HeapError> {
-        Ok(self.cell32(off)?.load(Ordering::Relaxed))
+        let cell = self.cell32(off)?;
+        self.fetch(off, 4)?;
+        Ok(cell.load(Ordering::Relaxed))
     }
     /// Store 32 bits (relaxed).
     #[inline]
     pub fn store32(&self, off: usize, v: u32) -> Result<(), HeapError> {
-        self.cell32(off)?.store(v, Ordering::Relaxed);
+        let cell = self.cell32(off)?;
+        self.writable(off, 4)?;
+        cell.store(v, Ordering::Relaxed);
         Ok(())
     }
     /// Load 64 bits (relaxed).
     #[inline]
     pub fn load64(&self, off: usize) -> Result<u64, HeapError> {
-        Ok(self.cell64(off)?.load(Ordering::Relaxed))
+        let cell = self.cell64(off)?;
+        self.fetch(off, 8)?;
+        Ok(cell.load(Ordering::Relaxed))
     }
     /// Store 64 bits (relaxed).
     #[inline]
     pub fn store64(&self, off: usize, v: u64) -> Result<(), HeapError> {
-        self.cell64(off)?.store(v, Ordering::Relaxed);
+        let cell = self.cell64(off)?;
+        self.writable(off, 8)?;
+        cell.store(v, Ordering::Relaxed);
         Ok(())
     }
 
     /// Walk the heap from its start to eden's top, object by object. Call
     /// only when no allocator holds an unretired TLAB.
     pub fn walk(&self, mut visit: impl FnMut(Ref, Header)) -> Result<WalkStats, HeapError> {
+        self.sync_host()?;
         let top = self.top.load(Ordering::Acquire);
         let mut at = u64::from(HEAP_START_WORDS);
         let mut st = WalkStats::default();
@@ -564,7 +640,7 @@ impl Heap {
 impl Eden for Heap {
     fn carve(&self, min_words: u32) -> Result<(u32, u32), crate::AllocFailure> {
         let want = u64::from(self.cfg.tlab_bytes / 8).max(u64::from(min_words));
-        self.carve_words(u64::from(min_words), want, true)
+        self.carve_words(u64::from(min_words), want, true, false)
             .map(|(s, e)| (s as u32, e as u32))
             .ok_or(crate::AllocFailure::Exhausted)
     }

@@ -34,6 +34,7 @@ pub mod gc;
 pub mod heap;
 pub mod layout;
 pub mod region;
+pub mod resident;
 mod sync;
 pub mod tlab;
 
@@ -43,4 +44,5 @@ pub use heap::{
     ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, MIN_HEAP_BYTES, WalkStats,
 };
 pub use layout::{Header, Ref};
+pub use resident::{Mirror, ResidencyStats};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};

@@ -159,6 +159,23 @@ impl Region {
 }
 
 impl Region {
+    /// The `len` bytes at byte offset `off` (inside committed memory), for
+    /// one bulk copy into them.
+    ///
+    /// # Safety
+    ///
+    /// No other thread may access those bytes while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.committed()),
+            "bytes [{off:#x}, +{len:#x}) outside committed memory"
+        );
+        // SAFETY: the range is inside committed, writable memory (checked
+        // above), and by the caller's contract nobody else touches it now.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
+    }
+
     /// Zero the `len` bytes at byte offset `off` (inside committed memory).
     ///
     /// # Safety

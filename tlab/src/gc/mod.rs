@@ -155,6 +155,10 @@ impl Heap {
         roots: &mut dyn Roots,
     ) -> Result<GcStats, HeapError> {
         let t0 = Instant::now();
+        // A mirrored heap: the device's writes come back first, and
+        // everything below the new top goes to the device after (objects
+        // moved).
+        self.sync_host()?;
         let top = self.top.load(Ordering::Acquire);
         let cells = self
             .region
@@ -233,6 +237,7 @@ impl Heap {
         // before it, so no reclaim rolls back across it.
         self.started.fetch_add(1, Ordering::SeqCst);
         self.top.store(u64::from(next), Ordering::SeqCst);
+        self.host_wrote(0, next as usize * 8);
         self.finished.fetch_add(1, Ordering::SeqCst);
         st.after = u64::from(next) * 8;
         st.compact = t_mark.elapsed();

@@ -1,0 +1,358 @@
+//! Residency: the heap's image on a device, kept coherent with the host's
+//! chunk by chunk.
+//!
+//! A runtime with a GPU keeps a copy of the heap on the device across
+//! launches (the device's [`Mirror`]). The heap is cut into chunks of
+//! [`CHUNK_BYTES`], and each chunk has two bits:
+//!
+//! * **host-stale**: the device wrote it since the host last had it; a
+//!   host access fetches it first ([`Heap::fetch`], called by every typed
+//!   load and store; [`Heap::sync_host`] fetches them all at once);
+//! * **device-stale**: the host wrote it since the device last had it; the
+//!   next launch sends it ([`Heap::take_device_stale`]).
+//!
+//! Bytes of a chunk where neither bit is set are equal on both sides
+//! below eden's top; above the top, nothing is meaningful on either side
+//! (allocation zeroes what it takes, on the side that takes it). The
+//! invariant that keeps carving cheap: **no chunk that lies wholly above
+//! eden's top is host-stale**. A device marks host-stale only what it wrote
+//! below the top it leaves ([`Heap::device_wrote`]), so a carve on the
+//! host only ever needs the one chunk that holds the top before it moves.
+//!
+//! Why 64 KiB chunks: seed 002 measures managed memory migrating in 64 KiB
+//! units as the granularity where a transfer's fixed cost (a few µs per
+//! copy on PCIe) stops dominating, and a byte per chunk keeps the device's
+//! dirty map of a 4 GiB heap at 64 KiB. Runs of adjacent chunks move in
+//! one copy, so a large array moves at bus speed however it is chunked.
+//!
+//! Host writes that race a kernel writing the same chunk are a data race
+//! at chunk granularity (the device's copy wins when fetched); the runtime
+//! keeps the host out of the heap while a GPU launch runs except at its
+//! safepoints, where the device is stopped.
+
+use crate::heap::{Heap, HeapError};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Bytes per coherence chunk.
+pub const CHUNK_BYTES: usize = 1 << CHUNK_SHIFT;
+
+/// `log2(CHUNK_BYTES)`: a device marks the chunk of byte offset `b` as
+/// `b >> CHUNK_SHIFT`.
+pub const CHUNK_SHIFT: u32 = 16;
+
+/// The device's copy of the heap, as the host sees it: where host-stale
+/// chunks come from.
+pub trait Mirror: Send + Sync {
+    /// Copy the device's bytes `[at, at + dst.len())` of the heap image into
+    /// `dst`. Bytes the device's image does not reach are left alone.
+    fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String>;
+}
+
+/// Chunk bits of one kind.
+struct Bits(Box<[AtomicU64]>);
+
+impl Bits {
+    fn new(chunks: usize) -> Bits {
+        Bits(
+            (0..chunks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        )
+    }
+
+    fn get(&self, c: usize) -> bool {
+        self.0
+            .get(c / 64)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (c % 64)) != 0)
+    }
+
+    /// Set bit `c`; whether it was clear.
+    fn set(&self, c: usize) -> bool {
+        let Some(w) = self.0.get(c / 64) else {
+            return false;
+        };
+        let b = 1 << (c % 64);
+        w.load(Ordering::Relaxed) & b == 0 && w.fetch_or(b, Ordering::AcqRel) & b == 0
+    }
+
+    /// Clear bit `c`; whether it was set.
+    fn clear(&self, c: usize) -> bool {
+        let Some(w) = self.0.get(c / 64) else {
+            return false;
+        };
+        let b = 1 << (c % 64);
+        w.load(Ordering::Relaxed) & b != 0 && w.fetch_and(!b, Ordering::AcqRel) & b != 0
+    }
+
+    /// The set bits in `chunks`, as runs.
+    fn runs(&self, chunks: Range<usize>) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        let mut c = chunks.start;
+        while c < chunks.end {
+            let w = self.0.get(c / 64).map_or(0, |w| w.load(Ordering::Acquire)) >> (c % 64);
+            if w == 0 {
+                c = (c / 64 + 1) * 64;
+                continue;
+            }
+            c += w.trailing_zeros() as usize;
+            if c >= chunks.end {
+                break;
+            }
+            match out.last_mut() {
+                Some(r) if r.end == c => r.end = c + 1,
+                _ => out.push(c..c + 1),
+            }
+            c += 1;
+        }
+        out
+    }
+
+    fn count(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
+            .sum()
+    }
+}
+
+/// Coherence state of a heap with a device copy (see the module docs).
+pub(crate) struct Residency {
+    mirror: OnceLock<Arc<dyn Mirror>>,
+    host_stale: Bits,
+    device_stale: Bits,
+    /// Host-stale chunks now: the fast path of every host access is one
+    /// load of this.
+    stale: AtomicU64,
+    /// Serializes fetches (a chunk is fetched once, by whoever gets here
+    /// first).
+    fetch_lock: Mutex<()>,
+    /// Bytes fetched from the device so far.
+    fetched: AtomicU64,
+}
+
+impl std::fmt::Debug for Residency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Residency")
+            .field("mirrored", &self.mirror.get().is_some())
+            .field("stale", &self.stale)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Residency {
+    pub(crate) fn new(max_bytes: usize) -> Residency {
+        let chunks = max_bytes.div_ceil(CHUNK_BYTES);
+        Residency {
+            mirror: OnceLock::new(),
+            host_stale: Bits::new(chunks),
+            device_stale: Bits::new(chunks),
+            stale: AtomicU64::new(0),
+            fetch_lock: Mutex::new(()),
+            fetched: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn mirrored(&self) -> bool {
+        self.mirror.get().is_some()
+    }
+
+    #[inline]
+    fn any_host_stale(&self) -> bool {
+        self.stale.load(Ordering::Acquire) != 0
+    }
+}
+
+/// Chunks that hold any byte of `[start, end)`.
+fn chunks_of(start: usize, end: usize) -> Range<usize> {
+    if start >= end {
+        return 0..0;
+    }
+    start >> CHUNK_SHIFT..(end - 1) / CHUNK_BYTES + 1
+}
+
+/// What residency has done so far: [`Heap::residency`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResidencyStats {
+    /// Chunks the device holds newer bytes of.
+    pub host_stale_chunks: u64,
+    /// Chunks the host holds newer bytes of.
+    pub device_stale_chunks: u64,
+    /// Bytes fetched from the device so far (by host reads and writes,
+    /// [`Heap::fetch`] and [`Heap::sync_host`]).
+    pub fetched_bytes: u64,
+}
+
+impl Heap {
+    /// Keep a copy of this heap on a device from now on: every chunk below
+    /// eden's top is device-stale (the device has nothing yet), and host
+    /// accesses to chunks the device writes fetch them from `mirror`.
+    /// Returns false (and changes nothing) when a mirror is attached
+    /// already.
+    pub fn attach_mirror(&self, mirror: Arc<dyn Mirror>) -> bool {
+        if self.res.mirror.set(mirror).is_err() {
+            return false;
+        }
+        self.host_wrote(0, self.used() as usize);
+        true
+    }
+
+    /// Whether a device keeps a copy of this heap.
+    #[inline]
+    pub fn is_mirrored(&self) -> bool {
+        self.res.mirrored()
+    }
+
+    /// Chunk counts and bytes fetched.
+    pub fn residency(&self) -> ResidencyStats {
+        ResidencyStats {
+            host_stale_chunks: self.res.stale.load(Ordering::Relaxed),
+            device_stale_chunks: self.res.device_stale.count(),
+            fetched_bytes: self.res.fetched.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Make the host's bytes `[at, at + len)` current: fetch the chunks
+    /// among them that the device wrote, in one copy per run. Returns the
+    /// bytes fetched.
+    #[inline]
+    pub fn fetch(&self, at: usize, len: usize) -> Result<u64, HeapError> {
+        if !self.res.any_host_stale() {
+            return Ok(0);
+        }
+        self.fetch_chunks(chunks_of(at, at.saturating_add(len)))
+    }
+
+    /// Make every byte of the host's heap current (before code that reads
+    /// it without [`Heap`]'s accessors: compiled CPU kernels, the
+    /// collector, a heap walk). Returns the bytes fetched.
+    pub fn sync_host(&self) -> Result<u64, HeapError> {
+        if !self.res.any_host_stale() {
+            return Ok(0);
+        }
+        self.fetch_chunks(0..self.res.host_stale.0.len() * 64)
+    }
+
+    #[cold]
+    fn fetch_chunks(&self, chunks: Range<usize>) -> Result<u64, HeapError> {
+        let Some(mirror) = self.res.mirror.get() else {
+            return Ok(0);
+        };
+        let _one = self
+            .res
+            .fetch_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Memory above the high-water mark must stay zero (carves do not
+        // zero it), and nothing the device wrote lies there.
+        let limit = (self.high_water() as usize * 8).min(self.committed());
+        let mut moved = 0u64;
+        for run in self.res.host_stale.runs(chunks) {
+            let start = run.start * CHUNK_BYTES;
+            let end = (run.end * CHUNK_BYTES).min(limit);
+            if start < end {
+                // SAFETY: `[start, end)` is committed (below `limit`). Its
+                // chunks are host-stale, so no host code reads or writes
+                // them until their bits clear below: every accessor fetches
+                // first, and fetches are serialized by `fetch_lock`.
+                let dst = unsafe { self.region.bytes_mut(start, end - start) };
+                mirror.fetch(start, dst).map_err(|e| HeapError::Device {
+                    bytes: start..end,
+                    message: e,
+                })?;
+                moved += (end - start) as u64;
+            }
+            for c in run {
+                if self.res.host_stale.clear(c) {
+                    self.res.stale.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        self.res.fetched.fetch_add(moved, Ordering::Relaxed);
+        Ok(moved)
+    }
+
+    /// Before the host writes `[at, at + len)`: fetch what the device
+    /// wrote there, and mark it for the device.
+    #[inline]
+    pub(crate) fn writable(&self, at: usize, len: usize) -> Result<(), HeapError> {
+        if self.res.mirrored() {
+            self.fetch(at, len)?;
+            self.host_wrote(at, at + len);
+        }
+        Ok(())
+    }
+
+    /// The host wrote bytes `[start, end)` (their chunks must not be
+    /// host-stale): the next launch sends them. Code that writes the heap
+    /// without [`Heap`]'s accessors (a compiled CPU kernel) calls this
+    /// after, over what it may have written.
+    pub fn host_wrote(&self, start: usize, end: usize) {
+        if !self.res.mirrored() {
+            return;
+        }
+        for c in chunks_of(start, end) {
+            self.res.device_stale.set(c);
+        }
+    }
+
+    /// The device wrote bytes `[start, end)` (below the top it leaves):
+    /// host accesses fetch them first.
+    pub fn device_wrote(&self, start: usize, end: usize) {
+        for c in chunks_of(start, end) {
+            self.device_wrote_chunk(c);
+        }
+    }
+
+    /// The device wrote chunk `c` (a device's dirty map, byte `c`).
+    pub fn device_wrote_chunk(&self, c: usize) {
+        if self.res.mirrored() && self.res.host_stale.set(c) {
+            self.res.stale.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The runs of chunks (as byte ranges, clamped to committed memory)
+    /// that the host wrote below byte `below` and the device has not seen:
+    /// a launch sends exactly these. Their bits clear, and so do those of
+    /// chunks wholly at or above `below` (the device holds nothing
+    /// meaningful there: it is above eden's top, or in the device eden the
+    /// launch zeroes on the device).
+    pub fn take_device_stale(&self, below: usize) -> Vec<Range<usize>> {
+        let total = self.res.device_stale.0.len() * 64;
+        let first_above = below.div_ceil(CHUNK_BYTES).min(total);
+        let limit = self.committed();
+        let runs = self.res.device_stale.runs(0..first_above);
+        for c in runs.iter().flat_map(Clone::clone) {
+            self.res.device_stale.clear(c);
+        }
+        for r in self.res.device_stale.runs(first_above..total) {
+            for c in r {
+                self.res.device_stale.clear(c);
+            }
+        }
+        runs.into_iter()
+            .map(|r| r.start * CHUNK_BYTES..(r.end * CHUNK_BYTES).min(limit))
+            .filter(|r| r.start < r.end)
+            .collect()
+    }
+
+    /// Before a carve moves eden's top from `top` words: the chunk that
+    /// holds it must be current on the host (its bytes below the top are
+    /// meaningful, and the carve's owner writes the rest).
+    #[inline]
+    pub(crate) fn before_carve(&self, top: u64) -> Result<(), HeapError> {
+        self.fetch(top as usize * 8, 1).map(|_| ())
+    }
+
+    /// Whether chunk `c` is host-stale (for tests and checks).
+    pub fn is_host_stale(&self, c: usize) -> bool {
+        self.res.host_stale.get(c)
+    }
+
+    /// Whether chunk `c` is device-stale (for tests and checks).
+    pub fn is_device_stale(&self, c: usize) -> bool {
+        self.res.device_stale.get(c)
+    }
+}

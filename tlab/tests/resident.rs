@@ -1,0 +1,234 @@
+//! Residency (`offload_tlab::resident`): a heap with a device copy stays
+//! coherent under any mix of host writes, host allocations and "launches"
+//! that write and allocate on the device, with a byte-array device standing
+//! in for a GPU (the CUDA device runs the same protocol; `tests/gpu.rs`
+//! checks it on the virtual GPU).
+
+use offload_ir::Elem;
+use offload_tlab::resident::{CHUNK_BYTES, CHUNK_SHIFT};
+use offload_tlab::{Heap, HeapConfig, Mirror, layout::Header};
+use proptest::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A device's heap image in host memory.
+#[derive(Default)]
+struct FakeDevice {
+    bytes: Mutex<Vec<u8>>,
+    fetched: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl Mirror for FakeDevice {
+    fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
+        let b = self.bytes.lock().unwrap();
+        let n = dst.len().min(b.len().saturating_sub(at));
+        dst[..n].copy_from_slice(&b[at..at + n]);
+        self.fetched.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn heap() -> Heap {
+    Heap::new(HeapConfig {
+        initial: 1 << 20,
+        max: 64 << 20,
+        tlab_bytes: 4096,
+        grow_step: 1 << 20,
+    })
+    .unwrap()
+}
+
+fn longs(len: u32) -> Header {
+    Header::Array {
+        elem: Elem::I64,
+        dims: 1,
+        len,
+    }
+}
+
+/// The test's arrays: word offset and the values they should hold.
+type Model = Vec<(u32, Vec<u64>)>;
+
+impl FakeDevice {
+    /// One launch, as the CUDA device runs it: carve a device eden, send
+    /// what the host wrote, zero the eden on the device, apply the
+    /// kernel's `writes` (array, element, value) and allocate `allocs`
+    /// arrays of `len` longs on the device, mark what it wrote, and hand
+    /// the eden's rest back.
+    fn launch(
+        &self,
+        heap: &Heap,
+        model: &mut Model,
+        writes: &[(usize, usize, u64)],
+        allocs: usize,
+        len: u32,
+    ) {
+        let words = allocs as u32 * (len + 1) + 64;
+        let (es, ee) = heap.carve_device_region(words, words).unwrap();
+        {
+            let mut dev = self.bytes.lock().unwrap();
+            // Whole chunks, as the CUDA device's image.
+            let want = (ee as usize * 8).next_multiple_of(CHUNK_BYTES);
+            if dev.len() < want {
+                dev.resize(want, 0xAB);
+            }
+            let host = heap_bytes(heap);
+            for r in heap.take_device_stale(es as usize * 8) {
+                dev[r.clone()].copy_from_slice(&host[r.clone()]);
+                self.sent.fetch_add(r.len() as u64, Ordering::Relaxed);
+            }
+            dev[es as usize * 8..ee as usize * 8].fill(0);
+            let mut dirty = vec![0u8; dev.len().div_ceil(CHUNK_BYTES)];
+            for &(a, i, v) in writes {
+                if model.is_empty() {
+                    break;
+                }
+                let a = a % model.len();
+                let (at, vals) = &mut model[a];
+                let i = i % vals.len();
+                vals[i] = v;
+                let off = *at as usize * 8 + 8 + 8 * i;
+                dev[off..off + 8].copy_from_slice(&v.to_le_bytes());
+                dirty[off >> CHUNK_SHIFT] = 1;
+            }
+            let mut top = es;
+            for _ in 0..allocs {
+                let (a, b) = longs(len).encode().unwrap();
+                let off = top as usize * 8;
+                dev[off..off + 4].copy_from_slice(&a.to_le_bytes());
+                dev[off + 4..off + 8].copy_from_slice(&b.to_le_bytes());
+                model.push((top, vec![0; len as usize]));
+                top += len + 1;
+            }
+            for (c, d) in dirty.iter().enumerate() {
+                if *d != 0 {
+                    heap.device_wrote_chunk(c);
+                }
+            }
+            heap.device_wrote(es as usize * 8, top as usize * 8);
+            assert!(heap.give_back(top, ee), "nothing else carves");
+        }
+    }
+}
+
+/// The heap's committed bytes (read only while nothing writes).
+fn heap_bytes(heap: &Heap) -> &[u8] {
+    // SAFETY: the test's heap is used by this thread only, and the slice
+    // is dropped before the next write.
+    unsafe { std::slice::from_raw_parts(heap.base_ptr(), heap.committed()) }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    HostWrite(usize, usize, u64),
+    HostRead(usize, usize),
+    HostAlloc(u32),
+    Launch(Vec<(usize, usize, u64)>, usize, u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (any::<usize>(), any::<usize>(), any::<u64>()).prop_map(|(a, i, v)| Op::HostWrite(a, i, v)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, i)| Op::HostRead(a, i)),
+        (1u32..20_000).prop_map(Op::HostAlloc),
+        (
+            prop::collection::vec((any::<usize>(), any::<usize>(), any::<u64>()), 0..20),
+            0usize..4,
+            1u32..20_000
+        )
+            .prop_map(|(w, n, l)| Op::Launch(w, n, l)),
+    ]
+}
+
+fn check(heap: &Heap, model: &Model) {
+    for (at, vals) in model {
+        for (i, v) in vals.iter().enumerate() {
+            let off = *at as usize * 8 + 8 + 8 * i;
+            assert_eq!(heap.load64(off).unwrap(), *v, "array at word {at}, [{i}]");
+        }
+    }
+    let st = heap.walk(|_, _| {}).unwrap();
+    assert_eq!(st.arrays, model.len() as u64);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn host_and_device_see_each_others_writes(ops in prop::collection::vec(op(), 1..40)) {
+        let heap = heap();
+        let dev = Arc::new(FakeDevice::default());
+        assert!(heap.attach_mirror(dev.clone()));
+        let mut model: Model = Vec::new();
+        for op in ops {
+            match op {
+                Op::HostWrite(a, i, v) if !model.is_empty() => {
+                    let a = a % model.len();
+                    let (at, vals) = &mut model[a];
+                    let i = i % vals.len();
+                    vals[i] = v;
+                    heap.store64(*at as usize * 8 + 8 + 8 * i, v).unwrap();
+                }
+                Op::HostRead(a, i) if !model.is_empty() => {
+                    let (at, vals) = &model[a % model.len()];
+                    let i = i % vals.len();
+                    prop_assert_eq!(heap.load64(*at as usize * 8 + 8 + 8 * i).unwrap(), vals[i]);
+                }
+                Op::HostAlloc(len) => {
+                    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
+                    heap.write_header(at, longs(len)).unwrap();
+                    model.push((at, vec![0; len as usize]));
+                }
+                Op::Launch(writes, allocs, len) => {
+                    dev.launch(&heap, &mut model, &writes, allocs, len);
+                }
+                _ => {}
+            }
+        }
+        check(&heap, &model);
+        // And the device's image, once the host's writes are sent, holds
+        // the same bytes.
+        let top = heap.used() as usize;
+        heap.sync_host().unwrap();
+        let mut d = dev.bytes.lock().unwrap();
+        if d.len() < top {
+            d.resize(top, 0);
+        }
+        for r in heap.take_device_stale(top) {
+            let r = r.start..r.end.min(top);
+            d[r.clone()].copy_from_slice(&heap_bytes(&heap)[r]);
+        }
+        prop_assert!(d[..top] == heap_bytes(&heap)[..top]);
+    }
+}
+
+#[test]
+fn a_launch_sends_only_what_the_host_wrote_and_fetches_only_what_is_read() {
+    let heap = heap();
+    let dev = Arc::new(FakeDevice::default());
+    // 8 chunks of longs.
+    let len = (8 * CHUNK_BYTES / 8) as u32;
+    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
+    heap.write_header(at, longs(len)).unwrap();
+    assert!(heap.attach_mirror(dev.clone()));
+    let mut model: Model = vec![(at, vec![0; len as usize])];
+    // The first launch sends the whole heap.
+    dev.launch(&heap, &mut model, &[], 0, 1);
+    let first = dev.sent.swap(0, Ordering::Relaxed);
+    assert!(first >= 8 * CHUNK_BYTES as u64, "{first}");
+    // Launches with no host writes between send nothing.
+    for _ in 0..10 {
+        dev.launch(&heap, &mut model, &[(0, 5, 9)], 0, 1);
+    }
+    assert_eq!(dev.sent.load(Ordering::Relaxed), 0);
+    assert_eq!(dev.fetched.load(Ordering::Relaxed), 0);
+    // One host write sends one chunk; reading one element fetches one.
+    heap.store64(at as usize * 8 + 8 + 8 * 20_000, 3).unwrap();
+    assert_eq!(heap.load64(at as usize * 8 + 8 + 8 * 5).unwrap(), 9);
+    assert_eq!(dev.fetched.load(Ordering::Relaxed), CHUNK_BYTES as u64);
+    dev.launch(&heap, &mut model, &[], 0, 1);
+    assert_eq!(dev.sent.load(Ordering::Relaxed), CHUNK_BYTES as u64);
+    model[0].1[20_000] = 3;
+    check(&heap, &model);
+}
