@@ -331,6 +331,17 @@ fn drain_records(
     }
 }
 
+/// Marks the whole heap written by the host when dropped (a compiled
+/// kernel's stores are not tracked): the GPU's copy, if any, is refreshed
+/// by its next launch.
+struct HostWrites<'a>(&'a offload_tlab::Heap);
+
+impl Drop for HostWrites<'_> {
+    fn drop(&mut self) {
+        self.0.host_wrote(0, self.0.used() as usize);
+    }
+}
+
 fn run(
     env: &LaunchEnv,
     range: Range<i64>,
@@ -341,6 +352,11 @@ fn run(
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let inner = env;
+    // Compiled code reads and writes the heap directly: on a runtime whose
+    // heap also lives on a GPU, what kernels there wrote comes back first,
+    // and everything goes to the GPU after, however the launch ends.
+    inner.heap.sync_host()?;
+    let _wrote = HostWrites(&inner.heap);
     let prog = call.prog;
     let workers = inner.workers;
     let meta = &ck.meta;

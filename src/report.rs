@@ -192,11 +192,21 @@ pub struct LaunchReport {
     /// the CUDA device). offload's virtual GPU names itself so: a report
     /// never passes a simulation off as hardware.
     pub gpu: Option<String>,
-    /// Bytes copied between host and device memory by the launch, both
-    /// directions, every relaunch included (0 off the CUDA device, where
-    /// nothing is copied): the heap image each way, the save area, the
-    /// launch context and the per-slot bookkeeping.
-    pub copied_bytes: u64,
+    /// Bytes the launch moved from host to device memory, every relaunch
+    /// included (0 off the CUDA device, where nothing moves): the heap
+    /// chunks the host wrote since the device last had them (the heap's
+    /// image stays on the device between launches), the captures, the
+    /// save area, the launch context, the cursor and eden bounds, and the
+    /// filler headers written into the image after each run.
+    pub to_device_bytes: u64,
+    /// Bytes the launch moved from device to host memory, every relaunch
+    /// included: the records, never-ran ranges, counters, TLAB states
+    /// and the dirty map (a byte per 64 KiB heap chunk below the device
+    /// eden's top) after each run, and the heap chunks host code fetched
+    /// while the launch ran (its replays read what the device wrote).
+    /// Heap bytes fetched later (a `read` of the results) belong to no
+    /// launch: [`offload_tlab::Heap::residency`] counts them.
+    pub to_host_bytes: u64,
     /// The collections that ran while the launch was in flight — its own
     /// (eden exhausted, or due before it started) and any another thread
     /// asked for meanwhile, which stopped this launch's workers too. Their
@@ -374,7 +384,8 @@ impl LaunchReport {
             abandoned: 0,
             deadline: None,
             gpu: None,
-            copied_bytes: 0,
+            to_device_bytes: 0,
+            to_host_bytes: 0,
             gc: crate::GcSummary::default(),
         }
     }
@@ -448,11 +459,12 @@ impl fmt::Display for LaunchReport {
             "; {} TLAB refills, {} heap growths; {}",
             self.alloc.refills, self.alloc.heap_grows, self.timings
         )?;
-        if self.copied_bytes > 0 {
+        if self.gpu.is_some() {
             write!(
                 f,
-                "; {:.1} MiB copied between host and device",
-                self.copied_bytes as f64 / (1 << 20) as f64
+                "; {} to the device, {} back",
+                crate::diagnostics::bytes_text(self.to_device_bytes),
+                crate::diagnostics::bytes_text(self.to_host_bytes)
             )?;
         }
         if self.alloc.buffer_refills > 0 {

@@ -202,3 +202,16 @@ fn the_cuda_c_baselines_assemble_for_sm70_sm80_sm90() {
             .unwrap_or_else(|e| panic!("benches/cuda/baselines.ptx for {arch}: {e}"));
     }
 }
+
+#[test]
+fn the_heap_scatter_kernel_assembles_and_parses() {
+    // The CUDA device writes filler headers into the heap image with it
+    // after each run (`src/cuda/resident.rs`).
+    let ptxas = ptxas_path();
+    let text = offload_jit::ptx::scatter_kernel();
+    for arch in ptxas::ARCHES {
+        ptxas::assemble(&ptxas, &text, arch)
+            .unwrap_or_else(|e| panic!("the scatter kernel for {arch}: {e}\n{text}"));
+    }
+    offload_vgpu::parse(&text).unwrap_or_else(|e| panic!("the virtual GPU: {e}\n{text}"));
+}

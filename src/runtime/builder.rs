@@ -413,6 +413,11 @@ impl RuntimeBuilder {
             gc: self.gc,
         };
         let env = LaunchEnv::new(Heap::new(self.heap)?, pool, workers, settings);
+        // The heap's image lives on the GPU from now on; host accesses
+        // fetch what kernels wrote (`offload_tlab::resident`).
+        if let Some(g) = &gpu {
+            env.heap.attach_mirror(g.mirror());
+        }
         Ok(Runtime {
             inner: Arc::new(Inner::new(
                 env,

@@ -288,6 +288,9 @@ impl Runtime {
     ) -> Result<(), OffloadError> {
         self.hold(|heap| {
             let (base, size) = self.span(a, at, data.len(), "writing")?;
+            // What a GPU wrote there comes back in one copy per run of
+            // chunks, not one per chunk as the stores below would.
+            heap.fetch(base, data.len() * size)?;
             for (i, &x) in data.iter().enumerate() {
                 if size == 8 {
                     heap.store64(base + i * 8, x.to_bits())?;
@@ -315,6 +318,7 @@ impl Runtime {
     ) -> Result<(), OffloadError> {
         self.hold(|heap| {
             let (base, size) = self.span(a, at, out.len(), "reading")?;
+            heap.fetch(base, out.len() * size)?;
             for (i, slot) in out.iter_mut().enumerate() {
                 *slot = T::from_bits(if size == 8 {
                     heap.load64(base + i * 8)?

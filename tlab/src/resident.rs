@@ -314,28 +314,32 @@ impl Heap {
     }
 
     /// The runs of chunks (as byte ranges, clamped to committed memory)
-    /// that the host wrote below byte `below` and the device has not seen:
-    /// a launch sends exactly these. Their bits clear, and so do those of
-    /// chunks wholly at or above `below` (the device holds nothing
-    /// meaningful there: it is above eden's top, or in the device eden the
-    /// launch zeroes on the device).
-    pub fn take_device_stale(&self, below: usize) -> Vec<Range<usize>> {
+    /// that the host wrote and the device has not seen: a launch sends
+    /// exactly these. Their bits clear, and so do those of the chunks
+    /// wholly inside `skip` without being sent (the launch's device eden,
+    /// which it zeroes on the device).
+    pub fn take_device_stale(&self, skip: Range<usize>) -> Vec<Range<usize>> {
         let total = self.res.device_stale.0.len() * 64;
-        let first_above = below.div_ceil(CHUNK_BYTES).min(total);
+        let (first, past) = (skip.start.div_ceil(CHUNK_BYTES), skip.end / CHUNK_BYTES);
+        let inside = if first < past { first..past } else { 0..0 };
         let limit = self.committed();
-        let runs = self.res.device_stale.runs(0..first_above);
-        for c in runs.iter().flat_map(Clone::clone) {
-            self.res.device_stale.clear(c);
-        }
-        for r in self.res.device_stale.runs(first_above..total) {
-            for c in r {
+        let mut send = Vec::new();
+        for run in self.res.device_stale.runs(0..total) {
+            for c in run.clone() {
                 self.res.device_stale.clear(c);
             }
+            let (a, b) = (run.start, run.end);
+            // The part of the run outside `inside`, as up to two runs.
+            for part in [a..b.min(inside.start), a.max(inside.end)..b] {
+                if part.start < part.end {
+                    let bytes = part.start * CHUNK_BYTES..(part.end * CHUNK_BYTES).min(limit);
+                    if bytes.start < bytes.end {
+                        send.push(bytes);
+                    }
+                }
+            }
         }
-        runs.into_iter()
-            .map(|r| r.start * CHUNK_BYTES..(r.end * CHUNK_BYTES).min(limit))
-            .filter(|r| r.start < r.end)
-            .collect()
+        send
     }
 
     /// Before a carve moves eden's top from `top` words: the chunk that

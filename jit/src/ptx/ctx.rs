@@ -23,8 +23,6 @@ pub struct DeviceCtx {
     pub record_words: u64,
     /// Per slot, two `i64`: the unstarted `[start, end)` of its chunk.
     pub never_ran: u64,
-    /// Per slot, workitems it completed (`u64`).
-    pub completed: u64,
     /// The kernel's captures, one raw 64-bit slot each.
     pub captures: u64,
     /// Save records per slot, at least 1.
@@ -45,12 +43,21 @@ pub struct DeviceCtx {
     pub tlab_words: u64,
     /// Per slot, the `EXIT_*` code of its last run (`u32`).
     pub exits: u64,
-    /// Counters (`u64`): `[deopts, refills, refill waits, eden failures]`.
+    /// Counters (`u64`), summed over a launch's runs: `[deopts, refills,
+    /// refill waits, eden failures, slots that exited with work left
+    /// (stopped, records full, or resuming), workitems completed]`.
     pub stats: u64,
     /// Per slot, the state of injected safepoints when it last polled
     /// (`u64`, 0 before its first poll): kept across relaunches so that the
     /// stream goes on (see [`crate::SafepointInjection`]).
     pub inject: u64,
+    /// The heap's dirty map: a byte per `offload_tlab::resident` chunk of
+    /// the heap image, set to 1 by every store and atomic of the kernel
+    /// into that chunk (the objects it allocates lie in the device eden,
+    /// which the host counts as written whole). The host zeroes the map
+    /// before each run and reads back the part below the device eden's
+    /// top.
+    pub dirty: u64,
 }
 
 /// Byte offsets of the [`DeviceCtx`] fields.
@@ -64,18 +71,18 @@ pub mod offsets {
     pub const SAVE_AREA: u32 = 40;
     pub const RECORD_WORDS: u32 = 48;
     pub const NEVER_RAN: u32 = 56;
-    pub const COMPLETED: u32 = 64;
-    pub const CAPTURES: u32 = 72;
-    pub const RECORDS_PER_SLOT: u32 = 80;
-    pub const TLABS: u32 = 88;
-    pub const TLAB_GROUP: u32 = 96;
-    pub const EDEN: u32 = 104;
-    pub const LARGE_WORDS: u32 = 112;
-    pub const SLOTS: u32 = 120;
-    pub const TLAB_WORDS: u32 = 128;
-    pub const EXITS: u32 = 136;
-    pub const STATS: u32 = 144;
-    pub const INJECT: u32 = 152;
+    pub const CAPTURES: u32 = 64;
+    pub const RECORDS_PER_SLOT: u32 = 72;
+    pub const TLABS: u32 = 80;
+    pub const TLAB_GROUP: u32 = 88;
+    pub const EDEN: u32 = 96;
+    pub const LARGE_WORDS: u32 = 104;
+    pub const SLOTS: u32 = 112;
+    pub const TLAB_WORDS: u32 = 120;
+    pub const EXITS: u32 = 128;
+    pub const STATS: u32 = 136;
+    pub const INJECT: u32 = 144;
+    pub const DIRTY: u32 = 152;
 }
 
 /// Bytes of one device TLAB record (state, generation, refills).
@@ -97,7 +104,6 @@ mod tests {
             (offset_of!(DeviceCtx, save_area), offsets::SAVE_AREA),
             (offset_of!(DeviceCtx, record_words), offsets::RECORD_WORDS),
             (offset_of!(DeviceCtx, never_ran), offsets::NEVER_RAN),
-            (offset_of!(DeviceCtx, completed), offsets::COMPLETED),
             (offset_of!(DeviceCtx, captures), offsets::CAPTURES),
             (
                 offset_of!(DeviceCtx, records_per_slot),
@@ -112,6 +118,7 @@ mod tests {
             (offset_of!(DeviceCtx, exits), offsets::EXITS),
             (offset_of!(DeviceCtx, stats), offsets::STATS),
             (offset_of!(DeviceCtx, inject), offsets::INJECT),
+            (offset_of!(DeviceCtx, dirty), offsets::DIRTY),
         ];
         for (i, (at, off)) in fields.iter().enumerate() {
             assert_eq!(*at as u32, *off, "field {i}");

@@ -54,6 +54,28 @@ impl Lp<'_> {
         self.emit(format!("mov.{} {dst}, {z};", mov_ty(k)));
     }
 
+    /// Mark the heap chunk of the address `at` (a register, or
+    /// `register+offset`) in the dirty map: the host fetches exactly the
+    /// chunks a kernel wrote (`offload_tlab::resident`).
+    pub(super) fn mark_dirty(&mut self, at: &str) {
+        let a = self.t(Cls::B64);
+        let mut parts = at.split('+');
+        let r = parts.next().unwrap_or(at);
+        let off: i64 = parts.map(|p| p.trim().parse::<i64>().unwrap_or(0)).sum();
+        if off == 0 {
+            self.emit(format!("mov.u64 {a}, {r};"));
+        } else {
+            self.emit(format!("add.u64 {a}, {r}, {off};"));
+        }
+        self.emit(format!("sub.u64 {a}, {a}, {HEAP};"));
+        self.emit(format!(
+            "shr.u64 {a}, {a}, {};",
+            offload_tlab::resident::CHUNK_SHIFT
+        ));
+        self.emit(format!("add.u64 {a}, {a}, {DIRTY};"));
+        self.emit(format!("st.u8 [{a}], {ONE8};"));
+    }
+
     pub(super) fn obj_addr(&mut self, r: &str) -> String {
         let a = self.t(Cls::B64);
         self.emit(format!("mul.wide.u32 {a}, {r}, 8;"));
@@ -627,6 +649,7 @@ impl Backend for Ptx {
             format!("{addr}+{off}")
         };
         w.emit(format!("st.{} [{at}], {x};", field_ty(k)));
+        w.mark_dirty(&at);
     }
 
     fn write_barrier(_w: W<'_, '_>, _r: String, _x: String) {
@@ -637,6 +660,7 @@ impl Backend for Ptx {
         let old = w.t(cls(k));
         let ty = if k == Kind::I64 { "u64" } else { "u32" };
         w.emit(format!("atom.add.{ty} {old}, [{addr}], {x};"));
+        w.mark_dirty(&addr);
         old
     }
 
@@ -644,6 +668,7 @@ impl Backend for Ptx {
         let old = w.t(cls(k));
         let ty = if k == Kind::I64 { "b64" } else { "b32" };
         w.emit(format!("atom.cas.{ty} {old}, [{addr}], {expected}, {new};"));
+        w.mark_dirty(&addr);
         old
     }
 

@@ -65,9 +65,11 @@ mod alloc;
 mod ctx;
 mod emit;
 mod float;
+mod scatter;
 mod slot_loop;
 
 pub use ctx::{DEVICE_TLAB_BYTES, DeviceCtx, offsets};
+pub use scatter::{SCATTER_ENTRY, scatter_kernel};
 
 use crate::lower::{Walker, plan};
 use crate::spec::Speculations;
@@ -263,6 +265,9 @@ const NREC: &str = "%nrec";
 const TLAB: &str = "%tlab";
 const LARGE: &str = "%large";
 const EDEN: &str = "%eden";
+/// The heap's dirty map, and a 1 to store into it.
+const DIRTY: &str = "%dirty";
+const ONE8: &str = "%one8";
 const POLLS: &str = "%polls";
 /// The slot's record (slot loop, re-entry), its site, and whether the slot
 /// is resuming it (its unstarted rest waits in never_ran).

@@ -24,6 +24,8 @@ impl Lp<'_> {
             (TLAB, ".b64"),
             (LARGE, ".b64"),
             (EDEN, ".b64"),
+            (DIRTY, ".b64"),
+            (ONE8, ".b16"),
         ] {
             self.named(n.into(), ty);
         }
@@ -43,6 +45,8 @@ impl Lp<'_> {
         self.emit(format!("ld.u64 {HEAP}, [{CTX}+{}];", offsets::HEAP_BASE));
         self.emit(format!("ld.u64 {CONTROL}, [{CTX}+{}];", offsets::CONTROL));
         self.emit(format!("ld.u64 {EDEN}, [{CTX}+{}];", offsets::EDEN));
+        self.emit(format!("ld.u64 {DIRTY}, [{CTX}+{}];", offsets::DIRTY));
+        self.emit(format!("mov.b16 {ONE8}, 1;"));
         self.emit(format!("ld.u64 {LARGE}, [{CTX}+{}];", offsets::LARGE_WORDS));
         // TLAB of this slot: tlabs + (slot / group) * 24, or none.
         let group = self.ld_ctx(Cls::B64, offsets::TLAB_GROUP);
@@ -285,8 +289,9 @@ impl Lp<'_> {
         r
     }
 
-    /// Store this slot's never-ran range, completed count and exit code,
-    /// and return.
+    /// Store this slot's never-ran range and exit code, count its
+    /// completed workitems (and the slot, if it leaves work behind), and
+    /// return.
     pub(super) fn slot_exit(&mut self, nr_lo: &str, nr_hi: &str, code: u32) {
         let (nr_lo, nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
@@ -300,10 +305,11 @@ impl Lp<'_> {
         };
         self.emit(format!("{guard}st.u64 [{at}], {nr_lo};"));
         self.emit(format!("{guard}st.u64 [{at}+8], {nr_hi};"));
-        let comp = self.ld_ctx(Cls::B64, offsets::COMPLETED);
-        let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 8, {comp};"));
-        self.emit(format!("st.u64 [{at}], {DONE};"));
+        let stats = self.ld_ctx(Cls::B64, offsets::STATS);
+        self.emit(format!("red.add.u64 [{stats}+40], {DONE};"));
+        if code != crate::ctx::EXIT_DONE {
+            self.emit(format!("red.add.u64 [{stats}+32], 1;"));
+        }
         let ex = self.ld_ctx(Cls::B64, offsets::EXITS);
         let at = self.t(Cls::B64);
         self.emit(format!("mad.lo.u64 {at}, {SLOT}, 4, {ex};"));

@@ -1,6 +1,6 @@
 //! offload-vgpu-driver: the virtual GPU behind NVIDIA's driver API. Built as
 //! a shared library and put on the library path as `libcuda.so`, it is what
-//! cudarc's dynamic loading finds, so offload's CUDA device (`src/cuda.rs`)
+//! cudarc's dynamic loading finds, so offload's CUDA device (`src/cuda/`)
 //! runs unchanged — every driver call it makes is answered here and every
 //! kernel it launches is executed by [`offload_vgpu`].
 //!

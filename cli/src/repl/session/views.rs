@@ -217,8 +217,9 @@ pub(super) fn summary(last: &Last, out: &mut String) {
     if let Some(g) = &r.gpu {
         let _ = writeln!(
             out,
-            "  GPU {g} · {:.1} MiB copied between host and device",
-            r.copied_bytes as f64 / (1 << 20) as f64
+            "  GPU {g} · {} to the device, {} back",
+            offload::diagnostics::bytes_text(r.to_device_bytes),
+            offload::diagnostics::bytes_text(r.to_host_bytes)
         );
     }
     if let Some(f) = &r.fallback {

@@ -1,0 +1,420 @@
+//! The CUDA device: PTX from [`offload_jit::ptx`] loaded through cudarc
+//! (dynamic loading: the project builds and runs without CUDA), with the
+//! launch → replay loop of a GPU (docs/DESIGN.md, "How a launch flows"),
+//! over a heap image that stays on the device between launches
+//! ([`resident`]; the chunk bookkeeping is `offload_tlab::resident`):
+//!
+//! 1. carve a device eden from the heap (1 MiB for a runtime's first
+//!    launch, doubled after each launch that exhausts it, 64 MiB at most),
+//!    send the heap chunks the host wrote since the device last had them
+//!    (all of the heap at a runtime's first launch, then only what host
+//!    code changed) and zero the eden and the dirty map on the device
+//!    (references are 32-bit word offsets, so the same offsets mean the
+//!    same objects on both sides);
+//! 2. launch one persistent thread per resident slot (SM count × resident
+//!    blocks per SM × block, from the device's occupancy); each claims
+//!    chunks from the atomic cursor, polls the control word (pinned,
+//!    mapped host memory that this thread mirrors the runtime's safepoint
+//!    requests into while the kernel runs), allocates from TLABs shared
+//!    by a warp (`SharedTlab { group }`: by `group` warps; `PrivateTlab`:
+//!    one per slot; `EdenCas`: none), marks the chunk of every store in
+//!    the dirty map and writes deopt records into its slot of the save
+//!    area;
+//! 3. copy back the counters, the eden's top and the dirty map — and the
+//!    records, never-ran ranges and exit codes only when a slot left work
+//!    behind, the TLAB states only when a refill carved one; mark the
+//!    chunks the kernel wrote (what it stored to, and what it allocated)
+//!    so that host code fetches them when it touches them; write fillers
+//!    over the TLABs' unused rests into the image; hand the unused rest
+//!    of the eden back to the heap (a kernel that allocates nothing
+//!    leaves the heap's top where it was); replay the records in the
+//!    interpreter in parallel (its loads fetch the chunks they read, its
+//!    stores mark what the relaunch sends) — except those of workitems a
+//!    safepoint (or the device eden's exhaustion) stopped at a loop header
+//!    or an allocation, which stay in the save area — and relaunch: each
+//!    slot first resumes the record left in its part of the area (the
+//!    PTX's re-entry, `offload_jit::ptx`), then runs its never-ran rest,
+//!    then claims, until every slot has exhausted the range.
+//!
+//! **Why exit and re-enter, not wait in place.** A stopped slot leaves the
+//! grid and the relaunch resumes it, rather than spinning at its poll
+//! while the host runs the safepoint (the GC seed's §4.2.4): the host's
+//! operation runs on the host (a collection moves objects that spinning
+//! threads would hold in registers). With the heap resident, a safepoint
+//! operation that only reads could run while the device waits in place;
+//! that is not built yet.
+//!
+//! Bytes moved count in [`LaunchReport::to_device_bytes`] and
+//! [`LaunchReport::to_host_bytes`]. The device may be offload's virtual
+//! GPU (`vgpu/driver`, found only on the library path): [`Gpu::is_virtual`]
+//! says so, and reports and [`crate::Runtime::fallback`] show it.
+//!
+//! Why chunks with dirty bits rather than managed memory (seed `002_…`):
+//! the device image never page-faults, a launch moves exactly what the
+//! host changed in one copy per run of chunks, and host code fetches only
+//! the chunks it touches; managed memory would migrate on first touch,
+//! in both directions, and needs the host heap to be allocated by CUDA,
+//! which would tie the CPU device and the interpreter to the driver. The
+//! save area is one record per slot (the Sumatra bound: O(resident
+//! threads), never O(range)).
+//!
+//! One launch at a time per runtime uses the GPU (a lock): the image, its
+//! dirty map and the chunk bits have one owner while a kernel runs.
+
+mod launch;
+pub(crate) mod resident;
+
+use crate::adaptive::{Plan, Version};
+use crate::device::{Executor, Unsupported};
+use crate::env::{KernelCall, LaunchEnv, Started};
+use crate::error::OffloadError;
+use crate::report::LaunchReport;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, sys};
+use offload_ir::FuncId;
+use offload_jit::ptx::PtxKernel;
+use resident::DeviceHeap;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Threads per block of every launch.
+const BLOCK: u32 = 256;
+/// Threads in a warp: the slots that share one TLAB under the default
+/// policy.
+const WARP: u64 = 32;
+/// The most device eden a launch carves (fewer if the heap has less).
+const DEVICE_EDEN_BYTES: u32 = 64 << 20;
+/// The device eden of a runtime's first launch. A launch that exhausts its
+/// eden doubles it for the next launch (up to [`DEVICE_EDEN_BYTES`]): a
+/// kernel that allocates little, or a relaunch after a safepoint, does not
+/// pay to zero and move 64 MiB, and one that allocates much reaches the
+/// size it needs after a few relaunches.
+const FIRST_EDEN_BYTES: u32 = 1 << 20;
+
+/// A kernel version loaded on the GPU.
+struct Loaded {
+    func: CudaFunction,
+    ptx: PtxKernel,
+    load_time: Duration,
+    grid: u32,
+}
+
+/// Loaded kernel versions by (module id, kernel, version), or why not.
+type ModuleCache = HashMap<(u64, FuncId, u32), Result<Arc<Loaded>, String>>;
+
+/// The GPU of a runtime.
+pub(crate) struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    name: String,
+    cc: (i32, i32),
+    pub(crate) sms: u32,
+    /// The control word: pinned, mapped host memory (host pointer), and
+    /// its device address.
+    control_host: *mut u32,
+    control_dev: u64,
+    _control: cudarc::driver::PinnedHostSlice<u32>,
+    modules: Mutex<ModuleCache>,
+    launch_lock: Mutex<()>,
+    /// Words of device eden the next launch carves (see
+    /// [`FIRST_EDEN_BYTES`]).
+    eden_words: AtomicU32,
+    /// The heap's image on this GPU, kept across launches.
+    resident: Arc<DeviceHeap>,
+}
+
+// SAFETY: `control_host` points into the pinned allocation the struct
+// owns; it is only written with volatile stores by the launching thread
+// (under `launch_lock`). Everything else is cudarc's `Send + Sync` handles
+// or behind mutexes.
+unsafe impl Send for Gpu {}
+// SAFETY: as above.
+unsafe impl Sync for Gpu {}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("name", &self.name)
+            .field("cc", &self.cc)
+            .field("sms", &self.sms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why no GPU can be used, or the GPU.
+pub(crate) fn probe() -> Result<Gpu, String> {
+    // SAFETY: only tries to load the driver library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no CUDA driver: libcuda could not be loaded".into());
+    }
+    // cudarc panics on some driver failures; a panic is a missing GPU.
+    std::panic::catch_unwind(probe_driver)
+        .unwrap_or_else(|_| Err("the CUDA driver failed during start-up".into()))
+}
+
+fn probe_driver() -> Result<Gpu, String> {
+    let n =
+        CudaContext::device_count().map_err(|e| format!("CUDA driver: {}", driver_error(&e)))?;
+    if n < 1 {
+        return Err("the CUDA driver reports no GPU".into());
+    }
+    let ctx =
+        CudaContext::new(0).map_err(|e| format!("CUDA context on GPU 0: {}", driver_error(&e)))?;
+    let cc = ctx
+        .compute_capability()
+        .map_err(|e| format!("CUDA: {}", driver_error(&e)))?;
+    let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
+    if cc.0 < 7 {
+        return Err(format!(
+            "{name} is sm_{}{}; offload needs sm_70 or newer (independent thread scheduling)",
+            cc.0, cc.1
+        ));
+    }
+    let sms = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(|e| format!("CUDA: {}", driver_error(&e)))? as u32;
+    let stream = ctx
+        .new_stream()
+        .map_err(|e| format!("CUDA stream: {}", driver_error(&e)))?;
+    // SAFETY: the word is initialized right below, before any use.
+    let mut control = unsafe {
+        ctx.alloc_pinned_with_flags::<u32>(
+            1,
+            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+        )
+    }
+    .map_err(|e| format!("CUDA pinned control word: {}", driver_error(&e)))?;
+    let control_host = control
+        .as_mut_ptr()
+        .map_err(|e| format!("CUDA pinned control word: {}", driver_error(&e)))?;
+    // SAFETY: `control_host` is the one-word pinned allocation above.
+    unsafe { control_host.write_volatile(0) };
+    let mut control_dev: sys::CUdeviceptr = 0;
+    // SAFETY: `control_host` was allocated with DEVICEMAP in this context,
+    // which is current (alloc_pinned bound it to this thread).
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut control_dev, control_host.cast(), 0) }
+        .result()
+        .map_err(|e| format!("CUDA mapped control word: {}", driver_error(&e)))?;
+    let resident = Arc::new(DeviceHeap::new(stream.clone())?);
+    Ok(Gpu {
+        ctx,
+        stream,
+        name,
+        cc,
+        sms,
+        control_host,
+        control_dev,
+        _control: control,
+        modules: Mutex::new(HashMap::new()),
+        launch_lock: Mutex::new(()),
+        eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
+        resident,
+    })
+}
+
+impl Gpu {
+    /// Whether this is offload's virtual GPU (the PTX simulator's driver
+    /// shim), not hardware: its name says so.
+    pub(crate) fn is_virtual(&self) -> bool {
+        self.name.contains("virtual")
+    }
+
+    /// The heap image on this GPU, for the runtime's heap to fetch from
+    /// ([`offload_tlab::Heap::attach_mirror`]).
+    pub(crate) fn mirror(&self) -> Arc<dyn offload_tlab::Mirror> {
+        self.resident.clone()
+    }
+
+    /// `name (sm_XY, N SMs)`.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "{} (sm_{}{}, {} SMs)",
+            self.name, self.cc.0, self.cc.1, self.sms
+        )
+    }
+
+    /// The loaded version of the closure's kernel (compiled, loaded and
+    /// cached on first use), or why it cannot run on the GPU.
+    fn loaded(
+        &self,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
+        ver: &Version,
+    ) -> Result<Arc<Loaded>, String> {
+        let key = (call.module, call.kernel, ver.number);
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(hit) = modules.get(&key) {
+            return hit.clone();
+        }
+        let res = self.load(env, call, ver).map(Arc::new);
+        modules.insert(key, res.clone());
+        res
+    }
+
+    fn load(&self, env: &LaunchEnv, call: KernelCall<'_>, ver: &Version) -> Result<Loaded, String> {
+        let mut ptx = offload_jit::ptx::compile_speculative(
+            call.prog,
+            call.kernel,
+            ver.number,
+            env.settings.compile,
+            &ver.spec,
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(f) = &env.settings.rewrite_ptx {
+            ptx.text = (f.0)(&ptx.text);
+        }
+        let t = Instant::now();
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.text.clone()))
+            .map_err(|e| {
+                format!(
+                    "the CUDA driver rejected the PTX of `{}`: {}\n{}\n--- PTX ---\n{}",
+                    call.name(),
+                    driver_error(&e),
+                    jit_log(&ptx.text),
+                    ptx.text
+                )
+            })?;
+        let func = module
+            .load_function(&ptx.name)
+            .map_err(|e| format!("CUDA: no entry `{}`: {}", ptx.name, driver_error(&e)))?;
+        let load_time = t.elapsed();
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
+            .map_err(|e| format!("CUDA occupancy of `{}`: {}", ptx.name, driver_error(&e)))?
+            .max(1);
+        Ok(Loaded {
+            func,
+            ptx,
+            load_time,
+            grid: self.sms * per_sm,
+        })
+    }
+}
+
+/// The JIT log of the driver for `text` (loaded again with log buffers;
+/// only on the error path).
+fn jit_log(text: &str) -> String {
+    let Ok(src) = std::ffi::CString::new(text) else {
+        return "(PTX contains a NUL byte)".into();
+    };
+    let mut err = vec![0u8; 16 << 10];
+    let mut info = vec![0u8; 16 << 10];
+    let mut opts = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut vals: [*mut std::ffi::c_void; 4] = [
+        err.as_mut_ptr().cast(),
+        err.len() as *mut std::ffi::c_void,
+        info.as_mut_ptr().cast(),
+        info.len() as *mut std::ffi::c_void,
+    ];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: the option arrays have matching lengths; the buffers outlive
+    // the call and their sizes are passed by value as the API specifies.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            src.as_ptr().cast(),
+            opts.len() as u32,
+            opts.as_mut_ptr(),
+            vals.as_mut_ptr(),
+        )
+    };
+    if r == sys::CUresult::CUDA_SUCCESS && !module.is_null() {
+        // SAFETY: the module was just loaded and is not used elsewhere.
+        let _ = unsafe { sys::cuModuleUnload(module) };
+    }
+    let text = |b: &[u8]| {
+        let n = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    format!(
+        "--- JIT error log ---\n{}\n--- JIT info log ---\n{}",
+        text(&err),
+        text(&info)
+    )
+}
+
+/// A driver error as a sentence: the driver's message (which, on offload's
+/// virtual GPU, carries the simulator's diagnostic) and the error's name.
+/// A CUDA driver error as text: its name and the driver's description.
+pub fn cuda_error_text(e: &cudarc::driver::DriverError) -> String {
+    driver_error(e)
+}
+
+/// The GPU a runtime runs on, for tools that run kernels of their own
+/// beside offload's on the same context (the CUDA C baselines of
+/// `offload bench`): [`crate::Runtime::gpu_handles`].
+#[derive(Clone, Debug)]
+pub struct GpuHandles {
+    /// The CUDA context.
+    pub context: Arc<CudaContext>,
+    /// The stream offload launches on.
+    pub stream: Arc<CudaStream>,
+    /// Streaming multiprocessors.
+    pub sms: u32,
+}
+
+impl Gpu {
+    /// The context, stream and size of this GPU.
+    pub(crate) fn handles(&self) -> GpuHandles {
+        GpuHandles {
+            context: self.ctx.clone(),
+            stream: self.stream.clone(),
+            sms: self.sms,
+        }
+    }
+}
+
+pub(crate) fn driver_error(e: &cudarc::driver::DriverError) -> String {
+    let text = |r: Result<&std::ffi::CStr, _>| {
+        r.ok()
+            .map(|c: &std::ffi::CStr| c.to_string_lossy().into_owned())
+    };
+    match (text(e.error_string()), text(e.error_name())) {
+        (Some(m), Some(n)) => format!("{m} ({n})"),
+        (Some(m), None) => m,
+        (None, Some(n)) => n,
+        (None, None) => format!("CUDA error {}", e.0 as u32),
+    }
+}
+
+fn cuda_err(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> OffloadError {
+    move |e| OffloadError::Cuda {
+        operation: what,
+        message: driver_error(&e),
+    }
+}
+
+impl Executor for Gpu {
+    /// Run the kernel over `range` on the GPU, or say why it cannot run
+    /// there (the PTX backend or the driver refused it).
+    fn launch(
+        &self,
+        env: &LaunchEnv,
+        call: KernelCall<'_>,
+        plan: &Plan,
+        range: Range<i64>,
+        started: Started,
+    ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
+        let loaded = self.loaded(env, call, &plan.version).map_err(Unsupported)?;
+        Ok(launch::run(env, self, &loaded, range, call, plan, started))
+    }
+}
+
+/// `load_module` time of a kernel version on the GPU (loads it if needed).
+pub(crate) fn load_time(
+    env: &LaunchEnv,
+    gpu: &Gpu,
+    call: KernelCall<'_>,
+    ver: &Version,
+) -> Result<Duration, String> {
+    gpu.loaded(env, call, ver).map(|l| l.load_time)
+}

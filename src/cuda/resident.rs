@@ -1,0 +1,208 @@
+//! The heap's image on the GPU, kept across launches (docs/DESIGN.md,
+//! "The heap on the GPU"): the [`Mirror`] the host heap fetches the
+//! chunks a kernel wrote from, the dirty map kernels mark, and the
+//! scatter kernel that writes fillers into the image.
+//!
+//! The host heap decides what moves (`offload_tlab::resident`: chunk
+//! bits); this module only holds the device memory and moves bytes. The
+//! image grows with the heap (a new buffer, the old one copied over on the
+//! device) and is replaced only under the GPU's launch lock, so the
+//! addresses a running kernel holds stay valid.
+
+use super::{cuda_err, driver_error};
+use crate::error::OffloadError;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use offload_tlab::resident::{CHUNK_BYTES, CHUNK_SHIFT};
+use offload_tlab::{Heap, Mirror};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+/// The image and its dirty map (a byte per chunk).
+#[derive(Default)]
+struct Image {
+    heap: Option<CudaSlice<u8>>,
+    dirty: Option<CudaSlice<u8>>,
+}
+
+/// The heap's image on one GPU.
+pub(crate) struct DeviceHeap {
+    stream: Arc<CudaStream>,
+    image: Mutex<Image>,
+    scatter: CudaFunction,
+}
+
+impl DeviceHeap {
+    /// An empty image on `stream`'s GPU (its memory comes with the first
+    /// launch), with the scatter kernel loaded.
+    pub(crate) fn new(stream: Arc<CudaStream>) -> Result<DeviceHeap, String> {
+        let module = stream
+            .context()
+            .load_module(cudarc::nvrtc::Ptx::from_src(
+                offload_jit::ptx::scatter_kernel(),
+            ))
+            .map_err(|e| format!("CUDA: the heap's scatter kernel: {}", driver_error(&e)))?;
+        let scatter = module
+            .load_function(offload_jit::ptx::SCATTER_ENTRY)
+            .map_err(|e| format!("CUDA: the heap's scatter kernel: {}", driver_error(&e)))?;
+        Ok(DeviceHeap {
+            stream,
+            image: Mutex::new(Image::default()),
+            scatter,
+        })
+    }
+
+    fn image(&self) -> std::sync::MutexGuard<'_, Image> {
+        self.image
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Make the image hold at least `bytes` (whole chunks; at least double
+    /// the old size when it grows, so growth is rare), keeping what it
+    /// holds (copied on the device, not over the bus). Call only under the
+    /// launch lock.
+    pub(crate) fn ensure(&self, bytes: usize) -> Result<(), OffloadError> {
+        let s = &self.stream;
+        let mut img = self.image();
+        let old = img.heap.as_ref().map_or(0, CudaSlice::len);
+        if old >= bytes {
+            return Ok(());
+        }
+        let cap = bytes.max(2 * old).next_multiple_of(CHUNK_BYTES);
+        // SAFETY: the new image's bytes are either copied from the old one
+        // right below or lie above eden's top, where no one reads before a
+        // push or a device eden's zeroing writes them.
+        let mut heap: CudaSlice<u8> = unsafe { s.alloc(cap) }.map_err(cuda_err("heap image"))?;
+        if let Some(prev) = &img.heap {
+            s.memcpy_dtod(prev, &mut heap.slice_mut(..old))
+                .map_err(cuda_err("heap image"))?;
+        }
+        let dirty: CudaSlice<u8> = s
+            .alloc_zeros(cap >> CHUNK_SHIFT)
+            .map_err(cuda_err("dirty map"))?;
+        img.heap = Some(heap);
+        img.dirty = Some(dirty);
+        Ok(())
+    }
+
+    /// The image's and the dirty map's device addresses (valid until the
+    /// next [`DeviceHeap::ensure`]).
+    pub(crate) fn addresses(&self) -> (u64, u64) {
+        let img = self.image();
+        let s = &self.stream;
+        let heap = img.heap.as_ref().map_or(0, |b| b.device_ptr(s).0);
+        let dirty = img.dirty.as_ref().map_or(0, |b| b.device_ptr(s).0);
+        (heap, dirty)
+    }
+
+    /// Send the host's bytes of `runs` (what the host wrote since the
+    /// device last had it). Returns the bytes sent.
+    pub(crate) fn push(&self, heap: &Heap, runs: &[Range<usize>]) -> Result<u64, OffloadError> {
+        let mut img = self.image();
+        let Some(buf) = img.heap.as_mut() else {
+            return Ok(0);
+        };
+        let mut sent = 0;
+        for r in runs {
+            let r = r.start..r.end.min(buf.len());
+            if r.is_empty() {
+                continue;
+            }
+            // SAFETY: the run is committed heap memory (the heap clamps
+            // runs to it); no host code writes the heap during a launch's
+            // copies (the launch is a running worker: no safepoint
+            // operation runs, and its own replays have not started).
+            let src = unsafe { std::slice::from_raw_parts(heap.base_ptr().add(r.start), r.len()) };
+            self.stream
+                .memcpy_htod(src, &mut buf.slice_mut(r.clone()))
+                .map_err(cuda_err("heap image"))?;
+            sent += r.len() as u64;
+        }
+        Ok(sent)
+    }
+
+    /// Zero the image's bytes `range` (a device eden) and the whole dirty
+    /// map, on the device.
+    pub(crate) fn zero_eden(&self, range: Range<usize>) -> Result<(), OffloadError> {
+        let s = &self.stream;
+        let mut img = self.image();
+        if let Some(buf) = img.heap.as_mut() {
+            let r = range.start..range.end.min(buf.len());
+            if !r.is_empty() {
+                s.memset_zeros(&mut buf.slice_mut(r))
+                    .map_err(cuda_err("device eden"))?;
+            }
+        }
+        if let Some(d) = img.dirty.as_mut() {
+            s.memset_zeros(d).map_err(cuda_err("dirty map"))?;
+        }
+        Ok(())
+    }
+
+    /// The dirty map's bytes for the chunks below byte `below`.
+    pub(crate) fn dirty_map(&self, below: usize) -> Result<Vec<u8>, OffloadError> {
+        let img = self.image();
+        let Some(d) = img.dirty.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let n = below.div_ceil(CHUNK_BYTES).min(d.len());
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.stream
+            .clone_dtoh(&d.slice(..n))
+            .map_err(cuda_err("dirty map"))
+    }
+
+    /// Store each `(byte offset, word)` into the image, in one upload and
+    /// one launch of the scatter kernel. Returns the bytes uploaded.
+    pub(crate) fn scatter(&self, words: &[(u64, u64)]) -> Result<u64, OffloadError> {
+        if words.is_empty() {
+            return Ok(0);
+        }
+        let s = &self.stream;
+        let list: Vec<u64> = words.iter().flat_map(|&(a, w)| [a, w]).collect();
+        let list_dev = s.clone_htod(&list).map_err(cuda_err("fillers"))?;
+        let img = self.image();
+        let Some(buf) = img.heap.as_ref() else {
+            return Ok(0);
+        };
+        let n = words.len() as u32;
+        let (hp, _g1) = buf.device_ptr(s);
+        let (lp, _g2) = list_dev.device_ptr(s);
+        let mut b = s.launch_builder(&self.scatter);
+        b.arg(&hp);
+        b.arg(&lp);
+        b.arg(&n);
+        // SAFETY: the kernel takes (u64 image, u64 list, u32 n) and reads
+        // `2n` words of the list and writes 8 bytes at each offset, all
+        // inside the image (fillers lie below the device eden's end).
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (n.div_ceil(256), 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(cuda_err("fillers"))?;
+        Ok(8 * list.len() as u64)
+    }
+}
+
+impl Mirror for DeviceHeap {
+    fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
+        let img = self.image();
+        let Some(buf) = img.heap.as_ref() else {
+            return Ok(());
+        };
+        let end = (at + dst.len()).min(buf.len());
+        if at >= end {
+            return Ok(());
+        }
+        let n = end - at;
+        self.stream
+            .memcpy_dtoh(&buf.slice(at..end), &mut dst[..n])
+            .and_then(|()| self.stream.synchronize())
+            .map_err(|e| driver_error(&e))
+    }
+}

@@ -1,0 +1,202 @@
+//! The heap that stays on the GPU (`offload_tlab::resident`, the CUDA
+//! device's `resident.rs`): repeated launches move only what changed and
+//! leave the heap's top where it was, host and device see each other's
+//! writes, and replays and relaunches under injected deopts and safepoints
+//! run every workitem exactly once. Ignored in the ordinary run (no GPU);
+//! `scripts/gpu-tests --virtual` runs them on the virtual GPU, where byte
+//! counts are exact.
+
+use offload::{Device, LaunchReport, Runtime, RuntimeBuilder, par_offload};
+use offload_jit::Injection;
+use offload_tlab::resident::CHUNK_BYTES;
+
+const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
+
+fn gpu() -> RuntimeBuilder {
+    Runtime::builder().device(Device::Cuda).strict(true)
+}
+
+fn build(b: RuntimeBuilder) -> Runtime {
+    b.build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"))
+}
+
+fn moved(r: &LaunchReport) -> u64 {
+    r.to_device_bytes + r.to_host_bytes
+}
+
+/// `out[i] += 1` twice per workitem, with a site between the two (the
+/// second `i32.aload`, bci 15) where a deopt leaves the first increment
+/// done on the device for the replay to read.
+const INC2: &str = "kernel inc2(i: i64, out: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load out
+    load j
+    load out
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    load out
+    load j
+    load out
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}
+";
+
+/// 100 launches of `inc` over 0..1000 beside `pad` MiB of other data:
+/// (bytes the first launch moved, bytes each later launch moved, the heap
+/// bytes in use).
+fn hundred_launches(pad_mib: usize) -> (u64, Vec<u64>, u64) {
+    let rt = build(gpu());
+    let m = rt
+        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .unwrap();
+    let pad = rt.new_array::<i64>(pad_mib << 17).unwrap();
+    rt.write(&pad, 0, &[7; 1000]).unwrap();
+    let out = rt.new_array::<i32>(1000).unwrap();
+    let c = m.closure("inc", [(&out).into()]).unwrap();
+    let first = par_offload(0..1000, &c).unwrap();
+    assert_eq!(first.device, Device::Cuda, "{first}");
+    let top = rt.heap().used();
+    let mut later = Vec::new();
+    for _ in 1..100 {
+        let r = par_offload(0..1000, &c).unwrap();
+        assert_eq!(rt.heap().used(), top, "the heap's top moved: {r}");
+        later.push(moved(&r));
+    }
+    assert_eq!(rt.read(&out).unwrap(), vec![100; 1000]);
+    assert_eq!(rt.read(&pad).unwrap()[..1000], [7; 1000]);
+    (moved(&first), later, top)
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_hundred_launches_that_allocate_nothing_move_no_heap_and_leave_its_top() {
+    let (first_s, later_s, top_s) = hundred_launches(1);
+    let (first_l, later_l, top_l) = hundred_launches(16);
+    // The first launch sends the heap (the image starts empty).
+    assert!(first_s >= top_s && first_l >= top_l, "{first_s} {first_l}");
+    // Later ones move the same bytes every time: captures, the launch
+    // context, the save area and per-slot bookkeeping, and a dirty-map
+    // byte per 64 KiB chunk of the heap — nothing of the heap itself.
+    for later in [&later_s, &later_l] {
+        assert!(later.iter().all(|&b| b == later[0]), "{later:?}");
+    }
+    let grew = (top_l - top_s).div_ceil(CHUNK_BYTES as u64);
+    assert!(
+        later_l[0] - later_s[0] <= grew,
+        "15 MiB more heap cost {} more bytes per launch (dirty map: {grew})",
+        later_l[0] - later_s[0]
+    );
+    assert!(
+        later_l[0] <= 1024 + grew + top_s.div_ceil(CHUNK_BYTES as u64),
+        "{} bytes per launch",
+        later_l[0]
+    );
+    assert!(
+        later_l[0] * 64 < top_l,
+        "{} bytes per launch with {top_l} bytes of heap",
+        later_l[0]
+    );
+    eprintln!(
+        "per launch after the first: {} B (1 MiB pad), {} B (16 MiB pad); first: {first_s} B, {first_l} B",
+        later_s[0], later_l[0]
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn host_writes_reach_the_next_launch_and_device_writes_the_next_read() {
+    let rt = build(gpu());
+    let m = rt
+        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .unwrap();
+    // Five chunks of ints.
+    let n = 5 * CHUNK_BYTES / 4;
+    let out = rt.new_array::<i32>(n).unwrap();
+    let c = m.closure("inc", [(&out).into()]).unwrap();
+    let mut want = vec![0i32; n];
+    let mut rng = offload_cli::tools::reference::Rng::new(30);
+    let launch = |want: &mut Vec<i32>| {
+        // Over a part of the array only: the rest keeps what the host wrote.
+        let r = par_offload(0..(n / 2) as i64, &c).unwrap();
+        assert_eq!(r.device, Device::Cuda, "{r}");
+        for w in &mut want[..n / 2] {
+            *w += 1;
+        }
+        r
+    };
+    launch(&mut want);
+    let quiet = moved(&launch(&mut want));
+    for round in 0..6 {
+        // A host write of one element: one chunk goes up with the next
+        // launch, and it lands.
+        let at = rng.below(n as u64) as usize;
+        let v = round * 1000 + 17;
+        rt.write(&out, at, &[v]).unwrap();
+        want[at] = v;
+        let r = launch(&mut want);
+        let extra = moved(&r) - quiet;
+        assert!(
+            extra >= CHUNK_BYTES as u64 && extra <= 2 * CHUNK_BYTES as u64,
+            "a one-element write moved {extra} more bytes: {r}"
+        );
+        // A host read of one element fetches its chunk, and sees the
+        // device's writes.
+        let before = rt.heap().residency().fetched_bytes;
+        let mut one = [0i32];
+        rt.read_into(&out, 3, &mut one).unwrap();
+        assert_eq!(one[0], want[3]);
+        let fetched = rt.heap().residency().fetched_bytes - before;
+        assert!(fetched <= CHUNK_BYTES as u64, "{fetched} bytes for one int");
+    }
+    assert_eq!(rt.read(&out).unwrap(), want);
+}
+
+/// Five launches of `inc2` (+2 per cell each) with deopts injected at
+/// the second load for workitems ≡ 3 (mod 7), and host safepoints if
+/// asked: every cell ends at exactly 10.
+fn replays_across_launches(b: RuntimeBuilder) {
+    let rt = build(b.inject(Injection {
+        site_bci: 15,
+        modulus: 7,
+        remainder: 3,
+        reason: None,
+    }));
+    let m = rt.load("inc2.obc", INC2).unwrap();
+    let n = 3000;
+    let out = rt.new_array::<i32>(n).unwrap();
+    let c = m.closure("inc2", [(&out).into()]).unwrap();
+    let mut replayed = 0;
+    for launch in 1..=5 {
+        let r = par_offload(0..n as i64, &c).unwrap();
+        assert_eq!(r.device, Device::Cuda, "{r}");
+        replayed += r.replayed;
+        // Between launches the host reads part of it, as a user would.
+        let got = rt.read(&out).unwrap();
+        let wrong: Vec<usize> = (0..n).filter(|&i| got[i] != 2 * launch).take(5).collect();
+        assert!(wrong.is_empty(), "launch {launch}: cells {wrong:?}\n{r}");
+    }
+    assert!(replayed >= 5 * (n as u64 / 7), "{replayed} replays");
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn replays_read_device_writes_and_relaunches_send_replay_writes() {
+    replays_across_launches(gpu());
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn the_same_under_injected_safepoints() {
+    replays_across_launches(gpu().inject_safepoints(50, Some(7)));
+}
