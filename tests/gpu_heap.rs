@@ -267,3 +267,24 @@ fn launches_alternating_between_the_gpu_and_the_cpu_see_each_others_writes() {
         "cells (index, value) {wrong:?}: {devices:?}"
     );
 }
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn saxpy_launched_twenty_times_moves_its_data_once() {
+    // `offload bench --device cuda` prints the same table at full size
+    // (128 MiB); OFFLOAD_SAXPY_SHRINK divides it (64 here by default).
+    let rt = build(gpu());
+    let shrink = std::env::var("OFFLOAD_SAXPY_SHRINK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let t = offload_cli::tools::bench_bytes::saxpy(&rt, shrink).unwrap();
+    eprint!("{}", t.table());
+    assert!(t.first.0 >= t.data_bytes, "{t:?}");
+    assert!(t.later.0 + t.later.1 < 4096, "{t:?}");
+    // Reading y fetches y (half the data, in whole chunks), not x.
+    assert!(
+        t.read_back >= t.data_bytes / 2 && t.read_back < t.data_bytes / 2 + 2 * CHUNK_BYTES as u64,
+        "{t:?}"
+    );
+}

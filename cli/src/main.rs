@@ -334,9 +334,22 @@ fn run(cli: Cli) -> Result<(), String> {
                         .map_err(|e| format!("error: {e}"))?,
                 );
             }
+            // On the GPU, the bytes saxpy's launches move (exact on the
+            // virtual GPU too).
+            let transfers = if rt.device() == offload::Device::Cuda {
+                Some(
+                    offload_cli::tools::bench_bytes::saxpy(&rt, shrink)
+                        .map_err(|e| format!("error: {e}"))?,
+                )
+            } else {
+                None
+            };
             if json {
                 for r in &rows {
                     println!("{}", r.json());
+                }
+                if let Some(t) = &transfers {
+                    println!("{}", t.json());
                 }
             } else {
                 println!(
@@ -348,6 +361,9 @@ fn run(cli: Cli) -> Result<(), String> {
                     println!("note: {why}");
                 }
                 print!("{}", offload_cli::tools::bench::table(&rows));
+                if let Some(t) = &transfers {
+                    print!("{}", t.table());
+                }
             }
             Ok(())
         }

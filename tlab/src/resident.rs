@@ -222,7 +222,13 @@ impl Heap {
         if !self.res.any_host_stale() {
             return Ok(0);
         }
-        self.fetch_chunks(chunks_of(at, at.saturating_add(len)))
+        // Only the chunks in range matter: accesses elsewhere do not wait
+        // for fetches (nor take their lock).
+        let chunks = chunks_of(at, at.saturating_add(len));
+        if chunks.clone().all(|c| !self.res.host_stale.get(c)) {
+            return Ok(0);
+        }
+        self.fetch_chunks(chunks)
     }
 
     /// Make every byte of the host's heap current (before code that reads

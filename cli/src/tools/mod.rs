@@ -7,6 +7,7 @@
 //! (a dev-dependency of `offload`), and built on the public API only.
 
 pub mod bench;
+pub mod bench_bytes;
 mod bench_stops;
 pub mod cuda_c;
 pub mod demo;

@@ -277,6 +277,8 @@ impl Session {
             }
             ":heap" => {
                 let mods: Vec<&Module> = self.module.iter().collect();
+                // Before verifying, which brings back what the GPU wrote.
+                let res = self.rt.heap().residency();
                 let w = self.rt.verify_heap(&mods)?;
                 let heap = self.rt.heap();
                 let b = offload::diagnostics::bytes_text;
@@ -295,6 +297,16 @@ impl Session {
                     w.fillers,
                     b(w.filler_bytes)
                 );
+                if heap.is_mirrored() {
+                    let _ = writeln!(
+                        out,
+                        "  on the GPU: {} chunks of {} newer there, {} newer here; {} fetched by host reads so far",
+                        res.host_stale_chunks,
+                        b(offload_tlab::resident::CHUNK_BYTES as u64),
+                        res.device_stale_chunks,
+                        b(res.fetched_bytes)
+                    );
+                }
                 let gc = self.rt.gc_totals();
                 let _ = writeln!(
                     out,
