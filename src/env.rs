@@ -83,6 +83,9 @@ pub(crate) struct Settings {
     pub(crate) deopt_records: usize,
     pub(crate) fail_refills: Option<(u64, u64)>,
     pub(crate) reclaim: bool,
+    /// On the GPU, slots wait in place at a safepoint that moves nothing
+    /// ([`crate::RuntimeBuilder::gpu_wait_in_place`]).
+    pub(crate) wait_in_place: bool,
     pub(crate) warmup: u32,
     pub(crate) spec_cfg: SpecConfig,
     pub(crate) rewrite_ptx: Option<PtxRewrite>,

@@ -130,6 +130,10 @@ pub struct LaunchReport {
     pub profile: Option<Profile>,
     /// Safepoints that completed while the launch ran.
     pub safepoints: u64,
+    /// Of those, the ones the GPU's slots passed waiting at their poll,
+    /// without leaving the grid (`RuntimeBuilder::gpu_wait_in_place`; 0 off
+    /// the CUDA device). The others stopped the slots that were running.
+    pub waits: u64,
     /// Workitems that deoptimized and were resumed in the interpreter,
     /// which ran them to their end.
     pub replayed: u64,
@@ -367,6 +371,7 @@ impl LaunchReport {
             timings: Timings::default(),
             profile: None,
             safepoints: 0,
+            waits: 0,
             replayed: 0,
             resumed: 0,
             never_ran: 0,

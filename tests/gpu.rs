@@ -203,10 +203,11 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
     }
 }
 
-#[test]
-#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
-fn exactly_once_while_the_host_raises_safepoints() {
-    let rt = build(gpu());
+/// `spin` on the GPU while another thread raises a safepoint every 2 ms:
+/// every workitem runs exactly once. Returns the report and the safepoints
+/// raised.
+fn spin_under_host_safepoints(b: RuntimeBuilder) -> (offload::LaunchReport, u64) {
+    let rt = build(b);
     let m = rt
         .load("spin.obc", offload_cli::tools::demo::SPIN_KERNEL)
         .unwrap();
@@ -236,10 +237,26 @@ fn exactly_once_while_the_host_raises_safepoints() {
         "a workitem ran twice or not at all\n{rep}"
     );
     eprintln!("{raised} safepoints raised; {rep}");
-    assert!(
-        rep.safepoints > 0 && rep.resumed > 0,
-        "no safepoint reached the kernel\n{rep}"
-    );
+    assert!(rep.safepoints > 0, "no safepoint reached the kernel\n{rep}");
+    (rep, raised)
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn exactly_once_while_the_host_raises_safepoints_and_slots_wait_in_place() {
+    let (rep, _) = spin_under_host_safepoints(gpu());
+    // The slots waited at their polls: nothing stopped, nothing relaunched.
+    assert!(rep.waits > 0, "{rep}");
+    assert_eq!(rep.launches, 1, "{rep}");
+    assert_eq!(rep.deopts.values().sum::<u64>(), 0, "{rep}");
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn exactly_once_while_the_host_raises_safepoints_and_slots_leave() {
+    let (rep, _) = spin_under_host_safepoints(gpu().gpu_wait_in_place(false));
+    assert_eq!(rep.waits, 0, "{rep}");
+    assert!(rep.resumed > 0, "no safepoint stopped the kernel\n{rep}");
     // Every stopped workitem is resumed on the device by a relaunch.
     assert_eq!(rep.replayed, 0, "{rep}");
     assert!(

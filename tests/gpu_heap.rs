@@ -280,6 +280,7 @@ fn saxpy_launched_twenty_times_moves_its_data_once() {
         .unwrap_or(64);
     let t = offload_cli::tools::bench_bytes::saxpy(&rt, shrink).unwrap();
     eprint!("{}", t.table());
+    eprintln!("{}", t.json());
     assert!(t.first.0 >= t.data_bytes, "{t:?}");
     assert!(t.later.0 + t.later.1 < 4096, "{t:?}");
     // Reading y fetches y (half the data, in whole chunks), not x.
@@ -287,4 +288,103 @@ fn saxpy_launched_twenty_times_moves_its_data_once() {
         t.read_back >= t.data_bytes / 2 && t.read_back < t.data_bytes / 2 + 2 * CHUNK_BYTES as u64,
         "{t:?}"
     );
+}
+
+/// Workitem `i` spins `iters` times, then stores `flag[0] + 1` in `out[i]`.
+const FLAGGED: &str = "kernel flagged(i: i64, iters: i32, flag: i32[], out: i32[]) {
+    local k: i32
+    i32.const 0
+    store k
+  top:
+    load k
+    load iters
+    i32.ge
+    br_if done
+    load k
+    i32.const 1
+    i32.add
+    store k
+    br top
+  done:
+    load out
+    load i
+    i64.to_i32
+    load flag
+    i32.const 0
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}
+";
+
+/// While `flagged` runs, a host thread raises safepoints whose operation
+/// counts the workitems finished so far (reading what the kernel wrote) and
+/// sets the flag at the first one that finds some (a write the kernel must
+/// see). Returns the report.
+fn operations_at_safepoints_share_the_heap(b: RuntimeBuilder) -> LaunchReport {
+    let rt = build(b);
+    let m = rt.load("flagged.obc", FLAGGED).unwrap();
+    let n = 6000;
+    let flag = rt.new_array::<i32>(1).unwrap();
+    let out = rt.new_array::<i32>(n).unwrap();
+    let c = m
+        .closure("flagged", [300i32.into(), (&flag).into(), (&out).into()])
+        .unwrap();
+    let (flag_at, out_at) = (
+        flag.as_ref().byte_offset() + 8,
+        out.as_ref().byte_offset() + 8,
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (rep, seen) = std::thread::scope(|s| {
+        let raiser = s.spawn(|| {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let (done, _) = rt.safepoint(|heap| {
+                    let done = (0..n)
+                        .filter(|i| heap.load32(out_at + 4 * i).unwrap() != 0)
+                        .count();
+                    if done > 0 && done < n {
+                        heap.store32(flag_at, 1).unwrap();
+                    }
+                    done
+                });
+                seen.push(done);
+            }
+            seen
+        });
+        let rep = par_offload(0..n as i64, &c).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        (rep, raiser.join().unwrap())
+    });
+    assert_eq!(rep.device, Device::Cuda, "{rep}");
+    let got = rt.read(&out).unwrap();
+    assert!(got.iter().all(|&x| x == 1 || x == 2), "{rep}");
+    // An operation saw part of the launch done, and set the flag: the
+    // workitems that finished after it saw the flag.
+    assert!(
+        seen.iter().any(|&d| d > 0 && d < n),
+        "no safepoint fell inside the launch: {seen:?}\n{rep}"
+    );
+    assert!(
+        got.contains(&2),
+        "no workitem saw the operation's write\n{rep}"
+    );
+    rep
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn operations_at_waiting_safepoints_read_and_write_the_resident_heap() {
+    let rep = operations_at_safepoints_share_the_heap(gpu());
+    assert!(rep.waits > 0, "{rep}");
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn operations_at_stopping_safepoints_read_and_write_the_resident_heap() {
+    let rep = operations_at_safepoints_share_the_heap(gpu().gpu_wait_in_place(false));
+    assert_eq!(rep.waits, 0, "{rep}");
 }

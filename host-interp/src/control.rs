@@ -20,9 +20,13 @@ struct State {
     /// Launches interrupted on their own ([`Control::interrupt_launch`])
     /// and not yet finished, by launch number.
     targeted: Vec<u32>,
-    /// Control words of compiled launches in flight, and the bits that ask
-    /// their slots to stop.
-    words: Vec<(u64, Arc<AtomicU32>, u32)>,
+    /// Control words of compiled launches in flight: id, word, the bits
+    /// that ask their slots to stop, and the bits that ask them to wait in
+    /// place (0: they cannot; they stop).
+    words: Vec<(u64, Arc<AtomicU32>, u32, u32)>,
+    /// The safepoint in progress moves objects (a collection): slots that
+    /// hold references must stop, not wait.
+    moving: bool,
     next_word: u64,
     /// The roots of the workers parked now with references of their own
     /// (an interpreter's frames), for the safepoint's operation.
@@ -115,7 +119,7 @@ impl Drop for Registered<'_> {
         self.control
             .lock()
             .words
-            .retain(|(id, _, _)| *id != self.id);
+            .retain(|(id, _, _, _)| *id != self.id);
     }
 }
 
@@ -159,14 +163,36 @@ impl Control {
     /// slots themselves count as running (see [`Control::enter`]) until they
     /// return.
     pub fn register(&self, word: &Arc<AtomicU32>, stop_bits: u32) -> Registered<'_> {
+        self.register_waiting(word, stop_bits, 0)
+    }
+
+    /// [`Control::register`] for slots that can also wait in place at their
+    /// poll: a safepoint that moves no object ([`Control::safepoint`], not
+    /// a collection) sets `wait_bits` instead of `stop_bits` (0: never).
+    /// The launch that registered the word parks for its slots once they
+    /// all wait.
+    pub fn register_waiting(
+        &self,
+        word: &Arc<AtomicU32>,
+        stop_bits: u32,
+        wait_bits: u32,
+    ) -> Registered<'_> {
         let mut st = self.lock();
         let id = st.next_word;
         st.next_word += 1;
         if st.requested {
-            word.fetch_or(stop_bits, Ordering::SeqCst);
+            word.fetch_or(
+                Self::bits(st.moving, stop_bits, wait_bits),
+                Ordering::SeqCst,
+            );
         }
-        st.words.push((id, word.clone(), stop_bits));
+        st.words.push((id, word.clone(), stop_bits, wait_bits));
         Registered { control: self, id }
+    }
+
+    /// The bits a safepoint sets in a registered word.
+    fn bits(moving: bool, stop: u32, wait: u32) -> u32 {
+        if moving || wait == 0 { stop } else { wait }
     }
 
     /// The poll: one relaxed load unless a safepoint is requested. Returns
@@ -286,21 +312,33 @@ impl Control {
     /// time from the request until every worker had stopped. `op` must not
     /// start work that needs these workers (a launch on the same runtime
     /// would wait for the safepoint to end).
+    ///
+    /// The operation must not move objects: compiled slots that can wait
+    /// in place at their poll do (see [`Control::register_waiting`]).
     pub fn safepoint<R>(&self, op: impl FnOnce() -> R) -> (R, Duration) {
-        self.safepoint_with(|_| op())
+        self.run_safepoint(false, |_| op())
     }
 
     /// [`Control::safepoint`] whose operation also gets the roots of the
-    /// parked workers that hold references (see [`Control::poll_with`]).
+    /// parked workers that hold references (see [`Control::poll_with`]),
+    /// and may move objects (a collection): every compiled slot stops.
     /// Called by a thread that is not a running worker.
     pub fn safepoint_with<R>(&self, op: impl FnOnce(&mut Parked<'_>) -> R) -> (R, Duration) {
+        self.run_safepoint(true, op)
+    }
+
+    fn run_safepoint<R>(
+        &self,
+        moving: bool,
+        op: impl FnOnce(&mut Parked<'_>) -> R,
+    ) -> (R, Duration) {
         let t0 = Instant::now();
         let mut st = self.lock();
         // One safepoint at a time.
         while st.requested {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        self.stop_all(&mut st);
+        self.stop_all(&mut st, moving);
         while st.parked < st.running {
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -334,7 +372,7 @@ impl Control {
             self.park_with(Some(own));
             return None;
         }
-        self.stop_all(&mut st);
+        self.stop_all(&mut st, true);
         // This worker is one of the running ones, and stopped.
         st.parked += 1;
         while st.parked < st.running {
@@ -355,12 +393,13 @@ impl Control {
 
     /// Request a safepoint (the caller holds the lock and none is in
     /// progress): set the flag and every registered control word's stop
-    /// bits.
-    fn stop_all(&self, st: &mut State) {
+    /// bits (its wait bits, for a safepoint that moves nothing).
+    fn stop_all(&self, st: &mut State, moving: bool) {
         st.requested = true;
+        st.moving = moving;
         self.requested.store(true, Ordering::SeqCst);
-        for (_, word, bits) in &st.words {
-            word.fetch_or(*bits, Ordering::SeqCst);
+        for (_, word, stop, wait) in &st.words {
+            word.fetch_or(Self::bits(moving, *stop, *wait), Ordering::SeqCst);
         }
     }
 
@@ -370,8 +409,8 @@ impl Control {
         let mut st = self.lock();
         // Clear the stop bits first: a compiled slot that re-enters after
         // parking must not see this safepoint's request again.
-        for (_, word, bits) in &st.words {
-            word.fetch_and(!*bits, Ordering::SeqCst);
+        for (_, word, stop, wait) in &st.words {
+            word.fetch_and(!(*stop | *wait), Ordering::SeqCst);
         }
         st.requested = false;
         self.requested.store(false, Ordering::SeqCst);

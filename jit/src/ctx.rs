@@ -10,6 +10,12 @@ use std::sync::atomic::{AtomicI64, AtomicU32};
 /// [`LaunchCtx::records_per_slot`].)
 pub const CONTROL_SAFEPOINT: u32 = 2;
 
+/// Control-word bit (the GPU's slots only): the host requests a safepoint
+/// that moves no object; slots wait at their next poll, with their frames
+/// in registers, until the bit clears (counted in the launch's parked
+/// word, see `offload_jit::ptx::DeviceCtx::parked`).
+pub const CONTROL_WAIT: u32 = 4;
+
 // The exit codes other than `EXIT_DONE` are numbers no kernel is likely to
 // use in its hot code: Cranelift merges equal constants, and a code equal to
 // one the loop uses (the safepoint bit, a loop step) would be materialized

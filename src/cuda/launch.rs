@@ -66,6 +66,8 @@ pub(super) fn run(
     let never: CudaSlice<i64> = s.alloc_zeros(2 * slots).map_err(cuda_err("never_ran"))?;
     let exits: CudaSlice<u32> = s.alloc_zeros(slots).map_err(cuda_err("exits"))?;
     let stats: CudaSlice<u64> = s.alloc_zeros(6).map_err(cuda_err("counters"))?;
+    // Slots waiting in place plus slots gone, zeroed before each run.
+    let mut parked: CudaSlice<u32> = s.alloc_zeros(1).map_err(cuda_err("parked count"))?;
     // Injected safepoints' per-slot state, kept across relaunches.
     let inject: CudaSlice<u64> = s.alloc_zeros(slots).map_err(cuda_err("injection state"))?;
     let mut tlabs: CudaSlice<u8> = s
@@ -100,9 +102,15 @@ pub(super) fn run(
     let mut to_host = 0u64;
     let fetched_before = heap.residency().fetched_bytes;
     let control = Arc::new(AtomicU32::new(0));
-    let _registered = inner
-        .control
-        .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
+    let wait_bit = if env.settings.wait_in_place {
+        offload_jit::ctx::CONTROL_WAIT
+    } else {
+        0
+    };
+    let _registered =
+        inner
+            .control
+            .register_waiting(&control, offload_jit::ctx::CONTROL_SAFEPOINT, wait_bit);
     // This thread is a running worker (no collection moves the heap while
     // the device holds its image) except while the replays run, which
     // are the running workers then.
@@ -183,7 +191,12 @@ pub(super) fn run(
             .map_err(cuda_err("eden"))?;
         to_device += 16 + ctx_bytes;
         s.memset_zeros(&mut tlabs).map_err(cuda_err("TLABs"))?;
+        s.memset_zeros(&mut parked)
+            .map_err(cuda_err("parked count"))?;
         let tr = Instant::now();
+        // The eden's and the parked count's addresses, read while slots
+        // wait in place.
+        let (eden_at, parked_at): (u64, u64);
         // The launch context lives until the kernel is done: dropping it in
         // the scope below would free it while the kernel runs, and a
         // synchronous `cuMemFree` (a device without memory pools) would
@@ -194,6 +207,7 @@ pub(super) fn run(
         // guards record the launch's use of each buffer when they drop.
         {
             let (hp, dirty) = dh.addresses();
+            let (pp, _g13) = parked.device_ptr(s);
             let (cp, _g2) = cursor.device_ptr(s);
             let (ap, _g3) = area_dev.device_ptr(s);
             let (np, _g4) = never.device_ptr(s);
@@ -224,9 +238,11 @@ pub(super) fn run(
                 stats: sp,
                 inject: ip,
                 dirty,
+                parked: pp,
             };
+            (eden_at, parked_at) = (ep, pp);
             // SAFETY: `DeviceCtx` is `#[repr(C)]` and made of 20 `u64`/`i64`s.
-            let raw: [u64; 20] = unsafe { std::mem::transmute(dctx) };
+            let raw: [u64; 21] = unsafe { std::mem::transmute(dctx) };
             ctx_dev = s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
             let (ctx_ptr, _g11) = ctx_dev.device_ptr(s);
             // SAFETY: the word is the pinned control word; the device reads it.
@@ -245,12 +261,37 @@ pub(super) fn run(
             }
             .map_err(cuda_err("launch"))?;
         }
-        // Mirror safepoint requests into the mapped word while it runs.
+        // Mirror safepoint requests into the mapped word while it runs; a
+        // safepoint that moves nothing is passed with the slots waiting in
+        // place (`wait_here`).
         let done = s.record_event(None).map_err(cuda_err("event"))?;
         while !done.try_is_complete().map_err(cuda_err("kernel"))? {
             let cw = control.load(Ordering::Acquire);
+            if cw & offload_jit::ctx::CONTROL_WAIT != 0 {
+                let w = Waiting {
+                    env,
+                    gpu,
+                    slots,
+                    eden: (es, ee),
+                    eden_at,
+                    parked_at,
+                    epoch,
+                };
+                let (sent, got) = w.wait_here(&|| done.try_is_complete().unwrap_or(true))?;
+                to_device += sent;
+                to_host += got;
+                report.waits += u64::from(sent + got > 0);
+                continue;
+            }
+            // An interrupt of this launch passed while the slots waited:
+            // they stop now.
+            let stop = if inner.control.interrupted_since(epoch) {
+                offload_jit::ctx::CONTROL_SAFEPOINT
+            } else {
+                0
+            };
             // SAFETY: as above.
-            unsafe { gpu.control_host.write_volatile(cw) };
+            unsafe { gpu.control_host.write_volatile(cw | stop) };
             std::thread::sleep(Duration::from_micros(20));
         }
         s.synchronize().map_err(cuda_err("kernel"))?;
@@ -501,4 +542,73 @@ fn filler(start: u32, end: u32) -> (u64, u64) {
     .encode()
     .expect("a filler header encodes");
     (u64::from(start) * 8, u64::from(a) | u64::from(b) << 32)
+}
+
+/// A run whose slots are asked to wait in place at a safepoint.
+struct Waiting<'a> {
+    env: &'a LaunchEnv,
+    gpu: &'a Gpu,
+    slots: usize,
+    /// The run's device eden, in heap words.
+    eden: (u32, u32),
+    eden_at: u64,
+    parked_at: u64,
+    epoch: u64,
+}
+
+impl Waiting<'_> {
+    /// Ask the slots to wait; once all wait (or are gone), mark what the
+    /// kernel wrote so far, park this launch for the safepoint's
+    /// operation, send what it wrote, and let the slots go on — or stop,
+    /// when the safepoint was an interrupt of this launch. Returns the
+    /// bytes sent and received (the parked count each time it is read, the
+    /// eden's top, the dirty map and what the operation wrote; (0, 0) when
+    /// the kernel finished first: then the safepoint is passed after the
+    /// run, as for a stop). `finished` says whether the kernel is done.
+    fn wait_here(&self, finished: &dyn Fn() -> bool) -> Result<(u64, u64), OffloadError> {
+        let (gpu, heap) = (self.gpu, &self.env.heap);
+        let dh = &gpu.resident;
+        // SAFETY: the pinned control word (see `Gpu`).
+        unsafe {
+            gpu.control_host
+                .write_volatile(offload_jit::ctx::CONTROL_WAIT)
+        };
+        let mut n = [0u32];
+        let mut got = 0u64;
+        loop {
+            if finished() {
+                return Ok((0, 0));
+            }
+            dh.read_raw(self.parked_at, &mut n)?;
+            got += 4;
+            if n[0] as usize >= self.slots {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        // Every slot waits with its writes fenced, or is gone: what the
+        // kernel wrote so far is what host code may now fetch.
+        let (es, ee) = self.eden;
+        let mut top = [0u64];
+        dh.read_raw(self.eden_at, &mut top)?;
+        let top = top[0].min(u64::from(ee)) as usize * 8;
+        let map = dh.dirty_map_now(top)?;
+        got += 8 + map.len() as u64;
+        for (c, _) in map.iter().enumerate().filter(|(_, d)| **d != 0) {
+            heap.device_wrote_chunk(c);
+        }
+        heap.device_wrote(es as usize * 8, top);
+        // The safepoint's operation runs while this launch is parked.
+        self.env.control.poll();
+        let runs = heap.take_device_stale(es as usize * 8..ee as usize * 8);
+        let sent = dh.push(heap, &runs)?;
+        let next = if self.env.control.interrupted_since(self.epoch) {
+            offload_jit::ctx::CONTROL_SAFEPOINT
+        } else {
+            0
+        };
+        // SAFETY: as above.
+        unsafe { gpu.control_host.write_volatile(next) };
+        Ok((sent, got))
+    }
 }

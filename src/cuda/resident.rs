@@ -17,16 +17,27 @@ use offload_tlab::{Heap, Mirror};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-/// The image and its dirty map (a byte per chunk).
+/// The image and its dirty map (a byte per chunk), with their device
+/// addresses (taken once, so that copies need no stream ordering of
+/// cudarc's).
 #[derive(Default)]
 struct Image {
     heap: Option<CudaSlice<u8>>,
     dirty: Option<CudaSlice<u8>>,
+    heap_at: u64,
+    dirty_at: u64,
 }
 
 /// The heap's image on one GPU.
 pub(crate) struct DeviceHeap {
+    /// The launches' stream: allocation, zeroing, the scatter kernel.
     stream: Arc<CudaStream>,
+    /// The stream of every copy between the image and the host, with raw
+    /// addresses (cudarc's per-buffer event tracking would order them
+    /// after the running kernel): host code fetches and sends chunks while
+    /// a kernel waits in place at a safepoint. Each copy is synchronized
+    /// before the call returns, so the launches' stream sees it done.
+    copy: Arc<CudaStream>,
     image: Mutex<Image>,
     scatter: CudaFunction,
 }
@@ -44,8 +55,13 @@ impl DeviceHeap {
         let scatter = module
             .load_function(offload_jit::ptx::SCATTER_ENTRY)
             .map_err(|e| format!("CUDA: the heap's scatter kernel: {}", driver_error(&e)))?;
+        let copy = stream
+            .context()
+            .new_stream()
+            .map_err(|e| format!("CUDA: the heap's copy stream: {}", driver_error(&e)))?;
         Ok(DeviceHeap {
             stream,
+            copy,
             image: Mutex::new(Image::default()),
             scatter,
         })
@@ -80,6 +96,8 @@ impl DeviceHeap {
         let dirty: CudaSlice<u8> = s
             .alloc_zeros(cap >> CHUNK_SHIFT)
             .map_err(cuda_err("dirty map"))?;
+        img.heap_at = heap.device_ptr(s).0;
+        img.dirty_at = dirty.device_ptr(s).0;
         img.heap = Some(heap);
         img.dirty = Some(dirty);
         Ok(())
@@ -89,19 +107,17 @@ impl DeviceHeap {
     /// next [`DeviceHeap::ensure`]).
     pub(crate) fn addresses(&self) -> (u64, u64) {
         let img = self.image();
-        let s = &self.stream;
-        let heap = img.heap.as_ref().map_or(0, |b| b.device_ptr(s).0);
-        let dirty = img.dirty.as_ref().map_or(0, |b| b.device_ptr(s).0);
-        (heap, dirty)
+        (img.heap_at, img.dirty_at)
     }
 
     /// Send the host's bytes of `runs` (what the host wrote since the
     /// device last had it). Returns the bytes sent.
     pub(crate) fn push(&self, heap: &Heap, runs: &[Range<usize>]) -> Result<u64, OffloadError> {
-        let mut img = self.image();
-        let Some(buf) = img.heap.as_mut() else {
+        let img = self.image();
+        let Some(buf) = img.heap.as_ref() else {
             return Ok(0);
         };
+        let base = img.heap_at;
         let mut sent = 0;
         for r in runs {
             let r = r.start..r.end.min(buf.len());
@@ -109,16 +125,58 @@ impl DeviceHeap {
                 continue;
             }
             // SAFETY: the run is committed heap memory (the heap clamps
-            // runs to it); no host code writes the heap during a launch's
-            // copies (the launch is a running worker: no safepoint
-            // operation runs, and its own replays have not started).
-            let src = unsafe { std::slice::from_raw_parts(heap.base_ptr().add(r.start), r.len()) };
-            self.stream
-                .memcpy_htod(src, &mut buf.slice_mut(r.clone()))
-                .map_err(cuda_err("heap image"))?;
+            // runs to it) and lies inside the image; no host code writes
+            // the heap during a launch's copies (the launch is a running
+            // worker, or parked for its waiting slots after the operation
+            // that wrote).
+            unsafe {
+                let src = std::slice::from_raw_parts(heap.base_ptr().add(r.start), r.len());
+                cudarc::driver::result::memcpy_htod_async(
+                    base + r.start as u64,
+                    src,
+                    self.copy.cu_stream(),
+                )
+            }
+            .map_err(cuda_err("heap image"))?;
             sent += r.len() as u64;
         }
+        self.sync_copies()?;
         Ok(sent)
+    }
+
+    fn sync_copies(&self) -> Result<(), OffloadError> {
+        // SAFETY: the copy stream is alive (owned by `self`).
+        unsafe { cudarc::driver::result::stream::synchronize(self.copy.cu_stream()) }
+            .map_err(cuda_err("heap image"))
+    }
+
+    /// `dst.len()` elements at device address `at`, on the copy stream:
+    /// readable while a kernel runs (a waiting one's counters and map).
+    pub(crate) fn read_raw<T: cudarc::driver::DeviceRepr>(
+        &self,
+        at: u64,
+        dst: &mut [T],
+    ) -> Result<(), OffloadError> {
+        // SAFETY: `at` is the start of a live device buffer of at least
+        // `dst.len()` elements (the caller's), and `dst` outlives the copy,
+        // which is synchronized before this returns.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, at, self.copy.cu_stream()) }
+            .map_err(cuda_err("device state"))?;
+        self.sync_copies()
+    }
+
+    /// The dirty map's bytes for the chunks below byte `below`, read on
+    /// the copy stream (while a kernel waits in place).
+    pub(crate) fn dirty_map_now(&self, below: usize) -> Result<Vec<u8>, OffloadError> {
+        let (at, len) = {
+            let img = self.image();
+            (img.dirty_at, img.dirty.as_ref().map_or(0, CudaSlice::len))
+        };
+        let mut map = vec![0u8; below.div_ceil(CHUNK_BYTES).min(len)];
+        if !map.is_empty() {
+            self.read_raw(at, &mut map)?;
+        }
+        Ok(map)
     }
 
     /// Zero the image's bytes `range` (a device eden) and the whole dirty
@@ -200,9 +258,13 @@ impl Mirror for DeviceHeap {
             return Ok(());
         }
         let n = end - at;
-        self.stream
-            .memcpy_dtoh(&buf.slice(at..end), &mut dst[..n])
-            .and_then(|()| self.stream.synchronize())
-            .map_err(|e| driver_error(&e))
+        let src = img.heap_at + at as u64;
+        // SAFETY: `[at, end)` lies inside the image and `dst[..n]` outlives
+        // the copy, synchronized right below.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut dst[..n], src, self.copy.cu_stream())
+                .and_then(|()| cudarc::driver::result::stream::synchronize(self.copy.cu_stream()))
+        }
+        .map_err(|e| driver_error(&e))
     }
 }

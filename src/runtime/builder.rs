@@ -20,6 +20,7 @@ pub struct RuntimeBuilder {
     deopt_records: usize,
     fail_refills: Option<(u64, u64)>,
     reclaim: bool,
+    wait_in_place: bool,
     warmup: u32,
     spec_cfg: offload_jit::SpecConfig,
     tiered: bool,
@@ -83,6 +84,7 @@ impl RuntimeBuilder {
             deopt_records: DEFAULT_DEOPT_RECORDS,
             fail_refills: None,
             reclaim: true,
+            wait_in_place: true,
             warmup: 0,
             spec_cfg: offload_jit::SpecConfig::default(),
             tiered: true,
@@ -186,6 +188,17 @@ impl RuntimeBuilder {
     /// replayed, as before devices could resume records.
     pub fn reentry(mut self, on: bool) -> Self {
         self.compile.no_reentry = !on;
+        self
+    }
+
+    /// On the GPU, at a safepoint that moves no object (`Runtime::safepoint`,
+    /// an interrupt's rendezvous — not a collection), slots wait at their
+    /// poll with their frames in registers while the host runs the
+    /// operation on the resident heap, then go on (default on); off, they
+    /// leave the grid with a record and a relaunch resumes them, as they
+    /// always do for a collection. BENCHMARKS.md compares the two.
+    pub fn gpu_wait_in_place(mut self, on: bool) -> Self {
+        self.wait_in_place = on;
         self
     }
 
@@ -407,6 +420,7 @@ impl RuntimeBuilder {
             deopt_records: self.deopt_records,
             fail_refills: self.fail_refills,
             reclaim: self.reclaim,
+            wait_in_place: self.wait_in_place,
             warmup: self.warmup,
             spec_cfg: self.spec_cfg,
             rewrite_ptx: self.rewrite_ptx,

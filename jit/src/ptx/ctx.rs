@@ -58,6 +58,11 @@ pub struct DeviceCtx {
     /// before each run and reads back the part below the device eden's
     /// top.
     pub dirty: u64,
+    /// A `u32` counter: slots waiting at a poll for
+    /// [`crate::ctx::CONTROL_WAIT`] to clear, plus slots that have exited.
+    /// The host zeroes it before each run; once it equals `slots`, every
+    /// slot is either waiting (its writes fenced) or gone.
+    pub parked: u64,
 }
 
 /// Byte offsets of the [`DeviceCtx`] fields.
@@ -83,6 +88,7 @@ pub mod offsets {
     pub const STATS: u32 = 136;
     pub const INJECT: u32 = 144;
     pub const DIRTY: u32 = 152;
+    pub const PARKED: u32 = 160;
 }
 
 /// Bytes of one device TLAB record (state, generation, refills).
@@ -119,6 +125,7 @@ mod tests {
             (offset_of!(DeviceCtx, stats), offsets::STATS),
             (offset_of!(DeviceCtx, inject), offsets::INJECT),
             (offset_of!(DeviceCtx, dirty), offsets::DIRTY),
+            (offset_of!(DeviceCtx, parked), offsets::PARKED),
         ];
         for (i, (at, off)) in fields.iter().enumerate() {
             assert_eq!(*at as u32, *off, "field {i}");

@@ -54,6 +54,33 @@ impl Lp<'_> {
         self.emit(format!("mov.{} {dst}, {z};", mov_ty(k)));
     }
 
+    /// If the control word `cw` (a `b32` register) asks slots to wait in
+    /// place: fence this slot's writes, count it parked, spin until the bit
+    /// clears (reloading `cw` with acquire: what the host wrote meanwhile
+    /// is visible after), and count it out again. Falls through with `cw`
+    /// current.
+    pub(super) fn wait_in_place(&mut self, cw: &str) {
+        let skip = self.new_label();
+        let spin = self.new_label();
+        let t = self.t(Cls::B32);
+        let p = self.t(Cls::Pred);
+        self.emit(format!("and.b32 {t}, {cw}, {};", crate::ctx::CONTROL_WAIT));
+        self.emit(format!("setp.eq.u32 {p}, {t}, 0;"));
+        self.emit(format!("@{p} bra {skip};"));
+        let pk = self.t(Cls::B64);
+        self.emit(format!("ld.u64 {pk}, [{CTX}+{}];", offsets::PARKED));
+        self.emit("fence.sc.sys;");
+        self.emit(format!("red.add.u32 [{pk}], 1;"));
+        self.label(&spin);
+        self.emit("nanosleep.u32 1000;");
+        self.emit(format!("ld.acquire.sys.u32 {cw}, [{CONTROL}];"));
+        self.emit(format!("and.b32 {t}, {cw}, {};", crate::ctx::CONTROL_WAIT));
+        self.emit(format!("setp.ne.u32 {p}, {t}, 0;"));
+        self.emit(format!("@{p} bra {spin};"));
+        self.emit(format!("red.add.u32 [{pk}], 0xFFFFFFFF;"));
+        self.label(&skip);
+    }
+
     /// Mark the heap chunk of the address `at` (a register, or
     /// `register+offset`) in the dirty map: the host fetches exactly the
     /// chunks a kernel wrote (`offload_tlab::resident`).
@@ -392,6 +419,7 @@ impl Backend for Ptx {
     fn safepoint_requested(w: W<'_, '_>) -> String {
         let cw = w.t(Cls::B32);
         w.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
+        w.wait_in_place(&cw);
         w.emit(format!(
             "and.b32 {cw}, {cw}, {};",
             crate::ctx::CONTROL_SAFEPOINT

@@ -147,6 +147,7 @@ impl Lp<'_> {
         self.emit(format!("@{p} bra {exhausted};"));
         let cw = self.t(Cls::B32);
         self.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
+        self.wait_in_place(&cw);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         self.emit(format!("@{p} bra {L_STOPPED};"));
@@ -307,6 +308,10 @@ impl Lp<'_> {
         self.emit(format!("{guard}st.u64 [{at}+8], {nr_hi};"));
         let stats = self.ld_ctx(Cls::B64, offsets::STATS);
         self.emit(format!("red.add.u64 [{stats}+40], {DONE};"));
+        // Gone: counted with the waiting slots (see `wait_in_place`).
+        let pk = self.ld_ctx(Cls::B64, offsets::PARKED);
+        self.emit("fence.sc.sys;");
+        self.emit(format!("red.add.u32 [{pk}], 1;"));
         if code != crate::ctx::EXIT_DONE {
             self.emit(format!("red.add.u64 [{stats}+32], 1;"));
         }

@@ -215,12 +215,15 @@ pub(super) fn summary(last: &Last, out: &mut String) {
         let _ = writeln!(out, "{line}");
     }
     if let Some(g) = &r.gpu {
-        let _ = writeln!(
-            out,
+        let mut line = format!(
             "  GPU {g} · {} to the device, {} back",
             offload::diagnostics::bytes_text(r.to_device_bytes),
             offload::diagnostics::bytes_text(r.to_host_bytes)
         );
+        if r.waits > 0 {
+            let _ = write!(line, " · {} safepoints passed waiting in place", r.waits);
+        }
+        let _ = writeln!(out, "{line}");
     }
     if let Some(f) = &r.fallback {
         let _ = writeln!(out, "  note: {f}");
