@@ -388,3 +388,27 @@ fn operations_at_stopping_safepoints_read_and_write_the_resident_heap() {
     let rep = operations_at_safepoints_share_the_heap(gpu().gpu_wait_in_place(false));
     assert_eq!(rep.waits, 0, "{rep}");
 }
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn waiting_in_place_against_leaving_the_grid() {
+    // `offload bench --device cuda` prints the same table.
+    let rt = build(gpu());
+    let rows = offload_cli::tools::bench_waits::run(&rt, 1).unwrap();
+    eprint!("{}", offload_cli::tools::bench_waits::table(&rows));
+    for r in &rows {
+        eprintln!("{}", r.json());
+        if r.report.safepoints == 0 {
+            continue;
+        }
+        if r.slots == "leave" {
+            assert!(r.report.launches > 1 && r.report.waits == 0, "{}", r.report);
+        } else {
+            assert!(r.report.waits > 0 && r.report.launches == 1, "{}", r.report);
+        }
+    }
+    assert!(
+        rows.iter().any(|r| r.report.waits > 0),
+        "no safepoint fell inside a launch"
+    );
+}

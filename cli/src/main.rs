@@ -336,13 +336,19 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             // On the GPU, the bytes saxpy's launches move (exact on the
             // virtual GPU too).
-            let transfers = if rt.device() == offload::Device::Cuda {
-                Some(
-                    offload_cli::tools::bench_bytes::saxpy(&rt, shrink)
+            // and launches under host safepoints, the slots waiting in place
+            // or leaving the grid.
+            let (transfers, waits) = if rt.device() == offload::Device::Cuda {
+                (
+                    Some(
+                        offload_cli::tools::bench_bytes::saxpy(&rt, shrink)
+                            .map_err(|e| format!("error: {e}"))?,
+                    ),
+                    offload_cli::tools::bench_waits::run(&rt, shrink)
                         .map_err(|e| format!("error: {e}"))?,
                 )
             } else {
-                None
+                (None, Vec::new())
             };
             if json {
                 for r in &rows {
@@ -350,6 +356,9 @@ fn run(cli: Cli) -> Result<(), String> {
                 }
                 if let Some(t) = &transfers {
                     println!("{}", t.json());
+                }
+                for w in &waits {
+                    println!("{}", w.json());
                 }
             } else {
                 println!(
@@ -363,6 +372,9 @@ fn run(cli: Cli) -> Result<(), String> {
                 print!("{}", offload_cli::tools::bench::table(&rows));
                 if let Some(t) = &transfers {
                     print!("{}", t.table());
+                }
+                if !waits.is_empty() {
+                    print!("{}", offload_cli::tools::bench_waits::table(&waits));
                 }
             }
             Ok(())

@@ -9,8 +9,10 @@
 pub mod bench;
 pub mod bench_bytes;
 mod bench_stops;
+pub mod bench_waits;
 pub mod cuda_c;
 pub mod demo;
 pub mod differential;
 pub mod experiment;
 pub mod reference;
+pub mod vgpu_counters;
