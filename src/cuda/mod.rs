@@ -36,13 +36,17 @@
 //!    PTX's re-entry, `offload_jit::ptx`), then runs its never-ran rest,
 //!    then claims, until every slot has exhausted the range.
 //!
-//! **Why exit and re-enter, not wait in place.** A stopped slot leaves the
-//! grid and the relaunch resumes it, rather than spinning at its poll
-//! while the host runs the safepoint (the GC seed's §4.2.4): the host's
-//! operation runs on the host (a collection moves objects that spinning
-//! threads would hold in registers). With the heap resident, a safepoint
-//! operation that only reads could run while the device waits in place;
-//! that is not built yet.
+//! **Wait in place, or exit and re-enter.** At a safepoint that moves no
+//! object the slots wait at their polls while the host runs the
+//! operation on the resident heap (the GC seed's §4.2.4; `launch.rs`,
+//! `Waiting`): no record is written, nothing relaunches, and only the
+//! dirty map and what the operation wrote cross the bus. A collection
+//! moves objects that waiting slots would hold in registers, so for it
+//! (and with `RuntimeBuilder::gpu_wait_in_place(false)`) a stopped slot
+//! leaves the grid with a record and the relaunch resumes it. On the
+//! virtual GPU, with a safepoint every 2 ms, waiting executed 27% fewer
+//! PTX instructions than leaving and moved 54 KiB instead of 126 MiB
+//! (BENCHMARKS.md), so waiting is the default.
 //!
 //! Bytes moved count in [`LaunchReport::to_device_bytes`] and
 //! [`LaunchReport::to_host_bytes`]. The device may be offload's virtual

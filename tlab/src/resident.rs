@@ -173,6 +173,26 @@ fn chunks_of(start: usize, end: usize) -> Range<usize> {
     start >> CHUNK_SHIFT..(end - 1) / CHUNK_BYTES + 1
 }
 
+/// The byte range `r` without the chunks in `holes` (sorted), as runs.
+fn split_around(r: Range<usize>, holes: &[usize]) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = r.start;
+    for &c in holes {
+        let (hs, he) = (c * CHUNK_BYTES, (c + 1) * CHUNK_BYTES);
+        if he <= start || hs >= r.end {
+            continue;
+        }
+        if hs > start {
+            out.push(start..hs);
+        }
+        start = he;
+    }
+    if start < r.end {
+        out.push(start..r.end);
+    }
+    out
+}
+
 /// What residency has done so far: [`Heap::residency`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ResidencyStats {
@@ -330,9 +350,16 @@ impl Heap {
         let inside = if first < past { first..past } else { 0..0 };
         let limit = self.committed();
         let mut send = Vec::new();
+        // A chunk stale on both sides (host code wrote it while a kernel
+        // did: a race at chunk granularity) keeps the device's bytes; the
+        // host's are not sent.
+        let mut both = Vec::new();
         for run in self.res.device_stale.runs(0..total) {
             for c in run.clone() {
                 self.res.device_stale.clear(c);
+                if self.res.host_stale.get(c) {
+                    both.push(c);
+                }
             }
             let (a, b) = (run.start, run.end);
             // The part of the run outside `inside`, as up to two runs.
@@ -345,7 +372,12 @@ impl Heap {
                 }
             }
         }
-        send
+        if both.is_empty() {
+            return send;
+        }
+        send.into_iter()
+            .flat_map(|r| split_around(r, &both))
+            .collect()
     }
 
     /// Before a carve moves eden's top from `top` words: the chunk that

@@ -232,3 +232,31 @@ fn a_launch_sends_only_what_the_host_wrote_and_fetches_only_what_is_read() {
     model[0].1[20_000] = 3;
     check(&heap, &model);
 }
+
+#[test]
+fn a_chunk_both_sides_wrote_keeps_the_devices_bytes() {
+    let heap = heap();
+    let dev = Arc::new(FakeDevice::default());
+    let len = (4 * CHUNK_BYTES / 8) as u32;
+    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
+    heap.write_header(at, longs(len)).unwrap();
+    assert!(heap.attach_mirror(dev.clone()));
+    let mut model: Model = vec![(at, vec![0; len as usize])];
+    dev.launch(&heap, &mut model, &[], 0, 1);
+    // The host writes element 10 (chunk 0's neighbourhood) while a kernel
+    // writes element 11 of the same chunk: both sides are stale there.
+    heap.store64(at as usize * 8 + 8 + 8 * 10, 5).unwrap();
+    let off = at as usize * 8 + 8 + 8 * 11;
+    dev.bytes.lock().unwrap()[off..off + 8].copy_from_slice(&9u64.to_le_bytes());
+    heap.device_wrote_chunk(off / CHUNK_BYTES);
+    let c = off / CHUNK_BYTES;
+    assert!(heap.is_host_stale(c) && heap.is_device_stale(c));
+    // The next launch does not send the host's copy over the device's.
+    let runs = heap.take_device_stale(0..0);
+    assert!(
+        runs.iter()
+            .all(|r| r.end <= c * CHUNK_BYTES || r.start >= (c + 1) * CHUNK_BYTES),
+        "{runs:?}"
+    );
+    assert_eq!(heap.load64(off).unwrap(), 9);
+}
