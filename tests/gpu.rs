@@ -479,13 +479,14 @@ kernel div(i: i64, out: i32[]) {
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn a_kernel_that_stores_outside_the_heap_is_an_error_naming_its_ptx_line() {
-    // The kernel's PTX with one store below the heap image: the GPU (the
+    // The kernel's PTX with one store 2 GiB below the heap image (the image
+    // starts a little into its buffer, at a chunk boundary): the GPU (the
     // virtual one names the line) reports an illegal address, and the
     // runtime returns an error instead of panicking.
     let rt = build(gpu().rewrite_ptx(|ptx| {
         ptx.replacen(
             "ld.u64 %heap, [%ctx+0];",
-            "ld.u64 %heap, [%ctx+0];\n\tst.u32 [%heap+-8], 0; // corrupted",
+            "ld.u64 %heap, [%ctx+0];\n\tst.u32 [%heap+-2147483648], 0; // corrupted",
             1,
         )
     }));
@@ -500,7 +501,7 @@ fn a_kernel_that_stores_outside_the_heap_is_an_error_naming_its_ptx_line() {
         "{msg}"
     );
     if is_virtual(&rt) {
-        assert!(msg.contains("st.u32 [%heap+-8], 0;"), "{msg}");
+        assert!(msg.contains("st.u32 [%heap+-2147483648], 0;"), "{msg}");
         assert!(msg.contains("PTX line") && msg.contains("thread"), "{msg}");
     }
 }

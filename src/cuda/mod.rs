@@ -44,9 +44,9 @@
 //! moves objects that waiting slots would hold in registers, so for it
 //! (and with `RuntimeBuilder::gpu_wait_in_place(false)`) a stopped slot
 //! leaves the grid with a record and the relaunch resumes it. On the
-//! virtual GPU, with a safepoint every 2 ms, waiting executed 27% fewer
-//! PTX instructions than leaving and moved 54 KiB instead of 126 MiB
-//! (BENCHMARKS.md), so waiting is the default.
+//! virtual GPU a safepoint waited out cost 0.59x the PTX instructions of
+//! one that leaves and 63 bytes instead of 164 KiB (BENCHMARKS.md), so
+//! waiting is the default.
 //!
 //! Bytes moved count in [`LaunchReport::to_device_bytes`] and
 //! [`LaunchReport::to_host_bytes`]. The device may be offload's virtual

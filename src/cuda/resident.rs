@@ -19,11 +19,16 @@ use std::sync::{Arc, Mutex};
 
 /// The image and its dirty map (a byte per chunk), with their device
 /// addresses (taken once, so that copies need no stream ordering of
-/// cudarc's).
+/// cudarc's). The image starts `pad` bytes into its buffer, at a multiple
+/// of [`CHUNK_BYTES`]: kernels find a store's chunk from its address alone
+/// (`offload_jit::ptx`, `mark_dirty`).
 #[derive(Default)]
 struct Image {
     heap: Option<CudaSlice<u8>>,
     dirty: Option<CudaSlice<u8>>,
+    /// Bytes of image (the buffer holds `pad` more).
+    cap: usize,
+    pad: usize,
     heap_at: u64,
     dirty_at: u64,
 }
@@ -80,7 +85,7 @@ impl DeviceHeap {
     pub(crate) fn ensure(&self, bytes: usize) -> Result<(), OffloadError> {
         let s = &self.stream;
         let mut img = self.image();
-        let old = img.heap.as_ref().map_or(0, CudaSlice::len);
+        let old = img.cap;
         if old >= bytes {
             return Ok(());
         }
@@ -88,18 +93,26 @@ impl DeviceHeap {
         // SAFETY: the new image's bytes are either copied from the old one
         // right below or lie above eden's top, where no one reads before a
         // push or a device eden's zeroing writes them.
-        let mut heap: CudaSlice<u8> = unsafe { s.alloc(cap) }.map_err(cuda_err("heap image"))?;
+        let mut heap: CudaSlice<u8> =
+            unsafe { s.alloc(cap + CHUNK_BYTES) }.map_err(cuda_err("heap image"))?;
+        let raw = heap.device_ptr(s).0;
+        let pad = (raw.next_multiple_of(CHUNK_BYTES as u64) - raw) as usize;
         if let Some(prev) = &img.heap {
-            s.memcpy_dtod(prev, &mut heap.slice_mut(..old))
-                .map_err(cuda_err("heap image"))?;
+            s.memcpy_dtod(
+                &prev.slice(img.pad..img.pad + old),
+                &mut heap.slice_mut(pad..pad + old),
+            )
+            .map_err(cuda_err("heap image"))?;
         }
         let dirty: CudaSlice<u8> = s
             .alloc_zeros(cap >> CHUNK_SHIFT)
             .map_err(cuda_err("dirty map"))?;
-        img.heap_at = heap.device_ptr(s).0;
+        img.heap_at = raw + pad as u64;
         img.dirty_at = dirty.device_ptr(s).0;
         img.heap = Some(heap);
         img.dirty = Some(dirty);
+        img.cap = cap;
+        img.pad = pad;
         Ok(())
     }
 
@@ -114,13 +127,13 @@ impl DeviceHeap {
     /// device last had it). Returns the bytes sent.
     pub(crate) fn push(&self, heap: &Heap, runs: &[Range<usize>]) -> Result<u64, OffloadError> {
         let img = self.image();
-        let Some(buf) = img.heap.as_ref() else {
+        if img.heap.is_none() {
             return Ok(0);
-        };
+        }
         let base = img.heap_at;
         let mut sent = 0;
         for r in runs {
-            let r = r.start..r.end.min(buf.len());
+            let r = r.start..r.end.min(img.cap);
             if r.is_empty() {
                 continue;
             }
@@ -184,10 +197,11 @@ impl DeviceHeap {
     pub(crate) fn zero_eden(&self, range: Range<usize>) -> Result<(), OffloadError> {
         let s = &self.stream;
         let mut img = self.image();
+        let (cap, pad) = (img.cap, img.pad);
         if let Some(buf) = img.heap.as_mut() {
-            let r = range.start..range.end.min(buf.len());
+            let r = range.start..range.end.min(cap);
             if !r.is_empty() {
-                s.memset_zeros(&mut buf.slice_mut(r))
+                s.memset_zeros(&mut buf.slice_mut(pad + r.start..pad + r.end))
                     .map_err(cuda_err("device eden"))?;
             }
         }
@@ -226,7 +240,10 @@ impl DeviceHeap {
             return Ok(0);
         };
         let n = words.len() as u32;
-        let (hp, _g1) = buf.device_ptr(s);
+        // The image's start (its buffer's, `pad` bytes before, orders the
+        // kernel after what the stream did to the buffer).
+        let (_, _g1) = buf.device_ptr(s);
+        let hp = img.heap_at;
         let (lp, _g2) = list_dev.device_ptr(s);
         let mut b = s.launch_builder(&self.scatter);
         b.arg(&hp);
@@ -250,10 +267,10 @@ impl DeviceHeap {
 impl Mirror for DeviceHeap {
     fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
         let img = self.image();
-        let Some(buf) = img.heap.as_ref() else {
+        if img.heap.is_none() {
             return Ok(());
-        };
-        let end = (at + dst.len()).min(buf.len());
+        }
+        let end = (at + dst.len()).min(img.cap);
         if at >= end {
             return Ok(());
         }

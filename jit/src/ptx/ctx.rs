@@ -52,7 +52,7 @@ pub struct DeviceCtx {
     /// stream goes on (see [`crate::SafepointInjection`]).
     pub inject: u64,
     /// The heap's dirty map: a byte per `offload_tlab::resident` chunk of
-    /// the heap image, set to 1 by every store and atomic of the kernel
+    /// the heap image (which starts at a chunk boundary), set to 1 by every store and atomic of the kernel
     /// into that chunk (the objects it allocates lie in the device eden,
     /// which the host counts as written whole). The host zeroes the map
     /// before each run and reads back the part below the device eden's

@@ -89,16 +89,13 @@ impl Lp<'_> {
         let mut parts = at.split('+');
         let r = parts.next().unwrap_or(at);
         let off: i64 = parts.map(|p| p.trim().parse::<i64>().unwrap_or(0)).sum();
+        let shift = offload_tlab::resident::CHUNK_SHIFT;
         if off == 0 {
-            self.emit(format!("mov.u64 {a}, {r};"));
+            self.emit(format!("shr.u64 {a}, {r}, {shift};"));
         } else {
             self.emit(format!("add.u64 {a}, {r}, {off};"));
+            self.emit(format!("shr.u64 {a}, {a}, {shift};"));
         }
-        self.emit(format!("sub.u64 {a}, {a}, {HEAP};"));
-        self.emit(format!(
-            "shr.u64 {a}, {a}, {};",
-            offload_tlab::resident::CHUNK_SHIFT
-        ));
         self.emit(format!("add.u64 {a}, {a}, {DIRTY};"));
         self.emit(format!("st.u8 [{a}], {ONE8};"));
     }
@@ -419,13 +416,19 @@ impl Backend for Ptx {
     fn safepoint_requested(w: W<'_, '_>) -> String {
         let cw = w.t(Cls::B32);
         w.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
+        let p = w.t(Cls::Pred);
+        w.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
+        // Off the common path: wait in place if asked, then see whether a
+        // stop is asked.
+        let done = w.new_label();
+        w.emit(format!("@!{p} bra {done};"));
         w.wait_in_place(&cw);
         w.emit(format!(
             "and.b32 {cw}, {cw}, {};",
             crate::ctx::CONTROL_SAFEPOINT
         ));
-        let p = w.t(Cls::Pred);
         w.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
+        w.label(&done);
         if let Some(si) = w.opts.safepoints {
             if si.seed.is_some() {
                 let a = w.t(Cls::B64);

@@ -265,7 +265,9 @@ const NREC: &str = "%nrec";
 const TLAB: &str = "%tlab";
 const LARGE: &str = "%large";
 const EDEN: &str = "%eden";
-/// The heap's dirty map, and a 1 to store into it.
+/// The heap's dirty map less the heap's first chunk number (the image
+/// starts at a chunk boundary, so a store's map byte is
+/// `(address >> CHUNK_SHIFT) + %dirty`), and a 1 to store into it.
 const DIRTY: &str = "%dirty";
 const ONE8: &str = "%one8";
 const POLLS: &str = "%polls";

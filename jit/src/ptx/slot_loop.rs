@@ -46,6 +46,12 @@ impl Lp<'_> {
         self.emit(format!("ld.u64 {CONTROL}, [{CTX}+{}];", offsets::CONTROL));
         self.emit(format!("ld.u64 {EDEN}, [{CTX}+{}];", offsets::EDEN));
         self.emit(format!("ld.u64 {DIRTY}, [{CTX}+{}];", offsets::DIRTY));
+        let hc = self.t(Cls::B64);
+        self.emit(format!(
+            "shr.u64 {hc}, {HEAP}, {};",
+            offload_tlab::resident::CHUNK_SHIFT
+        ));
+        self.emit(format!("sub.u64 {DIRTY}, {DIRTY}, {hc};"));
         self.emit(format!("mov.b16 {ONE8}, 1;"));
         self.emit(format!("ld.u64 {LARGE}, [{CTX}+{}];", offsets::LARGE_WORDS));
         // TLAB of this slot: tlabs + (slot / group) * 24, or none.
@@ -147,10 +153,12 @@ impl Lp<'_> {
         self.emit(format!("@{p} bra {exhausted};"));
         let cw = self.t(Cls::B32);
         self.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
-        self.wait_in_place(&cw);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
-        self.emit(format!("@{p} bra {L_STOPPED};"));
+        // Off the common path: wait in place if asked, then stop if asked.
+        let (l_asked, l_go) = (self.new_label(), self.new_label());
+        self.emit(format!("@{p} bra {l_asked};"));
+        self.label(&l_go);
         self.workitem_entry(&captures);
         self.make_blocks();
         let landings = if reentry {
@@ -177,6 +185,14 @@ impl Lp<'_> {
         self.slot_exit(W, HI, crate::ctx::EXIT_DEOPT);
         self.label(L_DONE);
         self.slot_exit("0", "0", crate::ctx::EXIT_DONE);
+        // The control word was set before a workitem: wait in place if
+        // asked; stop if asked (or still asked after waiting).
+        self.label(&l_asked);
+        self.wait_in_place(&cw);
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
+        self.emit(format!("@{p} bra {L_STOPPED};"));
+        self.emit(format!("bra {l_go};"));
         self.label(L_STOPPED);
         self.slot_exit(W, HI, crate::ctx::EXIT_STOPPED);
         if reentry {
