@@ -348,9 +348,11 @@ impl Control {
             own: None,
         };
         drop(st);
+        // The workers go on however the operation ends (a panic in it
+        // must not leave them parked for good).
+        let _resume = Resume(self);
         let r = op(&mut parked);
         drop(parked);
-        self.resume_all();
         (r, tts)
     }
 
@@ -384,10 +386,10 @@ impl Control {
             own: Some(own),
         };
         drop(st);
+        let _resume = Resume(self);
+        let _unpark = Unpark(self);
         let r = op(&mut parked);
         drop(parked);
-        self.lock().parked -= 1;
-        self.resume_all();
         Some((r, tts))
     }
 
@@ -418,8 +420,29 @@ impl Control {
         self.cv.notify_all();
     }
 
-    /// How many safepoints have completed.
+    /// How many safepoints have completed (or ended in their operation's
+    /// panic).
     pub fn count(&self) -> u64 {
         self.safepoints.load(Ordering::Relaxed)
+    }
+}
+
+/// Ends the safepoint in progress when dropped (after its operation, or
+/// while a panic in it unwinds).
+struct Resume<'a>(&'a Control);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        self.0.resume_all();
+    }
+}
+
+/// A worker that requested the safepoint counts itself parked until its
+/// operation is over: dropped before [`Resume`].
+struct Unpark<'a>(&'a Control);
+
+impl Drop for Unpark<'_> {
+    fn drop(&mut self) {
+        self.0.lock().parked -= 1;
     }
 }

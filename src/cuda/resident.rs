@@ -126,6 +126,7 @@ impl DeviceHeap {
     /// Send the host's bytes of `runs` (what the host wrote since the
     /// device last had it). Returns the bytes sent.
     pub(crate) fn push(&self, heap: &Heap, runs: &[Range<usize>]) -> Result<u64, OffloadError> {
+        self.bind().map_err(cuda_err("heap image"))?;
         let img = self.image();
         if img.heap.is_none() {
             return Ok(0);
@@ -157,6 +158,13 @@ impl DeviceHeap {
         Ok(sent)
     }
 
+    /// Make the GPU's context current on this thread: the raw copies below
+    /// run on whatever thread touches the heap (a replay's worker, the
+    /// REPL's), and the driver needs a current context for them.
+    fn bind(&self) -> Result<(), cudarc::driver::DriverError> {
+        self.copy.context().bind_to_thread()
+    }
+
     fn sync_copies(&self) -> Result<(), OffloadError> {
         // SAFETY: the copy stream is alive (owned by `self`).
         unsafe { cudarc::driver::result::stream::synchronize(self.copy.cu_stream()) }
@@ -170,6 +178,7 @@ impl DeviceHeap {
         at: u64,
         dst: &mut [T],
     ) -> Result<(), OffloadError> {
+        self.bind().map_err(cuda_err("device state"))?;
         // SAFETY: `at` is the start of a live device buffer of at least
         // `dst.len()` elements (the caller's), and `dst` outlives the copy,
         // which is synchronized before this returns.
@@ -266,6 +275,7 @@ impl DeviceHeap {
 
 impl Mirror for DeviceHeap {
     fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
+        self.bind().map_err(|e| driver_error(&e))?;
         let img = self.image();
         if img.heap.is_none() {
             return Ok(());

@@ -283,6 +283,14 @@ extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, _flags: c_uint) -> CUres
     })
 }
 
+/// Whether the calling thread has the live context current, as the driver
+/// requires of memory operations (a thread that never bound it, or bound
+/// one since destroyed, gets `CUDA_ERROR_INVALID_CONTEXT`).
+pub(crate) fn current_ok() -> bool {
+    let cur = CURRENT.with(Cell::get);
+    cur != 0 && state().ctx.map(|c| c.0) == Some(cur)
+}
+
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
     guard(|| {

@@ -188,6 +188,9 @@ unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
 
 /// Waits for `stream`'s launches (all streams for the default one).
 fn order(stream: Handle) -> Result<(), CUresult> {
+    if !crate::device::current_ok() {
+        return Err(err::INVALID_CONTEXT);
+    }
     let st = {
         let mut s = state();
         if stream <= 2 {

@@ -1,0 +1,59 @@
+//! The safepoint rendezvous (`offload_host_interp::control`): running
+//! workers park at a requested safepoint and go on after its operation,
+//! even when the operation panics; registered control words get stop or
+//! wait bits by what the safepoint does to objects.
+
+use offload_host_interp::Control;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+/// A worker that polls until told to leave; returns how many times it
+/// parked.
+fn worker(c: &Control, entered: &AtomicBool, leave: &AtomicBool) -> u64 {
+    let _running = c.enter();
+    entered.store(true, Ordering::Release);
+    let mut parked = 0;
+    while !leave.load(Ordering::Acquire) {
+        parked += u64::from(c.poll());
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    parked
+}
+
+#[test]
+fn a_panicking_operation_does_not_leave_workers_parked() {
+    let c = Control::new();
+    let (entered, leave) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let w = s.spawn(|| worker(&c, &entered, &leave));
+        while !entered.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.safepoint(|| panic!("the operation fails"))
+        }));
+        assert!(r.is_err());
+        // The worker went on: the next safepoint completes, and a new
+        // worker can enter.
+        let ((), _) = c.safepoint(|| ());
+        drop(c.enter());
+        leave.store(true, Ordering::Release);
+        assert_eq!(w.join().unwrap(), 2);
+    });
+    assert_eq!(c.count(), 2);
+}
+
+#[test]
+fn words_get_wait_bits_unless_the_safepoint_moves_objects() {
+    let c = Control::new();
+    let word = Arc::new(AtomicU32::new(0));
+    let _r = c.register_waiting(&word, 2, 4);
+    let ((), _) = c.safepoint(|| assert_eq!(word.load(Ordering::SeqCst), 4));
+    let ((), _) = c.safepoint_with(|_| assert_eq!(word.load(Ordering::SeqCst), 2));
+    assert_eq!(word.load(Ordering::SeqCst), 0);
+    // A word that cannot wait is always asked to stop.
+    let plain = Arc::new(AtomicU32::new(0));
+    let _p = c.register(&plain, 2);
+    let ((), _) = c.safepoint(|| assert_eq!(plain.load(Ordering::SeqCst), 2));
+}
