@@ -39,7 +39,9 @@ fn a_panicking_operation_does_not_leave_workers_parked() {
         let ((), _) = c.safepoint(|| ());
         drop(c.enter());
         leave.store(true, Ordering::Release);
-        assert_eq!(w.join().unwrap(), 2);
+        // (It may pass both safepoints in one park: the second can be
+        // requested before it wakes from the first.)
+        assert!(w.join().unwrap() >= 1);
     });
     assert_eq!(c.count(), 2);
 }
