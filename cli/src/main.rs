@@ -83,6 +83,12 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// List the bytecode's instructions: operands, stack effect (bottom of
+    /// the stack first), what may make each a deopt site, and what it does.
+    Isa {
+        /// Only this instruction, or those starting with it (`f32.`).
+        name: Option<String>,
+    },
     /// Print a file in canonical form.
     Fmt {
         /// The files to format (one, unless with --write or --check).
@@ -238,6 +244,10 @@ fn run(cli: Cli) -> Result<(), String> {
             session,
             echo,
         } => repl::script(session.settings(), &file, echo),
+        Command::Isa { name } => {
+            print!("{}", offload_cli::tools::isa::table(name.as_deref())?);
+            Ok(())
+        }
         Command::Check { files } => {
             let mut failed = 0;
             for f in &files {

@@ -321,3 +321,54 @@ fn experiment_rejects_unknown_workloads_and_policies() {
         "{err}"
     );
 }
+
+#[test]
+fn isa_lists_every_instruction_from_the_table() {
+    let (code, out, err) = offload(&["isa"]);
+    assert_eq!(code, 0, "{err}");
+    // A header, its rule, and a row per instruction.
+    let rows: Vec<&str> = out.lines().skip(2).collect();
+    assert_eq!(rows.len(), offload::ir::Opcode::ALL.len(), "{out}");
+    for op in offload::ir::Opcode::ALL {
+        assert!(
+            rows.iter()
+                .any(|r| r.split_whitespace().next() == Some(op.mnemonic())),
+            "{} missing",
+            op.mnemonic()
+        );
+    }
+    let add = rows.iter().find(|r| r.starts_with("i32.add ")).unwrap();
+    assert!(
+        add.contains("[i32 i32] -> [i32]") && add.contains("wrapping"),
+        "{add}"
+    );
+    let (code, out, _) = offload(&["isa", "f64.aload"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("[f64[] i32] -> [f64]") && out.contains("null, bounds"),
+        "{out}"
+    );
+}
+
+#[test]
+fn isa_and_check_name_offloads_instruction_for_a_jvm_mnemonic() {
+    let (code, _, err) = offload(&["isa", "invokevirtual"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("the JVM's `invokevirtual` is `callvirt` in offload"),
+        "{err}"
+    );
+    let (code, _, err) = offload(&["isa", "i32.ad"]);
+    assert_eq!(code, 0, "a prefix lists its instructions: {err}");
+    let f = temp(
+        "jvm.obc",
+        "kernel k(i: i64, out: i32[]) {\n    load out\n    i32.const 0\n    i32.const 1\n    i32.const 2\n    iadd\n    i32.astore\n    ret\n}\n",
+    );
+    let (code, _, err) = offload(&["check", f.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("unknown instruction `iadd` (the JVM's `iadd` is `i32.add` in offload"),
+        "{err}"
+    );
+    assert!(err.contains('^'), "no caret: {err}");
+}

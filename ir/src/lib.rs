@@ -43,6 +43,7 @@ mod lexer;
 pub mod module;
 pub mod parser;
 pub mod printer;
+pub mod reference;
 pub mod refs;
 pub mod semantics;
 pub mod types;

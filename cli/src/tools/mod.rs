@@ -14,5 +14,6 @@ pub mod cuda_c;
 pub mod demo;
 pub mod differential;
 pub mod experiment;
+pub mod isa;
 pub mod reference;
 pub mod vgpu_counters;

@@ -238,7 +238,12 @@ impl Parser {
                 );
                 d.func = Some(full.clone());
                 d.bci = Some(at as Bci);
-                if let Some(s) = suggest(&ia.mnemonic) {
+                if let Some(o) = crate::reference::jvm_equivalent(&ia.mnemonic) {
+                    d.message.push_str(&format!(
+                        " (the JVM's `{}` is {o} in offload; `offload isa` lists every instruction)",
+                        ia.mnemonic
+                    ));
+                } else if let Some(s) = suggest(&ia.mnemonic) {
                     d.message.push_str(&format!(" (did you mean `{s}`?)"));
                 }
                 self.diags.push(d);
