@@ -132,7 +132,6 @@ pub(super) fn run(
     let registered = env.gc.launch(&roots);
     let on_exhausted = KernelCall::on_exhausted(env);
     let mut device_stats: Vec<u64> = vec![0; 6];
-    let mut eden_failures = 0u64;
     // Per slot, the (workitem, site) of the allocation failure it was last
     // given to resume: failing there again goes to the interpreter.
     let mut resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>> = vec![None; slots];
@@ -303,25 +302,20 @@ pub(super) fn run(
         let ed: Vec<u64> = s.clone_dtoh(&eden).map_err(cuda_err("eden"))?;
         // The device eden's final top (past its end when a refill failed).
         let eden_top = ed[0].min(u64::from(ee)) as u32;
-        let dirty = dh.dirty_map(eden_top as usize * 8)?;
-        for (c, _) in dirty.iter().enumerate().filter(|(_, d)| **d != 0) {
-            heap.device_wrote_chunk(c);
-        }
-        heap.device_wrote(es as usize * 8, eden_top as usize * 8);
+        let dirty_bytes = dh.mark_kernel_writes(heap, es as usize * 8, eden_top as usize * 8)?;
         // `[deopts, refills, refill waits, eden failures, slots stopped,
         // workitems completed]`, summed over the launch's relaunches (the
         // buffer is never reset). A launch that exhausted its eden doubles
         // the next one's.
         let before = device_stats.clone();
         device_stats = s.clone_dtoh(&stats).map_err(cuda_err("counters"))?;
-        if device_stats[3] > eden_failures && env.settings.fail_refills.is_none() {
+        if device_stats[3] > before[3] && env.settings.fail_refills.is_none() {
             let cap = DEVICE_EDEN_BYTES / 8;
             let now = gpu.eden_words.load(Ordering::Relaxed);
             gpu.eden_words
                 .store(now.saturating_mul(2).min(cap), Ordering::Relaxed);
         }
-        eden_failures = device_stats[3];
-        to_host += (8 * (ed.len() + device_stats.len()) + dirty.len()) as u64;
+        to_host += 8 * (ed.len() + device_stats.len()) as u64 + dirty_bytes;
         // The records, never-ran rests and exit codes come back only when
         // a slot left work behind (a record, a stop): otherwise every slot
         // finished its chunks, and resumed the record it was given.
@@ -592,12 +586,7 @@ impl Waiting<'_> {
         let mut top = [0u64];
         dh.read_raw(self.eden_at, &mut top)?;
         let top = top[0].min(u64::from(ee)) as usize * 8;
-        let map = dh.dirty_map_now(top)?;
-        got += 8 + map.len() as u64;
-        for (c, _) in map.iter().enumerate().filter(|(_, d)| **d != 0) {
-            heap.device_wrote_chunk(c);
-        }
-        heap.device_wrote(es as usize * 8, top);
+        got += 8 + dh.mark_kernel_writes(heap, es as usize * 8, top)?;
         // The safepoint's operation runs while this launch is parked.
         self.env.control.poll();
         let runs = heap.take_device_stale(es as usize * 8..ee as usize * 8);

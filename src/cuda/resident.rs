@@ -187,18 +187,30 @@ impl DeviceHeap {
         self.sync_copies()
     }
 
-    /// The dirty map's bytes for the chunks below byte `below`, read on
-    /// the copy stream (while a kernel waits in place).
-    pub(crate) fn dirty_map_now(&self, below: usize) -> Result<Vec<u8>, OffloadError> {
+    /// Mark what a kernel wrote for host reads: the chunks its dirty map
+    /// names below byte `top` (the device eden's top), and the eden it
+    /// allocated in, `[start, top)`. The map is read on the copy stream, so
+    /// this serves a finished kernel and one waiting in place alike.
+    /// Returns the bytes read.
+    pub(crate) fn mark_kernel_writes(
+        &self,
+        heap: &Heap,
+        start: usize,
+        top: usize,
+    ) -> Result<u64, OffloadError> {
         let (at, len) = {
             let img = self.image();
             (img.dirty_at, img.dirty.as_ref().map_or(0, CudaSlice::len))
         };
-        let mut map = vec![0u8; below.div_ceil(CHUNK_BYTES).min(len)];
+        let mut map = vec![0u8; top.div_ceil(CHUNK_BYTES).min(len)];
         if !map.is_empty() {
             self.read_raw(at, &mut map)?;
         }
-        Ok(map)
+        for (c, _) in map.iter().enumerate().filter(|(_, d)| **d != 0) {
+            heap.device_wrote_chunk(c);
+        }
+        heap.device_wrote(start, top);
+        Ok(map.len() as u64)
     }
 
     /// Zero the image's bytes `range` (a device eden) and the whole dirty
@@ -218,21 +230,6 @@ impl DeviceHeap {
             s.memset_zeros(d).map_err(cuda_err("dirty map"))?;
         }
         Ok(())
-    }
-
-    /// The dirty map's bytes for the chunks below byte `below`.
-    pub(crate) fn dirty_map(&self, below: usize) -> Result<Vec<u8>, OffloadError> {
-        let img = self.image();
-        let Some(d) = img.dirty.as_ref() else {
-            return Ok(Vec::new());
-        };
-        let n = below.div_ceil(CHUNK_BYTES).min(d.len());
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        self.stream
-            .clone_dtoh(&d.slice(..n))
-            .map_err(cuda_err("dirty map"))
     }
 
     /// Store each `(byte offset, word)` into the image, in one upload and

@@ -23,8 +23,6 @@ pub struct WaitRow {
     pub slots: &'static str,
     /// The launch's wall time.
     pub time: Duration,
-    /// Safepoints raised during the launch.
-    pub raised: u64,
     /// Median time-to-safepoint of those (as `Runtime::safepoint` reports).
     pub tts: Option<Duration>,
     /// The launch's report.
@@ -114,7 +112,6 @@ fn one(
         safepoints,
         slots: if wait { "wait in place" } else { "leave" },
         time: report.timings.total,
-        raised: tts.len() as u64,
         tts: sorted.get(sorted.len() / 2).copied(),
         report,
         instructions,
