@@ -21,6 +21,7 @@ pub fn render(d: &Diagnostic, source: &str) -> String {
     let phase = match d.phase {
         Phase::Parse => "parse error",
         Phase::Verify => "verify error",
+        Phase::Compile => "error",
     };
     let mut label = Label::primary((), start..end);
     if let Some(e) = &d.expected {

@@ -12,6 +12,9 @@ pub enum Phase {
     Parse,
     /// The verifier.
     Verify,
+    /// The source language's front end (`offload-lang`): parsing, names
+    /// and types of a `.ofk` file or a `kernel!` closure.
+    Compile,
 }
 
 /// One problem in a module: where it is and what was expected versus found.
@@ -63,6 +66,7 @@ impl fmt::Display for Diagnostic {
         let phase = match self.phase {
             Phase::Parse => "parse",
             Phase::Verify => "verify",
+            Phase::Compile => "compile",
         };
         write!(
             f,

@@ -254,6 +254,25 @@ impl Runtime {
             rendered: crate::diagnostics::render_all(&d.0, src),
             diagnostics: d,
         })?;
+        self.install(name, verified)
+    }
+
+    /// Load a module from source text (`.ofk`: kernels in Rust syntax,
+    /// compiled by `offload-lang`); `name` names it in messages. Errors
+    /// point at the source.
+    pub fn load_source(&self, name: &str, src: &str) -> Result<Module, OffloadError> {
+        let verified =
+            offload_lang::compile_verified(name, src).map_err(|d| OffloadError::Load {
+                name: name.to_string(),
+                rendered: crate::diagnostics::render_all(&d.0, src),
+                diagnostics: d,
+            })?;
+        self.install(name, verified)
+    }
+
+    /// Make a verified module's classes known to the collector and hand it
+    /// out.
+    fn install(&self, name: &str, verified: offload_ir::Verified) -> Result<Module, OffloadError> {
         let mut shapes = self
             .inner
             .env
@@ -282,7 +301,8 @@ impl Runtime {
         })
     }
 
-    /// Load a module from a `.obc` file.
+    /// Load a module from a file: source (`.ofk`) or bytecode (any other
+    /// extension, `.obc` by convention).
     pub fn load_file(&self, path: impl AsRef<std::path::Path>) -> Result<Module, OffloadError> {
         let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|source| OffloadError::Io {
@@ -291,7 +311,14 @@ impl Runtime {
         })?;
         let src = crate::diagnostics::utf8_text(&path.display().to_string(), bytes)
             .map_err(OffloadError::Setup)?;
-        self.load(&path.display().to_string(), &src)
+        if path
+            .extension()
+            .is_some_and(|e| e == offload_lang::EXTENSION)
+        {
+            self.load_source(&path.display().to_string(), &src)
+        } else {
+            self.load(&path.display().to_string(), &src)
+        }
     }
 
     /// Run `closure` for every workitem in `range`, on the runtime's device.

@@ -15,6 +15,7 @@ fn diagnostics_text(ds: &offload::ir::Diagnostics) -> String {
             let phase = match d.phase {
                 offload::ir::Phase::Parse => "parse",
                 offload::ir::Phase::Verify => "verify",
+                offload::ir::Phase::Compile => "compile",
             };
             format!(
                 "{}:{}: {phase} error: {}\n",

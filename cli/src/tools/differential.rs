@@ -115,7 +115,32 @@ impl Differ {
     pub fn compare(&self, text: &str, seed: u64) -> Result<Compared, String> {
         let load = |rt: &Runtime| rt.load("case.obc", text).map_err(|e| e.to_string());
         let mi = load(&self.interp)?;
-        let natives: Vec<(&str, &Runtime, offload::Module)> = [
+        let natives = self.on_natives(&load)?;
+        self.compare_loaded(&mi, &natives, text, seed)
+    }
+
+    /// A kernel's two forms, bytecode (`obc`) and source (`ofk`), against
+    /// each other: the bytecode on the interpreter is the reference, and
+    /// the source runs on the interpreter and on every native device with
+    /// the same inputs; heaps and exceptions must agree as in
+    /// [`Differ::compare`].
+    pub fn compare_forms(&self, obc: &str, ofk: &str, seed: u64) -> Result<Compared, String> {
+        let mi = self
+            .interp
+            .load("case.obc", obc)
+            .map_err(|e| e.to_string())?;
+        let load = |rt: &Runtime| rt.load_source("case.ofk", ofk).map_err(|e| e.to_string());
+        let mut runs = vec![("interpreter (source)", &self.interp, load(&self.interp)?)];
+        runs.extend(self.on_natives(&load)?);
+        self.compare_loaded(&mi, &runs, ofk, seed)
+    }
+
+    /// The module `load` makes on each native runtime, named.
+    fn on_natives<'s>(
+        &'s self,
+        load: &dyn Fn(&Runtime) -> Result<offload::Module, String>,
+    ) -> Result<Vec<(&'static str, &'s Runtime, offload::Module)>, String> {
+        [
             (
                 if self.optimized.is_some() {
                     "cpu (quick tier)"
@@ -128,7 +153,18 @@ impl Differ {
         ]
         .into_iter()
         .filter_map(|(name, rt)| rt.map(|rt| load(rt).map(|m| (name, rt, m))))
-        .collect::<Result<_, _>>()?;
+        .collect()
+    }
+
+    /// Every kernel of `mi` (loaded on the interpreter) against the same
+    /// kernel of each module in `natives`; `text` goes into messages.
+    fn compare_loaded(
+        &self,
+        mi: &offload::Module,
+        natives: &[(&str, &Runtime, offload::Module)],
+        text: &str,
+        seed: u64,
+    ) -> Result<Compared, String> {
         let mut rng = Rng::new(seed);
         let mut out = Compared::default();
         for k in mi.kernels() {
@@ -136,7 +172,7 @@ impl Differ {
             let kid = v.func_named(&k).expect("listed");
             let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
             let s = rng.next_u64();
-            let Some((ai, oi)) = args_for(&self.interp, &mi, &params, s) else {
+            let Some((ai, oi)) = args_for(&self.interp, mi, &params, s) else {
                 continue;
             };
             let run = |m: &offload::Module, args| {
@@ -144,10 +180,10 @@ impl Differ {
                     .map_err(|e| e.to_string())
                     .map(|c| outcome(par_offload(0..16, &c)))
             };
-            let (ri, _, _) = run(&mi, ai)??;
+            let (ri, _, _) = run(mi, ai)??;
             let hi = read_all(&self.interp, &oi)?;
             let mut all_native = true;
-            for (name, rt, m) in &natives {
+            for (name, rt, m) in natives {
                 let (ac, oc) = args_for(rt, m, &params, s)
                     .ok_or_else(|| format!("kernel {k}: no inputs on the {name}"))?;
                 let (rc, native, resumed) = run(m, ac)??;

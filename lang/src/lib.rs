@@ -1,0 +1,169 @@
+//! `offload-lang`: kernels written in Rust syntax, compiled to offload's
+//! bytecode — the project's "javac". The bytecode stays the contract with
+//! the runtime: what this crate makes is verified like hand-written
+//! bytecode, and a verifier error in it is reported as a bug of this
+//! crate, never shown to the user as bytecode.
+//!
+//! The language is a subset of Rust with classes; `docs/LANGUAGE.md` is
+//! its reference. In short:
+//!
+//! ```
+//! let src = r#"
+//! #[kernel]
+//! fn saxpy(i: i32, a: f32, x: &[f32], y: &mut [f32]) {
+//!     y[i] = a * x[i] + y[i];
+//! }
+//! "#;
+//! let module = offload_lang::compile("saxpy.ofk", src)?;
+//! let verified = offload_ir::verify(module).expect("the front end's output verifies");
+//! assert!(verified.func_named("saxpy").is_some());
+//! # Ok::<(), offload_ir::Diagnostics>(())
+//! ```
+//!
+//! - **Kernels** are functions marked `#[kernel]`; the first parameter is
+//!   the workitem index, `i32` or `i64`. With `i32` the kernel checks once
+//!   that the index fits (else it throws `IllegalArgument`) and indexes
+//!   without further checks; an `i64` index is narrowed at each use, and
+//!   one that does not fit in `i32` throws `IndexOutOfBounds`.
+//! - **Types**: `i32 i64 f32 f64 bool`, slices `&[T]`/`&mut [T]` (heap
+//!   arrays; only `&mut` ones take stores), classes `C` and `Option<C>`.
+//! - **Classes** are structs; `#[extends(Parent)]` gives single
+//!   inheritance; methods go in `impl C { fn m(&self) ... }` and are all
+//!   virtual; a subclass overrides by defining the same method; a method
+//!   without a body (`fn area(&self) -> f64;`) is abstract. `C { f: v }`
+//!   makes an object (fields left out are zero).
+//! - **Arithmetic** wraps on overflow, as the bytecode does (Rust's debug
+//!   builds would panic): `i32::MAX + 1 == i32::MIN`. Division by zero
+//!   throws `Arithmetic`.
+//! - **Errors** carry the source line and column, and render with a
+//!   caret.
+
+#![deny(missing_docs)]
+
+mod call;
+pub mod error;
+mod expr;
+mod func;
+pub mod items;
+pub mod ops;
+mod stmt;
+pub mod ty;
+
+use error::{Error, span_of};
+use func::{Binding, Fb};
+use offload_ir::{Diagnostic, Diagnostics, ExceptionKind, FuncId, Inst, Module};
+use std::sync::Arc;
+use ty::Ty;
+
+/// The extension of source files (`saxpy.ofk`).
+pub const EXTENSION: &str = "ofk";
+
+/// Compile a source file to a bytecode module (not yet verified; see
+/// [`compile_verified`]). Every function is compiled; every function's
+/// first error is reported.
+pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
+    let file: Arc<str> = file.into();
+    let parsed = syn::parse_file(src)
+        .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
+    let decls =
+        items::declare(&parsed, src).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
+    let mut module = decls.module.clone();
+    let mut errors = Vec::new();
+    for k in 0..decls.module.funcs.len() {
+        let f = FuncId::new(k);
+        if decls.bodies[k].is_none() {
+            continue;
+        }
+        match lower(&decls, f) {
+            Ok(func) => module.funcs[k] = func,
+            Err(e) => errors.push(e.diagnostic(&file, Some(&decls.module.func(f).name))),
+        }
+    }
+    if errors.is_empty() {
+        Ok(module)
+    } else {
+        Err(Diagnostics(errors))
+    }
+}
+
+/// [`compile`], then verify. A verifier error here is the front end's bug:
+/// it is reported as an internal error at the source position of the
+/// instruction the verifier rejected.
+pub fn compile_verified(file: &str, src: &str) -> Result<offload_ir::Verified, Diagnostics> {
+    let module = compile(file, src)?;
+    let spans: Vec<Vec<offload_ir::Span>> = module
+        .funcs
+        .iter()
+        .map(|f| f.debug.inst_spans.clone())
+        .collect();
+    let names: Vec<String> = module.funcs.iter().map(|f| f.name.clone()).collect();
+    offload_ir::verify(module).map_err(|ds| {
+        Diagnostics(
+            ds.0.into_iter()
+                .map(|d| internal_error(d, &names, &spans))
+                .collect(),
+        )
+    })
+}
+
+/// A verifier diagnostic on generated code, as the front-end bug it is.
+fn internal_error(d: Diagnostic, names: &[String], spans: &[Vec<offload_ir::Span>]) -> Diagnostic {
+    let span = d
+        .func
+        .as_ref()
+        .and_then(|f| names.iter().position(|n| n == f))
+        .and_then(|k| d.bci.and_then(|b| spans[k].get(b as usize).copied()))
+        .unwrap_or(d.span);
+    Diagnostic {
+        phase: offload_ir::Phase::Compile,
+        span,
+        bci: None,
+        message: format!(
+            "internal compiler error: offload-lang made bytecode the verifier rejects (a bug in the front end; please report it with this source): {}",
+            d.detail()
+        ),
+        expected: None,
+        found: None,
+        ..d
+    }
+}
+
+/// Lower one function's body.
+fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error> {
+    let body = d.bodies[f.index()].expect("a body");
+    let mut fb = Fb::new(d, f);
+    let sig = &d.sigs[f.index()];
+    if sig.kernel && sig.params[0].ty == Ty::I32 {
+        // The runtime passes the index as `i64`: narrow it once.
+        let p = &sig.params[0];
+        fb.span = p.span;
+        fb.emit(Inst::Load {
+            local: offload_ir::LocalId(0),
+        });
+        fb.narrow_checked(ExceptionKind::IllegalArgument);
+        let local = fb.new_local(&p.name, Ty::I32);
+        fb.emit(Inst::Store { local });
+        fb.bind(
+            &p.name,
+            Binding {
+                local,
+                ty: Ty::I32,
+                mutable: p.mutable,
+            },
+        );
+    }
+    let want = sig.ret;
+    fb.span = sig.span;
+    let t = fb.block(body, Some(want))?;
+    if fb.reachable && want != Ty::Unit {
+        let tail = body
+            .stmts
+            .last()
+            .map(|s| span_of(syn::spanned::Spanned::span(s)))
+            .unwrap_or(sig.span);
+        fb.coerce(t, want, tail, "the function's result")?;
+        fb.span = tail;
+        fb.emit(Inst::Ret);
+    }
+    fb.finish()
+}
