@@ -18,10 +18,13 @@ pub fn render(d: &Diagnostic, source: &str) -> String {
             .next()
             .map_or(start, |c| start + c.len_utf8());
     }
+    // The report says `error:`; the assembler's and the verifier's say
+    // which of the two found it (the source front end's are plain errors,
+    // as rustc's are).
     let phase = match d.phase {
-        Phase::Parse => "parse error",
-        Phase::Verify => "verify error",
-        Phase::Compile => "error",
+        Phase::Parse => "parse error: ",
+        Phase::Verify => "verify error: ",
+        Phase::Compile => "",
     };
     let mut label = Label::primary((), start..end);
     if let Some(e) = &d.expected {
@@ -39,9 +42,9 @@ pub fn render(d: &Diagnostic, source: &str) -> String {
         loc.push(format!("at bci {bci}"));
     }
     let msg = if loc.is_empty() {
-        format!("{phase}: {}", d.message)
+        format!("{phase}{}", d.message)
     } else {
-        format!("{phase}: {} ({})", d.message, loc.join(" "))
+        format!("{phase}{} ({})", d.message, loc.join(" "))
     };
     let report = Report::error()
         .with_message(msg)

@@ -116,6 +116,7 @@ pub use offload_deopt as deopt;
 pub use offload_host_interp as interp;
 pub use offload_ir as ir;
 pub use offload_jit as jit;
+pub use offload_lang as lang;
 pub use offload_tlab as tlab;
 
 pub mod adaptive;

@@ -77,11 +77,16 @@ enum Command {
         #[arg(long)]
         echo: bool,
     },
-    /// Parse and verify `.obc` files, reporting every error.
+    /// Parse and verify bytecode (`.obc`) and source (`.ofk`) files,
+    /// reporting every error.
     Check {
         /// The files to check.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also print the bytecode each file holds (for a source file:
+        /// what it compiles to).
+        #[arg(long)]
+        bytecode: bool,
     },
     /// List the bytecode's instructions: operands, stack effect (bottom of
     /// the stack first), what may make each a deopt site, and what it does.
@@ -222,10 +227,22 @@ fn read(path: &std::path::Path) -> Result<String, String> {
     offload::diagnostics::read_source(path).map_err(|e| format!("error: {e}"))
 }
 
+/// Whether `path` is a source file (`.ofk`) rather than bytecode.
+fn is_source(path: &std::path::Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == offload::lang::EXTENSION)
+}
+
+/// Read, parse (or compile, for a source file) and verify `path`.
 fn load(path: &std::path::Path) -> Result<(String, ir::Verified), String> {
     let src = read(path)?;
     let name = path.display().to_string();
-    match ir::load(&name, &src) {
+    let loaded = if is_source(path) {
+        offload::lang::compile_verified(&name, &src)
+    } else {
+        ir::load(&name, &src)
+    };
+    match loaded {
         Ok(v) => Ok((src, v)),
         Err(ds) => Err(format!(
             "{}error: {} found {} problem(s)",
@@ -248,11 +265,14 @@ fn run(cli: Cli) -> Result<(), String> {
             print!("{}", offload_cli::tools::isa::table(name.as_deref())?);
             Ok(())
         }
-        Command::Check { files } => {
+        Command::Check { files, bytecode } => {
             let mut failed = 0;
             for f in &files {
                 match load(f) {
                     Ok((_, v)) => {
+                        if bytecode {
+                            print!("{}", ir::print_module(&v));
+                        }
                         let kernels = v.kernels().count();
                         println!(
                             "ok {} ({} functions, {} kernels)",
@@ -425,14 +445,11 @@ fn run(cli: Cli) -> Result<(), String> {
             kernel,
             check,
         } => {
-            let src = read(&file)?;
             let rt = offload::Runtime::builder()
                 .device(offload::Device::Interpreter)
                 .build()
                 .map_err(|e| format!("error: {e}"))?;
-            let m = rt
-                .load(&file.display().to_string(), &src)
-                .map_err(|e| format!("{e}"))?;
+            let m = rt.load_file(&file).map_err(|e| format!("{e}"))?;
             let prog = m.program();
             let k = prog
                 .verified()

@@ -518,8 +518,13 @@ impl Fb<'_, '_> {
     /// (`0`, `0.0`, `None`) gives the element type, or the context does.
     fn new_array(&mut self, m: &syn::Macro, want: Option<Ty>) -> R<Ty> {
         let sp = self.span;
-        let e: syn::ExprRepeat = m
-            .parse_body()
+        let e = m
+            .parse_body_with(|input: syn::parse::ParseStream| {
+                let elem: syn::Expr = input.parse()?;
+                input.parse::<syn::Token![;]>()?;
+                let len: syn::Expr = input.parse()?;
+                Ok(Repeat { expr: elem, len })
+            })
             .map_err(|_| Error::new(sp, "write a new array as `vec![0.0; n]`"))?;
         let want_elem = match want.map(|w| self.vars.resolve(w)) {
             Some(Ty::Arr(a)) => Some(a.element()),
@@ -549,6 +554,12 @@ impl Fb<'_, '_> {
             mutable: true,
         }))
     }
+}
+
+/// `vec![expr; len]`'s two parts.
+struct Repeat {
+    expr: syn::Expr,
+    len: syn::Expr,
 }
 
 /// The element type a zero literal spells, with the context's `want` for

@@ -576,8 +576,8 @@ impl Fb<'_, '_> {
     /// Narrow the `i64` on the stack to `i32`, throwing `kind` when it
     /// does not fit.
     pub fn narrow_checked(&mut self, kind: ExceptionKind) {
-        let wide = self.temp(Ty::I64);
-        let narrow = self.temp(Ty::I32);
+        let wide = self.new_local("wide", Ty::I64);
+        let narrow = self.new_local("narrow", Ty::I32);
         self.emit(Inst::Store { local: wide });
         self.emit(Inst::Load { local: wide });
         self.emit(Inst::I64ToI32);
@@ -669,6 +669,20 @@ impl Fb<'_, '_> {
                 ),
             );
         };
+        let m = self.m();
+        if let Some(abs) = m
+            .vtable(class)
+            .into_iter()
+            .find(|&f| m.func(f).is_abstract())
+        {
+            return err(
+                sp,
+                format!(
+                    "cannot make an object of `{name}`: its method `{}` is abstract (make an object of a subclass that defines it)",
+                    m.func(abs).short_name()
+                ),
+            );
+        }
         self.emit(Inst::New { class });
         let mut seen = Vec::new();
         for fv in &s.fields {

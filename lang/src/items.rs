@@ -250,7 +250,7 @@ fn extends_of(attrs: &[syn::Attribute]) -> R<Option<(String, Span)>> {
 }
 
 /// Read every item of `file` into the module's skeleton.
-pub fn declare<'a>(file: &'a syn::File, source: &str) -> R<Decls<'a>> {
+pub fn declare<'a>(file: &'a syn::File, name: &str) -> R<Decls<'a>> {
     let mut classes: Vec<ClassDecl<'a>> = Vec::new();
     let mut fns: Vec<FnDecl<'a>> = Vec::new();
     let mut impls: Vec<&'a syn::ItemImpl> = Vec::new();
@@ -301,7 +301,7 @@ pub fn declare<'a>(file: &'a syn::File, source: &str) -> R<Decls<'a>> {
     }
 
     let mut module = Module {
-        source: Meta(source.into()),
+        source: Meta(name.into()),
         ..Module::default()
     };
     // Classes first (types name them), then superclasses.

@@ -161,6 +161,16 @@ fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error>
             .last()
             .map(|s| span_of(syn::spanned::Spanned::span(s)))
             .unwrap_or(sig.span);
+        if fb.vars.resolve(t) == Ty::Unit {
+            return Err(Error::new(
+                tail,
+                format!(
+                    "`{}` must return `{}`, but its end is reached without a value",
+                    d.module.func(f).short_name(),
+                    fb.ty_name(want)
+                ),
+            ));
+        }
         fb.coerce(t, want, tail, "the function's result")?;
         fb.span = tail;
         fb.emit(Inst::Ret);

@@ -32,6 +32,7 @@
 
 mod kinds;
 mod run;
+mod source;
 
 use std::path::{Path, PathBuf};
 
