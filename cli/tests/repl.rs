@@ -474,3 +474,8 @@ fn a_bad_definition_among_good_ones_is_the_one_reported() {
     );
     assert!(out.contains("<stdin>:7:5"), "{out}");
 }
+
+#[test]
+fn transcript_source() {
+    transcript("source");
+}

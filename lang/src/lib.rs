@@ -177,3 +177,34 @@ fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error>
     }
     fb.finish()
 }
+
+/// The names a source text defines, one per item (`fn` and `struct`
+/// names; `impl C` for an impl block), each with the line it starts on,
+/// in order; a syntax error is a diagnostic. For tools that keep
+/// definitions by name (the REPL).
+pub fn item_names(file: &str, src: &str) -> Result<Vec<(String, u32)>, Diagnostics> {
+    let file: Arc<str> = file.into();
+    let parsed = syn::parse_file(src)
+        .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
+    Ok(parsed
+        .items
+        .iter()
+        .filter_map(|item| {
+            let name = match item {
+                syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
+                syn::Item::Struct(s) => Some(s.ident.to_string()),
+                syn::Item::Impl(i) => match &*i.self_ty {
+                    syn::Type::Path(p) => p.path.get_ident().map(|c| format!("impl {c}")),
+                    _ => None,
+                },
+                _ => None,
+            }?;
+            let line = match item {
+                syn::Item::Fn(f) => span_of(f.sig.ident.span()).line,
+                syn::Item::Struct(s) => span_of(s.ident.span()).line,
+                _ => span_of(syn::spanned::Spanned::span(item)).line,
+            };
+            Some((name, line))
+        })
+        .collect())
+}

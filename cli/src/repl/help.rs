@@ -19,10 +19,20 @@ pub const COMMANDS: &[Cmd] = &[
         example: "kernel inc(i: i64, a: i32[]) {\n    load a\n    load i\n    i64.to_i32\n    load a\n    load i\n    i64.to_i32\n    i32.aload\n    i32.const 1\n    i32.add\n    i32.astore\n    ret\n}",
     },
     Cmd {
+        names: &["#[kernel]", "fn", "struct", "impl"],
+        synopsis: "#[kernel] fn NAME(i: i32, ...) { ... } | fn | struct | impl",
+        about: "Define, or redefine, kernels, functions and classes in the source language \
+                (Rust syntax; docs/LANGUAGE.md); the entry goes on until its braces close. \
+                Source entries are compiled together, so one may use what another defines; \
+                `:bytecode NAME` shows what a definition compiled to.",
+        example: "#[kernel]\nfn double(i: i32, xs: &mut [f32]) {\n    xs[i] = 2.0 * xs[i];\n}",
+    },
+    Cmd {
         names: &[":load", ":l"],
-        synopsis: ":load FILE.obc",
-        about: "Define everything in a .obc file (errors name the file, line and column).",
-        example: ":load examples/kernels/saxpy.obc",
+        synopsis: ":load FILE.obc | FILE.ofk",
+        about: "Define everything in a bytecode (.obc) or source (.ofk) file (errors name \
+                the file, line and column).",
+        example: ":load examples/kernels/saxpy.ofk",
     },
     Cmd {
         names: &[":defs"],

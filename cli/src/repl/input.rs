@@ -3,15 +3,22 @@
 //! An entry is one line, unless it starts a definition (`class`, `kernel`,
 //! `func`, or a `;` comment before one): then it runs until the braces it
 //! opened are closed. Pasted `.obc` text with several definitions is one
-//! entry per definition.
+//! entry per definition. A source definition (`fn`, `struct`, `impl`,
+//! `#[kernel]`, `#[extends(..)]`, or a `//` comment before one) likewise
+//! runs until its braces close; its comments are `//`, and `;` is code.
 
 /// The brace depth after `text` (comments after `;` do not count), and
 /// whether any brace was opened.
 fn depth(text: &str) -> (i64, bool) {
+    depth_in(text, ";")
+}
+
+/// [`depth`] with comments starting at `comment`.
+fn depth_in(text: &str, comment: &str) -> (i64, bool) {
     let mut d = 0i64;
     let mut opened = false;
     for line in text.lines() {
-        let code = line.split(';').next().unwrap_or("");
+        let code = line.split(comment).next().unwrap_or("");
         for c in code.chars() {
             match c {
                 '{' => {
@@ -32,10 +39,31 @@ pub const DEF_KEYWORDS: [&str; 3] = ["class", "kernel", "func"];
 /// Whether `line` starts (or, as a comment, may precede) a definition.
 pub fn starts_definition(line: &str) -> bool {
     let t = line.trim_start();
-    DEF_KEYWORDS.iter().any(|k| {
-        t.strip_prefix(k)
-            .is_some_and(|r| r.starts_with(char::is_whitespace))
-    })
+    starts_source(line)
+        || DEF_KEYWORDS.iter().any(|k| {
+            t.strip_prefix(k)
+                .is_some_and(|r| r.starts_with(char::is_whitespace))
+        })
+}
+
+/// The words that start a source definition (`offload-lang`).
+pub const SOURCE_KEYWORDS: [&str; 4] = ["fn", "struct", "impl", "pub"];
+
+/// Whether `line` starts a source definition: `fn`, `struct`, `impl`, or
+/// an attribute (`#[kernel]`, `#[extends(C)]`).
+pub fn starts_source(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("#[")
+        || SOURCE_KEYWORDS.iter().any(|k| {
+            t.strip_prefix(k)
+                .is_some_and(|r| r.starts_with(char::is_whitespace))
+        })
+}
+
+/// Whether `line` is a comment line (`;` in bytecode, `//` in source).
+pub fn is_comment(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with(';') || t.starts_with("//")
 }
 
 /// Whether `text` (one or more lines) is a complete entry.
@@ -57,6 +85,8 @@ pub struct Entry {
     /// `None` until the first line of code; then whether it starts a
     /// definition.
     definition: Option<bool>,
+    /// The definition is source (comments are `//`), not bytecode.
+    source: bool,
     depth: i64,
     opened: bool,
 }
@@ -70,11 +100,12 @@ impl Entry {
         self.text.push_str(line);
         self.lines += 1;
         let t = line.trim();
-        if self.definition.is_none() && !t.is_empty() && !t.starts_with(';') {
+        if self.definition.is_none() && !t.is_empty() && !is_comment(t) {
             self.definition = Some(starts_definition(line));
+            self.source = starts_source(line);
         }
         if self.definition == Some(true) {
-            let (d, opened) = depth(line);
+            let (d, opened) = depth_in(line, if self.source { "//" } else { ";" });
             self.depth += d;
             self.opened |= opened;
         }

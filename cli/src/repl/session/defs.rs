@@ -48,6 +48,7 @@ impl Session {
             let def = Def {
                 item,
                 origin: origin.to_string(),
+                compiled: false,
             };
             match old {
                 Some(i) => defs[i] = def,
@@ -136,6 +137,11 @@ impl Session {
         for d in &self.defs {
             let n = d.item.text.lines().count() as u32;
             if line < first + n {
+                // Bytecode compiled from source has no line of its own in
+                // a file: name the source definition.
+                if d.compiled {
+                    return Some(format!("compiled from {}:{}", d.origin, d.item.line));
+                }
                 return Some(format!("{}:{}", d.origin, d.item.line + (line - first)));
             }
             first += n;
@@ -163,11 +169,15 @@ impl Session {
 
     pub(super) fn load(&mut self, path: &str, out: &mut String) -> Result<()> {
         if path.is_empty() {
-            bail!("usage: :load FILE.obc");
+            bail!("usage: :load FILE.obc (bytecode) or :load FILE.ofk (source)");
         }
-        let text = offload::diagnostics::read_source(std::path::Path::new(path))
-            .map_err(ReplError::Entry)?;
-        self.define(&text, path, 1, out)
+        let p = std::path::Path::new(path);
+        let text = offload::diagnostics::read_source(p).map_err(ReplError::Entry)?;
+        if p.extension().is_some_and(|e| e == offload::lang::EXTENSION) {
+            self.define_source(&text, path, 1, out)
+        } else {
+            self.define(&text, path, 1, out)
+        }
     }
 
     /// The definitions still waiting for a name, as `kind name (why)`.

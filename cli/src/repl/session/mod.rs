@@ -41,6 +41,8 @@ type Result<T, E = ReplError> = std::result::Result<T, E>;
 mod defs;
 mod parse;
 mod settings;
+mod source;
+use source::SourceDef;
 mod views;
 
 use defs::*;
@@ -115,6 +117,9 @@ struct Def {
     item: Item,
     /// Where it came from: `<input>`, or a file.
     origin: String,
+    /// Compiled from a source definition: `item` holds the bytecode it
+    /// compiled to, and `origin` and `item.line` where its source is.
+    compiled: bool,
 }
 
 /// The last launch.
@@ -133,6 +138,9 @@ pub struct Session {
     /// The runtime a Ctrl-C handler interrupts.
     pub current: Arc<Mutex<Runtime>>,
     defs: Vec<Def>,
+    /// The source definitions (`offload-lang`), compiled together; what
+    /// they compile to is defined as bytecode in `defs`.
+    sources: Vec<SourceDef>,
     /// Definitions that name a class or function not defined yet, each
     /// with what it waits for: they load once what they name is defined.
     pending: Vec<(Def, String)>,
@@ -156,6 +164,7 @@ impl Session {
             current: Arc::new(Mutex::new(rt.clone())),
             rt,
             defs: Vec::new(),
+            sources: Vec::new(),
             pending: Vec::new(),
             module: None,
             vars: BTreeMap::new(),
@@ -199,16 +208,22 @@ impl Session {
         out: &mut String,
     ) -> Result<()> {
         let trimmed = entry.trim();
-        if trimmed.is_empty() || trimmed.starts_with(';') && !entry.contains('\n') {
+        if trimmed.is_empty() || input::is_comment(trimmed) && !entry.contains('\n') {
             return Ok(());
         }
         let first_code = entry
             .lines()
             .find(|l| {
                 let t = l.trim();
-                !t.is_empty() && !t.starts_with(';')
+                !t.is_empty() && !input::is_comment(t)
             })
             .unwrap_or("");
+        if first_code.is_empty() {
+            return Ok(());
+        }
+        if input::starts_source(first_code) {
+            return self.define_source(entry, origin, line, out);
+        }
         if input::starts_definition(first_code) {
             return self.define(entry, origin, line, out);
         }
@@ -223,6 +238,7 @@ impl Session {
             ":load" | ":l" => self.load(tail, out),
             ":defs" => {
                 self.defs_text(out);
+                self.sources_text(out);
                 Ok(())
             }
             "let" => self.let_(tail, out),
