@@ -134,15 +134,18 @@ pub mod policy;
 mod replay;
 mod report;
 mod runtime;
+pub mod source;
 #[doc(hidden)]
 pub mod table;
 
 pub use cuda::{GpuHandles, cuda_error_text};
 pub use error::{KernelExceptions, OffloadError};
 pub use gc::{GcPolicy, GcSummary, Root};
+pub use offload_macros::{kernel, kernels};
 pub use offload_tlab::{AllocPolicy, GcStats};
 pub use report::{DeoptAction, DeoptRow, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
     Module, Object, RefArray, Runtime, RuntimeBuilder, par_offload,
 };
+pub use source::{Capture, Launchable};

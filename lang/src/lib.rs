@@ -43,6 +43,7 @@
 mod call;
 pub mod error;
 mod expr;
+mod free;
 mod func;
 pub mod items;
 pub mod ops;
@@ -50,6 +51,7 @@ mod stmt;
 pub mod ty;
 
 use error::{Error, span_of};
+pub use free::free_variables;
 use func::{Binding, Fb};
 use offload_ir::{Diagnostic, Diagnostics, ExceptionKind, FuncId, Inst, Module};
 use std::sync::Arc;

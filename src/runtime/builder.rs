@@ -440,6 +440,7 @@ impl RuntimeBuilder {
                 fallback,
                 policy_factory,
             )),
-        })
+        }
+        .register())
     }
 }

@@ -585,7 +585,38 @@ impl Closure {
     }
 }
 
-/// Run `closure` for every workitem of `range` on its runtime's device.
-pub fn par_offload(range: Range<i64>, closure: &Closure) -> Result<LaunchReport, OffloadError> {
-    closure.module.rt.par_offload(range, closure)
+/// Run `closure` for every workitem of `range` on its runtime's device:
+/// a [`Closure`] (`&saxpy`), or a `kernel!` closure.
+pub fn par_offload(
+    range: Range<i64>,
+    closure: impl crate::source::Launchable,
+) -> Result<LaunchReport, OffloadError> {
+    closure.launch(range)
+}
+
+/// The live runtimes, by id: `kernel!` finds the runtime of the arrays it
+/// captures here (an array knows only its runtime's id).
+static LIVE: std::sync::LazyLock<dashmap::DashMap<u64, std::sync::Weak<Inner>>> =
+    std::sync::LazyLock::new(dashmap::DashMap::new);
+
+impl Runtime {
+    /// Register a new runtime, so that [`Runtime::by_id`] finds it.
+    pub(crate) fn register(self) -> Runtime {
+        LIVE.retain(|_, w| w.strong_count() > 0);
+        LIVE.insert(self.inner.id, Arc::downgrade(&self.inner));
+        self
+    }
+
+    /// The live runtime with this id, if any.
+    pub fn by_id(id: u64) -> Option<Runtime> {
+        LIVE.get(&id)
+            .and_then(|w| w.upgrade())
+            .map(|inner| Runtime { inner })
+    }
+
+    /// This runtime's id (unique in the process; what its arrays and
+    /// objects name it by).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
 }

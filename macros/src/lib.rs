@@ -1,0 +1,158 @@
+//! `offload-macros`: kernels written in Rust code. Use them through the
+//! `offload` crate (`offload::kernel!`, `offload::kernels!`), whose docs
+//! have the examples.
+//!
+//! - `kernel!(move |i| y[i] = a * x[i] + y[i])` makes a closure kernel:
+//!   its captures are the closure's free variables, each checked at
+//!   compile time to be a value a kernel can take (`offload::Capture`);
+//!   the body is compiled by `offload-lang` at its first launch with
+//!   those types, and cached.
+//! - `kernels! { ... }` holds a whole source module (kernels, functions,
+//!   classes); it is compiled here, at compile time, so an error in it is
+//!   a compile error of the Rust program.
+
+use proc_macro::TokenStream;
+use quote::quote;
+
+/// A closure kernel: see the `offload` crate's `kernel!`.
+#[proc_macro]
+pub fn kernel(input: TokenStream) -> TokenStream {
+    // The whole invocation's text and position, for the body's exact text
+    // and for errors that point at the user's lines.
+    let call = proc_macro::Span::call_site();
+    let (call_text, call_line, call_col) = (call.source_text(), call.line(), call.column());
+    let closure: syn::ExprClosure = match syn::parse(input) {
+        Ok(c) => c,
+        Err(e) => {
+            let msg =
+                format!("kernel! takes a closure over the workitem index, `move |i| ...`: {e}");
+            return quote! { ::core::compile_error!(#msg) }.into();
+        }
+    };
+    if closure.inputs.len() != 1 {
+        return quote! {
+            ::core::compile_error!("a kernel! closure takes one parameter, the workitem index: `|i|` (an `i32`) or `|i: i64|`")
+        }
+        .into();
+    }
+    let (index, index_ty) = match &closure.inputs[0] {
+        syn::Pat::Ident(p) => (p.ident.to_string(), "i32".to_string()),
+        syn::Pat::Type(t) => match (&*t.pat, &*t.ty) {
+            (syn::Pat::Ident(p), syn::Type::Path(ty))
+                if ty.path.is_ident("i32") || ty.path.is_ident("i64") =>
+            {
+                (
+                    p.ident.to_string(),
+                    ty.path
+                        .get_ident()
+                        .map(|i| i.to_string())
+                        .unwrap_or_default(),
+                )
+            }
+            _ => {
+                return quote! {
+                    ::core::compile_error!("the workitem index is `i32` or `i64`: `|i: i64|`")
+                }
+                .into();
+            }
+        },
+        _ => {
+            return quote! {
+                ::core::compile_error!("the workitem index is a name: `|i|`")
+            }
+            .into();
+        }
+    };
+    let captures = offload_lang::free_variables(&closure);
+    let body = &closure.body;
+    // The body as written, and where it starts; else as tokens print.
+    let (text, line, col) = match call_text.as_deref().and_then(body_of) {
+        Some((offset, text)) => {
+            let before = &call_text.as_deref().unwrap_or("")[..offset];
+            let nl = before.matches('\n').count();
+            let col = match before.rfind('\n') {
+                Some(at) => before[at + 1..].chars().count() + 1,
+                None => call_col + before.chars().count(),
+            };
+            (text.to_string(), call_line + nl, col)
+        }
+        None => (quote!(#body).to_string(), call_line, call_col),
+    };
+    let line = line as u32;
+    let col = col as u32;
+    let names = captures.iter().map(String::as_str);
+    let idents = captures
+        .iter()
+        .map(|c| syn::Ident::new(c, proc_macro2::Span::call_site()));
+    quote! {
+        {
+            static __OFFLOAD_SITE: ::offload::source::ClosureSite = ::offload::source::ClosureSite::new(
+                #text,
+                ::core::file!(),
+                #line,
+                #col,
+                #index,
+                #index_ty,
+                &[#(#names),*],
+            );
+            __OFFLOAD_SITE.bind(::std::vec![#(::offload::source::Capture::capture(&#idents)),*])
+        }
+    }
+    .into()
+}
+
+/// The body of `kernel!(move |i| BODY)` in the invocation's text: its byte
+/// offset and text.
+fn body_of(call: &str) -> Option<(usize, &str)> {
+    let first = call.find('|')?;
+    let second = first + 1 + call[first + 1..].find('|')?;
+    let end = call.rfind(')')?;
+    let start = second + 1;
+    let raw = call.get(start..end)?;
+    let lead = raw.len() - raw.trim_start().len();
+    let body = raw.trim();
+    let body = body.strip_suffix(',').unwrap_or(body).trim_end();
+    Some((start + lead, body))
+}
+
+/// A source module in Rust code: see the `offload` crate's `kernels!`.
+#[proc_macro]
+pub fn kernels(input: TokenStream) -> TokenStream {
+    let call = proc_macro::Span::call_site();
+    let text = match call.source_text() {
+        Some(t) => match (t.find('{'), t.rfind('}')) {
+            (Some(a), Some(b)) if a < b => t[a + 1..b].to_string(),
+            _ => proc_macro2::TokenStream::from(input).to_string(),
+        },
+        None => proc_macro2::TokenStream::from(input).to_string(),
+    };
+    // Compiled now: an error in the kernels is an error of the program.
+    if let Err(d) = offload_lang::compile_verified("kernels!", &text) {
+        let msg =
+            d.0.iter()
+                .map(|d| {
+                    let line = text
+                        .lines()
+                        .nth(d.span.line.saturating_sub(1) as usize)
+                        .unwrap_or("");
+                    format!(
+                        "{}\n  at line {} of the kernels: {}",
+                        d.detail(),
+                        d.span.line,
+                        line.trim()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+        return quote! { ::core::compile_error!(#msg) }.into();
+    }
+    let line = call.line() as u32;
+    quote! {
+        {
+            static __OFFLOAD_MODULE: ::offload::source::SourceModule =
+                ::offload::source::SourceModule::new(#text, ::core::file!(), #line);
+            &__OFFLOAD_MODULE
+        }
+    }
+    .into()
+}

@@ -1,0 +1,301 @@
+//! Kernels written in Rust code: what `kernel!` and `kernels!` expand to.
+//!
+//! ```
+//! use offload::{Device, Runtime, kernel, par_offload};
+//!
+//! let rt = Runtime::builder().device(Device::Cpu).build()?;
+//! let n = 1000;
+//! let x = rt.array(&vec![1.0f32; n])?;
+//! let y = rt.array(&(0..n).map(|i| i as f32).collect::<Vec<_>>())?;
+//! let a = 2.0f32;
+//! // The captures are the closure's free variables: `y`, `a` and `x`.
+//! par_offload(0..n as i64, kernel!(move |i| y[i] = a * x[i] + y[i]))?;
+//! assert_eq!(rt.read(&y)?[10], 12.0);
+//! # Ok::<(), offload::OffloadError>(())
+//! ```
+//!
+//! A whole module — functions and classes with the kernels — is
+//! `kernels! { ... }`, compiled with the Rust program (an error in it is
+//! a compile error):
+//!
+//! ```
+//! use offload::{Device, Runtime, kernels, par_offload};
+//!
+//! let rt = Runtime::builder().device(Device::Cpu).build()?;
+//! let m = kernels! {
+//!     fn square(x: f64) -> f64 { x * x }
+//!
+//!     #[kernel]
+//!     fn squares(i: i32, out: &mut [f64]) {
+//!         out[i] = square(i as f64);
+//!     }
+//! }
+//! .load(&rt)?;
+//! let out = rt.new_array::<f64>(8)?;
+//! par_offload(0..8, &m.closure("squares", [(&out).into()])?)?;
+//! assert_eq!(rt.read(&out)?[3], 9.0);
+//! # Ok::<(), offload::OffloadError>(())
+//! ```
+//!
+//! A capture of a type no kernel takes does not compile:
+//!
+//! ```compile_fail,E0277
+//! use offload::{Device, Runtime, kernel, par_offload};
+//!
+//! let rt = Runtime::builder().device(Device::Cpu).build()?;
+//! let out = rt.new_array::<f32>(4)?;
+//! let name = String::from("four");
+//! par_offload(0..4, kernel!(move |i| out[i] = name))?;
+//! # Ok::<(), offload::OffloadError>(())
+//! ```
+//!
+//! A `kernel!` closure is a [`ClosureSite`] (its body's text, where it is,
+//! the names it captures) and the captured values, each a [`Capture`]: a
+//! number or a heap array. Its first launch on a runtime compiles the
+//! body with the captures' types into a one-kernel module; later launches
+//! with the same types reuse it. A `kernels!` block is a [`SourceModule`],
+//! compiled when the Rust program is, and loaded once per runtime.
+
+use crate::{Arg, Array, Closure, Element, LaunchReport, Module, OffloadError, Runtime};
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// A value a `kernel!` closure can capture: its type in the source
+/// language, the argument it passes, and the runtime it belongs to (for
+/// heap values). A capture of any other type is a compile error.
+pub trait Capture {
+    /// The captured value, ready for [`ClosureSite::bind`].
+    fn capture(&self) -> Captured;
+}
+
+/// One captured value.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    /// Its type in the source language (`f32`, `&mut [f64]`).
+    pub ty: String,
+    /// The value passed to the kernel.
+    pub arg: Arg,
+    /// The runtime a heap value belongs to.
+    pub runtime: Option<u64>,
+}
+
+macro_rules! scalar_capture {
+    ($($t:ty => $name:literal),*) => {$(
+        impl Capture for $t {
+            fn capture(&self) -> Captured {
+                Captured { ty: $name.into(), arg: (*self).into(), runtime: None }
+            }
+        }
+    )*};
+}
+scalar_capture!(i32 => "i32", i64 => "i64", f32 => "f32", f64 => "f64");
+
+impl Capture for bool {
+    fn capture(&self) -> Captured {
+        Captured {
+            ty: "bool".into(),
+            arg: Arg::I32(i32::from(*self)),
+            runtime: None,
+        }
+    }
+}
+
+impl<T: Element> Capture for Array<T> {
+    fn capture(&self) -> Captured {
+        let elem = match T::ELEM {
+            offload_ir::Elem::I32 => "i32",
+            offload_ir::Elem::I64 => "i64",
+            offload_ir::Elem::F32 => "f32",
+            _ => "f64",
+        };
+        let arg: Arg = self.into();
+        let runtime = match &arg {
+            Arg::Ref { rt, .. } => Some(*rt),
+            _ => None,
+        };
+        Captured {
+            ty: format!("&mut [{elem}]"),
+            arg,
+            runtime,
+        }
+    }
+}
+
+impl<C: Capture + ?Sized> Capture for &C {
+    fn capture(&self) -> Captured {
+        (**self).capture()
+    }
+}
+
+/// A `kernel!` closure's code: its body's text as written, where it is,
+/// its index and the names it captures; and the modules compiled from it,
+/// one per runtime and capture types.
+pub struct ClosureSite {
+    body: &'static str,
+    file: &'static str,
+    line: u32,
+    col: u32,
+    index: &'static str,
+    index_ty: &'static str,
+    names: &'static [&'static str],
+    compiled: Mutex<Vec<(u64, Vec<String>, Module)>>,
+}
+
+impl std::fmt::Debug for ClosureSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "kernel! at {}:{}:{}", self.file, self.line, self.col)
+    }
+}
+
+impl ClosureSite {
+    /// A site (what `kernel!` expands to).
+    pub const fn new(
+        body: &'static str,
+        file: &'static str,
+        line: u32,
+        col: u32,
+        index: &'static str,
+        index_ty: &'static str,
+        names: &'static [&'static str],
+    ) -> Self {
+        ClosureSite {
+            body,
+            file,
+            line,
+            col,
+            index,
+            index_ty,
+            names,
+            compiled: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The kernel's source for these capture types: the body stands at
+    /// its own line and column, so errors point at the user's lines.
+    pub fn source(&self, types: &[String]) -> String {
+        let params: Vec<String> = self
+            .names
+            .iter()
+            .zip(types)
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
+        let head = format!(
+            "#[kernel] fn closure({}: {}{}{}) {{",
+            self.index,
+            self.index_ty,
+            if params.is_empty() { "" } else { ", " },
+            params.join(", ")
+        );
+        let pad = "\n".repeat(self.line.saturating_sub(2) as usize);
+        let indent = " ".repeat(self.col.saturating_sub(1) as usize);
+        let sep = if self.line >= 2 { "\n" } else { " " };
+        format!("{pad}{head}{sep}{indent}{}\n}}\n", self.body)
+    }
+
+    /// The closure over `captures` (in the order of the site's names),
+    /// compiling the body on the first launch with these types.
+    pub fn bind(&self, captures: Vec<Captured>) -> Result<Closure, OffloadError> {
+        let setup =
+            |m: String| OffloadError::Setup(format!("kernel! at {}:{}: {m}", self.file, self.line));
+        let Some(rt_id) = captures.iter().find_map(|c| c.runtime) else {
+            return Err(setup(
+                "the closure captures no heap array, so it has nowhere to write its results (and no runtime to run on)".into(),
+            ));
+        };
+        if let Some(other) = captures
+            .iter()
+            .find_map(|c| c.runtime.filter(|r| *r != rt_id))
+        {
+            let _ = other;
+            return Err(setup(
+                "the closure captures arrays of two different runtimes".into(),
+            ));
+        }
+        let rt =
+            Runtime::by_id(rt_id).ok_or_else(|| setup("its arrays' runtime is gone".into()))?;
+        let types: Vec<String> = captures.iter().map(|c| c.ty.clone()).collect();
+        let module = {
+            let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+            match compiled.iter().find(|(r, t, _)| *r == rt_id && *t == types) {
+                Some((_, _, m)) => m.clone(),
+                None => {
+                    let m = rt.load_source(self.file, &self.source(&types))?;
+                    compiled.push((rt_id, types, m.clone()));
+                    m
+                }
+            }
+        };
+        module.closure("closure", captures.into_iter().map(|c| c.arg))
+    }
+}
+
+/// A `kernels! { ... }` block: a whole source module, compiled when the
+/// Rust program is, loaded once per runtime by [`SourceModule::load`].
+pub struct SourceModule {
+    text: &'static str,
+    file: &'static str,
+    line: u32,
+    loaded: Mutex<Vec<(u64, Module)>>,
+}
+
+impl std::fmt::Debug for SourceModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "kernels! at {}:{}", self.file, self.line)
+    }
+}
+
+impl SourceModule {
+    /// A module (what `kernels!` expands to).
+    pub const fn new(text: &'static str, file: &'static str, line: u32) -> Self {
+        SourceModule {
+            text,
+            file,
+            line,
+            loaded: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The module's source text.
+    pub fn text(&self) -> &'static str {
+        self.text
+    }
+
+    /// The module on `rt` (loaded on the first call for each runtime).
+    pub fn load(&self, rt: &Runtime) -> Result<Module, OffloadError> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, m)) = loaded.iter().find(|(id, _)| *id == rt.id()) {
+            return Ok(m.clone());
+        }
+        // The text starts on the invocation's line: pad so that lines
+        // match the Rust file's.
+        let pad = "\n".repeat(self.line.saturating_sub(1) as usize);
+        let m = rt.load_source(self.file, &format!("{pad}{}", self.text))?;
+        loaded.push((rt.id(), m.clone()));
+        Ok(m)
+    }
+}
+
+/// What [`crate::par_offload`] launches: a [`Closure`], or what
+/// `kernel!` gives (the closure, or why it could not be made).
+pub trait Launchable {
+    /// Run over `range` on the closure's runtime.
+    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError>;
+}
+
+impl Launchable for &Closure {
+    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
+        self.module.rt.par_offload(range, self)
+    }
+}
+
+impl Launchable for Closure {
+    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
+        (&self).launch(range)
+    }
+}
+
+impl<L: Launchable> Launchable for Result<L, OffloadError> {
+    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
+        self?.launch(range)
+    }
+}

@@ -1,0 +1,128 @@
+//! `kernel!` and `kernels!`: kernels written in Rust code, on the
+//! interpreter and the CPU device, against the same loops in plain Rust.
+
+use offload::{Device, OffloadError, Runtime, kernel, kernels, par_offload};
+
+fn runtimes() -> Vec<Runtime> {
+    [Device::Interpreter, Device::Cpu]
+        .into_iter()
+        .map(|d| Runtime::builder().device(d).workers(2).build().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_closure_kernel_captures_its_free_variables() {
+    for rt in runtimes() {
+        let n = 5000usize;
+        let xs: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.5).collect();
+        let ys: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let x = rt.array(&xs).unwrap();
+        let y = rt.array(&ys).unwrap();
+        let a = 3.0f32;
+        // Launched twice: the second launch reuses the compiled kernel.
+        for _ in 0..2 {
+            par_offload(0..n as i64, kernel!(move |i| y[i] = a * x[i] + y[i])).unwrap();
+        }
+        let got = rt.read(&y).unwrap();
+        let want: Vec<f32> = (0..n).map(|i| a * xs[i] + (a * xs[i] + ys[i])).collect();
+        assert_eq!(got, want, "{:?}", rt.device());
+    }
+}
+
+#[test]
+fn a_closure_kernel_with_loops_locals_and_an_i64_index() {
+    for rt in runtimes() {
+        let n = 64usize;
+        let m = rt
+            .array(&(0..n).map(|i| i as f64).collect::<Vec<_>>())
+            .unwrap();
+        let out = rt.new_array::<f64>(n).unwrap();
+        let terms = 10;
+        par_offload(
+            0..n as i64,
+            kernel!(move |i: i64| {
+                let mut s = 0.0;
+                for k in 0..terms {
+                    if k % 2 == 0 {
+                        s += m[i] * k as f64;
+                    } else {
+                        s -= 1.0;
+                    }
+                }
+                out[i] = s;
+            }),
+        )
+        .unwrap();
+        let got = rt.read(&out).unwrap();
+        for (i, g) in got.iter().enumerate() {
+            let mut s = 0.0;
+            for k in 0..10 {
+                if k % 2 == 0 {
+                    s += i as f64 * f64::from(k);
+                } else {
+                    s -= 1.0;
+                }
+            }
+            assert_eq!(*g, s, "workitem {i}");
+        }
+    }
+}
+
+#[test]
+fn a_type_error_in_a_closure_points_at_its_line_in_this_file() {
+    let rt = Runtime::builder().device(Device::Cpu).build().unwrap();
+    let out = rt.new_array::<f32>(4).unwrap();
+    let scale = 2.0f32;
+    let line = line!() + 1;
+    let r = par_offload(0..4, kernel!(move |i| out[i] = scale * i));
+    let Err(OffloadError::Load { rendered, .. }) = r else {
+        panic!("expected a compile error, got {r:?}");
+    };
+    assert!(rendered.contains("tests/kernel_macro.rs"), "{rendered}");
+    assert!(rendered.contains(&format!("{line} │")), "{rendered}");
+    assert!(rendered.contains("scale * i"), "{rendered}");
+    assert!(rendered.contains("expected f32"), "{rendered}");
+}
+
+#[test]
+fn a_closure_that_captures_no_array_says_why_it_cannot_run() {
+    let k = 3i32;
+    let r = par_offload(
+        0..4,
+        kernel!(move |i| if i == k {
+            throw!(IllegalState);
+        }),
+    );
+    let Err(e) = r else {
+        panic!("ran without a heap")
+    };
+    assert!(e.to_string().contains("captures no heap array"), "{e}");
+}
+
+#[test]
+fn a_kernels_block_is_a_module_with_classes_and_functions() {
+    let src = kernels! {
+        struct Acc { total: i64 }
+
+        fn weight(k: i64) -> i64 { k * k }
+
+        #[kernel]
+        fn tally(i: i64, acc: Acc, out: &mut [i64]) {
+            atomic_add(&mut acc.total, weight(i));
+            out[i] = weight(i);
+        }
+    };
+    for rt in runtimes() {
+        let m = src.load(&rt).unwrap();
+        let acc = m.new_object("Acc").unwrap();
+        let out = rt.new_array::<i64>(100).unwrap();
+        par_offload(
+            0..100,
+            &m.closure("tally", [(&acc).into(), (&out).into()]).unwrap(),
+        )
+        .unwrap();
+        let want: i64 = (0..100).map(|k| k * k).sum();
+        assert_eq!(rt.read(&out).unwrap()[9], 81);
+        assert_eq!(m.get_field::<i64>(&acc, "total").unwrap(), want);
+    }
+}
