@@ -96,7 +96,7 @@ fn run(b: offload::RuntimeBuilder, items: usize, n: i32) -> offload::LaunchRepor
     let out = rt.new_array::<i64>(items).unwrap();
     let r = par_offload(
         0..items as i64,
-        &m.closure("build", [n.into(), (&out).into()]).unwrap(),
+        m.closure("build", [n.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     let got = rt.read(&out).unwrap();
@@ -198,7 +198,7 @@ fn large_arrays_skip_the_fast_path_and_exhaustion_is_an_exception() {
         )
         .unwrap();
     let out = rt.new_array::<i32>(64).unwrap();
-    let r = par_offload(0..64, &m.closure("big", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..64, m.closure("big", [(&out).into()]).unwrap()).unwrap();
     assert_eq!(rt.read(&out).unwrap(), vec![1000; 64]);
     assert!(r.fallback.is_none() && r.alloc.direct >= 64, "{r}");
 
@@ -214,7 +214,7 @@ fn large_arrays_skip_the_fast_path_and_exhaustion_is_an_exception() {
     let out = rt.new_array::<i64>(4000).unwrap();
     let r = par_offload(
         0..4000,
-        &m.closure("build", [64.into(), (&out).into()]).unwrap(),
+        m.closure("build", [64.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..4000).map(|i| 64 * i + 64 * 63).collect();
@@ -231,7 +231,7 @@ fn large_arrays_skip_the_fast_path_and_exhaustion_is_an_exception() {
     let keep = "class Node {\n    field next: Node\n}\n\nkernel keep(i: i64, out: Node[]) {\n    load out\n    load i\n    i64.to_i32\n    new Node\n    ref.astore\n    ret\n}\n";
     let m = rt.load("keep.obc", keep).unwrap();
     let all = m.new_ref_array("Node", 100_000).unwrap();
-    match par_offload(0..100_000, &m.closure("keep", [(&all).into()]).unwrap()) {
+    match par_offload(0..100_000, m.closure("keep", [(&all).into()]).unwrap()) {
         Err(offload::OffloadError::Exceptions(e)) => {
             assert_eq!(e.first.kind, offload::ir::ExceptionKind::OutOfMemory);
         }
@@ -245,7 +245,7 @@ fn negative_lengths_deopt_and_throw_as_on_the_interpreter() {
     let rt = cpu().build().unwrap();
     let m = rt.load("neg.obc", src).unwrap();
     let out = rt.new_array::<i32>(10).unwrap();
-    match par_offload(0..10, &m.closure("neg", [(&out).into()]).unwrap()) {
+    match par_offload(0..10, m.closure("neg", [(&out).into()]).unwrap()) {
         Err(offload::OffloadError::Exceptions(e)) => {
             assert_eq!(e.count, 5);
             assert_eq!(e.first.kind, offload::ir::ExceptionKind::NegativeArraySize);

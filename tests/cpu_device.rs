@@ -35,7 +35,7 @@ fn compiled_kernels_run_natively_and_others_fall_back_with_a_reason() {
     );
     let r = par_offload(
         0..100,
-        &m.closure("saxpy", [3.0f32.into(), (&x).into(), (&y).into()])
+        m.closure("saxpy", [3.0f32.into(), (&x).into(), (&y).into()])
             .unwrap(),
     )
     .unwrap();
@@ -49,7 +49,7 @@ fn compiled_kernels_run_natively_and_others_fall_back_with_a_reason() {
 
     let m = rt.load("shapes.obc", example("shapes.obc")).unwrap();
     let out = rt.new_array::<f64>(10).unwrap();
-    let r = par_offload(0..10, &m.closure("shape_areas", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..10, m.closure("shape_areas", [(&out).into()]).unwrap()).unwrap();
     assert!(
         r.fallback.is_none(),
         "virtual calls and allocation compile: {r}"
@@ -64,7 +64,7 @@ fn compiled_kernels_run_natively_and_others_fall_back_with_a_reason() {
     let src = "func fact(n: i64) -> i64 {\n    load n\n    i64.const 1\n    i64.le\n    br_unless rec\n    i64.const 1\n    ret\n  rec:\n    load n\n    load n\n    i64.const 1\n    i64.sub\n    call fact\n    i64.mul\n    ret\n}\n\nkernel k(i: i64, out: i64[]) {\n    load out\n    load i\n    i64.to_i32\n    load i\n    call fact\n    i64.astore\n    ret\n}\n";
     let m = rt.load("fact.obc", src).unwrap();
     let out = rt.new_array::<i64>(6).unwrap();
-    let r = par_offload(0..6, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..6, m.closure("k", [(&out).into()]).unwrap()).unwrap();
     let why = r.fallback.expect("recursion: interpreter");
     assert!(why.contains("recursive"), "{why}");
     assert_eq!(rt.read(&out).unwrap(), [1, 1, 2, 6, 24, 120]);
@@ -147,7 +147,7 @@ fn injected_inc(site_bci: u32, modulus: i64, n: usize) -> offload::LaunchReport 
         .unwrap();
     let m = rt.load("inc.obc", INC).unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
-    let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..n as i64, m.closure("inc", [(&out).into()]).unwrap()).unwrap();
     let got = rt.read(&out).unwrap();
     let wrong: Vec<usize> = (0..n).filter(|&i| got[i] != 1).take(5).collect();
     assert!(
@@ -187,7 +187,7 @@ fn reports_partition_the_range_under_a_safepoint_storm() {
         let m = rt.load("inc.obc", INC).unwrap();
         let n = 200_000usize;
         let out = rt.new_array::<i32>(n).unwrap();
-        let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+        let r = par_offload(0..n as i64, m.closure("inc", [(&out).into()]).unwrap()).unwrap();
         assert!(rt.read(&out).unwrap().iter().all(|&v| v == 1));
         assert_eq!(r.completed, n as u64);
         stress::check_report(&r, &format!("{device:?}, safepoint storm"));
@@ -263,10 +263,10 @@ fn deopts_inside_unrolled_groups_are_replayed_exactly_once() {
                 .unwrap();
             let m = rt.load("inc.obc", INC).unwrap();
             let warm = rt.new_array::<i32>(n).unwrap();
-            par_offload(0..n as i64, &m.closure("inc", [(&warm).into()]).unwrap()).unwrap();
+            par_offload(0..n as i64, m.closure("inc", [(&warm).into()]).unwrap()).unwrap();
             rt.finish_compiles();
             let out = rt.new_array::<i32>(n).unwrap();
-            let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+            let r = par_offload(0..n as i64, m.closure("inc", [(&out).into()]).unwrap()).unwrap();
             assert!(!r.quick_tier, "the optimized tier runs");
             let got = rt.read(&out).unwrap();
             let wrong: Vec<usize> = (0..n).filter(|&i| got[i] != 1).take(5).collect();
@@ -300,7 +300,7 @@ fn bounded_bookkeeping_for_a_huge_range() {
         .unwrap();
     let m = rt.load("probe.obc", "kernel probe(i: i64, out: i64[]) {\n    load i\n    i64.const 1000000000\n    i64.lt\n    br_unless done\n  done:\n    ret\n}\n").unwrap();
     let out = rt.new_array::<i64>(1).unwrap();
-    let r = par_offload(0..1_000, &m.closure("probe", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..1_000, m.closure("probe", [(&out).into()]).unwrap()).unwrap();
     assert_eq!(r.replayed, 1);
     assert!(r.deopt_table.len() <= offload::LaunchReport::TABLE_ROWS);
 }
@@ -318,7 +318,7 @@ fn compiled_code_is_never_reused_for_another_module() {
     for c in [7, 9, 11] {
         let m = rt.load("k.obc", &src(c)).unwrap();
         let out = rt.new_array::<i32>(4).unwrap();
-        let r = par_offload(0..4, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+        let r = par_offload(0..4, m.closure("k", [(&out).into()]).unwrap()).unwrap();
         assert!(r.fallback.is_none());
         assert_eq!(rt.read(&out).unwrap(), vec![c; 4]);
     }
@@ -332,12 +332,12 @@ fn ranges_near_the_top_of_i64_do_not_wrap_the_cursor() {
     let out = rt.new_array::<i64>(1).unwrap();
     let r = par_offload(
         i64::MAX - 100..i64::MAX,
-        &m.closure("k", [(&out).into()]).unwrap(),
+        m.closure("k", [(&out).into()]).unwrap(),
     )
     .unwrap();
     assert_eq!(rt.read(&out).unwrap(), [100]);
     assert!(r.fallback.unwrap().contains("i64::MAX"));
-    let r = par_offload(-50..50, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(-50..50, m.closure("k", [(&out).into()]).unwrap()).unwrap();
     assert!(r.fallback.is_none());
     assert_eq!(rt.read(&out).unwrap(), [200]);
 }
@@ -546,7 +546,7 @@ fn deopts_in_a_callee_inlined_into_both_versions_save_that_copys_frame() {
         .unwrap();
     let m = rt.load("twice.obc", TWICE_INLINED).unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
-    let r = par_offload(0..n as i64, &m.closure("k", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..n as i64, m.closure("k", [(&out).into()]).unwrap()).unwrap();
     assert!(r.fallback.is_none(), "{r}");
     // A failed refill fails its own allocation (the others of its TLAB go
     // on): one deopt in each TLAB's worth, reported at the kernel's call.

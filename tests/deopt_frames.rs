@@ -58,7 +58,7 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                     break;
                 };
                 let w = (seed % 5) as i64;
-                let report = match par_offload(w..w + 1, &mc.closure(&kname, ac).unwrap()) {
+                let report = match par_offload(w..w + 1, mc.closure(&kname, ac).unwrap()) {
                     Ok(r) => r,
                     Err(offload::OffloadError::Exceptions(e)) => e.report,
                     Err(e) => panic!("case {case}: {e}\n{text}"),

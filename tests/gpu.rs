@@ -127,7 +127,7 @@ fn injected_inc(site_bci: u32, modulus: i64) -> offload::LaunchReport {
         .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
-    let r = par_offload(0..n as i64, &m.closure("inc", [(&out).into()]).unwrap()).unwrap();
+    let r = par_offload(0..n as i64, m.closure("inc", [(&out).into()]).unwrap()).unwrap();
     assert_eq!(r.device, Device::Cuda, "{r}");
     let got = rt.read(&out).unwrap();
     let wrong: Vec<usize> = (0..n).filter(|&i| got[i] != 1).take(5).collect();
@@ -286,7 +286,7 @@ fn tlab_refills_under_contention_one_refiller_per_overflow() {
     let before = rt.heap().used();
     let rep = par_offload(
         0..items as i64,
-        &m.closure("list", [n.into(), (&out).into()]).unwrap(),
+        m.closure("list", [n.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     assert_eq!(rep.device, Device::Cuda, "{rep}");
@@ -326,7 +326,7 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
     let out = rt.new_array::<i64>(items).unwrap();
     let rep = par_offload(
         0..items as i64,
-        &m.closure("list", [8i32.into(), (&out).into()]).unwrap(),
+        m.closure("list", [8i32.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..items as i64)
@@ -370,7 +370,7 @@ fn a_full_heap_is_collected_between_relaunches() {
     let out = rt.new_array::<i64>(items).unwrap();
     let rep = par_offload(
         0..items as i64,
-        &m.closure("list", [64i32.into(), (&out).into()]).unwrap(),
+        m.closure("list", [64i32.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..items as i64)
@@ -461,7 +461,7 @@ kernel div(i: i64, out: i32[]) {
     let m = rt.load("storm.obc", src).unwrap();
     let n = size(&rt, 300_000, 5_000);
     let out = rt.new_array::<i32>(n).unwrap();
-    let err = par_offload(0..n as i64, &m.closure("div", [(&out).into()]).unwrap()).unwrap_err();
+    let err = par_offload(0..n as i64, m.closure("div", [(&out).into()]).unwrap()).unwrap_err();
     let OffloadError::Exceptions(e) = err else {
         panic!("{err}")
     };
@@ -494,7 +494,7 @@ fn a_kernel_that_stores_outside_the_heap_is_an_error_naming_its_ptx_line() {
         .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(100).unwrap();
-    let err = par_offload(0..100, &m.closure("inc", [(&out).into()]).unwrap()).unwrap_err();
+    let err = par_offload(0..100, m.closure("inc", [(&out).into()]).unwrap()).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("illegal") && msg.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),

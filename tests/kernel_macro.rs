@@ -118,7 +118,7 @@ fn a_kernels_block_is_a_module_with_classes_and_functions() {
         let out = rt.new_array::<i64>(100).unwrap();
         par_offload(
             0..100,
-            &m.closure("tally", [(&acc).into(), (&out).into()]).unwrap(),
+            m.closure("tally", [(&acc).into(), (&out).into()]).unwrap(),
         )
         .unwrap();
         let want: i64 = (0..100).map(|k| k * k).sum();

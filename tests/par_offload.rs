@@ -39,7 +39,7 @@ fn atomic_histogram_sums_exactly() {
     let (d, bins) = (rt.array(&data).unwrap(), rt.new_array::<i32>(7).unwrap());
     par_offload(
         0..data.len() as i64,
-        &m.closure("histogram", [(&d).into(), (&bins).into()])
+        m.closure("histogram", [(&d).into(), (&bins).into()])
             .unwrap(),
     )
     .unwrap();
@@ -88,7 +88,7 @@ fn alloc_run(policy: AllocPolicy) {
     let sums = rt.new_array::<i64>(500).unwrap();
     par_offload(
         0..500,
-        &ll.closure("linked_list", [60i32.into(), (&sums).into()])
+        ll.closure("linked_list", [60i32.into(), (&sums).into()])
             .unwrap(),
     )
     .unwrap();

@@ -170,12 +170,8 @@ fn boxes_survive(
     let m = rt.load("boxes.obc", BOXES).unwrap();
     let l = lists(rt);
     let h = m.new_object("Boxes").unwrap();
-    let made = par_offload(
-        0..1,
-        &m.closure("make", [Arg::I32(n), (&h).into()]).unwrap(),
-    )
-    .unwrap();
-    let filled = par_offload(0..i64::from(n), &m.closure("fill", [(&h).into()]).unwrap()).unwrap();
+    let made = par_offload(0..1, m.closure("make", [Arg::I32(n), (&h).into()]).unwrap()).unwrap();
+    let filled = par_offload(0..i64::from(n), m.closure("fill", [(&h).into()]).unwrap()).unwrap();
     let dead = churn(rt, &l, 3000, 3);
     assert!(
         busy || dead.iter().all(|(r, _)| r.alloc.reclaimed > 0),
@@ -184,7 +180,7 @@ fn boxes_survive(
     let out = rt.new_array::<i64>(n as usize).unwrap();
     par_offload(
         0..i64::from(n),
-        &m.closure("deref", [(&h).into(), (&out).into()]).unwrap(),
+        m.closure("deref", [(&h).into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..i64::from(n)).map(|i| 2 * i + 1000).collect();
@@ -459,7 +455,7 @@ fn lists_a_workitem_keeps_survive_the_workitems_after_it() {
         let out = rt.new_array::<i64>(items).unwrap();
         let r = par_offload(
             0..items as i64,
-            &m.closure("build", [n.into(), (&keep).into(), (&out).into()])
+            m.closure("build", [n.into(), (&keep).into(), (&out).into()])
                 .unwrap(),
         )
         .unwrap();
@@ -474,7 +470,7 @@ fn lists_a_workitem_keeps_survive_the_workitems_after_it() {
         let again = rt.new_array::<i64>(items).unwrap();
         par_offload(
             0..items as i64,
-            &m.closure("kept", [(&keep).into(), (&again).into()])
+            m.closure("kept", [(&keep).into(), (&again).into()])
                 .unwrap(),
         )
         .unwrap();
@@ -506,13 +502,13 @@ fn an_object_linked_into_another_workitems_object_survives() {
         let m = rt.load("kept.obc", KEPT_LISTS).unwrap();
         let n = 5000i64;
         let keep = m.new_ref_array("Node", 1).unwrap();
-        let r = par_offload(0..n, &m.closure("chain", [(&keep).into()]).unwrap()).unwrap();
+        let r = par_offload(0..n, m.closure("chain", [(&keep).into()]).unwrap()).unwrap();
         assert_eq!(r.alloc.recycled, 0, "{r}");
         assert_eq!(r.alloc.reclaimed, 0, "{r}");
         let out = rt.new_array::<i64>(2).unwrap();
         par_offload(
             0..1,
-            &m.closure("count", [(&keep).into(), (&out).into()]).unwrap(),
+            m.closure("count", [(&keep).into(), (&out).into()]).unwrap(),
         )
         .unwrap();
         let got = rt.read(&out).unwrap();

@@ -258,7 +258,7 @@ fn stopped_again_and_again(b: offload::RuntimeBuilder, n: usize, iters: i32) {
     let out = rt.new_array::<i32>(n).unwrap();
     let r = par_offload(
         0..n as i64,
-        &m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
+        m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     assert!(rt.read(&out).unwrap().iter().all(|&v| v == iters), "{r}");
@@ -507,7 +507,7 @@ fn reentry_off_replays_every_stop() {
     let out = rt.new_array::<i32>(n).unwrap();
     let r = par_offload(
         0..n as i64,
-        &m.closure("spin", [30i32.into(), (&out).into()]).unwrap(),
+        m.closure("spin", [30i32.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     assert!(rt.read(&out).unwrap().iter().all(|&v| v == 30));

@@ -68,7 +68,7 @@ pub fn run(rt: &Runtime, n: usize, m: i32, what: &[String]) -> LaunchReport {
     let counter = rt.new_array::<i64>(1).unwrap();
     let r = par_offload(
         0..n as i64,
-        &mm.closure("stress", [m.into(), (&out).into(), (&counter).into()])
+        mm.closure("stress", [m.into(), (&out).into(), (&counter).into()])
             .unwrap(),
     )
     .unwrap();
@@ -133,7 +133,7 @@ pub fn check_safepoint_rate(rt: &Runtime, n: i64, every: u64, seed: u64) -> Laun
     let out = rt.new_array::<i32>(n as usize).unwrap();
     let r = par_offload(
         0..n,
-        &m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
+        m.closure("spin", [iters.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     assert!(rt.read(&out).unwrap().iter().all(|&v| v == iters));
