@@ -180,7 +180,8 @@ impl ClosureSite {
             .map(|(n, t)| format!("{n}: {t}"))
             .collect();
         let head = format!(
-            "#[kernel] fn closure({}: {}{}{}) {{",
+            "#[kernel] fn {}({}: {}{}{}) {{",
+            self.kernel_name(),
             self.index,
             self.index_ty,
             if params.is_empty() { "" } else { ", " },
@@ -225,7 +226,13 @@ impl ClosureSite {
                 }
             }
         };
-        module.closure("closure", captures.into_iter().map(|c| c.arg))
+        module.closure(&self.kernel_name(), captures.into_iter().map(|c| c.arg))
+    }
+
+    /// The kernel's name in reports and traces: `closure_at_LINE` (its
+    /// line in the Rust file).
+    pub fn kernel_name(&self) -> String {
+        format!("closure_at_{}", self.line)
     }
 }
 
