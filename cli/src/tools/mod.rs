@@ -16,4 +16,5 @@ pub mod differential;
 pub mod experiment;
 pub mod isa;
 pub mod reference;
+pub mod source_gen;
 pub mod vgpu_counters;
