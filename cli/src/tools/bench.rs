@@ -556,6 +556,12 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 ),
             );
         }
+        // Kernels from source against the same kernels from bytecode, and
+        // the front end's compile time (`bench_source`).
+        for r in crate::tools::bench_source::rows(rt, s, reps)? {
+            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+            push(&r.bench, base, r.offload, r.target, r.note);
+        }
         // Stopping long workitems: safepoints during a launch against the
         // same launch without them (`bench_stops`).
         for r in crate::tools::bench_stops::rows(rt.workers(), s, reps)? {

@@ -48,6 +48,26 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "throws.obc",
         include_str!("../../../examples/kernels/throws.obc"),
     ),
+    (
+        "saxpy.ofk",
+        include_str!("../../../examples/kernels/saxpy.ofk"),
+    ),
+    (
+        "mandelbrot.ofk",
+        include_str!("../../../examples/kernels/mandelbrot.ofk"),
+    ),
+    (
+        "nbody.ofk",
+        include_str!("../../../examples/kernels/nbody.ofk"),
+    ),
+    (
+        "blackscholes.ofk",
+        include_str!("../../../examples/kernels/blackscholes.ofk"),
+    ),
+    (
+        "matmul.ofk",
+        include_str!("../../../examples/kernels/matmul.ofk"),
+    ),
 ];
 
 /// The exactly-once probe: `out[i] += 1` with a plain load and store, so a
@@ -147,6 +167,16 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 ";
 
 /// The source of an example by file name.
+/// Load the example `name` on `rt`: its source version (`.ofk`) or its
+/// bytecode (`.obc`).
+pub fn load_example(rt: &Runtime, name: &str) -> Result<offload::Module, OffloadError> {
+    if name.ends_with(".ofk") {
+        rt.load_source(name, example(name))
+    } else {
+        rt.load(name, example(name))
+    }
+}
+
 pub fn example(name: &str) -> &'static str {
     EXAMPLES
         .iter()
@@ -477,7 +507,16 @@ pub(crate) fn nbody_closure(
     rt: &Runtime,
     bodies: &native::Bodies,
 ) -> Result<(Closure, Vec<Array<f32>>), OffloadError> {
-    let m = rt.load("nbody.obc", example("nbody.obc"))?;
+    nbody_closure_from(rt, "nbody.obc", bodies)
+}
+
+/// [`nbody_closure`] from the example `file` (`nbody.obc` or `nbody.ofk`).
+pub(crate) fn nbody_closure_from(
+    rt: &Runtime,
+    file: &str,
+    bodies: &native::Bodies,
+) -> Result<(Closure, Vec<Array<f32>>), OffloadError> {
+    let m = load_example(rt, file)?;
     let arrays = bodies
         .columns()
         .into_iter()
@@ -500,7 +539,18 @@ pub(crate) fn blackscholes_closure(
     x: &[f32],
     t: &[f32],
 ) -> Result<(Closure, Array<f32>, Array<f32>), OffloadError> {
-    let m = rt.load("blackscholes.obc", example("blackscholes.obc"))?;
+    blackscholes_closure_from(rt, "blackscholes.obc", s, x, t)
+}
+
+/// [`blackscholes_closure`] from the example `file`.
+pub(crate) fn blackscholes_closure_from(
+    rt: &Runtime,
+    file: &str,
+    s: &[f32],
+    x: &[f32],
+    t: &[f32],
+) -> Result<(Closure, Array<f32>, Array<f32>), OffloadError> {
+    let m = load_example(rt, file)?;
     let (sa, xa, ta) = (rt.array(s)?, rt.array(x)?, rt.array(t)?);
     let (call, put) = (rt.new_array::<f32>(s.len())?, rt.new_array::<f32>(s.len())?);
     let c = m.closure(
