@@ -130,6 +130,20 @@ pub enum OffloadError {
         /// End.
         end: i64,
     },
+    /// The kernel narrows its workitem index to `i32` (a source kernel
+    /// with `i: i32`, or bytecode that converts it with `i64.to_i32`), and
+    /// the range does not fit: its workitems would wrap and alias.
+    #[error(
+        "kernel `{kernel}` takes its workitem index as an i32, and the range {start}..{end} does not fit in i32 (declare the index `i: i64` to launch over it)"
+    )]
+    IndexRange {
+        /// The kernel.
+        kernel: String,
+        /// Start.
+        start: i64,
+        /// End.
+        end: i64,
+    },
     /// Workitems threw.
     #[error("{0}")]
     Exceptions(Box<KernelExceptions>),

@@ -41,6 +41,15 @@ pub(crate) fn launch(
             end: range.end,
         });
     }
+    let f = call.prog.verified().func(call.kernel);
+    let fits = range.start >= i64::from(i32::MIN) && range.end <= i64::from(i32::MAX) + 1;
+    if !fits && range.start < range.end && offload_ir::analysis::narrows_index(f) {
+        return Err(OffloadError::IndexRange {
+            kernel: f.name.clone(),
+            start: range.start,
+            end: range.end,
+        });
+    }
     let plan = state
         .lock()
         .unwrap_or_else(|e| e.into_inner())

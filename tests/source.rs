@@ -60,3 +60,52 @@ fn random_source_programs_compile_verify_and_agree_on_every_device() {
     }
     assert_eq!(kernels as u64, cases, "every program's kernel ran");
 }
+
+/// An `i32` index is narrowed once, like hand-written bytecode: the
+/// runtime refuses a range that does not fit (the workitems would wrap
+/// onto each other's elements). An `i64` index takes any range, and an
+/// index past `i32` throws where it is used.
+#[test]
+fn index_types_and_ranges_beyond_i32() {
+    let rt = offload::Runtime::builder()
+        .device(Device::Cpu)
+        .build()
+        .unwrap();
+    let narrow = rt
+        .load_source(
+            "narrow.ofk",
+            "#[kernel]\nfn k(i: i32, out: &mut [i32]) {\n    out[i % 4] = i;\n}\n",
+        )
+        .unwrap();
+    let out = rt.new_array::<i32>(4).unwrap();
+    let c = narrow.closure("k", [(&out).into()]).unwrap();
+    let big = 1i64 << 31;
+    let e = offload::par_offload(big - 2..big + 2, &c).unwrap_err();
+    assert!(
+        matches!(e, offload::OffloadError::IndexRange { start, end, .. } if start == big - 2 && end == big + 2),
+        "{e}"
+    );
+    assert!(e.to_string().contains("does not fit in i32"), "{e}");
+    // The same kernel over a range that fits runs.
+    offload::par_offload(big - 4..big, &c).unwrap();
+    assert_eq!(
+        rt.read(&out).unwrap(),
+        [i32::MAX - 3, i32::MAX - 2, i32::MAX - 1, i32::MAX]
+    );
+    // An i64 index: past i32 the access throws, nothing wraps.
+    let wide = rt
+        .load_source(
+            "wide.ofk",
+            "#[kernel]\nfn k(i: i64, out: &mut [i64]) {\n    out[i - (1i64 << 40)] = i;\n    out[i] = i;\n}\n",
+        )
+        .unwrap();
+    let out = rt.new_array::<i64>(4).unwrap();
+    let c = wide.closure("k", [(&out).into()]).unwrap();
+    let base = 1i64 << 40;
+    let Err(offload::OffloadError::Exceptions(e)) = offload::par_offload(base..base + 4, &c) else {
+        panic!("expected exceptions");
+    };
+    assert_eq!(e.count, 4);
+    assert_eq!(e.first.kind.name(), "IndexOutOfBounds");
+    assert_eq!(rt.read(&out).unwrap(), [base, base + 1, base + 2, base + 3]);
+}

@@ -412,3 +412,26 @@ pub fn dump(v: &Verified, func: FuncId) -> String {
     let _ = writeln!(out, "  max frame: {}", a.max_frame);
     out
 }
+
+/// Whether kernel `f` uses its workitem index (local 0, an `i64`) only as
+/// an `i32`: every `load` of it is followed at once by `i64.to_i32`, and
+/// nothing stores to it. Such a kernel wraps an index outside `i32`, so
+/// the runtime refuses launch ranges that do not fit (`OffloadError::
+/// IndexRange`) instead of letting workitems alias.
+pub fn narrows_index(f: &Function) -> bool {
+    let zero = LocalId(0);
+    let mut loads = 0;
+    for (k, inst) in f.body.iter().enumerate() {
+        match inst {
+            Inst::Load { local } if *local == zero => {
+                if f.body.get(k + 1) != Some(&Inst::I64ToI32) {
+                    return false;
+                }
+                loads += 1;
+            }
+            Inst::Store { local } | Inst::Inc { local, .. } if *local == zero => return false,
+            _ => {}
+        }
+    }
+    loads > 0
+}

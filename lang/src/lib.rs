@@ -21,10 +21,10 @@
 //! ```
 //!
 //! - **Kernels** are functions marked `#[kernel]`; the first parameter is
-//!   the workitem index, `i32` or `i64`. With `i32` the kernel checks once
-//!   that the index fits (else it throws `IllegalArgument`) and indexes
-//!   without further checks; an `i64` index is narrowed at each use, and
-//!   one that does not fit in `i32` throws `IndexOutOfBounds`.
+//!   the workitem index, `i32` or `i64`. An `i32` index is narrowed once,
+//!   and the runtime refuses a launch range that does not fit in `i32`
+//!   (`OffloadError::IndexRange`); an `i64` index is narrowed at each use,
+//!   and one that does not fit in `i32` throws `IndexOutOfBounds`.
 //! - **Types**: `i32 i64 f32 f64 bool`, slices `&[T]`/`&mut [T]` (heap
 //!   arrays; only `&mut` ones take stores), classes `C` and `Option<C>`.
 //! - **Classes** are structs; `#[extends(Parent)]` gives single
@@ -53,7 +53,7 @@ pub mod ty;
 use error::{Error, span_of};
 pub use free::free_variables;
 use func::{Binding, Fb};
-use offload_ir::{Diagnostic, Diagnostics, ExceptionKind, FuncId, Inst, Module};
+use offload_ir::{Diagnostic, Diagnostics, FuncId, Inst, Module};
 use std::sync::Arc;
 use ty::Ty;
 
@@ -136,13 +136,16 @@ fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error>
     let mut fb = Fb::new(d, f);
     let sig = &d.sigs[f.index()];
     if sig.kernel && sig.params[0].ty == Ty::I32 {
-        // The runtime passes the index as `i64`: narrow it once.
+        // The runtime passes the index as `i64`: narrow it once, as a
+        // hand-written kernel does (the runtime refuses ranges that do not
+        // fit such a kernel: `offload_ir::analysis::narrows_index`), so
+        // the CPU device's vectorizer sees the same code.
         let p = &sig.params[0];
         fb.span = p.span;
         fb.emit(Inst::Load {
             local: offload_ir::LocalId(0),
         });
-        fb.narrow_checked(ExceptionKind::IllegalArgument);
+        fb.emit(Inst::I64ToI32);
         let local = fb.new_local(&p.name, Ty::I32);
         fb.emit(Inst::Store { local });
         fb.bind(
