@@ -80,3 +80,62 @@ pub type R<T> = Result<T, Error>;
 pub fn err<T>(span: Span, message: impl Into<String>) -> R<T> {
     Err(Error::new(span, message))
 }
+
+/// The span of an expression, from its first token to its last, found by
+/// walking down the expression's left and right edges. `Spanned::span`
+/// prints the whole expression to tokens first, which makes lowering
+/// quadratic in the nesting depth; this is linear in it.
+pub fn expr_span(e: &syn::Expr) -> Span {
+    let (a, b) = (first(e), last(e));
+    span_of(a.join(b).unwrap_or(a))
+}
+
+fn first(e: &syn::Expr) -> proc_macro2::Span {
+    use syn::Expr as E;
+    use syn::spanned::Spanned;
+    match e {
+        E::Binary(b) if b.attrs.is_empty() => first(&b.left),
+        E::Cast(c) if c.attrs.is_empty() => first(&c.expr),
+        E::Index(i) if i.attrs.is_empty() => first(&i.expr),
+        E::Field(f) if f.attrs.is_empty() => first(&f.base),
+        E::MethodCall(m) if m.attrs.is_empty() => first(&m.receiver),
+        E::Call(c) if c.attrs.is_empty() => first(&c.func),
+        E::Assign(a) if a.attrs.is_empty() => first(&a.left),
+        E::Lit(l) if l.attrs.is_empty() => l.lit.span(),
+        E::Path(p) if p.attrs.is_empty() && p.qself.is_none() && p.path.leading_colon.is_none() => {
+            p.path
+                .segments
+                .first()
+                .map_or_else(|| e.span(), |s| s.ident.span())
+        }
+        E::Paren(p) if p.attrs.is_empty() => p.paren_token.span.open(),
+        _ => e.span(),
+    }
+}
+
+fn last(e: &syn::Expr) -> proc_macro2::Span {
+    use syn::Expr as E;
+    use syn::spanned::Spanned;
+    match e {
+        E::Binary(b) => last(&b.right),
+        E::Assign(a) => last(&a.right),
+        E::Index(i) => i.bracket_token.span.close(),
+        E::Field(f) => match &f.member {
+            syn::Member::Named(n) => n.span(),
+            syn::Member::Unnamed(u) => u.span,
+        },
+        E::MethodCall(m) => m.paren_token.span.close(),
+        E::Call(c) => c.paren_token.span.close(),
+        E::Lit(l) => l.lit.span(),
+        E::Path(p) if p.qself.is_none() => p.path.segments.last().map_or_else(
+            || e.span(),
+            |s| match &s.arguments {
+                syn::PathArguments::None => s.ident.span(),
+                _ => e.span(),
+            },
+        ),
+        E::Paren(p) => p.paren_token.span.close(),
+        E::Unary(u) => last(&u.expr),
+        _ => e.span(),
+    }
+}

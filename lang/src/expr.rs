@@ -3,7 +3,7 @@
 //! context asks for; it settles unsuffixed literals, as Rust's inference
 //! does, and is checked by the caller.
 
-use crate::error::{Error, R, err, span_of};
+use crate::error::{Error, R, err, expr_span, span_of};
 use crate::func::Fb;
 use crate::ops::{self, Arith, Cmp};
 use crate::ty::{ArrTy, Ty};
@@ -14,7 +14,7 @@ impl Fb<'_, '_> {
     /// Lower `e`; its instructions are attributed to its span.
     pub fn expr(&mut self, e: &syn::Expr, want: Option<Ty>) -> R<Ty> {
         let saved = self.span;
-        self.span = span_of(e.span());
+        self.span = expr_span(e);
         let r = self.expr_here(e, want);
         self.span = saved;
         r
@@ -24,7 +24,7 @@ impl Fb<'_, '_> {
     /// mismatch: "the argument", "this `let`").
     pub fn expr_as(&mut self, e: &syn::Expr, want: Ty, what: &str) -> R<()> {
         let t = self.expr(e, Some(want))?;
-        self.coerce(t, want, span_of(e.span()), what).map(|_| ())
+        self.coerce(t, want, expr_span(e), what).map(|_| ())
     }
 
     /// Check that a value of type `have` can be used as a `want`; settles
@@ -547,7 +547,7 @@ impl Fb<'_, '_> {
     /// narrowed with a check: one outside `i32` throws `IndexOutOfBounds`
     /// (no array is that long) instead of wrapping to another element.
     pub fn index(&mut self, e: &syn::Expr) -> R<()> {
-        let sp = span_of(e.span());
+        let sp = expr_span(e);
         if let syn::Expr::Range(_) = e {
             return err(sp, "sub-slices are not supported: index one element");
         }

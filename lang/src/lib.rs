@@ -64,6 +64,23 @@ pub const EXTENSION: &str = "ofk";
 /// [`compile_verified`]). Every function is compiled; every function's
 /// first error is reported.
 pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
+    let r = compile_keeping_spans(file, src);
+    // The spans are all in the module and the diagnostics now: let
+    // proc-macro2 forget this file's text (it keeps every parsed file's
+    // for the thread's lifetime otherwise, which a REPL session or a
+    // program with many `kernel!` closures would feel).
+    proc_macro2::extra::invalidate_current_thread_spans();
+    r
+}
+
+/// [`compile`] without letting proc-macro2 forget the text (inside a
+/// procedural macro, where it cannot: `kernels!` checks its module here).
+pub fn check_in_macro(file: &str, src: &str) -> Result<(), Diagnostics> {
+    let module = compile_keeping_spans(file, src)?;
+    verify_generated(module).map(|_| ())
+}
+
+fn compile_keeping_spans(file: &str, src: &str) -> Result<Module, Diagnostics> {
     let file: Arc<str> = file.into();
     let parsed = syn::parse_file(src)
         .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
@@ -92,7 +109,11 @@ pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
 /// it is reported as an internal error at the source position of the
 /// instruction the verifier rejected.
 pub fn compile_verified(file: &str, src: &str) -> Result<offload_ir::Verified, Diagnostics> {
-    let module = compile(file, src)?;
+    verify_generated(compile(file, src)?)
+}
+
+/// Verify the front end's output; an error is the front end's bug.
+fn verify_generated(module: Module) -> Result<offload_ir::Verified, Diagnostics> {
     let spans: Vec<Vec<offload_ir::Span>> = module
         .funcs
         .iter()
@@ -188,6 +209,12 @@ fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error>
 /// in order; a syntax error is a diagnostic. For tools that keep
 /// definitions by name (the REPL).
 pub fn item_names(file: &str, src: &str) -> Result<Vec<(String, u32)>, Diagnostics> {
+    let r = item_names_keeping_spans(file, src);
+    proc_macro2::extra::invalidate_current_thread_spans();
+    r
+}
+
+fn item_names_keeping_spans(file: &str, src: &str) -> Result<Vec<(String, u32)>, Diagnostics> {
     let file: Arc<str> = file.into();
     let parsed = syn::parse_file(src)
         .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;

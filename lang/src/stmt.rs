@@ -1,7 +1,7 @@
 //! Statements and control flow: blocks, `let`, assignment, `if`, the
 //! loops, `break`, `continue` and `return`.
 
-use crate::error::{Error, R, err, span_of};
+use crate::error::{Error, R, err, expr_span, span_of};
 use crate::func::{Binding, Fb, Loop};
 use crate::ops::{self, Arith};
 use crate::ty::Ty;
@@ -24,7 +24,16 @@ impl Fb<'_, '_> {
         for (k, s) in stmts.iter().enumerate() {
             let last = k + 1 == stmts.len();
             let saved = self.span;
-            self.span = span_of(s.span());
+            self.span = match s {
+                syn::Stmt::Expr(e, _) => expr_span(e),
+                syn::Stmt::Local(l) => span_of(
+                    l.let_token
+                        .span
+                        .join(l.semi_token.span)
+                        .unwrap_or(l.let_token.span),
+                ),
+                s => span_of(s.span()),
+            };
             let t = match s {
                 syn::Stmt::Local(l) => self.let_stmt(l).map(|_| Ty::Unit),
                 syn::Stmt::Expr(e, None) if last => self.expr(e, want),

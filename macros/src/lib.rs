@@ -127,7 +127,7 @@ pub fn kernels(input: TokenStream) -> TokenStream {
         None => proc_macro2::TokenStream::from(input).to_string(),
     };
     // Compiled now: an error in the kernels is an error of the program.
-    if let Err(d) = offload_lang::compile_verified("kernels!", &text) {
+    if let Err(d) = offload_lang::check_in_macro("kernels!", &text) {
         let msg =
             d.0.iter()
                 .map(|d| {
