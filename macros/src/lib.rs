@@ -136,9 +136,9 @@ pub fn kernels(input: TokenStream) -> TokenStream {
                         .nth(d.span.line.saturating_sub(1) as usize)
                         .unwrap_or("");
                     format!(
-                        "{}\n  at line {} of the kernels: {}",
+                        "{}\n  at line {} of this file: {}",
                         d.detail(),
-                        d.span.line,
+                        call.line() as u32 + d.span.line.saturating_sub(1),
                         line.trim()
                     )
                 })
