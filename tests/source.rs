@@ -109,3 +109,36 @@ fn index_types_and_ranges_beyond_i32() {
     assert_eq!(e.first.kind.name(), "IndexOutOfBounds");
     assert_eq!(rt.read(&out).unwrap(), [base, base + 1, base + 2, base + 3]);
 }
+
+/// [`every_example_source_agrees_with_its_bytecode_on_every_device`] on
+/// the CUDA device (the virtual GPU in CI: `scripts/gpu-tests`).
+#[test]
+#[ignore = "needs a CUDA driver: scripts/gpu-tests"]
+fn on_the_gpu_every_example_source_agrees_with_its_bytecode() {
+    let differ = Differ::on(Device::Cuda).unwrap();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
+    for (file, obc) in examples::examples() {
+        let stem = file.trim_end_matches(".obc");
+        let ofk = std::fs::read_to_string(format!("{dir}/{stem}.ofk")).unwrap();
+        for seed in 0..2u64 {
+            let c = differ
+                .compare_forms(&obc, &ofk, seed)
+                .unwrap_or_else(|why| panic!("{stem}.ofk on the GPU, seed {seed}: {why}"));
+            assert!(
+                c.kernels > 0 && c.compiled == c.kernels,
+                "{stem}.ofk: {} of {} kernels ran as PTX",
+                c.compiled,
+                c.kernels
+            );
+        }
+    }
+    // Random source programs too, fewer than on the CPU (the virtual GPU
+    // is slow).
+    for seed in 0..20u64 {
+        let src = offload_cli::tools::source_gen::program(seed);
+        let v = offload::lang::compile_verified("random.ofk", &src).unwrap();
+        differ
+            .compare(&offload::ir::print_module(&v), seed)
+            .unwrap_or_else(|why| panic!("seed {seed} on the GPU: {why}\n{src}"));
+    }
+}
