@@ -240,3 +240,38 @@ fn item_names_keeping_spans(file: &str, src: &str) -> Result<Vec<(String, u32)>,
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verifier error in generated code is the front end's bug: it is
+    /// reported at the source position of the instruction, as an internal
+    /// error, never as bytecode.
+    #[test]
+    fn a_verifier_error_in_generated_code_points_at_the_source() {
+        let src = "#[kernel]\nfn k(i: i32, out: &mut [i32]) {\n    out[i] = i;\n}\n";
+        let mut m = compile("k.ofk", src).unwrap();
+        // Break the output as a front-end bug would: the store's value
+        // becomes an f32.
+        let f = &mut m.funcs[0];
+        let at = f
+            .body
+            .iter()
+            .position(|i| *i == Inst::I32AStore)
+            .expect("a store");
+        f.body.insert(at, Inst::I32ToF32);
+        let sp = f.debug.inst_spans[at];
+        f.debug.inst_spans.insert(at, sp);
+        let d = verify_generated(m).unwrap_err();
+        let d = &d.0[0];
+        assert!(
+            d.message.starts_with("internal compiler error"),
+            "{}",
+            d.message
+        );
+        assert_eq!(d.phase, offload_ir::Phase::Compile);
+        assert_eq!(d.bci, None, "no bytecode index reaches the user");
+        assert_eq!(d.span.line, 3, "{d}");
+    }
+}
