@@ -15,6 +15,8 @@ fn examples() -> Vec<(String, Verified)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        // The bytecode versions (`.ofk` beside them is source).
+        .filter(|p| p.extension().is_some_and(|e| e == "obc"))
         .map(|p| {
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
             let src = std::fs::read_to_string(&p).unwrap();

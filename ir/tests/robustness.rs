@@ -117,7 +117,11 @@ proptest! {
     #[test]
     fn mutated_examples_never_panic(seed in any::<u64>(), edits in 1usize..6) {
         let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/kernels");
-        let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "obc"))
+            .collect();
         files.sort();
         let src = std::fs::read_to_string(&files[(seed % files.len() as u64) as usize]).unwrap();
         let mut lines: Vec<&str> = src.lines().collect();
