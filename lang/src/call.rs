@@ -4,39 +4,13 @@
 
 use crate::error::{Error, R, err, span_of};
 use crate::func::Fb;
+use crate::ops::{FLOAT_METHODS, INT_METHODS, Math};
 use crate::ty::{ArrTy, Ty};
 use offload_ir::{ExceptionKind, FuncKind, Inst};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 
 type Args = Punctuated<syn::Expr, syn::Token![,]>;
-
-/// A math method of a float: its name, arity (receiver included) and
-/// instruction for `f32` and `f64`.
-const FLOAT_METHODS: [(&str, usize, Inst, Inst); 12] = [
-    ("sqrt", 1, Inst::F32Sqrt, Inst::F64Sqrt),
-    ("abs", 1, Inst::F32Abs, Inst::F64Abs),
-    ("floor", 1, Inst::F32Floor, Inst::F64Floor),
-    ("ceil", 1, Inst::F32Ceil, Inst::F64Ceil),
-    ("exp", 1, Inst::F32Exp, Inst::F64Exp),
-    ("ln", 1, Inst::F32Log, Inst::F64Log),
-    ("sin", 1, Inst::F32Sin, Inst::F64Sin),
-    ("cos", 1, Inst::F32Cos, Inst::F64Cos),
-    ("min", 2, Inst::F32Min, Inst::F64Min),
-    ("max", 2, Inst::F32Max, Inst::F64Max),
-    ("powf", 2, Inst::F32Pow, Inst::F64Pow),
-    ("mul_add", 3, Inst::F32Fma, Inst::F64Fma),
-];
-
-/// Integer methods: name, arity, instruction for `i32` and `i64`.
-const INT_METHODS: [(&str, usize, Inst, Inst); 6] = [
-    ("abs", 1, Inst::I32Abs, Inst::I64Abs),
-    ("wrapping_abs", 1, Inst::I32Abs, Inst::I64Abs),
-    ("min", 2, Inst::I32Min, Inst::I64Min),
-    ("max", 2, Inst::I32Max, Inst::I64Max),
-    ("wrapping_add", 2, Inst::I32Add, Inst::I64Add),
-    ("wrapping_sub", 2, Inst::I32Sub, Inst::I64Sub),
-];
 
 impl Fb<'_, '_> {
     /// `f(args)`: a function of the module, `Some(x)`, or an atomic.
@@ -154,7 +128,7 @@ impl Fb<'_, '_> {
         let r = self.vars.resolve(rt);
         self.span = sp;
         if self.vars.is_float(r) {
-            let Some(&(_, n, i32_, i64_)) = FLOAT_METHODS.iter().find(|m| m.0 == name) else {
+            let Some(&(_, n, math)) = FLOAT_METHODS.iter().find(|m| m.0 == name) else {
                 return err(
                     msp,
                     format!(
@@ -163,10 +137,10 @@ impl Fb<'_, '_> {
                     ),
                 );
             };
-            return self.math(c, r, n, i32_, i64_);
+            return self.math(c, r, n, math);
         }
         if self.vars.is_int(r) {
-            let Some(&(_, n, a, b)) = INT_METHODS.iter().find(|m| m.0 == name) else {
+            let Some(&(_, n, math)) = INT_METHODS.iter().find(|m| m.0 == name) else {
                 return err(
                     msp,
                     format!(
@@ -175,7 +149,7 @@ impl Fb<'_, '_> {
                     ),
                 );
             };
-            return self.math(c, r, n, a, b);
+            return self.math(c, r, n, math);
         }
         match r {
             Ty::Arr(_) if name == "len" => {
@@ -221,7 +195,7 @@ impl Fb<'_, '_> {
     }
 
     /// A math method with `n - 1` arguments of the receiver's type `t`.
-    fn math(&mut self, c: &syn::ExprMethodCall, t: Ty, n: usize, a: Inst, b: Inst) -> R<Ty> {
+    fn math(&mut self, c: &syn::ExprMethodCall, t: Ty, n: usize, math: Math) -> R<Ty> {
         let sp = self.span;
         let name = c.method.to_string();
         if c.args.len() + 1 != n {
@@ -245,11 +219,7 @@ impl Fb<'_, '_> {
             let settled = self.vars.settle(t);
             self.vars.unify(t, settled);
         }
-        self.emit_typed(t, move |t| match t {
-            Ty::I32 | Ty::F32 => Ok(a),
-            Ty::I64 | Ty::F64 => Ok(b),
-            _ => Err("a math method applies to numbers".into()),
-        })?;
+        self.emit_typed(t, move |t| math.inst(t))?;
         Ok(t)
     }
 

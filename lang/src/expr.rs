@@ -626,22 +626,33 @@ impl Fb<'_, '_> {
                 );
             }
         };
+        let field = self.field_named(class, &name, sp)?;
+        Ok((field, self.d.field_tys[field.index()]))
+    }
+
+    /// The field `name` of `class` (declared there or inherited), or an
+    /// error at `sp` that suggests the nearest name.
+    fn field_named(
+        &self,
+        class: offload_ir::ClassId,
+        name: &str,
+        sp: offload_ir::Span,
+    ) -> R<offload_ir::FieldId> {
         let m = self.m();
-        let Some(field) = m.lookup_field(class, &name) else {
+        m.lookup_field(class, name).ok_or_else(|| {
             let all: Vec<&str> = m
                 .ancestors(class)
                 .flat_map(|c| m.class(c).fields.iter().map(|f| m.field(*f).name.as_str()))
                 .collect();
-            return err(
+            Error::new(
                 sp,
                 format!(
                     "class `{}` has no field `{name}`{}",
                     m.class(class).name,
-                    offload_ir::did_you_mean(&name, all)
+                    offload_ir::did_you_mean(name, all)
                 ),
-            );
-        };
-        Ok((field, self.d.field_tys[field.index()]))
+            )
+        })
     }
 
     fn new_object(&mut self, s: &syn::ExprStruct) -> R<Ty> {
@@ -694,20 +705,7 @@ impl Fb<'_, '_> {
             if seen.contains(&fname) {
                 return err(fsp, format!("field `{fname}` is given twice"));
             }
-            let m = self.m();
-            let Some(field) = m.lookup_field(class, &fname) else {
-                let all: Vec<&str> = m
-                    .ancestors(class)
-                    .flat_map(|c| m.class(c).fields.iter().map(|f| m.field(*f).name.as_str()))
-                    .collect();
-                return err(
-                    fsp,
-                    format!(
-                        "class `{name}` has no field `{fname}`{}",
-                        offload_ir::did_you_mean(&fname, all)
-                    ),
-                );
-            };
+            let field = self.field_named(class, &fname, fsp)?;
             seen.push(fname.clone());
             self.span = sp;
             self.emit(Inst::Dup);

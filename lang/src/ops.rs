@@ -1,9 +1,40 @@
-//! Which bytecode instruction each typed source operator becomes: one
-//! table per operator family, so the lowering never spells an opcode for
-//! one type and forgets another.
+//! Which bytecode instruction each typed source operator becomes, found in
+//! the instruction table by its operation class (`Op::Binary(I32, Add)` is
+//! `i32.add`): the front end derives its arithmetic from the one table, as
+//! every executor does, and spells no opcode of its own.
 
 use crate::ty::Ty;
-use offload_ir::{Elem, F32, F64, Inst};
+use offload_ir::isa::{BinOp, CmpOp, Op, UnOp};
+use offload_ir::{Elem, F32, F64, Inst, Kind, Opcode};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// The operand-free instruction that computes `op`, from the table.
+pub fn inst_of(op: Op) -> Option<Inst> {
+    static TABLE: OnceLock<HashMap<Op, Inst>> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            Opcode::ALL
+                .iter()
+                .filter(|o| o.op() != Op::Other)
+                .filter_map(|o| Some((o.op(), o.bare()?)))
+                .collect()
+        })
+        .get(&op)
+        .copied()
+}
+
+/// The bytecode kind of values of type `t` (`bool` is an `i32`).
+pub fn kind_of(t: Ty) -> Option<Kind> {
+    Some(match t {
+        Ty::Bool | Ty::I32 => Kind::I32,
+        Ty::I64 => Kind::I64,
+        Ty::F32 => Kind::F32,
+        Ty::F64 => Kind::F64,
+        Ty::Obj { .. } | Ty::Arr(_) | Ty::Null => Kind::Ref,
+        Ty::Unit | Ty::Never | Ty::Var(_) => return None,
+    })
+}
 
 /// An arithmetic or bitwise operator.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -76,42 +107,30 @@ impl Arith {
         }
     }
 
-    /// The instruction for operands of type `t`.
+    /// The table's operation.
+    fn binop(self) -> BinOp {
+        match self {
+            Arith::Add => BinOp::Add,
+            Arith::Sub => BinOp::Sub,
+            Arith::Mul => BinOp::Mul,
+            Arith::Div => BinOp::Div,
+            Arith::Rem => BinOp::Rem,
+            Arith::And => BinOp::And,
+            Arith::Or => BinOp::Or,
+            Arith::Xor => BinOp::Xor,
+            Arith::Shl => BinOp::Shl,
+            Arith::Shr => BinOp::Shr,
+        }
+    }
+
+    /// The instruction for operands of type `t` (on `bool`, only the
+    /// bitwise operators).
     pub fn inst(self, t: Ty) -> Result<Inst, String> {
-        use Arith as A;
-        Ok(match (self, t) {
-            (A::Add, Ty::I32) => Inst::I32Add,
-            (A::Sub, Ty::I32) => Inst::I32Sub,
-            (A::Mul, Ty::I32) => Inst::I32Mul,
-            (A::Div, Ty::I32) => Inst::I32Div,
-            (A::Rem, Ty::I32) => Inst::I32Rem,
-            (A::And, Ty::I32 | Ty::Bool) => Inst::I32And,
-            (A::Or, Ty::I32 | Ty::Bool) => Inst::I32Or,
-            (A::Xor, Ty::I32 | Ty::Bool) => Inst::I32Xor,
-            (A::Shl, Ty::I32) => Inst::I32Shl,
-            (A::Shr, Ty::I32) => Inst::I32Shr,
-            (A::Add, Ty::I64) => Inst::I64Add,
-            (A::Sub, Ty::I64) => Inst::I64Sub,
-            (A::Mul, Ty::I64) => Inst::I64Mul,
-            (A::Div, Ty::I64) => Inst::I64Div,
-            (A::Rem, Ty::I64) => Inst::I64Rem,
-            (A::And, Ty::I64) => Inst::I64And,
-            (A::Or, Ty::I64) => Inst::I64Or,
-            (A::Xor, Ty::I64) => Inst::I64Xor,
-            (A::Shl, Ty::I64) => Inst::I64Shl,
-            (A::Shr, Ty::I64) => Inst::I64Shr,
-            (A::Add, Ty::F32) => Inst::F32Add,
-            (A::Sub, Ty::F32) => Inst::F32Sub,
-            (A::Mul, Ty::F32) => Inst::F32Mul,
-            (A::Div, Ty::F32) => Inst::F32Div,
-            (A::Rem, Ty::F32) => Inst::F32Rem,
-            (A::Add, Ty::F64) => Inst::F64Add,
-            (A::Sub, Ty::F64) => Inst::F64Sub,
-            (A::Mul, Ty::F64) => Inst::F64Mul,
-            (A::Div, Ty::F64) => Inst::F64Div,
-            (A::Rem, Ty::F64) => Inst::F64Rem,
-            _ => return Err(format!("`{}` does not apply to this type", self.symbol())),
-        })
+        let bitwise = matches!(self, Arith::And | Arith::Or | Arith::Xor);
+        kind_of(t)
+            .filter(|_| t != Ty::Bool || bitwise)
+            .and_then(|k| inst_of(Op::Binary(k, self.binop())))
+            .ok_or_else(|| format!("`{}` does not apply to this type", self.symbol()))
     }
 }
 
@@ -147,50 +166,31 @@ impl Cmp {
         })
     }
 
-    /// The instruction comparing two operands of type `t` (pushes 0 or 1).
+    /// The instruction comparing two operands of type `t` (pushes 0 or 1);
+    /// `bool`s and references compare only for equality.
     pub fn inst(self, t: Ty) -> Result<Inst, String> {
-        use Cmp as C;
-        Ok(match (self, t) {
-            (C::Eq, Ty::I32 | Ty::Bool) => Inst::I32Eq,
-            (C::Ne, Ty::I32 | Ty::Bool) => Inst::I32Ne,
-            (C::Lt, Ty::I32) => Inst::I32Lt,
-            (C::Le, Ty::I32) => Inst::I32Le,
-            (C::Gt, Ty::I32) => Inst::I32Gt,
-            (C::Ge, Ty::I32) => Inst::I32Ge,
-            (C::Eq, Ty::I64) => Inst::I64Eq,
-            (C::Ne, Ty::I64) => Inst::I64Ne,
-            (C::Lt, Ty::I64) => Inst::I64Lt,
-            (C::Le, Ty::I64) => Inst::I64Le,
-            (C::Gt, Ty::I64) => Inst::I64Gt,
-            (C::Ge, Ty::I64) => Inst::I64Ge,
-            (C::Eq, Ty::F32) => Inst::F32Eq,
-            (C::Ne, Ty::F32) => Inst::F32Ne,
-            (C::Lt, Ty::F32) => Inst::F32Lt,
-            (C::Le, Ty::F32) => Inst::F32Le,
-            (C::Gt, Ty::F32) => Inst::F32Gt,
-            (C::Ge, Ty::F32) => Inst::F32Ge,
-            (C::Eq, Ty::F64) => Inst::F64Eq,
-            (C::Ne, Ty::F64) => Inst::F64Ne,
-            (C::Lt, Ty::F64) => Inst::F64Lt,
-            (C::Le, Ty::F64) => Inst::F64Le,
-            (C::Gt, Ty::F64) => Inst::F64Gt,
-            (C::Ge, Ty::F64) => Inst::F64Ge,
-            (C::Eq, Ty::Obj { .. } | Ty::Arr(_) | Ty::Null) => Inst::RefEq,
-            (C::Ne, Ty::Obj { .. } | Ty::Arr(_) | Ty::Null) => Inst::RefNe,
-            _ => return Err("these values cannot be ordered".into()),
-        })
+        let c = match self {
+            Cmp::Eq => CmpOp::Eq,
+            Cmp::Ne => CmpOp::Ne,
+            Cmp::Lt => CmpOp::Lt,
+            Cmp::Le => CmpOp::Le,
+            Cmp::Gt => CmpOp::Gt,
+            Cmp::Ge => CmpOp::Ge,
+        };
+        let equality = matches!(self, Cmp::Eq | Cmp::Ne);
+        kind_of(t)
+            .filter(|_| t != Ty::Bool || equality)
+            .and_then(|k| inst_of(Op::Compare(k, c)))
+            .ok_or_else(|| "these values cannot be ordered".into())
     }
 }
 
 /// Negation of a number of type `t`.
 pub fn neg(t: Ty) -> Result<Inst, String> {
-    Ok(match t {
-        Ty::I32 => Inst::I32Neg,
-        Ty::I64 => Inst::I64Neg,
-        Ty::F32 => Inst::F32Neg,
-        Ty::F64 => Inst::F64Neg,
-        _ => return Err("`-` applies to numbers".into()),
-    })
+    kind_of(t)
+        .filter(|_| t.is_num())
+        .and_then(|k| inst_of(Op::Unary(k, UnOp::Neg)))
+        .ok_or_else(|| "`-` applies to numbers".into())
 }
 
 /// The constant `v` (an integer literal's value) of type `t`.
@@ -225,24 +225,69 @@ pub fn float_const(digits: &str, t: Ty) -> Result<Inst, String> {
 /// The conversion from `from` to `to` (`as`): `Ok(None)` when the bytecode
 /// value needs no change.
 pub fn convert(from: Ty, to: Ty) -> Result<Option<Inst>, String> {
-    use Ty as T;
-    Ok(Some(match (from, to) {
-        (a, b) if a == b => return Ok(None),
-        (T::Bool, T::I32) => return Ok(None),
-        (T::Bool, T::I64) | (T::I32, T::I64) => Inst::I32ToI64,
-        (T::I32, T::F32) => Inst::I32ToF32,
-        (T::I32, T::F64) => Inst::I32ToF64,
-        (T::I64, T::I32) => Inst::I64ToI32,
-        (T::I64, T::F32) => Inst::I64ToF32,
-        (T::I64, T::F64) => Inst::I64ToF64,
-        (T::F32, T::I32) => Inst::F32ToI32,
-        (T::F32, T::I64) => Inst::F32ToI64,
-        (T::F32, T::F64) => Inst::F32ToF64,
-        (T::F64, T::I32) => Inst::F64ToI32,
-        (T::F64, T::I64) => Inst::F64ToI64,
-        (T::F64, T::F32) => Inst::F64ToF32,
-        _ => return Err("no `as` conversion between these types".into()),
-    }))
+    let no = || "no `as` conversion between these types".to_string();
+    if to == Ty::Bool || !(from.is_num() || from == Ty::Bool) || !to.is_num() {
+        return Err(no());
+    }
+    let (a, b) = (kind_of(from).ok_or_else(no)?, kind_of(to).ok_or_else(no)?);
+    if a == b {
+        return Ok(None);
+    }
+    inst_of(Op::Convert(a, b)).map(Some).ok_or_else(no)
+}
+
+/// A math method of numbers: what it computes, by the table's classes.
+#[derive(Copy, Clone, Debug)]
+pub enum Math {
+    /// One operand.
+    Unary(UnOp),
+    /// Two operands.
+    Binary(BinOp),
+    /// `a * b + c`, rounded once.
+    Fma,
+}
+
+/// The math methods of floats: name, operands (the receiver included),
+/// and operation.
+pub const FLOAT_METHODS: [(&str, usize, Math); 12] = [
+    ("sqrt", 1, Math::Unary(UnOp::Sqrt)),
+    ("abs", 1, Math::Unary(UnOp::Abs)),
+    ("floor", 1, Math::Unary(UnOp::Floor)),
+    ("ceil", 1, Math::Unary(UnOp::Ceil)),
+    ("exp", 1, Math::Unary(UnOp::Exp)),
+    ("ln", 1, Math::Unary(UnOp::Log)),
+    ("sin", 1, Math::Unary(UnOp::Sin)),
+    ("cos", 1, Math::Unary(UnOp::Cos)),
+    ("min", 2, Math::Binary(BinOp::Min)),
+    ("max", 2, Math::Binary(BinOp::Max)),
+    ("powf", 2, Math::Binary(BinOp::Pow)),
+    ("mul_add", 3, Math::Fma),
+];
+
+/// The methods of integers (their arithmetic wraps, so `wrapping_add` is
+/// `+`).
+pub const INT_METHODS: [(&str, usize, Math); 6] = [
+    ("abs", 1, Math::Unary(UnOp::Abs)),
+    ("wrapping_abs", 1, Math::Unary(UnOp::Abs)),
+    ("min", 2, Math::Binary(BinOp::Min)),
+    ("max", 2, Math::Binary(BinOp::Max)),
+    ("wrapping_add", 2, Math::Binary(BinOp::Add)),
+    ("wrapping_sub", 2, Math::Binary(BinOp::Sub)),
+];
+
+impl Math {
+    /// The instruction for operands of type `t`.
+    pub fn inst(self, t: Ty) -> Result<Inst, String> {
+        let k = kind_of(t)
+            .filter(|_| t.is_num())
+            .ok_or("a math method applies to numbers")?;
+        inst_of(match self {
+            Math::Unary(u) => Op::Unary(k, u),
+            Math::Binary(b) => Op::Binary(k, b),
+            Math::Fma => Op::Fma(k),
+        })
+        .ok_or_else(|| "no such method for this type".into())
+    }
 }
 
 /// Load an element of an array whose elements are `e` (innermost, at
@@ -265,5 +310,30 @@ pub fn astore(e: Elem, dims: u8) -> Inst {
         (Elem::F32, 1) => Inst::F32AStore,
         (Elem::F64, 1) => Inst::F64AStore,
         _ => Inst::RefAStore,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operators_come_from_the_table() {
+        assert_eq!(Arith::Add.inst(Ty::F32), Ok(Inst::F32Add));
+        assert_eq!(Arith::Shr.inst(Ty::I64), Ok(Inst::I64Shr));
+        assert_eq!(Arith::Xor.inst(Ty::Bool), Ok(Inst::I32Xor));
+        assert!(Arith::Add.inst(Ty::Bool).is_err());
+        assert!(Arith::And.inst(Ty::F64).is_err(), "no f64.and in the table");
+        assert_eq!(Cmp::Le.inst(Ty::I64), Ok(Inst::I64Le));
+        assert_eq!(Cmp::Ne.inst(Ty::Null), Ok(Inst::RefNe));
+        assert!(Cmp::Lt.inst(Ty::Bool).is_err());
+        assert_eq!(neg(Ty::F64), Ok(Inst::F64Neg));
+        assert_eq!(convert(Ty::I32, Ty::F64), Ok(Some(Inst::I32ToF64)));
+        assert_eq!(convert(Ty::Bool, Ty::I64), Ok(Some(Inst::I32ToI64)));
+        assert_eq!(convert(Ty::Bool, Ty::I32), Ok(None));
+        assert!(convert(Ty::I32, Ty::Bool).is_err());
+        assert_eq!(Math::Fma.inst(Ty::F32), Ok(Inst::F32Fma));
+        assert_eq!(Math::Unary(UnOp::Log).inst(Ty::F64), Ok(Inst::F64Log));
+        assert!(Math::Unary(UnOp::Sqrt).inst(Ty::I32).is_err());
     }
 }

@@ -57,25 +57,28 @@ fn output(kind: &str, name: &str, input: &str) -> Result<String, String> {
     }
 }
 
-fn comment(text: &str) -> String {
+/// `text` as comment lines starting with `marker` (`;` in bytecode,
+/// `//` in source), the form expectations are kept in.
+pub fn comment(text: &str, marker: &str) -> String {
     text.lines()
         .map(|l| {
             if l.is_empty() {
-                ";\n".to_string()
+                format!("{marker}\n")
             } else {
-                format!("; {l}\n")
+                format!("{marker} {l}\n")
             }
         })
         .collect()
 }
 
-fn uncomment(text: &str) -> String {
+/// The text of comment lines made by [`comment`].
+pub fn uncomment(text: &str, marker: &str) -> String {
     text.lines()
         .map(|l| {
             format!(
                 "{}\n",
-                l.strip_prefix("; ")
-                    .unwrap_or(l.strip_prefix(';').unwrap_or(l))
+                l.strip_prefix(&format!("{marker} "))
+                    .unwrap_or(l.strip_prefix(marker).unwrap_or(l))
             )
         })
         .collect()
@@ -87,14 +90,14 @@ pub fn embedded(t: &FileTest, kind: &str) -> Result<String, String> {
     let (input, expected) = match t.text.find(MARKER) {
         Some(at) => (
             &t.text[..at],
-            uncomment(t.text[at + MARKER.len()..].trim_start_matches('\n')),
+            uncomment(t.text[at + MARKER.len()..].trim_start_matches('\n'), ";"),
         ),
         None => (t.text.as_str(), String::new()),
     };
     let actual = output(kind, &t.name, input)?;
     if actual != expected {
         if bless() {
-            let new = format!("{input}{MARKER}\n{}", comment(&actual));
+            let new = format!("{input}{MARKER}\n{}", comment(&actual, ";"));
             std::fs::write(&t.path, new).map_err(|e| e.to_string())?;
         } else {
             return Err(format!(

@@ -11,6 +11,7 @@
 //! `OFFLOAD_BLESS=1` rewrites it from the actual output.
 
 use crate::bless;
+use crate::kinds::{comment, uncomment};
 use std::path::Path;
 
 const MARKER: &str = "// ----- expected -----";
@@ -50,30 +51,6 @@ fn output(kind: &str, name: &str, src: &str) -> Result<String, String> {
     }
 }
 
-fn comment(text: &str) -> String {
-    text.lines()
-        .map(|l| {
-            if l.is_empty() {
-                "//\n".to_string()
-            } else {
-                format!("// {l}\n")
-            }
-        })
-        .collect()
-}
-
-fn uncomment(text: &str) -> String {
-    text.lines()
-        .map(|l| {
-            format!(
-                "{}\n",
-                l.strip_prefix("// ")
-                    .unwrap_or(l.strip_prefix("//").unwrap_or(l))
-            )
-        })
-        .collect()
-}
-
 /// Every source file test: compile or error, against its expectation.
 #[test]
 fn source_file_tests() {
@@ -99,14 +76,14 @@ fn source_file_tests() {
         let (input, expected) = match text.find(MARKER) {
             Some(at) => (
                 &text[..at],
-                uncomment(text[at + MARKER.len()..].trim_start_matches('\n')),
+                uncomment(text[at + MARKER.len()..].trim_start_matches('\n'), "//"),
             ),
             None => (text.as_str(), String::new()),
         };
         match output(&kind, &name, input) {
             Ok(actual) if actual == expected => {}
             Ok(actual) if bless() => {
-                std::fs::write(path, format!("{input}{MARKER}\n{}", comment(&actual)))
+                std::fs::write(path, format!("{input}{MARKER}\n{}", comment(&actual, "//")))
                     .expect("blessing");
             }
             Ok(actual) => failures.push(format!(
