@@ -5,8 +5,9 @@
 
 use crate::error::{Error, R, err, expr_span, span_of};
 use crate::func::Fb;
-use crate::ops::{self, Arith, Cmp};
+use crate::ops;
 use crate::ty::{ArrTy, Ty};
+use offload_ir::isa::{BinOp, CmpOp};
 use offload_ir::{ExceptionKind, Inst};
 use syn::spanned::Spanned;
 
@@ -346,7 +347,7 @@ impl Fb<'_, '_> {
                     self.emit(Inst::I32Xor);
                 } else if self.vars.is_int(t) {
                     self.emit_typed(t, |t| ops::int_const(-1, t))?;
-                    self.emit_typed(t, |t| Arith::Xor.inst(t))?;
+                    self.emit_typed(t, |t| ops::arith(BinOp::Xor, t))?;
                 } else {
                     return Err(Error::mismatch(
                         sp,
@@ -393,15 +394,15 @@ impl Fb<'_, '_> {
             }
             _ => {}
         }
-        if let Some(c) = Cmp::of(&b.op) {
+        if let Some(c) = ops::cmp_of(&b.op) {
             let lt = self.expr(&b.left, None)?;
             let rt = self.expr(&b.right, Some(lt))?;
             self.span = sp;
-            let t = self.operands(lt, rt, c != Cmp::Eq && c != Cmp::Ne, &b.op)?;
-            self.emit_typed(t, move |t| c.inst(t))?;
+            let t = self.operands(lt, rt, c != CmpOp::Eq && c != CmpOp::Ne, &b.op)?;
+            self.emit_typed(t, move |t| ops::compare(c, t))?;
             return Ok(Ty::Bool);
         }
-        let Some((op, assign)) = Arith::of(&b.op) else {
+        let Some((op, assign)) = ops::arith_of(&b.op) else {
             return err(sp, "this operator is not supported");
         };
         if assign {
@@ -409,17 +410,17 @@ impl Fb<'_, '_> {
             return Ok(Ty::Unit);
         }
         let lt = self.expr(&b.left, want)?;
-        if matches!(op, Arith::Shl | Arith::Shr) {
+        if matches!(op, BinOp::Shl | BinOp::Shr) {
             let rt = self.expr(&b.right, None)?;
             self.span = sp;
             self.shift_count(lt, rt)?;
-            self.emit_typed(lt, move |t| op.inst(t))?;
+            self.emit_typed(lt, move |t| ops::arith(op, t))?;
             return Ok(lt);
         }
         let rt = self.expr(&b.right, Some(lt))?;
         self.span = sp;
         let t = self.arith_type(op, lt, rt, &b.op)?;
-        self.emit_typed(t, move |t| op.inst(t))?;
+        self.emit_typed(t, move |t| ops::arith(op, t))?;
         Ok(t)
     }
 
@@ -456,10 +457,10 @@ impl Fb<'_, '_> {
     }
 
     /// The type of `l op r` for an arithmetic or bitwise operator.
-    fn arith_type(&mut self, op: Arith, lt: Ty, rt: Ty, syn_op: &syn::BinOp) -> R<Ty> {
+    fn arith_type(&mut self, op: BinOp, lt: Ty, rt: Ty, syn_op: &syn::BinOp) -> R<Ty> {
         let sp = self.span;
         let t = self.operands(lt, rt, false, syn_op)?;
-        let bitwise = matches!(op, Arith::And | Arith::Or | Arith::Xor);
+        let bitwise = ops::is_bitwise(op);
         let fits = if bitwise {
             self.vars.is_int(t) || self.vars.resolve(t) == Ty::Bool
         } else {
@@ -468,7 +469,7 @@ impl Fb<'_, '_> {
         if !fits {
             return Err(Error::mismatch(
                 sp,
-                format!("`{}` does not apply to this type", op.symbol()),
+                format!("`{}` does not apply to this type", ops::symbol(op)),
                 if bitwise {
                     "an integer or `bool`".into()
                 } else {

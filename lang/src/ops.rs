@@ -36,153 +36,88 @@ pub fn kind_of(t: Ty) -> Option<Kind> {
     })
 }
 
-/// An arithmetic or bitwise operator.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Arith {
-    /// `+`
-    Add,
-    /// `-`
-    Sub,
-    /// `*`
-    Mul,
-    /// `/`
-    Div,
-    /// `%`
-    Rem,
-    /// `&`
-    And,
-    /// `|`
-    Or,
-    /// `^`
-    Xor,
-    /// `<<`
-    Shl,
-    /// `>>` (arithmetic: the types are signed)
-    Shr,
+/// The arithmetic or bitwise operation of a source operator (compound
+/// assignment too: `+=` gives `(Add, true)`).
+pub fn arith_of(op: &syn::BinOp) -> Option<(BinOp, bool)> {
+    use syn::BinOp as B;
+    Some(match op {
+        B::Add(_) => (BinOp::Add, false),
+        B::Sub(_) => (BinOp::Sub, false),
+        B::Mul(_) => (BinOp::Mul, false),
+        B::Div(_) => (BinOp::Div, false),
+        B::Rem(_) => (BinOp::Rem, false),
+        B::BitAnd(_) => (BinOp::And, false),
+        B::BitOr(_) => (BinOp::Or, false),
+        B::BitXor(_) => (BinOp::Xor, false),
+        B::Shl(_) => (BinOp::Shl, false),
+        B::Shr(_) => (BinOp::Shr, false),
+        B::AddAssign(_) => (BinOp::Add, true),
+        B::SubAssign(_) => (BinOp::Sub, true),
+        B::MulAssign(_) => (BinOp::Mul, true),
+        B::DivAssign(_) => (BinOp::Div, true),
+        B::RemAssign(_) => (BinOp::Rem, true),
+        B::BitAndAssign(_) => (BinOp::And, true),
+        B::BitOrAssign(_) => (BinOp::Or, true),
+        B::BitXorAssign(_) => (BinOp::Xor, true),
+        B::ShlAssign(_) => (BinOp::Shl, true),
+        B::ShrAssign(_) => (BinOp::Shr, true),
+        _ => return None,
+    })
 }
 
-impl Arith {
-    /// The operator from syn's, if it is one of these (compound
-    /// assignment too: `+=` is `Add`).
-    pub fn of(op: &syn::BinOp) -> Option<(Arith, bool)> {
-        use syn::BinOp as B;
-        Some(match op {
-            B::Add(_) => (Arith::Add, false),
-            B::Sub(_) => (Arith::Sub, false),
-            B::Mul(_) => (Arith::Mul, false),
-            B::Div(_) => (Arith::Div, false),
-            B::Rem(_) => (Arith::Rem, false),
-            B::BitAnd(_) => (Arith::And, false),
-            B::BitOr(_) => (Arith::Or, false),
-            B::BitXor(_) => (Arith::Xor, false),
-            B::Shl(_) => (Arith::Shl, false),
-            B::Shr(_) => (Arith::Shr, false),
-            B::AddAssign(_) => (Arith::Add, true),
-            B::SubAssign(_) => (Arith::Sub, true),
-            B::MulAssign(_) => (Arith::Mul, true),
-            B::DivAssign(_) => (Arith::Div, true),
-            B::RemAssign(_) => (Arith::Rem, true),
-            B::BitAndAssign(_) => (Arith::And, true),
-            B::BitOrAssign(_) => (Arith::Or, true),
-            B::BitXorAssign(_) => (Arith::Xor, true),
-            B::ShlAssign(_) => (Arith::Shl, true),
-            B::ShrAssign(_) => (Arith::Shr, true),
-            _ => return None,
-        })
-    }
-
-    /// The operator as written.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            Arith::Add => "+",
-            Arith::Sub => "-",
-            Arith::Mul => "*",
-            Arith::Div => "/",
-            Arith::Rem => "%",
-            Arith::And => "&",
-            Arith::Or => "|",
-            Arith::Xor => "^",
-            Arith::Shl => "<<",
-            Arith::Shr => ">>",
-        }
-    }
-
-    /// The table's operation.
-    fn binop(self) -> BinOp {
-        match self {
-            Arith::Add => BinOp::Add,
-            Arith::Sub => BinOp::Sub,
-            Arith::Mul => BinOp::Mul,
-            Arith::Div => BinOp::Div,
-            Arith::Rem => BinOp::Rem,
-            Arith::And => BinOp::And,
-            Arith::Or => BinOp::Or,
-            Arith::Xor => BinOp::Xor,
-            Arith::Shl => BinOp::Shl,
-            Arith::Shr => BinOp::Shr,
-        }
-    }
-
-    /// The instruction for operands of type `t` (on `bool`, only the
-    /// bitwise operators).
-    pub fn inst(self, t: Ty) -> Result<Inst, String> {
-        let bitwise = matches!(self, Arith::And | Arith::Or | Arith::Xor);
-        kind_of(t)
-            .filter(|_| t != Ty::Bool || bitwise)
-            .and_then(|k| inst_of(Op::Binary(k, self.binop())))
-            .ok_or_else(|| format!("`{}` does not apply to this type", self.symbol()))
+/// An operation's source operator, for messages.
+pub fn symbol(op: BinOp) -> &'static str {
+    match op {
+        BinOp::Add => "+",
+        BinOp::Sub => "-",
+        BinOp::Mul => "*",
+        BinOp::Div => "/",
+        BinOp::Rem => "%",
+        BinOp::And => "&",
+        BinOp::Or => "|",
+        BinOp::Xor => "^",
+        BinOp::Shl => "<<",
+        BinOp::Shr => ">>",
+        _ => "this operator",
     }
 }
 
-/// A comparison operator.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Cmp {
-    /// `==`
-    Eq,
-    /// `!=`
-    Ne,
-    /// `<`
-    Lt,
-    /// `<=`
-    Le,
-    /// `>`
-    Gt,
-    /// `>=`
-    Ge,
+/// Whether `op` is bitwise (it applies to `bool` too).
+pub fn is_bitwise(op: BinOp) -> bool {
+    matches!(op, BinOp::And | BinOp::Or | BinOp::Xor)
 }
 
-impl Cmp {
-    /// The comparison from syn's operator, if it is one.
-    pub fn of(op: &syn::BinOp) -> Option<Cmp> {
-        use syn::BinOp as B;
-        Some(match op {
-            B::Eq(_) => Cmp::Eq,
-            B::Ne(_) => Cmp::Ne,
-            B::Lt(_) => Cmp::Lt,
-            B::Le(_) => Cmp::Le,
-            B::Gt(_) => Cmp::Gt,
-            B::Ge(_) => Cmp::Ge,
-            _ => return None,
-        })
-    }
+/// The instruction of `op` on operands of type `t` (on `bool`, only the
+/// bitwise operations).
+pub fn arith(op: BinOp, t: Ty) -> Result<Inst, String> {
+    kind_of(t)
+        .filter(|_| t != Ty::Bool || is_bitwise(op))
+        .and_then(|k| inst_of(Op::Binary(k, op)))
+        .ok_or_else(|| format!("`{}` does not apply to this type", symbol(op)))
+}
 
-    /// The instruction comparing two operands of type `t` (pushes 0 or 1);
-    /// `bool`s and references compare only for equality.
-    pub fn inst(self, t: Ty) -> Result<Inst, String> {
-        let c = match self {
-            Cmp::Eq => CmpOp::Eq,
-            Cmp::Ne => CmpOp::Ne,
-            Cmp::Lt => CmpOp::Lt,
-            Cmp::Le => CmpOp::Le,
-            Cmp::Gt => CmpOp::Gt,
-            Cmp::Ge => CmpOp::Ge,
-        };
-        let equality = matches!(self, Cmp::Eq | Cmp::Ne);
-        kind_of(t)
-            .filter(|_| t != Ty::Bool || equality)
-            .and_then(|k| inst_of(Op::Compare(k, c)))
-            .ok_or_else(|| "these values cannot be ordered".into())
-    }
+/// The comparison of a source operator, if it is one.
+pub fn cmp_of(op: &syn::BinOp) -> Option<CmpOp> {
+    use syn::BinOp as B;
+    Some(match op {
+        B::Eq(_) => CmpOp::Eq,
+        B::Ne(_) => CmpOp::Ne,
+        B::Lt(_) => CmpOp::Lt,
+        B::Le(_) => CmpOp::Le,
+        B::Gt(_) => CmpOp::Gt,
+        B::Ge(_) => CmpOp::Ge,
+        _ => return None,
+    })
+}
+
+/// The instruction comparing two operands of type `t` (pushes 0 or 1);
+/// `bool`s and references compare only for equality.
+pub fn compare(c: CmpOp, t: Ty) -> Result<Inst, String> {
+    let equality = matches!(c, CmpOp::Eq | CmpOp::Ne);
+    kind_of(t)
+        .filter(|_| t != Ty::Bool || equality)
+        .and_then(|k| inst_of(Op::Compare(k, c)))
+        .ok_or_else(|| "these values cannot be ordered".into())
 }
 
 /// Negation of a number of type `t`.
@@ -319,14 +254,17 @@ mod tests {
 
     #[test]
     fn operators_come_from_the_table() {
-        assert_eq!(Arith::Add.inst(Ty::F32), Ok(Inst::F32Add));
-        assert_eq!(Arith::Shr.inst(Ty::I64), Ok(Inst::I64Shr));
-        assert_eq!(Arith::Xor.inst(Ty::Bool), Ok(Inst::I32Xor));
-        assert!(Arith::Add.inst(Ty::Bool).is_err());
-        assert!(Arith::And.inst(Ty::F64).is_err(), "no f64.and in the table");
-        assert_eq!(Cmp::Le.inst(Ty::I64), Ok(Inst::I64Le));
-        assert_eq!(Cmp::Ne.inst(Ty::Null), Ok(Inst::RefNe));
-        assert!(Cmp::Lt.inst(Ty::Bool).is_err());
+        assert_eq!(arith(BinOp::Add, Ty::F32), Ok(Inst::F32Add));
+        assert_eq!(arith(BinOp::Shr, Ty::I64), Ok(Inst::I64Shr));
+        assert_eq!(arith(BinOp::Xor, Ty::Bool), Ok(Inst::I32Xor));
+        assert!(arith(BinOp::Add, Ty::Bool).is_err());
+        assert!(
+            arith(BinOp::And, Ty::F64).is_err(),
+            "no f64.and in the table"
+        );
+        assert_eq!(compare(CmpOp::Le, Ty::I64), Ok(Inst::I64Le));
+        assert_eq!(compare(CmpOp::Ne, Ty::Null), Ok(Inst::RefNe));
+        assert!(compare(CmpOp::Lt, Ty::Bool).is_err());
         assert_eq!(neg(Ty::F64), Ok(Inst::F64Neg));
         assert_eq!(convert(Ty::I32, Ty::F64), Ok(Some(Inst::I32ToF64)));
         assert_eq!(convert(Ty::Bool, Ty::I64), Ok(Some(Inst::I32ToI64)));

@@ -3,8 +3,9 @@
 
 use crate::error::{Error, R, err, expr_span, span_of};
 use crate::func::{Binding, Fb, Loop};
-use crate::ops::{self, Arith};
+use crate::ops;
 use crate::ty::Ty;
+use offload_ir::isa::{BinOp, CmpOp};
 use offload_ir::{Inst, LocalId};
 use syn::spanned::Spanned;
 
@@ -257,17 +258,17 @@ impl Fb<'_, '_> {
     }
 
     /// `place op= value`.
-    pub fn compound(&mut self, place: &syn::Expr, op: Arith, value: &syn::Expr) -> R<()> {
+    pub fn compound(&mut self, place: &syn::Expr, op: BinOp, value: &syn::Expr) -> R<()> {
         let sp = self.span;
         match place {
             syn::Expr::Path(p) => {
                 let b = self.local_place(p)?;
                 // `k += 1` on an integer: the bytecode's `inc`.
-                if matches!(op, Arith::Add | Arith::Sub)
+                if matches!(op, BinOp::Add | BinOp::Sub)
                     && self.vars.is_int(b.ty)
                     && let Some(delta) = small_int(value)
                 {
-                    let delta = if op == Arith::Sub { -delta } else { delta };
+                    let delta = if op == BinOp::Sub { -delta } else { delta };
                     if let Some(delta) = delta.checked_mul(1).filter(|d| i32::try_from(*d).is_ok())
                     {
                         self.emit(Inst::Inc {
@@ -317,32 +318,36 @@ impl Fb<'_, '_> {
 
     /// With the place's value (of type `t`) on the stack: push `value` and
     /// apply `op`.
-    fn compound_value(&mut self, op: Arith, t: Ty, value: &syn::Expr) -> R<()> {
+    fn compound_value(&mut self, op: BinOp, t: Ty, value: &syn::Expr) -> R<()> {
         let sp = self.span;
         let vt = self.expr(value, Some(t))?;
         self.span = sp;
-        if matches!(op, Arith::Shl | Arith::Shr) {
+        if matches!(op, BinOp::Shl | BinOp::Shr) {
             self.shift_count(t, vt)?;
         } else {
             let u = self.vars.unify(t, vt).ok_or_else(|| {
                 Error::mismatch(
                     span_of(value.span()),
-                    format!("`{}=` needs a value of the place's type", op.symbol()),
+                    format!("`{}=` needs a value of the place's type", ops::symbol(op)),
                     self.ty_name(t),
                     self.ty_name(vt),
                 )
             })?;
-            let bitwise = matches!(op, Arith::And | Arith::Or | Arith::Xor);
+            let bitwise = ops::is_bitwise(op);
             if !(self.vars.is_num(u) && !(bitwise && self.vars.is_float(u))
                 || bitwise && self.vars.resolve(u) == Ty::Bool)
             {
                 return err(
                     sp,
-                    format!("`{}=` does not apply to `{}`", op.symbol(), self.ty_name(u)),
+                    format!(
+                        "`{}=` does not apply to `{}`",
+                        ops::symbol(op),
+                        self.ty_name(u)
+                    ),
                 );
             }
         }
-        self.emit_typed(t, move |t| op.inst(t))
+        self.emit_typed(t, move |t| ops::arith(op, t))
     }
 
     /// `if` (and `if let Some(x) = e`), as a statement or with a value.
@@ -589,8 +594,8 @@ impl Fb<'_, '_> {
         self.place(head);
         self.emit(Inst::Load { local: k });
         self.emit(Inst::Load { local: end });
-        let cmp = if closed { ops::Cmp::Le } else { ops::Cmp::Lt };
-        self.emit_typed(t, move |t| cmp.inst(t))?;
+        let cmp = if closed { CmpOp::Le } else { CmpOp::Lt };
+        self.emit_typed(t, move |t| ops::compare(cmp, t))?;
         self.branch(|target| Inst::BrUnless { target }, exit);
         self.push_scope();
         if let Some(n) = &name {
@@ -620,7 +625,7 @@ impl Fb<'_, '_> {
                 // wrapping past it.
                 self.emit(Inst::Load { local: k });
                 self.emit(Inst::Load { local: end });
-                self.emit_typed(t, |t| ops::Cmp::Eq.inst(t))?;
+                self.emit_typed(t, |t| ops::compare(CmpOp::Eq, t))?;
                 self.branch(|target| Inst::BrIf { target }, exit);
             }
             self.emit(Inst::Inc { local: k, delta: 1 });
