@@ -301,13 +301,21 @@ fn tlab_refills_under_contention_one_refiller_per_overflow() {
     assert!(stats.objects >= items as u64 * n as u64, "{stats:?}");
     // Exactly one refill per TLAB carved: a second refiller for one
     // overflow would carve a TLAB that no count includes (or lose one,
-    // which the heap walk would find unparsable).
+    // which the heap walk would find unparsable). The count includes the
+    // host's refills (replays after an exhausted eden), and a host refill
+    // at the heap's limit takes the rest below it when that holds the
+    // object (`Heap::carve_region`'s minimum) — one short TLAB per limit
+    // met. On an H100 at the full size, 874,456 refills of 256 bytes came
+    // with 3 words fewer carved than 256 each: one such TLAB, the heap
+    // having grown 3 times (docs/GPU-RUNS.md).
     let grown = rt.heap().used() - before;
     assert!(rep.alloc.refills > 0, "{rep}");
+    let short = (rep.alloc.heap_grows + 1) * u64::from(tlab - 8);
     assert!(
-        rep.alloc.refills * u64::from(tlab) <= grown,
-        "{} refills of {tlab} bytes, {grown} bytes carved",
-        rep.alloc.refills
+        rep.alloc.refills * u64::from(tlab) <= grown + short,
+        "{} refills of {tlab} bytes, {grown} bytes carved, {} heap growths",
+        rep.alloc.refills,
+        rep.alloc.heap_grows
     );
     eprintln!("{rep}");
 }
