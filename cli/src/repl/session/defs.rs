@@ -154,6 +154,9 @@ impl Session {
     pub(super) fn source_lines(&self, text: &str) -> String {
         text.lines()
             .map(|l| {
+                if let Some(traced) = self.source_trace_line(l) {
+                    return traced;
+                }
                 let Some(at) = l.rfind(", line ") else {
                     return l.to_string();
                 };

@@ -141,6 +141,9 @@ pub struct Session {
     /// The source definitions (`offload-lang`), compiled together; what
     /// they compile to is defined as bytecode in `defs`.
     sources: Vec<SourceDef>,
+    /// For each function compiled from source: its origin and the source
+    /// line of each bytecode index (for traces).
+    source_lines: std::collections::HashMap<String, (String, Vec<u32>)>,
     /// Definitions that name a class or function not defined yet, each
     /// with what it waits for: they load once what they name is defined.
     pending: Vec<(Def, String)>,
@@ -165,6 +168,7 @@ impl Session {
             rt,
             defs: Vec::new(),
             sources: Vec::new(),
+            source_lines: std::collections::HashMap::new(),
             pending: Vec::new(),
             module: None,
             vars: BTreeMap::new(),

@@ -52,8 +52,13 @@ impl Session {
             .cloned()
             .collect();
         let mut combined = padded.clone();
+        // Where each entry's text lies in `combined`: its first line there,
+        // its origin and its first line in the origin.
+        let mut placed = vec![(1u32, origin.to_string(), 1u32)];
         for s in &kept {
             combined.push('\n');
+            let at = combined.lines().count() as u32 + 1;
+            placed.push((at, s.origin.clone(), s.line));
             combined.push_str(&s.text);
         }
         let verified = offload::lang::compile_verified(origin, &combined).map_err(|d| {
@@ -61,6 +66,24 @@ impl Session {
                 &d.0, &combined,
             )))
         })?;
+        // Each function's instructions, by source line in its origin:
+        // traces name the line a workitem stopped at.
+        let mut lines = std::collections::HashMap::new();
+        for f in &verified.funcs {
+            let Some(first) = f.debug.inst_spans.first() else {
+                continue;
+            };
+            let Some((at, o, l)) = placed.iter().rev().find(|(at, _, _)| *at <= first.line) else {
+                continue;
+            };
+            let by_bci = f
+                .debug
+                .inst_spans
+                .iter()
+                .map(|sp| sp.line + l - at)
+                .collect::<Vec<u32>>();
+            lines.insert(f.name.clone(), (o.clone(), by_bci));
+        }
         let bytecode = offload::ir::print_module(&verified);
         // Every item is defined again; say only what this entry defined.
         let mut said = String::new();
@@ -76,6 +99,7 @@ impl Session {
                 out.push('\n');
             }
         }
+        self.source_lines = lines;
         self.sources = kept;
         self.sources.push(SourceDef {
             text: text.to_string(),
@@ -99,6 +123,19 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// A trace line `at NAME (bci B, line N)` of a function compiled from
+    /// source, with the source line of bytecode index `B`: `at NAME (bci
+    /// B, FILE:LINE)`. `None` for other lines.
+    pub(super) fn source_trace_line(&self, l: &str) -> Option<String> {
+        let rest = &l[l.find("at ")? + 3..];
+        let (name, rest) = rest.split_once(" (bci ")?;
+        let (bci, _) = rest.split_once(',')?;
+        let (origin, lines) = self.source_lines.get(name)?;
+        let line = lines.get(bci.trim().parse::<usize>().ok()?)?;
+        let head = &l[..l.find(" (bci ")?];
+        Some(format!("{head} (bci {bci}, {origin}:{line})"))
     }
 
     /// The source entries, for `:defs`: where each came from and what it
