@@ -203,11 +203,10 @@ impl ClosureSite {
                 "the closure captures no heap array, so it has nowhere to write its results (and no runtime to run on)".into(),
             ));
         };
-        if let Some(other) = captures
+        if captures
             .iter()
-            .find_map(|c| c.runtime.filter(|r| *r != rt_id))
+            .any(|c| c.runtime.is_some_and(|r| r != rt_id))
         {
-            let _ = other;
             return Err(setup(
                 "the closure captures arrays of two different runtimes".into(),
             ));
