@@ -126,3 +126,17 @@ fn a_kernels_block_is_a_module_with_classes_and_functions() {
         assert_eq!(m.get_field::<i64>(&acc, "total").unwrap(), want);
     }
 }
+
+#[test]
+fn a_closure_over_arrays_of_two_runtimes_is_refused() {
+    let (r1, r2) = (
+        Runtime::builder().device(Device::Cpu).build().unwrap(),
+        Runtime::builder().device(Device::Cpu).build().unwrap(),
+    );
+    let x = r1.array(&[1.0f32; 4]).unwrap();
+    let y = r2.array(&[1.0f32; 4]).unwrap();
+    let Err(e) = par_offload(0..4, kernel!(move |i| y[i] = x[i])) else {
+        panic!("ran over two heaps")
+    };
+    assert!(e.to_string().contains("two different runtimes"), "{e}");
+}
