@@ -204,7 +204,30 @@ fn median(
 }
 
 /// The median of some timings (at least one).
-fn middle(mut t: Vec<Duration>) -> Duration {
+/// The median time of `reps` fresh compiles of kernel `k` of `m` by the
+/// CPU device's JIT, in its quick tier or its optimized one.
+pub(crate) fn compile_time(
+    m: &offload::Module,
+    k: offload::ir::FuncId,
+    quick: bool,
+    reps: usize,
+) -> Result<Duration, OffloadError> {
+    let jit = offload_jit::CpuJit::new();
+    let opts = offload_jit::CompileOptions {
+        quick,
+        ..Default::default()
+    };
+    let times = (0..reps.max(1))
+        .map(|_| {
+            jit.compile_with(m.program(), k, 0, opts)
+                .map(|ck| ck.compile_time)
+                .map_err(|e| OffloadError::Setup(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(middle(times))
+}
+
+pub(crate) fn middle(mut t: Vec<Duration>) -> Duration {
     t.sort();
     t[t.len() / 2]
 }
@@ -582,23 +605,12 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 .verified()
                 .func_named(kernel)
                 .expect("example kernel");
-            let jit = offload_jit::CpuJit::new();
             for (tier, quick) in [("quick", true), ("optimized", false)] {
-                let opts = offload_jit::CompileOptions {
-                    quick,
-                    ..Default::default()
-                };
-                let times = (0..reps.max(1))
-                    .map(|_| {
-                        jit.compile_with(prog.program(), k, 0, opts)
-                            .map(|ck| ck.compile_time)
-                            .map_err(|e| OffloadError::Setup(e.to_string()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let time = compile_time(&prog, k, quick, reps)?;
                 push(
                     &format!("compile {kernel} ({tier})"),
                     None,
-                    middle(times),
+                    time,
                     Some(Target::Nanos(1_000_000)),
                     if quick {
                         "what the first launch waits for".into()

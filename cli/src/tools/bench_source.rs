@@ -6,7 +6,7 @@
 //! against the JIT's quick tier on the same kernel (what the first launch
 //! waits for either way).
 
-use super::bench::{BenchResult, Target, by_turns};
+use super::bench::{BenchResult, Target, by_turns, compile_time, middle};
 use super::demo::{blackscholes_closure_from, example, load_example, nbody_closure_from};
 use super::reference as native;
 use offload::{Closure, Device, OffloadError, Runtime, par_offload};
@@ -121,31 +121,15 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
             .verified()
             .func_named(name)
             .expect("example kernel");
-        let jit = offload_jit::CpuJit::new();
-        let opts = offload_jit::CompileOptions {
-            quick: true,
-            ..Default::default()
-        };
-        let quick = (0..reps.max(3))
-            .map(|_| {
-                jit.compile_with(m.program(), k, 0, opts)
-                    .map(|ck| ck.compile_time)
-                    .map_err(|e| OffloadError::Setup(e.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let quick = compile_time(&m, k, true, reps.max(3))?;
         out.push(BenchResult {
             bench: format!("front end {name}.ofk"),
             device: Device::Cpu,
-            baseline: Some(("JIT quick tier".into(), median(quick))),
-            offload: median(front),
+            baseline: Some(("JIT quick tier".into(), quick)),
+            offload: middle(front),
             target: Some(Target::Slowdown(0.5)),
             note: "parse, lower and verify, against compiling the same kernel".into(),
         });
     }
     Ok(out)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
