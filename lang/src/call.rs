@@ -127,25 +127,21 @@ impl Fb<'_, '_> {
         )?;
         let r = self.vars.resolve(rt);
         self.span = sp;
-        if self.vars.is_float(r) {
-            let Some(&(_, n, math)) = FLOAT_METHODS.iter().find(|m| m.0 == name) else {
+        // Numbers: the math methods of their family.
+        let family = if self.vars.is_float(r) {
+            Some((&FLOAT_METHODS[..], "floats"))
+        } else if self.vars.is_int(r) {
+            Some((&INT_METHODS[..], "integers"))
+        } else {
+            None
+        };
+        if let Some((methods, what)) = family {
+            let Some(&(_, n, math)) = methods.iter().find(|m| m.0 == name) else {
                 return err(
                     msp,
                     format!(
-                        "no method `{name}` on floats{}",
-                        offload_ir::did_you_mean(&name, FLOAT_METHODS.iter().map(|m| m.0))
-                    ),
-                );
-            };
-            return self.math(c, r, n, math);
-        }
-        if self.vars.is_int(r) {
-            let Some(&(_, n, math)) = INT_METHODS.iter().find(|m| m.0 == name) else {
-                return err(
-                    msp,
-                    format!(
-                        "no method `{name}` on integers{}",
-                        offload_ir::did_you_mean(&name, INT_METHODS.iter().map(|m| m.0))
+                        "no method `{name}` on {what}{}",
+                        offload_ir::did_you_mean(&name, methods.iter().map(|m| m.0))
                     ),
                 );
             };

@@ -204,29 +204,6 @@ fn median(
 }
 
 /// The median of some timings (at least one).
-/// The median time of `reps` fresh compiles of kernel `k` of `m` by the
-/// CPU device's JIT, in its quick tier or its optimized one.
-pub(crate) fn compile_time(
-    m: &offload::Module,
-    k: offload::ir::FuncId,
-    quick: bool,
-    reps: usize,
-) -> Result<Duration, OffloadError> {
-    let jit = offload_jit::CpuJit::new();
-    let opts = offload_jit::CompileOptions {
-        quick,
-        ..Default::default()
-    };
-    let times = (0..reps.max(1))
-        .map(|_| {
-            jit.compile_with(m.program(), k, 0, opts)
-                .map(|ck| ck.compile_time)
-                .map_err(|e| OffloadError::Setup(e.to_string()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(middle(times))
-}
-
 pub(crate) fn middle(mut t: Vec<Duration>) -> Duration {
     t.sort();
     t[t.len() / 2]
@@ -579,8 +556,8 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 ),
             );
         }
-        // Kernels from source against the same kernels from bytecode, and
-        // the front end's compile time (`bench_source`).
+        // Kernels from source against the same kernels from bytecode
+        // (`bench_source`).
         for r in crate::tools::bench_source::rows(rt, s, reps)? {
             let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
             push(&r.bench, base, r.offload, r.target, r.note);
@@ -591,34 +568,11 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
             push(&r.bench, base, r.offload, r.target, r.note);
         }
-        // Compile latency: fresh compiles of each kernel above, in both
-        // tiers; the quick tier is what the first launch waits for.
-        for (file, kernel) in [
-            ("saxpy.obc", "saxpy"),
-            ("mandelbrot.obc", "mandelbrot"),
-            ("nbody.obc", "nbody"),
-            ("matmul.obc", "matmul"),
-        ] {
-            let prog = rt.load(file, example(file))?;
-            let k = prog
-                .program()
-                .verified()
-                .func_named(kernel)
-                .expect("example kernel");
-            for (tier, quick) in [("quick", true), ("optimized", false)] {
-                let time = compile_time(&prog, k, quick, reps)?;
-                push(
-                    &format!("compile {kernel} ({tier})"),
-                    None,
-                    time,
-                    Some(Target::Nanos(1_000_000)),
-                    if quick {
-                        "what the first launch waits for".into()
-                    } else {
-                        "in the background".into()
-                    },
-                );
-            }
+        // Compile latency: the JIT's tiers and the source front end
+        // (`bench_compile`).
+        for r in crate::tools::bench_compile::rows(rt, reps)? {
+            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+            push(&r.bench, base, r.offload, r.target, r.note);
         }
     }
     // The geometric means of the compute rows (their slowdown is the

@@ -2,15 +2,13 @@
 //! compute example's source version (`.ofk`) against its hand-written
 //! bytecode (`.obc`), launched by turns on one runtime with the same
 //! inputs (the same speed is the target: the front end should emit what a
-//! careful person writes); and the front end's compile time per kernel
-//! against the JIT's quick tier on the same kernel (what the first launch
-//! waits for either way).
+//! careful person writes). The front end's compile time is in
+//! `bench_compile`.
 
-use super::bench::{BenchResult, Target, by_turns, compile_time, middle};
-use super::demo::{blackscholes_closure_from, example, load_example, nbody_closure_from};
+use super::bench::{BenchResult, Target, by_turns};
+use super::demo::{blackscholes_closure_from, load_example, nbody_closure_from};
 use super::reference as native;
-use offload::{Closure, Device, OffloadError, Runtime, par_offload};
-use std::time::{Duration, Instant};
+use offload::{Closure, OffloadError, Runtime, par_offload};
 
 /// The closure of `kernel` over inputs made by `args`, from the example's
 /// source and bytecode forms.
@@ -28,8 +26,7 @@ fn pair(
 }
 
 /// The rows: source against bytecode for saxpy, mandelbrot, matmul, nbody
-/// and blackscholes at sizes divided by `shrink`, then the front end's
-/// compile time of each.
+/// and blackscholes at sizes divided by `shrink`.
 pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
     let s = shrink.max(1);
     let mut out = Vec::new();
@@ -100,35 +97,6 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
             offload: ts,
             target: Some(Target::Slowdown(1.1)),
             note: format!("examples/kernels/{name}.ofk against {name}.obc, by turns"),
-        });
-    }
-    // The front end's compile time per kernel (parse, lower, verify)
-    // against the JIT's quick tier compiling the same kernel.
-    for name in ["saxpy", "mandelbrot", "nbody", "matmul", "blackscholes"] {
-        let file = format!("{name}.ofk");
-        let text = example(&file);
-        let front = (0..reps.max(3))
-            .map(|_| {
-                let t0 = Instant::now();
-                offload::lang::compile_verified(&file, text)
-                    .map(|_| t0.elapsed())
-                    .map_err(|d| OffloadError::Setup(d.to_string()))
-            })
-            .collect::<Result<Vec<Duration>, _>>()?;
-        let m = load_example(rt, &file)?;
-        let k = m
-            .program()
-            .verified()
-            .func_named(name)
-            .expect("example kernel");
-        let quick = compile_time(&m, k, true, reps.max(3))?;
-        out.push(BenchResult {
-            bench: format!("front end {name}.ofk"),
-            device: Device::Cpu,
-            baseline: Some(("JIT quick tier".into(), quick)),
-            offload: middle(front),
-            target: Some(Target::Slowdown(0.5)),
-            note: "parse, lower and verify, against compiling the same kernel".into(),
         });
     }
     Ok(out)
