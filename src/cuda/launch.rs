@@ -135,6 +135,14 @@ pub(super) fn run(
     // Per slot, the (workitem, site) of the allocation failure it was last
     // given to resume: failing there again goes to the interpreter.
     let mut resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>> = vec![None; slots];
+    let mut trace = super::trace::Trace::new();
+    trace.say(|| {
+        format!(
+            "{} over {range:?}: {slots} slots in {grid} blocks of {BLOCK}, chunks of {chunk}, wait in place {}",
+            call.name(),
+            env.settings.wait_in_place
+        )
+    });
     loop {
         report.launches += 1;
         // The heap image, with a fresh device eden above the used part.
@@ -164,6 +172,16 @@ pub(super) fn run(
                 u64::from(min) * 8
             ))
         })?;
+        if report.launches <= 20 || report.launches % 100 == 0 {
+            trace.say(|| {
+                format!(
+                    "launch {}: device eden words {es}..{ee}, heap used {} bytes, safepoints so far {}",
+                    report.launches,
+                    heap.used(),
+                    inner.control.count() - safepoints_before
+                )
+            });
+        }
         if report.launches > 1 {
             // A relaunch: the captures and the records left to resume go up
             // again, after any collection since the last launch (which
@@ -266,6 +284,20 @@ pub(super) fn run(
         let done = s.record_event(None).map_err(cuda_err("event"))?;
         while !done.try_is_complete().map_err(cuda_err("kernel"))? {
             let cw = control.load(Ordering::Acquire);
+            if trace.on() {
+                trace.tick(|| {
+                    // SAFETY: the pinned control word (see `Gpu`).
+                    let word = unsafe { gpu.control_host.read_volatile() };
+                    let mut n = [0u32];
+                    let parked = match gpu.resident.read_raw(parked_at, &mut n) {
+                        Ok(()) => n[0].to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    format!(
+                        "running: control word {word:#x}, requested {cw:#x}, parked {parked} of {slots}"
+                    )
+                });
+            }
             if cw & offload_jit::ctx::CONTROL_WAIT != 0 {
                 let w = Waiting {
                     env,
@@ -276,7 +308,8 @@ pub(super) fn run(
                     parked_at,
                     epoch,
                 };
-                let (sent, got) = w.wait_here(&|| done.try_is_complete().unwrap_or(true))?;
+                let (sent, got) =
+                    w.wait_here(&|| done.try_is_complete().unwrap_or(true), &mut trace)?;
                 to_device += sent;
                 to_host += got;
                 report.waits += u64::from(sent + got > 0);
@@ -309,6 +342,17 @@ pub(super) fn run(
         // the next one's.
         let before = device_stats.clone();
         device_stats = s.clone_dtoh(&stats).map_err(cuda_err("counters"))?;
+        if report.launches <= 20 || report.launches % 100 == 0 {
+            trace.say(|| {
+                let d: Vec<u64> = device_stats.iter().zip(&before).map(|(a, b)| a - b).collect();
+                format!(
+                    "launch {} done after {} ms: deopts {}, refills {}, refill waits {}, eden failures {}, slots stopped {}, workitems completed {}, eden top {eden_top}",
+                    report.launches,
+                    tr.elapsed().as_millis(),
+                    d[0], d[1], d[2], d[3], d[4], d[5]
+                )
+            });
+        }
         if device_stats[3] > before[3] && env.settings.fail_refills.is_none() {
             let cap = DEVICE_EDEN_BYTES / 8;
             let now = gpu.eden_words.load(Ordering::Relaxed);
@@ -559,7 +603,11 @@ impl Waiting<'_> {
     /// eden's top, the dirty map and what the operation wrote; (0, 0) when
     /// the kernel finished first: then the safepoint is passed after the
     /// run, as for a stop). `finished` says whether the kernel is done.
-    fn wait_here(&self, finished: &dyn Fn() -> bool) -> Result<(u64, u64), OffloadError> {
+    fn wait_here(
+        &self,
+        finished: &dyn Fn() -> bool,
+        trace: &mut super::trace::Trace,
+    ) -> Result<(u64, u64), OffloadError> {
         let (gpu, heap) = (self.gpu, &self.env.heap);
         let dh = &gpu.resident;
         // SAFETY: the pinned control word (see `Gpu`).
@@ -578,6 +626,7 @@ impl Waiting<'_> {
             if n[0] as usize >= self.slots {
                 break;
             }
+            trace.tick(|| format!("waiting in place: {} of {} slots parked", n[0], self.slots));
             std::thread::sleep(Duration::from_micros(20));
         }
         // Every slot waits with its writes fenced, or is gone: what the

@@ -67,6 +67,7 @@
 
 mod launch;
 pub(crate) mod resident;
+mod trace;
 
 use crate::adaptive::{Plan, Version};
 use crate::device::{Executor, Unsupported};
