@@ -21,6 +21,9 @@ fn runtime(device: Device, deadline: Option<Duration>) -> (Runtime, offload::Mod
         .strict(device == Device::Cuda)
         .workers(2)
         .launch_deadline(deadline)
+        // Fewer GPU slots than workitems (an H100 has 202,752): some
+        // workitems have not started when the launch is stopped.
+        .device_slots(1024)
         .build()
         .unwrap_or_else(|e| panic!("{device:?}: {e}"));
     let m = rt.load("spin.obc", SPIN).unwrap();

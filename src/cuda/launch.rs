@@ -136,6 +136,12 @@ pub(super) fn run(
     // given to resume: failing there again goes to the interpreter.
     let mut resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>> = vec![None; slots];
     let mut trace = super::trace::Trace::new();
+    // Fairness: a launch runs at least as long as the last safepoint kept
+    // the device from running (`owed`) before it honours the next request
+    // (see the module docs of `super`); `asked` is when the request that
+    // stopped the last run was mirrored.
+    let mut owed = Duration::ZERO;
+    let mut asked: Option<Instant> = None;
     trace.say(|| {
         format!(
             "{} over {range:?}: {slots} slots in {grid} blocks of {BLOCK}, chunks of {chunk}, wait in place {}",
@@ -262,8 +268,7 @@ pub(super) fn run(
             let raw: [u64; 21] = unsafe { std::mem::transmute(dctx) };
             ctx_dev = s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
             let (ctx_ptr, _g11) = ctx_dev.device_ptr(s);
-            // SAFETY: the word is the pinned control word; the device reads it.
-            unsafe { gpu.control_host.write_volatile(0) };
+            gpu.set_control(0)?;
             let mut b = s.launch_builder(&k.func);
             b.arg(&ctx_ptr);
             // SAFETY: the kernel takes one `u64`, the address of a `DeviceCtx`
@@ -278,23 +283,33 @@ pub(super) fn run(
             }
             .map_err(cuda_err("launch"))?;
         }
-        // Mirror safepoint requests into the mapped word while it runs; a
+        // Mirror safepoint requests into the control word while it runs; a
         // safepoint that moves nothing is passed with the slots waiting in
         // place (`wait_here`).
         let done = s.record_event(None).map_err(cuda_err("event"))?;
+        if let Some(t) = asked.take() {
+            owed = t.elapsed();
+        }
+        let mut run_from = Instant::now();
         while !done.try_is_complete().map_err(cuda_err("kernel"))? {
-            let cw = control.load(Ordering::Acquire);
+            let due = run_from.elapsed() >= owed;
+            let cw = if due {
+                control.load(Ordering::Acquire)
+            } else {
+                0
+            };
             if trace.on() {
                 trace.tick(|| {
-                    // SAFETY: the pinned control word (see `Gpu`).
-                    let word = unsafe { gpu.control_host.read_volatile() };
+                    let word = gpu
+                        .control_word()
+                        .map_or_else(|e| e.to_string(), |w| format!("{w:#x}"));
                     let mut n = [0u32];
                     let parked = match gpu.resident.read_raw(parked_at, &mut n) {
                         Ok(()) => n[0].to_string(),
                         Err(e) => e.to_string(),
                     };
                     format!(
-                        "running: control word {word:#x}, requested {cw:#x}, parked {parked} of {slots}"
+                        "running: control word {word}, requested {cw:#x}, parked {parked} of {slots}"
                     )
                 });
             }
@@ -308,8 +323,10 @@ pub(super) fn run(
                     parked_at,
                     epoch,
                 };
+                let t = Instant::now();
                 let (sent, got) =
                     w.wait_here(&|| done.try_is_complete().unwrap_or(true), &mut trace)?;
+                (owed, run_from) = (t.elapsed(), Instant::now());
                 to_device += sent;
                 to_host += got;
                 report.waits += u64::from(sent + got > 0);
@@ -322,8 +339,10 @@ pub(super) fn run(
             } else {
                 0
             };
-            // SAFETY: as above.
-            unsafe { gpu.control_host.write_volatile(cw | stop) };
+            if cw != 0 && asked.is_none() {
+                asked = Some(Instant::now());
+            }
+            gpu.set_control(cw | stop)?;
             std::thread::sleep(Duration::from_micros(20));
         }
         s.synchronize().map_err(cuda_err("kernel"))?;
@@ -610,11 +629,7 @@ impl Waiting<'_> {
     ) -> Result<(u64, u64), OffloadError> {
         let (gpu, heap) = (self.gpu, &self.env.heap);
         let dh = &gpu.resident;
-        // SAFETY: the pinned control word (see `Gpu`).
-        unsafe {
-            gpu.control_host
-                .write_volatile(offload_jit::ctx::CONTROL_WAIT)
-        };
+        gpu.set_control(offload_jit::ctx::CONTROL_WAIT)?;
         let mut n = [0u32];
         let mut got = 0u64;
         loop {
@@ -645,8 +660,7 @@ impl Waiting<'_> {
         } else {
             0
         };
-        // SAFETY: as above.
-        unsafe { gpu.control_host.write_volatile(next) };
+        gpu.set_control(next)?;
         Ok((sent, got))
     }
 }

@@ -13,9 +13,11 @@
 //!    same objects on both sides);
 //! 2. launch one persistent thread per resident slot (SM count × resident
 //!    blocks per SM × block, from the device's occupancy); each claims
-//!    chunks from the atomic cursor, polls the control word (pinned,
-//!    mapped host memory that this thread mirrors the runtime's safepoint
-//!    requests into while the kernel runs), allocates from TLABs shared
+//!    chunks from the atomic cursor, polls the control word (in device
+//!    memory: this thread mirrors the runtime's safepoint requests into it
+//!    with a copy on the copy stream while the kernel runs — a word in
+//!    pinned, mapped host memory, read over PCIe at every back-edge, made
+//!    mandelbrot 512² take 946 ms on an H100), allocates from TLABs shared
 //!    by a warp (`SharedTlab { group }`: by `group` warps; `PrivateTlab`:
 //!    one per slot; `EdenCas`: none), marks the chunk of every store in
 //!    the dirty map and writes deopt records into its slot of the save
@@ -48,6 +50,16 @@
 //! one that leaves and 63 bytes instead of 164 KiB (BENCHMARKS.md), so
 //! waiting is the default.
 //!
+//! **Fairness.** A launch honours a safepoint request only after it has
+//! run, since it started or last resumed, at least as long as the last
+//! safepoint kept it from running (from the request to the relaunch, or
+//! the wait). A host thread that raises safepoints back to back would
+//! otherwise starve the kernel: on an H100 (202,752 slots) a relaunch
+//! costs ~20 ms, a thread raising every 2 ms stopped every relaunch at
+//! once, and the launch never finished (docs/GPU-RUNS.md). The device
+//! gets at least half of the time; a safepoint's latency grows by at most
+//! the last one's cost. Interrupts are mirrored at once.
+//!
 //! Bytes moved count in [`LaunchReport::to_device_bytes`] and
 //! [`LaunchReport::to_host_bytes`]. The device may be offload's virtual
 //! GPU (`vgpu/driver`, found only on the library path): [`Gpu::is_virtual`]
@@ -74,13 +86,13 @@ use crate::device::{Executor, Unsupported};
 use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
 use crate::report::LaunchReport;
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, sys};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, sys};
 use offload_ir::FuncId;
 use offload_jit::ptx::PtxKernel;
 use resident::DeviceHeap;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -116,11 +128,11 @@ pub(crate) struct Gpu {
     name: String,
     cc: (i32, i32),
     pub(crate) sms: u32,
-    /// The control word: pinned, mapped host memory (host pointer), and
-    /// its device address.
-    control_host: *mut u32,
+    /// The control word the kernels poll, in device memory, its address,
+    /// and the value last written to it.
+    _control: CudaSlice<u32>,
     control_dev: u64,
-    _control: cudarc::driver::PinnedHostSlice<u32>,
+    control_last: AtomicU32,
     modules: Mutex<ModuleCache>,
     launch_lock: Mutex<()>,
     /// Words of device eden the next launch carves (see
@@ -129,14 +141,6 @@ pub(crate) struct Gpu {
     /// The heap's image on this GPU, kept across launches.
     resident: Arc<DeviceHeap>,
 }
-
-// SAFETY: `control_host` points into the pinned allocation the struct
-// owns; it is only written with volatile stores by the launching thread
-// (under `launch_lock`). Everything else is cudarc's `Send + Sync` handles
-// or behind mutexes.
-unsafe impl Send for Gpu {}
-// SAFETY: as above.
-unsafe impl Sync for Gpu {}
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -183,25 +187,13 @@ fn probe_driver() -> Result<Gpu, String> {
     let stream = ctx
         .new_stream()
         .map_err(|e| format!("CUDA stream: {}", driver_error(&e)))?;
-    // SAFETY: the word is initialized right below, before any use.
-    let mut control = unsafe {
-        ctx.alloc_pinned_with_flags::<u32>(
-            1,
-            sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
-        )
-    }
-    .map_err(|e| format!("CUDA pinned control word: {}", driver_error(&e)))?;
-    let control_host = control
-        .as_mut_ptr()
-        .map_err(|e| format!("CUDA pinned control word: {}", driver_error(&e)))?;
-    // SAFETY: `control_host` is the one-word pinned allocation above.
-    unsafe { control_host.write_volatile(0) };
-    let mut control_dev: sys::CUdeviceptr = 0;
-    // SAFETY: `control_host` was allocated with DEVICEMAP in this context,
-    // which is current (alloc_pinned bound it to this thread).
-    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut control_dev, control_host.cast(), 0) }
-        .result()
-        .map_err(|e| format!("CUDA mapped control word: {}", driver_error(&e)))?;
+    let control: CudaSlice<u32> = stream
+        .alloc_zeros(1)
+        .map_err(|e| format!("CUDA control word: {}", driver_error(&e)))?;
+    stream
+        .synchronize()
+        .map_err(|e| format!("CUDA control word: {}", driver_error(&e)))?;
+    let control_dev = control.device_ptr(&stream).0;
     let resident = Arc::new(DeviceHeap::new(stream.clone())?);
     Ok(Gpu {
         ctx,
@@ -209,9 +201,9 @@ fn probe_driver() -> Result<Gpu, String> {
         name,
         cc,
         sms,
-        control_host,
-        control_dev,
         _control: control,
+        control_dev,
+        control_last: AtomicU32::new(0),
         modules: Mutex::new(HashMap::new()),
         launch_lock: Mutex::new(()),
         eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
@@ -220,6 +212,24 @@ fn probe_driver() -> Result<Gpu, String> {
 }
 
 impl Gpu {
+    /// Set the control word the running kernel polls (a copy on the heap's
+    /// copy stream, which runs beside the kernel; skipped when the word
+    /// already holds `v`).
+    fn set_control(&self, v: u32) -> Result<(), OffloadError> {
+        if self.control_last.swap(v, Ordering::AcqRel) == v {
+            return Ok(());
+        }
+        self.resident.write_raw(self.control_dev, &[v])
+    }
+
+    /// The control word as the device sees it (one read on the copy
+    /// stream).
+    fn control_word(&self) -> Result<u32, OffloadError> {
+        let mut w = [0u32];
+        self.resident.read_raw(self.control_dev, &mut w)?;
+        Ok(w[0])
+    }
+
     /// Whether this is offload's virtual GPU (the PTX simulator's driver
     /// shim), not hardware: its name says so.
     pub(crate) fn is_virtual(&self) -> bool {

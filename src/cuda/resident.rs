@@ -187,6 +187,22 @@ impl DeviceHeap {
         self.sync_copies()
     }
 
+    /// `src` to device address `at`, on the copy stream: the control word
+    /// a running kernel polls.
+    pub(crate) fn write_raw<T: cudarc::driver::DeviceRepr>(
+        &self,
+        at: u64,
+        src: &[T],
+    ) -> Result<(), OffloadError> {
+        self.bind().map_err(cuda_err("device state"))?;
+        // SAFETY: `at` is the start of a live device buffer of at least
+        // `src.len()` elements (the caller's), and `src` outlives the copy,
+        // which is synchronized before this returns.
+        unsafe { cudarc::driver::result::memcpy_htod_async(at, src, self.copy.cu_stream()) }
+            .map_err(cuda_err("device state"))?;
+        self.sync_copies()
+    }
+
     /// Mark what a kernel wrote for host reads: the chunks its dirty map
     /// names below byte `top` (the device eden's top), and the eden it
     /// allocated in, `[start, top)`. The map is read on the copy stream, so

@@ -291,8 +291,15 @@ pub fn cvt(dty: Ty, sty: Ty, rnd: Option<Rnd>, sat: bool, a: u64) -> u64 {
                 f64b(a)
             };
             let r = round_int(x, rnd.unwrap_or(Rnd::Zero));
+            // NaN (PTX ISA, `cvt`): zero when neither the source is `.f64`
+            // nor the destination 64 bits wide; otherwise `1 << (bits - 1)`
+            // (MININT for a signed destination) — as the hardware does.
             if r.is_nan() {
-                return 0;
+                return if sty.bits == 64 || dty.bits == 64 {
+                    dty.trunc(1u64 << (dty.bits - 1))
+                } else {
+                    0
+                };
             }
             let (lo, hi) = int_range(dty);
             // Saturating: every float → integer conversion clamps.

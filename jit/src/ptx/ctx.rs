@@ -15,7 +15,7 @@ pub struct DeviceCtx {
     pub end: i64,
     /// Workitems per claim.
     pub chunk: i64,
-    /// The control word (`u32`, pinned mapped host memory).
+    /// The control word (`u32` in device memory; the host copies requests into it).
     pub control: u64,
     /// The save area: `records_per_slot` records of `record_words` words per slot.
     pub save_area: u64,

@@ -610,8 +610,19 @@ impl Backend for Ptx {
             (Kind::I32 | Kind::I64, _) => format!("cvt.rn.{}.{}", arith_ty(to), arith_ty(from)),
             (Kind::F32, Kind::F64) => "cvt.f64.f32".to_string(),
             (Kind::F64, Kind::F32) => "cvt.rn.f32.f64".to_string(),
-            // Float → integer conversions saturate and map NaN to 0 in PTX.
-            _ => format!("cvt.rzi.{}.{}", arith_ty(to), arith_ty(from)),
+            // Float → integer conversions saturate in PTX; NaN gives 0
+            // only from an f32 to a 32-bit integer, MININT otherwise (PTX
+            // ISA, `cvt`), and the bytecode says 0: select it.
+            _ => {
+                let op = format!("cvt.rzi.{}.{}", arith_ty(to), arith_ty(from));
+                let r = w.op(to, &op, &[&a]);
+                if from == Kind::F64 || to == Kind::I64 {
+                    let p = w.t(Cls::Pred);
+                    w.emit(format!("setp.nan.{} {p}, {a}, {a};", arith_ty(from)));
+                    w.emit(format!("selp.{} {r}, 0, {r}, {p};", arith_ty(to)));
+                }
+                return r;
+            }
         };
         w.op(to, &op, &[&a])
     }

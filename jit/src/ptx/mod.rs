@@ -41,9 +41,9 @@
 //! writes a record and the slot goes on (or returns).
 //!
 //! Memory: the heap image lives in device memory (`heap_base`), references
-//! are 32-bit word offsets as on the host. The control word is in pinned,
-//! mapped host memory and is read with `ld.relaxed.sys`, so the host can
-//! raise a safepoint while the kernel runs. Allocation runs the shared-TLAB
+//! are 32-bit word offsets as on the host. The control word is in device
+//! memory, read with `ld.relaxed.sys` (never cached in L1), so the host
+//! can raise a safepoint while the kernel runs by copying into it. Allocation runs the shared-TLAB
 //! protocol of `offload_tlab::tlab` entirely on the device: the fast path
 //! is one `atom.add`; the designated refiller carves the next TLAB from the
 //! device eden (`atom.add` on its top), waiters back off with `nanosleep`,
