@@ -324,13 +324,17 @@ const FLAGGED: &str = "kernel flagged(i: i64, iters: i32, flag: i32[], out: i32[
 /// sets the flag at the first one that finds some (a write the kernel must
 /// see). Returns the report.
 fn operations_at_safepoints_share_the_heap(b: RuntimeBuilder) -> LaunchReport {
-    let rt = build(b);
+    // 256 slots run the 6,000 workitems in waves, so that they finish one
+    // wave after another; on hardware each spins longer (an H100 ran the
+    // virtual GPU's 300 spins in 1 ms, between two safepoints).
+    let rt = build(b.device_slots(256));
     let m = rt.load("flagged.obc", FLAGGED).unwrap();
     let n = 6000;
+    let iters: i32 = if rt.gpu_is_virtual() { 300 } else { 20_000 };
     let flag = rt.new_array::<i32>(1).unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
     let c = m
-        .closure("flagged", [300i32.into(), (&flag).into(), (&out).into()])
+        .closure("flagged", [iters.into(), (&flag).into(), (&out).into()])
         .unwrap();
     let (flag_at, out_at) = (
         flag.as_ref().byte_offset() + 8,
