@@ -152,6 +152,11 @@ enum Command {
         /// Timed repetitions per measurement (the median is reported).
         #[arg(long, default_value_t = 7)]
         reps: usize,
+        /// Answer timing requests instead: JSON lines on standard input,
+        /// from `scripts/bench-peers` (which times Numba by turns with
+        /// offload and rayon).
+        #[arg(long)]
+        serve: bool,
     },
     /// Compare recompilation policies on workloads: repeated launches under
     /// each policy, with total time, work on the device vs replayed, deopts
@@ -348,12 +353,21 @@ fn run(cli: Cli) -> Result<(), String> {
             shrink,
             reps,
             strict,
+            serve,
         } => {
             let mut b = offload::Runtime::builder().device(device).strict(strict);
             if let Some(w) = workers {
                 b = b.workers(w);
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
+            if serve {
+                return offload_cli::tools::bench_peers::serve(
+                    &rt,
+                    std::io::stdin().lock(),
+                    std::io::stdout().lock(),
+                )
+                .map_err(|e| format!("error: {e}"));
+            }
             let mut rows = offload_cli::tools::bench::run(&rt, shrink, reps.max(1))
                 .map_err(|e| format!("error: {e}"))?;
             // NVRTC's PTX for the CUDA C baselines calls device `malloc` and

@@ -178,7 +178,7 @@ pub(super) fn run(
                 u64::from(min) * 8
             ))
         })?;
-        if report.launches <= 20 || report.launches % 100 == 0 {
+        if report.launches <= 20 || report.launches.is_multiple_of(100) {
             trace.say(|| {
                 format!(
                     "launch {}: device eden words {es}..{ee}, heap used {} bytes, safepoints so far {}",
@@ -361,7 +361,7 @@ pub(super) fn run(
         // the next one's.
         let before = device_stats.clone();
         device_stats = s.clone_dtoh(&stats).map_err(cuda_err("counters"))?;
-        if report.launches <= 20 || report.launches % 100 == 0 {
+        if report.launches <= 20 || report.launches.is_multiple_of(100) {
             trace.say(|| {
                 let d: Vec<u64> = device_stats.iter().zip(&before).map(|(a, b)| a - b).collect();
                 format!(

@@ -317,6 +317,38 @@ fn live_data_already_in_place_does_not_move() {
 }
 
 #[test]
+fn a_large_array_keeps_its_colour_gap_through_compaction() {
+    use offload_tlab::alloc::{COLOUR_GAP_BYTES, COLOUR_MIN_BYTES};
+    let heap = heap(64 << 20);
+    let big = Kind::Ints((COLOUR_MIN_BYTES / 4) as u32);
+    let x = Allocator::alloc_host(&heap, header(&big)).unwrap();
+    let garbage = Allocator::alloc_host(&heap, header(&Kind::Ints(5000))).unwrap();
+    let y = Allocator::alloc_host(&heap, header(&big)).unwrap();
+    let small = Allocator::alloc_host(&heap, header(&Kind::Ints(5))).unwrap();
+    let gap = (COLOUR_GAP_BYTES / 8) as u32;
+    assert_eq!(y - garbage, (size_of(&Kind::Ints(5000)) / 8) as u32 + gap);
+    heap.store32(y as usize * 8 + 8, 77).unwrap();
+    let mut roots = [x, y, small];
+    // SAFETY: the test has the heap to itself.
+    let st = unsafe {
+        heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
+            roots.iter_mut().for_each(&mut *f)
+        })
+    }
+    .unwrap();
+    // The garbage is gone; y slid down with the gap before it kept; the
+    // small array (no gap) follows y at once.
+    let [x2, y2, small2] = roots;
+    assert_eq!(x2, x);
+    assert_eq!(y2, x + (size_of(&big) / 8) as u32 + gap, "{st:?}");
+    assert_eq!(small2, y2 + (size_of(&big) / 8) as u32);
+    assert_eq!(heap.load32(y2 as usize * 8 + 8).unwrap(), 77);
+    assert_eq!(st.freed(), size_of(&Kind::Ints(5000)));
+    let walk = heap.walk(|_, _| ()).unwrap();
+    assert_eq!((walk.arrays, walk.fillers), (3, 2));
+}
+
+#[test]
 fn a_corrupt_root_or_object_is_an_error_and_nothing_moves() {
     let heap = heap(16 << 20);
     let _junk = Allocator::alloc_host(&heap, header(&Kind::Ints(50))).unwrap();

@@ -356,7 +356,7 @@ fn float_to_integer_conversions_round_saturate_and_zero_nans() {
     // `.f64` and the destination not 64 bits wide, else `1 << (bits - 1)`.
     let nan = |x: f64, v: i64, bits: u32| {
         if x.is_nan() {
-            ((1u64 << (bits - 1)) as i64)
+            (1u64 << (bits - 1)) as i64
         } else {
             v
         }

@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod bench_bytes;
 pub mod bench_compile;
+pub mod bench_peers;
 pub mod bench_source;
 mod bench_stops;
 pub mod bench_waits;

@@ -136,6 +136,7 @@ impl Tracer<'_> {
                     what: format!("{h} runs past eden's top (word {})", self.top),
                 });
             }
+            self.keep_colour_gap(r, h);
             let mut out_of_range = None;
             let res = ref_slots(self.shapes, r, h, |cell| {
                 let v = self.cells[cell].load(Ordering::Relaxed);
@@ -161,6 +162,32 @@ impl Tracer<'_> {
                 let half = stack.split_off(stack.len() / 2);
                 s.spawn(move |s| self.trace(s, half, err));
             }
+        }
+    }
+}
+
+impl Tracer<'_> {
+    /// A large array the host placed behind a colour gap
+    /// ([`crate::alloc::Allocator::alloc_host`]) keeps its gap: the filler
+    /// right before it is marked too, so that sliding moves both together
+    /// and the array stays as far from the one before. (A filler of that
+    /// size there that was not such a gap is kept too: harmless.)
+    fn keep_colour_gap(&self, r: u32, h: Header) {
+        use crate::alloc::{COLOUR_GAP_BYTES, COLOUR_MIN_BYTES};
+        let gap = (COLOUR_GAP_BYTES / 8) as u32;
+        if !matches!(h, Header::Array { .. })
+            || h.size().is_none_or(|b| b < COLOUR_MIN_BYTES)
+            || r < HEAP_START_WORDS + gap
+        {
+            return;
+        }
+        let f = r - gap;
+        if header(self.cells, f)
+            == Some(Header::Filler {
+                size: COLOUR_GAP_BYTES as u32,
+            })
+        {
+            self.marks.test_and_set(f);
         }
     }
 }
