@@ -7,8 +7,10 @@ and y written). Run it through `scripts/bench-peers`,
 which installs Numba and builds `offload` first.
 
 Timed by turns: per round, a few runs of Numba, of offload, of rayon (offload
-and rayon through `offload bench --serve`, which times them in-process); the
-figure is the median of all runs. Ratios follow the bench's convention, the
+and rayon through `offload bench --serve`, which times them in-process), each
+turn after a pause (Numba's OpenMP threads spin on after a parallel region)
+and one untimed run (which wakes the contender's threads); the figure is the
+median of all timed runs. Ratios follow the bench's convention, the
 slowdown: offload's time / the peer's (1.00x as fast, above 1 slower).
 
 The Numba kernels are written as a performance-minded user would: float32
@@ -29,6 +31,8 @@ import numba as nb
 import numpy as np
 
 f32 = np.float32
+# Seconds between one contender's turn and the next (see `main`).
+SETTLE = 0.05
 JIT = dict(parallel=True, error_model="numpy", cache=False)
 
 
@@ -183,8 +187,8 @@ def main():
     ap.add_argument("--offload", default="target/release/offload")
     ap.add_argument("--workers", type=int, default=None,
                     help="threads for Numba, offload and rayon (default: every core)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of turns")
-    ap.add_argument("--per-turn", type=int, default=3, help="runs per turn")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of turns")
+    ap.add_argument("--per-turn", type=int, default=5, help="timed runs per turn")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes and one round (a smoke test, not a measurement)")
     ap.add_argument("--json", action="store_true", help="one JSON object per row")
@@ -214,9 +218,19 @@ def main():
         f()  # compiled, warm
         t = {"numba": [], "offload": [], "rayon": []}
         for _ in range(rounds):
+            # Each turn runs once untimed first: the others' turns left this
+            # contender's threads asleep (a Numba call after a pause took
+            # 0.37 ms, then 0.06 ms).
+            f()
             t["numba"] += timed(f, per)
             for what in ("offload", "rayon"):
-                t[what] += srv.ask(op="time", kernel=kernel, n=n, what=what, reps=per)["ns"]
+                # Numba's OpenMP threads spin for a while after a parallel
+                # region (and rayon's briefly): without a pause, the next
+                # contender's turn shares the cores with them.
+                time.sleep(SETTLE)
+                t[what] += srv.ask(op="time", kernel=kernel, n=n, what=what, reps=per,
+                                   warm=1)["ns"]
+            time.sleep(SETTLE)
         m = {k: median(v) for k, v in t.items()}
         row = {"kernel": kernel, "n": n, "workers": workers, "counted": counted,
                "numba_ns": m["numba"], "rayon_ns": m["rayon"], "offload_ns": m["offload"],

@@ -12,8 +12,10 @@
 //!   "workitems": W, "bytes": B}` (`bytes`: what one launch must read and
 //!   write at least, for bandwidth figures; 0 where compute dominates).
 //! - `{"op": "time", "kernel": K, "n": N, "what": "offload" | "rayon",
-//!   "reps": R}`: `R` timed runs of the set-up kernel, or of its native
-//!   rayon version; reply `{"ok": true, "ns": [t1, ..., tR]}`.
+//!   "reps": R, "warm": W}`: `W` untimed runs (default 0: a turn's first
+//!   run wakes the threads the other contenders' turns left asleep), then
+//!   `R` timed runs of the set-up kernel, or of its native rayon version;
+//!   reply `{"ok": true, "ns": [t1, ..., tR]}`.
 //! - `{"op": "copy", "n": N, "reps": R}`: `R` timed runs of a plain
 //!   parallel streaming copy of `N` `f32`s on the runtime's workers (the
 //!   machine's memory bandwidth); reply as for `time`. The script counts
@@ -45,6 +47,8 @@ struct Request {
     what: String,
     #[serde(default = "one")]
     reps: usize,
+    #[serde(default)]
+    warm: usize,
 }
 
 fn one() -> usize {
@@ -89,6 +93,9 @@ fn answer(
     copies: &mut HashMap<usize, Vec<f32>>,
 ) -> Result<serde_json::Value, String> {
     let times = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<Vec<u64>, String> {
+        for _ in 0..r.warm {
+            f()?;
+        }
         let mut ns = Vec::with_capacity(r.reps);
         for _ in 0..r.reps {
             let t = Instant::now();

@@ -11,10 +11,41 @@ use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
 use offload_ir::{Bci, Inst, Kind};
 
 impl Lw<'_, '_> {
-    /// The body for workitems `w .. w + UNROLL` as one SIMD body, a lane
-    /// per workitem ([`opt::vectorizable`] said it can be); then counts
-    /// them and advances `w`. No deopt site is left in such a body.
+    /// The bodies for workitems `w .. w + UNROLL * VECTORS_PER_GROUP`, as
+    /// [`opt::VECTORS_PER_GROUP`] SIMD bodies of a lane per workitem
+    /// ([`opt::vectorizable`] said it can be); then counts them and
+    /// advances `w`. No deopt site is left in such a body.
+    ///
+    /// Each array's address for the group (`w`'s element) is computed once
+    /// and the bodies' accesses are constant offsets from it — computed
+    /// per body from its own `i32` index, the address took six scalar
+    /// instructions per access (Cranelift cannot fold a zero-extension of
+    /// `w + 4`), as many as the body's vector work for saxpy.
     pub(super) fn vector_group(&mut self) -> Result<(), JitError> {
+        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
+        let wv = self.e.b.use_var(w);
+        let mut bases = std::collections::HashMap::new();
+        for j in 0..i64::from(opt::VECTORS_PER_GROUP) {
+            self.vector_body(wv, j, &mut bases)?;
+        }
+        let n = i64::from(opt::UNROLL * opt::VECTORS_PER_GROUP);
+        let d = self.e.b.use_var(done);
+        let d1 = self.e.b.ins().iadd_imm_s(d, n);
+        self.e.b.def_var(done, d1);
+        let w1 = self.e.b.ins().iadd_imm_s(wv, n);
+        self.e.b.def_var(w, w1);
+        Ok(())
+    }
+
+    /// The `j`-th SIMD body of a group starting at workitem `wv`: lanes
+    /// `wv + UNROLL j ..`; `bases` holds each array's address of element
+    /// `wv`, made on first use.
+    fn vector_body(
+        &mut self,
+        wv: Value,
+        j: i64,
+        bases: &mut std::collections::HashMap<Value, Value>,
+    ) -> Result<(), JitError> {
         #[derive(Copy, Clone)]
         enum VV {
             U(Value),
@@ -24,8 +55,19 @@ impl Lw<'_, '_> {
             Arr(Value),
         }
         let f = self.v.func(self.cur.func);
-        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
-        let lanes = opt::UNROLL as i64;
+        let lanes = i64::from(opt::UNROLL);
+        // Byte offset of this body's first lane from the group's element.
+        let at = (j * lanes * 4) as i32;
+        // The group's element `wv` of array `r`: `wv` is below 2^31 (the
+        // kernel narrows it to its `i32` index, proven in bounds).
+        let mut elem = |this: &mut Self, r: Value| {
+            *bases.entry(r).or_insert_with(|| {
+                let base = this.obj_addr(r);
+                let scaled = this.e.b.ins().ishl_imm_u(wv, 2);
+                let a = this.e.b.ins().iadd(base, scaled);
+                this.e.b.ins().iadd_imm_s(a, 8)
+            })
+        };
         let vt = |k: Kind| {
             if k == Kind::F32 {
                 types::F32X4
@@ -49,7 +91,6 @@ impl Lw<'_, '_> {
             });
         }
         let mut stack: Vec<(VV, Kind)> = Vec::new();
-        let wv = self.e.b.use_var(w);
         let unexpected = |bci: usize| {
             JitError::Codegen(format!("vector body: unexpected operands at bci {bci}"))
         };
@@ -104,9 +145,8 @@ impl Lw<'_, '_> {
                     let VV::Arr(r) = arr else {
                         return Err(unexpected(bci));
                     };
-                    let idx = self.e.b.ins().ireduce(types::I32, wv);
-                    let a = self.elem_addr(r, idx, 4, bci as Bci);
-                    let x = self.e.b.ins().load(vt(k), flags, a, 0);
+                    let a = elem(self, r);
+                    let x = self.e.b.ins().load(vt(k), flags, a, at);
                     stack.push((VV::V(x), k));
                 }
                 Inst::I32AStore | Inst::F32AStore => {
@@ -126,9 +166,8 @@ impl Lw<'_, '_> {
                         VV::V(v) => v,
                         _ => return Err(unexpected(bci)),
                     };
-                    let idx = self.e.b.ins().ireduce(types::I32, wv);
-                    let a = self.elem_addr(r, idx, 4, bci as Bci);
-                    self.e.b.ins().store(flags, x, a, 0);
+                    let a = elem(self, r);
+                    self.e.b.ins().store(flags, x, a, at);
                 }
                 Inst::Dup => {
                     let x = *stack.last().ok_or_else(|| unexpected(bci))?;
@@ -145,11 +184,6 @@ impl Lw<'_, '_> {
                 _ => return Err(unexpected(bci)),
             }
         }
-        let d = self.e.b.use_var(done);
-        let d1 = self.e.b.ins().iadd_imm_s(d, lanes);
-        self.e.b.def_var(done, d1);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, lanes);
-        self.e.b.def_var(w, w1);
         Ok(())
     }
 

@@ -359,9 +359,7 @@ impl Lw<'_, '_> {
             self.e.b.ins().brif(cw, stopped, &[], start, &[]);
             if vector {
                 self.e.b.switch_to_block(start);
-                for _ in 0..opt::VECTORS_PER_GROUP {
-                    self.vector_group()?;
-                }
+                self.vector_group()?;
                 self.e.b.ins().jump(item, &[]);
             }
             for j in (0..unroll).filter(|_| !vector) {
@@ -529,7 +527,7 @@ impl Lw<'_, '_> {
             .e
             .b
             .ins()
-            .load(self.e.ptr, trusted(), ctx, offsets::CONTROL);
+            .load(self.e.ptr, super::invariant(), ctx, offsets::CONTROL);
         self.e.b.ins().atomic_load(types::I32, trusted(), control)
     }
 
