@@ -9,8 +9,8 @@ which installs Numba and builds `offload` first.
 Timed by turns: per round, a few runs of Numba, of offload, of rayon (offload
 and rayon through `offload bench --serve`, which times them in-process), each
 turn after a pause (Numba's OpenMP threads spin on after a parallel region)
-and one untimed run (which wakes the contender's threads); the figure is the
-median of all timed runs. Ratios follow the bench's convention, the
+and a few untimed runs (on this 2-core VM a contender's first runs after a
+pause ran up to 6x slower); the figure is the median of all timed runs. Ratios follow the bench's convention, the
 slowdown: offload's time / the peer's (1.00x as fast, above 1 slower).
 
 The Numba kernels are written as a performance-minded user would: float32
@@ -31,8 +31,10 @@ import numba as nb
 import numpy as np
 
 f32 = np.float32
-# Seconds between one contender's turn and the next (see `main`).
+# Seconds between one contender's turn and the next, and untimed runs at
+# the start of each turn (see `main`).
 SETTLE = 0.05
+WARM = 5
 JIT = dict(parallel=True, error_model="numpy", cache=False)
 
 
@@ -218,10 +220,12 @@ def main():
         f()  # compiled, warm
         t = {"numba": [], "offload": [], "rayon": []}
         for _ in range(rounds):
-            # Each turn runs once untimed first: the others' turns left this
-            # contender's threads asleep (a Numba call after a pause took
-            # 0.37 ms, then 0.06 ms).
-            f()
+            # Each turn runs WARM times untimed first: the others' turns left
+            # this contender's threads asleep and its cores idle (after a
+            # pause, Numba's saxpy took 0.37, 0.14, 0.10, 0.06 ms; offload's
+            # 0.49, 0.60, 0.51, 0.45, 0.33, then 0.10 ms).
+            for _ in range(WARM):
+                f()
             t["numba"] += timed(f, per)
             for what in ("offload", "rayon"):
                 # Numba's OpenMP threads spin for a while after a parallel
@@ -229,7 +233,7 @@ def main():
                 # contender's turn shares the cores with them.
                 time.sleep(SETTLE)
                 t[what] += srv.ask(op="time", kernel=kernel, n=n, what=what, reps=per,
-                                   warm=1)["ns"]
+                                   warm=WARM)["ns"]
             time.sleep(SETTLE)
         m = {k: median(v) for k, v in t.items()}
         row = {"kernel": kernel, "n": n, "workers": workers, "counted": counted,

@@ -118,6 +118,7 @@
 mod alloc;
 mod deopt;
 mod emit;
+mod lockstep;
 mod loops;
 mod reentry;
 mod slot_loop;

@@ -372,14 +372,33 @@ impl Lw<'_, '_> {
                 self.one_workitem(start, next, then)?;
                 start = then;
             }
-        } else if self.e.resume_copy.is_some() {
-            // A slot resuming a record runs that workitem alone and leaves.
-            let chunk_end = self.e.b.create_block();
-            self.e.b.ins().brif(chunk_done, chunk_end, &[], check, &[]);
-            self.e.b.switch_to_block(chunk_end);
-            self.chunk_end(claim);
         } else {
-            self.e.b.ins().brif(chunk_done, claim, &[], check, &[]);
+            // Kernels with uniform loops run lockstep groups of workitems
+            // while a group's worth is left (`opt::lockstep`); a group that
+            // cannot finish comes back to `check`.
+            let plan = self
+                .opts
+                .inject
+                .is_none()
+                .then(|| opt::lockstep(self.v, self.cur.func, &self.e.unchecked))
+                .flatten();
+            let more = match plan {
+                Some(_) => self.e.b.create_block(),
+                None => check,
+            };
+            if self.e.resume_copy.is_some() {
+                // A slot resuming a record runs that workitem alone and
+                // leaves.
+                let chunk_end = self.e.b.create_block();
+                self.e.b.ins().brif(chunk_done, chunk_end, &[], more, &[]);
+                self.e.b.switch_to_block(chunk_end);
+                self.chunk_end(claim);
+            } else {
+                self.e.b.ins().brif(chunk_done, claim, &[], more, &[]);
+            }
+            if let Some(plan) = plan {
+                self.lockstep_entry(&plan, more, check, stopped, item)?;
+            }
         }
         self.e.b.switch_to_block(check);
         let cw = self.control_word();

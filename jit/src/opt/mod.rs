@@ -11,12 +11,16 @@
 //!   whose accesses are checked once where the loop is entered.
 //! - [`vector`]: unrolling small straight-line kernels and running them
 //!   as SIMD bodies, a lane per workitem.
+//! - [`lockstep`]: kernels with loops whose branches are the same for
+//!   every workitem, run as SIMD bodies too, like a GPU warp.
 
 pub(crate) mod indexed;
+pub(crate) mod lockstep;
 pub(crate) mod loops;
 pub(crate) mod vector;
 
 pub(crate) use indexed::workitem_indexed;
+pub(crate) use lockstep::{LKind, Lockstep, lockstep};
 pub(crate) use loops::{Inv, PredicatedLoop, loop_predicates, loop_unroll};
 pub(crate) use vector::{UNROLL, VECTORS_PER_GROUP, unroll_factor, vectorizable};
 

@@ -1,0 +1,474 @@
+//! Lockstep groups: kernels with loops run as SIMD bodies, a lane per
+//! workitem, like a GPU warp, when every branch is uniform — the same for
+//! every workitem of the group ([`lockstep`]). The straight-line case is
+//! [`super::vectorizable`]'s.
+//!
+//! What keeps such a group exact and its deopts where the scalar code has
+//! them: the group writes nothing until its last part (every array store
+//! comes after every branch and every check), and whatever could make a
+//! workitem deopt or stop before then — a uniform index out of its array's
+//! bounds (or a null array), a safepoint or interrupt seen at a loop's
+//! back-edge — *abandons* the group: nothing it did is visible, and the
+//! scalar item loop runs the same workitems from the first, deopting or
+//! stopping exactly where it always does. Lanes compute what the scalar
+//! code computes, operation for operation, in each workitem's order: the
+//! vector unit's add, sub, mul, div and sqrt of `f32` lanes are IEEE's, as
+//! the scalar ones.
+
+use offload_ir::isa::{BinOp, Op, UnOp};
+use offload_ir::{Bci, FuncId, Inst, Kind};
+use std::collections::{BTreeSet, HashSet};
+
+/// What the lockstep lowering knows of a value or a local: the same for
+/// every lane (`U`, a scalar), one per lane (`V`, a vector), the workitem
+/// number (`Idx`, `i64`; `Idx32`, narrowed to `i32`), an array parameter
+/// (`Arr`), or — a local not yet written — nothing (`Unset`, reads as a
+/// uniform zero).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LKind {
+    U(Kind),
+    V(Kind),
+    Idx,
+    Idx32,
+    Arr,
+    Unset,
+}
+
+/// A kernel's lockstep plan ([`lockstep`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Lockstep {
+    /// What each local holds throughout the kernel.
+    pub(crate) locals: Vec<LKind>,
+    /// The first instruction of each basic block.
+    pub(crate) leaders: BTreeSet<Bci>,
+    /// Array loads with a uniform index: checked, and abandoning the group
+    /// when out of bounds.
+    pub(crate) uniform_loads: HashSet<Bci>,
+}
+
+impl Lockstep {
+    /// What local `l` reads as.
+    pub(crate) fn local(&self, l: usize) -> LKind {
+        self.locals[l]
+    }
+}
+
+/// The join of what two writes left in a local, or `None` when a lane
+/// value cannot hold both.
+fn join(a: LKind, b: LKind) -> Option<LKind> {
+    use LKind::{Idx32, U, Unset, V};
+    Some(match (a, b) {
+        (Unset, x) | (x, Unset) => x,
+        (x, y) if x == y => x,
+        (U(k) | V(k), U(j) | V(j)) if k == j => V(k),
+        (Idx32, _) | (_, Idx32) => return None,
+        _ => return None,
+    })
+}
+
+/// Whether kernel `k` runs as lockstep groups, and how: it has a loop, its
+/// values are `i32` and `f32` (and the workitem number), every branch's
+/// condition is uniform, and its instructions are among those the lowering
+/// knows — lane-wise `add`, `sub`, `mul`, `div` and `sqrt` of `f32` and
+/// `add`, `sub`, `and`, `or`, `xor` of `i32`; any arithmetic and
+/// comparison of uniform `i32` and `f32` values, and conversion between
+/// them, that cannot deopt; array
+/// loads indexed by the workitem number (one of `unchecked`, proven in
+/// bounds for the chunk) or by a uniform index (checked: the group is
+/// abandoned when it is out of bounds); array stores indexed by the
+/// workitem number, all after the last branch and uniform load; locals
+/// holding the narrowed workitem number written once, before any branch.
+pub(crate) fn lockstep(
+    v: &offload_ir::Verified,
+    k: FuncId,
+    unchecked: &BTreeSet<Bci>,
+) -> Option<Lockstep> {
+    let f = v.func(k);
+    let n = f.body.len();
+    if n == 0 || f.ret.is_some() {
+        return None;
+    }
+    let params = f.param_count as usize;
+    let mut locals: Vec<LKind> = f
+        .locals
+        .iter()
+        .enumerate()
+        .map(|(l, loc)| match loc.ty.kind() {
+            _ if l == 0 => LKind::Idx,
+            Kind::Ref if l < params => LKind::Arr,
+            k @ (Kind::I32 | Kind::F32) if l < params => LKind::U(k),
+            // A kernel's own locals, and 64-bit parameters (which may sit
+            // unread; a read of one is rejected in `step`).
+            _ => LKind::Unset,
+        })
+        .collect();
+    let kinds: Vec<Kind> = f.locals.iter().map(|l| l.ty.kind()).collect();
+    // Locals of the kernel's own are lane values: `i32` or `f32`.
+    if kinds[params..]
+        .iter()
+        .any(|k| !matches!(k, Kind::I32 | Kind::F32))
+    {
+        return None;
+    }
+    // Basic blocks.
+    let mut leaders = BTreeSet::from([0 as Bci]);
+    let mut back_edge = false;
+    let first_store = f
+        .body
+        .iter()
+        .position(|i| matches!(i, Inst::I32AStore | Inst::F32AStore))
+        .unwrap_or(n);
+    for (bci, inst) in f.body.iter().enumerate() {
+        if let Some(t) = inst.target() {
+            if bci >= first_store || t as usize > first_store {
+                return None;
+            }
+            back_edge |= t as usize <= bci;
+            leaders.insert(t);
+            leaders.insert(bci as Bci + 1);
+        }
+        if matches!(inst, Inst::Ret) && bci + 1 < n {
+            leaders.insert(bci as Bci + 1);
+        }
+    }
+    if !back_edge {
+        return None;
+    }
+    let entry_end = leaders.iter().nth(1).map_or(n, |&b| b as usize);
+    let mut uniform_loads = HashSet::new();
+    // Abstract interpretation to a fixed point: each block from an empty
+    // stack (required at every block boundary) with what the locals hold.
+    loop {
+        let before = locals.clone();
+        let starts: Vec<usize> = leaders.iter().map(|&b| b as usize).collect();
+        for (i, &s) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(n);
+            let mut stack: Vec<LKind> = Vec::new();
+            for bci in s..end {
+                let inst = f.body[bci];
+                if !step(
+                    &mut stack,
+                    &mut locals,
+                    &kinds,
+                    inst,
+                    bci,
+                    unchecked,
+                    first_store,
+                    entry_end,
+                    &mut uniform_loads,
+                ) {
+                    return None;
+                }
+            }
+            if !stack.is_empty() {
+                return None;
+            }
+        }
+        if locals == before {
+            break;
+        }
+    }
+    // A local holding the narrowed workitem number is written in the
+    // entry block (every path starts there) before it is read.
+    for (l, &lk) in locals.iter().enumerate() {
+        if lk != LKind::Idx32 {
+            continue;
+        }
+        let first = f
+            .body
+            .iter()
+            .position(|i| i.local_read().map(|x| x.index()) == Some(l));
+        let write = f
+            .body
+            .iter()
+            .position(|i| matches!(i, Inst::Store { local } if local.index() == l));
+        match (write, first) {
+            (Some(w), r) if w < entry_end && r.is_none_or(|r| r > w) => {}
+            _ => return None,
+        }
+    }
+    Some(Lockstep {
+        locals,
+        leaders,
+        uniform_loads,
+    })
+}
+
+/// One instruction of [`lockstep`]'s interpretation; false when the kernel
+/// cannot run in lockstep.
+#[allow(clippy::too_many_arguments)]
+fn step(
+    stack: &mut Vec<LKind>,
+    locals: &mut [LKind],
+    kinds: &[Kind],
+    inst: Inst,
+    bci: usize,
+    unchecked: &BTreeSet<Bci>,
+    first_store: usize,
+    entry_end: usize,
+    uniform_loads: &mut HashSet<Bci>,
+) -> bool {
+    use LKind::{Arr, Idx, Idx32, U, Unset, V};
+    let num = |x: LKind, k: Kind| matches!(x, U(j) | V(j) if j == k);
+    let read = |l: usize, locals: &[LKind]| match locals[l] {
+        Unset => U(kinds[l]),
+        x => x,
+    };
+    match inst {
+        Inst::Load { local } => {
+            let x = read(local.index(), locals);
+            if matches!(x, U(Kind::I64 | Kind::F64 | Kind::Ref)) {
+                return false;
+            }
+            stack.push(x);
+        }
+        Inst::Store { local } => {
+            let l = local.index();
+            let Some(x) = stack.pop() else { return false };
+            // The index, arrays and narrowed index are written only as
+            // the kernel starts (an `Idx32` local once, in the entry block).
+            let fits = match x {
+                U(k) | V(k) => k == kinds[l],
+                Idx32 => kinds[l] == Kind::I32 && bci < entry_end,
+                _ => false,
+            };
+            if !fits || matches!(locals[l], Idx | Arr) {
+                return false;
+            }
+            let Some(j) = join(locals[l], x) else {
+                return false;
+            };
+            locals[l] = j;
+        }
+        Inst::Inc { local, .. } => {
+            let l = local.index();
+            if kinds[l] != Kind::I32 || !matches!(locals[l], U(_) | Unset) {
+                return false;
+            }
+            locals[l] = U(Kind::I32);
+        }
+        Inst::I32Const { .. } => stack.push(U(Kind::I32)),
+        Inst::F32Const { .. } => stack.push(U(Kind::F32)),
+        Inst::I64ToI32 => match stack.pop() {
+            Some(Idx) => stack.push(Idx32),
+            _ => return false,
+        },
+        Inst::Br { .. } => {}
+        Inst::BrIf { .. } | Inst::BrUnless { .. } => {
+            if stack.pop() != Some(U(Kind::I32)) {
+                return false;
+            }
+        }
+        Inst::I32ALoad | Inst::F32ALoad => {
+            let k = if inst == Inst::I32ALoad {
+                Kind::I32
+            } else {
+                Kind::F32
+            };
+            let (Some(idx), Some(Arr)) = (stack.pop(), stack.pop()) else {
+                return false;
+            };
+            match idx {
+                Idx32 if unchecked.contains(&(bci as Bci)) => stack.push(V(k)),
+                U(Kind::I32) if bci < first_store => {
+                    uniform_loads.insert(bci as Bci);
+                    stack.push(U(k));
+                }
+                _ => return false,
+            }
+        }
+        Inst::I32AStore | Inst::F32AStore => {
+            let k = if inst == Inst::I32AStore {
+                Kind::I32
+            } else {
+                Kind::F32
+            };
+            let (Some(x), Some(Idx32), Some(Arr)) = (stack.pop(), stack.pop(), stack.pop()) else {
+                return false;
+            };
+            if !unchecked.contains(&(bci as Bci)) || !num(x, k) {
+                return false;
+            }
+        }
+        Inst::Dup => {
+            let Some(&x) = stack.last() else { return false };
+            stack.push(x);
+        }
+        Inst::Pop => {
+            if stack.pop().is_none() {
+                return false;
+            }
+        }
+        Inst::Swap => {
+            let n = stack.len();
+            if n < 2 {
+                return false;
+            }
+            stack.swap(n - 1, n - 2);
+        }
+        Inst::Ret => {
+            if !stack.is_empty() {
+                return false;
+            }
+        }
+        _ => match inst.opcode().op() {
+            Op::Binary(k @ (Kind::I32 | Kind::F32), op) => {
+                let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
+                    return false;
+                };
+                if !num(a, k) || !num(b, k) {
+                    return false;
+                }
+                let uniform = a == U(k) && b == U(k);
+                let ok = if uniform {
+                    uniform_binary(k, op)
+                } else {
+                    super::vector::simd_op(inst).is_some()
+                };
+                if !ok {
+                    return false;
+                }
+                stack.push(if uniform { U(k) } else { V(k) });
+            }
+            Op::Unary(Kind::F32, UnOp::Sqrt | UnOp::Neg | UnOp::Abs) => {
+                let Some(a) = stack.pop() else { return false };
+                if !num(a, Kind::F32) {
+                    return false;
+                }
+                stack.push(a);
+            }
+            Op::Convert(from @ (Kind::I32 | Kind::F32), to @ (Kind::I32 | Kind::F32))
+                if from != to =>
+            {
+                if stack.pop() != Some(U(from)) {
+                    return false;
+                }
+                stack.push(U(to));
+            }
+            Op::Compare(k @ (Kind::I32 | Kind::F32), _) => {
+                let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
+                    return false;
+                };
+                if a != U(k) || b != U(k) {
+                    return false;
+                }
+                stack.push(U(Kind::I32));
+            }
+            _ => return false,
+        },
+    }
+    true
+}
+
+/// Uniform arithmetic the lockstep lowering computes once, as the scalar
+/// code does: everything of `i32` and `f32` that cannot deopt (an `i32`
+/// `div` or `rem` can: by zero) and needs no call (`rem` and `pow` of
+/// floats do).
+fn uniform_binary(k: Kind, op: BinOp) -> bool {
+    match op {
+        BinOp::Div | BinOp::Rem => k == Kind::F32 && op == BinOp::Div,
+        BinOp::Pow => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::opt::test_support::example;
+    use crate::opt::workitem_indexed;
+    use offload_ir::{parse_module, verify};
+
+    /// The plan of the first function of `src`, with its workitem-indexed
+    /// accesses unchecked (as the CPU lowering has them).
+    fn plan(src: &str) -> Option<Lockstep> {
+        let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
+        let k = FuncId::new(0);
+        let a = offload_ir::analysis::analyze(&v, k);
+        let unchecked = workitem_indexed(&v, k, &a).into_keys().collect();
+        lockstep(&v, k, &unchecked)
+    }
+
+    const SUM: &str = "kernel sum(i: i64, n: i32, a: f32[], out: f32[]) {
+    local j: i32
+    local b: i32
+    local acc: f32
+    load i
+    i64.to_i32
+    store b
+    i32.const 0
+    store j
+    f32.const 0.0
+    store acc
+  loop:
+    load j
+    load n
+    i32.ge
+    br_if done
+    load acc
+    load a
+    load j
+    f32.aload
+    load a
+    load b
+    f32.aload
+    f32.mul
+    f32.add
+    store acc
+    inc j 1
+    br loop
+  done:
+    load out
+    load b
+    load acc
+    f32.astore
+    ret
+}";
+
+    #[test]
+    fn a_uniform_loop_runs_in_lockstep_and_says_what_each_local_holds() {
+        let p = plan(SUM).expect("lockstep");
+        assert_eq!(
+            p.locals[1..].to_vec(),
+            [
+                LKind::U(Kind::I32),
+                LKind::Arr,
+                LKind::Arr,
+                LKind::U(Kind::I32),
+                LKind::Idx32,
+                LKind::V(Kind::F32)
+            ]
+        );
+        // `a[j]` (bci 14) is uniform and checked; `a[b]` and `out[b]` are
+        // the workitem's own, proven in bounds.
+        assert_eq!(p.uniform_loads, HashSet::from([14]));
+        assert!(plan(&example("nbody.obc")).is_some());
+    }
+
+    #[test]
+    fn lane_dependent_branches_stores_in_loops_and_divisions_are_not_lockstep() {
+        // The loop's exit depends on the workitem's own values.
+        let varying = SUM.replace(
+            "    load j\n    load n\n    i32.ge",
+            "    load acc\n    f32.const 4.0\n    f32.gt",
+        );
+        assert!(plan(&varying).is_none());
+        assert!(plan(&example("mandelbrot.obc")).is_none());
+        // A store before the last branch: the group could not be abandoned.
+        let store_in_loop = SUM.replace(
+            "    inc j 1\n",
+            "    load out\n    load b\n    load acc\n    f32.astore\n    inc j 1\n",
+        );
+        assert!(plan(&store_in_loop).is_none());
+        // An index other than the workitem's own or a uniform one.
+        let strided = SUM.replace(
+            "    load a\n    load b\n    f32.aload",
+            "    load a\n    load b\n    load j\n    i32.add\n    f32.aload",
+        );
+        assert!(plan(&strided).is_none());
+        // `i32.div` may deopt (by zero): matmul's `i / n`.
+        assert!(plan(&example("matmul.obc")).is_none());
+        // Straight-line kernels are the SIMD groups' (`vectorizable`).
+        assert!(plan(&example("saxpy.obc")).is_none());
+    }
+}

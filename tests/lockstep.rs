@@ -1,0 +1,316 @@
+//! Lockstep groups on the CPU device (`jit/src/opt/lockstep.rs`): kernels
+//! whose loops are the same for every workitem run four workitems as one
+//! SIMD body. Against the interpreter, bit for bit, with the exceptions
+//! their uniform accesses throw (the group is abandoned and the scalar path
+//! deopts), tails shorter than a group, and exactly once while the host
+//! raises safepoints inside their loops (which abandon groups too).
+
+use offload::{OffloadError, Runtime, par_offload};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[path = "common/runtimes.rs"]
+mod runtimes;
+
+use runtimes::{interpreter, optimized};
+
+/// `out[b] = sum over j < n of a[j * s + o] * x[b] / sqrt(x[b] + j)`, an
+/// `i32` mix of the same in `iout[b]`: uniform loads at a computed index,
+/// lane loads, `sqrt`, a division, `i32` lanes.
+const DOT: &str =
+    "kernel dot(i: i64, n: i32, s: i32, o: i32, a: f32[], x: f32[], out: f32[], iout: i32[]) {
+    local b: i32
+    local j: i32
+    local acc: f32
+    local h: i32
+    local t: f32
+    load i
+    i64.to_i32
+    store b
+    i32.const 0
+    store j
+    f32.const 0.0
+    store acc
+    i32.const 0
+    store h
+  loop:
+    load j
+    load n
+    i32.ge
+    br_if done
+    load a
+    load j
+    load s
+    i32.mul
+    load o
+    i32.add
+    f32.aload
+    load x
+    load b
+    f32.aload
+    f32.mul
+    store t
+    load acc
+    load t
+    load x
+    load b
+    f32.aload
+    load j
+    i32.to_f32
+    f32.add
+    f32.sqrt
+    f32.div
+    f32.add
+    store acc
+    load h
+    load j
+    i32.const 7
+    i32.mul
+    i32.add
+    load h
+    i32.xor
+    store h
+    inc j 1
+    br loop
+  done:
+    load out
+    load b
+    load acc
+    f32.astore
+    load iout
+    load b
+    load h
+    i32.astore
+    ret
+}";
+
+type Outcome = (usize, Vec<i64>, Vec<u32>, Vec<i32>);
+
+fn run(rt: &Runtime, n: i32, s: i32, o: i32, alen: usize, range: std::ops::Range<i64>) -> Outcome {
+    let m = rt.load("dot.obc", DOT).unwrap();
+    let len = range.end.max(1) as usize;
+    let a = rt
+        .array(&(0..alen).map(|v| v as f32 * 0.5 - 3.0).collect::<Vec<_>>())
+        .unwrap();
+    let x = rt
+        .array(
+            &(0..len)
+                .map(|v| (v % 13) as f32 * 0.75 + 0.1)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let out = rt.new_array::<f32>(len).unwrap();
+    let iout = rt.new_array::<i32>(len).unwrap();
+    let c = m
+        .closure(
+            "dot",
+            [
+                n.into(),
+                s.into(),
+                o.into(),
+                (&a).into(),
+                (&x).into(),
+                (&out).into(),
+                (&iout).into(),
+            ],
+        )
+        .unwrap();
+    // Twice: the first launch compiles; then the same again.
+    let _ = par_offload(range.clone(), &c);
+    let (count, workitems) = match par_offload(range, &c) {
+        Ok(_) => (0, Vec::new()),
+        Err(OffloadError::Exceptions(e)) => (e.count as usize, e.workitems.clone()),
+        Err(e) => panic!("{e}"),
+    };
+    let bits = rt
+        .read(&out)
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect();
+    (count, workitems, bits, rt.read(&iout).unwrap())
+}
+
+#[test]
+fn lockstep_groups_agree_with_the_interpreter_bit_for_bit() {
+    let (interp, cpu) = (interpreter(2), optimized(2));
+    // The optimized tier runs `dot` in lockstep: SIMD loads in its loop.
+    let m = cpu.load("dot.obc", DOT).unwrap();
+    let clif = m.cranelift_ir("dot").unwrap();
+    assert!(clif.contains("load.f32x4"), "no lockstep group:\n{clif}");
+    for (n, s, o, alen) in [
+        (0, 1, 0, 4),
+        (1, 1, 0, 4),
+        (7, 1, 3, 16),
+        (33, 2, 1, 80),
+        // a[j * s + o] runs past a's end at j = 10: every workitem throws.
+        (12, 1, 0, 10),
+    ] {
+        for range in [0..3i64, 0..4, 0..17, 5..1003, 0..4096] {
+            let want = run(&interp, n, s, o, alen, range.clone());
+            let got = run(&cpu, n, s, o, alen, range.clone());
+            assert_eq!(got, want, "n {n} s {s} o {o} alen {alen} range {range:?}");
+        }
+    }
+}
+
+#[test]
+fn an_empty_array_in_a_lockstep_loop_throws_where_the_scalar_code_does() {
+    const NULLS: &str = "kernel nulls(i: i64, n: i32, a: f32[], out: f32[]) {
+    local b: i32
+    local j: i32
+    local acc: f32
+    load i
+    i64.to_i32
+    store b
+    i32.const 0
+    store j
+    f32.const 1.0
+    store acc
+  loop:
+    load j
+    load n
+    i32.ge
+    br_if done
+    load acc
+    load a
+    load j
+    f32.aload
+    f32.add
+    store acc
+    inc j 1
+    br loop
+  done:
+    load out
+    load b
+    load acc
+    f32.astore
+    ret
+}";
+    let go = |rt: &Runtime, n: i32| {
+        let m = rt.load("nulls.obc", NULLS).unwrap();
+        let out = rt.new_array::<f32>(64).unwrap();
+        let empty = rt.new_array::<f32>(0).unwrap();
+        let c = m
+            .closure("nulls", [n.into(), (&empty).into(), (&out).into()])
+            .unwrap();
+        let _ = par_offload(0..64, &c);
+        let e = match par_offload(0..64, &c) {
+            Ok(_) => None,
+            Err(OffloadError::Exceptions(e)) => {
+                Some((e.count, e.by_kind.clone(), e.workitems.clone()))
+            }
+            Err(e) => panic!("{e}"),
+        };
+        (e, rt.read(&out).unwrap())
+    };
+    let (interp, cpu) = (interpreter(2), optimized(2));
+    // No iterations: nothing reads `a`; one or more: every workitem throws
+    // at its first (the group's uniform check fails, the scalar path
+    // deopts).
+    for n in [0, 1, 5] {
+        assert_eq!(go(&cpu, n), go(&interp, n), "n {n}");
+    }
+}
+
+#[test]
+fn exactly_once_while_the_host_raises_safepoints_inside_lockstep_loops() {
+    // Each workitem spins `n` uniform iterations, then counts itself once.
+    const COUNT: &str = "kernel count(i: i64, n: i32, x: f32[], sum: f32[], hits: i32[]) {
+    local b: i32
+    local j: i32
+    local acc: f32
+    load i
+    i64.to_i32
+    store b
+    i32.const 0
+    store j
+    f32.const 0.0
+    store acc
+  loop:
+    load j
+    load n
+    i32.ge
+    br_if done
+    load acc
+    load x
+    load b
+    f32.aload
+    f32.add
+    store acc
+    inc j 1
+    br loop
+  done:
+    load sum
+    load b
+    load acc
+    f32.astore
+    load hits
+    load b
+    load hits
+    load b
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}";
+    let items = 4096usize;
+    let n = 20_000i32;
+    let rt = optimized(2);
+    let m = rt.load("count.obc", COUNT).unwrap();
+    let x = rt
+        .array(&(0..items).map(|v| (v % 5) as f32).collect::<Vec<_>>())
+        .unwrap();
+    let sum = rt.new_array::<f32>(items).unwrap();
+    let warm = rt.new_array::<i32>(items).unwrap();
+    let c = m
+        .closure(
+            "count",
+            [n.into(), (&x).into(), (&sum).into(), (&warm).into()],
+        )
+        .unwrap();
+    par_offload(0..items as i64, &c).unwrap();
+    let hits = rt.new_array::<i32>(items).unwrap();
+    let c = m
+        .closure(
+            "count",
+            [n.into(), (&x).into(), (&sum).into(), (&hits).into()],
+        )
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    let (rep, raised) = std::thread::scope(|s| {
+        let raiser = s.spawn(|| {
+            let mut raised = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                rt.safepoint(|_| ());
+                raised += 1;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            raised
+        });
+        let rep = par_offload(0..items as i64, &c).unwrap();
+        stop.store(true, Ordering::Release);
+        (rep, raiser.join().unwrap())
+    });
+    assert!(raised > 0 && rep.safepoints > 0, "{raised} raised\n{rep}");
+    assert!(
+        rt.read(&hits).unwrap().iter().all(|&h| h == 1),
+        "a workitem ran twice or not at all\n{rep}"
+    );
+    let want: Vec<u32> = (0..items)
+        .map(|v| {
+            let mut acc = 0.0f32;
+            for _ in 0..n {
+                acc += (v % 5) as f32;
+            }
+            acc.to_bits()
+        })
+        .collect();
+    let got: Vec<u32> = rt
+        .read(&sum)
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect();
+    assert_eq!(got, want, "{rep}");
+}
