@@ -314,3 +314,117 @@ fn exactly_once_while_the_host_raises_safepoints_inside_lockstep_loops() {
         .collect();
     assert_eq!(got, want, "{rep}");
 }
+
+/// Consecutive values (`b + o + j`, `b % n`) and uniform quotients
+/// (`b / n`): one vector load per run of indices, guards for the divisor
+/// (0 throws, -1 and groups straddling a multiple of `n` go scalar), and
+/// indices past the array's end for the last workitems only.
+#[test]
+fn consecutive_indices_and_quotients_agree_with_the_interpreter() {
+    const RUNS: &str =
+        "kernel runs(i: i64, n: i32, o: i32, m: i32, a: f32[], out: f32[], iout: i32[]) {
+    local b: i32
+    local j: i32
+    local acc: f32
+    local q: i32
+    local r: i32
+    load i
+    i64.to_i32
+    store b
+    load b
+    load n
+    i32.div
+    store q
+    load b
+    load n
+    i32.rem
+    store r
+    f32.const 0.0
+    store acc
+    i32.const 0
+    store j
+  loop:
+    load j
+    load m
+    i32.ge
+    br_if done
+    load acc
+    load a
+    load b
+    load o
+    i32.add
+    load j
+    i32.add
+    f32.aload
+    f32.add
+    store acc
+    inc j 1
+    br loop
+  done:
+    load out
+    load b
+    load acc
+    load q
+    i32.to_f32
+    f32.add
+    f32.astore
+    load iout
+    load b
+    load r
+    load q
+    i32.xor
+    i32.astore
+    ret
+}";
+    let go = |rt: &Runtime, n: i32, o: i32, m: i32, range: std::ops::Range<i64>| {
+        let md = rt.load("runs.obc", RUNS).unwrap();
+        let len = range.end as usize;
+        // Two elements past the range: the last workitems read past the end
+        // when `o + m > 2`.
+        let a = rt
+            .array(&(0..len + 2).map(|v| v as f32 * 0.25).collect::<Vec<_>>())
+            .unwrap();
+        let out = rt.new_array::<f32>(len).unwrap();
+        let iout = rt.new_array::<i32>(len).unwrap();
+        let c = md
+            .closure(
+                "runs",
+                [
+                    n.into(),
+                    o.into(),
+                    m.into(),
+                    (&a).into(),
+                    (&out).into(),
+                    (&iout).into(),
+                ],
+            )
+            .unwrap();
+        let _ = par_offload(range.clone(), &c);
+        let e = match par_offload(range, &c) {
+            Ok(_) => None,
+            Err(OffloadError::Exceptions(e)) => {
+                Some((e.count, e.by_kind.clone(), e.workitems.clone()))
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let bits: Vec<u32> = rt
+            .read(&out)
+            .unwrap()
+            .into_iter()
+            .map(f32::to_bits)
+            .collect();
+        (e, bits, rt.read(&iout).unwrap())
+    };
+    let (interp, cpu) = (interpreter(2), optimized(2));
+    let m = cpu.load("runs.obc", RUNS).unwrap();
+    assert!(m.cranelift_ir("runs").unwrap().contains("load.f32x4"));
+    for n in [0, -1, 1, 3, 4, 5, 7, 64] {
+        for (o, m) in [(0, 0), (0, 2), (3, 5)] {
+            for range in [0..3i64, 0..37, 5..1003] {
+                let want = go(&interp, n, o, m, range.clone());
+                let got = go(&cpu, n, o, m, range.clone());
+                assert_eq!(got, want, "n {n} o {o} m {m} range {range:?}");
+            }
+        }
+    }
+}

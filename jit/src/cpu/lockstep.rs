@@ -30,6 +30,8 @@ enum LV {
     U(Value),
     /// One per lane.
     V(Value),
+    /// Consecutive `i32`s: lane `l` holds `base + l` (the value is `base`).
+    Aff(Value),
     /// The workitem number, `i64` (only narrowed).
     Idx,
     /// The narrowed workitem number (only an index).
@@ -118,6 +120,12 @@ impl Lw<'_, '_> {
                     self.e.b.def_var(v, x);
                     Some(v)
                 }
+                LKind::Aff => {
+                    let v = self.var(types::I32);
+                    let x = self.zero(Kind::I32);
+                    self.e.b.def_var(v, x);
+                    Some(v)
+                }
                 LKind::V(_) => {
                     let v = self.var(vector_type(k));
                     let x = init(self);
@@ -159,6 +167,7 @@ impl Lw<'_, '_> {
                         (LKind::Idx32, _) => LV::Idx32,
                         (LKind::Arr, _) => LV::Arr(self.e.env.captures[l - 1]),
                         (LKind::V(_), Some(v)) => LV::V(self.e.b.use_var(v)),
+                        (LKind::Aff, Some(v)) => LV::Aff(self.e.b.use_var(v)),
                         (_, Some(v)) => LV::U(self.e.b.use_var(v)),
                         _ => return Err(unexpected(bci)),
                     };
@@ -169,9 +178,17 @@ impl Lw<'_, '_> {
                     let (x, k) = pop(&mut stack)?;
                     match (plan.local(l), x, vars[l]) {
                         (LKind::Idx32, LV::Idx32, _) => {}
+                        (LKind::Aff, LV::Aff(b), Some(v)) => self.e.b.def_var(v, b),
                         (LKind::V(_), LV::U(s), Some(v)) => {
                             let s = self.e.b.ins().splat(vector_type(k), s);
                             self.e.b.def_var(v, s);
+                        }
+                        (LKind::V(_), LV::Aff(_) | LV::Idx32, Some(v)) => {
+                            let x = self.as_aff(x, wv);
+                            let LV::V(x) = self.lanes(x) else {
+                                return Err(unexpected(bci));
+                            };
+                            self.e.b.def_var(v, x);
                         }
                         (LKind::V(_), LV::V(x), Some(v)) | (_, LV::U(x), Some(v)) => {
                             self.e.b.def_var(v, x);
@@ -258,11 +275,18 @@ impl Lw<'_, '_> {
                             let x = self.e.b.ins().load(cl_type(k), trusted(), a, 8);
                             stack.push((LV::U(x), k));
                         }
-                        LV::Idx32 => {
+                        LV::Idx32 if !plan.runs.contains(&(bci as Bci)) => {
                             // Proven in bounds for the chunk.
                             let off = self.e.b.ins().ishl_imm_u(wv, 2);
                             let a = self.e.b.ins().iadd(base, off);
                             let x = self.e.b.ins().load(vector_type(k), flags, a, 8);
+                            stack.push((LV::V(x), k));
+                        }
+                        LV::Aff(_) | LV::Idx32 if plan.runs.contains(&(bci as Bci)) => {
+                            let LV::Aff(first) = self.as_aff(idx, wv) else {
+                                return Err(unexpected(bci));
+                            };
+                            let x = self.run_load(k, base, first, abandon);
                             stack.push((LV::V(x), k));
                         }
                         _ => return Err(unexpected(bci)),
@@ -276,7 +300,8 @@ impl Lw<'_, '_> {
                     let (LV::Arr(r), _) = pop(&mut stack)? else {
                         return Err(unexpected(bci));
                     };
-                    let x = match x {
+                    let x = self.as_aff(x, wv);
+                    let x = match self.lanes(x) {
                         LV::U(s) => self.e.b.ins().splat(vector_type(k), s),
                         LV::V(v) => v,
                         _ => return Err(unexpected(bci)),
@@ -308,10 +333,26 @@ impl Lw<'_, '_> {
                     Op::Binary(k, op) => {
                         let (b, _) = pop(&mut stack)?;
                         let (a, _) = pop(&mut stack)?;
+                        let (a, b) = (self.as_aff(a, wv), self.as_aff(b, wv));
+                        let at = bci as Bci;
                         let r = match (a, b) {
+                            (LV::Aff(first), LV::U(d)) if plan.run_divs.contains(&at) => {
+                                self.run_div(op, first, d, abandon)
+                            }
+                            (a, LV::U(d)) if plan.divs.contains(&at) => self
+                                .lane_div(op, a, d, abandon)
+                                .ok_or_else(|| unexpected(bci))?,
                             (LV::U(x), LV::U(y)) => LV::U(Cpu::binary(self, op, k, x, y)),
+                            (LV::Aff(x), LV::U(y)) | (LV::U(y), LV::Aff(x))
+                                if op == offload_ir::isa::BinOp::Add =>
+                            {
+                                LV::Aff(self.e.b.ins().iadd(x, y))
+                            }
+                            (LV::Aff(x), LV::U(y)) if op == offload_ir::isa::BinOp::Sub => {
+                                LV::Aff(self.e.b.ins().isub(x, y))
+                            }
                             (a, b) => {
-                                let lane = |this: &mut Self, v: LV| match v {
+                                let lane = |this: &mut Self, v: LV| match this.lanes(v) {
                                     LV::U(s) => Ok(this.e.b.ins().splat(vector_type(k), s)),
                                     LV::V(x) => Ok(x),
                                     _ => Err(unexpected(bci)),
@@ -367,5 +408,122 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, w1);
         self.e.b.ins().jump(then, &[]);
         Ok(())
+    }
+
+    /// `x`, the narrowed workitem number made consecutive lanes from `w`
+    /// (the group's `w` is `wv`).
+    fn as_aff(&mut self, x: LV, wv: Value) -> LV {
+        match x {
+            LV::Idx32 => LV::Aff(self.e.b.ins().ireduce(types::I32, wv)),
+            x => x,
+        }
+    }
+
+    /// `x` with consecutive lanes made a vector (`first + [0, 1, 2, 3]`).
+    fn lanes(&mut self, x: LV) -> LV {
+        let LV::Aff(first) = x else { return x };
+        let s = self.e.b.ins().splat(types::I32X4, first);
+        let bytes: Vec<u8> = (0..LANES as u32).flat_map(u32::to_le_bytes).collect();
+        let iota = self
+            .e
+            .b
+            .func
+            .dfg
+            .constants
+            .insert(cranelift_codegen::ir::ConstantData::from(bytes));
+        let iota = self.e.b.ins().vconst(types::I32X4, iota);
+        LV::V(self.e.b.ins().iadd(s, iota))
+    }
+
+    /// Go to `abandon` when `bad`; go on in a new block otherwise.
+    fn abandon_if(&mut self, bad: Value, abandon: Block) {
+        let ok = self.e.b.create_block();
+        self.e.b.ins().brif(bad, abandon, &[], ok, &[]);
+        self.e.b.switch_to_block(ok);
+    }
+
+    /// `x / d` or `x % d` (`op`) of `i32` lanes or a uniform `x`, by a
+    /// uniform `d` that is neither 0 nor -1 (else `abandon`).
+    fn lane_div(
+        &mut self,
+        op: offload_ir::isa::BinOp,
+        x: LV,
+        d: Value,
+        abandon: Block,
+    ) -> Option<LV> {
+        let zero = self.e.b.ins().icmp_imm_s(IntCC::Equal, d, 0);
+        let minus = self.e.b.ins().icmp_imm_s(IntCC::Equal, d, -1);
+        let bad = self.e.b.ins().bor(zero, minus);
+        self.abandon_if(bad, abandon);
+        let rem = op == offload_ir::isa::BinOp::Rem;
+        let one = |this: &mut Self, x: Value| {
+            if rem {
+                this.e.b.ins().srem(x, d)
+            } else {
+                this.e.b.ins().sdiv(x, d)
+            }
+        };
+        Some(match self.lanes(x) {
+            LV::U(x) => LV::U(one(self, x)),
+            LV::V(v) => {
+                let mut out = v;
+                for l in 0..LANES as u8 {
+                    let x = self.e.b.ins().extractlane(v, l);
+                    let q = one(self, x);
+                    out = self.e.b.ins().insertlane(out, q, l);
+                }
+                LV::V(out)
+            }
+            _ => return None,
+        })
+    }
+
+    /// `(first + l) / d` (uniform) or `(first + l) % d` (consecutive) over
+    /// the lanes `l`, when `d > 0`, `first >= 0` and no multiple of `d`
+    /// lies inside `first + 1 ..= first + LANES - 1`; `abandon` otherwise.
+    fn run_div(
+        &mut self,
+        op: offload_ir::isa::BinOp,
+        first: Value,
+        d: Value,
+        abandon: Block,
+    ) -> LV {
+        let nonpos = self
+            .e
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThanOrEqual, d, 0);
+        let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, first, 0);
+        let bad = self.e.b.ins().bor(nonpos, neg);
+        self.abandon_if(bad, abandon);
+        let r = self.e.b.ins().srem(first, d);
+        let room = self.e.b.ins().iadd_imm_s(d, -LANES);
+        let straddles = self.e.b.ins().icmp(IntCC::SignedGreaterThan, r, room);
+        self.abandon_if(straddles, abandon);
+        if op == offload_ir::isa::BinOp::Div {
+            LV::U(self.e.b.ins().sdiv(first, d))
+        } else {
+            LV::Aff(r)
+        }
+    }
+
+    /// The elements `first .. first + LANES` of the array at `base` as one
+    /// vector; any of them out of bounds (or a null array, of length 0)
+    /// goes to `abandon`.
+    fn run_load(&mut self, k: Kind, base: Value, first: Value, abandon: Block) -> Value {
+        let len = self.array_len(base);
+        let len = self.e.b.ins().uextend(types::I64, len);
+        let f = self.e.b.ins().sextend(types::I64, first);
+        let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, f, 0);
+        let end = self.e.b.ins().iadd_imm_s(f, LANES);
+        let past = self.e.b.ins().icmp(IntCC::SignedGreaterThan, end, len);
+        let bad = self.e.b.ins().bor(neg, past);
+        self.abandon_if(bad, abandon);
+        let off = self.e.b.ins().ishl_imm_u(f, 2);
+        let a = self.e.b.ins().iadd(base, off);
+        self.e
+            .b
+            .ins()
+            .load(vector_type(k), MemFlagsData::new().with_notrap(), a, 8)
     }
 }

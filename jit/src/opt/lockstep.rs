@@ -20,14 +20,15 @@ use offload_ir::{Bci, FuncId, Inst, Kind};
 use std::collections::{BTreeSet, HashSet};
 
 /// What the lockstep lowering knows of a value or a local: the same for
-/// every lane (`U`, a scalar), one per lane (`V`, a vector), the workitem
-/// number (`Idx`, `i64`; `Idx32`, narrowed to `i32`), an array parameter
-/// (`Arr`), or — a local not yet written — nothing (`Unset`, reads as a
-/// uniform zero).
+/// every lane (`U`, a scalar), one per lane (`V`, a vector), consecutive
+/// `i32`s (`Aff`: lane `l` holds `base + l`, only `base` is kept), the
+/// workitem number (`Idx`, `i64`; `Idx32`, narrowed to `i32`), an array
+/// parameter (`Arr`), or — a local not yet written — nothing (`Unset`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum LKind {
     U(Kind),
     V(Kind),
+    Aff,
     Idx,
     Idx32,
     Arr,
@@ -44,6 +45,27 @@ pub(crate) struct Lockstep {
     /// Array loads with a uniform index: checked, and abandoning the group
     /// when out of bounds.
     pub(crate) uniform_loads: HashSet<Bci>,
+    /// Array loads at consecutive indices (`Aff`): one vector load,
+    /// checked likewise.
+    pub(crate) runs: HashSet<Bci>,
+    /// `i32` divisions and remainders by a uniform divisor: the group is
+    /// abandoned when it is 0 (the scalar code throws) or -1 (the one
+    /// quotient that overflows; the scalar code has its own rule).
+    pub(crate) divs: HashSet<Bci>,
+    /// Those of consecutive dividends (`i / n`, `i % n`): abandoned too
+    /// unless the divisor is positive, the first dividend is not negative
+    /// and the lanes do not straddle a multiple of the divisor — then the
+    /// quotient is uniform and the remainders consecutive.
+    pub(crate) run_divs: HashSet<Bci>,
+}
+
+/// What [`lockstep`]'s interpretation collects about instructions.
+#[derive(Default)]
+struct Facts {
+    uniform_loads: HashSet<Bci>,
+    runs: HashSet<Bci>,
+    divs: HashSet<Bci>,
+    run_divs: HashSet<Bci>,
 }
 
 impl Lockstep {
@@ -56,11 +78,12 @@ impl Lockstep {
 /// The join of what two writes left in a local, or `None` when a lane
 /// value cannot hold both.
 fn join(a: LKind, b: LKind) -> Option<LKind> {
-    use LKind::{Idx32, U, Unset, V};
+    use LKind::{Aff, Idx32, U, Unset, V};
     Some(match (a, b) {
         (Unset, x) | (x, Unset) => x,
         (x, y) if x == y => x,
         (U(k) | V(k), U(j) | V(j)) if k == j => V(k),
+        (Aff, U(Kind::I32) | V(Kind::I32)) | (U(Kind::I32) | V(Kind::I32), Aff) => V(Kind::I32),
         (Idx32, _) | (_, Idx32) => return None,
         _ => return None,
     })
@@ -70,13 +93,16 @@ fn join(a: LKind, b: LKind) -> Option<LKind> {
 /// values are `i32` and `f32` (and the workitem number), every branch's
 /// condition is uniform, and its instructions are among those the lowering
 /// knows — lane-wise `add`, `sub`, `mul`, `div` and `sqrt` of `f32` and
-/// `add`, `sub`, `and`, `or`, `xor` of `i32`; any arithmetic and
+/// `add`, `sub`, `mul`, `and`, `or`, `xor` of `i32`, and `div` and `rem`
+/// of `i32` by a uniform divisor (guarded: 0 and -1 abandon the group); any
+/// arithmetic and
 /// comparison of uniform `i32` and `f32` values, and conversion between
 /// them, that cannot deopt; array
 /// loads indexed by the workitem number (one of `unchecked`, proven in
-/// bounds for the chunk) or by a uniform index (checked: the group is
-/// abandoned when it is out of bounds); array stores indexed by the
-/// workitem number, all after the last branch and uniform load; locals
+/// bounds for the chunk), by a uniform index or by one per lane (checked:
+/// the group is abandoned when any is out of bounds); array stores indexed
+/// by the
+/// workitem number, all after the last branch and checked load; locals
 /// holding the narrowed workitem number written once, before any branch.
 pub(crate) fn lockstep(
     v: &offload_ir::Verified,
@@ -135,7 +161,7 @@ pub(crate) fn lockstep(
         return None;
     }
     let entry_end = leaders.iter().nth(1).map_or(n, |&b| b as usize);
-    let mut uniform_loads = HashSet::new();
+    let mut facts = Facts::default();
     // Abstract interpretation to a fixed point: each block from an empty
     // stack (required at every block boundary) with what the locals hold.
     loop {
@@ -155,7 +181,7 @@ pub(crate) fn lockstep(
                     unchecked,
                     first_store,
                     entry_end,
-                    &mut uniform_loads,
+                    &mut facts,
                 ) {
                     return None;
                 }
@@ -190,7 +216,10 @@ pub(crate) fn lockstep(
     Some(Lockstep {
         locals,
         leaders,
-        uniform_loads,
+        uniform_loads: facts.uniform_loads,
+        runs: facts.runs,
+        divs: facts.divs,
+        run_divs: facts.run_divs,
     })
 }
 
@@ -206,10 +235,11 @@ fn step(
     unchecked: &BTreeSet<Bci>,
     first_store: usize,
     entry_end: usize,
-    uniform_loads: &mut HashSet<Bci>,
+    facts: &mut Facts,
 ) -> bool {
-    use LKind::{Arr, Idx, Idx32, U, Unset, V};
-    let num = |x: LKind, k: Kind| matches!(x, U(j) | V(j) if j == k);
+    use LKind::{Aff, Arr, Idx, Idx32, U, Unset, V};
+    let num =
+        |x: LKind, k: Kind| matches!(x, U(j) | V(j) if j == k) || (x == Aff && k == Kind::I32);
     let read = |l: usize, locals: &[LKind]| match locals[l] {
         Unset => U(kinds[l]),
         x => x,
@@ -229,6 +259,7 @@ fn step(
             // the kernel starts (an `Idx32` local once, in the entry block).
             let fits = match x {
                 U(k) | V(k) => k == kinds[l],
+                Aff => kinds[l] == Kind::I32,
                 Idx32 => kinds[l] == Kind::I32 && bci < entry_end,
                 _ => false,
             };
@@ -271,8 +302,12 @@ fn step(
             match idx {
                 Idx32 if unchecked.contains(&(bci as Bci)) => stack.push(V(k)),
                 U(Kind::I32) if bci < first_store => {
-                    uniform_loads.insert(bci as Bci);
+                    facts.uniform_loads.insert(bci as Bci);
                     stack.push(U(k));
+                }
+                Aff | Idx32 if bci < first_store => {
+                    facts.runs.insert(bci as Bci);
+                    stack.push(V(k));
                 }
                 _ => return false,
             }
@@ -316,19 +351,33 @@ fn step(
                 let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
                     return false;
                 };
+                // The narrowed workitem number as an operand: consecutive.
+                let lane = |x: LKind| if x == Idx32 { Aff } else { x };
+                let (a, b) = (lane(a), lane(b));
                 if !num(a, k) || !num(b, k) {
                     return false;
                 }
                 let uniform = a == U(k) && b == U(k);
-                let ok = if uniform {
-                    uniform_binary(k, op)
-                } else {
-                    super::vector::simd_op(inst).is_some()
+                let divisor = b == U(Kind::I32) && bci < first_store;
+                let r = match (k, op, a, b) {
+                    (Kind::I32, BinOp::Div | BinOp::Rem, Aff, _) if divisor => {
+                        facts.run_divs.insert(bci as Bci);
+                        if op == BinOp::Div { U(k) } else { Aff }
+                    }
+                    (Kind::I32, BinOp::Div | BinOp::Rem, _, _) if divisor => {
+                        facts.divs.insert(bci as Bci);
+                        if uniform { U(k) } else { V(k) }
+                    }
+                    (Kind::I32, BinOp::Div | BinOp::Rem, _, _) => return false,
+                    (_, _, U(_), U(_)) if uniform_binary(k, op) => U(k),
+                    (Kind::I32, BinOp::Add, Aff, U(_)) | (Kind::I32, BinOp::Add, U(_), Aff) => Aff,
+                    (Kind::I32, BinOp::Sub, Aff, U(_)) => Aff,
+                    (_, _, U(_), U(_)) => return false,
+                    (Kind::I32, BinOp::Mul, _, _) => V(k),
+                    _ if super::vector::simd_op(inst).is_some() => V(k),
+                    _ => return false,
                 };
-                if !ok {
-                    return false;
-                }
-                stack.push(if uniform { U(k) } else { V(k) });
+                stack.push(r);
             }
             Op::Unary(Kind::F32, UnOp::Sqrt | UnOp::Neg | UnOp::Abs) => {
                 let Some(a) = stack.pop() else { return false };
@@ -361,9 +410,9 @@ fn step(
 }
 
 /// Uniform arithmetic the lockstep lowering computes once, as the scalar
-/// code does: everything of `i32` and `f32` that cannot deopt (an `i32`
-/// `div` or `rem` can: by zero) and needs no call (`rem` and `pow` of
-/// floats do).
+/// code does: everything of `i32` and `f32` that cannot deopt and needs no
+/// call (`rem` and `pow` of floats do); `i32` `div` and `rem` are guarded
+/// apart (`Lockstep::divs`).
 fn uniform_binary(k: Kind, op: BinOp) -> bool {
     match op {
         BinOp::Div | BinOp::Rem => k == Kind::F32 && op == BinOp::Div,
@@ -443,6 +492,15 @@ mod tests {
         // the workitem's own, proven in bounds.
         assert_eq!(p.uniform_loads, HashSet::from([14]));
         assert!(plan(&example("nbody.obc")).is_some());
+        // matmul: `row = i / n` uniform and `col = i % n` consecutive
+        // (guarded), `a[row * n + k]` uniform and `b[k * n + col]` one
+        // vector load.
+        let mm = plan(&example("matmul.obc")).expect("matmul in lockstep");
+        assert_eq!(
+            (mm.run_divs.len(), mm.uniform_loads.len(), mm.runs.len()),
+            (2, 1, 1)
+        );
+        assert_eq!(mm.locals[5..7], [LKind::U(Kind::I32), LKind::Aff]);
     }
 
     #[test]
@@ -460,14 +518,32 @@ mod tests {
             "    load out\n    load b\n    load acc\n    f32.astore\n    inc j 1\n",
         );
         assert!(plan(&store_in_loop).is_none());
-        // An index other than the workitem's own or a uniform one.
-        let strided = SUM.replace(
+        // Consecutive indices, `b + j`: one checked vector load.
+        let shifted = SUM.replace(
             "    load a\n    load b\n    f32.aload",
             "    load a\n    load b\n    load j\n    i32.add\n    f32.aload",
         );
+        assert_eq!(plan(&shifted).expect("consecutive").runs.len(), 1);
+        // Any other lane index (a gather): not in lockstep.
+        let strided = SUM.replace(
+            "    load a\n    load b\n    f32.aload",
+            "    load a\n    load b\n    load b\n    i32.mul\n    f32.aload",
+        );
+        assert_ne!(strided, SUM);
         assert!(plan(&strided).is_none());
-        // `i32.div` may deopt (by zero): matmul's `i / n`.
-        assert!(plan(&example("matmul.obc")).is_none());
+        // A lane index stored to: a scatter.
+        let scatter = SUM.replace(
+            "    load out\n    load b\n    load acc\n    f32.astore",
+            "    load out\n    load b\n    i32.const 1\n    i32.add\n    load acc\n    f32.astore",
+        );
+        assert!(plan(&scatter).is_none());
+        // A division by a lane value (each lane could throw alone).
+        let by_lane = SUM.replace(
+            "    load a\n    load j\n    f32.aload",
+            "    load a\n    load j\n    load b\n    i32.div\n    f32.aload",
+        );
+        assert_ne!(by_lane, SUM);
+        assert!(plan(&by_lane).is_none());
         // Straight-line kernels are the SIMD groups' (`vectorizable`).
         assert!(plan(&example("saxpy.obc")).is_none());
     }
