@@ -428,3 +428,22 @@ fn consecutive_indices_and_quotients_agree_with_the_interpreter() {
         }
     }
 }
+
+/// The examples with uniform loops run in lockstep whether they were
+/// written in bytecode or in the source language (whose `a[i] += x` copies
+/// the array and the index into locals first).
+#[test]
+fn nbody_and_matmul_run_in_lockstep_from_bytecode_and_from_source() {
+    let rt = optimized(2);
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels");
+    for (file, kernel) in [
+        ("nbody.obc", "nbody"),
+        ("nbody.ofk", "nbody"),
+        ("matmul.obc", "matmul"),
+        ("matmul.ofk", "matmul"),
+    ] {
+        let m = rt.load_file(format!("{dir}/{file}")).unwrap();
+        let clif = m.cranelift_ir(kernel).unwrap();
+        assert!(clif.contains("f32x4"), "{file}: no lockstep group");
+    }
+}

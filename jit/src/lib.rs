@@ -24,9 +24,9 @@
 //! - [`cpu`]: the primitives in Cranelift IR, and the CPU slot loop
 //!   (`cpu/slot_loop.rs`), allocation with the nursery reset
 //!   (`cpu/alloc.rs`), deopt exits (`cpu/deopt.rs`), vector and predicated
-//!   loops (`cpu/loops.rs`).
+//!   loops (`cpu/loops.rs`), lockstep groups (`cpu/lockstep.rs`).
 //! - `opt/`: the CPU-only analyses behind those loops (workitem-indexed
-//!   accesses, loop predication, unrolling and vectorization).
+//!   accesses, loop predication, unrolling and vectorization, lockstep).
 //! - [`ptx`]: the primitives in PTX text, the GPU slot loop, the device
 //!   TLAB protocol, exact float operations; [`ptxlib`] is the math library
 //!   in PTX and [`ptxas`] assembles for checks.

@@ -165,7 +165,10 @@ impl Lw<'_, '_> {
                     let x = match (plan.local(l), vars[l]) {
                         (LKind::Idx, _) => LV::Idx,
                         (LKind::Idx32, _) => LV::Idx32,
-                        (LKind::Arr, _) => LV::Arr(self.e.env.captures[l - 1]),
+                        (LKind::Arr, _) => {
+                            let p = plan.arrays[l].ok_or_else(|| unexpected(bci))?;
+                            LV::Arr(self.e.env.captures[p - 1])
+                        }
                         (LKind::V(_), Some(v)) => LV::V(self.e.b.use_var(v)),
                         (LKind::Aff, Some(v)) => LV::Aff(self.e.b.use_var(v)),
                         (_, Some(v)) => LV::U(self.e.b.use_var(v)),
@@ -177,7 +180,7 @@ impl Lw<'_, '_> {
                     let l = local.index();
                     let (x, k) = pop(&mut stack)?;
                     match (plan.local(l), x, vars[l]) {
-                        (LKind::Idx32, LV::Idx32, _) => {}
+                        (LKind::Idx32, LV::Idx32, _) | (LKind::Arr, LV::Arr(_), _) => {}
                         (LKind::Aff, LV::Aff(b), Some(v)) => self.e.b.def_var(v, b),
                         (LKind::V(_), LV::U(s), Some(v)) => {
                             let s = self.e.b.ins().splat(vector_type(k), s);

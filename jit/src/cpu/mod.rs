@@ -63,6 +63,19 @@
 //! runs their bodies back to back (`plan::unroll_factor`); a chunk's last
 //! few workitems go one by one.
 //!
+//! Kernels with loops whose branches are the same for every workitem —
+//! nbody's loop over the bodies, matmul's over `k` — run **lockstep
+//! groups** (`cpu/lockstep.rs`, `opt::lockstep`): four workitems as one
+//! SIMD body, uniform values and branches once, lane values in vectors,
+//! consecutive indices as one vector load and uniform ones as a scalar load.
+//! A group stores nothing before its last branch, so whatever would make a
+//! workitem deopt or stop inside it (a uniform index out of bounds, a
+//! divisor of 0, a safepoint at a back-edge) abandons it instead, and the
+//! scalar item loop runs the same workitems and deopts or stops exactly
+//! where it always does. The lanes compute each workitem's operations in
+//! its own order (IEEE's lane-wise add, sub, mul, div and sqrt), so the
+//! results are bit for bit the scalar code's.
+//!
 //! Innermost counted loops get the same treatment inside a workitem
 //! (`plan::loop_predicates`, after C2's loop predication): where such a loop
 //! is entered, one test decides whether every covered access is in bounds

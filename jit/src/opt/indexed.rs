@@ -28,7 +28,10 @@ enum Sym {
 /// block boundary is unknown), and a local counts as the workitem number
 /// only when every store to it stores that number and nothing increments it
 /// (the verifier's definite assignment rules out a read before the first
-/// store). Accesses in inlined callees are not covered.
+/// store). A reference local counts as a parameter's array when every store
+/// to it stores that parameter, loaded just before ([`param_copies`]: the
+/// source language's `a[i] += x` reads `a` into such a local once).
+/// Accesses in inlined callees are not covered.
 pub(crate) fn workitem_indexed(
     v: &offload_ir::Verified,
     k: FuncId,
@@ -49,6 +52,7 @@ pub(crate) fn workitem_indexed(
         return out;
     }
     let leaders: std::collections::HashSet<Bci> = a.cfg.blocks.iter().map(|b| b.start).collect();
+    let copies = param_copies(v, k, &leaders);
     // Candidates for "holds the workitem number as i32": assigned, non-
     // parameter i32 locals; refined until every store to one stores it.
     let mut wi32: Vec<bool> = (0..f.locals.len())
@@ -85,6 +89,8 @@ pub(crate) fn workitem_indexed(
                         Sym::WorkitemI32
                     } else if l < params && !assigned[l] && f.locals[l].ty.kind() == Kind::Ref {
                         Sym::Param(l as u32)
+                    } else if let Some(p) = copies[l] {
+                        Sym::Param(p)
                     } else {
                         Sym::Other
                     });
@@ -127,6 +133,54 @@ pub(crate) fn workitem_indexed(
             return out;
         }
     }
+}
+
+/// Per local, the reference parameter it is a copy of: a non-parameter
+/// reference local every store to which stores a parameter the kernel never
+/// assigns, the same one each time, loaded by the instruction just before
+/// in the same basic block.
+pub(crate) fn param_copies(
+    v: &offload_ir::Verified,
+    k: FuncId,
+    leaders: &std::collections::HashSet<Bci>,
+) -> Vec<Option<u32>> {
+    use offload_ir::{Inst, Kind};
+    let f = v.func(k);
+    let params = f.param_count as usize;
+    let assigned = |l: usize| {
+        f.body
+            .iter()
+            .any(|i| matches!(i, Inst::Store { local } if local.index() == l))
+    };
+    let mut out: Vec<Option<Option<u32>>> = vec![None; f.locals.len()];
+    for (bci, inst) in f.body.iter().enumerate() {
+        let Inst::Store { local } = *inst else {
+            continue;
+        };
+        let l = local.index();
+        if l < params || f.locals[l].ty.kind() != Kind::Ref {
+            continue;
+        }
+        let from = match f.body.get(bci.wrapping_sub(1)) {
+            Some(Inst::Load { local: p })
+                if bci > 0
+                    && !leaders.contains(&(bci as Bci))
+                    && p.index() < params
+                    && p.index() > 0
+                    && f.locals[p.index()].ty.kind() == Kind::Ref
+                    && !assigned(p.index()) =>
+            {
+                Some(p.index() as u32)
+            }
+            _ => None,
+        };
+        out[l] = match (out[l], from) {
+            (None, Some(p)) => Some(Some(p)),
+            (Some(Some(q)), Some(p)) if p == q => Some(Some(p)),
+            _ => Some(None),
+        };
+    }
+    out.into_iter().map(Option::flatten).collect()
 }
 
 #[cfg(test)]

@@ -40,6 +40,9 @@ pub(crate) enum LKind {
 pub(crate) struct Lockstep {
     /// What each local holds throughout the kernel.
     pub(crate) locals: Vec<LKind>,
+    /// For a local holding an array (`Arr`), the parameter whose array it
+    /// is: itself, or the one every store to it copies.
+    pub(crate) arrays: Vec<Option<usize>>,
     /// The first instruction of each basic block.
     pub(crate) leaders: BTreeSet<Bci>,
     /// Array loads with a uniform index: checked, and abandoning the group
@@ -62,6 +65,9 @@ pub(crate) struct Lockstep {
 /// What [`lockstep`]'s interpretation collects about instructions.
 #[derive(Default)]
 struct Facts {
+    /// The kernel's parameter count (copies of arrays are the locals past
+    /// them).
+    params: usize,
     uniform_loads: HashSet<Bci>,
     runs: HashSet<Bci>,
     divs: HashSet<Bci>,
@@ -129,13 +135,6 @@ pub(crate) fn lockstep(
         })
         .collect();
     let kinds: Vec<Kind> = f.locals.iter().map(|l| l.ty.kind()).collect();
-    // Locals of the kernel's own are lane values: `i32` or `f32`.
-    if kinds[params..]
-        .iter()
-        .any(|k| !matches!(k, Kind::I32 | Kind::F32))
-    {
-        return None;
-    }
     // Basic blocks.
     let mut leaders = BTreeSet::from([0 as Bci]);
     let mut back_edge = false;
@@ -160,8 +159,27 @@ pub(crate) fn lockstep(
     if !back_edge {
         return None;
     }
-    let entry_end = leaders.iter().nth(1).map_or(n, |&b| b as usize);
-    let mut facts = Facts::default();
+    let copies = super::indexed::param_copies(v, k, &leaders.iter().copied().collect());
+    let mut arrays: Vec<Option<usize>> = (0..locals.len())
+        .map(|l| (locals[l] == LKind::Arr).then_some(l))
+        .collect();
+    for (l, c) in copies.iter().enumerate() {
+        if let Some(p) = *c {
+            locals[l] = LKind::Arr;
+            arrays[l] = Some(p as usize);
+        }
+    }
+    // Locals of the kernel's own are lane values, `i32` or `f32`, or copies
+    // of an array parameter.
+    if (params..kinds.len())
+        .any(|l| !matches!(kinds[l], Kind::I32 | Kind::F32) && arrays[l].is_none())
+    {
+        return None;
+    }
+    let mut facts = Facts {
+        params,
+        ..Facts::default()
+    };
     // Abstract interpretation to a fixed point: each block from an empty
     // stack (required at every block boundary) with what the locals hold.
     loop {
@@ -180,7 +198,6 @@ pub(crate) fn lockstep(
                     bci,
                     unchecked,
                     first_store,
-                    entry_end,
                     &mut facts,
                 ) {
                     return None;
@@ -194,27 +211,12 @@ pub(crate) fn lockstep(
             break;
         }
     }
-    // A local holding the narrowed workitem number is written in the
-    // entry block (every path starts there) before it is read.
-    for (l, &lk) in locals.iter().enumerate() {
-        if lk != LKind::Idx32 {
-            continue;
-        }
-        let first = f
-            .body
-            .iter()
-            .position(|i| i.local_read().map(|x| x.index()) == Some(l));
-        let write = f
-            .body
-            .iter()
-            .position(|i| matches!(i, Inst::Store { local } if local.index() == l));
-        match (write, first) {
-            (Some(w), r) if w < entry_end && r.is_none_or(|r| r > w) => {}
-            _ => return None,
-        }
-    }
+    // A local holding the narrowed workitem number holds only it: every
+    // store to it stores it (`join`), and the verifier's definite
+    // assignment rules out a read before the first.
     Some(Lockstep {
         locals,
+        arrays,
         leaders,
         uniform_loads: facts.uniform_loads,
         runs: facts.runs,
@@ -234,7 +236,6 @@ fn step(
     bci: usize,
     unchecked: &BTreeSet<Bci>,
     first_store: usize,
-    entry_end: usize,
     facts: &mut Facts,
 ) -> bool {
     use LKind::{Aff, Arr, Idx, Idx32, U, Unset, V};
@@ -260,9 +261,13 @@ fn step(
             let fits = match x {
                 U(k) | V(k) => k == kinds[l],
                 Aff => kinds[l] == Kind::I32,
-                Idx32 => kinds[l] == Kind::I32 && bci < entry_end,
+                Idx32 => kinds[l] == Kind::I32,
                 _ => false,
             };
+            if x == Arr && locals[l] == Arr && l >= facts.params {
+                // A copy of a parameter's array (`param_copies`).
+                return true;
+            }
             if !fits || matches!(locals[l], Idx | Arr) {
                 return false;
             }
@@ -492,6 +497,17 @@ mod tests {
         // the workitem's own, proven in bounds.
         assert_eq!(p.uniform_loads, HashSet::from([14]));
         assert!(plan(&example("nbody.obc")).is_some());
+        // The source language's `out[b] += x` reads `out` and `b` into
+        // locals of its own first, after the loop: still lockstep.
+        let copied = SUM
+            .replace("    local acc: f32\n", "    local acc: f32\n    local tmp: f32[]\n    local t1: i32\n")
+            .replace(
+                "    load out\n    load b\n    load acc\n    f32.astore",
+                "    load out\n    store tmp\n    load b\n    store t1\n    load tmp\n    load t1\n    load acc\n    f32.astore",
+            );
+        let c = plan(&copied).expect("copies of the array and index");
+        assert_eq!(c.arrays[7], Some(3));
+        assert_eq!(c.locals[8], LKind::Idx32);
         // matmul: `row = i / n` uniform and `col = i % n` consecutive
         // (guarded), `a[row * n + k]` uniform and `b[k * n + col]` one
         // vector load.
