@@ -447,3 +447,77 @@ fn nbody_and_matmul_run_in_lockstep_from_bytecode_and_from_source() {
         assert!(clif.contains("f32x4"), "{file}: no lockstep group");
     }
 }
+
+/// Quotients and remainders of `b + o` where the last lanes pass
+/// `i32::MAX` and wrap to negative dividends: the group goes scalar.
+#[test]
+fn consecutive_dividends_that_wrap_go_scalar() {
+    const WRAP: &str = "kernel wrap(i: i64, o: i32, n: i32, m: i32, q: i32[], r: i32[]) {
+    local b: i32
+    local j: i32
+    local s: i32
+    local t: i32
+    load i
+    i64.to_i32
+    store b
+    load b
+    load o
+    i32.add
+    load n
+    i32.div
+    store s
+    load b
+    load o
+    i32.add
+    load n
+    i32.rem
+    store t
+    i32.const 0
+    store j
+  loop:
+    load j
+    load m
+    i32.ge
+    br_if done
+    inc j 1
+    br loop
+  done:
+    load q
+    load b
+    load s
+    i32.astore
+    load r
+    load b
+    load t
+    i32.astore
+    ret
+}";
+    let go = |rt: &Runtime, o: i32, n: i32| {
+        let m = rt.load("wrap.obc", WRAP).unwrap();
+        let (q, r) = (
+            rt.new_array::<i32>(4096).unwrap(),
+            rt.new_array::<i32>(4096).unwrap(),
+        );
+        let c = m
+            .closure(
+                "wrap",
+                [o.into(), n.into(), 3i32.into(), (&q).into(), (&r).into()],
+            )
+            .unwrap();
+        // 4096 workitems: chunks of 64 (a small range runs chunks of one
+        // workitem, too few for a group).
+        par_offload(0..4096, &c).unwrap();
+        par_offload(0..4096, &c).unwrap();
+        (rt.read(&q).unwrap(), rt.read(&r).unwrap())
+    };
+    let (interp, cpu) = (interpreter(2), optimized(2));
+    // The group at 2000 sees dividends MAX, MIN, .. (and MAX - 1, MAX, ..).
+    for (o, n) in [
+        (i32::MAX - 2000, 1000),
+        (i32::MAX - 2001, 7),
+        (i32::MIN, 9),
+        (100, 64),
+    ] {
+        assert_eq!(go(&cpu, o, n), go(&interp, o, n), "o {o} n {n}");
+    }
+}

@@ -482,8 +482,9 @@ impl Lw<'_, '_> {
     }
 
     /// `(first + l) / d` (uniform) or `(first + l) % d` (consecutive) over
-    /// the lanes `l`, when `d > 0`, `first >= 0` and no multiple of `d`
-    /// lies inside `first + 1 ..= first + LANES - 1`; `abandon` otherwise.
+    /// the lanes `l`, when `d > 0`, `0 <= first <= i32::MAX - (LANES - 1)`
+    /// and no multiple of `d` lies inside `first + 1 ..= first + LANES - 1`;
+    /// `abandon` otherwise.
     fn run_div(
         &mut self,
         op: offload_ir::isa::BinOp,
@@ -497,7 +498,14 @@ impl Lw<'_, '_> {
             .ins()
             .icmp_imm_s(IntCC::SignedLessThanOrEqual, d, 0);
         let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, first, 0);
+        // The last lanes would wrap past `i32::MAX` to negative dividends.
+        let wraps = self.e.b.ins().icmp_imm_s(
+            IntCC::SignedGreaterThan,
+            first,
+            i64::from(i32::MAX) - (LANES - 1),
+        );
         let bad = self.e.b.ins().bor(nonpos, neg);
+        let bad = self.e.b.ins().bor(bad, wraps);
         self.abandon_if(bad, abandon);
         let r = self.e.b.ins().srem(first, d);
         let room = self.e.b.ins().iadd_imm_s(d, -LANES);
