@@ -5,7 +5,9 @@
 //! deopts), tails shorter than a group, and exactly once while the host
 //! raises safepoints inside their loops (which abandon groups too).
 
+use offload::ir::ExceptionKind;
 use offload::{OffloadError, Runtime, par_offload};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 #[path = "common/runtimes.rs"]
@@ -83,7 +85,21 @@ const DOT: &str =
     ret
 }";
 
-type Outcome = (usize, Vec<i64>, Vec<u32>, Vec<i32>);
+/// What a launch threw: how many workitems, of which kinds, the first ones.
+type Thrown = Option<(u64, BTreeMap<ExceptionKind, u64>, Vec<i64>)>;
+
+/// Launch `c` over `range` twice (the first compiles) and say what the
+/// second threw.
+fn twice(range: std::ops::Range<i64>, c: &offload::Closure) -> Thrown {
+    let _ = par_offload(range.clone(), c);
+    match par_offload(range, c) {
+        Ok(_) => None,
+        Err(OffloadError::Exceptions(e)) => Some((e.count, e.by_kind.clone(), e.workitems.clone())),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+type Outcome = (Thrown, Vec<u32>, Vec<i32>);
 
 fn run(rt: &Runtime, n: i32, s: i32, o: i32, alen: usize, range: std::ops::Range<i64>) -> Outcome {
     let m = rt.load("dot.obc", DOT).unwrap();
@@ -114,20 +130,14 @@ fn run(rt: &Runtime, n: i32, s: i32, o: i32, alen: usize, range: std::ops::Range
             ],
         )
         .unwrap();
-    // Twice: the first launch compiles; then the same again.
-    let _ = par_offload(range.clone(), &c);
-    let (count, workitems) = match par_offload(range, &c) {
-        Ok(_) => (0, Vec::new()),
-        Err(OffloadError::Exceptions(e)) => (e.count as usize, e.workitems.clone()),
-        Err(e) => panic!("{e}"),
-    };
+    let thrown = twice(range, &c);
     let bits = rt
         .read(&out)
         .unwrap()
         .into_iter()
         .map(f32::to_bits)
         .collect();
-    (count, workitems, bits, rt.read(&iout).unwrap())
+    (thrown, bits, rt.read(&iout).unwrap())
 }
 
 #[test]
@@ -193,14 +203,7 @@ fn an_empty_array_in_a_lockstep_loop_throws_where_the_scalar_code_does() {
         let c = m
             .closure("nulls", [n.into(), (&empty).into(), (&out).into()])
             .unwrap();
-        let _ = par_offload(0..64, &c);
-        let e = match par_offload(0..64, &c) {
-            Ok(_) => None,
-            Err(OffloadError::Exceptions(e)) => {
-                Some((e.count, e.by_kind.clone(), e.workitems.clone()))
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let e = twice(0..64, &c);
         (e, rt.read(&out).unwrap())
     };
     let (interp, cpu) = (interpreter(2), optimized(2));
@@ -399,14 +402,7 @@ fn consecutive_indices_and_quotients_agree_with_the_interpreter() {
                 ],
             )
             .unwrap();
-        let _ = par_offload(range.clone(), &c);
-        let e = match par_offload(range, &c) {
-            Ok(_) => None,
-            Err(OffloadError::Exceptions(e)) => {
-                Some((e.count, e.by_kind.clone(), e.workitems.clone()))
-            }
-            Err(e) => panic!("{e}"),
-        };
+        let e = twice(range, &c);
         let bits: Vec<u32> = rt
             .read(&out)
             .unwrap()

@@ -330,21 +330,10 @@ fn step(
                 return false;
             }
         }
-        Inst::Dup => {
-            let Some(&x) = stack.last() else { return false };
-            stack.push(x);
-        }
-        Inst::Pop => {
-            if stack.pop().is_none() {
+        Inst::Dup | Inst::Pop | Inst::Swap => {
+            if super::shuffle(stack, inst) != Some(true) {
                 return false;
             }
-        }
-        Inst::Swap => {
-            let n = stack.len();
-            if n < 2 {
-                return false;
-            }
-            stack.swap(n - 1, n - 2);
         }
         Inst::Ret => {
             if !stack.is_empty() {

@@ -64,6 +64,31 @@ fn shared_step<T: Clone>(
     true
 }
 
+/// `dup`, `pop` and `swap` on the abstract operand stack of the SIMD
+/// analyses ([`vectorizable`], [`lockstep`]), which reject a kernel whose
+/// stack is short: `Some(true)` done, `Some(false)` too few entries, `None`
+/// for any other instruction (nothing touched).
+fn shuffle<T: Copy>(stack: &mut Vec<T>, inst: offload_ir::Inst) -> Option<bool> {
+    use offload_ir::Inst;
+    let n = stack.len();
+    Some(match inst {
+        Inst::Dup if n >= 1 => {
+            stack.push(stack[n - 1]);
+            true
+        }
+        Inst::Pop if n >= 1 => {
+            stack.pop();
+            true
+        }
+        Inst::Swap if n >= 2 => {
+            stack.swap(n - 1, n - 2);
+            true
+        }
+        Inst::Dup | Inst::Pop | Inst::Swap => false,
+        _ => return None,
+    })
+}
+
 /// How many operand-stack entries below the top an instruction leaves as
 /// they were, going from `depth` entries to `after`: all but its operands
 /// (by its opcode's effect), or where that depends on the instruction (a

@@ -151,21 +151,10 @@ pub(crate) fn vectorizable(
                     return false;
                 }
             }
-            Inst::Dup => {
-                let Some(&x) = stack.last() else { return false };
-                stack.push(x);
-            }
-            Inst::Pop => {
-                if stack.pop().is_none() {
+            Inst::Dup | Inst::Pop | Inst::Swap => {
+                if super::shuffle(&mut stack, inst) != Some(true) {
                     return false;
                 }
-            }
-            Inst::Swap => {
-                let n = stack.len();
-                if n < 2 {
-                    return false;
-                }
-                stack.swap(n - 1, n - 2);
             }
             Inst::Ret if last && stack.is_empty() && f.ret.is_none() => {}
             _ => return false,
