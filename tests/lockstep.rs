@@ -6,7 +6,8 @@
 //! raises safepoints inside their loops (which abandon groups too).
 
 use offload::ir::ExceptionKind;
-use offload::{OffloadError, Runtime, par_offload};
+use offload::{Device, OffloadError, Runtime, par_offload};
+use offload_jit::Injection;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -100,6 +101,47 @@ fn twice(range: std::ops::Range<i64>, c: &offload::Closure) -> Thrown {
 }
 
 type Outcome = (Thrown, Vec<u32>, Vec<i32>);
+
+/// Each workitem spins `n` uniform iterations, then counts itself once.
+const COUNT: &str = "kernel count(i: i64, n: i32, x: f32[], sum: f32[], hits: i32[]) {
+    local b: i32
+    local j: i32
+    local acc: f32
+    load i
+    i64.to_i32
+    store b
+    i32.const 0
+    store j
+    f32.const 0.0
+    store acc
+  loop:
+    load j
+    load n
+    i32.ge
+    br_if done
+    load acc
+    load x
+    load b
+    f32.aload
+    f32.add
+    store acc
+    inc j 1
+    br loop
+  done:
+    load sum
+    load b
+    load acc
+    f32.astore
+    load hits
+    load b
+    load hits
+    load b
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}";
 
 fn run(rt: &Runtime, n: i32, s: i32, o: i32, alen: usize, range: std::ops::Range<i64>) -> Outcome {
     let m = rt.load("dot.obc", DOT).unwrap();
@@ -217,46 +259,6 @@ fn an_empty_array_in_a_lockstep_loop_throws_where_the_scalar_code_does() {
 
 #[test]
 fn exactly_once_while_the_host_raises_safepoints_inside_lockstep_loops() {
-    // Each workitem spins `n` uniform iterations, then counts itself once.
-    const COUNT: &str = "kernel count(i: i64, n: i32, x: f32[], sum: f32[], hits: i32[]) {
-    local b: i32
-    local j: i32
-    local acc: f32
-    load i
-    i64.to_i32
-    store b
-    i32.const 0
-    store j
-    f32.const 0.0
-    store acc
-  loop:
-    load j
-    load n
-    i32.ge
-    br_if done
-    load acc
-    load x
-    load b
-    f32.aload
-    f32.add
-    store acc
-    inc j 1
-    br loop
-  done:
-    load sum
-    load b
-    load acc
-    f32.astore
-    load hits
-    load b
-    load hits
-    load b
-    i32.aload
-    i32.const 1
-    i32.add
-    i32.astore
-    ret
-}";
     let items = 4096usize;
     let n = 20_000i32;
     let rt = optimized(2);
@@ -516,4 +518,95 @@ fn consecutive_dividends_that_wrap_go_scalar() {
     ] {
         assert_eq!(go(&cpu, o, n), go(&interp, o, n), "o {o} n {n}");
     }
+}
+
+/// Deopts injected at each site of a lockstep kernel, for chosen
+/// workitems: their groups go scalar from the start, the scalar code deopts
+/// them at the site, and every workitem still counts itself exactly once
+/// with the right sum.
+#[test]
+fn injected_deopts_send_their_groups_to_the_scalar_path_exactly_once() {
+    let (items, n) = (4096usize, 50i32);
+    let want: Vec<u32> = (0..items)
+        .map(|v| {
+            let mut acc = 0.0f32;
+            for _ in 0..n {
+                acc += (v % 5) as f32;
+            }
+            acc.to_bits()
+        })
+        .collect();
+    let mut exercised = 0;
+    for site_bci in 0..40u32 {
+        for (modulus, remainder) in [(4i64, 0i64), (4, 3), (9, 5)] {
+            let rt = Runtime::builder()
+                .workers(2)
+                .device(Device::Cpu)
+                .tiered(false)
+                .inject(Injection {
+                    site_bci,
+                    modulus,
+                    remainder,
+                    reason: None,
+                })
+                .build()
+                .unwrap();
+            let m = rt.load("count.obc", COUNT).unwrap();
+            let x = rt
+                .array(&(0..items).map(|v| (v % 5) as f32).collect::<Vec<_>>())
+                .unwrap();
+            let (sum, hits) = (
+                rt.new_array::<f32>(items).unwrap(),
+                rt.new_array::<i32>(items).unwrap(),
+            );
+            let c = m
+                .closure(
+                    "count",
+                    [n.into(), (&x).into(), (&sum).into(), (&hits).into()],
+                )
+                .unwrap();
+            // Not a deopt site: the kernel does not compile with it.
+            let Ok(rep) = par_offload(0..items as i64, &c) else {
+                continue;
+            };
+            if rep.device != Device::Cpu || rep.fallback.is_some() {
+                continue;
+            }
+            assert!(
+                m.cranelift_ir("count").unwrap().contains("f32x4"),
+                "site {site_bci}: no lockstep group"
+            );
+            assert!(
+                rt.read(&hits).unwrap().iter().all(|&h| h == 1),
+                "site {site_bci} {modulus}/{remainder}: a workitem ran twice or not at all\n{rep}"
+            );
+            let got: Vec<u32> = rt
+                .read(&sum)
+                .unwrap()
+                .into_iter()
+                .map(f32::to_bits)
+                .collect();
+            assert_eq!(got, want, "site {site_bci} {modulus}/{remainder}\n{rep}");
+            // Every chosen workitem deopted there, once per visit (every
+            // workitem reaches every site of `count`; one resumed at the
+            // loop's header meets it again each iteration).
+            let at: u64 = rep
+                .deopts
+                .iter()
+                .filter(|&(&(s, _), _)| s == site_bci)
+                .map(|(_, &n)| n)
+                .sum();
+            if at > 0 {
+                let chosen = (0..items as i64)
+                    .filter(|w| w % modulus == remainder)
+                    .count();
+                assert!(
+                    at.is_multiple_of(chosen as u64),
+                    "site {site_bci} {modulus}/{remainder}: {at} deopts, {chosen} chosen\n{rep}"
+                );
+                exercised += 1;
+            }
+        }
+    }
+    assert!(exercised >= 6, "only {exercised} injections deopted");
 }

@@ -5,7 +5,9 @@
 //! uniform index out of bounds, or the control word seen set at a loop's
 //! back-edge, abandons it (nothing is stored before its last branch, so
 //! nothing it did shows) for the scalar path, which runs the same
-//! workitems and deopts or stops exactly where it always does.
+//! workitems and deopts or stops exactly where it always does. Under fault
+//! injection, a group with a workitem chosen to deopt goes scalar from its
+//! start.
 
 use super::{Cpu, Lw, cl_type, trusted};
 use crate::JitError;
@@ -79,6 +81,24 @@ impl Lw<'_, '_> {
         let start = self.e.b.create_block();
         self.e.b.ins().brif(cw, stopped, &[], start, &[]);
         self.e.b.switch_to_block(start);
+        // Fault injection (`CompileOptions::inject`) deopts chosen
+        // workitems at a site: a group with one of them goes scalar, where
+        // the site is.
+        if let Some(inj) = self.opts.inject {
+            let mut hit = None;
+            for l in 0..LANES {
+                let x = self.e.b.ins().iadd_imm_s(wv, l);
+                let m = self.e.b.ins().srem_imm_s(x, inj.modulus);
+                let e = self.e.b.ins().icmp_imm_s(IntCC::Equal, m, inj.remainder);
+                hit = Some(match hit {
+                    None => e,
+                    Some(h) => self.e.b.ins().bor(h, e),
+                });
+            }
+            if let Some(hit) = hit {
+                self.abandon_if(hit, scalar);
+            }
+        }
         self.lockstep_group(plan, scalar, item)
     }
 

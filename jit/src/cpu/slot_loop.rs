@@ -376,12 +376,7 @@ impl Lw<'_, '_> {
             // Kernels with uniform loops run lockstep groups of workitems
             // while a group's worth is left (`opt::lockstep`); a group that
             // cannot finish comes back to `check`.
-            let plan = self
-                .opts
-                .inject
-                .is_none()
-                .then(|| opt::lockstep(self.v, self.cur.func, &self.e.unchecked))
-                .flatten();
+            let plan = opt::lockstep(self.v, self.cur.func, &self.e.unchecked);
             let more = match plan {
                 Some(_) => self.e.b.create_block(),
                 None => check,
