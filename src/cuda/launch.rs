@@ -44,8 +44,26 @@ pub(super) fn run(
         || (total / (slots as u64 * 4)).clamp(1, 256) as i64,
         |c| c.min(1 << 20) as i64,
     );
-    let area =
-        SaveArea::try_new(slots, meta.layout).map_err(|e| OffloadError::Setup(e.to_string()))?;
+    let mut trace = super::trace::Trace::new();
+    // The save area: the last launch's when it has this launch's shape
+    // (every record of it empty), a new one otherwise.
+    let reuse = gpu
+        .scratch
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .filter(|c| c.area.slots() == slots && c.area.layout() == meta.layout);
+    let Scratch { area, mut area_dev } = match reuse {
+        Some(c) => c,
+        None => Scratch {
+            area: SaveArea::try_new(slots, meta.layout)
+                .map_err(|e| OffloadError::Setup(e.to_string()))?,
+            // SAFETY: every word is set below, before any use.
+            area_dev: unsafe { s.alloc(slots * meta.layout.record_words as usize) }
+                .map_err(cuda_err("save area"))?,
+        },
+    };
+    trace.say(|| format!("save area of {} bytes ready", area.bytes()));
     let words = meta.layout.record_words as usize;
     let safepoints_before = inner.control.count();
     // The kernel's TLAB size, if its policy changed it.
@@ -84,9 +102,6 @@ pub(super) fn run(
         .map_err(cuda_err("captures"))?;
     // The device's area starts empty: every word all ones (an empty
     // record's site word), set on the device rather than sent.
-    // SAFETY: every word is set right below, before any use.
-    let mut area_dev: CudaSlice<u64> =
-        unsafe { s.alloc(area.bytes() / 8) }.map_err(cuda_err("save area"))?;
     {
         let (ap, _g) = area_dev.device_ptr(s);
         // SAFETY: `ap` is the allocation just made, `area.bytes()` long.
@@ -124,7 +139,8 @@ pub(super) fn run(
     // Kernel time, and replay time with the copies back it needs; the
     // rest of the loop (the copies up) is setup.
     let (mut run_time, mut replay_time) = (Duration::ZERO, Duration::ZERO);
-    let mut passed = vec![crate::report::NeverRan::default(); slots];
+    // (Sized on first use, as `resumed_alloc` below.)
+    let mut passed: Vec<crate::report::NeverRan> = Vec::new();
     let alloc = env.allocator(inner.workers, plan.tlab_bytes);
     // The save area's records (kept there until replayed) and the
     // replays' allocator, for collections while the launch runs.
@@ -134,8 +150,12 @@ pub(super) fn run(
     let mut device_stats: Vec<u64> = vec![0; 6];
     // Per slot, the (workitem, site) of the allocation failure it was last
     // given to resume: failing there again goes to the interpreter.
-    let mut resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>> = vec![None; slots];
-    let mut trace = super::trace::Trace::new();
+    // (Sized on first use: most launches leave no records.)
+    let mut resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>> = Vec::new();
+    // The host area's slots that may hold a record: those given back to
+    // the device to resume (the rest is empty, or the device's copy).
+    let mut host_records: Vec<usize> = Vec::new();
+    trace.say(|| "per-launch buffers ready".to_string());
     // Fairness: a launch runs at least as long as the last safepoint kept
     // the device from running (`owed`) before it honours the next request
     // (see the module docs of `super`); `asked` is when the request that
@@ -217,6 +237,7 @@ pub(super) fn run(
         s.memset_zeros(&mut parked)
             .map_err(cuda_err("parked count"))?;
         let tr = Instant::now();
+        trace.say(|| format!("launch {}: heap image and buffers sent", report.launches));
         // The eden's and the parked count's addresses, read while slots
         // wait in place.
         let (eden_at, parked_at): (u64, u64);
@@ -382,19 +403,25 @@ pub(super) fn run(
         // The records, never-ran rests and exit codes come back only when
         // a slot left work behind (a record, a stop): otherwise every slot
         // finished its chunks, and resumed the record it was given.
-        let (nr, ex): (Vec<i64>, Vec<u32>) =
-            if device_stats[0] > before[0] || device_stats[4] > before[4] {
-                // SAFETY: nothing else reads or writes the area during the copy.
-                s.memcpy_dtoh(&area_dev, unsafe { area_words(&area) })
-                    .map_err(cuda_err("save area"))?;
-                let nr: Vec<i64> = s.clone_dtoh(&never).map_err(cuda_err("never_ran"))?;
-                let ex: Vec<u32> = s.clone_dtoh(&exits).map_err(cuda_err("exits"))?;
-                to_host += (area.bytes() + 8 * nr.len() + 4 * ex.len()) as u64;
-                (nr, ex)
-            } else {
-                area.clear();
-                (Vec::new(), Vec::new())
-            };
+        let came_back = device_stats[0] > before[0] || device_stats[4] > before[4];
+        let (nr, ex): (Vec<i64>, Vec<u32>) = if came_back {
+            // SAFETY: nothing else reads or writes the area during the copy.
+            s.memcpy_dtoh(&area_dev, unsafe { area_words(&area) })
+                .map_err(cuda_err("save area"))?;
+            let nr: Vec<i64> = s.clone_dtoh(&never).map_err(cuda_err("never_ran"))?;
+            let ex: Vec<u32> = s.clone_dtoh(&exits).map_err(cuda_err("exits"))?;
+            to_host += (area.bytes() + 8 * nr.len() + 4 * ex.len()) as u64;
+            // The device's copy replaced the host's records.
+            host_records.clear();
+            (nr, ex)
+        } else {
+            // No slot left a record: the host's are those it gave the
+            // device to resume, which it did.
+            for r in host_records.drain(..) {
+                let _ = area.clear_one(r);
+            }
+            (Vec::new(), Vec::new())
+        };
         // The TLABs' states, when a refill carved any (they start empty).
         let tl: Vec<u8> = if device_stats[1] > before[1] {
             let tl = s.clone_dtoh(&tlabs).map_err(cuda_err("TLABs"))?;
@@ -426,14 +453,24 @@ pub(super) fn run(
         // (a root of the launch) until its replay has read it, so that a
         // collection meanwhile updates it.
         let tp = Instant::now();
+        trace.say(|| {
+            format!(
+                "launch {}: counters, records and TLABs back",
+                report.launches
+            )
+        });
         let mut occupied = Vec::new();
         let mut values = Vec::new();
-        for r in 0..slots {
+        // Records are only where the device's copy came back.
+        for r in (0..slots).filter(|_| came_back) {
             match area.read_into(r, meta, &mut values) {
                 Ok(Some(_)) => occupied.push(r),
                 Ok(None) => {}
                 Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
             }
+        }
+        if !occupied.is_empty() && resumed_alloc.is_empty() {
+            resumed_alloc = vec![None; slots];
         }
         // An interrupt stopped the kernel: drop the saved frames instead of
         // replaying them, and launch nothing more.
@@ -466,6 +503,7 @@ pub(super) fn run(
                 resumed_alloc[r] =
                     (h.2 == offload_deopt::Reason::AllocationFailure).then_some((h.0, h.1));
                 resume.push((h, values.clone()));
+                host_records.push(r);
             }
             !ok
         });
@@ -516,6 +554,13 @@ pub(super) fn run(
             replays.resumed(meta, h, &vals, resumed)?;
         }
         replay_time += tp.elapsed();
+        trace.say(|| {
+            format!(
+                "launch {}: {} records replayed",
+                report.launches,
+                occupied.len()
+            )
+        });
         // A safepoint stopped the kernel: park until its operation is done.
         inner.control.poll();
         if cut || inner.control.interrupted_since(epoch) {
@@ -532,6 +577,9 @@ pub(super) fn run(
         for (h, vals) in &resume {
             replays.resumed_on_device(meta, *h, vals);
         }
+        if !nr.is_empty() && passed.is_empty() {
+            passed = vec![crate::report::NeverRan::default(); slots];
+        }
         report.never_ran += nr
             .chunks_exact(2)
             .zip(&mut passed)
@@ -542,12 +590,18 @@ pub(super) fn run(
         // keep them); the captures and the area go up at the loop's top.
     }
     let t_loop = Instant::now();
+    trace.say(|| "the last launch is done".to_string());
     let thrown = replays.finish(call.prog, meta, &mut report);
     report.chunks = total.div_ceil(chunk as u64);
     // The device's own counters: refills of its TLABs and allocations
     // that found its eden exhausted.
     drop(registered);
+    drop(roots);
     drop(running);
+    // Every record is empty again (each break above clears what it
+    // leaves): the area serves the next launch.
+    debug_assert!((0..slots).all(|r| matches!(area.read_into(r, meta, &mut Vec::new()), Ok(None))));
+    *gpu.scratch.lock().unwrap_or_else(|e| e.into_inner()) = Some(Scratch { area, area_dev });
     report.alloc = alloc.retire();
     report.on_device = device_stats[5];
     report.alloc.refills += device_stats[1];
@@ -573,6 +627,16 @@ pub(super) fn run(
             .fetched_bytes
             .saturating_sub(fetched_before);
     thrown.finish(report)
+}
+
+/// A launch's save area, host and device halves (`slots` records each),
+/// kept by the [`super::Gpu`] from one launch to the next: allocating and
+/// writing a fresh one cost milliseconds a launch at a full GPU's slot
+/// count (202,752 on an H100). Kept only with every host record empty;
+/// the device half is set empty at each launch's start.
+pub(super) struct Scratch {
+    area: SaveArea,
+    area_dev: CudaSlice<u64>,
 }
 
 /// The save area's words, for one copy to or from the device.

@@ -135,6 +135,10 @@ pub(crate) struct Gpu {
     control_last: AtomicU32,
     modules: Mutex<ModuleCache>,
     launch_lock: Mutex<()>,
+    /// The save area of the last launch, host and device halves, kept for
+    /// the next launch of the same slot count and record width (see
+    /// [`launch::Scratch`]).
+    scratch: Mutex<Option<launch::Scratch>>,
     /// Words of device eden the next launch carves (see
     /// [`FIRST_EDEN_BYTES`]).
     eden_words: AtomicU32,
@@ -206,6 +210,7 @@ fn probe_driver() -> Result<Gpu, String> {
         control_last: AtomicU32::new(0),
         modules: Mutex::new(HashMap::new()),
         launch_lock: Mutex::new(()),
+        scratch: Mutex::new(None),
         eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
         resident,
     })

@@ -1,8 +1,9 @@
 //! What a launch on the GPU is doing while the host waits for it, printed
 //! to standard error when `OFFLOAD_CUDA_TRACE` is set (to anything but
 //! `0`): for diagnosing a launch that does not finish on real hardware,
-//! where no debugger is at hand. Lines start with `cuda-trace` and the
-//! milliseconds since the launch began; nothing is printed otherwise.
+//! where no debugger is at hand, and for seeing where a launch's time
+//! goes. Lines start with `cuda-trace` and the milliseconds since the
+//! launch began; nothing is printed otherwise.
 
 use std::time::{Duration, Instant};
 
@@ -35,8 +36,8 @@ impl Trace {
     pub(super) fn say(&self, line: impl FnOnce() -> String) {
         if self.on {
             eprintln!(
-                "cuda-trace {:>8} ms: {}",
-                self.t0.elapsed().as_millis(),
+                "cuda-trace {:>10.3} ms: {}",
+                self.t0.elapsed().as_secs_f64() * 1e3,
                 line()
             );
         }

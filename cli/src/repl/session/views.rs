@@ -179,7 +179,7 @@ pub(super) fn summary(last: &Last, out: &mut String) {
         r.workers,
         r.completed,
         n,
-        ms(r.timings.total)
+        r.timings
     );
     // The range's partition (see `LaunchReport::on_device`).
     let mut parts = vec![
