@@ -6,8 +6,7 @@
 //! slot = ctaid.x * ntid.x + tid.x                  ; one slot per thread
 //! entry:  if save_area[slot] holds a record: goto resume
 //!         [w, hi) = never_ran[slot]; if w < hi: goto item
-//! claim:  if ld(cursor) >= end: exit DONE    ; a read first: no atomic
-//!         lo = atom.add(cursor, chunk); if lo >= end: exit DONE
+//! claim:  lo = atom.add(cursor, chunk); if lo >= end: exit DONE
 //! item:   if w == hi: goto claim
 //!         if ld.relaxed.sys(control) != 0: never_ran[slot] = [w, hi); exit STOPPED
 //!         <the kernel body for workitem w>

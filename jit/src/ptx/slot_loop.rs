@@ -138,15 +138,6 @@ impl Lp<'_> {
         let chunk = self.ld_ctx(Cls::B64, offsets::CHUNK);
         let end = self.ld_ctx(Cls::B64, offsets::END);
         let lo = self.t(Cls::B64);
-        // A plain read first: the slots that find the range claimed (the
-        // cursor only grows) leave without an atomic on the one word
-        // every slot claims from — a warp's reads of it are one request,
-        // its atomics 32.
-        let seen = self.t(Cls::B64);
-        self.emit(format!("ld.relaxed.gpu.u64 {seen}, [{cursor}];"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.ge.s64 {p}, {seen}, {end};"));
-        self.emit(format!("@{p} bra {L_DONE};"));
         self.emit(format!("atom.add.u64 {lo}, [{cursor}], {chunk};"));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ge.s64 {p}, {lo}, {end};"));
