@@ -61,6 +61,7 @@ pub mod ptxlib;
 pub mod rt;
 pub mod spec;
 mod ssa;
+mod vmath;
 
 use cranelift_jit::{JITBuilder, JITModule};
 use offload_deopt::DeoptMetadata;
@@ -369,7 +370,7 @@ impl CpuJit {
             cranelift_module::default_libcall_names(),
         )
         .map_err(|e| JitError::Host(e.to_string()))?;
-        for (name, ptr) in math::symbols() {
+        for (name, ptr) in math::symbols().into_iter().chain(vmath::symbols()) {
             builder.symbol(name, ptr);
         }
         builder.symbol("offload_alloc_slow", rt::offload_alloc_slow as *const u8);
