@@ -56,22 +56,33 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
 pub fn exp4(x: [f32; 4]) -> [f32; 4] {
     // SAFETY: SSE2 is part of every x86-64 CPU (the baseline target).
     let (mut r, fast) = unsafe { imp::exp4(x) };
-    for l in 0..4 {
-        if !fast[l] {
-            r[l] = sem::f32_exp(x[l]);
-        }
+    if fast != ALL {
+        fix_lanes(&x, &mut r, fast, sem::f32_exp);
     }
     r
+}
+
+/// Every lane in the common range (a mask of lanes, bit `l` for lane `l`).
+const ALL: u32 = 0b1111;
+
+/// The lanes of `r` outside `fast` recomputed by `scalar` (out of line:
+/// the common path keeps the lanes in one register).
+#[cold]
+#[inline(never)]
+fn fix_lanes(x: &[f32; 4], r: &mut [f32; 4], fast: u32, scalar: fn(f32) -> f32) {
+    for l in 0..4 {
+        if fast & (1 << l) == 0 {
+            r[l] = scalar(x[l]);
+        }
+    }
 }
 
 /// `logf` of each lane.
 pub fn log4(x: [f32; 4]) -> [f32; 4] {
     // SAFETY: as in `exp4`.
     let (mut r, fast) = unsafe { imp::log4(x) };
-    for l in 0..4 {
-        if !fast[l] {
-            r[l] = sem::f32_log(x[l]);
-        }
+    if fast != ALL {
+        fix_lanes(&x, &mut r, fast, sem::f32_log);
     }
     r
 }
@@ -134,9 +145,8 @@ mod imp {
 
     #[inline]
     #[target_feature(enable = "sse2")]
-    fn lanes_set(m: __m128i) -> [bool; 4] {
-        let bits = _mm_movemask_ps(_mm_castsi128_ps(m));
-        [bits & 1 != 0, bits & 2 != 0, bits & 4 != 0, bits & 8 != 0]
+    fn lanes_set(m: __m128i) -> u32 {
+        _mm_movemask_ps(_mm_castsi128_ps(m)) as u32
     }
 
     /// Lanes `x` with `lo < x < hi` (as `i32`; `lo` and `hi` below 2^31).
@@ -149,7 +159,7 @@ mod imp {
     }
 
     #[target_feature(enable = "sse2")]
-    pub(super) fn exp4(xs: [f32; 4]) -> ([f32; 4], [bool; 4]) {
+    pub(super) fn exp4(xs: [f32; 4]) -> ([f32; 4], u32) {
         let x = load(xs);
         let bits = _mm_castps_si128(x);
         let hx = _mm_and_si128(bits, _mm_set1_epi32(0x7fff_ffff));
@@ -194,7 +204,7 @@ mod imp {
     }
 
     #[target_feature(enable = "sse2")]
-    pub(super) fn log4(xs: [f32; 4]) -> ([f32; 4], [bool; 4]) {
+    pub(super) fn log4(xs: [f32; 4]) -> ([f32; 4], u32) {
         let x = load(xs);
         let ix = _mm_castps_si128(x);
         let fast = between(ix, LOG_FAST_LO - 1, LOG_FAST_HI);
@@ -236,12 +246,12 @@ mod imp {
 mod imp {
     //! Elsewhere: no lane is in the common range, so every lane goes to
     //! the scalar function.
-    pub(super) unsafe fn exp4(x: [f32; 4]) -> ([f32; 4], [bool; 4]) {
-        (x, [false; 4])
+    pub(super) unsafe fn exp4(x: [f32; 4]) -> ([f32; 4], u32) {
+        (x, 0)
     }
 
-    pub(super) unsafe fn log4(x: [f32; 4]) -> ([f32; 4], [bool; 4]) {
-        (x, [false; 4])
+    pub(super) unsafe fn log4(x: [f32; 4]) -> ([f32; 4], u32) {
+        (x, 0)
     }
 }
 

@@ -105,7 +105,7 @@ fn math_name(k: Kind, op: &str) -> &'static str {
     }
 }
 
-fn int_cc(op: CmpOp) -> IntCC {
+pub(super) fn int_cc(op: CmpOp) -> IntCC {
     match op {
         CmpOp::Eq => IntCC::Equal,
         CmpOp::Ne => IntCC::NotEqual,
@@ -116,7 +116,7 @@ fn int_cc(op: CmpOp) -> IntCC {
     }
 }
 
-fn float_cc(op: CmpOp) -> FloatCC {
+pub(super) fn float_cc(op: CmpOp) -> FloatCC {
     match op {
         CmpOp::Eq => FloatCC::Equal,
         CmpOp::Ne => FloatCC::NotEqual,

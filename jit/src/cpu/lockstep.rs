@@ -17,7 +17,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
 use cranelift_frontend::Variable;
-use offload_ir::isa::Op;
+use offload_ir::isa::{Op, UnOp};
 use offload_ir::{Bci, Inst, Kind};
 use std::collections::HashMap;
 
@@ -352,6 +352,27 @@ impl Lw<'_, '_> {
                     self.e.b.ins().jump(finish, &[]);
                     terminated = true;
                 }
+                Inst::Call { func } => {
+                    // A lane function (`opt::lane_call`), inlined on the
+                    // lanes.
+                    let g = self.v.func(func);
+                    let (n, ret) = (g.param_count as usize, g.ret);
+                    let kinds: Vec<Kind> = g.params().iter().map(|p| p.ty.kind()).collect();
+                    let mut args = vec![None; n];
+                    for i in (0..n).rev() {
+                        let (x, _) = pop(&mut stack)?;
+                        let x = self.as_aff(x, wv);
+                        args[i] = Some(match self.lanes(x) {
+                            LV::U(s) => self.e.b.ins().splat(vector_type(kinds[i]), s),
+                            LV::V(v) => v,
+                            _ => return Err(unexpected(bci)),
+                        });
+                    }
+                    let args: Vec<Value> = args.into_iter().flatten().collect();
+                    let r = self.lane_call(func, &args)?;
+                    let k = ret.map(|t| t.kind()).ok_or_else(|| unexpected(bci))?;
+                    stack.push((LV::V(r), k));
+                }
                 _ => match inst.opcode().op() {
                     Op::Binary(k, op) => {
                         let (b, _) = pop(&mut stack)?;
@@ -390,6 +411,9 @@ impl Lw<'_, '_> {
                         let (a, _) = pop(&mut stack)?;
                         let r = match a {
                             LV::U(x) => LV::U(Cpu::unary(self, op, k, x)),
+                            LV::V(x) if matches!(op, UnOp::Exp | UnOp::Log) => {
+                                LV::V(self.lane_math(op, x))
+                            }
                             LV::V(x) => LV::V(Cpu::unary(self, op, k, x)),
                             _ => return Err(unexpected(bci)),
                         };

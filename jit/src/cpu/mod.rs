@@ -131,6 +131,7 @@
 mod alloc;
 mod deopt;
 mod emit;
+mod lane_call;
 mod lockstep;
 mod loops;
 mod reentry;
@@ -200,6 +201,10 @@ impl Imports {
             };
         for (name, params) in sigs {
             funcs.insert(name, declare(module, name, params, Some(params[0]))?);
+        }
+        // Four lanes at once, in place at an address (`crate::vmath`).
+        for name in ["offload_f32x4_exp", "offload_f32x4_log"] {
+            funcs.insert(name, declare(module, name, &[ptr], None)?);
         }
         // The runtime call of allocating kernels: the slow path, through
         // a trampoline that preserves every register (below).

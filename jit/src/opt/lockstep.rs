@@ -1,7 +1,9 @@
-//! Lockstep groups: kernels with loops run as SIMD bodies, a lane per
-//! workitem, like a GPU warp, when every branch is uniform — the same for
-//! every workitem of the group ([`lockstep`]). The straight-line case is
-//! [`super::vectorizable`]'s.
+//! Lockstep groups: kernels run as SIMD bodies, a lane per workitem, like a
+//! GPU warp, when every branch is uniform — the same for every workitem of
+//! the group ([`lockstep`]); the functions they call may branch per lane
+//! ([`super::lane_call`]). Small straight-line kernels take
+//! [`super::vectorizable`]'s SIMD groups first (the CPU lowering tries
+//! those before these).
 //!
 //! What keeps such a group exact and its deopts where the scalar code has
 //! them: the group writes nothing until its last part (every array store
@@ -95,10 +97,12 @@ fn join(a: LKind, b: LKind) -> Option<LKind> {
     })
 }
 
-/// Whether kernel `k` runs as lockstep groups, and how: it has a loop, its
-/// values are `i32` and `f32` (and the workitem number), every branch's
-/// condition is uniform, and its instructions are among those the lowering
-/// knows — lane-wise `add`, `sub`, `mul`, `div` and `sqrt` of `f32` and
+/// Whether kernel `k` runs as lockstep groups, and how: its values are
+/// `i32` and `f32` (and the workitem number), every branch's condition is
+/// uniform, and its instructions are among those the lowering knows —
+/// calls of lane functions (`super::lane_call`: inlined on the lanes, their
+/// own branches made selects), lane-wise `add`, `sub`, `mul`, `div`,
+/// `sqrt`, `exp` and `log` of `f32` and
 /// `add`, `sub`, `mul`, `and`, `or`, `xor` of `i32`, and `div` and `rem`
 /// of `i32` by a uniform divisor (guarded: 0 and -1 abandon the group); any
 /// arithmetic and
@@ -137,7 +141,6 @@ pub(crate) fn lockstep(
     let kinds: Vec<Kind> = f.locals.iter().map(|l| l.ty.kind()).collect();
     // Basic blocks.
     let mut leaders = BTreeSet::from([0 as Bci]);
-    let mut back_edge = false;
     let first_store = f
         .body
         .iter()
@@ -148,16 +151,12 @@ pub(crate) fn lockstep(
             if bci >= first_store || t as usize > first_store {
                 return None;
             }
-            back_edge |= t as usize <= bci;
             leaders.insert(t);
             leaders.insert(bci as Bci + 1);
         }
         if matches!(inst, Inst::Ret) && bci + 1 < n {
             leaders.insert(bci as Bci + 1);
         }
-    }
-    if !back_edge {
-        return None;
     }
     let copies = super::indexed::param_copies(v, k, &leaders.iter().copied().collect());
     let mut arrays: Vec<Option<usize>> = (0..locals.len())
@@ -191,6 +190,7 @@ pub(crate) fn lockstep(
             for bci in s..end {
                 let inst = f.body[bci];
                 if !step(
+                    v,
                     &mut stack,
                     &mut locals,
                     &kinds,
@@ -229,6 +229,7 @@ pub(crate) fn lockstep(
 /// cannot run in lockstep.
 #[allow(clippy::too_many_arguments)]
 fn step(
+    v: &offload_ir::Verified,
     stack: &mut Vec<LKind>,
     locals: &mut [LKind],
     kinds: &[Kind],
@@ -340,6 +341,25 @@ fn step(
                 return false;
             }
         }
+        Inst::Call { func } => {
+            // Inlined on the lanes, its branches made selects.
+            if !super::lane_call::lane_function(v, func) {
+                return false;
+            }
+            let g = v.func(func);
+            for p in g.params().iter().rev() {
+                let x = match stack.pop() {
+                    Some(Idx32) => Aff,
+                    Some(x) => x,
+                    None => return false,
+                };
+                if !num(x, p.ty.kind()) {
+                    return false;
+                }
+            }
+            let Some(r) = g.ret else { return false };
+            stack.push(V(r.kind()));
+        }
         _ => match inst.opcode().op() {
             Op::Binary(k @ (Kind::I32 | Kind::F32), op) => {
                 let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
@@ -373,7 +393,7 @@ fn step(
                 };
                 stack.push(r);
             }
-            Op::Unary(Kind::F32, UnOp::Sqrt | UnOp::Neg | UnOp::Abs) => {
+            Op::Unary(Kind::F32, UnOp::Sqrt | UnOp::Neg | UnOp::Abs | UnOp::Exp | UnOp::Log) => {
                 let Some(a) = stack.pop() else { return false };
                 if !num(a, Kind::F32) {
                     return false;
@@ -425,8 +445,13 @@ mod tests {
     /// The plan of the first function of `src`, with its workitem-indexed
     /// accesses unchecked (as the CPU lowering has them).
     fn plan(src: &str) -> Option<Lockstep> {
+        plan_of(src, 0)
+    }
+
+    /// The plan of function `k` of `src`.
+    fn plan_of(src: &str, k: usize) -> Option<Lockstep> {
         let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
-        let k = FuncId::new(0);
+        let k = FuncId::new(k);
         let a = offload_ir::analysis::analyze(&v, k);
         let unchecked = workitem_indexed(&v, k, &a).into_keys().collect();
         lockstep(&v, k, &unchecked)
@@ -549,7 +574,20 @@ mod tests {
         );
         assert_ne!(by_lane, SUM);
         assert!(plan(&by_lane).is_none());
-        // Straight-line kernels are the SIMD groups' (`vectorizable`).
-        assert!(plan(&example("saxpy.obc")).is_none());
+    }
+
+    #[test]
+    fn straight_line_kernels_with_lane_function_calls_run_in_lockstep() {
+        // blackscholes calls `cnd` (a branch on each lane's sign, `exp`)
+        // four times, and takes `log`, `exp` and `sqrt` of its lanes.
+        let bs = plan_of(&example("blackscholes.obc"), 1).expect("blackscholes in lockstep");
+        assert!(bs.uniform_loads.is_empty() && bs.runs.is_empty());
+        // A call of a function with a loop is not inlined on lanes.
+        let looped = example("blackscholes.obc").replace(
+            "    store w\n    ; cnd(d) = w",
+            "    store w\n  spin:\n    load d\n    f32.const 9.0\n    f32.gt\n    br_if spin\n    ; cnd(d) = w",
+        );
+        assert_ne!(looped, example("blackscholes.obc"));
+        assert!(plan_of(&looped, 1).is_none());
     }
 }

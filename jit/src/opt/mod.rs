@@ -15,6 +15,7 @@
 //!   every workitem, run as SIMD bodies too, like a GPU warp.
 
 pub(crate) mod indexed;
+pub(crate) mod lane_call;
 pub(crate) mod lockstep;
 pub(crate) mod loops;
 pub(crate) mod vector;
@@ -68,7 +69,7 @@ fn shared_step<T: Clone>(
 /// analyses ([`vectorizable`], [`lockstep`]), which reject a kernel whose
 /// stack is short: `Some(true)` done, `Some(false)` too few entries, `None`
 /// for any other instruction (nothing touched).
-fn shuffle<T: Copy>(stack: &mut Vec<T>, inst: offload_ir::Inst) -> Option<bool> {
+pub(crate) fn shuffle<T: Copy>(stack: &mut Vec<T>, inst: offload_ir::Inst) -> Option<bool> {
     use offload_ir::Inst;
     let n = stack.len();
     Some(match inst {
