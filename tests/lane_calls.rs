@@ -292,3 +292,80 @@ fn injected_deopts_in_a_kernel_calling_lane_functions_run_each_workitem_once() {
     }
     assert!(exercised >= 3, "only {exercised} sites injected");
 }
+
+/// `e[j] = exp(a[j])`, `l[j] = log(a[j])`: lockstep groups with `exp` and
+/// `log` inline.
+const EXPLOG: &str = "kernel explog(i: i64, a: f32[], e: f32[], l: f32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load e
+    load j
+    load a
+    load j
+    f32.aload
+    f32.exp
+    f32.astore
+    load l
+    load j
+    load a
+    load j
+    f32.aload
+    f32.log
+    f32.astore
+    ret
+}";
+
+#[test]
+fn exp_and_log_of_lanes_are_libms_bit_for_bit_over_a_wide_sample() {
+    // About a million bit patterns spread over every sign and exponent,
+    // neighbours in a group mixing common and special ranges.
+    let a: Vec<f32> = (0..(1u64 << 32))
+        .step_by(4093)
+        .map(|b| f32::from_bits(b as u32))
+        .collect();
+    explog_agrees(&optimized(2), &a);
+}
+
+/// Every `f32`, 2^22 at a time (minutes).
+#[test]
+#[ignore = "exhaustive: run with --ignored"]
+fn exp_and_log_of_lanes_are_libms_bit_for_bit_for_every_input() {
+    let rt = optimized(2);
+    for batch in 0..1024u64 {
+        let a: Vec<f32> = (batch << 22..(batch + 1) << 22)
+            .map(|b| f32::from_bits(b as u32))
+            .collect();
+        explog_agrees(&rt, &a);
+    }
+}
+
+/// `explog` over `a` on `rt` gives libm's bits (any NaN for a NaN).
+fn explog_agrees(rt: &Runtime, a: &[f32]) {
+    let m = rt.load("explog.obc", EXPLOG).unwrap();
+    let clif = m.cranelift_ir("explog").unwrap();
+    assert!(
+        clif.contains("vall_true") && clif.contains("load.f32x4"),
+        "exp and log are not inline on lanes:\n{clif}"
+    );
+    let (aa, e, l) = (
+        rt.array(a).unwrap(),
+        rt.new_array::<f32>(a.len()).unwrap(),
+        rt.new_array::<f32>(a.len()).unwrap(),
+    );
+    let c = m
+        .closure("explog", [(&aa).into(), (&e).into(), (&l).into()])
+        .unwrap();
+    par_offload(0..a.len() as i64, &c).unwrap();
+    let same = |x: f32, y: f32| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+    let (e, l) = (rt.read(&e).unwrap(), rt.read(&l).unwrap());
+    for (i, &x) in a.iter().enumerate() {
+        let (we, wl) = (
+            offload::ir::semantics::f32_exp(x),
+            offload::ir::semantics::f32_log(x),
+        );
+        assert!(same(e[i], we), "exp({x:e}) = {:e}, libm {we:e}", e[i]);
+        assert!(same(l[i], wl), "log({x:e}) = {:e}, libm {wl:e}", l[i]);
+    }
+}

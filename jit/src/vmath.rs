@@ -88,30 +88,30 @@ pub fn log4(x: [f32; 4]) -> [f32; 4] {
 }
 
 // The constants of libm's `expf` and `logf` (same names, same bits).
-const EXP_LN2_HI: f32 = f32::from_bits(0x3f317200); // 6.9314575195e-01
-const EXP_LN2_LO: f32 = f32::from_bits(0x35bfbe8e); // 1.4286067653e-06
-const INV_LN2: f32 = f32::from_bits(0x3fb8aa3b); // 1.4426950216e+00
-const P1: f32 = f32::from_bits(0x3e2aaa8f); // 1.6666625440e-1
-const P2: f32 = f32::from_bits(0xbb355215); // -2.7667332906e-3
-const LOG_LN2_HI: f32 = f32::from_bits(0x3f317180); // 6.9313812256e-01
-const LOG_LN2_LO: f32 = f32::from_bits(0x3717f7d1); // 9.0580006145e-06
-const LG1: f32 = f32::from_bits(0x3f2aaaaa); // 0.66666662693
-const LG2: f32 = f32::from_bits(0x3eccce13); // 0.40000972152
-const LG3: f32 = f32::from_bits(0x3e91e9ee); // 0.28498786688
-const LG4: f32 = f32::from_bits(0x3e789e26); // 0.24279078841
+pub(crate) const EXP_LN2_HI: f32 = f32::from_bits(0x3f317200); // 6.9314575195e-01
+pub(crate) const EXP_LN2_LO: f32 = f32::from_bits(0x35bfbe8e); // 1.4286067653e-06
+pub(crate) const INV_LN2: f32 = f32::from_bits(0x3fb8aa3b); // 1.4426950216e+00
+pub(crate) const P1: f32 = f32::from_bits(0x3e2aaa8f); // 1.6666625440e-1
+pub(crate) const P2: f32 = f32::from_bits(0xbb355215); // -2.7667332906e-3
+pub(crate) const LOG_LN2_HI: f32 = f32::from_bits(0x3f317180); // 6.9313812256e-01
+pub(crate) const LOG_LN2_LO: f32 = f32::from_bits(0x3717f7d1); // 9.0580006145e-06
+pub(crate) const LG1: f32 = f32::from_bits(0x3f2aaaaa); // 0.66666662693
+pub(crate) const LG2: f32 = f32::from_bits(0x3eccce13); // 0.40000972152
+pub(crate) const LG3: f32 = f32::from_bits(0x3e91e9ee); // 0.28498786688
+pub(crate) const LG4: f32 = f32::from_bits(0x3e789e26); // 0.24279078841
 
 /// `expf`'s common range: `2^-14 < |x| < 87.33655` (`|x|`'s bits strictly
 /// between these), where it reduces the argument and scales by `2^k` with
 /// `-126 <= k <= 126` (one exact multiply, as `scalbnf` does there).
-const EXP_FAST_LO: u32 = 0x3900_0000;
-const EXP_FAST_HI: u32 = 0x42ae_ac50;
+pub(crate) const EXP_FAST_LO: u32 = 0x3900_0000;
+pub(crate) const EXP_FAST_HI: u32 = 0x42ae_ac50;
 /// `|x|` above `0.5 ln 2`: `k` is not 0; above `1.5 ln 2`: `k` is
 /// `INV_LN2 * x ± 0.5`, truncated.
-const HALF_LN2: u32 = 0x3eb1_7218;
-const THREE_HALVES_LN2: u32 = 0x3f85_1592;
+pub(crate) const HALF_LN2: u32 = 0x3eb1_7218;
+pub(crate) const THREE_HALVES_LN2: u32 = 0x3f85_1592;
 /// `logf`'s common range: positive, normal, finite.
-const LOG_FAST_LO: u32 = 0x0080_0000;
-const LOG_FAST_HI: u32 = 0x7f80_0000;
+pub(crate) const LOG_FAST_LO: u32 = 0x0080_0000;
+pub(crate) const LOG_FAST_HI: u32 = 0x7f80_0000;
 
 #[cfg(target_arch = "x86_64")]
 mod imp {

@@ -42,8 +42,30 @@ struct Edge {
 }
 
 impl Lw<'_, '_> {
-    /// `exp` or `log` (`op`) of the four `f32` lanes of `x`.
+    /// `exp` or `log` (`op`) of the four `f32` lanes of `x`: libm's
+    /// algorithm inline (`crate::vmath`: the same operations in the same
+    /// order, so the same bits) when every lane is in its common range, the
+    /// out-of-line call otherwise (a lane there takes the scalar function).
     pub(super) fn lane_math(&mut self, op: UnOp, x: Value) -> Value {
+        let (r, fast) = if op == UnOp::Exp {
+            self.exp_inline(x)
+        } else {
+            self.log_inline(x)
+        };
+        let all = self.e.b.ins().vall_true(fast);
+        let (slow, done) = (self.e.b.create_block(), self.e.b.create_block());
+        let out = self.e.b.append_block_param(done, types::F32X4);
+        self.e.b.set_cold_block(slow);
+        self.e.b.ins().brif(all, done, &[r.into()], slow, &[]);
+        self.e.b.switch_to_block(slow);
+        let r2 = self.lane_math_call(op, x);
+        self.e.b.ins().jump(done, &[r2.into()]);
+        self.e.b.switch_to_block(done);
+        out
+    }
+
+    /// The out-of-line `exp` or `log` of four lanes, through a stack slot.
+    fn lane_math_call(&mut self, op: UnOp, x: Value) -> Value {
         let name = if op == UnOp::Exp {
             "offload_f32x4_exp"
         } else {
@@ -61,6 +83,130 @@ impl Lw<'_, '_> {
         let f = self.e.math[name];
         self.e.b.ins().call(f, &[at]);
         self.e.b.ins().load(types::F32X4, flags, at, 0)
+    }
+
+    fn vf(&mut self, c: f32) -> Value {
+        let c = self.e.b.ins().f32const(Ieee32::with_bits(c.to_bits()));
+        self.e.b.ins().splat(types::F32X4, c)
+    }
+
+    fn vi(&mut self, c: u32) -> Value {
+        let c = self.e.b.ins().iconst(types::I32, i64::from(c as i32));
+        self.e.b.ins().splat(types::I32X4, c)
+    }
+
+    /// Lanes with `lo < x < hi` (as `i32`s).
+    fn between(&mut self, x: Value, lo: u32, hi: u32) -> Value {
+        use cranelift_codegen::ir::condcodes::IntCC;
+        let (l, h) = (self.vi(lo), self.vi(hi));
+        let above = self.e.b.ins().icmp(IntCC::SignedGreaterThan, x, l);
+        let below = self.e.b.ins().icmp(IntCC::SignedLessThan, x, h);
+        self.e.b.ins().band(above, below)
+    }
+
+    /// libm's `expf` of the lanes in its common range (`vmath::imp::exp4`,
+    /// step for step), and the mask of those lanes.
+    fn exp_inline(&mut self, x: Value) -> (Value, Value) {
+        use crate::vmath as m;
+        use cranelift_codegen::ir::condcodes::IntCC;
+        let plain = MemFlagsData::new();
+        let bits = self.e.b.ins().bitcast(types::I32X4, plain, x);
+        let abs = self.vi(0x7fff_ffff);
+        let hx = self.e.b.ins().band(bits, abs);
+        let fast = self.between(hx, m::EXP_FAST_LO, m::EXP_FAST_HI);
+        let neg = self.e.b.ins().sshr_imm_u(bits, 31);
+        // ±0.5 with x's sign.
+        let sign = self.vi(0x8000_0000);
+        let sign = self.e.b.ins().band(bits, sign);
+        let half = self.vi(0.5f32.to_bits());
+        let half = self.e.b.ins().bor(sign, half);
+        let half = self.e.b.ins().bitcast(types::F32X4, plain, half);
+        let inv = self.vf(m::INV_LN2);
+        let t = self.e.b.ins().fmul(inv, x);
+        let t = self.e.b.ins().fadd(t, half);
+        let k_big = self.e.b.ins().fcvt_to_sint_sat(types::I32X4, t);
+        let one = self.vi(1);
+        let k_mid = self.e.b.ins().bor(neg, one);
+        let (b, h) = (self.vi(m::THREE_HALVES_LN2), self.vi(m::HALF_LN2));
+        let big = self.e.b.ins().icmp(IntCC::SignedGreaterThan, hx, b);
+        let mid = self.e.b.ins().icmp(IntCC::SignedGreaterThan, hx, h);
+        let k_mid = self.e.b.ins().band(mid, k_mid);
+        let k = self.e.b.ins().bitselect(big, k_big, k_mid);
+        let kf = self.e.b.ins().fcvt_from_sint(types::F32X4, k);
+        let (l2h, l2l) = (self.vf(m::EXP_LN2_HI), self.vf(m::EXP_LN2_LO));
+        let t = self.e.b.ins().fmul(kf, l2h);
+        let hi = self.e.b.ins().fsub(x, t);
+        let lo = self.e.b.ins().fmul(kf, l2l);
+        let xr = self.e.b.ins().fsub(hi, lo);
+        let xx = self.e.b.ins().fmul(xr, xr);
+        let (p1, p2) = (self.vf(m::P1), self.vf(m::P2));
+        let t = self.e.b.ins().fmul(xx, p2);
+        let t = self.e.b.ins().fadd(p1, t);
+        let t = self.e.b.ins().fmul(xx, t);
+        let c = self.e.b.ins().fsub(xr, t);
+        let two = self.vf(2.0);
+        let num = self.e.b.ins().fmul(xr, c);
+        let den = self.e.b.ins().fsub(two, c);
+        let q = self.e.b.ins().fdiv(num, den);
+        let t = self.e.b.ins().fsub(q, lo);
+        let t = self.e.b.ins().fadd(t, hi);
+        let one_f = self.vf(1.0);
+        let y = self.e.b.ins().fadd(one_f, t);
+        let bias = self.vi(0x7f);
+        let e = self.e.b.ins().iadd(k, bias);
+        let e = self.e.b.ins().ishl_imm_u(e, 23);
+        let scale = self.e.b.ins().bitcast(types::F32X4, plain, e);
+        (self.e.b.ins().fmul(y, scale), fast)
+    }
+
+    /// libm's `logf` of the lanes in its common range (`vmath::imp::log4`,
+    /// step for step), and the mask of those lanes.
+    fn log_inline(&mut self, x: Value) -> (Value, Value) {
+        use crate::vmath as m;
+        let plain = MemFlagsData::new();
+        let ix = self.e.b.ins().bitcast(types::I32X4, plain, x);
+        let fast = self.between(ix, m::LOG_FAST_LO - 1, m::LOG_FAST_HI);
+        let shift = self.vi(0x3f80_0000 - 0x3f35_04f3);
+        let ix = self.e.b.ins().iadd(ix, shift);
+        let t = self.e.b.ins().ushr_imm_u(ix, 23);
+        let bias = self.vi(0x7f);
+        let k = self.e.b.ins().isub(t, bias);
+        let mant = self.vi(0x007f_ffff);
+        let t = self.e.b.ins().band(ix, mant);
+        let base = self.vi(0x3f35_04f3);
+        let t = self.e.b.ins().iadd(t, base);
+        let xr = self.e.b.ins().bitcast(types::F32X4, plain, t);
+        let (one, two, half) = (self.vf(1.0), self.vf(2.0), self.vf(0.5));
+        let f = self.e.b.ins().fsub(xr, one);
+        let d = self.e.b.ins().fadd(two, f);
+        let s = self.e.b.ins().fdiv(f, d);
+        let z = self.e.b.ins().fmul(s, s);
+        let w = self.e.b.ins().fmul(z, z);
+        let (g1, g2, g3, g4) = (
+            self.vf(m::LG1),
+            self.vf(m::LG2),
+            self.vf(m::LG3),
+            self.vf(m::LG4),
+        );
+        let t = self.e.b.ins().fmul(w, g4);
+        let t = self.e.b.ins().fadd(g2, t);
+        let t1 = self.e.b.ins().fmul(w, t);
+        let t = self.e.b.ins().fmul(w, g3);
+        let t = self.e.b.ins().fadd(g1, t);
+        let t2 = self.e.b.ins().fmul(z, t);
+        let r = self.e.b.ins().fadd(t2, t1);
+        let t = self.e.b.ins().fmul(half, f);
+        let hfsq = self.e.b.ins().fmul(t, f);
+        let dk = self.e.b.ins().fcvt_from_sint(types::F32X4, k);
+        let (l2h, l2l) = (self.vf(m::LOG_LN2_HI), self.vf(m::LOG_LN2_LO));
+        let t = self.e.b.ins().fadd(hfsq, r);
+        let a = self.e.b.ins().fmul(s, t);
+        let t = self.e.b.ins().fmul(dk, l2l);
+        let a = self.e.b.ins().fadd(a, t);
+        let a = self.e.b.ins().fsub(a, hfsq);
+        let a = self.e.b.ins().fadd(a, f);
+        let t = self.e.b.ins().fmul(dk, l2h);
+        (self.e.b.ins().fadd(a, t), fast)
     }
 
     /// A call of lane function `func` on argument vectors `args` (its

@@ -341,7 +341,16 @@ impl Lw<'_, '_> {
         } else {
             unroll
         };
-        if unroll > 1 {
+        // Kernels with uniform branches, or none, run lockstep groups of
+        // workitems while a group's worth is left (`opt::lockstep`), unless
+        // the SIMD groups above took them; a group that cannot finish comes
+        // back to `check`.
+        let plan = if vector {
+            None
+        } else {
+            opt::lockstep(self.v, self.cur.func, &self.e.unchecked)
+        };
+        if unroll > 1 && plan.is_none() {
             let group = self.e.b.create_block();
             let one = self.e.b.create_block();
             self.e.b.ins().brif(chunk_done, claim, &[], one, &[]);
@@ -373,10 +382,6 @@ impl Lw<'_, '_> {
                 start = then;
             }
         } else {
-            // Kernels with uniform loops run lockstep groups of workitems
-            // while a group's worth is left (`opt::lockstep`); a group that
-            // cannot finish comes back to `check`.
-            let plan = opt::lockstep(self.v, self.cur.func, &self.e.unchecked);
             let more = match plan {
                 Some(_) => self.e.b.create_block(),
                 None => check,
