@@ -7,13 +7,13 @@
 //! negatives, subnormal and overflowing results), with ranges that end in
 //! a partial group, and exactly once under deopts injected at every site.
 
-use offload::{Device, Runtime, par_offload};
+use offload::{Runtime, par_offload};
 use offload_jit::Injection;
 
 #[path = "common/runtimes.rs"]
 mod runtimes;
 
-use runtimes::{interpreter, optimized};
+use runtimes::{injected, interpreter, optimized};
 
 fn examples() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/examples/kernels").to_string()
@@ -255,18 +255,15 @@ fn injected_deopts_in_a_kernel_calling_lane_functions_run_each_workitem_once() {
     let want = prices(&interpreter(2), "blackscholes.obc", n, 0..n as i64);
     let mut exercised = 0;
     for site_bci in 0..80u32 {
-        let rt = Runtime::builder()
-            .workers(2)
-            .device(Device::Cpu)
-            .tiered(false)
-            .inject(Injection {
+        let rt = injected(
+            2,
+            Injection {
                 site_bci,
                 modulus: 5,
                 remainder: 2,
                 reason: None,
-            })
-            .build()
-            .unwrap();
+            },
+        );
         let m = rt
             .load_file(format!("{}/blackscholes.obc", examples()))
             .unwrap();

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[path = "common/runtimes.rs"]
 mod runtimes;
 
-use runtimes::{interpreter, optimized};
+use runtimes::{injected, interpreter, optimized};
 
 /// `out[b] = sum over j < n of a[j * s + o] * x[b] / sqrt(x[b] + j)`, an
 /// `i32` mix of the same in `iout[b]`: uniform loads at a computed index,
@@ -539,18 +539,15 @@ fn injected_deopts_send_their_groups_to_the_scalar_path_exactly_once() {
     let mut exercised = 0;
     for site_bci in 0..40u32 {
         for (modulus, remainder) in [(4i64, 0i64), (4, 3), (9, 5)] {
-            let rt = Runtime::builder()
-                .workers(2)
-                .device(Device::Cpu)
-                .tiered(false)
-                .inject(Injection {
+            let rt = injected(
+                2,
+                Injection {
                     site_bci,
                     modulus,
                     remainder,
                     reason: None,
-                })
-                .build()
-                .unwrap();
+                },
+            );
             let m = rt.load("count.obc", COUNT).unwrap();
             let x = rt
                 .array(&(0..items).map(|v| (v % 5) as f32).collect::<Vec<_>>())

@@ -31,3 +31,14 @@ pub fn optimized(workers: usize) -> Runtime {
         .build()
         .unwrap()
 }
+
+/// [`optimized`], with deopts injected as `inj` says.
+pub fn injected(workers: usize, inj: offload::jit::Injection) -> Runtime {
+    Runtime::builder()
+        .workers(workers)
+        .device(Device::Cpu)
+        .tiered(false)
+        .inject(inj)
+        .build()
+        .unwrap()
+}
