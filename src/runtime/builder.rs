@@ -233,8 +233,10 @@ impl RuntimeBuilder {
         self
     }
     /// Run CUDA launches with at most `n` slots (device threads) instead
-    /// of the device's resident capacity — 1 makes a launch run its
-    /// workitems in order, as the differential tests need.
+    /// of the default — one per 16 workitems of the range, at least a
+    /// block per multiprocessor, at most the device's resident capacity —
+    /// 1 makes a launch run its workitems in order, as the differential
+    /// tests need.
     pub fn device_slots(mut self, n: usize) -> Self {
         self.device_slots = Some(n.max(1));
         self
