@@ -1,8 +1,8 @@
 //! Calls of lane functions inside lockstep groups on the CPU device
 //! (`jit/src/opt/lane_call.rs`, `jit/src/cpu/lane_call.rs`): a called
 //! function's branches become selects over the group's four lanes, and its
-//! `exp` and `log` run on all four at once (`jit/src/vmath.rs`). Against the
-//! interpreter, bit for bit, on inputs that send lanes down every path and
+//! `exp` and `log` run on all four at once (libm's steps on vectors).
+//! Against the interpreter, bit for bit, on inputs that send lanes down every path and
 //! into the special ranges of `exp` and `log` (NaN, infinities, zeros,
 //! negatives, subnormal and overflowing results), with ranges that end in
 //! a partial group, and exactly once under deopts injected at every site.
@@ -318,10 +318,33 @@ const EXPLOG: &str = "kernel explog(i: i64, a: f32[], e: f32[], l: f32[]) {
 fn exp_and_log_of_lanes_are_libms_bit_for_bit_over_a_wide_sample() {
     // About a million bit patterns spread over every sign and exponent,
     // neighbours in a group mixing common and special ranges.
-    let a: Vec<f32> = (0..(1u64 << 32))
+    let mut a: Vec<f32> = (0..(1u64 << 32))
         .step_by(4093)
         .map(|b| f32::from_bits(b as u32))
         .collect();
+    // And 256 inputs around each edge of `expf`'s and `logf`'s common
+    // ranges and of `expf`'s argument reduction (`jit/src/vmath.rs`), with
+    // both signs, and where `expf` overflows and stops underflowing.
+    for edge in [
+        0x3900_0000u32,
+        0x42ae_ac50,
+        0x3eb1_7218,
+        0x3f85_1592,
+        0x0080_0000,
+        0x7f80_0000,
+        0x3f80_0000,
+        0x3f35_04f3,
+        0x42b1_7218,
+        0x42cf_f1b5,
+    ] {
+        for d in 0..256u32 {
+            for sign in [0, 0x8000_0000] {
+                a.push(f32::from_bits(
+                    edge.wrapping_add(d).wrapping_sub(128) | sign,
+                ));
+            }
+        }
+    }
     explog_agrees(&optimized(2), &a);
 }
 

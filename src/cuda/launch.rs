@@ -462,11 +462,13 @@ pub(super) fn run(
         let mut occupied = Vec::new();
         let mut values = Vec::new();
         // Records are only where the device's copy came back.
-        for r in (0..slots).filter(|_| came_back) {
-            match area.read_into(r, meta, &mut values) {
-                Ok(Some(_)) => occupied.push(r),
-                Ok(None) => {}
-                Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
+        if came_back {
+            for r in 0..slots {
+                match area.read_into(r, meta, &mut values) {
+                    Ok(Some(_)) => occupied.push(r),
+                    Ok(None) => {}
+                    Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
+                }
             }
         }
         if !occupied.is_empty() && resumed_alloc.is_empty() {

@@ -8,8 +8,9 @@
 //! the masks of a block's incoming edges are disjoint and each lane's
 //! result is what its own path computed.
 //!
-//! `exp` and `log` of lanes call `crate::vmath` with the four lanes in a
-//! stack slot.
+//! `exp` and `log` of lanes are libm's steps inline on vectors, with the
+//! constants and ranges of `crate::vmath`, whose out-of-line functions take
+//! a group with a lane outside those ranges.
 
 use super::{Cpu, Lw};
 use crate::JitError;
@@ -17,20 +18,11 @@ use crate::lower::Backend;
 use crate::opt::lane_call::leaders;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{
-    InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Type, Value, types,
+    InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value, types,
 };
 use offload_ir::isa::{Op, UnOp};
 use offload_ir::{FuncId, Inst, Kind};
 use std::collections::HashMap;
-
-/// The vector type of a lane value of kind `k` (`i32` or `f32`).
-pub(super) fn vector_of(k: Kind) -> Type {
-    if k == Kind::F32 {
-        types::F32X4
-    } else {
-        types::I32X4
-    }
-}
 
 /// Where the lanes reaching a block come from: the lanes (a mask, all ones
 /// per lane), the locals' vectors and the operand stack's (with kinds).
@@ -43,8 +35,8 @@ struct Edge {
 
 impl Lw<'_, '_> {
     /// `exp` or `log` (`op`) of the four `f32` lanes of `x`: libm's
-    /// algorithm inline (`crate::vmath`: the same operations in the same
-    /// order, so the same bits) when every lane is in its common range, the
+    /// algorithm inline (the same operations in the same order, so the
+    /// same bits) when every lane is in its common range, the
     /// out-of-line call otherwise (a lane there takes the scalar function).
     pub(super) fn lane_math(&mut self, op: UnOp, x: Value) -> Value {
         let (r, fast) = if op == UnOp::Exp {
@@ -104,8 +96,8 @@ impl Lw<'_, '_> {
         self.e.b.ins().band(above, below)
     }
 
-    /// libm's `expf` of the lanes in its common range (`vmath::imp::exp4`,
-    /// step for step), and the mask of those lanes.
+    /// libm's `expf` of the lanes in its common range (its steps, one for
+    /// one), and the mask of those lanes.
     fn exp_inline(&mut self, x: Value) -> (Value, Value) {
         use crate::vmath as m;
         use cranelift_codegen::ir::condcodes::IntCC;
@@ -159,8 +151,8 @@ impl Lw<'_, '_> {
         (self.e.b.ins().fmul(y, scale), fast)
     }
 
-    /// libm's `logf` of the lanes in its common range (`vmath::imp::log4`,
-    /// step for step), and the mask of those lanes.
+    /// libm's `logf` of the lanes in its common range (its steps, one for
+    /// one), and the mask of those lanes.
     fn log_inline(&mut self, x: Value) -> (Value, Value) {
         use crate::vmath as m;
         let plain = MemFlagsData::new();
@@ -225,7 +217,7 @@ impl Lw<'_, '_> {
         let mut locals: Vec<Value> = args.to_vec();
         for &k in &kinds[args.len()..] {
             let z = self.zero(k);
-            locals.push(self.e.b.ins().splat(vector_of(k), z));
+            locals.push(self.e.b.ins().splat(super::lockstep::vector_type(k), z));
         }
         let starts: Vec<usize> = leaders(&f.body).iter().map(|&b| b as usize).collect();
         let mut arriving: HashMap<usize, Edge> = HashMap::new();
@@ -392,25 +384,12 @@ impl Lw<'_, '_> {
                 stack: stack.to_vec(),
             },
             Some(e) => {
-                let mut ls = Vec::with_capacity(locals.len());
-                for (l, (&new, &old)) in locals.iter().zip(&e.locals).enumerate() {
-                    ls.push(if new == old {
-                        new
-                    } else {
-                        self.pick(kinds[l], mask, new, old)
-                    });
-                }
-                let mut st = Vec::with_capacity(stack.len());
-                for (&(new, k), &(old, _)) in stack.iter().zip(&e.stack) {
-                    st.push((
-                        if new == old {
-                            new
-                        } else {
-                            self.pick(k, mask, new, old)
-                        },
-                        k,
-                    ));
-                }
+                let ls = (locals.iter().zip(&e.locals).enumerate())
+                    .map(|(l, (&new, &old))| self.pick(kinds[l], mask, new, old))
+                    .collect();
+                let st = (stack.iter().zip(&e.stack))
+                    .map(|(&(new, k), &(old, _))| (self.pick(k, mask, new, old), k))
+                    .collect();
                 Edge {
                     mask: self.e.b.ins().bor(e.mask, mask),
                     locals: ls,
@@ -421,8 +400,12 @@ impl Lw<'_, '_> {
         arriving.insert(at, merged);
     }
 
-    /// `a` in the lanes of `mask`, `b` in the others (vectors of kind `k`).
+    /// `a` in the lanes of `mask`, `b` in the others (vectors of kind `k`;
+    /// `a` itself when they are the same value).
     fn pick(&mut self, k: Kind, mask: Value, a: Value, b: Value) -> Value {
+        if a == b {
+            return a;
+        }
         let m = if k == Kind::F32 {
             self.e
                 .b

@@ -42,7 +42,8 @@ enum LV {
     Arr(Value),
 }
 
-fn vector_type(k: Kind) -> cranelift_codegen::ir::Type {
+/// The vector type of a lane value of kind `k` (`i32` or `f32`).
+pub(super) fn vector_type(k: Kind) -> cranelift_codegen::ir::Type {
     if k == Kind::F32 {
         types::F32X4
     } else {
@@ -356,19 +357,19 @@ impl Lw<'_, '_> {
                     // A lane function (`opt::lane_call`), inlined on the
                     // lanes.
                     let g = self.v.func(func);
-                    let (n, ret) = (g.param_count as usize, g.ret);
-                    let kinds: Vec<Kind> = g.params().iter().map(|p| p.ty.kind()).collect();
-                    let mut args = vec![None; n];
-                    for i in (0..n).rev() {
+                    let ret = g.ret;
+                    // The arguments, last first off the stack.
+                    let mut args = Vec::with_capacity(g.params().len());
+                    for p in g.params().iter().rev() {
                         let (x, _) = pop(&mut stack)?;
                         let x = self.as_aff(x, wv);
-                        args[i] = Some(match self.lanes(x) {
-                            LV::U(s) => self.e.b.ins().splat(vector_type(kinds[i]), s),
+                        args.push(match self.lanes(x) {
+                            LV::U(s) => self.e.b.ins().splat(vector_type(p.ty.kind()), s),
                             LV::V(v) => v,
                             _ => return Err(unexpected(bci)),
                         });
                     }
-                    let args: Vec<Value> = args.into_iter().flatten().collect();
+                    args.reverse();
                     let r = self.lane_call(func, &args)?;
                     let k = ret.map(|t| t.kind()).ok_or_else(|| unexpected(bci))?;
                     stack.push((LV::V(r), k));

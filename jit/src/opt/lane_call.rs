@@ -21,7 +21,9 @@ use offload_ir::isa::{BinOp, Op, UnOp};
 use offload_ir::{Bci, FuncId, Inst, Kind, Verified};
 use std::collections::{BTreeSet, HashMap};
 
-/// The lane-wise binary operations of a lane function.
+/// The lane-wise binary operations of lockstep groups and of lane
+/// functions: those a vector unit computes a lane at a time with the
+/// scalar's exact bits.
 pub(crate) fn lane_binary(k: Kind, op: BinOp) -> bool {
     match k {
         Kind::F32 => matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div),
@@ -33,8 +35,9 @@ pub(crate) fn lane_binary(k: Kind, op: BinOp) -> bool {
     }
 }
 
-/// The lane-wise unary operations of `f32` (`exp` and `log` through
-/// `crate::vmath`).
+/// The lane-wise unary operations of `f32` in lockstep groups and lane
+/// functions (`exp` and `log` as libm's steps on vectors,
+/// `cpu/lane_call.rs`).
 pub(crate) fn lane_unary(op: UnOp) -> bool {
     matches!(
         op,

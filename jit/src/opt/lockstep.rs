@@ -17,7 +17,7 @@
 //! vector unit's add, sub, mul, div and sqrt of `f32` lanes are IEEE's, as
 //! the scalar ones.
 
-use offload_ir::isa::{BinOp, Op, UnOp};
+use offload_ir::isa::{BinOp, Op};
 use offload_ir::{Bci, FuncId, Inst, Kind};
 use std::collections::{BTreeSet, HashSet};
 
@@ -387,13 +387,12 @@ fn step(
                     (Kind::I32, BinOp::Add, Aff, U(_)) | (Kind::I32, BinOp::Add, U(_), Aff) => Aff,
                     (Kind::I32, BinOp::Sub, Aff, U(_)) => Aff,
                     (_, _, U(_), U(_)) => return false,
-                    (Kind::I32, BinOp::Mul, _, _) => V(k),
-                    _ if super::vector::simd_op(inst).is_some() => V(k),
+                    _ if super::lane_call::lane_binary(k, op) => V(k),
                     _ => return false,
                 };
                 stack.push(r);
             }
-            Op::Unary(Kind::F32, UnOp::Sqrt | UnOp::Neg | UnOp::Abs | UnOp::Exp | UnOp::Log) => {
+            Op::Unary(Kind::F32, op) if super::lane_call::lane_unary(op) => {
                 let Some(a) = stack.pop() else { return false };
                 if !num(a, Kind::F32) {
                     return false;
