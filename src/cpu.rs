@@ -410,111 +410,119 @@ fn run(
     };
     let outs: Vec<Mutex<SlotOut>> = (0..workers).map(|_| Mutex::default()).collect();
     let td = Instant::now();
-    inner.pool.scope(|s| {
-        for (slot, out) in outs.iter().enumerate() {
-            let (ctx, area, alloc, on_exhausted) = (&ctx, &area, &alloc, &on_exhausted);
-            s.spawn(move |_| {
-                let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-                // Slots count as running for safepoints; compiled code
-                // returns (rather than parks) when one is requested, and
-                // this worker parks in `poll` below.
-                let _running = inner.control.enter();
-                let mut replayer = Replayer::new(
-                    prog,
-                    &inner.heap,
-                    alloc,
-                    &inner.control,
-                    slot,
-                    epoch,
-                    on_exhausted,
-                    meta,
-                );
-                out.replays = Replays::new(meta);
-                let mut values = Vec::new();
-                loop {
-                    if inner.control.interrupted_since(epoch) {
-                        out.cut = true;
-                        return;
-                    }
-                    out.entries += 1;
-                    // A slot that wrote a record and has room for more
-                    // returns `EXIT_RECORDED`, and is entered again at once
-                    // (compiled code checks the control word itself).
-                    let code = loop {
-                        // SAFETY: `ctx` describes this launch of this kernel
-                        // version: the heap outlives the launch and only
-                        // grows; `captures` passed the closure's type check
-                        // against the kernel; the save area has `workers *
-                        // per_slot` records of this version's layout,
-                        // `slot_words` has `workers` entries, and `slot <
-                        // workers`; slot `slot`'s parts
-                        // of them are touched only by this worker (between
-                        // its entries) and its compiled code (during them);
-                        // the scope joins every slot before any of them is
-                        // freed.
-                        let code = unsafe { ck.run_slot(ctx, slot) };
-                        // SAFETY: compiled code for this slot has returned;
-                        // this word is this slot's alone (see above).
-                        out.on_device += unsafe { (*ctx.slots.add(slot)).completed };
-                        if code != offload_jit::ctx::EXIT_RECORDED {
-                            break code;
-                        }
-                    };
-                    // Collections from here on may have made room for the
-                    // allocations that failed before the slot returned.
-                    let since = env.gc.collections();
-                    // SAFETY: as above.
-                    let [lo, hi] = unsafe { (*ctx.slots.add(slot)).never_ran };
-                    // Park here if a safepoint stopped the slot; if it was an
-                    // interrupt, the unstarted rest stays unstarted and the
-                    // saved frames are dropped, not replayed.
-                    inner.control.poll();
-                    out.cut |= inner.control.interrupted_since(epoch);
-                    if !out.cut {
-                        out.never_ran += out.passed.add(lo, hi);
-                    }
-                    let tr = Instant::now();
-                    // SAFETY: as above.
-                    if unsafe { (*ctx.slots.add(slot)).records } > 0
-                        && let Err(e) = env.gc.before_replays(&env.heap, &env.control)
-                    {
-                        out.error = Some(e);
-                        return;
-                    }
-                    let collections = || env.gc.collections();
-                    let mut resuming = Duration::ZERO;
-                    let drained = drain_records(
-                        ctx,
-                        ck,
-                        area,
-                        slot,
-                        &mut replayer,
-                        &mut values,
-                        &mut out,
-                        &collections,
-                        since,
-                        &mut resuming,
-                    );
-                    // The replays' time: the collection before them and the
-                    // drain, less the resumed workitems' runs on the device.
-                    out.replay_time += tr.elapsed().saturating_sub(resuming);
-                    if let Err(e) = drained {
-                        out.error = Some(e);
-                        return;
-                    }
-                    // SAFETY: compiled code for this slot has returned, and
-                    // the words are this slot's alone (see above). Resuming
-                    // records left the rest empty: the stop's rest runs at
-                    // the slot's next entry.
-                    unsafe { (*ctx.slots.add(slot)).never_ran = [lo, hi] };
-                    out.escaped |= replayer.escaped();
-                    if code == offload_jit::ctx::EXIT_DONE || out.cut {
-                        return;
-                    }
+    let slot_body = {
+        let (ctx, area, alloc, on_exhausted, outs) = (&ctx, &area, &alloc, &on_exhausted, &outs);
+        move |slot: usize| {
+            let mut out = outs[slot].lock().unwrap_or_else(|e| e.into_inner());
+            // Slots count as running for safepoints; compiled code
+            // returns (rather than parks) when one is requested, and
+            // this worker parks in `poll` below.
+            let _running = inner.control.enter();
+            let mut replayer = Replayer::new(
+                prog,
+                &inner.heap,
+                alloc,
+                &inner.control,
+                slot,
+                epoch,
+                on_exhausted,
+                meta,
+            );
+            out.replays = Replays::new(meta);
+            let mut values = Vec::new();
+            loop {
+                if inner.control.interrupted_since(epoch) {
+                    out.cut = true;
+                    return;
                 }
-            });
+                out.entries += 1;
+                // A slot that wrote a record and has room for more
+                // returns `EXIT_RECORDED`, and is entered again at once
+                // (compiled code checks the control word itself).
+                let code = loop {
+                    // SAFETY: `ctx` describes this launch of this kernel
+                    // version: the heap outlives the launch and only
+                    // grows; `captures` passed the closure's type check
+                    // against the kernel; the save area has `workers *
+                    // per_slot` records of this version's layout,
+                    // `slot_words` has `workers` entries, and `slot <
+                    // workers`; slot `slot`'s parts of them are touched
+                    // only by the thread running the slot (between its
+                    // entries) and its compiled code (during them); the
+                    // gang (or the pool's scope) joins every slot before
+                    // any of them is freed.
+                    let code = unsafe { ck.run_slot(ctx, slot) };
+                    // SAFETY: compiled code for this slot has returned;
+                    // this word is this slot's alone (see above).
+                    out.on_device += unsafe { (*ctx.slots.add(slot)).completed };
+                    if code != offload_jit::ctx::EXIT_RECORDED {
+                        break code;
+                    }
+                };
+                // Collections from here on may have made room for the
+                // allocations that failed before the slot returned.
+                let since = env.gc.collections();
+                // SAFETY: as above.
+                let [lo, hi] = unsafe { (*ctx.slots.add(slot)).never_ran };
+                // Park here if a safepoint stopped the slot; if it was an
+                // interrupt, the unstarted rest stays unstarted and the
+                // saved frames are dropped, not replayed.
+                inner.control.poll();
+                out.cut |= inner.control.interrupted_since(epoch);
+                if !out.cut {
+                    out.never_ran += out.passed.add(lo, hi);
+                }
+                let tr = Instant::now();
+                // SAFETY: as above.
+                if unsafe { (*ctx.slots.add(slot)).records } > 0
+                    && let Err(e) = env.gc.before_replays(&env.heap, &env.control)
+                {
+                    out.error = Some(e);
+                    return;
+                }
+                let collections = || env.gc.collections();
+                let mut resuming = Duration::ZERO;
+                let drained = drain_records(
+                    ctx,
+                    ck,
+                    area,
+                    slot,
+                    &mut replayer,
+                    &mut values,
+                    &mut out,
+                    &collections,
+                    since,
+                    &mut resuming,
+                );
+                // The replays' time: the collection before them and the
+                // drain, less the resumed workitems' runs on the device.
+                out.replay_time += tr.elapsed().saturating_sub(resuming);
+                if let Err(e) = drained {
+                    out.error = Some(e);
+                    return;
+                }
+                // SAFETY: compiled code for this slot has returned, and
+                // the words are this slot's alone (see above). Resuming
+                // records left the rest empty: the stop's rest runs at
+                // the slot's next entry.
+                unsafe { (*ctx.slots.add(slot)).never_ran = [lo, hi] };
+                out.escaped |= replayer.escaped();
+                if code == offload_jit::ctx::EXIT_DONE || out.cut {
+                    return;
+                }
+            }
         }
-    });
+    };
+    // The launch team runs the slots, the caller taking slot 0; while
+    // another thread's launch has it, the thread pool does.
+    if env.gang.run(&slot_body).is_err() {
+        inner.pool.scope(|s| {
+            for slot in 0..workers {
+                let slot_body = &slot_body;
+                s.spawn(move |_| slot_body(slot));
+            }
+        });
+    }
     let t_merge = Instant::now();
     let mut report = LaunchReport::new(call.name(), Device::Cpu, range, workers);
     let mut replays = Replays::default();

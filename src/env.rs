@@ -98,6 +98,9 @@ pub(crate) struct Settings {
 pub(crate) struct LaunchEnv {
     pub(crate) heap: Heap,
     pub(crate) pool: rayon::ThreadPool,
+    /// The CPU device's slots: the launching thread and `workers - 1`
+    /// helpers (see `offload_gang`).
+    pub(crate) gang: offload_gang::Gang,
     pub(crate) workers: usize,
     pub(crate) control: Control,
     pub(crate) settings: Settings,
@@ -113,12 +116,14 @@ impl LaunchEnv {
     pub(crate) fn new(
         heap: Heap,
         pool: rayon::ThreadPool,
+        gang: offload_gang::Gang,
         workers: usize,
         settings: Settings,
     ) -> LaunchEnv {
         LaunchEnv {
             heap,
             pool,
+            gang,
             workers,
             control: Control::new(),
             gc: crate::gc::Collector::new(settings.gc, workers),

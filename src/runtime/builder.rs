@@ -374,6 +374,8 @@ impl RuntimeBuilder {
             .thread_name(|i| format!("offload-worker-{i}"))
             .build()
             .map_err(|e| OffloadError::Setup(e.to_string()))?;
+        let gang = offload_gang::Gang::new(workers, |i| format!("offload-slot-{i}"))
+            .map_err(|e| OffloadError::Setup(format!("starting the CPU device's threads: {e}")))?;
         let (device, gpu, fallback) = match self.device {
             Some(d @ (Device::Cpu | Device::Interpreter)) => (d, None, None),
             want => match crate::cuda::probe() {
@@ -428,7 +430,7 @@ impl RuntimeBuilder {
             rewrite_ptx: self.rewrite_ptx,
             gc: self.gc,
         };
-        let env = LaunchEnv::new(Heap::new(self.heap)?, pool, workers, settings);
+        let env = LaunchEnv::new(Heap::new(self.heap)?, pool, gang, workers, settings);
         // The heap's image lives on the GPU from now on; host accesses
         // fetch what kernels wrote (`offload_tlab::resident`).
         if let Some(g) = &gpu {

@@ -1,0 +1,268 @@
+//! The CPU device's launch team: `workers` slots run by the calling thread
+//! (slot 0) and `workers - 1` helper threads, dispatched and joined in
+//! microseconds.
+//!
+//! A launch on a thread pool pays to hand the work over: the caller
+//! injects a job, a sleeping worker wakes (a futex wake, then the
+//! scheduler), it spawns the slots, a second worker wakes to steal one,
+//! and at the end the caller, asleep on a latch, is woken in turn. On a
+//! 2-core machine that cost 15–40 µs per launch, with the second slot
+//! starting 20–35 µs after the first — a third of saxpy's whole launch
+//! over 2^20 elements. Here the caller runs slot 0 itself, helpers that
+//! finished a job spin for a while ([`SPIN`]) before they park, so that
+//! back-to-back launches find them awake, and the caller spins for the
+//! others at the end before it parks (OpenMP runtimes do the same).
+//!
+//! One dispatch at a time: [`Gang::run`] answers [`Busy`] while another
+//! thread's dispatch is in flight (the caller then uses a thread pool,
+//! which shares its workers between launches), so that a launch never
+//! waits on another.
+//!
+//! The protocol (model-checked under loom, `gang/tests/loom.rs`): the caller
+//! stores the job, sets `pending` to the helpers' count and bumps
+//! `generation` (release); a helper that sees a generation it has not run
+//! (acquire) calls the job with its slot, then decrements `pending`
+//! (release), and the last one unparks the caller, which returns once it
+//! reads zero (acquire). The caller's next dispatch waits for that, so a
+//! helper is never more than one generation behind.
+
+mod sync;
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::time::Duration;
+use sync::{Arc, AtomicBool, AtomicU64, AtomicUsize, JoinHandle, Mutex, Ordering, thread};
+
+/// How long a helper that finished a job, or a caller waiting for the
+/// helpers, spins before it parks. Launches in a loop come back within
+/// it (a launch's report and the caller's own work between launches take
+/// microseconds); an idle runtime's helpers park after it, and cost
+/// nothing.
+pub const SPIN: Duration = Duration::from_micros(200);
+
+/// What a dispatch runs: called once with each slot, `0..workers`.
+pub type Job<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// [`Gang::run`] found another thread's dispatch in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the launch team is running another launch")
+    }
+}
+
+impl std::error::Error for Busy {}
+
+/// The caller and its helpers.
+pub struct Gang {
+    shared: Arc<Shared>,
+    helpers: Vec<JoinHandle<()>>,
+    /// Held by the thread whose dispatch is in flight.
+    dispatching: Mutex<()>,
+}
+
+impl std::fmt::Debug for Gang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gang")
+            .field("workers", &self.workers())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    /// Bumped by each dispatch (and by the gang's drop, with `stop`).
+    generation: AtomicU64,
+    /// The current dispatch's job.
+    job: Mutex<Option<job::JobRef>>,
+    /// Helpers that have not yet returned from the current job.
+    pending: AtomicUsize,
+    /// The thread whose dispatch is in flight: the last helper unparks it.
+    waiter: Mutex<Option<thread::Thread>>,
+    /// The first panic of a helper's slot in the current dispatch.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    stop: AtomicBool,
+    spin: Duration,
+}
+
+/// The job's address with its lifetime erased: the one unsafe part.
+mod job {
+    use super::Job;
+
+    /// A job that [`super::Gang::run`] keeps alive while helpers call it.
+    #[derive(Clone, Copy)]
+    pub(super) struct JobRef(*const Job<'static>);
+
+    // SAFETY: the job is `Sync`, so calls from several threads at once are
+    // sound; `JobRef::call`'s contract keeps the pointee alive.
+    unsafe impl Send for JobRef {}
+
+    impl JobRef {
+        pub(super) fn new(job: &Job<'_>) -> JobRef {
+            let p: *const Job<'_> = job;
+            // SAFETY: only the trait object's lifetime bound changes (the
+            // two pointers have the same layout); `call`'s contract says
+            // when it may be dereferenced.
+            JobRef(unsafe { std::mem::transmute::<*const Job<'_>, *const Job<'static>>(p) })
+        }
+
+        /// Calls the job with `slot`.
+        ///
+        /// # Safety
+        ///
+        /// The job this was made from is alive: the dispatch that stored
+        /// it has not returned. [`super::Gang::run`] returns only after
+        /// every helper decremented `pending`, which each does after its
+        /// last call.
+        pub(super) unsafe fn call(self, slot: usize) {
+            // SAFETY: the caller guarantees the pointee is alive; it is
+            // `Sync`, so a shared call is sound.
+            unsafe { (*self.0)(slot) }
+        }
+    }
+}
+
+impl Gang {
+    /// A team of `workers` slots: `workers - 1` helper threads named by
+    /// `name(slot)`, spinning for [`SPIN`] before they park.
+    pub fn new(workers: usize, name: impl Fn(usize) -> String) -> std::io::Result<Gang> {
+        Gang::with_spin(workers, name, SPIN)
+    }
+
+    /// [`Gang::new`] with another spin time (zero: park at once).
+    pub fn with_spin(
+        workers: usize,
+        name: impl Fn(usize) -> String,
+        spin: Duration,
+    ) -> std::io::Result<Gang> {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            pending: AtomicUsize::new(0),
+            waiter: Mutex::new(None),
+            panic: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            spin,
+        });
+        let mut gang = Gang {
+            shared,
+            helpers: Vec::with_capacity(workers.saturating_sub(1)),
+            dispatching: Mutex::new(()),
+        };
+        for slot in 1..workers.max(1) {
+            let shared = Arc::clone(&gang.shared);
+            // On an error, `gang`'s drop stops the helpers made so far.
+            gang.helpers
+                .push(spawn(name(slot), move || helper(&shared, slot))?);
+        }
+        Ok(gang)
+    }
+
+    /// Slots per dispatch: the caller and the helpers.
+    pub fn workers(&self) -> usize {
+        self.helpers.len() + 1
+    }
+
+    /// Calls `job(slot)` once for each slot in `0..workers`, slot 0 on
+    /// this thread and the others on the helpers, and returns when every
+    /// call has. A panic in any slot is raised here, after all have
+    /// returned. [`Busy`] (and nothing run) while another thread's
+    /// dispatch is in flight.
+    pub fn run(&self, job: &Job<'_>) -> Result<(), Busy> {
+        let _dispatching = match self.dispatching.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(Busy),
+        };
+        let shared = &*self.shared;
+        let helpers = self.helpers.len();
+        if helpers > 0 {
+            *lock(&shared.waiter) = Some(thread::current());
+            *lock(&shared.job) = Some(job::JobRef::new(job));
+            shared.pending.store(helpers, Ordering::Relaxed);
+            shared.generation.fetch_add(1, Ordering::Release);
+            for h in &self.helpers {
+                // A running helper keeps the token for its next park,
+                // which then returns at once: each park is in a loop.
+                h.thread().unpark();
+            }
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
+        if helpers > 0 {
+            let done = || shared.pending.load(Ordering::Acquire) == 0;
+            if !sync::spin_until(shared.spin, done) {
+                while !done() {
+                    thread::park();
+                }
+            }
+            *lock(&shared.job) = None;
+        }
+        let theirs = lock(&shared.panic).take();
+        if let Err(p) = mine {
+            resume_unwind(p);
+        }
+        if let Some(p) = theirs {
+            resume_unwind(p);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Gang {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.generation.fetch_add(1, Ordering::Release);
+        for h in self.helpers.drain(..) {
+            h.thread().unpark();
+            // A helper's panics are caught: its thread ends normally.
+            let _ = h.join();
+        }
+    }
+}
+
+/// A helper: waits for each dispatch, runs its slot, reports.
+fn helper(shared: &Shared, slot: usize) {
+    let mut seen = 0;
+    loop {
+        let fresh = || shared.generation.load(Ordering::Acquire) != seen;
+        if !sync::spin_until(shared.spin, fresh) {
+            while !fresh() {
+                thread::park();
+            }
+        }
+        seen = shared.generation.load(Ordering::Acquire);
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let job = *lock(&shared.job);
+        if let Some(job) = job {
+            // SAFETY: the dispatch that stored `job` waits for this
+            // helper's decrement of `pending` below before it returns.
+            let ran = catch_unwind(AssertUnwindSafe(|| unsafe { job.call(slot) }));
+            if let Err(p) = ran {
+                lock(&shared.panic).get_or_insert(p);
+            }
+        }
+        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1
+            && let Some(t) = lock(&shared.waiter).as_ref()
+        {
+            t.unpark();
+        }
+    }
+}
+
+/// A lock that shrugs off poisoning: nothing here panics while holding one.
+fn lock<T>(m: &Mutex<T>) -> sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(not(loom))]
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(f)
+}
+
+#[cfg(loom)]
+fn spawn(_name: String, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    Ok(loom::thread::spawn(f))
+}

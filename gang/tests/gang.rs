@@ -1,0 +1,137 @@
+//! The launch team: every slot once per dispatch, panics raised after the
+//! join, one dispatch at a time, helpers that park and wake.
+#![cfg(not(loom))]
+
+use offload_gang::{Busy, Gang};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+fn gang(workers: usize) -> Gang {
+    Gang::new(workers, |i| format!("test-slot-{i}")).expect("threads start")
+}
+
+#[test]
+fn every_slot_runs_once_per_dispatch() {
+    for workers in 1..=5 {
+        let g = gang(workers);
+        assert_eq!(g.workers(), workers);
+        let counts: Vec<AtomicUsize> = (0..workers).map(|_| AtomicUsize::new(0)).collect();
+        for round in 1..=200 {
+            g.run(&|slot| {
+                counts[slot].fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("no other dispatch");
+            // Everything each slot did is visible once `run` returns.
+            for (slot, c) in counts.iter().enumerate() {
+                assert_eq!(c.load(Ordering::Relaxed), round, "slot {slot} of {workers}");
+            }
+        }
+    }
+}
+
+#[test]
+fn slot_zero_runs_on_the_caller_and_the_others_on_named_helpers() {
+    let g = gang(3);
+    let names = Mutex::new(vec![String::new(); 3]);
+    let caller = std::thread::current().id();
+    let on_caller = Mutex::new(vec![false; 3]);
+    g.run(&|slot| {
+        let t = std::thread::current();
+        names.lock().unwrap()[slot] = t.name().unwrap_or("").to_string();
+        on_caller.lock().unwrap()[slot] = t.id() == caller;
+    })
+    .unwrap();
+    assert_eq!(*on_caller.lock().unwrap(), [true, false, false]);
+    let names = names.into_inner().unwrap();
+    assert_eq!(names[1], "test-slot-1");
+    assert_eq!(names[2], "test-slot-2");
+}
+
+#[test]
+fn helpers_that_parked_wake_for_the_next_dispatch() {
+    // No spin: every helper parks as soon as it is idle.
+    let g = Gang::with_spin(3, |i| format!("p{i}"), Duration::ZERO).unwrap();
+    let hits = AtomicUsize::new(0);
+    for _ in 0..50 {
+        g.run(&|_| {
+            hits.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    assert_eq!(hits.load(Ordering::Relaxed), 150);
+}
+
+#[test]
+fn a_panic_in_any_slot_is_raised_after_every_slot_returned() {
+    for bad in 0..3 {
+        let g = gang(3);
+        let finished = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            g.run(&|slot| {
+                if slot == bad {
+                    panic!("slot {slot} failed");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                finished.fetch_add(1, Ordering::Relaxed);
+            })
+        }));
+        let payload = r.expect_err("the panic comes through");
+        let msg = payload
+            .downcast_ref::<String>()
+            .expect("a formatted message");
+        assert_eq!(msg, &format!("slot {bad} failed"));
+        assert_eq!(
+            finished.load(Ordering::Relaxed),
+            2,
+            "the other slots finished first"
+        );
+        // The gang still works.
+        let n = AtomicUsize::new(0);
+        g.run(&|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!(n.load(Ordering::Relaxed), 3);
+    }
+}
+
+#[test]
+fn a_second_dispatch_while_one_is_in_flight_is_busy() {
+    let g = Arc::new(gang(2));
+    let inside = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let t = {
+        let (g, inside, release) = (Arc::clone(&g), Arc::clone(&inside), Arc::clone(&release));
+        std::thread::spawn(move || {
+            g.run(&|slot| {
+                if slot == 0 {
+                    inside.wait();
+                    release.wait();
+                }
+            })
+        })
+    };
+    inside.wait();
+    assert_eq!(g.run(&|_| panic!("must not run")), Err(Busy));
+    release.wait();
+    assert_eq!(t.join().unwrap(), Ok(()));
+    assert_eq!(g.run(&|_| {}), Ok(()));
+}
+
+#[test]
+fn dropping_the_gang_stops_its_helpers() {
+    let g = gang(4);
+    let weak = {
+        let marker = Arc::new(());
+        let m = Arc::clone(&marker);
+        g.run(&move |_| {
+            let _ = &m;
+        })
+        .unwrap();
+        Arc::downgrade(&marker)
+    };
+    drop(g); // joins the helpers; a hang here fails the test by timeout
+    assert!(weak.upgrade().is_none());
+}
