@@ -317,35 +317,65 @@ fn live_data_already_in_place_does_not_move() {
 }
 
 #[test]
-fn a_large_array_keeps_its_colour_gap_through_compaction() {
+fn large_arrays_keep_their_colour_gap_and_cache_line_through_compaction() {
     use offload_tlab::alloc::{COLOUR_GAP_BYTES, COLOUR_MIN_BYTES};
-    let heap = heap(64 << 20);
-    let big = Kind::Ints((COLOUR_MIN_BYTES / 4) as u32);
-    let x = Allocator::alloc_host(&heap, header(&big)).unwrap();
-    let garbage = Allocator::alloc_host(&heap, header(&Kind::Ints(5000))).unwrap();
-    let y = Allocator::alloc_host(&heap, header(&big)).unwrap();
-    let small = Allocator::alloc_host(&heap, header(&Kind::Ints(5))).unwrap();
+    use offload_tlab::layout::Ref;
     let gap = (COLOUR_GAP_BYTES / 8) as u32;
-    assert_eq!(y - garbage, (size_of(&Kind::Ints(5000)) / 8) as u32 + gap);
-    heap.store32(y as usize * 8 + 8, 77).unwrap();
-    let mut roots = [x, y, small];
-    // SAFETY: the test has the heap to itself.
-    let st = unsafe {
-        heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
-            roots.iter_mut().for_each(&mut *f)
-        })
+    let big = Kind::Ints((COLOUR_MIN_BYTES / 4) as u32);
+    let big_words = (size_of(&big) / 8) as u32;
+    // Elements (the word after the header) on a 64-byte line.
+    let lined = |r: u32| (r + 1).is_multiple_of(8);
+    // Garbage of every size modulo a line below the second array, and a
+    // small live array between, so that it slides by every amount.
+    for garbage_len in [1u32, 2, 3, 4, 5, 7, 9, 13, 5000] {
+        let heap = heap(64 << 20);
+        let x = Allocator::alloc_host(&heap, header(&big)).unwrap();
+        let _garbage = Allocator::alloc_host(&heap, header(&Kind::Ints(garbage_len))).unwrap();
+        let between = Allocator::alloc_host(&heap, header(&Kind::Ints(3))).unwrap();
+        let y = Allocator::alloc_host(&heap, header(&big)).unwrap();
+        let small = Allocator::alloc_host(&heap, header(&Kind::Ints(5))).unwrap();
+        assert!(lined(x) && lined(y), "x at {x}, y at {y}");
+        let gap_header = Header::Filler {
+            size: COLOUR_GAP_BYTES as u32,
+        };
+        assert_eq!(heap.header(Ref(y - gap)).unwrap(), gap_header);
+        let last = y as usize * 8 + 8 + (COLOUR_MIN_BYTES as usize - 4);
+        heap.store32(y as usize * 8 + 8, 77).unwrap();
+        heap.store32(last, 78).unwrap();
+        heap.store32(between as usize * 8 + 8, 79).unwrap();
+        let mut roots = [x, between, y, small];
+        // SAFETY: the test has the heap to itself.
+        let st = unsafe {
+            heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
+                roots.iter_mut().for_each(&mut *f)
+            })
+        }
+        .unwrap();
+        let [x2, between2, y2, small2] = roots;
+        assert_eq!(x2, x);
+        assert!(lined(y2), "garbage {garbage_len}: y {y} -> {y2} ({st:?})");
+        assert!(y2 <= y && between2 <= between && small2 <= small);
+        // The gap came along, at most 7 words of padding before it.
+        assert_eq!(heap.header(Ref(y2 - gap)).unwrap(), gap_header);
+        assert!(y2 - gap - (between2 + 2) < 8, "padding before the gap");
+        assert_eq!(small2, y2 + big_words, "the small array follows y at once");
+        assert_eq!(heap.load32(y2 as usize * 8 + 8).unwrap(), 77);
+        let last2 = y2 as usize * 8 + 8 + (COLOUR_MIN_BYTES as usize - 4);
+        assert_eq!(heap.load32(last2).unwrap(), 78);
+        assert_eq!(heap.load32(between2 as usize * 8 + 8).unwrap(), 79);
+        let walk = heap.walk(|_, _| ()).unwrap();
+        assert_eq!(walk.arrays, 4);
+        // A second collection finds everything in place.
+        // SAFETY: as above.
+        let st = unsafe {
+            heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
+                roots.iter_mut().for_each(&mut *f)
+            })
+        }
+        .unwrap();
+        assert_eq!(st.moved, 0, "garbage {garbage_len}");
+        assert_eq!(roots, [x2, between2, y2, small2]);
     }
-    .unwrap();
-    // The garbage is gone; y slid down with the gap before it kept; the
-    // small array (no gap) follows y at once.
-    let [x2, y2, small2] = roots;
-    assert_eq!(x2, x);
-    assert_eq!(y2, x + (size_of(&big) / 8) as u32 + gap, "{st:?}");
-    assert_eq!(small2, y2 + (size_of(&big) / 8) as u32);
-    assert_eq!(heap.load32(y2 as usize * 8 + 8).unwrap(), 77);
-    assert_eq!(st.freed(), size_of(&Kind::Ints(5000)));
-    let walk = heap.walk(|_, _| ()).unwrap();
-    assert_eq!((walk.arrays, walk.fillers), (3, 2));
 }
 
 #[test]

@@ -209,20 +209,49 @@ fn marked(
 
 /// Set a bit in `live` for every word of every marked object; the number
 /// of objects and of words.
-pub(super) fn live_words(cells: &[AtomicU32], marks: &Bits, live: &Bits) -> (u64, u64) {
-    (0..marks.len().div_ceil(CHUNK))
+pub(super) fn live_words(cells: &[AtomicU32], marks: &Bits, live: &Bits) -> LiveWords {
+    let parts: Vec<LiveWords> = (0..marks.len().div_ceil(CHUNK))
         .into_par_iter()
         .map(|c| {
-            let (mut n, mut w) = (0u64, 0u64);
-            for (r, _, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
+            let mut part = LiveWords::default();
+            for (r, h, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
             {
                 live.set_range(u64::from(r), u64::from(r) + size);
-                n += 1;
-                w += size;
+                part.objects += 1;
+                part.words += size;
+                if is_colour_gap(h) {
+                    part.gaps.push(r);
+                }
             }
-            (n, w)
+            part
         })
-        .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        .collect();
+    // In address order: the chunks are, and so is each chunk's list.
+    let mut all = LiveWords::default();
+    for p in parts {
+        all.objects += p.objects;
+        all.words += p.words;
+        all.gaps.extend(p.gaps);
+    }
+    all
+}
+
+/// What [`live_words`] counted.
+#[derive(Default)]
+pub(super) struct LiveWords {
+    pub(super) objects: u64,
+    pub(super) words: u64,
+    /// The colour gaps kept (see [`Tracer::keep_colour_gap`]), in address
+    /// order: a marked filler of exactly this size is one (nothing else
+    /// marks a filler).
+    pub(super) gaps: Vec<u32>,
+}
+
+/// Whether a marked object with header `h` is a kept colour gap.
+fn is_colour_gap(h: Header) -> bool {
+    h == Header::Filler {
+        size: crate::alloc::COLOUR_GAP_BYTES as u32,
+    }
 }
 
 /// Replace every non-null reference in a marked object by `fwd` of it.

@@ -44,6 +44,7 @@
 mod bits;
 mod mark;
 
+use crate::alloc::aligned_pad;
 use crate::heap::{ClassShape, Heap, HeapError};
 use crate::layout::{HEAP_START_WORDS, Header};
 use bits::Bits;
@@ -116,8 +117,20 @@ impl std::fmt::Display for GcStats {
     }
 }
 
+/// A colour gap's move: from word `at` to `to + words`, behind a filler of
+/// `words` (none when zero).
+struct Pad {
+    at: u32,
+    to: u32,
+    words: u32,
+}
+
+/// The words of a colour gap.
+const GAP_WORDS: u32 = (crate::alloc::COLOUR_GAP_BYTES / 8) as u32;
+
 /// Where live objects go: the live-word bitmap and, per 64 words, the new
-/// address of the first live word among them.
+/// address of the first live word among them (colour gaps' padding
+/// included: see `Heap::collect`).
 struct Forwarding {
     live: Bits,
     base: Vec<u32>,
@@ -181,15 +194,38 @@ impl Heap {
 
         // Live words and the new address of each block of 64 words.
         let live = Bits::new(top);
-        let (objects, words) = mark::live_words(cells, &marks, &live);
-        st.live_objects = objects;
+        let counted = mark::live_words(cells, &marks, &live);
+        st.live_objects = counted.objects;
         let mut base = Vec::with_capacity(live.len());
         let mut next = HEAP_START_WORDS;
+        let mut pads = Vec::with_capacity(counted.gaps.len());
+        let mut gaps = counted.gaps.iter().copied().peekable();
         for w in 0..live.len() {
             base.push(next);
-            next += live.word(w).count_ones();
+            let word = live.word(w);
+            // A colour gap starting in this 64 (nothing else starts after
+            // it here: a gap is 2,048 words) gets padding before it, so
+            // that the large array after it keeps its elements on a cache
+            // line (`Allocator::alloc_host`); the padding comes out of the
+            // space freed below it, so nothing moves up.
+            while let Some(f) = gaps.next_if(|&f| (f >> 6) as usize == w) {
+                let to = next + (word & ((1u64 << (f & 63)) - 1)).count_ones();
+                let pad = aligned_pad(to + GAP_WORDS);
+                let pad = if to + pad <= f { pad } else { 0 };
+                pads.push(Pad {
+                    at: f,
+                    to,
+                    words: pad,
+                });
+                next += pad;
+            }
+            next += word.count_ones();
         }
-        debug_assert_eq!(u64::from(next), u64::from(HEAP_START_WORDS) + words);
+        let padding: u64 = pads.iter().map(|p| u64::from(p.words)).sum();
+        debug_assert_eq!(
+            u64::from(next),
+            u64::from(HEAP_START_WORDS) + counted.words + padding
+        );
         let fwd = Forwarding { live, base };
 
         // Update every reference in live objects, then the roots.
@@ -216,8 +252,22 @@ impl Heap {
             }
             prefix += 1;
         }
+        let mut pads = pads.into_iter().peekable();
         for at in marks.ones(prefix, marks.len()) {
-            let to = fwd.of(at);
+            let mut to = fwd.of(at);
+            // Gaps in the dense prefix stay (their padding is zero).
+            while pads.next_if(|p| p.at < at).is_some() {}
+            if let Some(p) = pads.next_if(|p| p.at == at) {
+                to = p.to + p.words;
+                if p.words > 0 {
+                    // Below every object not yet moved (`to <= at`).
+                    let (a, b) = Header::Filler { size: p.words * 8 }
+                        .encode()
+                        .expect("a filler's header encodes");
+                    cells[p.to as usize * 2].store(a, Ordering::Relaxed);
+                    cells[p.to as usize * 2 + 1].store(b, Ordering::Relaxed);
+                }
+            }
             let (a, b) = (
                 cells[at as usize * 2].load(Ordering::Relaxed),
                 cells[at as usize * 2 + 1].load(Ordering::Relaxed),
