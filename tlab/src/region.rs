@@ -26,6 +26,11 @@ unsafe impl Send for Region {}
 // SAFETY: as above.
 unsafe impl Sync for Region {}
 
+/// The alignment of the reservation and the unit of commitment (below the
+/// reservation's end): a transparent huge page on x86-64 and AArch64 with
+/// 4 KiB pages, and a multiple of the page size everywhere offload runs.
+pub const HUGE_PAGE: usize = 2 << 20;
+
 fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -34,15 +39,25 @@ fn page_size() -> usize {
 
 impl Region {
     /// Reserve `max` bytes of address space and commit the first `initial`.
+    ///
+    /// The reservation starts on a [`HUGE_PAGE`] boundary and asks the
+    /// kernel for transparent huge pages (`MADV_HUGEPAGE`; only advice:
+    /// where the system has them off, it has no effect), and memory is
+    /// committed in whole huge pages (but for small heaps), so that each
+    /// fault in it maps 2 MiB.
+    /// Kernels stream through arrays of megabytes: on 4 KiB pages, saxpy over
+    /// 2^20 elements ran at 110–125 µs per launch, and at 65 µs once the
+    /// kernel had collapsed its arrays into huge pages (BENCHMARKS.md).
     pub fn reserve(max: usize, initial: usize) -> std::io::Result<Region> {
         let page = page_size();
         let max = max.div_ceil(page) * page;
+        let len = max + HUGE_PAGE;
         // SAFETY: an anonymous private mapping with no address hint; the
         // result is checked below.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                max,
+                len,
                 libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -52,9 +67,25 @@ impl Region {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
+        let head = (p as usize).next_multiple_of(HUGE_PAGE) - p as usize;
+        // SAFETY: `[p, p + len)` is the mapping just made; the head before
+        // the aligned start and the tail after `max` bytes of it are parts of
+        // it (page-aligned: `head`, `max` and `len` are multiples of the
+        // page size), unmapped once, and nothing refers to them.
+        let base = unsafe {
+            let base = p.cast::<u8>().add(head);
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if HUGE_PAGE > head {
+                libc::munmap(base.add(max).cast(), HUGE_PAGE - head);
+            }
+            // Advice only: an error (huge pages compiled out) changes nothing.
+            libc::madvise(base.cast(), max, libc::MADV_HUGEPAGE);
+            base
+        };
         let region = Region {
-            base: NonNull::new(p.cast())
-                .ok_or_else(|| std::io::Error::other("mmap returned null"))?,
+            base: NonNull::new(base).ok_or_else(|| std::io::Error::other("mmap returned null"))?,
             reserved: max,
             committed: AtomicUsize::new(0),
             grow_lock: Mutex::new(()),
@@ -79,13 +110,18 @@ impl Region {
         self.committed.load(Ordering::Acquire)
     }
 
-    /// Commit at least `bytes` (rounded up to pages, capped at the
-    /// reservation). Returns the new committed size. Fresh pages read as zero.
+    /// Commit at least `bytes`: rounded up to a huge page when that is at
+    /// least one, else to a page, and capped at the reservation's end
+    /// (which is only page aligned). Returns the new committed size. Fresh pages read as zero.
     pub fn grow_to(&self, bytes: usize) -> std::io::Result<usize> {
         let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let page = page_size();
         let old = self.committed.load(Ordering::Acquire);
-        let new = (bytes.div_ceil(page) * page).min(self.reserved);
+        let unit = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            page_size()
+        };
+        let new = bytes.div_ceil(unit).saturating_mul(unit).min(self.reserved);
         if new <= old {
             return Ok(old);
         }
@@ -210,19 +246,25 @@ mod tests {
 
     #[test]
     fn commits_on_demand_and_reads_zero() {
+        const MB: usize = 1 << 20;
         let r = Region::reserve(1 << 30, 1 << 16).unwrap();
-        assert!(r.committed() >= 1 << 16);
+        assert_eq!(r.base_ptr() as usize % HUGE_PAGE, 0, "huge-page aligned");
+        assert_eq!(r.committed(), 1 << 16, "small requests: pages");
         assert!(
-            r.u32_at(1 << 20).is_none(),
+            r.u32_at(1 << 16).is_none(),
             "uncommitted memory is not reachable"
         );
         assert_eq!(r.u32_at(64).unwrap().load(Ordering::Relaxed), 0);
-        r.grow_to(1 << 21).unwrap();
-        let cell = r.u64_at(1 << 20).unwrap();
+        assert_eq!(r.grow_to(5 * MB).unwrap(), 6 * MB, "large ones: huge pages");
+        let cell = r.u64_at(5 * MB).unwrap();
         assert_eq!(cell.load(Ordering::Relaxed), 0);
         cell.store(7, Ordering::Relaxed);
-        assert_eq!(r.u64_at(1 << 20).unwrap().load(Ordering::Relaxed), 7);
+        assert_eq!(r.u64_at(5 * MB).unwrap().load(Ordering::Relaxed), 7);
         assert!(r.u64_at(4).is_none(), "misaligned");
         assert_eq!(r.grow_to(usize::MAX / 2).unwrap(), r.reserved());
+        // A reservation smaller than a huge page commits no more than it.
+        let small = Region::reserve(64 << 10, 4096).unwrap();
+        assert_eq!((small.reserved(), small.committed()), (64 << 10, 4096));
+        assert_eq!(small.grow_to(HUGE_PAGE).unwrap(), 64 << 10);
     }
 }
