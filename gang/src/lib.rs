@@ -26,6 +26,7 @@
 //! reads zero (acquire). The caller's next dispatch waits for that, so a
 //! helper is never more than one generation behind.
 
+mod placement;
 mod sync;
 
 use std::any::Any;
@@ -80,6 +81,8 @@ struct Shared {
     pending: AtomicUsize,
     /// The thread whose dispatch is in flight: the last helper unparks it.
     waiter: Mutex<Option<thread::Thread>>,
+    /// The core the dispatching thread was on (`usize::MAX`: unknown).
+    caller_cpu: AtomicUsize,
     /// The first panic of a helper's slot in the current dispatch.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     stop: AtomicBool,
@@ -141,6 +144,7 @@ impl Gang {
             job: Mutex::new(None),
             pending: AtomicUsize::new(0),
             waiter: Mutex::new(None),
+            caller_cpu: AtomicUsize::new(usize::MAX),
             panic: Mutex::new(None),
             stop: AtomicBool::new(false),
             spin,
@@ -179,6 +183,8 @@ impl Gang {
         let helpers = self.helpers.len();
         if helpers > 0 {
             *lock(&shared.waiter) = Some(thread::current());
+            let cpu = placement::current_cpu().unwrap_or(usize::MAX);
+            shared.caller_cpu.store(cpu, Ordering::Relaxed);
             *lock(&shared.job) = Some(job::JobRef::new(job));
             shared.pending.store(helpers, Ordering::Relaxed);
             shared.generation.fetch_add(1, Ordering::Release);
@@ -187,6 +193,9 @@ impl Gang {
                 // which then returns at once: each park is in a loop.
                 h.thread().unpark();
             }
+            // A helper the wake-up put on this core runs now, and moves
+            // away (`placement`).
+            thread::yield_now();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
         if helpers > 0 {
@@ -236,6 +245,10 @@ fn helper(shared: &Shared, slot: usize) {
             return;
         }
         let job = *lock(&shared.job);
+        let caller = shared.caller_cpu.load(Ordering::Relaxed);
+        if caller != usize::MAX && placement::current_cpu() == Some(caller) {
+            placement::leave_cpu(caller);
+        }
         if let Some(job) = job {
             // SAFETY: the dispatch that stored `job` waits for this
             // helper's decrement of `pending` below before it returns.
