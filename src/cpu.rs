@@ -514,8 +514,11 @@ fn run(
         }
     };
     // The launch team runs the slots, the caller taking slot 0; while
-    // another thread's launch has it, the thread pool does.
-    if env.gang.run(&slot_body).is_err() {
+    // another thread's launch has it, the thread pool does. The slots
+    // drain one cursor: slot 0 returns when it is spent (or the launch is
+    // cut short), and a slot that has not started by then has nothing to
+    // do.
+    if env.gang.run_draining(&slot_body).is_err() {
         inner.pool.scope(|s| {
             for slot in 0..workers {
                 let slot_body = &slot_body;
@@ -536,11 +539,12 @@ fn run(
         escaped |= o.escaped;
         report.on_device += o.on_device;
         report.never_ran += o.never_ran;
-        report.reentries += o.entries;
+        // A slot's first entry is not a re-entry (and a slot the launch
+        // team skipped has none).
+        report.reentries += o.entries.saturating_sub(1);
         replays = replays.merge(o.replays);
         replay_time = replay_time.max(o.replay_time);
     }
-    report.reentries = report.reentries.saturating_sub(workers as u64);
     let thrown = replays.finish(prog, meta, &mut report);
     // Compiled code's barrier notes escapes in the slot words, a replay's
     // in the interpreter.

@@ -24,7 +24,10 @@
 //! (acquire) calls the job with its slot, then decrements `pending`
 //! (release), and the last one unparks the caller, which returns once it
 //! reads zero (acquire). The caller's next dispatch waits for that, so a
-//! helper is never more than one generation behind.
+//! helper is never more than one generation behind. A helper claims its
+//! slot for the generation before it runs it (a swap); a draining
+//! dispatch's caller, done with slot 0, claims the slots not yet claimed
+//! and counts them off `pending` itself.
 
 mod placement;
 mod sync;
@@ -77,8 +80,13 @@ struct Shared {
     generation: AtomicU64,
     /// The current dispatch's job.
     job: Mutex<Option<job::JobRef>>,
-    /// Helpers that have not yet returned from the current job.
+    /// Helpers that have not yet returned from the current job (nor been
+    /// skipped).
     pending: AtomicUsize,
+    /// Per helper, the last generation its slot was claimed for: by the
+    /// helper, to run it, or by a draining dispatch's caller, to skip it
+    /// (whoever swaps the generation in first).
+    claims: Vec<AtomicU64>,
     /// The thread whose dispatch is in flight: the last helper unparks it.
     waiter: Mutex<Option<thread::Thread>>,
     /// The core the dispatching thread was on (`usize::MAX`: unknown).
@@ -143,6 +151,7 @@ impl Gang {
             generation: AtomicU64::new(0),
             job: Mutex::new(None),
             pending: AtomicUsize::new(0),
+            claims: (1..workers.max(1)).map(|_| AtomicU64::new(0)).collect(),
             waiter: Mutex::new(None),
             caller_cpu: AtomicUsize::new(usize::MAX),
             panic: Mutex::new(None),
@@ -174,6 +183,21 @@ impl Gang {
     /// returned. [`Busy`] (and nothing run) while another thread's
     /// dispatch is in flight.
     pub fn run(&self, job: &Job<'_>) -> Result<(), Busy> {
+        self.dispatch(job, false)
+    }
+
+    /// [`Gang::run`] for a job whose slots drain shared work (each claims
+    /// from a common queue until it is empty): once slot 0 has returned,
+    /// a helper that has not yet started its slot does not start it — it
+    /// would find nothing left, and waiting for it to wake (tens of
+    /// microseconds after a park, longer on a busy machine) would cost a
+    /// small launch more than its work. Every slot runs at most once;
+    /// slot 0 always runs.
+    pub fn run_draining(&self, job: &Job<'_>) -> Result<(), Busy> {
+        self.dispatch(job, true)
+    }
+
+    fn dispatch(&self, job: &Job<'_>, draining: bool) -> Result<(), Busy> {
         let _dispatching = match self.dispatching.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -181,13 +205,14 @@ impl Gang {
         };
         let shared = &*self.shared;
         let helpers = self.helpers.len();
+        let mut generation = 0;
         if helpers > 0 {
             *lock(&shared.waiter) = Some(thread::current());
             let cpu = placement::current_cpu().unwrap_or(usize::MAX);
             shared.caller_cpu.store(cpu, Ordering::Relaxed);
             *lock(&shared.job) = Some(job::JobRef::new(job));
             shared.pending.store(helpers, Ordering::Relaxed);
-            shared.generation.fetch_add(1, Ordering::Release);
+            generation = shared.generation.fetch_add(1, Ordering::Release) + 1;
             for h in &self.helpers {
                 // A running helper keeps the token for its next park,
                 // which then returns at once: each park is in a loop.
@@ -199,6 +224,16 @@ impl Gang {
         }
         let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
         if helpers > 0 {
+            if draining {
+                let skipped = shared
+                    .claims
+                    .iter()
+                    .filter(|c| c.swap(generation, Ordering::AcqRel) != generation)
+                    .count();
+                if skipped > 0 {
+                    shared.pending.fetch_sub(skipped, Ordering::AcqRel);
+                }
+            }
             let done = || shared.pending.load(Ordering::Acquire) == 0;
             if !sync::spin_until(shared.spin, done) {
                 while !done() {
@@ -243,6 +278,11 @@ fn helper(shared: &Shared, slot: usize) {
         seen = shared.generation.load(Ordering::Acquire);
         if shared.stop.load(Ordering::Acquire) {
             return;
+        }
+        if shared.claims[slot - 1].swap(seen, Ordering::AcqRel) == seen {
+            // A draining dispatch's caller skipped this slot (and counted
+            // it off `pending`): nothing to run, nothing to report.
+            continue;
         }
         let job = *lock(&shared.job);
         let caller = shared.caller_cpu.load(Ordering::Relaxed);

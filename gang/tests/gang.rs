@@ -135,3 +135,54 @@ fn dropping_the_gang_stops_its_helpers() {
     drop(g); // joins the helpers; a hang here fails the test by timeout
     assert!(weak.upgrade().is_none());
 }
+
+#[test]
+fn a_draining_dispatch_skips_helpers_that_have_not_started() {
+    // Helpers park at once, so each dispatch must wake them; slot 0 is
+    // done in no time. Every slot runs at most once, slot 0 always, and
+    // the gang keeps working whichever way each race went.
+    let g = Gang::with_spin(4, |i| format!("d{i}"), Duration::ZERO).unwrap();
+    let runs: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+    for round in 1..=300 {
+        let ran = Mutex::new(vec![0usize; 4]);
+        g.run_draining(&|slot| {
+            ran.lock().unwrap()[slot] += 1;
+            runs[slot].fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        let ran = ran.into_inner().unwrap();
+        assert_eq!(ran[0], 1, "round {round}");
+        assert!(ran.iter().all(|&n| n <= 1), "round {round}: {ran:?}");
+    }
+    assert_eq!(runs[0].load(Ordering::Relaxed), 300);
+}
+
+#[test]
+fn a_draining_dispatch_waits_for_helpers_that_started() {
+    let g = gang(3);
+    let started = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    for _ in 0..20 {
+        g.run_draining(&|slot| {
+            if slot == 0 {
+                // Give the (spinning) helpers time to start.
+                let t = std::time::Instant::now();
+                while started.load(Ordering::Relaxed) < 2 && t.elapsed() < Duration::from_secs(5) {
+                    std::hint::spin_loop();
+                }
+                return;
+            }
+            started.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(2));
+            finished.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        // Whatever started finished before `run_draining` returned.
+        assert_eq!(
+            finished.load(Ordering::Relaxed),
+            started.load(Ordering::Relaxed)
+        );
+        started.store(0, Ordering::Relaxed);
+        finished.store(0, Ordering::Relaxed);
+    }
+}

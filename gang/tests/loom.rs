@@ -61,3 +61,32 @@ fn a_helper_panic_reaches_the_caller() {
         drop(g);
     });
 }
+
+/// A draining dispatch: the caller may skip the helper's slot or wait for
+/// it, never both; a skipped helper runs nothing, and the next dispatch
+/// (a plain one) still reaches it.
+#[test]
+fn a_draining_dispatch_runs_each_slot_at_most_once() {
+    loom::model(|| {
+        let g = Gang::with_spin(2, |i| format!("h{i}"), Duration::ZERO).unwrap();
+        let cells = Cells([UnsafeCell::new(0u32), UnsafeCell::new(0u32)]);
+        g.run_draining(&|slot| {
+            // SAFETY: as in the first model.
+            cells.cell(slot).with_mut(|p| unsafe { *p += 1 });
+        })
+        .unwrap();
+        // SAFETY: no slot runs between dispatches.
+        let helper_ran = cells.cell(1).with(|p| unsafe { *p });
+        assert!(helper_ran <= 1);
+        g.run(&|slot| {
+            // SAFETY: as above.
+            cells.cell(slot).with_mut(|p| unsafe { *p += 1 });
+        })
+        .unwrap();
+        // SAFETY: as above.
+        assert_eq!(cells.cell(0).with(|p| unsafe { *p }), 2);
+        // SAFETY: as above.
+        assert_eq!(cells.cell(1).with(|p| unsafe { *p }), helper_ran + 1);
+        drop(g);
+    });
+}

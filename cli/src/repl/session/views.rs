@@ -84,8 +84,43 @@ impl Session {
                 reason.name()
             );
         }
-        for l in &info.log {
-            let _ = writeln!(out, "  {l}");
+        // Launches in a row that ran the same way and were decided alike
+        // (a kept kernel's every launch) are one line.
+        let key = |l: &offload::policy::Logged| {
+            (
+                l.version,
+                l.device,
+                l.policy,
+                offload::policy::decision_name(&l.decided.decision),
+                l.decided.why.clone(),
+                l.applied.clone(),
+            )
+        };
+        let mut i = 0;
+        while i < info.log.len() {
+            let first = &info.log[i];
+            let mut j = i + 1;
+            while j < info.log.len()
+                && info.log[j].launch == info.log[j - 1].launch + 1
+                && key(&info.log[j]) == key(first)
+            {
+                j += 1;
+            }
+            if j - i == 1 {
+                let _ = writeln!(out, "  {first}");
+            } else {
+                let text = first.to_string();
+                let rest = text
+                    .strip_prefix(&format!("launch {} ", first.launch))
+                    .unwrap_or(&text);
+                let _ = writeln!(
+                    out,
+                    "  launches {}-{} {rest}",
+                    first.launch,
+                    info.log[j - 1].launch
+                );
+            }
+            i = j;
         }
         Ok(())
     }
