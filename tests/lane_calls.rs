@@ -389,3 +389,83 @@ fn explog_agrees(rt: &Runtime, a: &[f32]) {
         assert!(same(l[i], wl), "log({x:e}) = {:e}, libm {wl:e}", l[i]);
     }
 }
+
+/// Kernels calling `g` (an `exp` inside) with the same argument once, twice
+/// and after the argument changed: the second call with the same argument
+/// reuses the first's result (no second fallback call in the code), and
+/// every result is the interpreter's, bit for bit.
+const TWICE: &str = "
+fn g(d: f32) -> f32 {
+    let e = (d * d * -0.5).exp();
+    if d < 0.0 { 1.0 - e } else { e }
+}
+
+#[kernel]
+fn once(i: i32, a: &[f32], out: &mut [f32]) {
+    let d = a[i];
+    out[i] = g(d) * 2.0;
+}
+
+#[kernel]
+fn twice(i: i32, a: &[f32], out: &mut [f32]) {
+    let d = a[i];
+    out[i] = g(d) + g(d);
+}
+
+#[kernel]
+fn changed(i: i32, a: &[f32], out: &mut [f32]) {
+    let mut d = a[i];
+    let x = g(d);
+    d = d + 1.0;
+    out[i] = x + g(d);
+}
+";
+
+#[test]
+fn a_lane_call_repeated_with_the_same_arguments_is_made_once() {
+    let n = 1029usize;
+    let a: Vec<f32> = (0..n)
+        .map(|i| match i % 13 {
+            0 => f32::NAN,
+            1 => 20.0,
+            2 => -1e-5,
+            _ => (i as f32 - 500.0) * 0.01,
+        })
+        .collect();
+    let run = |rt: &Runtime| {
+        let m = rt.load_source("twice.ofk", TWICE).unwrap();
+        let mut outs = Vec::new();
+        for k in ["once", "twice", "changed"] {
+            let (aa, out) = (rt.array(&a).unwrap(), rt.new_array::<f32>(n).unwrap());
+            let c = m.closure(k, [(&aa).into(), (&out).into()]).unwrap();
+            par_offload(0..n as i64, &c).unwrap();
+            outs.push(
+                rt.read(&out)
+                    .unwrap()
+                    .into_iter()
+                    .map(f32::to_bits)
+                    .collect::<Vec<u32>>(),
+            );
+        }
+        (outs, m)
+    };
+    let (want, _) = run(&interpreter(2));
+    let (got, m) = run(&optimized(2));
+    assert_eq!(got, want);
+    // Calls of the out-of-line `exp` of four lanes: each passes its
+    // lanes through a stack slot (scalar code calls libm directly).
+    let calls = |k: &str| {
+        let clif = m.cranelift_ir(k).unwrap();
+        assert!(
+            clif.contains("vall_true"),
+            "{k}: g is not on lanes:\n{clif}"
+        );
+        clif.matches("stack_addr").count()
+    };
+    assert_eq!(
+        calls("twice"),
+        calls("once"),
+        "the second g(d) made a call of its own"
+    );
+    assert!(calls("changed") > calls("once"), "g(d + 1) is another call");
+}

@@ -52,6 +52,12 @@ impl Lw<'_, '_> {
         self.e.b.switch_to_block(slow);
         let r2 = self.lane_math_call(op, x);
         self.e.b.ins().jump(done, &[r2.into()]);
+        // Both have all their predecessors: sealed now, a variable read
+        // after this resolves to its definition before, not to a new
+        // block parameter (the same value again: `lockstep`'s memo of
+        // lane calls relies on it).
+        self.e.b.seal_block(slow);
+        self.e.b.seal_block(done);
         self.e.b.switch_to_block(done);
         out
     }

@@ -18,7 +18,7 @@ use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
 use cranelift_frontend::Variable;
 use offload_ir::isa::{Op, UnOp};
-use offload_ir::{Bci, Inst, Kind};
+use offload_ir::{Bci, FuncId, Inst, Kind};
 use std::collections::HashMap;
 
 /// Workitems of a lockstep group: one 128-bit vector of `i32` or `f32`
@@ -170,6 +170,13 @@ impl Lw<'_, '_> {
         let mut polls: Vec<(Block, Block)> = Vec::new();
         let mut stack: Vec<(LV, Kind)> = Vec::new();
         let mut terminated = false;
+        // Lane calls made in this block, by function and argument vectors:
+        // lane functions only compute, so a second call with the same
+        // arguments is the first's result (`cnd(d1)` twice in
+        // blackscholes). Code the calls emit rejoins before the next
+        // instruction, so an earlier result dominates the rest of the
+        // block; a new block starts afresh.
+        let mut calls: HashMap<(FuncId, Vec<Value>), Value> = HashMap::new();
         for (bci, &inst) in f.body.iter().enumerate() {
             if bci > 0 && plan.leaders.contains(&(bci as Bci)) {
                 if !terminated {
@@ -177,6 +184,7 @@ impl Lw<'_, '_> {
                 }
                 self.e.b.switch_to_block(blocks[&(bci as Bci)]);
                 terminated = false;
+                calls.clear();
             }
             let pop = |stack: &mut Vec<(LV, Kind)>| stack.pop().ok_or_else(|| unexpected(bci));
             match inst {
@@ -370,7 +378,16 @@ impl Lw<'_, '_> {
                         });
                     }
                     args.reverse();
-                    let r = self.lane_call(func, &args)?;
+                    for a in &mut args {
+                        *a = self.e.b.func.dfg.resolve_aliases(*a);
+                    }
+                    let r = match calls.entry((func, args)) {
+                        std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            let r = self.lane_call(func, &e.key().1)?;
+                            *e.insert(r)
+                        }
+                    };
                     let k = ret.map(|t| t.kind()).ok_or_else(|| unexpected(bci))?;
                     stack.push((LV::V(r), k));
                 }
