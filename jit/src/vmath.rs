@@ -66,11 +66,16 @@ pub(crate) const LG2: f32 = f32::from_bits(0x3eccce13); // 0.40000972152
 pub(crate) const LG3: f32 = f32::from_bits(0x3e91e9ee); // 0.28498786688
 pub(crate) const LG4: f32 = f32::from_bits(0x3e789e26); // 0.24279078841
 
-/// `expf`'s common range: `2^-14 < |x| < 87.33655` (`|x|`'s bits strictly
-/// between these), where it reduces the argument and scales by `2^k` with
-/// `-126 <= k <= 126` (one exact multiply, as `scalbnf` does there).
+/// `expf`'s ranges, by the bits of `|x|`: up to `EXP_FAST_LO` (`2^-14`)
+/// it returns `1 + x`; from `EXP_FAST_HI` (87.33655) on it may overflow
+/// (positive `x`: the lanes inline code leaves to the call) or underflow,
+/// to 0 from `EXP_UNDERFLOW` (`x <= -103.972084`); in between it reduces
+/// the argument and scales by `2^k` (`scalbnf`: one multiply, two below
+/// `k = -126`, the first by `TWO_TO_MINUS_102`).
 pub(crate) const EXP_FAST_LO: u32 = 0x3900_0000;
 pub(crate) const EXP_FAST_HI: u32 = 0x42ae_ac50;
+pub(crate) const EXP_UNDERFLOW: u32 = 0x42cf_f1b5;
+pub(crate) const TWO_TO_MINUS_102: f32 = f32::from_bits(25 << 23);
 /// `|x|` above `0.5 ln 2`: `k` is not 0; above `1.5 ln 2`: `k` is
 /// `INV_LN2 * x ± 0.5`, truncated.
 pub(crate) const HALF_LN2: u32 = 0x3eb1_7218;

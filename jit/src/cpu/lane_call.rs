@@ -102,8 +102,8 @@ impl Lw<'_, '_> {
         self.e.b.ins().band(above, below)
     }
 
-    /// libm's `expf` of the lanes in its common range (its steps, one for
-    /// one), and the mask of those lanes.
+    /// libm's `expf` of every lane but large positive ones (its steps,
+    /// one for one, special cases included), and the mask of those lanes.
     fn exp_inline(&mut self, x: Value) -> (Value, Value) {
         use crate::vmath as m;
         use cranelift_codegen::ir::condcodes::IntCC;
@@ -111,8 +111,34 @@ impl Lw<'_, '_> {
         let bits = self.e.b.ins().bitcast(types::I32X4, plain, x);
         let abs = self.vi(0x7fff_ffff);
         let hx = self.e.b.ins().band(bits, abs);
-        let fast = self.between(hx, m::EXP_FAST_LO, m::EXP_FAST_HI);
         let neg = self.e.b.ins().sshr_imm_u(bits, 31);
+        // Every lane but a large positive one (`x >= 87.33655`, where
+        // `2^k` may overflow): those take the call.
+        let inf = self.vi(0x7f80_0000);
+        let (hi_bits, under) = (self.vi(m::EXP_FAST_HI), self.vi(m::EXP_UNDERFLOW));
+        let big_mag = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, hx, hi_bits);
+        let not_nan = self.e.b.ins().icmp(IntCC::SignedLessThanOrEqual, hx, inf);
+        let pos = self.e.b.ins().bnot(neg);
+        let pos_big = self.e.b.ins().band(big_mag, not_nan);
+        let pos_big = self.e.b.ins().band(pos_big, pos);
+        let fast = self.e.b.ins().bnot(pos_big);
+        let nan = self.e.b.ins().bnot(not_nan);
+        let gone = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, hx, under);
+        let gone = self.e.b.ins().band(gone, neg);
+        let lo_bits = self.vi(m::EXP_FAST_LO);
+        let tiny = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedLessThanOrEqual, hx, lo_bits);
         // ±0.5 with x's sign.
         let sign = self.vi(0x8000_0000);
         let sign = self.e.b.ins().band(bits, sign);
@@ -150,11 +176,28 @@ impl Lw<'_, '_> {
         let t = self.e.b.ins().fadd(t, hi);
         let one_f = self.vf(1.0);
         let y = self.e.b.ins().fadd(one_f, t);
+        // `scalbnf(y, k)`: one multiply by `2^k`, or for `k < -126` (a
+        // subnormal result) first by `2^-102` and then by `2^(k + 102)`,
+        // as `scalbnf` does.
+        let min_k = self.vi(-126i32 as u32);
+        let low = self.e.b.ins().icmp(IntCC::SignedLessThan, k, min_k);
+        let by = self.vi(102);
+        let k_up = self.e.b.ins().iadd(k, by);
+        let k = self.e.b.ins().bitselect(low, k_up, k);
+        let down = self.vf(m::TWO_TO_MINUS_102);
+        let y_down = self.e.b.ins().fmul(y, down);
+        let y = self.pick(Kind::F32, low, y_down, y);
         let bias = self.vi(0x7f);
         let e = self.e.b.ins().iadd(k, bias);
         let e = self.e.b.ins().ishl_imm_u(e, 23);
         let scale = self.e.b.ins().bitcast(types::F32X4, plain, e);
-        (self.e.b.ins().fmul(y, scale), fast)
+        let r = self.e.b.ins().fmul(y, scale);
+        // `|x| <= 2^-14`: `1 + x`; `x <= -103.97`: 0; NaN: itself.
+        let one_x = self.e.b.ins().fadd(one_f, x);
+        let r = self.pick(Kind::F32, tiny, one_x, r);
+        let zero = self.vf(0.0);
+        let r = self.pick(Kind::F32, gone, zero, r);
+        (self.pick(Kind::F32, nan, x, r), fast)
     }
 
     /// libm's `logf` of the lanes in its common range (its steps, one for
