@@ -40,7 +40,7 @@ impl Lw<'_, '_> {
     /// out-of-line call otherwise (a lane there takes the scalar function).
     pub(super) fn lane_math(&mut self, op: UnOp, x: Value) -> Value {
         let (r, fast) = if op == UnOp::Exp {
-            self.exp_inline(x)
+            self.exp_inline(x, false)
         } else {
             self.log_inline(x)
         };
@@ -50,13 +50,27 @@ impl Lw<'_, '_> {
         self.e.b.set_cold_block(slow);
         self.e.b.ins().brif(all, done, &[r.into()], slow, &[]);
         self.e.b.switch_to_block(slow);
+        let mut blocks = vec![slow];
+        if op == UnOp::Exp {
+            // Out of the common range, still inline but for large positive
+            // lanes: the special cases cost every group that has none.
+            let (r, fast) = self.exp_inline(x, true);
+            let all = self.e.b.ins().vall_true(fast);
+            let call = self.e.b.create_block();
+            self.e.b.set_cold_block(call);
+            self.e.b.ins().brif(all, done, &[r.into()], call, &[]);
+            self.e.b.switch_to_block(call);
+            blocks.push(call);
+        }
         let r2 = self.lane_math_call(op, x);
         self.e.b.ins().jump(done, &[r2.into()]);
-        // Both have all their predecessors: sealed now, a variable read
+        // All have all their predecessors: sealed now, a variable read
         // after this resolves to its definition before, not to a new
         // block parameter (the same value again: `lockstep`'s memo of
         // lane calls relies on it).
-        self.e.b.seal_block(slow);
+        for b in blocks {
+            self.e.b.seal_block(b);
+        }
         self.e.b.seal_block(done);
         self.e.b.switch_to_block(done);
         out
@@ -102,15 +116,21 @@ impl Lw<'_, '_> {
         self.e.b.ins().band(above, below)
     }
 
-    /// libm's `expf` of every lane but large positive ones (its steps,
-    /// one for one, special cases included), and the mask of those lanes.
-    fn exp_inline(&mut self, x: Value) -> (Value, Value) {
+    /// libm's `expf` (its steps, one for one) of the lanes in its common
+    /// range, or (`full`) of every lane but large positive ones, special
+    /// cases included; and the mask of those lanes.
+    fn exp_inline(&mut self, x: Value, full: bool) -> (Value, Value) {
         use crate::vmath as m;
         use cranelift_codegen::ir::condcodes::IntCC;
         let plain = MemFlagsData::new();
         let bits = self.e.b.ins().bitcast(types::I32X4, plain, x);
         let abs = self.vi(0x7fff_ffff);
         let hx = self.e.b.ins().band(bits, abs);
+        if !full {
+            let fast = self.between(hx, m::EXP_FAST_LO, m::EXP_FAST_HI);
+            let neg = self.e.b.ins().sshr_imm_u(bits, 31);
+            return (self.exp_steps(x, bits, hx, neg, false), fast);
+        }
         let neg = self.e.b.ins().sshr_imm_u(bits, 31);
         // Every lane but a large positive one (`x >= 87.33655`, where
         // `2^k` may overflow): those take the call.
@@ -139,6 +159,22 @@ impl Lw<'_, '_> {
             .b
             .ins()
             .icmp(IntCC::SignedLessThanOrEqual, hx, lo_bits);
+        let r = self.exp_steps(x, bits, hx, neg, true);
+        // `|x| <= 2^-14`: `1 + x`; `x <= -103.97`: 0; NaN: itself.
+        let one_f = self.vf(1.0);
+        let one_x = self.e.b.ins().fadd(one_f, x);
+        let r = self.pick(Kind::F32, tiny, one_x, r);
+        let zero = self.vf(0.0);
+        let r = self.pick(Kind::F32, gone, zero, r);
+        (self.pick(Kind::F32, nan, x, r), fast)
+    }
+
+    /// `expf`'s argument reduction, polynomial and scaling by `2^k` (of
+    /// lanes whose `k` is at least -126, or, `full`, any).
+    fn exp_steps(&mut self, x: Value, bits: Value, hx: Value, neg: Value, full: bool) -> Value {
+        use crate::vmath as m;
+        use cranelift_codegen::ir::condcodes::IntCC;
+        let plain = MemFlagsData::new();
         // ±0.5 with x's sign.
         let sign = self.vi(0x8000_0000);
         let sign = self.e.b.ins().band(bits, sign);
@@ -177,8 +213,20 @@ impl Lw<'_, '_> {
         let one_f = self.vf(1.0);
         let y = self.e.b.ins().fadd(one_f, t);
         // `scalbnf(y, k)`: one multiply by `2^k`, or for `k < -126` (a
-        // subnormal result) first by `2^-102` and then by `2^(k + 102)`,
-        // as `scalbnf` does.
+        // subnormal result, only `full`) first by `2^-102` and then by
+        // `2^(k + 102)`, as `scalbnf` does.
+        let (k, y) = if full { self.scale_down(k, y) } else { (k, y) };
+        let bias = self.vi(0x7f);
+        let e = self.e.b.ins().iadd(k, bias);
+        let e = self.e.b.ins().ishl_imm_u(e, 23);
+        let scale = self.e.b.ins().bitcast(types::F32X4, plain, e);
+        self.e.b.ins().fmul(y, scale)
+    }
+
+    /// `(k + 102, y * 2^-102)` in the lanes where `k < -126`.
+    fn scale_down(&mut self, k: Value, y: Value) -> (Value, Value) {
+        use crate::vmath as m;
+        use cranelift_codegen::ir::condcodes::IntCC;
         let min_k = self.vi(-126i32 as u32);
         let low = self.e.b.ins().icmp(IntCC::SignedLessThan, k, min_k);
         let by = self.vi(102);
@@ -186,18 +234,7 @@ impl Lw<'_, '_> {
         let k = self.e.b.ins().bitselect(low, k_up, k);
         let down = self.vf(m::TWO_TO_MINUS_102);
         let y_down = self.e.b.ins().fmul(y, down);
-        let y = self.pick(Kind::F32, low, y_down, y);
-        let bias = self.vi(0x7f);
-        let e = self.e.b.ins().iadd(k, bias);
-        let e = self.e.b.ins().ishl_imm_u(e, 23);
-        let scale = self.e.b.ins().bitcast(types::F32X4, plain, e);
-        let r = self.e.b.ins().fmul(y, scale);
-        // `|x| <= 2^-14`: `1 + x`; `x <= -103.97`: 0; NaN: itself.
-        let one_x = self.e.b.ins().fadd(one_f, x);
-        let r = self.pick(Kind::F32, tiny, one_x, r);
-        let zero = self.vf(0.0);
-        let r = self.pick(Kind::F32, gone, zero, r);
-        (self.pick(Kind::F32, nan, x, r), fast)
+        (k, self.pick(Kind::F32, low, y_down, y))
     }
 
     /// libm's `logf` of the lanes in its common range (its steps, one for
