@@ -165,7 +165,9 @@ pub(crate) fn vectorizable(
 
 /// SIMD bodies per control-word check when the item loop is vectorized
 /// ([`vectorizable`]): a group is `UNROLL * VECTORS_PER_GROUP` workitems.
-pub(crate) const VECTORS_PER_GROUP: u32 = 4;
+/// Eight rather than four: saxpy over 2^20 elements 0.956x by turns (the
+/// loop's compare, branch and poll spread over twice the work).
+pub(crate) const VECTORS_PER_GROUP: u32 = 8;
 
 /// Workitems per control-word check in an unrolled item loop.
 pub(crate) const UNROLL: u32 = 4;
