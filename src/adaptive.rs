@@ -54,6 +54,10 @@ pub(crate) struct Plan {
     pub(crate) tlab_bytes: Option<u32>,
     /// The kernel's chunk size, if a policy changed it.
     pub(crate) chunk: Option<u64>,
+    /// Nanoseconds a workitem took on the CPU device in recent launches
+    /// (their device time over the workitems they ran there), once known:
+    /// what sizes its claims ([`crate::cpu`]).
+    pub(crate) item_ns: Option<f64>,
 }
 
 /// What a kernel's adaptive state says about it now.
@@ -98,6 +102,8 @@ pub(crate) struct KernelState {
     retry_in: Option<u32>,
     tlab_bytes: Option<u32>,
     chunk: Option<u64>,
+    /// See [`Plan::item_ns`].
+    item_ns: Option<f64>,
     history: Recent<LaunchOutcome>,
     counters: DeoptCounters,
     log: Recent<Logged>,
@@ -135,6 +141,7 @@ impl KernelState {
             retry_in: None,
             tlab_bytes: None,
             chunk: None,
+            item_ns: None,
             history: Recent::default(),
             counters: DeoptCounters::new(),
             log: Recent::default(),
@@ -159,6 +166,7 @@ impl KernelState {
             version: self.version.clone(),
             tlab_bytes: self.tlab_bytes,
             chunk: self.chunk,
+            item_ns: self.item_ns,
         }
     }
 
@@ -177,6 +185,11 @@ impl KernelState {
             for (&(site, reason), &n) in &rep.site_deopts {
                 self.counters.add(kv, site, reason, n);
             }
+        }
+        if rep.device == Device::Cpu && rep.on_device > 0 {
+            // A moving average over about the last four launches.
+            let ns = rep.timings.run.as_nanos() as f64 / rep.on_device as f64;
+            self.item_ns = Some(self.item_ns.map_or(ns, |old| 0.75 * old + 0.25 * ns));
         }
         let offloaded = rep.device != Device::Interpreter;
         let outcome = LaunchOutcome {

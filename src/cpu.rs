@@ -191,10 +191,23 @@ impl Executor for CpuDevice {
 /// workitems differ in cost, and at most 16384. A claim is an atomic add on
 /// the one cursor every slot shares; with claims of 1024, saxpy over 2^20
 /// workitems spent more time moving that cache line between cores than in
-/// its vectorized body (275 µs against 163 µs with claims of 16384).
-fn chunk_size(n: u64, workers: usize) -> i64 {
-    (n / (workers as u64 * 32)).clamp(1, 16384) as i64
+/// its vectorized body (275 µs against 163 µs with claims of 16384). Once
+/// the kernel's time per workitem is known (`item_ns`), a claim is also
+/// at least [`CLAIM_NS`] of work: saxpy over 1,024 workitems made 64
+/// claims of 16, two cores taking turns at the cursor's line (4.3 µs
+/// per launch with claims of 4 µs of work, 6.0 before; with 1 µs, 8.9
+/// against 15.1 at a slower hour; nbody's claims of 8 heavy workitems,
+/// 2 µs each, are left as they were: 4 µs claims cost it 1.3x).
+fn chunk_size(n: u64, workers: usize, item_ns: Option<f64>) -> i64 {
+    let balanced = n / (workers as u64 * 32);
+    let worth = item_ns.map_or(0, |ns| (CLAIM_NS / ns.max(0.01)) as u64);
+    balanced.max(worth).clamp(1, 16384) as i64
 }
+
+/// The least work a claim is worth, in nanoseconds: a claim costs about a
+/// hundred when cores contend for the cursor, so this keeps the claims'
+/// share of a launch's time under a few percent.
+const CLAIM_NS: f64 = 1000.0;
 
 /// What one slot's worker did.
 #[derive(Default)]
@@ -213,6 +226,10 @@ struct SlotOut {
     /// A replay stored a reference to an object of this launch into an
     /// older object (the interpreter's write barrier).
     escaped: bool,
+    /// The most records the slot held at once: its records past these
+    /// were never written (so only these need to be found empty before
+    /// the save area is reused).
+    records_high: u64,
 }
 
 /// Empty slot `slot`'s records, the last first: each is resumed by the
@@ -373,9 +390,10 @@ fn run(
     let on_exhausted = KernelCall::on_exhausted(env);
     let tlabs = tlabs_of(&alloc, workers);
     let total = range.end.wrapping_sub(range.start) as u64;
-    let chunk = plan
-        .chunk
-        .map_or_else(|| chunk_size(total, workers), |c| c.min(1 << 20) as i64);
+    let chunk = plan.chunk.map_or_else(
+        || chunk_size(total, workers, plan.item_ns),
+        |c| c.min(1 << 20) as i64,
+    );
     let safepoints_before = inner.control.count();
     let epoch = started.ticket;
     let mut slot_words = vec![offload_jit::ctx::SlotWords::default(); workers];
@@ -474,7 +492,9 @@ fn run(
                 }
                 let tr = Instant::now();
                 // SAFETY: as above.
-                if unsafe { (*ctx.slots.add(slot)).records } > 0
+                let records = unsafe { (*ctx.slots.add(slot)).records };
+                out.records_high = out.records_high.max(records);
+                if records > 0
                     && let Err(e) = env.gc.before_replays(&env.heap, &env.control)
                 {
                     out.error = Some(e);
@@ -531,7 +551,8 @@ fn run(
     let mut replays = Replays::default();
     let mut escaped = false;
     let mut replay_time = Duration::ZERO;
-    for o in outs {
+    let mut written = Vec::with_capacity(workers);
+    for (slot, o) in outs.into_iter().enumerate() {
         let o = o.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = o.error {
             return Err(e);
@@ -542,6 +563,8 @@ fn run(
         // A slot's first entry is not a re-entry (and a slot the launch
         // team skipped has none).
         report.reentries += o.entries.saturating_sub(1);
+        let first = slot * per_slot;
+        written.push(first..first + o.records_high as usize);
         replays = replays.merge(o.replays);
         replay_time = replay_time.max(o.replay_time);
     }
@@ -552,7 +575,7 @@ fn run(
     drop(registered);
     let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = slot_words.iter().map(|s| s.recycled * 8).sum();
-    env.give_back_save_area(area);
+    env.give_back_save_area(area, &written);
     report.chunks = total.div_ceil(chunk as u64);
     report.alloc = alloc_stats;
     report.timings =
@@ -562,4 +585,26 @@ fn run(
     report.quick_tier = ck.quick;
     report.speculations = meta.speculations.clone();
     thrown.finish(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_size;
+
+    #[test]
+    fn claims_balance_and_are_worth_their_cost() {
+        // Unknown cost: about 32 claims per worker, at most 16384.
+        assert_eq!(chunk_size(1 << 20, 2, None), 16384);
+        assert_eq!(chunk_size(1024, 2, None), 16);
+        assert_eq!(chunk_size(10, 2, None), 1);
+        // Cheap workitems: claims of at least a microsecond of work.
+        assert_eq!(chunk_size(1024, 2, Some(2.0)), 500);
+        assert_eq!(chunk_size(1 << 20, 2, Some(0.06)), 16384);
+        // Dear ones: the balanced size wins.
+        assert_eq!(chunk_size(512, 2, Some(250.0)), 8);
+        assert_eq!(chunk_size(65536, 2, Some(60.0)), 1024);
+        // A nonsense estimate still gives a claim.
+        assert_eq!(chunk_size(1024, 2, Some(0.0)), 16384);
+        assert_eq!(chunk_size(1024, 2, Some(f64::INFINITY)), 16);
+    }
 }

@@ -317,7 +317,13 @@ impl SaveArea {
 
     /// Whether every record is empty (an area that may be reused as is).
     pub fn is_clear(&self) -> bool {
-        (0..self.slots).all(|s| self.site_word(s).load(Ordering::Acquire) == SaveLayout::EMPTY)
+        self.is_clear_in(0..self.slots)
+    }
+
+    /// Whether records `range` (clipped to the area) are empty.
+    pub fn is_clear_in(&self, range: std::ops::Range<usize>) -> bool {
+        (range.start.min(self.slots)..range.end.min(self.slots))
+            .all(|s| self.site_word(s).load(Ordering::Acquire) == SaveLayout::EMPTY)
     }
 
     /// Empty every record (before a relaunch).

@@ -148,6 +148,8 @@ fn save_area_round_trips_and_rejects_nonsense() {
     assert!(!area.is_clear());
     area.clear_one(0).unwrap();
     assert!(!area.is_clear(), "record 1 is still there");
+    assert!(area.is_clear_in(0..1) && area.is_clear_in(2..100));
+    assert!(!area.is_clear_in(0..2) && !area.is_clear_in(1..2));
     area.clear();
     assert!(area.records(&meta).unwrap().is_empty());
     assert!(area.is_clear());
