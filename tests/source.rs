@@ -142,3 +142,23 @@ fn on_the_gpu_every_example_source_agrees_with_its_bytecode() {
             .unwrap_or_else(|why| panic!("seed {seed} on the GPU: {why}\n{src}"));
     }
 }
+
+/// Source handed to the bytecode loader fails with a hint naming the
+/// loader that takes it; bytecode with the same mistake gets no such hint.
+#[test]
+fn source_given_to_the_bytecode_loader_says_how_to_load_it() {
+    let rt = offload::Runtime::builder()
+        .device(offload::Device::Cpu)
+        .build()
+        .unwrap();
+    let src = "#[kernel]\nfn k(i: i32, a: &mut [f32]) {\n    a[i] = 1.0;\n}\n";
+    let Err(offload::OffloadError::Load { rendered, .. }) = rt.load("k.ofk", src) else {
+        panic!("source is not bytecode");
+    };
+    assert!(rendered.contains("Runtime::load_source"), "{rendered}");
+    assert!(rt.load_source("k.ofk", src).is_ok());
+    let Err(offload::OffloadError::Load { rendered, .. }) = rt.load("k.obc", "kernel k(\n") else {
+        panic!("malformed bytecode");
+    };
+    assert!(!rendered.contains("load_source"), "{rendered}");
+}

@@ -249,10 +249,20 @@ impl Runtime {
 
     /// Load a module from `.obc` text; `name` names it in messages.
     pub fn load(&self, name: &str, src: &str) -> Result<Module, OffloadError> {
-        let verified = offload_ir::load(name, src).map_err(|d| OffloadError::Load {
-            name: name.to_string(),
-            rendered: crate::diagnostics::render_all(&d.0, src),
-            diagnostics: d,
+        let verified = offload_ir::load(name, src).map_err(|d| {
+            let mut rendered = crate::diagnostics::render_all(&d.0, src);
+            // Source text given to the bytecode loader fails on its first
+            // `fn`: say what would load it.
+            if name.ends_with(".ofk") || src.contains("#[kernel]") {
+                rendered.push_str(
+                    "help: this looks like kernel source (`.ofk`), not bytecode: load it with `Runtime::load_source`\n",
+                );
+            }
+            OffloadError::Load {
+                name: name.to_string(),
+                rendered,
+                diagnostics: d,
+            }
         })?;
         self.install(name, verified)
     }
