@@ -126,12 +126,11 @@ impl Lw<'_, '_> {
         let bits = self.e.b.ins().bitcast(types::I32X4, plain, x);
         let abs = self.vi(0x7fff_ffff);
         let hx = self.e.b.ins().band(bits, abs);
+        let neg = self.e.b.ins().sshr_imm_u(bits, 31);
         if !full {
             let fast = self.between(hx, m::EXP_FAST_LO, m::EXP_FAST_HI);
-            let neg = self.e.b.ins().sshr_imm_u(bits, 31);
             return (self.exp_steps(x, bits, hx, neg, false), fast);
         }
-        let neg = self.e.b.ins().sshr_imm_u(bits, 31);
         // Every lane but a large positive one (`x >= 87.33655`, where
         // `2^k` may overflow): those take the call.
         let inf = self.vi(0x7f80_0000);

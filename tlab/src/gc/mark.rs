@@ -173,20 +173,14 @@ impl Tracer<'_> {
     /// and the array stays as far from the one before. (A filler of that
     /// size there that was not such a gap is kept too: harmless.)
     fn keep_colour_gap(&self, r: u32, h: Header) {
-        use crate::alloc::{COLOUR_GAP_BYTES, COLOUR_MIN_BYTES};
-        let gap = (COLOUR_GAP_BYTES / 8) as u32;
         if !matches!(h, Header::Array { .. })
-            || h.size().is_none_or(|b| b < COLOUR_MIN_BYTES)
-            || r < HEAP_START_WORDS + gap
+            || h.size().is_none_or(|b| b < crate::alloc::COLOUR_MIN_BYTES)
+            || r < HEAP_START_WORDS + GAP_WORDS
         {
             return;
         }
-        let f = r - gap;
-        if header(self.cells, f)
-            == Some(Header::Filler {
-                size: COLOUR_GAP_BYTES as u32,
-            })
-        {
+        let f = r - GAP_WORDS;
+        if header(self.cells, f).is_some_and(is_colour_gap) {
             self.marks.test_and_set(f);
         }
     }
@@ -247,7 +241,11 @@ pub(super) struct LiveWords {
     pub(super) gaps: Vec<u32>,
 }
 
-/// Whether a marked object with header `h` is a kept colour gap.
+/// The words of a colour gap.
+pub(super) const GAP_WORDS: u32 = (crate::alloc::COLOUR_GAP_BYTES / 8) as u32;
+
+/// Whether a marked object with header `h` is a kept colour gap (or, at
+/// marking, the filler before a large array that is one).
 fn is_colour_gap(h: Header) -> bool {
     h == Header::Filler {
         size: crate::alloc::COLOUR_GAP_BYTES as u32,

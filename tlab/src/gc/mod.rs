@@ -125,9 +125,6 @@ struct Pad {
     words: u32,
 }
 
-/// The words of a colour gap.
-const GAP_WORDS: u32 = (crate::alloc::COLOUR_GAP_BYTES / 8) as u32;
-
 /// Where live objects go: the live-word bitmap and, per 64 words, the new
 /// address of the first live word among them (colour gaps' padding
 /// included: see `Heap::collect`).
@@ -210,7 +207,7 @@ impl Heap {
             // space freed below it, so nothing moves up.
             while let Some(f) = gaps.next_if(|&f| (f >> 6) as usize == w) {
                 let to = next + (word & ((1u64 << (f & 63)) - 1)).count_ones();
-                let pad = aligned_pad(to + GAP_WORDS);
+                let pad = aligned_pad(to + mark::GAP_WORDS);
                 let pad = if to + pad <= f { pad } else { 0 };
                 pads.push(Pad {
                     at: f,
