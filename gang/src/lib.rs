@@ -23,11 +23,13 @@
 //! `generation` (release); a helper that sees a generation it has not run
 //! (acquire) calls the job with its slot, then decrements `pending`
 //! (release), and the last one unparks the caller, which returns once it
-//! reads zero (acquire). The caller's next dispatch waits for that, so a
-//! helper is never more than one generation behind. A helper claims its
-//! slot for the generation before it runs it (a swap); a draining
-//! dispatch's caller, done with slot 0, claims the slots not yet claimed
-//! and counts them off `pending` itself.
+//! reads zero (acquire). The caller's next dispatch waits for that. A
+//! helper claims its slot for the generation before it runs it; a
+//! draining dispatch's caller, done with slot 0, claims the slots not yet
+//! claimed and counts them off `pending` itself — so a skipped helper may
+//! be several generations behind when it looks again. A claim raises the
+//! slot's claimed generation and succeeds only if it was lower: a helper
+//! runs only the newest dispatch, and only while it is in flight.
 
 mod placement;
 mod sync;
@@ -85,7 +87,12 @@ struct Shared {
     pending: AtomicUsize,
     /// Per helper, the last generation its slot was claimed for: by the
     /// helper, to run it, or by a draining dispatch's caller, to skip it
-    /// (whoever swaps the generation in first).
+    /// (whoever raises it to the generation first). Only ever raised
+    /// (`fetch_max`): a helper held up after it read a generation must not
+    /// claim it once a later one was claimed — a swap there let it run a
+    /// newer dispatch's slot and take a second count off that dispatch's
+    /// `pending`, and the caller waited forever (found by a profile run,
+    /// modelled in `gang/tests/loom.rs`).
     claims: Vec<AtomicU64>,
     /// The thread whose dispatch is in flight: the last helper unparks it.
     waiter: Mutex<Option<thread::Thread>>,
@@ -219,7 +226,10 @@ impl Gang {
                 h.thread().unpark();
             }
             // A helper the wake-up put on this core runs now, and moves
-            // away (`placement`).
+            // away (`placement`). Only a hint to the scheduler: loom's
+            // yield would force a switch to the helper here and hide every
+            // schedule where the helper is slow.
+            #[cfg(not(loom))]
             thread::yield_now();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
@@ -228,7 +238,7 @@ impl Gang {
                 let skipped = shared
                     .claims
                     .iter()
-                    .filter(|c| c.swap(generation, Ordering::AcqRel) != generation)
+                    .filter(|c| c.fetch_max(generation, Ordering::AcqRel) < generation)
                     .count();
                 if skipped > 0 {
                     shared.pending.fetch_sub(skipped, Ordering::AcqRel);
@@ -241,6 +251,11 @@ impl Gang {
                 }
             }
             *lock(&shared.job) = None;
+            // The last helper unparks the waiter under this lock: once it
+            // is cleared here, no unpark from this dispatch can reach the
+            // caller after `run` returns (std allows such a stray wake-up
+            // of a later `park` of the caller's; loom's `join` does not).
+            *lock(&shared.waiter) = None;
         }
         let theirs = lock(&shared.panic).take();
         if let Err(p) = mine {
@@ -279,9 +294,12 @@ fn helper(shared: &Shared, slot: usize) {
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
-        if shared.claims[slot - 1].swap(seen, Ordering::AcqRel) == seen {
+        if shared.claims[slot - 1].fetch_max(seen, Ordering::AcqRel) >= seen {
             // A draining dispatch's caller skipped this slot (and counted
-            // it off `pending`): nothing to run, nothing to report.
+            // it off `pending`): nothing to run, nothing to report. Or it
+            // skipped a later one: this helper read `seen` and was held
+            // up while its caller skipped it and went on to newer
+            // dispatches; the newest is then `fresh` on the next turn.
             continue;
         }
         let job = *lock(&shared.job);

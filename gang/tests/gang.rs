@@ -186,3 +186,42 @@ fn a_draining_dispatch_waits_for_helpers_that_started() {
         finished.store(0, Ordering::Relaxed);
     }
 }
+
+#[test]
+fn back_to_back_draining_dispatches_never_hang_nor_run_a_slot_twice() {
+    // More helpers than cores, spinning: the scheduler preempts a helper
+    // between reading a generation and claiming its slot, while its caller
+    // skips it and goes on. A helper that then claimed the stale generation
+    // ran a newer dispatch's slot and took a second count off its
+    // `pending`, and the next dispatch waited forever (seen in a profile
+    // run of saxpy). Run on a thread of its own so that a hang fails the
+    // test instead of stalling the suite.
+    const ROUNDS: usize = 400_000;
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let workers = 2 * std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .max(2);
+        let g = gang(workers);
+        let mut twice = 0;
+        for round in 0..ROUNDS {
+            let ran: Vec<AtomicUsize> = (0..workers).map(|_| AtomicUsize::new(0)).collect();
+            g.run_draining(&|slot| {
+                ran[slot].fetch_add(1, Ordering::Relaxed);
+                if slot == 0 {
+                    // Long enough, sometimes, for helpers to wake.
+                    for _ in 0..round % 64 {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+            .unwrap();
+            twice += ran.iter().filter(|n| n.load(Ordering::Relaxed) > 1).count();
+        }
+        let _ = done.send(twice);
+    });
+    match finished.recv_timeout(Duration::from_secs(120)) {
+        Ok(twice) => assert_eq!(twice, 0, "slots that ran twice in one dispatch"),
+        Err(_) => panic!("{ROUNDS} draining dispatches did not finish in 120 s: a lost wake-up"),
+    }
+}

@@ -90,3 +90,37 @@ fn a_draining_dispatch_runs_each_slot_at_most_once() {
         drop(g);
     });
 }
+
+/// Three draining dispatches in a row, the caller skipping the helper in
+/// any of them: a helper that saw a generation and was overtaken before it
+/// claimed its slot must not claim it later — by then the caller may have
+/// skipped a newer generation, and a late claim would run a newer
+/// dispatch's slot (twice, or with its count taken off twice: the caller
+/// then waits forever, which loom reports as a deadlock).
+#[test]
+fn an_overtaken_helper_never_claims_a_later_dispatch() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let g = Gang::with_spin(2, |i| format!("h{i}"), Duration::ZERO).unwrap();
+        let cells = Cells([UnsafeCell::new(0u32), UnsafeCell::new(0u32)]);
+        let mut helper_before = 0;
+        for round in 1..=3u32 {
+            g.run_draining(&|slot| {
+                // SAFETY: as in the first model.
+                cells.cell(slot).with_mut(|p| unsafe { *p += 1 });
+            })
+            .unwrap();
+            // SAFETY: no slot runs between dispatches.
+            assert_eq!(cells.cell(0).with(|p| unsafe { *p }), round);
+            // SAFETY: as above.
+            let helper = cells.cell(1).with(|p| unsafe { *p });
+            assert!(
+                helper <= helper_before + 1,
+                "a slot ran twice in one dispatch"
+            );
+            helper_before = helper;
+        }
+        drop(g);
+    });
+}
