@@ -96,6 +96,9 @@ struct Shared {
     claims: Vec<AtomicU64>,
     /// The thread whose dispatch is in flight: the last helper unparks it.
     waiter: Mutex<Option<thread::Thread>>,
+    /// Helpers parked (or about to park): a dispatch that wakes one
+    /// yields its core once, in case the wake-up put the helper there.
+    parked: AtomicUsize,
     /// The core the dispatching thread was on (`usize::MAX`: unknown).
     caller_cpu: AtomicUsize,
     /// The first panic of a helper's slot in the current dispatch.
@@ -160,6 +163,7 @@ impl Gang {
             pending: AtomicUsize::new(0),
             claims: (1..workers.max(1)).map(|_| AtomicU64::new(0)).collect(),
             waiter: Mutex::new(None),
+            parked: AtomicUsize::new(0),
             caller_cpu: AtomicUsize::new(usize::MAX),
             panic: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -225,12 +229,15 @@ impl Gang {
                 // which then returns at once: each park is in a loop.
                 h.thread().unpark();
             }
-            // A helper the wake-up put on this core runs now, and moves
-            // away (`placement`). Only a hint to the scheduler: loom's
-            // yield would force a switch to the helper here and hide every
-            // schedule where the helper is slow.
+            // A parked helper the wake-up put on this core runs now, and
+            // moves away (`placement`). Helpers still spinning are on
+            // cores of their own: no system call then. Only a hint to the
+            // scheduler: loom's yield would force a switch to the helper
+            // here and hide every schedule where the helper is slow.
             #[cfg(not(loom))]
-            thread::yield_now();
+            if shared.parked.load(Ordering::Relaxed) > 0 {
+                thread::yield_now();
+            }
         }
         let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
         if helpers > 0 {
@@ -286,9 +293,11 @@ fn helper(shared: &Shared, slot: usize) {
     loop {
         let fresh = || shared.generation.load(Ordering::Acquire) != seen;
         if !sync::spin_until(shared.spin, fresh) {
+            shared.parked.fetch_add(1, Ordering::Relaxed);
             while !fresh() {
                 thread::park();
             }
+            shared.parked.fetch_sub(1, Ordering::Relaxed);
         }
         seen = shared.generation.load(Ordering::Acquire);
         if shared.stop.load(Ordering::Acquire) {

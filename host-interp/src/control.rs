@@ -131,7 +131,12 @@ impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut st = self.0.lock();
         st.running -= 1;
-        self.0.cv.notify_all();
+        // Only a safepoint's requester waits for `running` to fall (while
+        // `requested` holds; it set that under this lock): a wake-up for
+        // nobody would be a system call per slot per launch.
+        if st.requested {
+            self.0.cv.notify_all();
+        }
     }
 }
 

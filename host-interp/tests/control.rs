@@ -59,3 +59,47 @@ fn words_get_wait_bits_unless_the_safepoint_moves_objects() {
     let _p = c.register(&plain, 2);
     let ((), _) = c.safepoint(|| assert_eq!(plain.load(Ordering::SeqCst), 2));
 }
+
+#[test]
+fn a_safepoint_completes_when_a_running_worker_leaves_without_polling() {
+    // The worker never polls: the requester waits for it to leave the
+    // running set, and its leaving must wake the requester (it wakes
+    // nobody when no safepoint is requested). Detached threads, so that a
+    // requester left waiting fails the test rather than hanging it.
+    let c = Arc::new(Control::new());
+    let entered = Arc::new(AtomicBool::new(false));
+    let leave = Arc::new(AtomicBool::new(false));
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = {
+        let (c, entered, leave) = (c.clone(), entered.clone(), leave.clone());
+        std::thread::spawn(move || {
+            let running = c.enter();
+            entered.store(true, Ordering::Release);
+            while !leave.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            drop(running);
+        })
+    };
+    while !entered.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let ((), _) = c.safepoint(|| ());
+            let _ = done.send(());
+        });
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        finished.try_recv().is_err(),
+        "the safepoint did not wait for the worker"
+    );
+    leave.store(true, Ordering::Release);
+    worker.join().unwrap();
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the worker's leaving did not wake the safepoint's requester");
+    assert_eq!(c.count(), 1);
+}
