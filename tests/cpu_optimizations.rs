@@ -350,3 +350,62 @@ fn vectorized_groups_agree_with_the_interpreter() {
         }
     }
 }
+
+/// Safepoints while vectorized groups run (256-bit groups
+/// on a host with AVX2, `jit/src/cpu/wide.rs`, else 128-bit ones): a slot
+/// stops at the poll before a group, nothing moves during the safepoint,
+/// and every workitem of every launch runs exactly once.
+#[test]
+fn safepoints_inside_vectorized_groups_lose_nothing() {
+    const INC: &str = "kernel inc(i: i64, c: i32[]) {
+    local j: i32
+    load i
+    i64.to_i32
+    store j
+    load c
+    load j
+    load c
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    ret
+}";
+    const N: usize = 1 << 22;
+    const LAUNCHES: i32 = 24;
+    let rt = optimized(2);
+    let m = rt.load("inc.obc", INC).unwrap();
+    let counts = rt.new_array::<i32>(N).unwrap();
+    let c = m.closure("inc", [(&counts).into()]).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (during, still) = std::thread::scope(|s| {
+        let requester = s.spawn(|| {
+            let mut still = true;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let ((before, after), _) = rt.safepoint(|_heap| {
+                    let before = rt.read(&counts).unwrap();
+                    std::thread::sleep(std::time::Duration::from_micros(300));
+                    (before, rt.read(&counts).unwrap())
+                });
+                still &= before == after;
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            still
+        });
+        let mut during = 0;
+        for _ in 0..LAUNCHES {
+            let report = par_offload(0..N as i64, &c).unwrap();
+            assert!(!report.quick_tier);
+            during += report.safepoints;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        (during, requester.join().unwrap())
+    });
+    assert!(still, "a slot ran during a safepoint");
+    assert!(during > 0, "no safepoint came while a launch ran");
+    assert!(
+        rt.read(&counts).unwrap().iter().all(|&n| n == LAUNCHES),
+        "every workitem once per launch"
+    );
+}

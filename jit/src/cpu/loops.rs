@@ -37,6 +37,63 @@ impl Lw<'_, '_> {
         Ok(())
     }
 
+    /// Call the kernel's 256-bit loop ([`super::wide`]) for workitems
+    /// `wv ..` of the chunk `[wv, hv)`, then count what it ran and move
+    /// `w` to where it stopped. Its argument table is filled here, once
+    /// per call (once per chunk, unless a poll stops it).
+    pub(super) fn wide_groups(&mut self, wv: Value, hv: Value) {
+        use super::wide::WideArg;
+        use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
+        let (fr, args) = self.e.wide.clone().expect("a wide loop");
+        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
+        let table = self.e.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            8 * args.len().max(1) as u32,
+            3,
+        ));
+        let table_addr = self.e.b.ins().stack_addr(self.e.ptr, table, 0);
+        for (i, arg) in args.iter().enumerate() {
+            let word = match *arg {
+                WideArg::Array(l) => {
+                    let r = self.e.env.captures[l - 1];
+                    let base = self.obj_addr(r);
+                    self.e.b.ins().iadd_imm_s(base, 8)
+                }
+                WideArg::Scalar(l) => {
+                    let c = self.e.env.captures[l - 1];
+                    let ty = self.e.b.func.dfg.value_type(c);
+                    let bits = if ty == types::F32 {
+                        self.e.b.ins().bitcast(types::I32, MemFlagsData::new(), c)
+                    } else {
+                        c
+                    };
+                    if self.e.b.func.dfg.value_type(bits) == types::I64 {
+                        bits
+                    } else {
+                        self.e.b.ins().uextend(types::I64, bits)
+                    }
+                }
+                WideArg::Bits(b) => self.e.b.ins().iconst(types::I64, i64::from(b)),
+            };
+            let flags = MemFlagsData::new().with_notrap();
+            self.e.b.ins().store(flags, word, table_addr, 8 * i as i32);
+        }
+        let (ctx, _, _) = self.base_values();
+        let control = self.e.b.ins().load(
+            self.e.ptr,
+            super::invariant(),
+            ctx,
+            crate::ctx::offsets::CONTROL,
+        );
+        let call = self.e.b.ins().call(fr, &[table_addr, wv, hv, control]);
+        let w1 = self.e.b.inst_results(call)[0];
+        let ran = self.e.b.ins().isub(w1, wv);
+        let d = self.e.b.use_var(done);
+        let d1 = self.e.b.ins().iadd(d, ran);
+        self.e.b.def_var(done, d1);
+        self.e.b.def_var(w, w1);
+    }
+
     /// The `j`-th SIMD body of a group starting at workitem `wv`: lanes
     /// `wv + UNROLL j ..`; `bases` holds each array's address of element
     /// `wv`, made on first use.

@@ -136,6 +136,7 @@ mod lockstep;
 mod loops;
 mod reentry;
 mod slot_loop;
+mod wide;
 
 use crate::lower::{Walker, plan};
 use crate::spec::Speculations;
@@ -296,6 +297,11 @@ pub(crate) fn compile(
     let id = module
         .declare_function(name, Linkage::Local, &sig)
         .map_err(|e| JitError::Codegen(e.to_string()))?;
+    let wide_id = if opts.quick || !wide::available() {
+        None
+    } else {
+        define_wide(module, prog, k, name)?
+    };
     let mut ctx = module.make_context();
     ctx.func.signature = sig;
     let mut fctx = FunctionBuilderContext::new();
@@ -311,8 +317,15 @@ pub(crate) fn compile(
             allocates,
             resume_copy: None,
             resumable: BTreeSet::new(),
+            wide: None,
         };
         let mut lw = Walker::new(cpu, prog, k, version, opts, spec)?;
+        if let Some((wid, args)) = wide_id {
+            let fr = module.declare_func_in_func(wid, lw.e.b.func);
+            // As the imports below: called through its absolute address.
+            lw.e.b.func.dfg.ext_funcs[fr].colocated = false;
+            lw.e.wide = Some((fr, args));
+        }
         // In name order, so the function's text is the same every time.
         let mut funcs: Vec<_> = imports.funcs.iter().collect();
         funcs.sort_by_key(|(name, _)| **name);
@@ -338,6 +351,36 @@ pub(crate) fn compile(
     }
     module.clear_context(&mut ctx);
     Ok((id, meta, reentry))
+}
+
+/// Kernel `k`'s 256-bit loop ([`wide`]) defined in `module` as
+/// `{name}_wide`, with its argument table; `None` when it has none.
+fn define_wide(
+    module: &mut JITModule,
+    prog: &Program,
+    k: FuncId,
+    name: &str,
+) -> Result<Option<(ClFuncId, Vec<wide::WideArg>)>, JitError> {
+    let Some(wl) = wide::compile(prog.verified(), k) else {
+        return Ok(None);
+    };
+    let ptr = module.target_config().pointer_type();
+    let mut sig: Signature = module.make_signature();
+    // The registers `wide` encodes for: System V's, whatever the host's
+    // default convention.
+    sig.call_conv = cranelift_codegen::isa::CallConv::SystemV;
+    for t in [ptr, types::I64, types::I64, ptr] {
+        sig.params.push(AbiParam::new(t));
+    }
+    sig.returns.push(AbiParam::new(types::I64));
+    let codegen = |e: &dyn std::fmt::Display| JitError::Codegen(format!("{name}_wide: {e}"));
+    let id = module
+        .declare_function(&format!("{name}_wide"), Linkage::Local, &sig)
+        .map_err(|e| codegen(&e))?;
+    module
+        .define_function_bytes(id, 32, &wl.code, &[])
+        .map_err(|e| codegen(&e))?;
+    Ok(Some((id, wl.args)))
 }
 
 /// Compile `ctx.func` and define it as `id`. The optimizing module's
@@ -449,6 +492,9 @@ pub(crate) struct Cpu<'f> {
     pub(crate) resume_copy: Option<Block>,
     /// The sites the function lands at so far (`slot_loop.rs`).
     pub(crate) resumable: BTreeSet<SiteId>,
+    /// The kernel's 256-bit loop ([`wide`]), defined in the module, and
+    /// the argument table it reads: called by the SIMD item loop.
+    pub(crate) wide: Option<(FuncRef, Vec<wide::WideArg>)>,
 }
 
 /// The walker with the CPU backend.

@@ -368,6 +368,23 @@ impl Lw<'_, '_> {
             self.e.b.ins().brif(cw, stopped, &[], start, &[]);
             if vector {
                 self.e.b.switch_to_block(start);
+                if self.e.wide.is_some() {
+                    // A group's worth of 256-bit groups left: the wide
+                    // loop runs them, and this loop goes on from where it
+                    // stopped.
+                    let narrow = self.e.b.create_block();
+                    let wide = self.e.b.create_block();
+                    let big = self.e.b.ins().icmp_imm_s(
+                        IntCC::SignedGreaterThanOrEqual,
+                        left,
+                        super::wide::GROUP,
+                    );
+                    self.e.b.ins().brif(big, wide, &[], narrow, &[]);
+                    self.e.b.switch_to_block(wide);
+                    self.wide_groups(wv, hv);
+                    self.e.b.ins().jump(item, &[]);
+                    self.e.b.switch_to_block(narrow);
+                }
                 self.vector_group()?;
                 self.e.b.ins().jump(item, &[]);
             }
