@@ -60,31 +60,16 @@ impl Lw<'_, '_> {
                     self.e.b.ins().iadd_imm_s(base, 8)
                 }
                 WideArg::Scalar(l) => {
+                    let k = self.v.func(self.cur.func).locals[l].ty.kind();
                     let c = self.e.env.captures[l - 1];
-                    let ty = self.e.b.func.dfg.value_type(c);
-                    let bits = if ty == types::F32 {
-                        self.e.b.ins().bitcast(types::I32, MemFlagsData::new(), c)
-                    } else {
-                        c
-                    };
-                    if self.e.b.func.dfg.value_type(bits) == types::I64 {
-                        bits
-                    } else {
-                        self.e.b.ins().uextend(types::I64, bits)
-                    }
+                    self.pack_raw(k, c)
                 }
                 WideArg::Bits(b) => self.e.b.ins().iconst(types::I64, i64::from(b)),
             };
             let flags = MemFlagsData::new().with_notrap();
             self.e.b.ins().store(flags, word, table_addr, 8 * i as i32);
         }
-        let (ctx, _, _) = self.base_values();
-        let control = self.e.b.ins().load(
-            self.e.ptr,
-            super::invariant(),
-            ctx,
-            crate::ctx::offsets::CONTROL,
-        );
+        let control = self.control_ptr();
         let call = self.e.b.ins().call(fr, &[table_addr, wv, hv, control]);
         let w1 = self.e.b.inst_results(call)[0];
         let ran = self.e.b.ins().isub(w1, wv);

@@ -558,13 +558,17 @@ impl Lw<'_, '_> {
     /// The control word, read through the context each time: the pointer
     /// is not kept in a register across the loop (the load hits L1).
     pub(super) fn control_word(&mut self) -> Value {
+        let control = self.control_ptr();
+        self.e.b.ins().atomic_load(types::I32, trusted(), control)
+    }
+
+    /// The control word's address, from the context.
+    pub(super) fn control_ptr(&mut self) -> Value {
         let (ctx, _, _) = self.base_values();
-        let control = self
-            .e
+        self.e
             .b
             .ins()
-            .load(self.e.ptr, super::invariant(), ctx, offsets::CONTROL);
-        self.e.b.ins().atomic_load(types::I32, trusted(), control)
+            .load(self.e.ptr, super::invariant(), ctx, offsets::CONTROL)
     }
 
     /// A raw 64-bit slot as a value of kind `k`.
