@@ -5,11 +5,13 @@
 use offload::deopt::Reason;
 use offload::ir::ExceptionKind;
 use offload::{OffloadError, Runtime, par_offload};
+use offload_jit::Injection;
+use std::collections::BTreeMap;
 
 #[path = "common/runtimes.rs"]
 mod runtimes;
 
-use runtimes::{cpu, interpreter, optimized};
+use runtimes::{cpu, injected, interpreter, optimized};
 
 /// One compare checks an array access for both null and bounds (null reads
 /// as an array of length 0); the record still names the right reason, and
@@ -238,6 +240,117 @@ fn loops_checked_once_at_entry_agree_with_the_interpreter() {
     }
 }
 
+/// A straight-line kernel the optimized tier vectorizes: mixed uniform and
+/// per-workitem operands, a stored uniform value, the workitem number kept
+/// in a local, `f32` and `i32` lanes.
+const MIX: &str = "kernel mix(i: i64, a: f32, m: i32, x: f32[], y: f32[], p: i32[], q: i32[]) {
+local j: i32
+load i
+i64.to_i32
+store j
+load y
+load j
+load a
+load x
+load j
+f32.aload
+f32.mul
+load y
+load j
+f32.aload
+f32.sub
+f32.const 0.5
+f32.div
+f32.astore
+load p
+load j
+load q
+load j
+i32.aload
+load m
+i32.xor
+load p
+load j
+i32.aload
+i32.add
+load m
+i32.and
+load q
+load j
+i32.aload
+i32.or
+i32.astore
+load q
+load j
+load m
+i32.astore
+ret
+}";
+
+/// What [`MIX`] leaves: its exceptions (count, workitems), the four arrays
+/// (floats as bits), whether the quick tier ran.
+type Mixed = (
+    (u64, Vec<i64>),
+    Vec<u32>,
+    Vec<u32>,
+    Vec<i32>,
+    Vec<i32>,
+    bool,
+);
+
+/// [`MIX`] over `0..n` with arrays of `len` (its second pair of arrays the
+/// first again when `same`): what it leaves, and its deopts by site.
+fn run_mix(rt: &Runtime, n: usize, len: usize, same: bool) -> (Mixed, BTreeMap<u32, u64>) {
+    let m = rt.load("mix.obc", MIX).unwrap();
+    let x = rt
+        .array(&(0..len).map(|v| v as f32 * 0.25 - 3.0).collect::<Vec<_>>())
+        .unwrap();
+    let y = rt
+        .array(&(0..len).map(|v| (v % 7) as f32).collect::<Vec<_>>())
+        .unwrap();
+    let p = rt
+        .array(&(0..len as i32).map(|v| v * 3 - 11).collect::<Vec<_>>())
+        .unwrap();
+    let q = rt
+        .array(&(0..len as i32).map(|v| v ^ 0x55).collect::<Vec<_>>())
+        .unwrap();
+    let (ya, qa) = if same { (&x, &p) } else { (&y, &q) };
+    let c = m
+        .closure(
+            "mix",
+            [
+                1.5f32.into(),
+                0x0f0fi32.into(),
+                (&x).into(),
+                ya.into(),
+                (&p).into(),
+                qa.into(),
+            ],
+        )
+        .unwrap();
+    let (thrown, report) = match par_offload(0..n as i64, &c) {
+        Ok(r) => ((0, Vec::new()), r),
+        Err(OffloadError::Exceptions(e)) => ((e.count, e.workitems.clone()), e.report.clone()),
+        Err(e) => panic!("{e}"),
+    };
+    let mut deopts = BTreeMap::new();
+    for (&(site, _), &k) in &report.deopts {
+        *deopts.entry(site).or_insert(0) += k;
+    }
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    (
+        (
+            thrown,
+            bits(rt.read(&x).unwrap()),
+            bits(rt.read(&y).unwrap()),
+            rt.read(&p).unwrap(),
+            rt.read(&q).unwrap(),
+            report.quick_tier,
+        ),
+        deopts,
+    )
+}
+
 /// Straight-line 32-bit kernels run as SIMD bodies, a lane per workitem, in
 /// the optimized tier's unchecked chunks (`plan::vectorizable`). Mixed
 /// uniform and per-workitem operands, a stored uniform value, the workitem
@@ -246,92 +359,6 @@ fn loops_checked_once_at_entry_agree_with_the_interpreter() {
 /// ranges that run past the arrays' end: all as on the interpreter.
 #[test]
 fn vectorized_groups_agree_with_the_interpreter() {
-    const MIX: &str = "kernel mix(i: i64, a: f32, m: i32, x: f32[], y: f32[], p: i32[], q: i32[]) {
-    local j: i32
-    load i
-    i64.to_i32
-    store j
-    load y
-    load j
-    load a
-    load x
-    load j
-    f32.aload
-    f32.mul
-    load y
-    load j
-    f32.aload
-    f32.sub
-    f32.const 0.5
-    f32.div
-    f32.astore
-    load p
-    load j
-    load q
-    load j
-    i32.aload
-    load m
-    i32.xor
-    load p
-    load j
-    i32.aload
-    i32.add
-    load m
-    i32.and
-    load q
-    load j
-    i32.aload
-    i32.or
-    i32.astore
-    load q
-    load j
-    load m
-    i32.astore
-    ret
-}";
-    let run = |rt: &Runtime, n: usize, len: usize, same: bool| {
-        let m = rt.load("mix.obc", MIX).unwrap();
-        let x = rt
-            .array(&(0..len).map(|v| v as f32 * 0.25 - 3.0).collect::<Vec<_>>())
-            .unwrap();
-        let y = rt
-            .array(&(0..len).map(|v| (v % 7) as f32).collect::<Vec<_>>())
-            .unwrap();
-        let p = rt
-            .array(&(0..len as i32).map(|v| v * 3 - 11).collect::<Vec<_>>())
-            .unwrap();
-        let q = rt
-            .array(&(0..len as i32).map(|v| v ^ 0x55).collect::<Vec<_>>())
-            .unwrap();
-        let (ya, qa) = if same { (&x, &p) } else { (&y, &q) };
-        let c = m
-            .closure(
-                "mix",
-                [
-                    1.5f32.into(),
-                    0x0f0fi32.into(),
-                    (&x).into(),
-                    ya.into(),
-                    (&p).into(),
-                    qa.into(),
-                ],
-            )
-            .unwrap();
-        let thrown = match par_offload(0..n as i64, &c) {
-            Ok(r) => (0, Vec::new(), r.quick_tier),
-            Err(OffloadError::Exceptions(e)) => (e.count, e.workitems.clone(), e.report.quick_tier),
-            Err(e) => panic!("{e}"),
-        };
-        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-        (
-            (thrown.0, thrown.1),
-            bits(rt.read(&x).unwrap()),
-            bits(rt.read(&y).unwrap()),
-            rt.read(&p).unwrap(),
-            rt.read(&q).unwrap(),
-            thrown.2,
-        )
-    };
     let interp = interpreter(2);
     let optimized = optimized(2);
     for (n, len) in [
@@ -342,13 +369,64 @@ fn vectorized_groups_agree_with_the_interpreter() {
         (6000, 4100),
     ] {
         for same in [false, true] {
-            let mut want = run(&interp, n, len, same);
-            let got = run(&optimized, n, len, same);
+            let mut want = run_mix(&interp, n, len, same).0;
+            let got = run_mix(&optimized, n, len, same).0;
             assert!(!got.5, "the optimized tier runs");
             want.5 = got.5;
             assert_eq!(got, want, "n {n}, len {len}, same {same}");
         }
     }
+}
+
+/// Deopts injected at each site of a vectorized kernel: a SIMD group
+/// (128- or 256-bit) stops short of a chosen workitem, which runs the
+/// scalar body and deopts at the site; the groups around it stay
+/// vectorized. Every chosen workitem deopts there once, and the arrays end
+/// as on the interpreter, with tails, aliased arrays and chosen workitems
+/// at a group's first and last lane and inside the wide loop's groups.
+#[test]
+fn injected_deopts_inside_vectorized_groups_agree_with_the_interpreter() {
+    let interp = interpreter(2);
+    let mut exercised = 0;
+    for site_bci in 0..40u32 {
+        for (modulus, remainder, n, same) in [
+            (64i64, 0i64, 4096usize, false),
+            (64, 63, 5000, true),
+            (9, 5, 3001, false),
+            // Claims of 1,024 workitems: the wide loop's runs of groups
+            // meet chosen workitems.
+            (1000, 999, 1 << 16, false),
+            (777, 3, 1 << 16, true),
+        ] {
+            let rt = injected(
+                2,
+                Injection {
+                    site_bci,
+                    modulus,
+                    remainder,
+                    reason: None,
+                },
+            );
+            // Not a deopt site: the kernel does not compile with it.
+            let Ok(ir) = rt.load("mix.obc", MIX).and_then(|m| m.cranelift_ir("mix")) else {
+                continue;
+            };
+            assert!(ir.contains("f32x4"), "site {site_bci}: no SIMD group");
+            let (got, deopts) = run_mix(&rt, n, n, same);
+            let (mut want, _) = run_mix(&interp, n, n, same);
+            want.5 = got.5;
+            assert_eq!(got, want, "site {site_bci} {modulus}/{remainder} n {n}");
+            // A straight line: every workitem passes every site once.
+            let chosen = (0..n as i64).filter(|w| w % modulus == remainder).count();
+            assert_eq!(
+                deopts.get(&site_bci).copied().unwrap_or(0),
+                chosen as u64,
+                "site {site_bci} {modulus}/{remainder} n {n}: deopts {deopts:?}"
+            );
+            exercised += 1;
+        }
+    }
+    assert!(exercised >= 20, "only {exercised} injections compiled");
 }
 
 /// Safepoints while vectorized groups run (256-bit groups

@@ -7,7 +7,7 @@
 //! nothing it did shows) for the scalar path, which runs the same
 //! workitems and deopts or stops exactly where it always does. Under fault
 //! injection, a group with a workitem chosen to deopt goes scalar from its
-//! start.
+//! start (`Lw::group_limit`, as the straight-line SIMD groups do).
 
 use super::{Cpu, Lw, cl_type, trusted};
 use crate::JitError;
@@ -85,20 +85,11 @@ impl Lw<'_, '_> {
         // Fault injection (`CompileOptions::inject`) deopts chosen
         // workitems at a site: a group with one of them goes scalar, where
         // the site is.
-        if let Some(inj) = self.opts.inject {
-            let mut hit = None;
-            for l in 0..LANES {
-                let x = self.e.b.ins().iadd_imm_s(wv, l);
-                let m = self.e.b.ins().srem_imm_s(x, inj.modulus);
-                let e = self.e.b.ins().icmp_imm_s(IntCC::Equal, m, inj.remainder);
-                hit = Some(match hit {
-                    None => e,
-                    Some(h) => self.e.b.ins().bor(h, e),
-                });
-            }
-            if let Some(hit) = hit {
-                self.abandon_if(hit, scalar);
-            }
+        if self.opts.inject.is_some() {
+            let lim = self.group_limit(wv, hv);
+            let end = self.e.b.ins().iadd_imm_s(wv, LANES);
+            let hit = self.e.b.ins().icmp(IntCC::SignedLessThan, lim, end);
+            self.abandon_if(hit, scalar);
         }
         self.lockstep_group(plan, scalar, item)
     }

@@ -37,6 +37,33 @@ impl Lw<'_, '_> {
         Ok(())
     }
 
+    /// Where the workitems from `wv` on may run as a group when fault
+    /// injection (`CompileOptions::inject`) is compiled in: `hv`, or the
+    /// first workitem at or after `wv` chosen to deopt if that comes first.
+    /// Groups have no deopt site, so a chosen workitem runs the scalar body,
+    /// where its injected deopt is, and the groups before and after it run
+    /// as they would without injection. Without injection, `hv`.
+    pub(super) fn group_limit(&mut self, wv: Value, hv: Value) -> Value {
+        let Some(inj) = self.opts.inject else {
+            return hv;
+        };
+        if !(0..inj.modulus).contains(&inj.remainder) {
+            // `w % modulus` (with `w` from 0) never equals it: none chosen.
+            return hv;
+        }
+        // The distance to the next chosen workitem: (remainder - w) mod
+        // modulus, brought into 0 .. modulus (`srem` keeps the dividend's
+        // sign).
+        let r = self.e.b.ins().iconst(types::I64, inj.remainder);
+        let d = self.e.b.ins().isub(r, wv);
+        let m = self.e.b.ins().srem_imm_s(d, inj.modulus);
+        let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, m, 0);
+        let up = self.e.b.ins().iadd_imm_s(m, inj.modulus);
+        let dist = self.e.b.ins().select(neg, up, m);
+        let next = self.e.b.ins().iadd(wv, dist);
+        self.e.b.ins().smin(next, hv)
+    }
+
     /// Call the kernel's 256-bit loop ([`super::wide`]) for workitems
     /// `wv ..` of the chunk `[wv, hv)`, then count what it ran and move
     /// `w` to where it stopped. Its argument table is filled here, once

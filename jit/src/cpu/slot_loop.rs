@@ -332,9 +332,8 @@ impl Lw<'_, '_> {
         let hv = self.e.b.use_var(hi);
         let chunk_done = self.e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
         let check = self.e.b.create_block();
-        let vector = unroll == opt::UNROLL
-            && self.opts.inject.is_none()
-            && opt::vectorizable(self.v, self.cur.func, &self.e.unchecked);
+        let vector =
+            unroll == opt::UNROLL && opt::vectorizable(self.v, self.cur.func, &self.e.unchecked);
         // A vector group is VECTORS_PER_GROUP SIMD bodies of UNROLL lanes.
         let unroll = if vector {
             unroll * opt::VECTORS_PER_GROUP
@@ -355,7 +354,10 @@ impl Lw<'_, '_> {
             let one = self.e.b.create_block();
             self.e.b.ins().brif(chunk_done, claim, &[], one, &[]);
             self.e.b.switch_to_block(one);
-            let left = self.e.b.ins().isub(hv, wv);
+            // SIMD groups stop short of a workitem chosen for an injected
+            // deopt, which runs the scalar body (`group_limit`).
+            let lim = if vector { self.group_limit(wv, hv) } else { hv };
+            let left = self.e.b.ins().isub(lim, wv);
             let full =
                 self.e
                     .b
@@ -381,7 +383,7 @@ impl Lw<'_, '_> {
                     );
                     self.e.b.ins().brif(big, wide, &[], narrow, &[]);
                     self.e.b.switch_to_block(wide);
-                    self.wide_groups(wv, hv);
+                    self.wide_groups(wv, lim);
                     self.e.b.ins().jump(item, &[]);
                     self.e.b.switch_to_block(narrow);
                 }
