@@ -34,7 +34,7 @@ use crate::report::{LaunchReport, Timings};
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU32};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use std::time::Instant;
@@ -189,9 +189,10 @@ impl Executor for CpuDevice {
 
 /// Workitems per claim: about 32 claims per worker, for balance when
 /// workitems differ in cost, and at most 16384. A claim is an atomic add on
-/// the one cursor every slot shares; with claims of 1024, saxpy over 2^20
+/// a part's cursor (`ctx::Part`; when the range had one cursor for every
+/// slot, with claims of 1024 saxpy over 2^20
 /// workitems spent more time moving that cache line between cores than in
-/// its vectorized body (275 µs against 163 µs with claims of 16384). Once
+/// its vectorized body: 275 µs against 163 µs with claims of 16384). Once
 /// the kernel's time per workitem is known (`item_ns`), a claim is also
 /// at least [`CLAIM_NS`] of work: saxpy over 1,024 workitems made 64
 /// claims of 16, two cores taking turns at the cursor's line (4.3 µs
@@ -397,7 +398,9 @@ fn run(
     let safepoints_before = inner.control.count();
     let epoch = started.ticket;
     let mut slot_words = vec![offload_jit::ctx::SlotWords::default(); workers];
-    let cursor = AtomicI64::new(range.start);
+    // A part of the range per slot, each slot's home (`ctx::Part`).
+    let parts = offload_jit::ctx::Part::split(range.clone(), workers);
+    let claims = offload_jit::ctx::Part::claims(&parts, chunk);
     let control = Arc::new(AtomicU32::new(0));
     // A safepoint request stops this launch's slots at their next poll.
     let _registered = inner
@@ -406,8 +409,8 @@ fn run(
     let own_tlabs = exclusive(&tlabs);
     let ctx = LaunchCtx {
         heap_base: inner.heap.base_ptr(),
-        cursor: &cursor,
-        end: range.end,
+        parts: parts.as_ptr(),
+        part_count: parts.len() as i64,
         chunk,
         control: &*control,
         save_area: area.as_ptr(),
@@ -535,9 +538,9 @@ fn run(
     };
     // The launch team runs the slots, the caller taking slot 0; while
     // another thread's launch has it, the thread pool does. The slots
-    // drain one cursor: slot 0 returns when it is spent (or the launch is
-    // cut short), and a slot that has not started by then has nothing to
-    // do.
+    // drain the parts together: slot 0 returns when every part is spent
+    // (or the launch is cut short), and a slot that has not started by
+    // then has nothing to do.
     if env.gang.run_draining(&slot_body).is_err() {
         inner.pool.scope(|s| {
             for slot in 0..workers {
@@ -576,7 +579,7 @@ fn run(
     let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
     alloc_stats.recycled = slot_words.iter().map(|s| s.recycled * 8).sum();
     env.give_back_save_area(area, &written);
-    report.chunks = total.div_ceil(chunk as u64);
+    report.chunks = claims;
     report.alloc = alloc_stats;
     report.timings =
         Timings::from_marks([started.at, t0, td, t_merge, Instant::now()], replay_time);

@@ -120,7 +120,10 @@ pub struct LaunchReport {
     pub threw: u64,
     /// Workers used.
     pub workers: usize,
-    /// Chunks the range was cut into.
+    /// Claims the range was cut into: the pieces of at most the launch's
+    /// claim size its workers take from it (on the CPU, each worker's home
+    /// part of the range is cut on its own, so a part's last claim may be
+    /// shorter).
     pub chunks: u64,
     /// Allocation counters.
     pub alloc: AllocStats,

@@ -685,3 +685,81 @@ fn injected_random_safepoints_come_at_the_rate_asked_for() {
         );
     }
 }
+
+/// The CPU cuts the range into a home part per worker and a worker that
+/// spends its part claims from the others' (`ctx::Part`). Workitems of the
+/// first part cost a thousand times the others', so the second worker
+/// spends its part early and takes most of the first part's claims: every
+/// workitem still runs once per launch, on odd-sized ranges (parts of
+/// unequal length), on ranges shorter than the team, and the report counts
+/// the claims the parts were cut into.
+#[test]
+fn workers_take_from_each_others_parts_and_run_every_workitem_once() {
+    const SKEW: &str = "kernel skew(i: i64, heavy: i64, c: i32[]) {
+    local j: i32
+    local k: i32
+    local s: i32
+    load i
+    i64.to_i32
+    store j
+    i32.const 0
+    store k
+    i32.const 0
+    store s
+    load i
+    load heavy
+    i64.ge
+    br_if count
+  spin:
+    load k
+    i32.const 2000
+    i32.ge
+    br_if count
+    load s
+    load k
+    i32.xor
+    i32.const 3
+    i32.mul
+    store s
+    inc k 1
+    br spin
+  count:
+    load c
+    load j
+    load c
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    load s
+    i32.const 0
+    i32.mul
+    i32.add
+    i32.astore
+    ret
+}";
+    for workers in [2, 3] {
+        let rt = optimized(workers);
+        let m = rt.load("skew.obc", SKEW).unwrap();
+        for n in [1usize, 2, 5, 999, 20_011] {
+            let counts = rt.new_array::<i32>(n).unwrap();
+            // The first part (of `workers`) is the heavy one.
+            let heavy = (n / workers) as i64;
+            let c = m.closure("skew", [heavy.into(), (&counts).into()]).unwrap();
+            for launch in 1..=3 {
+                let r = par_offload(0..n as i64, &c).unwrap();
+                assert_eq!(r.completed, n as u64, "{workers} workers, n {n}");
+                let chunk = (n as u64).div_ceil(r.chunks.max(1));
+                assert!(
+                    r.chunks >= workers.min(n) as u64 && chunk >= 1,
+                    "{workers} workers, n {n}: {} claims",
+                    r.chunks
+                );
+                assert!(
+                    rt.read(&counts).unwrap().iter().all(|&v| v == launch),
+                    "{workers} workers, n {n}: not once per launch"
+                );
+            }
+        }
+    }
+}

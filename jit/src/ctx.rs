@@ -51,10 +51,11 @@ pub const EXIT_NO_LANDING: u32 = 0x0E55;
 pub struct LaunchCtx {
     /// The heap's first byte; references are word offsets from here.
     pub heap_base: *mut u8,
-    /// The next unclaimed workitem.
-    pub cursor: *const AtomicI64,
-    /// One past the last workitem.
-    pub end: i64,
+    /// The range cut into `part_count` parts ([`Part`]), slot `s`'s home
+    /// part first in its claims.
+    pub parts: *const Part,
+    /// Parts at `parts`, at least 1.
+    pub part_count: i64,
     /// Workitems per claim.
     pub chunk: i64,
     /// The control word.
@@ -140,9 +141,9 @@ pub struct SlotWords {
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
-// points to is either atomic (`cursor`, `control` and the heap cells compiled
-// code updates atomically), read-only during the launch (`captures`, `end`,
-// `chunk`), or divided by slot (each slot writes only its own save records
+// points to is either atomic (the parts' cursors, `control` and the heap
+// cells compiled code updates atomically), read-only during the launch
+// (`captures`, the parts' ends, `chunk`), or divided by slot (each slot writes only its own save records
 // and `SlotWords`, and with a non-zero
 // `own_limit` its own TLAB's state word, all of which the host reads
 // only after the slot has returned).
@@ -150,14 +151,61 @@ unsafe impl Sync for LaunchCtx {}
 // SAFETY: as above; the context holds no thread-affine state.
 unsafe impl Send for LaunchCtx {}
 
+/// One part of a launch's range: workitems `cursor ..end` are unclaimed.
+/// A slot claims `chunk` workitems at a time from its home part (slot `s`'s
+/// is part `s`), and from the next parts in turn once that is spent, so
+/// the slots of launch after launch run the same workitems on the same
+/// cores (their cache lines stay there) and claim from cursors no other
+/// core writes until the ends, where they help each other. Each part is
+/// on cache lines of its own.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Part {
+    /// The part's next unclaimed workitem (claims may push it past `end`).
+    pub cursor: AtomicI64,
+    /// One past the part's last workitem.
+    pub end: i64,
+}
+
+impl Part {
+    /// `range` cut into `n` (at least 1) parts of as equal lengths as can
+    /// be, in order.
+    pub fn split(range: std::ops::Range<i64>, n: usize) -> Vec<Part> {
+        let n = n.max(1) as i128;
+        let (start, len) = (
+            i128::from(range.start),
+            (i128::from(range.end) - i128::from(range.start)).max(0),
+        );
+        (0..n)
+            .map(|p| Part {
+                cursor: AtomicI64::new((start + len * p / n) as i64),
+                end: (start + len * (p + 1) / n) as i64,
+            })
+            .collect()
+    }
+
+    /// The claims of `chunk` workitems (at least 1) that `parts` are cut
+    /// into while none is claimed: a part's last claim may be shorter.
+    pub fn claims(parts: &[Part], chunk: i64) -> u64 {
+        let chunk = chunk.max(1) as u64;
+        parts
+            .iter()
+            .map(|p| {
+                let lo = p.cursor.load(std::sync::atomic::Ordering::Relaxed);
+                (p.end.saturating_sub(lo).max(0) as u64).div_ceil(chunk)
+            })
+            .sum()
+    }
+}
+
 /// Byte offsets of the [`LaunchCtx`] fields, for code generators.
 pub mod offsets {
     /// `heap_base`.
     pub const HEAP_BASE: i32 = 0;
-    /// `cursor`.
-    pub const CURSOR: i32 = 8;
-    /// `end`.
-    pub const END: i32 = 16;
+    /// `parts`.
+    pub const PARTS: i32 = 8;
+    /// `part_count`.
+    pub const PART_COUNT: i32 = 16;
     /// `chunk`.
     pub const CHUNK: i32 = 24;
     /// `control`.
@@ -184,6 +232,13 @@ pub mod offsets {
     pub const YOUNG: i32 = 112;
     /// `nursery`.
     pub const NURSERY: i32 = 120;
+
+    /// Bytes from one [`super::Part`] to the next.
+    pub const PART_BYTES: i64 = 128;
+    /// `Part::cursor`.
+    pub const PART_CURSOR: i32 = 0;
+    /// `Part::end`.
+    pub const PART_END: i32 = 8;
 
     /// Bytes from one slot's [`super::SlotWords`] to the next.
     pub const SLOT_BYTES: i64 = 128;
@@ -217,10 +272,45 @@ mod tests {
     use std::mem::offset_of;
 
     #[test]
+    fn parts_cover_the_range_in_order_and_evenly() {
+        for (range, n) in [
+            (0..10, 3),
+            (5..6, 4),
+            (7..7, 2),
+            (-3..1 << 20, 2),
+            (i64::MIN..i64::MAX, 3),
+            (0..100, 1),
+        ] {
+            let parts = Part::split(range.clone(), n);
+            assert_eq!(parts.len(), n);
+            let mut at = range.start;
+            let len = (i128::from(range.end) - i128::from(range.start)) as u128;
+            for p in &parts {
+                let lo = p.cursor.load(std::sync::atomic::Ordering::Relaxed);
+                assert_eq!(lo, at, "{range:?} / {n}");
+                let l = (i128::from(p.end) - i128::from(lo)) as u128;
+                assert!(l == len / n as u128 || l == len / n as u128 + 1);
+                at = p.end;
+            }
+            assert_eq!(at, range.end);
+        }
+        // Claims: per part, its length over the chunk, rounded up.
+        assert_eq!(Part::claims(&Part::split(0..10, 3), 2), 2 + 2 + 2);
+        assert_eq!(Part::claims(&Part::split(0..1 << 20, 2), 16384), 64);
+        assert_eq!(Part::claims(&Part::split(0..3, 4), 5), 3);
+    }
+
+    #[test]
     fn offsets_match_the_struct() {
         assert_eq!(offset_of!(LaunchCtx, heap_base) as i32, offsets::HEAP_BASE);
-        assert_eq!(offset_of!(LaunchCtx, cursor) as i32, offsets::CURSOR);
-        assert_eq!(offset_of!(LaunchCtx, end) as i32, offsets::END);
+        assert_eq!(offset_of!(LaunchCtx, parts) as i32, offsets::PARTS);
+        assert_eq!(
+            offset_of!(LaunchCtx, part_count) as i32,
+            offsets::PART_COUNT
+        );
+        assert_eq!(size_of::<Part>() as i64, offsets::PART_BYTES);
+        assert_eq!(offset_of!(Part, cursor) as i32, offsets::PART_CURSOR);
+        assert_eq!(offset_of!(Part, end) as i32, offsets::PART_END);
         assert_eq!(offset_of!(LaunchCtx, chunk) as i32, offsets::CHUNK);
         assert_eq!(offset_of!(LaunchCtx, control) as i32, offsets::CONTROL);
         assert_eq!(offset_of!(LaunchCtx, save_area) as i32, offsets::SAVE_AREA);

@@ -3,7 +3,7 @@
 //!
 //! Both backends compile a kernel version into one persistent *slot loop*:
 //! each slot (a CPU worker, a GPU thread) claims chunks of workitems from
-//! an atomic cursor, checks the control word before every workitem, polls
+//! atomic cursors (on the CPU, its home part of the range first), checks the control word before every workitem, polls
 //! at loop back-edges, and leaves through deopt exits that write the site's
 //! frame state into the bounded save area in the layout of
 //! [`offload_deopt::SaveLayout`]. The runtime (`offload`) owns the launch →

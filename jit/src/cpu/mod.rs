@@ -4,7 +4,8 @@
 //! ```text
 //! entry:  if reenter[slot]: goto resume             ; the host asks for a record
 //!         [w, hi) = never_ran[slot]; if w < hi: goto item   ; resume a stopped chunk
-//! claim:  lo = atomic_add(cursor, chunk); if lo >= end: exit DONE
+//! claim:  lo = atomic_add(parts[p].cursor, chunk)   ; p: the slot's home part first
+//!         if lo >= parts[p].end: p = next part; exit DONE once every part is spent
 //! item:   if w == hi: goto claim
 //!         if control != 0: never_ran[slot] = [w, hi); exit STOPPED
 //!         <the kernel body for workitem w>          ; `ret` → w += 1, goto item

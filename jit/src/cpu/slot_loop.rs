@@ -67,6 +67,15 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, zero64);
         self.e.b.def_var(hi, zero64);
         self.e.b.def_var(done, zero64);
+        // The part the slot claims from: its home part first.
+        let part = self.var(types::I64);
+        let count = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::PART_COUNT);
+        let home = self.e.b.ins().urem(slot, count);
+        self.e.b.def_var(part, home);
         if let Some(si) = self.opts.safepoints {
             // The stream goes on from where the slot's last entry left it
             // (every injected deopt is an exit, so restarting it at each
@@ -171,35 +180,85 @@ impl Lw<'_, '_> {
             .ins()
             .brif(has_rest, pick.unwrap_or(item), &[], claim, &[]);
 
-        // claim: lo = cursor.fetch_add(chunk)
+        // claim: lo = parts[p].cursor.fetch_add(chunk), from the slot's
+        // home part (`ctx::Part`) and then each next part in turn; done
+        // once every part is spent. `part` stays on the part that gave
+        // the last claim.
         self.e.b.switch_to_block(claim);
-        let cursor = self
+        let parts = self
             .e
             .b
             .ins()
-            .load(self.e.ptr, trusted(), ctx, offsets::CURSOR);
+            .load(self.e.ptr, trusted(), ctx, offsets::PARTS);
+        let count = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), ctx, offsets::PART_COUNT);
         let chunk = self
             .e
             .b
             .ins()
             .load(types::I64, trusted(), ctx, offsets::CHUNK);
+        let tries = self.var(types::I64);
+        let zero = self.e.b.ins().iconst(types::I64, 0);
+        self.e.b.def_var(tries, zero);
+        let try_part = self.e.b.create_block();
+        self.e.b.ins().jump(try_part, &[]);
+        self.e.b.switch_to_block(try_part);
+        let p = self.e.b.use_var(part);
+        let off = self.e.b.ins().imul_imm_s(p, offsets::PART_BYTES);
+        let at = self.e.b.ins().iadd(parts, off);
         let end = self
             .e
             .b
             .ins()
-            .load(types::I64, trusted(), ctx, offsets::END);
+            .load(types::I64, trusted(), at, offsets::PART_END);
+        // A spent part is seen spent without an add: a cursor goes past
+        // its end by at most a claim per slot, however often slots come
+        // back to it (re-entries start from the home part again), so
+        // ranges up to 2^32 below i64::MAX never wrap it.
+        let seen = self.e.b.ins().atomic_load(types::I64, trusted(), at);
+        let was_spent = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, seen, end);
+        let add = self.e.b.create_block();
+        let got = self.e.b.create_block();
+        let next_part = self.e.b.create_block();
+        self.e.b.set_cold_block(next_part);
+        self.e.b.ins().brif(was_spent, next_part, &[], add, &[]);
+        self.e.b.switch_to_block(add);
         let lo = self
             .e
             .b
             .ins()
-            .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, cursor, chunk);
-        let exhausted = self
+            .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, at, chunk);
+        let spent = self
             .e
             .b
             .ins()
             .icmp(IntCC::SignedGreaterThanOrEqual, lo, end);
-        let got = self.e.b.create_block();
-        self.e.b.ins().brif(exhausted, exit_done, &[], got, &[]);
+        self.e.b.ins().brif(spent, next_part, &[], got, &[]);
+        self.e.b.switch_to_block(next_part);
+        let t = self.e.b.use_var(tries);
+        let t1 = self.e.b.ins().iadd_imm_s(t, 1);
+        self.e.b.def_var(tries, t1);
+        let p1 = self.e.b.ins().iadd_imm_s(p, 1);
+        let wrap = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, p1, count);
+        let p2 = self.e.b.ins().select(wrap, zero, p1);
+        self.e.b.def_var(part, p2);
+        let all = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, t1, count);
+        self.e.b.ins().brif(all, exit_done, &[], try_part, &[]);
         self.e.b.switch_to_block(got);
         let lo_chunk = self.e.b.ins().iadd(lo, chunk);
         let h = self.e.b.ins().smin(lo_chunk, end);
