@@ -205,6 +205,10 @@ fn chunk_size(n: u64, workers: usize, item_ns: Option<f64>) -> i64 {
     balanced.max(worth).clamp(1, 16384) as i64
 }
 
+/// The fewest claims a worker's home part of a launch's range is cut into
+/// (with fewer, the range is one part).
+const MIN_PART_CLAIMS: u64 = 4;
+
 /// The least work a claim is worth, in nanoseconds: a claim costs about a
 /// hundred when cores contend for the cursor, so this keeps the claims'
 /// share of a launch's time under a few percent.
@@ -398,8 +402,16 @@ fn run(
     let safepoints_before = inner.control.count();
     let epoch = started.ticket;
     let mut slot_words = vec![offload_jit::ctx::SlotWords::default(); workers];
-    // A part of the range per slot, each slot's home (`ctx::Part`).
-    let parts = offload_jit::ctx::Part::split(range.clone(), workers);
+    // A part of the range per slot, each slot's home (`ctx::Part`), when
+    // each part is a few claims; a launch of fewer claims has one part (a
+    // part's shorter last claim would be a claim more than one cursor
+    // makes, and a few claims are not worth keeping apart).
+    let parts = if total >= (workers as u64).saturating_mul(chunk as u64 * MIN_PART_CLAIMS) {
+        workers
+    } else {
+        1
+    };
+    let parts = offload_jit::ctx::Part::split(range.clone(), parts);
     let claims = offload_jit::ctx::Part::claims(&parts, chunk);
     let control = Arc::new(AtomicU32::new(0));
     // A safepoint request stops this launch's slots at their next poll.
