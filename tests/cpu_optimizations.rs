@@ -378,6 +378,61 @@ fn vectorized_groups_agree_with_the_interpreter() {
     }
 }
 
+/// `q[j] = xor over v < live of (p[j] + 1 + v % constants)`: a body
+/// holding `live` vector values at once beside `constants` uniform values
+/// (the 256-bit loop keeps uniform values in registers of their own while
+/// the body fits beside them, `jit/src/cpu/wide.rs`).
+fn many_values(live: usize, constants: usize) -> String {
+    let mut s = String::from(
+        "kernel k(i: i64, p: i32[], q: i32[]) {\n    local j: i32\n    load i\n    i64.to_i32\n    store j\n    load q\n    load j\n",
+    );
+    for v in 0..live {
+        s += &format!(
+            "    load p\n    load j\n    i32.aload\n    i32.const {}\n    i32.add\n",
+            1 + v % constants
+        );
+    }
+    for _ in 1..live {
+        s += "    i32.xor\n";
+    }
+    s + "    i32.astore\n    ret\n}"
+}
+
+/// SIMD groups whose bodies hold many values at once beside many uniform
+/// values, with and without the uniform values kept in registers: as on
+/// the interpreter.
+#[test]
+fn vectorized_groups_with_many_live_values_agree_with_the_interpreter() {
+    let (interp, optimized) = (interpreter(2), optimized(2));
+    for (live, constants) in [(4, 4), (9, 5), (9, 8), (9, 9), (12, 3)] {
+        let src = many_values(live, constants);
+        let run = |rt: &Runtime, n: usize| {
+            let m = rt.load("many.obc", &src).unwrap();
+            let p = rt
+                .array(
+                    &(0..n as i32)
+                        .map(|v| v.wrapping_mul(0x9E37_79B9u32 as i32))
+                        .collect::<Vec<_>>(),
+                )
+                .unwrap();
+            let q = rt.new_array::<i32>(n).unwrap();
+            let c = m.closure("k", [(&p).into(), (&q).into()]).unwrap();
+            let r = par_offload(0..n as i64, &c).unwrap();
+            (rt.read(&q).unwrap(), r.quick_tier)
+        };
+        for n in [4096, 5000] {
+            let (want, _) = run(&interp, n);
+            let (got, quick) = run(&optimized, n);
+            assert!(!quick, "the optimized tier runs");
+            let first = got.iter().zip(&want).position(|(g, w)| g != w);
+            assert!(
+                first.is_none(),
+                "{live} values, {constants} constants, n {n}: workitem {first:?} differs"
+            );
+        }
+    }
+}
+
 /// Deopts injected at each site of a vectorized kernel: a SIMD group
 /// (128- or 256-bit) stops short of a chosen workitem, which runs the
 /// scalar body and deopts at the site; the groups around it stay
