@@ -445,6 +445,7 @@ fn run(
     let td = Instant::now();
     let slot_body = {
         let (ctx, area, alloc, on_exhausted, outs) = (&ctx, &area, &alloc, &on_exhausted, &outs);
+        let part_count = parts.len();
         move |slot: usize| {
             let mut out = outs[slot].lock().unwrap_or_else(|e| e.into_inner());
             // Slots count as running for safepoints; compiled code
@@ -473,6 +474,13 @@ fn run(
                 // returns `EXIT_RECORDED`, and is entered again at once
                 // (compiled code checks the control word itself).
                 let code = loop {
+                    // The part of the core this thread runs on now
+                    // (`ctx::Part`): where it ran the last launch's, if
+                    // the thread stayed.
+                    let home = offload_gang::current_cpu().unwrap_or(slot) % part_count;
+                    // SAFETY: the slot's words are its own, and compiled
+                    // code for it is not running (see below).
+                    unsafe { (*ctx.slots.add(slot)).home = home as u64 };
                     // SAFETY: `ctx` describes this launch of this kernel
                     // version: the heap outlives the launch and only
                     // grows; `captures` passed the closure's type check

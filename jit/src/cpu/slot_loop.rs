@@ -67,14 +67,22 @@ impl Lw<'_, '_> {
         self.e.b.def_var(w, zero64);
         self.e.b.def_var(hi, zero64);
         self.e.b.def_var(done, zero64);
-        // The part the slot claims from: its home part first.
+        // The part the slot claims from: its home part first (the host's
+        // word, kept below the part count).
         let part = self.var(types::I64);
         let count = self
             .e
             .b
             .ins()
             .load(types::I64, trusted(), ctx, offsets::PART_COUNT);
-        let home = self.e.b.ins().urem(slot, count);
+        let words = self.slot_words();
+        let home = self
+            .e
+            .b
+            .ins()
+            .load(types::I64, trusted(), words, offsets::SLOT_HOME);
+        let inside = self.e.b.ins().icmp(IntCC::UnsignedLessThan, home, count);
+        let home = self.e.b.ins().select(inside, home, zero64);
         self.e.b.def_var(part, home);
         if let Some(si) = self.opts.safepoints {
             // The stream goes on from where the slot's last entry left it
