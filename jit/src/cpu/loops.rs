@@ -5,10 +5,12 @@ use super::{Cpu, Lw};
 use crate::JitError;
 use crate::lower::Backend;
 use crate::opt;
+use crate::opt::lanes::{Lane, LaneEmit};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
-use offload_ir::{Bci, Inst, Kind};
+use offload_ir::isa::BinOp;
+use offload_ir::{Bci, Kind};
 
 impl Lw<'_, '_> {
     /// The bodies for workitems `w .. w + UNROLL * VECTORS_PER_GROUP`, as
@@ -108,152 +110,27 @@ impl Lw<'_, '_> {
 
     /// The `j`-th SIMD body of a group starting at workitem `wv`: lanes
     /// `wv + UNROLL j ..`; `bases` holds each array's address of element
-    /// `wv`, made on first use.
+    /// `wv`, made on first use. The body is read off the bytecode by the
+    /// one walk of SIMD bodies ([`opt::lanes::walk`]).
     fn vector_body(
         &mut self,
         wv: Value,
         j: i64,
         bases: &mut std::collections::HashMap<Value, Value>,
     ) -> Result<(), JitError> {
-        #[derive(Copy, Clone)]
-        enum VV {
-            U(Value),
-            V(Value),
-            Idx,
-            Idx32,
-            Arr(Value),
-        }
         let f = self.v.func(self.cur.func);
         let lanes = i64::from(opt::UNROLL);
-        // Byte offset of this body's first lane from the group's element.
-        let at = (j * lanes * 4) as i32;
-        // The group's element `wv` of array `r`: `wv` is below 2^31 (the
-        // kernel narrows it to its `i32` index, proven in bounds).
-        let mut elem = |this: &mut Self, r: Value| {
-            *bases.entry(r).or_insert_with(|| {
-                let base = this.obj_addr(r);
-                let scaled = this.e.b.ins().ishl_imm_u(wv, 2);
-                let a = this.e.b.ins().iadd(base, scaled);
-                this.e.b.ins().iadd_imm_s(a, 8)
-            })
+        let mut body = ClBody {
+            lw: self,
+            wv,
+            // Byte offset of this body's first lane from the group's
+            // element.
+            at: (j * lanes * 4) as i32,
+            bases,
         };
-        let vt = |k: Kind| {
-            if k == Kind::F32 {
-                types::F32X4
-            } else {
-                types::I32X4
-            }
-        };
-        let mut env: Vec<VV> = Vec::with_capacity(f.locals.len());
-        for (l, loc) in f.locals.iter().enumerate() {
-            env.push(if l == 0 {
-                VV::Idx
-            } else if l < f.param_count as usize {
-                let c = self.e.env.captures[l - 1];
-                if loc.ty.kind() == Kind::Ref {
-                    VV::Arr(c)
-                } else {
-                    VV::U(c)
-                }
-            } else {
-                VV::U(self.zero(loc.ty.kind()))
-            });
-        }
-        let mut stack: Vec<(VV, Kind)> = Vec::new();
-        let unexpected = |bci: usize| {
+        opt::lanes::walk(f, None, &mut body).map_err(|bci| {
             JitError::Codegen(format!("vector body: unexpected operands at bci {bci}"))
-        };
-        let flags = MemFlagsData::new().with_notrap();
-        for (bci, &inst) in f.body.iter().enumerate() {
-            match inst {
-                Inst::Load { local } => {
-                    let l = local.index();
-                    stack.push((env[l], f.locals[l].ty.kind()));
-                }
-                Inst::Store { local } => {
-                    let (x, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
-                    env[local.index()] = x;
-                }
-                Inst::I32Const { value } => {
-                    let c = self.e.b.ins().iconst(types::I32, i64::from(value));
-                    stack.push((VV::U(c), Kind::I32));
-                }
-                Inst::F32Const { value } => {
-                    let c = self.e.b.ins().f32const(Ieee32::with_bits(value.0));
-                    stack.push((VV::U(c), Kind::F32));
-                }
-                Inst::I64ToI32 => {
-                    stack.pop();
-                    stack.push((VV::Idx32, Kind::I32));
-                }
-                _ if opt::vector::simd_op(inst).is_some() => {
-                    let (k, op) = opt::vector::simd_op(inst).ok_or_else(|| unexpected(bci))?;
-                    let ((b, _), (a, _)) = (
-                        stack.pop().ok_or_else(|| unexpected(bci))?,
-                        stack.pop().ok_or_else(|| unexpected(bci))?,
-                    );
-                    let both_u = matches!((a, b), (VV::U(_), VV::U(_)));
-                    let val = |x: VV, this: &mut Self| match x {
-                        VV::U(s) if !both_u => Ok(this.e.b.ins().splat(vt(k), s)),
-                        VV::U(s) | VV::V(s) => Ok(s),
-                        _ => Err(unexpected(bci)),
-                    };
-                    let (x, y) = (val(a, self)?, val(b, self)?);
-                    // The scalar primitive: Cranelift's lane-wise forms
-                    // are the same instructions on vector types.
-                    let r = Cpu::binary(self, op, k, x, y);
-                    stack.push((if both_u { VV::U(r) } else { VV::V(r) }, k));
-                }
-                Inst::I32ALoad | Inst::F32ALoad => {
-                    let k = if inst == Inst::I32ALoad {
-                        Kind::I32
-                    } else {
-                        Kind::F32
-                    };
-                    let (_, (arr, _)) = (stack.pop(), stack.pop().ok_or_else(|| unexpected(bci))?);
-                    let VV::Arr(r) = arr else {
-                        return Err(unexpected(bci));
-                    };
-                    let a = elem(self, r);
-                    let x = self.e.b.ins().load(vt(k), flags, a, at);
-                    stack.push((VV::V(x), k));
-                }
-                Inst::I32AStore | Inst::F32AStore => {
-                    let k = if inst == Inst::I32AStore {
-                        Kind::I32
-                    } else {
-                        Kind::F32
-                    };
-                    let (x, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
-                    stack.pop();
-                    let (arr, _) = stack.pop().ok_or_else(|| unexpected(bci))?;
-                    let VV::Arr(r) = arr else {
-                        return Err(unexpected(bci));
-                    };
-                    let x = match x {
-                        VV::U(s) => self.e.b.ins().splat(vt(k), s),
-                        VV::V(v) => v,
-                        _ => return Err(unexpected(bci)),
-                    };
-                    let a = elem(self, r);
-                    self.e.b.ins().store(flags, x, a, at);
-                }
-                Inst::Dup => {
-                    let x = *stack.last().ok_or_else(|| unexpected(bci))?;
-                    stack.push(x);
-                }
-                Inst::Pop => {
-                    stack.pop();
-                }
-                Inst::Swap => {
-                    let n = stack.len();
-                    stack.swap(n - 1, n - 2);
-                }
-                Inst::Ret => {}
-                _ => return Err(unexpected(bci)),
-            }
-        }
-        Ok(())
+        })
     }
 
     /// The entry of predicated loop `lp` (the block made for its header,
@@ -406,5 +283,106 @@ impl Lw<'_, '_> {
                 }
             }
         }
+    }
+}
+
+/// A 128-bit SIMD body in Cranelift IR: a uniform value is a scalar
+/// (splat where it meets a lane value), a lane value an `f32x4` or `i32x4`.
+struct ClBody<'l, 'a, 'b> {
+    lw: &'l mut Lw<'a, 'b>,
+    /// The group's first workitem.
+    wv: Value,
+    /// This body's byte offset from the group's element.
+    at: i32,
+    /// Each array's address of element `wv`.
+    bases: &'l mut std::collections::HashMap<Value, Value>,
+}
+
+impl ClBody<'_, '_, '_> {
+    fn vt(k: Kind) -> types::Type {
+        if k == Kind::F32 {
+            types::F32X4
+        } else {
+            types::I32X4
+        }
+    }
+
+    /// `x` as a vector of kind `k`.
+    fn vector(&mut self, k: Kind, x: Lane<Value, Value>) -> Option<Value> {
+        match x {
+            Lane::U(s, _) => Some(self.lw.e.b.ins().splat(Self::vt(k), s)),
+            Lane::V(v, _) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The group's element `wv` of array `r`: `wv` is below 2^31 (the
+    /// kernel narrows it to its `i32` index, proven in bounds).
+    fn elem(&mut self, r: Value) -> Value {
+        if let Some(&a) = self.bases.get(&r) {
+            return a;
+        }
+        let base = self.lw.obj_addr(r);
+        let scaled = self.lw.e.b.ins().ishl_imm_u(self.wv, 2);
+        let a = self.lw.e.b.ins().iadd(base, scaled);
+        let a = self.lw.e.b.ins().iadd_imm_s(a, 8);
+        self.bases.insert(r, a);
+        a
+    }
+}
+
+impl LaneEmit for ClBody<'_, '_, '_> {
+    type V = Value;
+    type A = Value;
+
+    fn param(&mut self, local: usize, _k: Kind) -> Option<Value> {
+        self.lw.e.env.captures.get(local - 1).copied()
+    }
+
+    fn array(&mut self, local: usize) -> Option<Value> {
+        self.lw.e.env.captures.get(local - 1).copied()
+    }
+
+    fn zero(&mut self, k: Kind) -> Option<Value> {
+        Some(self.lw.zero(k))
+    }
+
+    fn constant(&mut self, k: Kind, bits: u32) -> Option<Value> {
+        let ins = self.lw.e.b.ins();
+        Some(if k == Kind::F32 {
+            ins.f32const(Ieee32::with_bits(bits))
+        } else {
+            ins.iconst(types::I32, i64::from(bits as i32))
+        })
+    }
+
+    fn binary(
+        &mut self,
+        k: Kind,
+        op: BinOp,
+        a: Lane<Value, Value>,
+        b: Lane<Value, Value>,
+    ) -> Option<Lane<Value, Value>> {
+        // The scalar primitive: Cranelift's lane-wise forms are the same
+        // instructions on vector types.
+        if let (Lane::U(x, _), Lane::U(y, _)) = (a, b) {
+            return Some(Lane::U(Cpu::binary(self.lw, op, k, x, y), k));
+        }
+        let (x, y) = (self.vector(k, a)?, self.vector(k, b)?);
+        Some(Lane::V(Cpu::binary(self.lw, op, k, x, y), k))
+    }
+
+    fn load(&mut self, k: Kind, arr: Value) -> Option<Value> {
+        let a = self.elem(arr);
+        let flags = MemFlagsData::new().with_notrap();
+        Some(self.lw.e.b.ins().load(Self::vt(k), flags, a, self.at))
+    }
+
+    fn store(&mut self, k: Kind, arr: Value, x: Lane<Value, Value>) -> Option<()> {
+        let x = self.vector(k, x)?;
+        let a = self.elem(arr);
+        let flags = MemFlagsData::new().with_notrap();
+        self.lw.e.b.ins().store(flags, x, a, self.at);
+        Some(())
     }
 }

@@ -11,8 +11,10 @@
 //! by one), and for a control word that became set (the slot stops there,
 //! as at any poll).
 //!
-//! The body is read off the bytecode the way the 128-bit bodies are
-//! (`loops.rs`): an operation is [`crate::opt::vector::simd_op`]'s, and its
+//! The body is read off the bytecode by the walk the 128-bit bodies
+//! (`loops.rs`) and the check that a kernel has one take
+//! ([`crate::opt::lanes::walk`]): an operation is
+//! [`crate::opt::vector::simd_op`]'s, and its
 //! 256-bit instruction is the same lane-wise IEEE or integer operation on
 //! more lanes, so every lane's bits are the scalar code's. Uniform values
 //! (captured scalars, constants) come from an argument table the caller
@@ -25,13 +27,13 @@
 //! and the control word is zero. The caller has proved every array access
 //! in bounds for `[w, hi)` (the unchecked item loop).
 
-use crate::opt::vector::simd_op;
+use crate::opt::lanes::{Lane, LaneEmit, walk};
 use iced_x86::code_asm::{
     AsmRegister64, AsmRegisterYmm, CodeAssembler, dword_ptr, qword_ptr, r8, r9, r10, r11, rax, rcx,
     rdi, rdx, rsi, ymmword_ptr,
 };
 use offload_ir::isa::BinOp;
-use offload_ir::{FuncId, Inst, Kind, Verified};
+use offload_ir::{FuncId, Kind, Verified};
 
 /// Workitems per 256-bit body: eight 32-bit lanes.
 pub(crate) const LANES: i64 = 8;
@@ -102,16 +104,16 @@ fn avx2() -> bool {
     }
 }
 
-/// A value during one body: a vector register, a uniform value still in the
-/// table, the workitem number (as `i64`, as `i32`), or an array.
-#[derive(Clone, Copy)]
+/// A value during one body: a vector register, or a uniform value still in
+/// the table (or kept in a register of its own, see [`compile`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum W {
     Reg(AsmRegisterYmm),
     Uniform(WideArg),
-    Idx,
-    Idx32,
-    Arr(AsmRegister64),
 }
+
+/// A value of the walk ([`Lane`]) in the wide loop.
+type WLane = Lane<W, AsmRegister64>;
 
 /// Registers for array addresses (the others hold the arguments and a
 /// scratch value).
@@ -163,20 +165,10 @@ fn encode(
     let params = f.param_count as usize;
     let mut args: Vec<WideArg> = Vec::new();
     let mut arrays: Vec<(usize, AsmRegister64)> = Vec::new();
-    let mut initial = Vec::with_capacity(f.locals.len());
-    for (l, loc) in f.locals.iter().enumerate() {
-        initial.push(if l == 0 {
-            W::Idx
-        } else if l < params && loc.ty.kind() == Kind::Ref {
-            let r = *ARRAY_REGS.get(arrays.len())?;
-            arrays.push((l, r));
-            W::Arr(r)
-        } else if l < params {
-            W::Uniform(WideArg::Scalar(l))
-        } else {
-            // (Read only after a store: the verifier sees to that.)
-            W::Uniform(WideArg::Bits(0))
-        });
+    for (l, loc) in f.locals.iter().enumerate().take(params).skip(1) {
+        if loc.ty.kind() == Kind::Ref {
+            arrays.push((l, *ARRAY_REGS.get(arrays.len())?));
+        }
     }
     let mut a = CodeAssembler::new(64).ok()?;
     let slot = |args: &mut Vec<WideArg>, x: WideArg| -> i32 {
@@ -214,7 +206,15 @@ fn encode(
             }
             slot(&mut args, x)
         };
-        body(&mut a, f, &initial, j, pinned, &mut uniform)?;
+        let mut body = WideBody {
+            a: &mut a,
+            at: (j * LANES * 4) as i32,
+            arrays: &arrays,
+            pinned,
+            uniform: &mut uniform,
+            next: [false; 16],
+        };
+        walk(f, None, &mut body).ok()?;
     }
     a.add(rsi, GROUP as i32).ok()?;
     a.jmp(top).ok()?;
@@ -231,96 +231,111 @@ fn encode(
     Some((wl, used))
 }
 
-/// Body `j` of a group: workitems `w + 8 j ..`, read off `f`'s bytecode.
-fn body(
-    a: &mut CodeAssembler,
-    f: &offload_ir::Function,
-    initial: &[W],
-    j: i64,
-    pinned: &[(WideArg, AsmRegisterYmm)],
-    slot: &mut dyn FnMut(WideArg) -> i32,
-) -> Option<()> {
-    let at = (j * LANES * 4) as i32;
-    let mut env = initial.to_vec();
-    let mut stack: Vec<W> = Vec::new();
-    for &inst in &f.body {
-        // A register is free when no value on the stack or in a local
-        // holds it; each instruction's operands and result are marked as
-        // they are made. A body needing more than sixteen live vector
-        // values is left to the 128-bit groups.
-        let mut next = live(&stack, &env);
-        for &(_, r) in pinned {
-            next[index(r)] = true;
-        }
-        match inst {
-            Inst::Load { local } => stack.push(*env.get(local.index())?),
-            Inst::Store { local } => *env.get_mut(local.index())? = stack.pop()?,
-            Inst::I32Const { value } => stack.push(W::Uniform(WideArg::Bits(value as u32))),
-            Inst::F32Const { value } => stack.push(W::Uniform(WideArg::Bits(value.0))),
-            Inst::I64ToI32 => {
-                let W::Idx = stack.pop()? else { return None };
-                stack.push(W::Idx32);
-            }
-            _ if simd_op(inst).is_some() => {
-                let (k, op) = simd_op(inst)?;
-                let (y, x) = (stack.pop()?, stack.pop()?);
-                let x = reg(a, x, &mut next, pinned, slot)?;
-                let y = reg(a, y, &mut next, pinned, slot)?;
-                let r = fresh(&mut next)?;
-                match (k, op) {
-                    (Kind::F32, BinOp::Add) => a.vaddps(r, x, y),
-                    (Kind::F32, BinOp::Sub) => a.vsubps(r, x, y),
-                    (Kind::F32, BinOp::Mul) => a.vmulps(r, x, y),
-                    (Kind::F32, BinOp::Div) => a.vdivps(r, x, y),
-                    (Kind::I32, BinOp::Add) => a.vpaddd(r, x, y),
-                    (Kind::I32, BinOp::Sub) => a.vpsubd(r, x, y),
-                    (Kind::I32, BinOp::And) => a.vpand(r, x, y),
-                    (Kind::I32, BinOp::Or) => a.vpor(r, x, y),
-                    (Kind::I32, BinOp::Xor) => a.vpxor(r, x, y),
-                    _ => return None,
+/// One body of a group, workitems `w + 8 j ..` (its byte offset `at`),
+/// read off the bytecode by the walk of SIMD bodies. A register is free
+/// when no value on the stack or in a local holds it (`before` marks them
+/// before each instruction, its operands included) and no uniform value
+/// is kept in it; a body needing more than the free registers is left to
+/// the 128-bit groups.
+struct WideBody<'b> {
+    a: &'b mut CodeAssembler,
+    at: i32,
+    arrays: &'b [(usize, AsmRegister64)],
+    pinned: &'b [(WideArg, AsmRegisterYmm)],
+    /// A uniform value's table offset (and a note that the body used it).
+    uniform: &'b mut dyn FnMut(WideArg) -> i32,
+    next: [bool; 16],
+}
+
+impl WideBody<'_> {
+    /// `x` in a register: a uniform value is in its kept register, or is
+    /// broadcast from its table word.
+    fn reg(&mut self, x: WLane) -> Option<AsmRegisterYmm> {
+        match x {
+            Lane::U(W::Reg(r), _) | Lane::V(W::Reg(r), _) => Some(r),
+            Lane::U(W::Uniform(u), _) | Lane::V(W::Uniform(u), _) => {
+                if let Some(&(_, r)) = self.pinned.iter().find(|&&(p, _)| p == u) {
+                    return Some(r);
                 }
-                .ok()?;
-                stack.push(W::Reg(r));
+                let r = fresh(&mut self.next)?;
+                let at = (self.uniform)(u);
+                self.a.vbroadcastss(r, dword_ptr(rdi + at)).ok()?;
+                Some(r)
             }
-            Inst::I32ALoad | Inst::F32ALoad => {
-                let (W::Idx32, W::Arr(base)) = (stack.pop()?, stack.pop()?) else {
-                    return None;
-                };
-                let r = fresh(&mut next)?;
-                a.vmovups(r, ymmword_ptr(base + rsi * 4 + at)).ok()?;
-                stack.push(W::Reg(r));
-            }
-            Inst::I32AStore | Inst::F32AStore => {
-                let x = stack.pop()?;
-                let (W::Idx32, W::Arr(base)) = (stack.pop()?, stack.pop()?) else {
-                    return None;
-                };
-                let x = reg(a, x, &mut next, pinned, slot)?;
-                a.vmovups(ymmword_ptr(base + rsi * 4 + at), x).ok()?;
-            }
-            Inst::Dup => stack.push(*stack.last()?),
-            Inst::Pop => {
-                stack.pop()?;
-            }
-            Inst::Swap => {
-                let n = stack.len();
-                if n < 2 {
-                    return None;
-                }
-                stack.swap(n - 1, n - 2);
-            }
-            Inst::Ret => {}
-            _ => return None,
+            _ => None,
         }
     }
-    Some(())
+}
+
+impl LaneEmit for WideBody<'_> {
+    type V = W;
+    type A = AsmRegister64;
+
+    fn param(&mut self, local: usize, _k: Kind) -> Option<W> {
+        Some(W::Uniform(WideArg::Scalar(local)))
+    }
+
+    fn array(&mut self, local: usize) -> Option<AsmRegister64> {
+        self.arrays
+            .iter()
+            .find(|&&(l, _)| l == local)
+            .map(|&(_, r)| r)
+    }
+
+    fn zero(&mut self, _k: Kind) -> Option<W> {
+        Some(W::Uniform(WideArg::Bits(0)))
+    }
+
+    fn constant(&mut self, _k: Kind, bits: u32) -> Option<W> {
+        Some(W::Uniform(WideArg::Bits(bits)))
+    }
+
+    fn before(&mut self, stack: &[WLane], locals: &[WLane]) {
+        self.next = live(stack, locals);
+        for &(_, r) in self.pinned {
+            self.next[index(r)] = true;
+        }
+    }
+
+    fn binary(&mut self, k: Kind, op: BinOp, x: WLane, y: WLane) -> Option<WLane> {
+        let (x, y) = (self.reg(x)?, self.reg(y)?);
+        let r = fresh(&mut self.next)?;
+        let a = &mut *self.a;
+        match (k, op) {
+            (Kind::F32, BinOp::Add) => a.vaddps(r, x, y),
+            (Kind::F32, BinOp::Sub) => a.vsubps(r, x, y),
+            (Kind::F32, BinOp::Mul) => a.vmulps(r, x, y),
+            (Kind::F32, BinOp::Div) => a.vdivps(r, x, y),
+            (Kind::I32, BinOp::Add) => a.vpaddd(r, x, y),
+            (Kind::I32, BinOp::Sub) => a.vpsubd(r, x, y),
+            (Kind::I32, BinOp::And) => a.vpand(r, x, y),
+            (Kind::I32, BinOp::Or) => a.vpor(r, x, y),
+            (Kind::I32, BinOp::Xor) => a.vpxor(r, x, y),
+            _ => return None,
+        }
+        .ok()?;
+        Some(Lane::V(W::Reg(r), k))
+    }
+
+    fn load(&mut self, _k: Kind, arr: AsmRegister64) -> Option<W> {
+        let r = fresh(&mut self.next)?;
+        self.a
+            .vmovups(r, ymmword_ptr(arr + rsi * 4 + self.at))
+            .ok()?;
+        Some(W::Reg(r))
+    }
+
+    fn store(&mut self, _k: Kind, arr: AsmRegister64, x: WLane) -> Option<()> {
+        let x = self.reg(x)?;
+        self.a.vmovups(ymmword_ptr(arr + rsi * 4 + self.at), x).ok()
+    }
 }
 
 /// Which of the sixteen registers the values in `stack` and `env` hold.
-fn live(stack: &[W], env: &[W]) -> [bool; 16] {
+fn live(stack: &[WLane], env: &[WLane]) -> [bool; 16] {
     let mut used = [false; 16];
     for x in stack.iter().chain(env) {
-        if let W::Reg(r) = x {
+        if let Lane::U(W::Reg(r), _) | Lane::V(W::Reg(r), _) = x {
             used[index(*r)] = true;
         }
     }
@@ -337,29 +352,6 @@ fn fresh(used: &mut [bool; 16]) -> Option<AsmRegisterYmm> {
     let i = used.iter().position(|u| !u)?;
     used[i] = true;
     Some(ymm(i))
-}
-
-/// `x` in a register: a uniform value is in its pinned register, or is
-/// broadcast from its table word.
-fn reg(
-    a: &mut CodeAssembler,
-    x: W,
-    next: &mut [bool; 16],
-    pinned: &[(WideArg, AsmRegisterYmm)],
-    slot: &mut dyn FnMut(WideArg) -> i32,
-) -> Option<AsmRegisterYmm> {
-    match x {
-        W::Reg(r) => Some(r),
-        W::Uniform(u) if pinned.iter().any(|&(p, _)| p == u) => {
-            pinned.iter().find(|&&(p, _)| p == u).map(|&(_, r)| r)
-        }
-        W::Uniform(u) => {
-            let r = fresh(next)?;
-            a.vbroadcastss(r, dword_ptr(rdi + slot(u))).ok()?;
-            Some(r)
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 
 pub(crate) mod indexed;
 pub(crate) mod lane_call;
+pub(crate) mod lanes;
 pub(crate) mod lockstep;
 pub(crate) mod loops;
 pub(crate) mod vector;

@@ -29,18 +29,6 @@ pub(crate) fn unroll_factor(v: &offload_ir::Verified, k: FuncId) -> u32 {
     if small && straight { UNROLL } else { 1 }
 }
 
-/// What [`vectorizable`] and the vector lowering know of a value: the same
-/// for every workitem of a group (`U`), one per workitem (`V`), the workitem
-/// number (`Idx`, as `i64`; `Idx32`, as `i32`), or an array parameter.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum VKind {
-    U(offload_ir::Kind),
-    V(offload_ir::Kind),
-    Idx,
-    Idx32,
-    Arr,
-}
-
 /// The lane-wise operation `inst` is in a SIMD body, by the instruction
 /// table's class: `add`, `sub`, `mul` and `div` of `f32`, and `add`, `sub`,
 /// `and`, `or` and `xor` of `i32` — operations a vector unit computes a
@@ -66,101 +54,14 @@ pub(crate) fn simd_op(inst: Inst) -> Option<(Kind, BinOp)> {
 /// bounds for the chunk) into a reference parameter. Such a body has no
 /// deopt site left, and workitem `w` touches only element `w` of any array,
 /// so running the lanes in lockstep is the same as running the workitems
-/// one after another.
+/// one after another. The walk is [`super::lanes::walk`], the one every SIMD
+/// body's lowering takes.
 pub(crate) fn vectorizable(
     v: &offload_ir::Verified,
     k: FuncId,
     unchecked: &std::collections::BTreeSet<Bci>,
 ) -> bool {
-    use VKind::{Arr, Idx, Idx32, U, V};
-    use offload_ir::{Inst, Kind};
-    let f = v.func(k);
-    let params = f.param_count as usize;
-    let mut env: Vec<VKind> = f
-        .locals
-        .iter()
-        .enumerate()
-        .map(|(l, loc)| match loc.ty.kind() {
-            _ if l == 0 => Idx,
-            Kind::Ref if l < params => Arr,
-            k => U(k),
-        })
-        .collect();
-    let mut stack: Vec<VKind> = Vec::new();
-    let num = |x: VKind| matches!(x, U(Kind::I32 | Kind::F32) | V(Kind::I32 | Kind::F32));
-    let kind = |x: VKind| match x {
-        U(k) | V(k) => Some(k),
-        _ => None,
-    };
-    for (bci, &inst) in f.body.iter().enumerate() {
-        let last = bci + 1 == f.body.len();
-        match inst {
-            Inst::Load { local } => stack.push(env[local.index()]),
-            Inst::Store { local } => {
-                let Some(x) = stack.pop() else { return false };
-                let l = local.index();
-                let fits = match (x, f.locals[l].ty.kind()) {
-                    (U(a) | V(a), b) => num(x) && a == b,
-                    (Idx32, Kind::I32) | (Idx, Kind::I64) | (Arr, Kind::Ref) => true,
-                    _ => false,
-                };
-                if !fits {
-                    return false;
-                }
-                env[l] = x;
-            }
-            Inst::I32Const { .. } => stack.push(U(Kind::I32)),
-            Inst::F32Const { .. } => stack.push(U(Kind::F32)),
-            Inst::I64ToI32 => match stack.pop() {
-                Some(Idx) => stack.push(Idx32),
-                _ => return false,
-            },
-            _ if simd_op(inst).is_some() => {
-                let Some((k, _)) = simd_op(inst) else {
-                    return false;
-                };
-                let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
-                    return false;
-                };
-                if kind(a) != Some(k) || kind(b) != Some(k) {
-                    return false;
-                }
-                stack.push(if a == U(k) && b == U(k) { a } else { V(k) });
-            }
-            Inst::I32ALoad | Inst::F32ALoad if unchecked.contains(&(bci as Bci)) => {
-                let (Some(Idx32), Some(Arr)) = (stack.pop(), stack.pop()) else {
-                    return false;
-                };
-                stack.push(V(if inst == Inst::I32ALoad {
-                    Kind::I32
-                } else {
-                    Kind::F32
-                }));
-            }
-            Inst::I32AStore | Inst::F32AStore if unchecked.contains(&(bci as Bci)) => {
-                let want = if inst == Inst::I32AStore {
-                    Kind::I32
-                } else {
-                    Kind::F32
-                };
-                let (Some(x), Some(Idx32), Some(Arr)) = (stack.pop(), stack.pop(), stack.pop())
-                else {
-                    return false;
-                };
-                if kind(x) != Some(want) {
-                    return false;
-                }
-            }
-            Inst::Dup | Inst::Pop | Inst::Swap => {
-                if super::shuffle(&mut stack, inst) != Some(true) {
-                    return false;
-                }
-            }
-            Inst::Ret if last && stack.is_empty() && f.ret.is_none() => {}
-            _ => return false,
-        }
-    }
-    true
+    super::lanes::walk(v.func(k), Some(unchecked), &mut super::lanes::Check).is_ok()
 }
 
 /// SIMD bodies per control-word check when the item loop is vectorized
