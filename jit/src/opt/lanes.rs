@@ -228,3 +228,34 @@ impl LaneEmit for Check {
         Some(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Check, walk};
+    use offload_ir::{FuncId, parse_module, verify};
+
+    /// The walk of `src`'s first function, trusting its accesses.
+    fn check(src: &str) -> Result<(), u32> {
+        let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
+        walk(v.func(FuncId::new(0)), None, &mut Check)
+    }
+
+    #[test]
+    fn the_walk_stops_at_the_first_instruction_a_simd_body_cannot_have() {
+        let k = |body: &str| {
+            check(&format!(
+                "kernel k(i: i64, a: f32, y: f32[], p: i32[]) {{\n local j: i32\n load i\n i64.to_i32\n store j\n{body}\n ret\n}}"
+            ))
+        };
+        assert_eq!(k("load y\n load j\n load a\n f32.astore"), Ok(()));
+        // bci 3 onwards is the body; `i32.mul` has no lane-wise form here.
+        assert_eq!(
+            k("load p\n load j\n load j\n load j\n i32.mul\n i32.astore"),
+            Err(7)
+        );
+        // An element other than the lane's own.
+        assert_eq!(k("load y\n i32.const 0\n load a\n f32.astore"), Err(6));
+        // 64-bit arithmetic.
+        assert_eq!(k("load i\n load i\n i64.add\n pop"), Err(5));
+    }
+}
