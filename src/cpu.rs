@@ -474,10 +474,10 @@ fn run(
                 // returns `EXIT_RECORDED`, and is entered again at once
                 // (compiled code checks the control word itself).
                 let code = loop {
-                    // The part of the core this thread runs on now
-                    // (`ctx::Part`): where it ran the last launch's, if
-                    // the thread stayed.
-                    let home = offload_gang::current_cpu().unwrap_or(slot) % part_count;
+                    // The slot's own part (`ctx::Part`): the caller runs
+                    // slot 0 and each helper its own slot, launch after
+                    // launch, so each thread keeps its share of the range.
+                    let home = slot % part_count;
                     // SAFETY: the slot's words are its own, and compiled
                     // code for it is not running (see below).
                     unsafe { (*ctx.slots.add(slot)).home = home as u64 };

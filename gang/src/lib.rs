@@ -32,8 +32,6 @@
 //! runs only the newest dispatch, and only while it is in flight.
 
 mod placement;
-
-pub use placement::current_cpu;
 mod sync;
 
 use std::any::Any;

@@ -13,7 +13,7 @@
 //! exclude that core (the kernel migrates it at once) and widens it back.
 
 /// The core the calling thread runs on, if the system says.
-pub fn current_cpu() -> Option<usize> {
+pub(crate) fn current_cpu() -> Option<usize> {
     #[cfg(all(target_os = "linux", not(loom)))]
     {
         // SAFETY: sched_getcpu has no preconditions.
