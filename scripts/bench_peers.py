@@ -7,7 +7,8 @@ and y written). Run it through `scripts/bench-peers`,
 which installs Numba and builds `offload` first.
 
 Timed by turns: per round, a few runs of Numba, of offload, of rayon (offload
-and rayon through `offload bench --serve`, which times them in-process), each
+and rayon through `offload bench --serve`, which times them in-process), and
+for the bandwidth-bound sizes of the streaming copy, each
 turn after a pause (Numba's OpenMP threads spin on after a parallel region)
 and a few untimed runs (on this 2-core VM a contender's first runs after a
 pause ran up to 6x slower); the figure is the median of all timed runs. Ratios follow the bench's convention, the
@@ -218,7 +219,7 @@ def main():
         setup = srv.ask(op="setup", kernel=kernel, n=n)
         f = numba_case(kernel, n, rng)
         f()  # compiled, warm
-        t = {"numba": [], "offload": [], "rayon": []}
+        t = {"numba": [], "offload": [], "rayon": [], "copy": []}
         for _ in range(rounds):
             # Each turn runs WARM times untimed first: the others' turns left
             # this contender's threads asleep and its cores idle (after a
@@ -234,14 +235,19 @@ def main():
                 time.sleep(SETTLE)
                 t[what] += srv.ask(op="time", kernel=kernel, n=n, what=what, reps=per,
                                    warm=WARM)["ns"]
+            if setup["bytes"]:
+                # The streaming copy takes its turn too: the limit is
+                # measured under the same load as the kernels.
+                time.sleep(SETTLE)
+                t["copy"] += srv.ask(op="copy", n=n, reps=per, warm=WARM)["ns"]
             time.sleep(SETTLE)
-        m = {k: median(v) for k, v in t.items()}
+        m = {k: median(v) for k, v in t.items() if v}
         row = {"kernel": kernel, "n": n, "workers": workers, "counted": counted,
                "numba_ns": m["numba"], "rayon_ns": m["rayon"], "offload_ns": m["offload"],
                "vs_numba": m["offload"] / m["numba"], "vs_rayon": m["offload"] / m["rayon"],
                "check": setup["check"], "bytes": setup["bytes"]}
         if setup["bytes"]:
-            copy = median(srv.ask(op="copy", n=n, reps=rounds * per)["ns"])
+            copy = m["copy"]
             # Bytes the memory system moves for the copy: source read,
             # destination read for ownership (write-allocate) and written.
             row["copy_gbs"] = 12 * n / copy

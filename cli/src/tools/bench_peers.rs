@@ -16,7 +16,8 @@
 //!   run wakes the threads the other contenders' turns left asleep), then
 //!   `R` timed runs of the set-up kernel, or of its native rayon version;
 //!   reply `{"ok": true, "ns": [t1, ..., tR]}`.
-//! - `{"op": "copy", "n": N, "reps": R}`: `R` timed runs of a plain
+//! - `{"op": "copy", "n": N, "reps": R, "warm": W}`: `W` untimed runs (as
+//!   for `time`), then `R` timed runs of a plain
 //!   parallel streaming copy of `N` `f32`s on the runtime's workers (the
 //!   machine's memory bandwidth); reply as for `time`. The script counts
 //!   `12 N` bytes per run, what the memory system moves: the source read,
@@ -338,7 +339,7 @@ mod tests {
                 );
             }
         }
-        req += "{\"op\":\"copy\",\"n\":100000,\"reps\":2}\n";
+        req += "{\"op\":\"copy\",\"n\":100000,\"reps\":2,\"warm\":1}\n";
         let got = ask(&rt, &req);
         assert_eq!(got.len(), 5 * 3 + 1);
         for (i, v) in got.iter().enumerate() {
