@@ -413,6 +413,12 @@ fn run(
     };
     let parts = offload_jit::ctx::Part::split(range.clone(), parts);
     let claims = offload_jit::ctx::Part::claims(&parts, chunk);
+    // Each slot's home is its own part: the caller runs slot 0 and each
+    // helper its own slot, launch after launch, so each thread keeps its
+    // share of the range.
+    for (s, words) in slot_words.iter_mut().enumerate() {
+        words.home = (s % parts.len()) as u64;
+    }
     let control = Arc::new(AtomicU32::new(0));
     // A safepoint request stops this launch's slots at their next poll.
     let _registered = inner
@@ -445,7 +451,6 @@ fn run(
     let td = Instant::now();
     let slot_body = {
         let (ctx, area, alloc, on_exhausted, outs) = (&ctx, &area, &alloc, &on_exhausted, &outs);
-        let part_count = parts.len();
         move |slot: usize| {
             let mut out = outs[slot].lock().unwrap_or_else(|e| e.into_inner());
             // Slots count as running for safepoints; compiled code
@@ -474,13 +479,6 @@ fn run(
                 // returns `EXIT_RECORDED`, and is entered again at once
                 // (compiled code checks the control word itself).
                 let code = loop {
-                    // The slot's own part (`ctx::Part`): the caller runs
-                    // slot 0 and each helper its own slot, launch after
-                    // launch, so each thread keeps its share of the range.
-                    let home = slot % part_count;
-                    // SAFETY: the slot's words are its own, and compiled
-                    // code for it is not running (see below).
-                    unsafe { (*ctx.slots.add(slot)).home = home as u64 };
                     // SAFETY: `ctx` describes this launch of this kernel
                     // version: the heap outlives the launch and only
                     // grows; `captures` passed the closure's type check

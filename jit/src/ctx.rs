@@ -140,7 +140,7 @@ pub struct SlotWords {
     pub reenter: u64,
     /// The part of the range ([`Part`]) the slot claims from first, below
     /// [`LaunchCtx::part_count`] (compiled code takes part 0 for anything
-    /// else); the host sets it before each entry (see `Part`).
+    /// else); the host sets it before the launch (see `Part`).
     pub home: u64,
 }
 

@@ -70,7 +70,7 @@ impl Lw<'_, '_> {
         // The part the slot claims from: its home part first (the host's
         // word, kept below the part count).
         let part = self.var(types::I64);
-        let count = self
+        let part_count = self
             .e
             .b
             .ins()
@@ -81,7 +81,11 @@ impl Lw<'_, '_> {
             .b
             .ins()
             .load(types::I64, trusted(), words, offsets::SLOT_HOME);
-        let inside = self.e.b.ins().icmp(IntCC::UnsignedLessThan, home, count);
+        let inside = self
+            .e
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThan, home, part_count);
         let home = self.e.b.ins().select(inside, home, zero64);
         self.e.b.def_var(part, home);
         if let Some(si) = self.opts.safepoints {
@@ -198,11 +202,7 @@ impl Lw<'_, '_> {
             .b
             .ins()
             .load(self.e.ptr, trusted(), ctx, offsets::PARTS);
-        let count = self
-            .e
-            .b
-            .ins()
-            .load(types::I64, trusted(), ctx, offsets::PART_COUNT);
+        let count = part_count;
         let chunk = self
             .e
             .b
