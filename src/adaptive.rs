@@ -18,7 +18,8 @@
 //! Every decision is kept in the kernel's log (with what applying it did)
 //! and emitted as a `tracing` event.
 
-use crate::env::{Device, LaunchEnv, Settings};
+use crate::device::Device;
+use crate::env::{LaunchEnv, Settings};
 use crate::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
 pub use crate::policy::{Logged, decision_name};
 use crate::report::LaunchReport;

@@ -25,10 +25,10 @@
 //! bookkeeping is O(workers × records per slot), whatever the range.
 
 use crate::adaptive::{Plan, Version};
-use crate::device::{Executor, Unsupported};
-use crate::env::Device;
+use crate::device::Device;
 use crate::env::{KernelCall, LaunchEnv, Started, exclusive, tlabs_of};
 use crate::error::OffloadError;
+use crate::executor::{Executor, Unsupported};
 use crate::replay::{Replayer, Replays};
 use crate::report::{LaunchReport, Timings};
 use offload_jit::{CompiledKernel, JitError, LaunchCtx};
@@ -189,7 +189,7 @@ impl Executor for CpuDevice {
 
 /// Workitems per claim: about 32 claims per worker, for balance when
 /// workitems differ in cost, and at most 16384. A claim is an atomic add on
-/// a part's cursor (`ctx::Part`; when the range had one cursor for every
+/// a part's cursor (`offload_abi::cpu::Part`; when the range had one cursor for every
 /// slot, with claims of 1024 saxpy over 2^20
 /// workitems spent more time moving that cache line between cores than in
 /// its vectorized body: 275 µs against 163 µs with claims of 16384). Once
@@ -266,7 +266,7 @@ fn drain_records(
     let per_slot = ctx.records_per_slot as usize;
     let control = replayer.control();
     let epoch = replayer.epoch();
-    let words = |f: &mut dyn FnMut(&mut offload_jit::ctx::SlotWords)| {
+    let words = |f: &mut dyn FnMut(&mut offload_abi::cpu::SlotWords)| {
         // SAFETY: compiled code for this slot is not running (it returned,
         // or is called below and returns before the next access), and the
         // slot's words are this worker's alone (see `run`).
@@ -278,7 +278,7 @@ fn drain_records(
         if n == 0 {
             return Ok(());
         }
-        let r = slot * per_slot + n - 1;
+        let r = offload_abi::record::host_index(slot, per_slot, n - 1);
         // Park (if asked) while the record is still in the save area, whose
         // references a collection updates; from its read until the replay's
         // frames (or the resumed code's variables) hold them nothing parks.
@@ -311,7 +311,7 @@ fn drain_records(
             // Device time, not the replays'.
             *resuming += t_run.elapsed();
             since = collections();
-            if code == offload_jit::ctx::EXIT_STOPPED {
+            if code == offload_abi::exit::STOPPED {
                 // A safepoint came before the workitem started: the record
                 // is still to resume, after the park at the loop's top.
                 words(&mut |w| {
@@ -326,7 +326,7 @@ fn drain_records(
                 again = w.records as usize == n;
                 w.reenter = 0;
             });
-            if code == offload_jit::ctx::EXIT_NO_LANDING {
+            if code == offload_abi::exit::NO_LANDING {
                 return Err(OffloadError::CorruptSaveArea(
                     offload_deopt::DeoptError::NoLanding {
                         record: r,
@@ -401,8 +401,8 @@ fn run(
     );
     let safepoints_before = inner.control.count();
     let epoch = started.ticket;
-    let mut slot_words = vec![offload_jit::ctx::SlotWords::default(); workers];
-    // A part of the range per slot, each slot's home (`ctx::Part`), when
+    let mut slot_words = vec![offload_abi::cpu::SlotWords::default(); workers];
+    // A part of the range per slot, each slot's home (`offload_abi::cpu::Part`), when
     // each part is a few claims; a launch of fewer claims has one part (a
     // part's shorter last claim would be a claim more than one cursor
     // makes, and a few claims are not worth keeping apart).
@@ -411,8 +411,8 @@ fn run(
     } else {
         1
     };
-    let parts = offload_jit::ctx::Part::split(range.clone(), parts);
-    let claims = offload_jit::ctx::Part::claims(&parts, chunk);
+    let parts = offload_abi::cpu::Part::split(range.clone(), parts);
+    let claims = offload_abi::cpu::Part::claims(&parts, chunk);
     // Each slot's home is its own part: the caller runs slot 0 and each
     // helper its own slot, launch after launch, so each thread keeps its
     // share of the range.
@@ -423,7 +423,7 @@ fn run(
     // A safepoint request stops this launch's slots at their next poll.
     let _registered = inner
         .control
-        .register(&control, offload_jit::ctx::CONTROL_SAFEPOINT);
+        .register(&control, offload_abi::control::SAFEPOINT);
     let own_tlabs = exclusive(&tlabs);
     let ctx = LaunchCtx {
         heap_base: inner.heap.base_ptr(),
@@ -436,7 +436,7 @@ fn run(
         slots: slot_words.as_mut_ptr(),
         captures: call.captures.as_ptr().cast::<u64>(),
         records_per_slot: per_slot as u64,
-        tlabs: tlabs.as_ptr(),
+        tlabs: tlabs.as_ptr().cast(),
         allocator: std::ptr::from_ref(&alloc).cast(),
         large_words: u64::from(alloc.large_words()),
         own_limit: if own_tlabs {
@@ -494,7 +494,7 @@ fn run(
                     // SAFETY: compiled code for this slot has returned;
                     // this word is this slot's alone (see above).
                     out.on_device += unsafe { (*ctx.slots.add(slot)).completed };
-                    if code != offload_jit::ctx::EXIT_RECORDED {
+                    if code != offload_abi::exit::RECORDED {
                         break code;
                     }
                 };
@@ -548,7 +548,7 @@ fn run(
                 // the slot's next entry.
                 unsafe { (*ctx.slots.add(slot)).never_ran = [lo, hi] };
                 out.escaped |= replayer.escaped();
-                if code == offload_jit::ctx::EXIT_DONE || out.cut {
+                if code == offload_abi::exit::DONE || out.cut {
                     return;
                 }
             }
@@ -584,7 +584,7 @@ fn run(
         // A slot's first entry is not a re-entry (and a slot the launch
         // team skipped has none).
         report.reentries += o.entries.saturating_sub(1);
-        let first = slot * per_slot;
+        let first = offload_abi::record::slot_records(slot, per_slot).start;
         written.push(first..first + o.records_high as usize);
         replays = replays.merge(o.replays);
         replay_time = replay_time.max(o.replay_time);
@@ -599,8 +599,11 @@ fn run(
     env.give_back_save_area(area, &written);
     report.chunks = claims;
     report.alloc = alloc_stats;
-    report.timings =
-        Timings::from_marks([started.at, t0, td, t_merge, Instant::now()], replay_time);
+    report.timings = Timings::from_rounds(
+        [started.at, t0, td, t_merge, Instant::now()],
+        None,
+        replay_time,
+    );
     report.safepoints = inner.control.count() - safepoints_before;
     report.version = Some(ck.version);
     report.quick_tier = ck.quick;

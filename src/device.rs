@@ -1,36 +1,43 @@
-//! The narrow interface between a launch and a device: [`Executor`]. A
-//! device gets the [`LaunchEnv`] (heap, workers, control word, settings,
-//! allocator and save-area pool), the kernel ([`KernelCall`]) and the plan,
-//! and returns the [`LaunchReport`] — or [`Unsupported`], when it cannot
-//! run the kernel, and the launch falls back to the next device
-//! (`launch.rs`).
-//!
-//! The three devices: the interpreter (`interp_device.rs`), compiled CPU
-//! code (`cpu.rs`), a CUDA GPU (`cuda.rs`). Each replays its deopt records
-//! and keeps their account through `replay.rs`, and builds its report from
-//! [`LaunchReport::new`].
+//! Where kernels run: the [`Device`] a runtime or a launch names (the
+//! devices themselves sit behind `executor.rs`).
 
-use crate::adaptive::Plan;
-use crate::env::{KernelCall, LaunchEnv, Started};
-use crate::error::OffloadError;
-use crate::report::LaunchReport;
-use std::ops::Range;
+/// Where kernels run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The host interpreter on every core (the reference semantics).
+    Interpreter,
+    /// Native code from the Cranelift JIT on every core, with deopt into the
+    /// interpreter. Kernels the JIT does not compile yet run on the
+    /// interpreter, and the launch report says why.
+    Cpu,
+    /// An NVIDIA GPU (sm_70 or newer) through the CUDA driver, with deopt
+    /// into the interpreter. Kernels the PTX backend does not compile run
+    /// on the CPU device, and the launch report says why (an error in
+    /// strict mode).
+    Cuda,
+}
 
-/// Why a device cannot run a kernel (the report's `fallback` note names
-/// it).
-#[derive(Debug)]
-pub(crate) struct Unsupported(pub(crate) String);
+impl Device {
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Interpreter => "interp",
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+}
 
-/// A device that runs launches.
-pub(crate) trait Executor {
-    /// Run `call` over `range` as `plan` says: the launch's result, or why
-    /// this device cannot run the kernel (nothing of the range ran).
-    fn launch(
-        &self,
-        env: &LaunchEnv,
-        call: KernelCall<'_>,
-        plan: &Plan,
-        range: Range<i64>,
-        started: Started,
-    ) -> Result<Result<LaunchReport, OffloadError>, Unsupported>;
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "interp" | "interpreter" => Ok(Device::Interpreter),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda),
+            other => Err(format!(
+                "unknown device `{other}` (available: cuda, cpu, interp)"
+            )),
+        }
+    }
 }

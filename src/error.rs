@@ -190,7 +190,7 @@ pub enum OffloadError {
         /// The kernel.
         kernel: String,
         /// The device.
-        device: crate::Device,
+        device: crate::device::Device,
         /// Why.
         source: offload_jit::JitError,
     },

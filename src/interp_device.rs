@@ -3,9 +3,10 @@
 //! in its own interpreter, allocating from its TLAB slot.
 
 use crate::adaptive::Plan;
-use crate::device::{Executor, Unsupported};
-use crate::env::{Device, KernelCall, LaunchEnv, Started};
+use crate::device::Device;
+use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
+use crate::executor::{Executor, Unsupported};
 use crate::replay::Thrown;
 use crate::report::{DeoptAction, DeoptRow, LaunchReport, Timings};
 use offload_host_interp::{Interpreter, Profile};
@@ -163,7 +164,11 @@ pub(crate) fn run(
     report.on_device = completed + thrown.count;
     report.chunks = chunks;
     report.alloc = alloc_stats;
-    report.timings = Timings::from_marks([started.at, t0, t1, t2, Instant::now()], Duration::ZERO);
+    report.timings = Timings::from_rounds(
+        [started.at, t0, t1, t2, Instant::now()],
+        None,
+        Duration::ZERO,
+    );
     report.profile = profile;
     report.safepoints = inner.control.count() - safepoints_before;
     report.deopt_table = cut;

@@ -8,9 +8,10 @@
 use crate::adaptive::{KernelState, Plan};
 use crate::cpu::CpuDevice;
 use crate::cuda::Gpu;
-use crate::device::{Executor, Unsupported};
-use crate::env::{Device, KernelCall, LaunchEnv, Started};
+use crate::device::Device;
+use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
+use crate::executor::{Executor, Unsupported};
 use crate::interp_device::Interp;
 use crate::report::LaunchReport;
 use std::ops::Range;

@@ -83,8 +83,8 @@
 //!    the device, the compiled version with its speculations, TLAB and
 //!    chunk sizes; a deadline starts a watchdog; the planned device runs
 //!    it, falling back CUDA → CPU → interpreter when a device cannot
-//!    (`device.rs`: the one interface every device implements).
-//! 3. The device: `cuda.rs` compiles the PTX (`offload-jit`'s `ptx`),
+//!    (`executor.rs`: the one interface every device implements).
+//! 3. The device: `cuda/` compiles the PTX (`offload-jit`'s `ptx`),
 //!    copies the heap image and launches one slot per GPU thread;
 //!    `cpu.rs` compiles with Cranelift (`offload-jit`'s `cpu`, quick tier
 //!    first) and enters one slot loop per worker; `interp_device.rs` runs
@@ -103,9 +103,11 @@
 //! 6. Back in `launch.rs`, the kernel's recompilation policy (`policy.rs`)
 //!    sees the report and decides what the next launch runs.
 //!
-//! The modules form layers with no cycle: `env`, `policy`, `report`,
-//! `error`, `replay`, `adaptive`, `device`, the devices, `launch`, then
-//! `runtime`. The `offload` command, its REPL and its tooling sit on top,
+//! The modules form layers with no cycle (`scripts/module-cycles` checks
+//! it in the test run): `device`, `diagnostics` and `table`; `policy`;
+//! `report`; `error`; `gc` and `replay`; `env`; `adaptive`; `executor`;
+//! the devices (`interp_device`, `cpu`, `cuda`); `launch`; `runtime`; then
+//! `source` and `inspect`. The `offload` command, its REPL and its tooling sit on top,
 //! in a crate of their own (`cli/`, `offload-cli`).
 //! The architecture — invariants, how a launch flows, where each part lives
 //! — is described in `docs/DESIGN.md` in the repository.
@@ -126,6 +128,7 @@ mod device;
 pub mod diagnostics;
 mod env;
 mod error;
+mod executor;
 mod gc;
 pub mod inspect;
 mod interp_device;
@@ -140,12 +143,12 @@ pub mod table;
 
 pub use cuda::{GpuHandles, cuda_error_text};
 pub use error::{KernelExceptions, OffloadError};
-pub use gc::{GcPolicy, GcSummary, Root};
+pub use gc::{GcPolicy, Root};
 pub use offload_macros::{kernel, kernels};
 pub use offload_tlab::{AllocPolicy, GcStats};
-pub use report::{DeoptAction, DeoptRow, LaunchReport, SavedValue, Timings};
+pub use report::{DeoptAction, DeoptRow, GcSummary, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
-    Module, Object, RefArray, Runtime, RuntimeBuilder, par_offload,
+    Module, Object, RefArray, Runtime, RuntimeBuilder,
 };
-pub use source::{Capture, Launchable};
+pub use source::{Capture, Launchable, par_offload};

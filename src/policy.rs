@@ -22,7 +22,7 @@
 //! Policies are pure functions of the launch history, so they are tested on
 //! synthetic deopt streams (below) as well as end to end.
 
-use crate::env::Device;
+use crate::device::Device;
 use offload_deopt::Reason;
 use offload_ir::SiteId;
 use std::collections::BTreeMap;

@@ -2,13 +2,16 @@
 //! [`Timings`], the deopt table's rows, and the counters devices build it
 //! from ([`NeverRan`]). Every figure is defined once, on its field.
 
-use crate::env::Device;
+use crate::device::Device;
 use offload_host_interp::Profile;
 use offload_tlab::AllocStats;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::time::{Duration, Instant};
+
+mod gc;
+pub use gc::GcSummary;
 
 /// How long each phase of a launch took, as wall-clock time on the host.
 ///
@@ -57,15 +60,23 @@ impl fmt::Display for Timings {
 }
 
 impl Timings {
-    /// Phases from the clock's readings at their boundaries: `marks[0]` is
-    /// the launch's start, and phase `i` runs from `marks[i]` to
-    /// `marks[i + 1]`, except that `replay` (overlapping `run` on the CPU
-    /// device) is carved out of the run phase.
-    pub(crate) fn from_marks(marks: [Instant; 5], replay: Duration) -> Timings {
+    /// Phases from the clock's readings at their boundaries — the launch's
+    /// start, the device's start, the rounds' start and end, and the end —
+    /// and what the rounds measured: the rounds' span is `replay` (at most
+    /// the span) and `run` (the kernel time the device measured, or else
+    /// the rest of the span), and what is left of it is setup (the copies
+    /// before each round).
+    pub(crate) fn from_rounds(
+        marks: [Instant; 5],
+        run: Option<Duration>,
+        replay: Duration,
+    ) -> Timings {
         let span = |i: usize| marks[i + 1].saturating_duration_since(marks[i]);
-        let device = span(2);
-        let replay = replay.min(device);
-        Timings::of(span(0), span(1), device - replay, replay, span(3))
+        let rounds = span(2);
+        let replay = replay.min(rounds);
+        let run = run.map_or(rounds - replay, |r| r.min(rounds - replay));
+        let between = rounds - replay - run;
+        Timings::of(span(0), span(1) + between, run, replay, span(3))
     }
 
     /// Timings from the parts; `total` is their sum.
@@ -218,7 +229,7 @@ pub struct LaunchReport {
     /// (eden exhausted, or due before it started) and any another thread
     /// asked for meanwhile, which stopped this launch's workers too. Their
     /// pauses are inside the phase times above, not added to them.
-    pub gc: crate::GcSummary,
+    pub gc: GcSummary,
 }
 
 /// One value a deoptimized workitem saved, named as its frame state names
@@ -394,7 +405,7 @@ impl LaunchReport {
             gpu: None,
             to_device_bytes: 0,
             to_host_bytes: 0,
-            gc: crate::GcSummary::default(),
+            gc: GcSummary::default(),
         }
     }
 

@@ -288,6 +288,15 @@ pub trait Launchable {
     fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError>;
 }
 
+/// Run `closure` for every workitem of `range` on its runtime's device:
+/// a [`Closure`] (`&saxpy`), or a `kernel!` closure.
+pub fn par_offload(
+    range: Range<i64>,
+    closure: impl Launchable,
+) -> Result<LaunchReport, OffloadError> {
+    closure.launch(range)
+}
+
 impl Launchable for &Closure {
     fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
         self.module.rt.par_offload(range, self)

@@ -1,4 +1,4 @@
-//! The deopt-frame checker (in the spirit of regalloc2's `checker.rs`): at
+//! The deopt-frame checker (in the spirit of regalloc2's checker, src/checker.rs there): at
 //! every deopt site of generated kernels, force the compiled code to deopt
 //! there and check that the frame it saved — every live local and stack
 //! slot, as raw bits — equals the frame the interpreter has when it reaches

@@ -26,31 +26,39 @@ fn markdown_links(text: &str) -> Vec<String> {
     out
 }
 
-/// Repository paths named in backquotes or links: `docs/DESIGN.md`,
-/// `examples/tour.ofs`, or a relative path out of the repository.
+/// The repository's top-level folders (`docs`, `src`, `jit`, ...).
+fn top_folders() -> Vec<String> {
+    std::fs::read_dir(root())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| !n.starts_with('.') && n != "target")
+        .collect()
+}
+
+/// The extensions of the repository's own files that docs name.
+const EXTENSIONS: [&str; 15] = [
+    "rs", "md", "toml", "obc", "ofk", "ofs", "ptx", "cu", "py", "sh", "json", "csv", "txt", "svg",
+    "lock",
+];
+
+/// Repository paths and file names named in backquotes or links:
+/// `docs/DESIGN.md`, `examples/tour.ofs`, `env.rs`, or a relative path
+/// out of the repository. A path starting with one of the repository's
+/// top-level folders, or a file name with one of its files' extensions,
+/// must exist: a path beside the naming file, in a folder above it or
+/// from the root; a bare file name there too, or anywhere in the
+/// repository.
 fn named_paths(text: &str) -> Vec<String> {
+    let dirs = top_folders();
     text.split('`')
         .skip(1)
         .step_by(2)
         .filter(|w| {
-            const DIRS: [&str; 14] = [
-                "docs/",
-                "src/",
-                "tests/",
-                "examples/",
-                "scripts/",
-                "benches/",
-                "ir/",
-                "jit/",
-                "tlab/",
-                "deopt/",
-                "host-interp/",
-                "vgpu/",
-                "experiments/",
-                "fuzz/",
-            ];
             let file = w.rsplit('/').next().unwrap_or("");
-            let file_like = file.contains('.');
+            let ext = file.rsplit_once('.').map_or("", |(_, e)| e);
+            let file_like = EXTENSIONS.contains(&ext) && !file.starts_with('.');
             // `tests/repl/NAME.ofs`: a placeholder, not a path.
             let stem = file.split('.').next().unwrap_or("");
             let placeholder =
@@ -58,10 +66,13 @@ fn named_paths(text: &str) -> Vec<String> {
             if placeholder {
                 return false;
             }
-            !w.contains([' ', '*', '{', '<', '$'])
+            let in_folder = w
+                .split_once('/')
+                .is_some_and(|(top, _)| dirs.iter().any(|d| d == top));
+            !w.contains([' ', '*', '{', '<', '$', '(', ':', '='])
                 && (w.ends_with(".md")
                     || w.starts_with("../")
-                    || (file_like && DIRS.iter().any(|d| w.starts_with(d))))
+                    || (file_like && (in_folder || !w.contains('/'))))
         })
         .map(str::to_string)
         .collect()
@@ -83,7 +94,16 @@ fn check(file: &Path, text: &str, bad: &mut Vec<String>) {
         if t.contains("::") || !(t.contains('/') || t.contains('.')) {
             continue;
         }
-        let candidates = [dir.join(&t), root().join(&t)];
+        // Beside the file, in a folder above it, or from the root.
+        let mut candidates: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| d.starts_with(root()))
+            .map(|d| d.join(&t))
+            .collect();
+        candidates.push(root().join(&t));
+        if !t.contains('/') {
+            candidates.extend(files_named(&t));
+        }
         let Some(found) = candidates.iter().find(|p| p.exists()) else {
             bad.push(format!("{}: `{t}` does not exist", file.display()));
             continue;
@@ -98,6 +118,26 @@ fn check(file: &Path, text: &str, bad: &mut Vec<String>) {
             ));
         }
     }
+}
+
+/// Every file of the repository named `name`.
+fn files_named(name: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let n = e.file_name().to_string_lossy().to_string();
+            if p.is_dir() {
+                if !["target", ".git"].contains(&n.as_str()) {
+                    walk(&p, name, out);
+                }
+            } else if n == name {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root(), name, &mut out);
+    out
 }
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -146,4 +186,20 @@ fn the_design_document_is_in_the_repository_and_linked_from_the_readme() {
     assert!(readme.contains("](docs/DESIGN.md)"));
     let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
     assert!(lib.contains("docs/DESIGN.md"));
+}
+
+#[test]
+fn a_file_name_that_is_nowhere_is_caught_in_any_folder() {
+    let mut bad = Vec::new();
+    let file = root().join("src/lib.rs");
+    check(
+        &file,
+        "`cuda.rs` was a file; `env.rs`, `cuda/launch.rs`, `jit/src/lower/mod.rs` and `Runtime::new` are fine",
+        &mut bad,
+    );
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].contains("`cuda.rs` does not exist"), "{bad:?}");
+    // Every top-level folder is checked, not a list of them.
+    check(&root().join("README.md"), "`gang/src/nowhere.rs`", &mut bad);
+    assert_eq!(bad.len(), 2, "{bad:?}");
 }

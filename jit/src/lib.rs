@@ -30,8 +30,9 @@
 //! - [`ptx`]: the primitives in PTX text, the GPU slot loop, the device
 //!   TLAB protocol, exact float operations; [`ptxlib`] is the math library
 //!   in PTX and [`ptxas`] assembles for checks.
-//! - [`ctx`]: the launch context and per-slot words both sides read;
-//!   [`rt`]: the runtime calls compiled CPU code makes.
+//! - [`rt`]: the runtime calls compiled CPU code makes. The launch
+//!   contexts, slot words, exit codes, control bits and TLAB words both
+//!   backends emit code against are `offload_abi`'s, defined once there.
 //!
 //! Because the walker is shared, a CPU and a PTX version of a kernel have
 //! equal [`DeoptMetadata`] and the host replays either one's records the
@@ -50,7 +51,6 @@
 #![deny(missing_docs)]
 
 pub mod cpu;
-pub mod ctx;
 mod lower;
 mod math;
 mod opt;
@@ -70,7 +70,7 @@ use offload_program::Program;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub use ctx::{LaunchCtx, SlotFn};
+pub use offload_abi::cpu::{LaunchCtx, SlotFn};
 
 pub use lower::{MAX_INLINE_DEPTH, MAX_INLINED_INSTS};
 pub use options::{CompileOptions, Injection, SafepointInjection};
@@ -228,7 +228,7 @@ pub struct CompiledKernel {
     pub quick: bool,
     /// The sites whose records the code can resume
     /// ([`offload_deopt::SiteMap::resumable`]) when entered with
-    /// [`ctx::SlotWords::reenter`] (none: the kernel has no loop and does
+    /// [`offload_abi::cpu::SlotWords::reenter`] (none: the kernel has no loop and does
     /// not allocate, or [`CompileOptions::no_reentry`] was set). The quick
     /// tier lands at the kernel's outermost loop headers only; the
     /// optimized tier at every re-entry point.

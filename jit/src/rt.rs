@@ -6,7 +6,8 @@
 //! refill, large objects, policies without TLABs. The slow path is also a
 //! safepoint poll.
 
-use crate::ctx::{CONTROL_SAFEPOINT, LaunchCtx};
+use offload_abi::control::SAFEPOINT as CONTROL_SAFEPOINT;
+use offload_abi::cpu::LaunchCtx;
 use offload_tlab::{Allocator, Header};
 use std::sync::atomic::Ordering;
 

@@ -4,13 +4,14 @@
 
 use super::{BLOCK, DEVICE_EDEN_BYTES, Gpu, Loaded, WARP, cuda_err};
 use crate::adaptive::Plan;
-use crate::env::{Device, KernelCall, LaunchEnv, Started};
+use crate::device::Device;
+use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
 use crate::replay::{Replayer, Replays};
 use crate::report::{LaunchReport, Timings};
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use offload_abi::gpu::{self, DeviceCtx, TLAB_BYTES as DEVICE_TLAB_BYTES, counter};
 use offload_deopt::SaveArea;
-use offload_jit::ptx::{DEVICE_TLAB_BYTES, DeviceCtx};
 use offload_tlab::layout::Header;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -83,7 +84,9 @@ pub(super) fn run(
     let cursor: CudaSlice<i64> = s.clone_htod(&[range.start]).map_err(cuda_err("cursor"))?;
     let never: CudaSlice<i64> = s.alloc_zeros(2 * slots).map_err(cuda_err("never_ran"))?;
     let exits: CudaSlice<u32> = s.alloc_zeros(slots).map_err(cuda_err("exits"))?;
-    let stats: CudaSlice<u64> = s.alloc_zeros(6).map_err(cuda_err("counters"))?;
+    let stats: CudaSlice<u64> = s
+        .alloc_zeros(counter::COUNT)
+        .map_err(cuda_err("counters"))?;
     // Slots waiting in place plus slots gone, zeroed before each run.
     let mut parked: CudaSlice<u32> = s.alloc_zeros(1).map_err(cuda_err("parked count"))?;
     // Injected safepoints' per-slot state, kept across relaunches.
@@ -108,7 +111,7 @@ pub(super) fn run(
         unsafe { cudarc::driver::result::memset_d8_async(ap, 0xFF, area.bytes(), s.cu_stream()) }
             .map_err(cuda_err("save area"))?;
     }
-    let mut eden: CudaSlice<u64> = s.alloc_zeros(2).map_err(cuda_err("eden"))?;
+    let mut eden: CudaSlice<u64> = s.alloc_zeros(gpu::EDEN_WORDS).map_err(cuda_err("eden"))?;
     // Bytes moved each way (`LaunchReport::to_device_bytes`,
     // `to_host_bytes`): the uploads above, what each round of the loop
     // below moves, and the heap bytes host code fetches meanwhile.
@@ -118,14 +121,14 @@ pub(super) fn run(
     let fetched_before = heap.residency().fetched_bytes;
     let control = Arc::new(AtomicU32::new(0));
     let wait_bit = if env.settings.wait_in_place {
-        offload_jit::ctx::CONTROL_WAIT
+        offload_abi::control::WAIT
     } else {
         0
     };
     let _registered =
         inner
             .control
-            .register_waiting(&control, offload_jit::ctx::CONTROL_SAFEPOINT, wait_bit);
+            .register_waiting(&control, offload_abi::control::SAFEPOINT, wait_bit);
     // This thread is a running worker (no collection moves the heap while
     // the device holds its image) except while the replays run, which
     // are the running workers then.
@@ -147,7 +150,7 @@ pub(super) fn run(
     let roots = KernelCall::device_roots(&alloc, Some((&area, meta)));
     let registered = env.gc.launch(&roots);
     let on_exhausted = KernelCall::on_exhausted(env);
-    let mut device_stats: Vec<u64> = vec![0; 6];
+    let mut device_stats: Vec<u64> = vec![0; counter::COUNT];
     // Per slot, the (workitem, site) of the allocation failure it was last
     // given to resume: failing there again goes to the interpreter.
     // (Sized on first use: most launches leave no records.)
@@ -230,7 +233,9 @@ pub(super) fn run(
         dh.ensure(need)?;
         to_device += dh.push(heap, &runs)?;
         dh.zero_eden(eden_bytes.clone())?;
-        s.memcpy_htod(&[u64::from(es), u64::from(ee)], &mut eden)
+        let mut bounds = [0u64; gpu::EDEN_WORDS];
+        (bounds[gpu::EDEN_TOP], bounds[gpu::EDEN_LIMIT]) = (u64::from(es), u64::from(ee));
+        s.memcpy_htod(&bounds, &mut eden)
             .map_err(cuda_err("eden"))?;
         to_device += 16 + ctx_bytes;
         s.memset_zeros(&mut tlabs).map_err(cuda_err("TLABs"))?;
@@ -285,9 +290,9 @@ pub(super) fn run(
                 parked: pp,
             };
             (eden_at, parked_at) = (ep, pp);
-            // SAFETY: `DeviceCtx` is `#[repr(C)]` and made of 20 `u64`/`i64`s.
-            let raw: [u64; 21] = unsafe { std::mem::transmute(dctx) };
-            ctx_dev = s.clone_htod(&raw[..]).map_err(cuda_err("launch context"))?;
+            ctx_dev = s
+                .clone_htod(&dctx.to_words()[..])
+                .map_err(cuda_err("launch context"))?;
             let (ctx_ptr, _g11) = ctx_dev.device_ptr(s);
             gpu.set_control(0)?;
             let mut b = s.launch_builder(&k.func);
@@ -334,7 +339,7 @@ pub(super) fn run(
                     )
                 });
             }
-            if cw & offload_jit::ctx::CONTROL_WAIT != 0 {
+            if cw & offload_abi::control::WAIT != 0 {
                 let w = Waiting {
                     env,
                     gpu,
@@ -356,7 +361,7 @@ pub(super) fn run(
             // An interrupt of this launch passed while the slots waited:
             // they stop now.
             let stop = if inner.control.interrupted_since(epoch) {
-                offload_jit::ctx::CONTROL_SAFEPOINT
+                offload_abi::control::SAFEPOINT
             } else {
                 0
             };
@@ -374,7 +379,7 @@ pub(super) fn run(
         // on the device, and host code fetches the chunks it touches.
         let ed: Vec<u64> = s.clone_dtoh(&eden).map_err(cuda_err("eden"))?;
         // The device eden's final top (past its end when a refill failed).
-        let eden_top = ed[0].min(u64::from(ee)) as u32;
+        let eden_top = ed[gpu::EDEN_TOP].min(u64::from(ee)) as u32;
         let dirty_bytes = dh.mark_kernel_writes(heap, es as usize * 8, eden_top as usize * 8)?;
         // `[deopts, refills, refill waits, eden failures, slots stopped,
         // workitems completed]`, summed over the launch's relaunches (the
@@ -389,11 +394,13 @@ pub(super) fn run(
                     "launch {} done after {} ms: deopts {}, refills {}, refill waits {}, eden failures {}, slots stopped {}, workitems completed {}, eden top {eden_top}",
                     report.launches,
                     tr.elapsed().as_millis(),
-                    d[0], d[1], d[2], d[3], d[4], d[5]
+                    d[counter::DEOPTS], d[counter::REFILLS], d[counter::REFILL_WAITS], d[counter::EDEN_FAILURES], d[counter::SLOTS_STOPPED], d[counter::COMPLETED]
                 )
             });
         }
-        if device_stats[3] > before[3] && env.settings.fail_refills.is_none() {
+        if device_stats[counter::EDEN_FAILURES] > before[counter::EDEN_FAILURES]
+            && env.settings.fail_refills.is_none()
+        {
             let cap = DEVICE_EDEN_BYTES / 8;
             let now = gpu.eden_words.load(Ordering::Relaxed);
             gpu.eden_words
@@ -403,7 +410,8 @@ pub(super) fn run(
         // The records, never-ran rests and exit codes come back only when
         // a slot left work behind (a record, a stop): otherwise every slot
         // finished its chunks, and resumed the record it was given.
-        let came_back = device_stats[0] > before[0] || device_stats[4] > before[4];
+        let came_back = device_stats[counter::DEOPTS] > before[counter::DEOPTS]
+            || device_stats[counter::SLOTS_STOPPED] > before[counter::SLOTS_STOPPED];
         let (nr, ex): (Vec<i64>, Vec<u32>) = if came_back {
             // SAFETY: nothing else reads or writes the area during the copy.
             s.memcpy_dtoh(&area_dev, unsafe { area_words(&area) })
@@ -423,7 +431,7 @@ pub(super) fn run(
             (Vec::new(), Vec::new())
         };
         // The TLABs' states, when a refill carved any (they start empty).
-        let tl: Vec<u8> = if device_stats[1] > before[1] {
+        let tl: Vec<u8> = if device_stats[counter::REFILLS] > before[counter::REFILLS] {
             let tl = s.clone_dtoh(&tlabs).map_err(cuda_err("TLABs"))?;
             to_host += tl.len() as u64;
             tl
@@ -573,7 +581,7 @@ pub(super) fn run(
             area.clear();
             break;
         }
-        if ex.iter().all(|&c| c == offload_jit::ctx::EXIT_DONE) && resume.is_empty() {
+        if ex.iter().all(|&c| c == offload_abi::exit::DONE) && resume.is_empty() {
             break;
         }
         for (h, vals) in &resume {
@@ -605,9 +613,9 @@ pub(super) fn run(
     debug_assert!((0..slots).all(|r| matches!(area.read_into(r, meta, &mut Vec::new()), Ok(None))));
     *gpu.scratch.lock().unwrap_or_else(|e| e.into_inner()) = Some(Scratch { area, area_dev });
     report.alloc = alloc.retire();
-    report.on_device = device_stats[5];
-    report.alloc.refills += device_stats[1];
-    report.alloc.exhausted += device_stats[3];
+    report.on_device = device_stats[counter::COMPLETED];
+    report.alloc.refills += device_stats[counter::REFILLS];
+    report.alloc.exhausted += device_stats[counter::EDEN_FAILURES];
     let teardown = t_loop.elapsed();
     let looped = t_loop.saturating_duration_since(t0);
     report.timings = Timings::of(
@@ -715,7 +723,7 @@ impl Waiting<'_> {
     ) -> Result<(u64, u64), OffloadError> {
         let (gpu, heap) = (self.gpu, &self.env.heap);
         let dh = &gpu.resident;
-        gpu.set_control(offload_jit::ctx::CONTROL_WAIT)?;
+        gpu.set_control(offload_abi::control::WAIT)?;
         let mut n = [0u32];
         let mut got = 0u64;
         loop {
@@ -734,7 +742,7 @@ impl Waiting<'_> {
         // kernel wrote so far is what host code may now fetch.
         let (es, ee) = self.eden;
         let mut top = [0u64];
-        dh.read_raw(self.eden_at, &mut top)?;
+        dh.read_raw(self.eden_at + 8 * gpu::EDEN_TOP as u64, &mut top)?;
         let top = top[0].min(u64::from(ee)) as usize * 8;
         got += 8 + dh.mark_kernel_writes(heap, es as usize * 8, top)?;
         // The safepoint's operation runs while this launch is parked.
@@ -742,7 +750,7 @@ impl Waiting<'_> {
         let runs = heap.take_device_stale(es as usize * 8..ee as usize * 8);
         let sent = dh.push(heap, &runs)?;
         let next = if self.env.control.interrupted_since(self.epoch) {
-            offload_jit::ctx::CONTROL_SAFEPOINT
+            offload_abi::control::SAFEPOINT
         } else {
             0
         };

@@ -82,9 +82,9 @@ pub(crate) mod resident;
 mod trace;
 
 use crate::adaptive::{Plan, Version};
-use crate::device::{Executor, Unsupported};
 use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
+use crate::executor::{Executor, Unsupported};
 use crate::report::LaunchReport;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, sys};
 use offload_ir::FuncId;

@@ -8,7 +8,7 @@
 use crate::adaptive::{KernelInfo, KernelState};
 use crate::cpu::CpuDevice;
 use crate::cuda::Gpu;
-pub use crate::env::Device;
+pub use crate::device::Device;
 use crate::env::{KernelCall, LaunchEnv};
 use crate::error::OffloadError;
 use crate::gc::Root;
@@ -593,15 +593,6 @@ impl Closure {
     pub fn module(&self) -> &Module {
         &self.module
     }
-}
-
-/// Run `closure` for every workitem of `range` on its runtime's device:
-/// a [`Closure`] (`&saxpy`), or a `kernel!` closure.
-pub fn par_offload(
-    range: Range<i64>,
-    closure: impl crate::source::Launchable,
-) -> Result<LaunchReport, OffloadError> {
-    closure.launch(range)
 }
 
 /// The live runtimes, by id: `kernel!` finds the runtime of the arrays it

@@ -27,8 +27,10 @@
 
 use crate::sync::{AtomicU64, Ordering, backoff, load_for_wait};
 
-/// Set in the generation when eden was exhausted during a refill.
-pub const FAILED: u64 = 1 << 63;
+/// Set in the generation when eden was exhausted during a refill (its bit
+/// layout, like the state word's, is the ABI's: compiled code tests it).
+pub use offload_abi::tlab::FAILED;
+use offload_abi::tlab::{pack, unpack};
 
 /// Where TLABs come from: the heap's eden, or (for a worker's allocation
 /// buffer, see `crate::alloc`) its group's shared TLAB.
@@ -55,8 +57,8 @@ pub enum AllocFailure {
 }
 
 /// One shared TLAB slot. `#[repr(C)]`: compiled code runs the fast path
-/// (steps 1–2) on [`SharedTlab::STATE_OFFSET`] and
-/// [`SharedTlab::GENERATION_OFFSET`] itself and hands anything else to
+/// (steps 1–2) on its words, at the offsets of
+/// [`offload_abi::tlab::TlabWords`], itself and hands anything else to
 /// [`SharedTlab::finish`].
 ///
 /// Aligned to 128 bytes (two cache lines, as the adjacent-line prefetcher
@@ -72,13 +74,16 @@ pub struct SharedTlab {
     refills: AtomicU64,
 }
 
-fn pack(top: u32, end: u32) -> u64 {
-    u64::from(end) << 32 | u64::from(top)
-}
-
-fn unpack(s: u64) -> (u32, u32) {
-    (s as u32, (s >> 32) as u32)
-}
+// Compiled code runs the fast path on these words at the ABI's offsets
+// (`offload_abi::tlab::TlabWords`): the fields must sit there. (Loom's
+// atomics are larger; its models run no compiled code.)
+#[cfg(not(loom))]
+const _: () = {
+    use offload_abi::tlab as abi;
+    assert!(std::mem::offset_of!(SharedTlab, state) == abi::STATE_OFFSET as usize);
+    assert!(std::mem::offset_of!(SharedTlab, generation) == abi::GENERATION_OFFSET as usize);
+    assert!(std::mem::offset_of!(SharedTlab, refills) == abi::REFILLS_OFFSET as usize);
+};
 
 impl Default for SharedTlab {
     fn default() -> Self {
@@ -128,11 +133,6 @@ impl RefillFault {
 }
 
 impl SharedTlab {
-    /// Byte offset of the state word (`end << 32 | top`, in heap words).
-    pub const STATE_OFFSET: i32 = 0;
-    /// Byte offset of the generation word (bit 63: [`FAILED`]).
-    pub const GENERATION_OFFSET: i32 = 8;
-
     /// An empty slot: the first allocation becomes its refiller.
     pub fn new() -> Self {
         SharedTlab {

@@ -2,10 +2,10 @@
 //! slow path's call, the write barrier and the nursery reset (module docs).
 
 use super::{Lw, invariant, trusted};
-use crate::ctx::offsets;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{AtomicRmwOp, InstBuilder, Value, types};
 use cranelift_frontend::Variable;
+use offload_abi::cpu::offsets;
 use offload_deopt::Reason;
 use offload_ir::Bci;
 
@@ -259,7 +259,7 @@ impl Lw<'_, '_> {
         self.e
             .b
             .ins()
-            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::STATE_OFFSET))
+            .iadd_imm_s(tl, i64::from(offload_abi::tlab::STATE_OFFSET))
     }
 
     /// Store the TLAB state kept in [`Env::tlab_state`] to memory, on a
@@ -436,7 +436,7 @@ impl Lw<'_, '_> {
             .e
             .b
             .ins()
-            .iadd_imm_s(tl, i64::from(offload_tlab::SharedTlab::GENERATION_OFFSET));
+            .iadd_imm_s(tl, i64::from(offload_abi::tlab::GENERATION_OFFSET));
         let g = self.e.b.ins().atomic_load(types::I64, trusted(), ga);
         let failed = self.e.b.ins().ushr_imm_u(g, 63);
         self.e

@@ -2,13 +2,32 @@
 //! shared by the checks of one instruction, and array checks.
 
 use super::{Lw, trusted};
-use crate::ctx::{EXIT_DEOPT, offsets};
 use crate::lower::Exit;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{Block, InstBuilder, Value, types};
 use cranelift_frontend::{FunctionBuilder, Variable};
+use offload_abi::cpu::offsets;
+use offload_abi::exit::DEOPT as EXIT_DEOPT;
+use offload_abi::record;
 use offload_deopt::{Reason, SaveLayout};
 use offload_ir::Bci;
+
+/// The save-record formula (`offload_abi::record`) in Cranelift IR.
+impl record::Arith for Lw<'_, '_> {
+    type V = Value;
+    fn mul(&mut self, a: Value, b: Value) -> Value {
+        self.e.b.ins().imul(a, b)
+    }
+    fn mul_add(&mut self, a: Value, b: Value, c: impl FnOnce(&mut Self) -> Value) -> Value {
+        let p = self.e.b.ins().imul(a, b);
+        let c = c(self);
+        self.e.b.ins().iadd(p, c)
+    }
+    fn mul_imm_add(&mut self, a: Value, k: i64, c: Value) -> Value {
+        let p = self.e.b.ins().imul_imm_s(a, k);
+        self.e.b.ins().iadd(c, p)
+    }
+}
 
 impl Lw<'_, '_> {
     /// A deopt exit through `exit` here: its record's site word is a
@@ -84,12 +103,8 @@ impl Lw<'_, '_> {
             .b
             .ins()
             .load(types::I64, trusted(), ctx, offsets::RECORDS_PER_SLOT);
-        let first = self.e.b.ins().imul(slot, per);
-        let n = self.records_count();
-        let index = self.e.b.ins().iadd(first, n);
-        let rec_words = self.e.b.ins().imul(index, words);
-        let rec_bytes = self.e.b.ins().imul_imm_s(rec_words, 8);
-        self.e.b.ins().iadd(area, rec_bytes)
+        let index = record::index(self, slot, per, Self::records_count);
+        record::address(self, area, words, index)
     }
 
     /// Branch to deopt exit `exit` if `cond` is non-zero; continue

@@ -2,13 +2,13 @@
 
 use super::{Cpu, Lw, cl_type, invariant, trusted};
 use crate::Injection;
-use crate::ctx::CONTROL_SAFEPOINT;
 use crate::lower::plan::{self, TypeTest};
 use crate::lower::{Backend, BinOp, CmpOp, Const, Exit, UnOp, Walker};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{AtomicRmwOp, BlockArg, InstBuilder, Value, types};
 use cranelift_frontend::Variable;
+use offload_abi::control;
 use offload_ir::{Bci, Kind, Type};
 
 type W<'a, 'b, 'f> = &'a mut Walker<'b, Cpu<'f>>;
@@ -270,7 +270,7 @@ impl<'f> Backend for Cpu<'f> {
 
     fn safepoint_requested(w: W<'_, '_, 'f>) -> Value {
         let cw = w.control_word();
-        let mut sp = w.e.b.ins().band_imm_u(cw, i64::from(CONTROL_SAFEPOINT));
+        let mut sp = w.e.b.ins().band_imm_u(cw, i64::from(control::SAFEPOINT));
         if let Some(si) = w.opts.safepoints {
             let var = w.e.env.polls.expect("set with the option");
             let x = w.e.b.use_var(var);
@@ -287,9 +287,12 @@ impl<'f> Backend for Cpu<'f> {
             };
             w.e.b.def_var(var, next);
             let at = w.slot_words();
-            w.e.b
-                .ins()
-                .store(trusted(), next, at, crate::ctx::offsets::SLOT_INJECT_STATE);
+            w.e.b.ins().store(
+                trusted(),
+                next,
+                at,
+                offload_abi::cpu::offsets::SLOT_INJECT_STATE,
+            );
             let r = w.e.b.ins().urem_imm_u(next, si.every.max(1) as i64);
             let hit = w.e.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
             let hit = w.e.b.ins().uextend(types::I32, hit);

@@ -5,10 +5,10 @@
 
 use super::{Lw, trusted};
 use crate::JitError;
-use crate::ctx::offsets;
 use crate::lower::reentry::Scope;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{Block, InstBuilder, Value, types};
+use offload_abi::cpu::offsets;
 use offload_deopt::SaveLayout;
 use offload_ir::SiteId;
 
@@ -100,7 +100,7 @@ impl Lw<'_, '_> {
 
     /// The re-entry copy of the body, entered at `start` when the host
     /// asks the slot to resume the record just past its count
-    /// ([`crate::ctx::SlotWords::reenter`]) and the hot copies have no
+    /// ([`offload_abi::cpu::SlotWords::reenter`]) and the hot copies have no
     /// landing for its site: the workitem's entry as [`Lw::one_workitem`]
     /// makes it, then a dispatch on the record's site to that site's
     /// landing (`lower/reentry.rs`), which loads the saved frames and jumps
@@ -161,7 +161,7 @@ impl Lw<'_, '_> {
         let wv = self.e.b.use_var(w);
         let hv = self.e.b.use_var(hi);
         let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
-        self.slot_exit(w1, hv, crate::ctx::EXIT_RESUMED);
+        self.slot_exit(w1, hv, offload_abi::exit::RESUMED);
         self.e.b.switch_to_block(no_landing);
         self.no_landing_exit();
         Ok(())
@@ -172,7 +172,7 @@ impl Lw<'_, '_> {
         let (w, hi) = (self.e.env.w.expect("set"), self.e.env.hi.expect("set"));
         let wv = self.e.b.use_var(w);
         let hv = self.e.b.use_var(hi);
-        self.slot_exit(wv, hv, crate::ctx::EXIT_NO_LANDING);
+        self.slot_exit(wv, hv, offload_abi::exit::NO_LANDING);
     }
 
     /// Where the checked item loop goes when its chunk is done (`chunk_end`,
@@ -188,6 +188,6 @@ impl Lw<'_, '_> {
         let (w, hi) = (self.e.env.w.expect("set"), self.e.env.hi.expect("set"));
         let wv = self.e.b.use_var(w);
         let hv = self.e.b.use_var(hi);
-        self.slot_exit(wv, hv, crate::ctx::EXIT_RESUMED);
+        self.slot_exit(wv, hv, offload_abi::exit::RESUMED);
     }
 }

@@ -5,11 +5,14 @@
 
 use super::{Cpu, Lw, trusted};
 use crate::JitError;
-use crate::ctx::{EXIT_DEOPT, EXIT_DONE, EXIT_RECORDED, EXIT_STOPPED, offsets};
 use crate::lower::Backend;
 use crate::opt;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{AtomicRmwOp, Block, InstBuilder, MemFlagsData, Value, types};
+use offload_abi::cpu::offsets;
+use offload_abi::exit::{
+    DEOPT as EXIT_DEOPT, DONE as EXIT_DONE, RECORDED as EXIT_RECORDED, STOPPED as EXIT_STOPPED,
+};
 use offload_ir::{Bci, Kind, SiteId};
 use std::collections::BTreeSet;
 
@@ -193,7 +196,7 @@ impl Lw<'_, '_> {
             .brif(has_rest, pick.unwrap_or(item), &[], claim, &[]);
 
         // claim: lo = parts[p].cursor.fetch_add(chunk), from the slot's
-        // home part (`ctx::Part`) and then each next part in turn; done
+        // home part (`offload_abi::cpu::Part`) and then each next part in turn; done
         // once every part is spent. `part` stays on the part that gave
         // the last claim.
         self.e.b.switch_to_block(claim);
@@ -584,7 +587,7 @@ impl Lw<'_, '_> {
         Ok(())
     }
 
-    /// The address of this slot's [`crate::ctx::SlotWords`].
+    /// The address of this slot's [`offload_abi::cpu::SlotWords`].
     pub(super) fn slot_words(&mut self) -> Value {
         let (ctx, slot, _) = self.base_values();
         let words = self

@@ -3,6 +3,8 @@
 //! from the device eden.
 
 use super::*;
+use offload_abi::gpu::{EDEN_LIMIT, EDEN_TOP, counter};
+use offload_abi::tlab;
 
 impl Lp<'_> {
     /// Write a filler header over words `[start, end)` (`b64` registers,
@@ -41,18 +43,22 @@ impl Lp<'_> {
         // 1. generation; 2. the add.
         self.label(&l_retry);
         let g = self.t(Cls::B64);
-        self.emit(format!("ld.acquire.gpu.u64 {g}, [{TLAB}+8];"));
+        self.emit(format!(
+            "ld.acquire.gpu.u64 {g}, [{TLAB}+{}];",
+            tlab::GENERATION_OFFSET
+        ));
         let p = self.t(Cls::Pred);
-        self.emit(format!("setp.lt.s64 {p}, {g}, 0;")); // FAILED is bit 63
+        self.emit(format!("setp.lt.s64 {p}, {g}, 0;")); // FAILED is the sign bit
         self.emit(format!("@{p} bra {l_fail};"));
         let old = self.t(Cls::B64);
         self.emit(format!(
-            "atom.acq_rel.gpu.add.u64 {old}, [{TLAB}], {words};"
+            "atom.acq_rel.gpu.add.u64 {old}, {}, {words};",
+            mem(TLAB, tlab::STATE_OFFSET)
         ));
         let top = self.t(Cls::B64);
         let end = self.t(Cls::B64);
-        self.emit(format!("and.b64 {top}, {old}, 4294967295;"));
-        self.emit(format!("shr.u64 {end}, {old}, 32;"));
+        self.emit(format!("and.b64 {top}, {old}, {};", u32::MAX));
+        self.emit(format!("shr.u64 {end}, {old}, {};", tlab::END_SHIFT));
         let nt = self.t(Cls::B64);
         self.emit(format!("add.u64 {nt}, {top}, {words};"));
         self.emit(format!("mov.u64 {got}, {top};"));
@@ -67,11 +73,17 @@ impl Lp<'_> {
         self.emit(format!("@{p} bra {l_refill};"));
         let stats = self.t(Cls::B64);
         self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
-        self.emit(format!("red.add.u64 [{stats}+16], 1;"));
+        self.emit(format!(
+            "red.add.u64 [{stats}+{}], 1;",
+            counter::byte(counter::REFILL_WAITS)
+        ));
         self.label(&l_wait);
         self.emit("nanosleep.u32 100;");
         let g2 = self.t(Cls::B64);
-        self.emit(format!("ld.acquire.gpu.u64 {g2}, [{TLAB}+8];"));
+        self.emit(format!(
+            "ld.acquire.gpu.u64 {g2}, [{TLAB}+{}];",
+            tlab::GENERATION_OFFSET
+        ));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.eq.u64 {p}, {g2}, {g};"));
         self.emit(format!("@{p} bra {l_wait};"));
@@ -90,15 +102,27 @@ impl Lp<'_> {
         let (start, new_end) = self.carve(&want, &l_fail, Some(TLAB));
         let st = self.t(Cls::B64);
         self.emit(format!("add.u64 {st}, {start}, {words};"));
-        self.emit(format!("shl.b64 {new_end}, {new_end}, 32;"));
+        self.emit(format!(
+            "shl.b64 {new_end}, {new_end}, {};",
+            tlab::END_SHIFT
+        ));
         self.emit(format!("or.b64 {st}, {st}, {new_end};"));
         let x = self.t(Cls::B64);
-        self.emit(format!("atom.acq_rel.gpu.exch.b64 {x}, [{TLAB}], {st};"));
-        self.emit(format!("red.add.u64 [{TLAB}+16], 1;"));
-        self.emit(format!("red.release.gpu.add.u64 [{TLAB}+8], 1;"));
+        self.emit(format!(
+            "atom.acq_rel.gpu.exch.b64 {x}, {}, {st};",
+            mem(TLAB, tlab::STATE_OFFSET)
+        ));
+        self.emit(format!("red.add.u64 [{TLAB}+{}], 1;", tlab::REFILLS_OFFSET));
+        self.emit(format!(
+            "red.release.gpu.add.u64 [{TLAB}+{}], 1;",
+            tlab::GENERATION_OFFSET
+        ));
         let stats = self.t(Cls::B64);
         self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
-        self.emit(format!("red.add.u64 [{stats}+8], 1;"));
+        self.emit(format!(
+            "red.add.u64 [{stats}+{}], 1;",
+            counter::byte(counter::REFILLS)
+        ));
         self.emit(format!("mov.u64 {got}, {start};"));
         self.emit(format!("bra {l_got};"));
         // Large objects and TLAB-less policies: straight from eden.
@@ -126,9 +150,12 @@ impl Lp<'_> {
     /// bit (waiters see the generation change and fail too).
     pub(super) fn carve(&mut self, n: &str, fail: &str, tlab: Option<&str>) -> (String, String) {
         let start = self.t(Cls::B64);
-        self.emit(format!("atom.add.u64 {start}, [{EDEN}], {n};"));
+        self.emit(format!(
+            "atom.add.u64 {start}, {}, {n};",
+            mem(EDEN, 8 * EDEN_TOP as i32)
+        ));
         let limit = self.t(Cls::B64);
-        self.emit(format!("ld.u64 {limit}, [{EDEN}+8];"));
+        self.emit(format!("ld.u64 {limit}, [{EDEN}+{}];", 8 * EDEN_LIMIT));
         let end = self.t(Cls::B64);
         self.emit(format!("add.u64 {end}, {start}, {n};"));
         let ok = self.new_label();
@@ -143,13 +170,17 @@ impl Lp<'_> {
         self.label(&skip);
         if let Some(t) = tlab {
             self.emit(format!(
-                "red.release.gpu.or.b64 [{t}+8], {:#x};",
-                offload_tlab::FAILED
+                "red.release.gpu.or.b64 [{t}+{}], {:#x};",
+                tlab::GENERATION_OFFSET,
+                tlab::FAILED
             ));
         }
         let stats = self.t(Cls::B64);
         self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
-        self.emit(format!("red.add.u64 [{stats}+24], 1;"));
+        self.emit(format!(
+            "red.add.u64 [{stats}+{}], 1;",
+            counter::byte(counter::EDEN_FAILURES)
+        ));
         self.emit(format!("bra {fail};"));
         self.label(&ok);
         (start, end)

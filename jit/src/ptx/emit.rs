@@ -4,9 +4,56 @@ use super::*;
 use crate::Injection;
 use crate::lower::plan::TypeTest;
 use crate::lower::{Backend, BinOp, CmpOp, Const, Exit, UnOp};
+use offload_abi::record;
 use offload_ir::Type;
 
 type W<'a, 'b> = &'a mut Walker<'b, Ptx>;
+
+/// The save-record formula (`offload_abi::record`) in PTX: each operation
+/// into a fresh temporary, or the last one into a named register.
+pub(super) struct RecordArith<'a, 'b> {
+    lp: &'a mut Lp<'b>,
+    into: Option<&'static str>,
+}
+
+impl<'a, 'b> RecordArith<'a, 'b> {
+    pub(super) fn new(lp: &'a mut Lp<'b>) -> Self {
+        RecordArith { lp, into: None }
+    }
+
+    /// Put the record's address ([`record::address`]'s result) into
+    /// register `r` instead of a temporary.
+    pub(super) fn address_into(&mut self, r: &'static str) {
+        self.into = Some(r);
+    }
+
+    fn dest(&mut self) -> String {
+        self.lp.t(Cls::B64)
+    }
+}
+
+impl record::Arith for RecordArith<'_, '_> {
+    type V = String;
+    fn mul(&mut self, a: String, b: String) -> String {
+        let d = self.dest();
+        self.lp.emit(format!("mul.lo.u64 {d}, {a}, {b};"));
+        d
+    }
+    fn mul_add(&mut self, a: String, b: String, c: impl FnOnce(&mut Self) -> String) -> String {
+        let c = c(self);
+        let d = self.dest();
+        self.lp.emit(format!("mad.lo.u64 {d}, {a}, {b}, {c};"));
+        d
+    }
+    fn mul_imm_add(&mut self, a: String, k: i64, c: String) -> String {
+        let d = match self.into.take() {
+            Some(r) => r.to_string(),
+            None => self.dest(),
+        };
+        self.lp.emit(format!("mad.lo.u64 {d}, {a}, {k}, {c};"));
+        d
+    }
+}
 
 impl Lp<'_> {
     /// One instruction line.
@@ -64,7 +111,10 @@ impl Lp<'_> {
         let spin = self.new_label();
         let t = self.t(Cls::B32);
         let p = self.t(Cls::Pred);
-        self.emit(format!("and.b32 {t}, {cw}, {};", crate::ctx::CONTROL_WAIT));
+        self.emit(format!(
+            "and.b32 {t}, {cw}, {};",
+            offload_abi::control::WAIT
+        ));
         self.emit(format!("setp.eq.u32 {p}, {t}, 0;"));
         self.emit(format!("@{p} bra {skip};"));
         let pk = self.t(Cls::B64);
@@ -74,7 +124,10 @@ impl Lp<'_> {
         self.label(&spin);
         self.emit("nanosleep.u32 1000;");
         self.emit(format!("ld.acquire.sys.u32 {cw}, [{CONTROL}];"));
-        self.emit(format!("and.b32 {t}, {cw}, {};", crate::ctx::CONTROL_WAIT));
+        self.emit(format!(
+            "and.b32 {t}, {cw}, {};",
+            offload_abi::control::WAIT
+        ));
         self.emit(format!("setp.ne.u32 {p}, {t}, 0;"));
         self.emit(format!("@{p} bra {spin};"));
         self.emit(format!("red.add.u32 [{pk}], 0xFFFFFFFF;"));
@@ -149,12 +202,9 @@ impl Lp<'_> {
         let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
         let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
         let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
-        let index = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {index}, {SLOT}, {per}, {NREC};"));
-        let rw = self.t(Cls::B64);
-        self.emit(format!("mul.lo.u64 {rw}, {index}, {words};"));
-        let rec = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {rec}, {rw}, 8, {area};"));
+        let mut arith = RecordArith::new(self);
+        let index = record::index(&mut arith, SLOT.into(), per, |_| NREC.into());
+        let rec = record::address(&mut arith, area, words, index);
         self.emit(format!(
             "st.u64 [{rec}+{}], {W};",
             SaveLayout::WORKITEM_WORD * 8
@@ -175,11 +225,17 @@ impl Lp<'_> {
             SaveLayout::SITE_WORD * 8
         ));
         let stats = self.ld_ctx(Cls::B64, offsets::STATS);
-        self.emit(format!("red.add.u64 [{stats}], 1;"));
+        self.emit(format!(
+            "red.add.u64 {}, 1;",
+            mem(
+                &stats,
+                offload_abi::gpu::counter::byte(offload_abi::gpu::counter::DEOPTS) as i32
+            )
+        ));
         if exit.reason == Reason::Safepoint {
             let w1 = self.t(Cls::B64);
             self.emit(format!("add.s64 {w1}, {W}, 1;"));
-            self.slot_exit(&w1, HI, crate::ctx::EXIT_DEOPT);
+            self.slot_exit(&w1, HI, offload_abi::exit::DEOPT);
         } else {
             self.emit(format!("bra {L_AFTER};"));
         }
@@ -425,7 +481,7 @@ impl Backend for Ptx {
         w.wait_in_place(&cw);
         w.emit(format!(
             "and.b32 {cw}, {cw}, {};",
-            crate::ctx::CONTROL_SAFEPOINT
+            offload_abi::control::SAFEPOINT
         ));
         w.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         w.label(&done);

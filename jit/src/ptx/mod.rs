@@ -62,18 +62,17 @@
 //! finishes them.
 
 mod alloc;
-mod ctx;
 mod emit;
 mod float;
 mod scatter;
 mod slot_loop;
 
-pub use ctx::{DEVICE_TLAB_BYTES, DeviceCtx, offsets};
 pub use scatter::{SCATTER_ENTRY, scatter_kernel};
 
 use crate::lower::{Walker, plan};
 use crate::spec::Speculations;
 use crate::{CompileOptions, JitError, ptxlib};
+use offload_abi::gpu::offsets;
 use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
 use offload_ir::{Bci, FuncId, Kind};
 use offload_program::Program;
@@ -284,3 +283,13 @@ const L_NEXT: &str = "$next_item";
 const L_AFTER: &str = "$after_deopt";
 const L_DONE: &str = "$exit_done";
 const L_STOPPED: &str = "$stopped";
+
+/// The operand addressing `off` bytes past the address in register `base`
+/// (`[base]` when `off` is 0).
+pub(super) fn mem(base: &str, off: i32) -> String {
+    if off == 0 {
+        format!("[{base}]")
+    } else {
+        format!("[{base}+{off}]")
+    }
+}

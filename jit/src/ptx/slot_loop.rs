@@ -2,8 +2,11 @@
 //! thread, claiming chunks, the control word between workitems, and the
 //! slot's exits.
 
+use super::emit::RecordArith;
 use super::*;
 use crate::lower::Backend;
+use offload_abi::gpu::counter;
+use offload_abi::record;
 
 impl Lp<'_> {
     /// Build the kernel; returns the sites whose records it can resume
@@ -66,7 +69,7 @@ impl Lp<'_> {
         self.emit(format!("div.u64 {q}, {SLOT}, {group};"));
         self.emit(format!(
             "mad.lo.u64 {TLAB}, {q}, {}, {base};",
-            DEVICE_TLAB_BYTES
+            offload_abi::gpu::TLAB_BYTES
         ));
         self.label(&l_tl);
         // Captures.
@@ -116,11 +119,10 @@ impl Lp<'_> {
             let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
             let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
             let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
-            let idx = self.t(Cls::B64);
-            self.emit(format!("mul.lo.u64 {idx}, {SLOT}, {per};"));
-            let rw = self.t(Cls::B64);
-            self.emit(format!("mul.lo.u64 {rw}, {idx}, {words};"));
-            self.emit(format!("mad.lo.u64 {RREC}, {rw}, 8, {area};"));
+            let mut arith = RecordArith::new(self);
+            let idx = record::first(&mut arith, SLOT.into(), per);
+            arith.address_into(RREC);
+            record::address(&mut arith, area, words, idx);
             let sw = self.t(Cls::B64);
             self.emit(format!(
                 "ld.u64 {sw}, [{RREC}+{}];",
@@ -182,9 +184,9 @@ impl Lp<'_> {
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {NREC}, {per};"));
         self.emit(format!("@{p} bra {L_ITEM};"));
-        self.slot_exit(W, HI, crate::ctx::EXIT_DEOPT);
+        self.slot_exit(W, HI, offload_abi::exit::DEOPT);
         self.label(L_DONE);
-        self.slot_exit("0", "0", crate::ctx::EXIT_DONE);
+        self.slot_exit("0", "0", offload_abi::exit::DONE);
         // The control word was set before a workitem: wait in place if
         // asked; stop if asked (or still asked after waiting).
         self.label(&l_asked);
@@ -194,7 +196,7 @@ impl Lp<'_> {
         self.emit(format!("@{p} bra {L_STOPPED};"));
         self.emit(format!("bra {l_go};"));
         self.label(L_STOPPED);
-        self.slot_exit(W, HI, crate::ctx::EXIT_STOPPED);
+        self.slot_exit(W, HI, offload_abi::exit::STOPPED);
         if reentry {
             self.resume_blocks(&captures, &landings);
         }
@@ -253,7 +255,7 @@ impl Lp<'_> {
                 self.emit(format!("@{p} bra {land};"));
             }
         }
-        self.slot_exit(W, HI, crate::ctx::EXIT_NO_LANDING);
+        self.slot_exit(W, HI, offload_abi::exit::NO_LANDING);
         self.label(L_MORE);
         self.emit(format!("@!{RESTP} bra {L_CLAIM};"));
         let empty = self.t(Cls::B64);
@@ -323,13 +325,19 @@ impl Lp<'_> {
         self.emit(format!("{guard}st.u64 [{at}], {nr_lo};"));
         self.emit(format!("{guard}st.u64 [{at}+8], {nr_hi};"));
         let stats = self.ld_ctx(Cls::B64, offsets::STATS);
-        self.emit(format!("red.add.u64 [{stats}+40], {DONE};"));
+        self.emit(format!(
+            "red.add.u64 [{stats}+{}], {DONE};",
+            counter::byte(counter::COMPLETED)
+        ));
         // Gone: counted with the waiting slots (see `wait_in_place`).
         let pk = self.ld_ctx(Cls::B64, offsets::PARKED);
         self.emit("fence.sc.sys;");
         self.emit(format!("red.add.u32 [{pk}], 1;"));
-        if code != crate::ctx::EXIT_DONE {
-            self.emit(format!("red.add.u64 [{stats}+32], 1;"));
+        if code != offload_abi::exit::DONE {
+            self.emit(format!(
+                "red.add.u64 [{stats}+{}], 1;",
+                counter::byte(counter::SLOTS_STOPPED)
+            ));
         }
         let ex = self.ld_ctx(Cls::B64, offsets::EXITS);
         let at = self.t(Cls::B64);

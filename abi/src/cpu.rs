@@ -1,48 +1,11 @@
-//! The interface between compiled slot loops and the runtime: the launch
-//! context every slot receives, and its exit codes. `#[repr(C)]`, with the
-//! field offsets the code generators use written down once here.
+//! The CPU device's side of the contract: the launch context every slot
+//! loop receives ([`LaunchCtx`]), the words each slot leaves for the host
+//! ([`SlotWords`]), the parts of the range slots claim from ([`Part`]), and
+//! the byte offsets of their fields for the code generator ([`offsets`],
+//! derived from the types).
 
+use crate::tlab::TlabWords;
 use std::sync::atomic::{AtomicI64, AtomicU32};
-
-/// Control-word bit: the host requests a safepoint; slots stop before their
-/// next workitem and deoptimize at their next back-edge poll. (A deopt does
-/// not stop the other slots: each slot has its own records, see
-/// [`LaunchCtx::records_per_slot`].)
-pub const CONTROL_SAFEPOINT: u32 = 2;
-
-/// Control-word bit (the GPU's slots only): the host requests a safepoint
-/// that moves no object; slots wait at their next poll, with their frames
-/// in registers, until the bit clears (counted in the launch's parked
-/// word, see `offload_jit::ptx::DeviceCtx::parked`).
-pub const CONTROL_WAIT: u32 = 4;
-
-// The exit codes other than `EXIT_DONE` are numbers no kernel is likely to
-// use in its hot code: Cranelift merges equal constants, and a code equal to
-// one the loop uses (the safepoint bit, a loop step) would be materialized
-// in the loop and held in a register for the exit that returns it.
-
-/// Slot exit: the range is exhausted.
-pub const EXIT_DONE: u32 = 0;
-/// Slot exit: it saw the control word set and stopped between workitems; its
-/// unstarted rest is in `never_ran`.
-pub const EXIT_STOPPED: u32 = 0x0E51;
-/// Slot exit: its records are full, or it deoptimized at a safepoint; the
-/// records are in the save area and its unstarted rest in `never_ran`.
-pub const EXIT_DEOPT: u32 = 0x0E52;
-/// Slot exit: it wrote a save record and has room for more; its unstarted
-/// rest is in `never_ran` and its record count in `records`. The host enters
-/// it again at once (and replays nothing yet). Deopt exits leave the slot
-/// function rather than jump back into its loop, so that Cranelift keeps
-/// what only they use out of the loop's registers.
-pub const EXIT_RECORDED: u32 = 0x0E53;
-
-/// Slot exit: it resumed the save record it was entered with
-/// ([`SlotWords::reenter`]) and ran that workitem to its end; its
-/// `never_ran` is empty (the host keeps the slot's unstarted rest).
-pub const EXIT_RESUMED: u32 = 0x0E54;
-/// Slot exit: it was entered to resume a record whose site has no landing
-/// in this code (a corrupt record, or a host bug); nothing ran.
-pub const EXIT_NO_LANDING: u32 = 0x0E55;
 
 /// What a compiled slot loop needs. The runtime owns every pointed-to object
 /// and keeps it alive (and the heap committed) for the whole launch.
@@ -74,8 +37,10 @@ pub struct LaunchCtx {
     /// records are full (or at a safepoint). The area stays O(slots).
     pub records_per_slot: u64,
     /// Per slot, the shared TLAB its fast path allocates from (null: the
-    /// policy has none, every allocation takes the slow path).
-    pub tlabs: *const *const offload_tlab::SharedTlab,
+    /// policy has none, every allocation takes the slow path): an
+    /// `offload_tlab::SharedTlab`, whose words are laid out as
+    /// [`TlabWords`].
+    pub tlabs: *const *const TlabWords,
     /// The launch's `offload_tlab::Allocator`, for the slow path.
     pub allocator: *const std::ffi::c_void,
     /// Objects of more words than this skip the fast path.
@@ -122,19 +87,19 @@ pub struct SlotWords {
     /// Heap words of dead workitem objects it handed back to its TLAB at
     /// workitem ends ([`LaunchCtx::nursery`]).
     pub recycled: u64,
-    /// The state of injected safepoints ([`crate::SafepointInjection`])
+    /// The state of injected safepoints (`offload_jit::SafepointInjection`)
     /// when the slot last polled: kept here so that the stream goes on
     /// across the slot's entries (0 before its first poll).
     pub inject_state: u64,
     /// The answer of the allocation slow path's last call
-    /// ([`crate::rt::offload_alloc_slow`]): compiled code calls it through a
+    /// (`offload_jit::rt::offload_alloc_slow`): compiled code calls it through a
     /// convention that preserves every register and passes no result back.
     pub slow_result: u64,
     /// Non-zero: the host enters the slot to resume the save record just
     /// past its count (record `records` of its part of the save area, whose
     /// site is a re-entry point of this code) instead of claiming work.
     /// The slot clears it on entry, runs that one workitem from the record
-    /// and leaves: `EXIT_RESUMED` when it ran to its end, or through a deopt
+    /// and leaves: [`exit::RESUMED`](crate::exit::RESUMED) when it ran to its end, or through a deopt
     /// exit (whose record takes the same place, the values having been
     /// read). `never_ran` is left empty either way.
     pub reenter: u64,
@@ -207,80 +172,83 @@ impl Part {
     }
 }
 
-/// Byte offsets of the [`LaunchCtx`] fields, for code generators.
+/// Byte offsets of the [`LaunchCtx`], [`Part`] and [`SlotWords`] fields,
+/// for the code generator (derived from the types).
 pub mod offsets {
+    use super::{LaunchCtx, Part, SlotWords};
+    use std::mem::{offset_of, size_of};
+
     /// `heap_base`.
-    pub const HEAP_BASE: i32 = 0;
+    pub const HEAP_BASE: i32 = offset_of!(LaunchCtx, heap_base) as i32;
     /// `parts`.
-    pub const PARTS: i32 = 8;
+    pub const PARTS: i32 = offset_of!(LaunchCtx, parts) as i32;
     /// `part_count`.
-    pub const PART_COUNT: i32 = 16;
+    pub const PART_COUNT: i32 = offset_of!(LaunchCtx, part_count) as i32;
     /// `chunk`.
-    pub const CHUNK: i32 = 24;
+    pub const CHUNK: i32 = offset_of!(LaunchCtx, chunk) as i32;
     /// `control`.
-    pub const CONTROL: i32 = 32;
+    pub const CONTROL: i32 = offset_of!(LaunchCtx, control) as i32;
     /// `save_area`.
-    pub const SAVE_AREA: i32 = 40;
+    pub const SAVE_AREA: i32 = offset_of!(LaunchCtx, save_area) as i32;
     /// `record_words`.
-    pub const RECORD_WORDS: i32 = 48;
+    pub const RECORD_WORDS: i32 = offset_of!(LaunchCtx, record_words) as i32;
     /// `slots`.
-    pub const SLOTS: i32 = 56;
+    pub const SLOTS: i32 = offset_of!(LaunchCtx, slots) as i32;
     /// `captures`.
-    pub const CAPTURES: i32 = 64;
+    pub const CAPTURES: i32 = offset_of!(LaunchCtx, captures) as i32;
     /// `records_per_slot`.
-    pub const RECORDS_PER_SLOT: i32 = 72;
+    pub const RECORDS_PER_SLOT: i32 = offset_of!(LaunchCtx, records_per_slot) as i32;
     /// `tlabs`.
-    pub const TLABS: i32 = 80;
+    pub const TLABS: i32 = offset_of!(LaunchCtx, tlabs) as i32;
     /// `allocator`.
-    pub const ALLOCATOR: i32 = 88;
+    pub const ALLOCATOR: i32 = offset_of!(LaunchCtx, allocator) as i32;
     /// `large_words`.
-    pub const LARGE_WORDS: i32 = 96;
+    pub const LARGE_WORDS: i32 = offset_of!(LaunchCtx, large_words) as i32;
     /// `own_limit`.
-    pub const OWN_LIMIT: i32 = 104;
+    pub const OWN_LIMIT: i32 = offset_of!(LaunchCtx, own_limit) as i32;
     /// `young`.
-    pub const YOUNG: i32 = 112;
+    pub const YOUNG: i32 = offset_of!(LaunchCtx, young) as i32;
     /// `nursery`.
-    pub const NURSERY: i32 = 120;
+    pub const NURSERY: i32 = offset_of!(LaunchCtx, nursery) as i32;
 
-    /// Bytes from one [`super::Part`] to the next.
-    pub const PART_BYTES: i64 = 128;
+    /// Bytes from one [`Part`] to the next.
+    pub const PART_BYTES: i64 = size_of::<Part>() as i64;
     /// `Part::cursor`.
-    pub const PART_CURSOR: i32 = 0;
+    pub const PART_CURSOR: i32 = offset_of!(Part, cursor) as i32;
     /// `Part::end`.
-    pub const PART_END: i32 = 8;
+    pub const PART_END: i32 = offset_of!(Part, end) as i32;
 
-    /// Bytes from one slot's [`super::SlotWords`] to the next.
-    pub const SLOT_BYTES: i64 = 128;
+    /// Bytes from one slot's [`SlotWords`] to the next.
+    pub const SLOT_BYTES: i64 = size_of::<SlotWords>() as i64;
     /// `SlotWords::never_ran[0]`.
-    pub const SLOT_NEVER_RAN_LO: i32 = 0;
+    pub const SLOT_NEVER_RAN_LO: i32 = offset_of!(SlotWords, never_ran) as i32;
     /// `SlotWords::never_ran[1]`.
-    pub const SLOT_NEVER_RAN_HI: i32 = 8;
+    pub const SLOT_NEVER_RAN_HI: i32 = SLOT_NEVER_RAN_LO + size_of::<i64>() as i32;
     /// `SlotWords::completed`.
-    pub const SLOT_COMPLETED: i32 = 16;
+    pub const SLOT_COMPLETED: i32 = offset_of!(SlotWords, completed) as i32;
     /// `SlotWords::records`.
-    pub const SLOT_RECORDS: i32 = 24;
+    pub const SLOT_RECORDS: i32 = offset_of!(SlotWords, records) as i32;
     /// `SlotWords::escaped`.
-    pub const SLOT_ESCAPED: i32 = 32;
+    pub const SLOT_ESCAPED: i32 = offset_of!(SlotWords, escaped) as i32;
     /// `SlotWords::recycled`.
-    pub const SLOT_RECYCLED: i32 = 40;
-    /// `SlotWords::slow_result`.
-    pub const SLOT_SLOW_RESULT: i32 = 56;
+    pub const SLOT_RECYCLED: i32 = offset_of!(SlotWords, recycled) as i32;
     /// `SlotWords::inject_state`.
-    pub const SLOT_INJECT_STATE: i32 = 48;
+    pub const SLOT_INJECT_STATE: i32 = offset_of!(SlotWords, inject_state) as i32;
+    /// `SlotWords::slow_result`.
+    pub const SLOT_SLOW_RESULT: i32 = offset_of!(SlotWords, slow_result) as i32;
     /// `SlotWords::reenter`.
-    pub const SLOT_REENTER: i32 = 64;
+    pub const SLOT_REENTER: i32 = offset_of!(SlotWords, reenter) as i32;
     /// `SlotWords::home`.
-    pub const SLOT_HOME: i32 = 72;
+    pub const SLOT_HOME: i32 = offset_of!(SlotWords, home) as i32;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
-/// control word says stop; returns an `EXIT_*` code.
+/// control word says stop; returns a [`crate::exit`] code.
 pub type SlotFn = unsafe extern "C" fn(ctx: *const LaunchCtx, slot: u64) -> u32;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::offset_of;
 
     #[test]
     fn parts_cover_the_range_in_order_and_evenly() {
@@ -312,67 +280,14 @@ mod tests {
     }
 
     #[test]
-    fn offsets_match_the_struct() {
-        assert_eq!(offset_of!(LaunchCtx, heap_base) as i32, offsets::HEAP_BASE);
-        assert_eq!(offset_of!(LaunchCtx, parts) as i32, offsets::PARTS);
-        assert_eq!(
-            offset_of!(LaunchCtx, part_count) as i32,
-            offsets::PART_COUNT
-        );
-        assert_eq!(size_of::<Part>() as i64, offsets::PART_BYTES);
-        assert_eq!(offset_of!(Part, cursor) as i32, offsets::PART_CURSOR);
-        assert_eq!(offset_of!(Part, end) as i32, offsets::PART_END);
-        assert_eq!(offset_of!(SlotWords, home) as i32, offsets::SLOT_HOME);
-        assert_eq!(offset_of!(LaunchCtx, chunk) as i32, offsets::CHUNK);
-        assert_eq!(offset_of!(LaunchCtx, control) as i32, offsets::CONTROL);
-        assert_eq!(offset_of!(LaunchCtx, save_area) as i32, offsets::SAVE_AREA);
-        assert_eq!(
-            offset_of!(LaunchCtx, record_words) as i32,
-            offsets::RECORD_WORDS
-        );
-        assert_eq!(offset_of!(LaunchCtx, slots) as i32, offsets::SLOTS);
-        assert_eq!(offset_of!(LaunchCtx, captures) as i32, offsets::CAPTURES);
-        assert_eq!(
-            offset_of!(LaunchCtx, records_per_slot) as i32,
-            offsets::RECORDS_PER_SLOT
-        );
-        assert_eq!(offset_of!(LaunchCtx, tlabs) as i32, offsets::TLABS);
-        assert_eq!(offset_of!(LaunchCtx, allocator) as i32, offsets::ALLOCATOR);
-        assert_eq!(
-            offset_of!(LaunchCtx, large_words) as i32,
-            offsets::LARGE_WORDS
-        );
-        assert_eq!(offset_of!(LaunchCtx, own_limit) as i32, offsets::OWN_LIMIT);
-        assert_eq!(size_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
+    fn the_layout_is_what_generated_code_was_built_against() {
+        // Slot words and parts each fill two cache lines (see their docs);
+        // every launch-context field is one word.
+        assert_eq!(offsets::SLOT_BYTES, 128);
         assert_eq!(align_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
-        assert_eq!(
-            offset_of!(SlotWords, never_ran) as i32,
-            offsets::SLOT_NEVER_RAN_LO
-        );
-        assert_eq!(
-            offset_of!(SlotWords, never_ran) as i32 + 8,
-            offsets::SLOT_NEVER_RAN_HI
-        );
-        assert_eq!(
-            offset_of!(SlotWords, completed) as i32,
-            offsets::SLOT_COMPLETED
-        );
-        assert_eq!(offset_of!(SlotWords, records) as i32, offsets::SLOT_RECORDS);
-        assert_eq!(offset_of!(SlotWords, escaped) as i32, offsets::SLOT_ESCAPED);
-        assert_eq!(offset_of!(LaunchCtx, young) as i32, offsets::YOUNG);
-        assert_eq!(offset_of!(LaunchCtx, nursery) as i32, offsets::NURSERY);
-        assert_eq!(
-            offset_of!(SlotWords, recycled) as i32,
-            offsets::SLOT_RECYCLED
-        );
-        assert_eq!(
-            offset_of!(SlotWords, slow_result) as i32,
-            offsets::SLOT_SLOW_RESULT
-        );
-        assert_eq!(
-            offset_of!(SlotWords, inject_state) as i32,
-            offsets::SLOT_INJECT_STATE
-        );
-        assert_eq!(offset_of!(SlotWords, reenter) as i32, offsets::SLOT_REENTER);
+        assert_eq!(offsets::PART_BYTES, 128);
+        assert_eq!(size_of::<LaunchCtx>(), 8 * 16);
+        assert_eq!(offsets::NURSERY, 120);
+        assert_eq!(offsets::SLOT_HOME, 72);
     }
 }

@@ -1,0 +1,237 @@
+//! The GPU device's side of the contract: the launch context of a kernel
+//! on the device ([`DeviceCtx`]), its field offsets for the PTX emitter
+//! ([`offsets`], derived from the type), and the size of a device TLAB
+//! ([`TLAB_BYTES`]).
+
+use crate::tlab::TlabWords;
+
+/// The launch context of a kernel on the device, `#[repr(C)]`: the CPU
+/// [`crate::cpu::LaunchCtx`]'s fields where they mean the same, with device
+/// addresses as `u64`, and what a grid needs besides (TLABs by group,
+/// the device eden, the slot count, per-slot exit codes, counters).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCtx {
+    /// The heap image's first byte; references are word offsets from here.
+    pub heap_base: u64,
+    /// The next unclaimed workitem (`i64`).
+    pub cursor: u64,
+    /// One past the last workitem.
+    pub end: i64,
+    /// Workitems per claim.
+    pub chunk: i64,
+    /// The control word (`u32` in device memory; the host copies requests into it).
+    pub control: u64,
+    /// The save area: `records_per_slot` records of `record_words` words per slot.
+    pub save_area: u64,
+    /// Words per save record.
+    pub record_words: u64,
+    /// Per slot, two `i64`: the unstarted `[start, end)` of its chunk.
+    pub never_ran: u64,
+    /// The kernel's captures, one raw 64-bit slot each.
+    pub captures: u64,
+    /// Save records per slot, at least 1.
+    pub records_per_slot: u64,
+    /// The TLABs: an array of [`TlabWords`] (state, generation, refills;
+    /// [`TLAB_BYTES`] apart).
+    pub tlabs: u64,
+    /// Slots per TLAB (slot `s` uses TLAB `s / tlab_group`); 0: no TLABs,
+    /// every object comes straight from eden.
+    pub tlab_group: u64,
+    /// The device eden: two `u64` heap words, at [`EDEN_TOP`] and
+    /// [`EDEN_LIMIT`].
+    pub eden: u64,
+    /// Objects of more words than this come straight from eden.
+    pub large_words: u64,
+    /// Slots (threads) of the launch; threads beyond return at once.
+    pub slots: u64,
+    /// Words a refill carves (at least the object).
+    pub tlab_words: u64,
+    /// Per slot, the [`crate::exit`] code of its last run (`u32`).
+    pub exits: u64,
+    /// Counters (`u64`), summed over a launch's runs, at the indices of
+    /// [`counter`].
+    pub stats: u64,
+    /// Per slot, the state of injected safepoints when it last polled
+    /// (`u64`, 0 before its first poll): kept across relaunches so that the
+    /// stream goes on (see `offload_jit::SafepointInjection`).
+    pub inject: u64,
+    /// The heap's dirty map: a byte per `offload_tlab::resident` chunk of
+    /// the heap image (which starts at a chunk boundary), set to 1 by every store and atomic of the kernel
+    /// into that chunk (the objects it allocates lie in the device eden,
+    /// which the host counts as written whole). The host zeroes the map
+    /// before each run and reads back the part below the device eden's
+    /// top.
+    pub dirty: u64,
+    /// A `u32` counter: slots waiting at a poll for
+    /// [`control::WAIT`](crate::control::WAIT) to clear, plus slots that have exited.
+    /// The host zeroes it before each run; once it equals `slots`, every
+    /// slot is either waiting (its writes fenced) or gone.
+    pub parked: u64,
+}
+
+impl DeviceCtx {
+    /// The context as the words the host uploads: every field is one
+    /// 64-bit word, in declaration order.
+    pub fn to_words(self) -> [u64; DEVICE_CTX_WORDS] {
+        let DeviceCtx {
+            heap_base,
+            cursor,
+            end,
+            chunk,
+            control,
+            save_area,
+            record_words,
+            never_ran,
+            captures,
+            records_per_slot,
+            tlabs,
+            tlab_group,
+            eden,
+            large_words,
+            slots,
+            tlab_words,
+            exits,
+            stats,
+            inject,
+            dirty,
+            parked,
+        } = self;
+        [
+            heap_base,
+            cursor,
+            end as u64,
+            chunk as u64,
+            control,
+            save_area,
+            record_words,
+            never_ran,
+            captures,
+            records_per_slot,
+            tlabs,
+            tlab_group,
+            eden,
+            large_words,
+            slots,
+            tlab_words,
+            exits,
+            stats,
+            inject,
+            dirty,
+            parked,
+        ]
+    }
+}
+
+/// The word of the device eden ([`DeviceCtx::eden`]) holding its top: the
+/// next word a carve takes (past the limit once a carve failed).
+pub const EDEN_TOP: usize = 0;
+/// The word of the device eden holding its limit (one past its last word).
+pub const EDEN_LIMIT: usize = 1;
+/// Words of the device eden.
+pub const EDEN_WORDS: usize = 2;
+
+/// The launch's counters ([`DeviceCtx::stats`]): word indices, each a
+/// `u64` summed over a launch's runs.
+pub mod counter {
+    /// Save records written.
+    pub const DEOPTS: usize = 0;
+    /// TLAB refills from the device eden.
+    pub const REFILLS: usize = 1;
+    /// Allocations that waited for another allocator's refill.
+    pub const REFILL_WAITS: usize = 2;
+    /// Carves that found the device eden exhausted.
+    pub const EDEN_FAILURES: usize = 3;
+    /// Slots that exited with work left (stopped, records full, or
+    /// resuming).
+    pub const SLOTS_STOPPED: usize = 4;
+    /// Workitems completed.
+    pub const COMPLETED: usize = 5;
+    /// Counters in all.
+    pub const COUNT: usize = 6;
+
+    /// The byte offset of counter `c` from the counters' start.
+    pub const fn byte(c: usize) -> usize {
+        c * 8
+    }
+}
+
+/// Words in a [`DeviceCtx`].
+pub const DEVICE_CTX_WORDS: usize = size_of::<DeviceCtx>() / 8;
+
+/// Bytes of one device TLAB record ([`TlabWords`]: state, generation,
+/// refills), packed one after the other.
+pub const TLAB_BYTES: u64 = size_of::<TlabWords>() as u64;
+
+/// Byte offsets of the [`DeviceCtx`] fields (derived from the type).
+pub mod offsets {
+    #![allow(missing_docs)]
+    use super::DeviceCtx;
+    use std::mem::offset_of;
+
+    pub const HEAP_BASE: u32 = offset_of!(DeviceCtx, heap_base) as u32;
+    pub const CURSOR: u32 = offset_of!(DeviceCtx, cursor) as u32;
+    pub const END: u32 = offset_of!(DeviceCtx, end) as u32;
+    pub const CHUNK: u32 = offset_of!(DeviceCtx, chunk) as u32;
+    pub const CONTROL: u32 = offset_of!(DeviceCtx, control) as u32;
+    pub const SAVE_AREA: u32 = offset_of!(DeviceCtx, save_area) as u32;
+    pub const RECORD_WORDS: u32 = offset_of!(DeviceCtx, record_words) as u32;
+    pub const NEVER_RAN: u32 = offset_of!(DeviceCtx, never_ran) as u32;
+    pub const CAPTURES: u32 = offset_of!(DeviceCtx, captures) as u32;
+    pub const RECORDS_PER_SLOT: u32 = offset_of!(DeviceCtx, records_per_slot) as u32;
+    pub const TLABS: u32 = offset_of!(DeviceCtx, tlabs) as u32;
+    pub const TLAB_GROUP: u32 = offset_of!(DeviceCtx, tlab_group) as u32;
+    pub const EDEN: u32 = offset_of!(DeviceCtx, eden) as u32;
+    pub const LARGE_WORDS: u32 = offset_of!(DeviceCtx, large_words) as u32;
+    pub const SLOTS: u32 = offset_of!(DeviceCtx, slots) as u32;
+    pub const TLAB_WORDS: u32 = offset_of!(DeviceCtx, tlab_words) as u32;
+    pub const EXITS: u32 = offset_of!(DeviceCtx, exits) as u32;
+    pub const STATS: u32 = offset_of!(DeviceCtx, stats) as u32;
+    pub const INJECT: u32 = offset_of!(DeviceCtx, inject) as u32;
+    pub const DIRTY: u32 = offset_of!(DeviceCtx, dirty) as u32;
+    pub const PARKED: u32 = offset_of!(DeviceCtx, parked) as u32;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_words_are_the_fields_in_order_at_their_offsets() {
+        // Distinct values per field: each word must land at its offset.
+        let ctx = DeviceCtx {
+            heap_base: 1,
+            cursor: 2,
+            end: -3,
+            chunk: 4,
+            control: 5,
+            save_area: 6,
+            record_words: 7,
+            never_ran: 8,
+            captures: 9,
+            records_per_slot: 10,
+            tlabs: 11,
+            tlab_group: 12,
+            eden: 13,
+            large_words: 14,
+            slots: 15,
+            tlab_words: 16,
+            exits: 17,
+            stats: 18,
+            inject: 19,
+            dirty: 20,
+            parked: 21,
+        };
+        let words = ctx.to_words();
+        let at = |off: u32| words[off as usize / 8];
+        assert_eq!(at(offsets::HEAP_BASE), 1);
+        assert_eq!(at(offsets::END), (-3i64) as u64);
+        assert_eq!(at(offsets::RECORDS_PER_SLOT), 10);
+        assert_eq!(at(offsets::TLABS), 11);
+        assert_eq!(at(offsets::PARKED), 21);
+        assert_eq!(words.len(), 21);
+        assert_eq!(TLAB_BYTES, 24);
+        // What the generated PTX was built against.
+        assert_eq!(offsets::PARKED, 160);
+    }
+}
