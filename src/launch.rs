@@ -65,33 +65,20 @@ pub(crate) fn launch(
                 launch_on(env, devices, call, &plan, range, ticket)
             });
             let mut r = r;
-            if hit {
-                match &mut r {
-                    Ok(rep) => rep.deadline = Some(d),
-                    Err(OffloadError::Interrupted(rep)) => rep.deadline = Some(d),
-                    Err(OffloadError::Exceptions(e)) => e.report.deadline = Some(d),
-                    Err(_) => {}
-                }
+            if hit && let Some(rep) = report_mut(&mut r) {
+                rep.deadline = Some(d);
             }
             r
         }
     };
     env.control.finish_launch(ticket);
-    let gc = env.gc.totals().since(&gc_before);
-    match &mut r {
-        Ok(rep) => rep.gc = gc,
-        Err(OffloadError::Interrupted(rep)) => rep.gc = gc,
-        Err(OffloadError::Exceptions(e)) => e.report.gc = gc,
-        Err(_) => {}
+    if let Some(rep) = report_mut(&mut r) {
+        rep.gc = env.gc.totals().since(&gc_before);
     }
     // An interrupted launch ran part of its range: it tells the policy
     // nothing about the kernel.
-    let report = match &mut r {
-        Ok(rep) => Some(rep),
-        Err(OffloadError::Exceptions(e)) => Some(&mut e.report),
-        Err(_) => None,
-    };
-    if let Some(rep) = report {
+    let interrupted = matches!(r, Err(OffloadError::Interrupted(_)));
+    if let Some(rep) = report_mut(&mut r).filter(|_| !interrupted) {
         state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -149,15 +136,25 @@ fn try_on(
     device.launch(env, call, plan, range.clone(), started)
 }
 
+/// The report a launch's result carries: its own, or the one an
+/// interrupt's or the exceptions' error holds (`None` for an error before
+/// anything ran).
+fn report_mut(r: &mut Result<LaunchReport, OffloadError>) -> Option<&mut LaunchReport> {
+    match r {
+        Ok(rep) => Some(rep),
+        Err(OffloadError::Interrupted(rep)) => Some(rep),
+        Err(OffloadError::Exceptions(e)) => Some(&mut e.report),
+        Err(_) => None,
+    }
+}
+
 /// Note on a launch's result that it ran where it did because of `note`.
 fn with_fallback(
     mut r: Result<LaunchReport, OffloadError>,
     note: String,
 ) -> Result<LaunchReport, OffloadError> {
-    match &mut r {
-        Ok(rep) => rep.fallback = Some(note),
-        Err(OffloadError::Exceptions(e)) => e.report.fallback = Some(note),
-        Err(_) => {}
+    if let Some(rep) = report_mut(&mut r) {
+        rep.fallback = Some(note);
     }
     r
 }

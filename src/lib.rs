@@ -134,6 +134,7 @@ pub mod inspect;
 mod interp_device;
 mod launch;
 pub mod policy;
+mod protocol;
 mod replay;
 mod report;
 mod runtime;

@@ -104,16 +104,6 @@ impl<'a> Replayer<'a> {
         (res, it.take_interrupted())
     }
 
-    /// The safepoint control the replays obey.
-    pub(crate) fn control(&self) -> &'a Control {
-        self.control
-    }
-
-    /// The interrupt ticket of the launch served.
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
     /// Whether a replay stored a reference to an object of this launch
     /// into an older object (the interpreter's write barrier).
     pub(crate) fn escaped(&self) -> bool {

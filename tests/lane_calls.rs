@@ -1,5 +1,5 @@
 //! Calls of lane functions inside lockstep groups on the CPU device
-//! (`jit/src/opt/lane_call.rs`, `jit/src/cpu/lane_call.rs`): a called
+//! (`jit/src/cpu/opt/lane_call.rs`, `jit/src/cpu/lane_call.rs`): a called
 //! function's branches become selects over the group's four lanes, and its
 //! `exp` and `log` run on all four at once (libm's steps on vectors).
 //! Against the interpreter, bit for bit, on inputs that send lanes down every path and
@@ -323,7 +323,7 @@ fn exp_and_log_of_lanes_are_libms_bit_for_bit_over_a_wide_sample() {
         .map(|b| f32::from_bits(b as u32))
         .collect();
     // And 256 inputs around each edge of `expf`'s and `logf`'s common
-    // ranges and of `expf`'s argument reduction (`jit/src/vmath.rs`), with
+    // ranges and of `expf`'s argument reduction (`jit/src/cpu/vmath.rs`), with
     // both signs, and where `expf` overflows and stops underflowing.
     for edge in [
         0x3900_0000u32,

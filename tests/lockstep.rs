@@ -1,4 +1,4 @@
-//! Lockstep groups on the CPU device (`jit/src/opt/lockstep.rs`): kernels
+//! Lockstep groups on the CPU device (`jit/src/cpu/opt/lockstep.rs`): kernels
 //! whose loops are the same for every workitem run four workitems as one
 //! SIMD body. Against the interpreter, bit for bit, with the exceptions
 //! their uniform accesses throw (the group is abandoned and the scalar path

@@ -1,7 +1,7 @@
 //! Re-entry: a workitem a safepoint (or a full heap) stopped at a loop's
 //! back-edge or an allocation is resumed on the device from its save
 //! record, not finished by the interpreter (`offload_deopt::SiteMap::
-//! resumable`; the CPU device's protocol is in `src/cpu.rs`, the landings
+//! resumable`; the CPU device's protocol is in `src/cpu/launch.rs`, the landings
 //! in `jit/src/lower/reentry.rs`).
 
 use offload::deopt::{Reason, reentry_point};

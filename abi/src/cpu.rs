@@ -92,7 +92,7 @@ pub struct SlotWords {
     /// across the slot's entries (0 before its first poll).
     pub inject_state: u64,
     /// The answer of the allocation slow path's last call
-    /// (`offload_jit::rt::offload_alloc_slow`): compiled code calls it through a
+    /// (`offload_jit::cpu::rt::offload_alloc_slow`): compiled code calls it through a
     /// convention that preserves every register and passes no result back.
     pub slow_result: u64,
     /// Non-zero: the host enters the slot to resume the save record just

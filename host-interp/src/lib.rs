@@ -4,7 +4,9 @@
 //! elements and fields — reports exceptions with the workitem, function,
 //! bytecode index, source line and a bytecode stack trace, resumes a workitem
 //! from a deopt site's frame state ([`Interpreter::resume`]), and records
-//! profiles for speculation ([`Profile`]).
+//! profiles for speculation ([`Profile`]). It also holds the safepoint and
+//! interrupt coordination every device of a runtime shares ([`Control`],
+//! `safepoints.rs`): the interpreter is the lowest layer that parks at it.
 //!
 //! Values are untyped 64-bit slots: `i32`/`f32` in the low 32 bits, `i64`/`f64`
 //! whole, references as 32-bit heap word offsets — the same representation as
@@ -26,13 +28,13 @@
 
 #![deny(missing_docs)]
 
-mod control;
 mod exception;
 mod interp;
+mod safepoints;
 
-pub use control::{Control, Parked, Registered, Running};
 pub use exception::{Exception, TraceFrame};
 pub use interp::{
     Collector, DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, ResumePlan,
 };
 pub use offload_program::{FuncProfile, Layout, Profile, Program};
+pub use safepoints::{Control, LaunchWord, Parked, Registered, Running};

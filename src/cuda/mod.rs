@@ -77,9 +77,11 @@
 //! One launch at a time per runtime uses the GPU (a lock): the image, its
 //! dirty map and the chunk bits have one owner while a kernel runs.
 
+mod grid;
 mod launch;
 pub(crate) mod resident;
 mod trace;
+mod wait;
 
 use crate::adaptive::{Plan, Version};
 use crate::env::{KernelCall, LaunchEnv, Started};

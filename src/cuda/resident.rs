@@ -138,13 +138,18 @@ impl DeviceHeap {
             if r.is_empty() {
                 continue;
             }
-            // SAFETY: the run is committed heap memory (the heap clamps
-            // runs to it) and lies inside the image; no host code writes
-            // the heap during a launch's copies (the launch is a running
-            // worker, or parked for its waiting slots after the operation
-            // that wrote).
+            // SAFETY: no host code writes the heap during a launch's
+            // copies (the launch is a running worker, or parked for its
+            // waiting slots after the operation that wrote).
+            let Some(src) = (unsafe { heap.host_bytes(r.clone()) }) else {
+                return Err(OffloadError::Setup(format!(
+                    "heap bytes {r:?} to send are not committed"
+                )));
+            };
+            // SAFETY: `src` lies inside the image (the run is clamped to
+            // its capacity above), and lives until the copy is done
+            // (`sync_copies` below).
             unsafe {
-                let src = std::slice::from_raw_parts(heap.base_ptr().add(r.start), r.len());
                 cudarc::driver::result::memcpy_htod_async(
                     base + r.start as u64,
                     src,

@@ -212,10 +212,10 @@ impl Heap {
         &self.cfg
     }
 
-    /// The address of the heap's first byte, for compiled code that accesses
-    /// objects directly (it must stay inside committed memory: verified code
-    /// with its null and bounds checks does).
-    pub fn base_ptr(&self) -> *mut u8 {
+    /// The address of the heap's first byte. Outside this crate, raw access
+    /// goes through [`Heap::raw_image`] (which brings the host's image up
+    /// to date first) or [`Heap::host_bytes`].
+    pub(crate) fn base_ptr(&self) -> *mut u8 {
         self.region.base_ptr()
     }
 

@@ -44,5 +44,5 @@ pub use heap::{
     ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, MIN_HEAP_BYTES, WalkStats,
 };
 pub use layout::{Header, Ref};
-pub use resident::{Mirror, ResidencyStats};
+pub use resident::{Mirror, RawImage, ResidencyStats};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};

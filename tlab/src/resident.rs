@@ -50,6 +50,29 @@ pub trait Mirror: Send + Sync {
     fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String>;
 }
 
+/// The host's heap image for raw access ([`Heap::raw_image`]): current
+/// when made, and marked written by the host when dropped.
+#[derive(Debug)]
+pub struct RawImage<'a> {
+    heap: &'a Heap,
+}
+
+impl RawImage<'_> {
+    /// The address of the heap's first byte: references are word offsets
+    /// from here. Code that accesses objects through it must stay inside
+    /// committed memory (verified code with its null and bounds checks
+    /// does).
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.heap.base_ptr()
+    }
+}
+
+impl Drop for RawImage<'_> {
+    fn drop(&mut self) {
+        self.heap.host_wrote(0, self.heap.used() as usize);
+    }
+}
+
 /// Chunk bits of one kind.
 struct Bits(Box<[AtomicU64]>);
 
@@ -251,9 +274,38 @@ impl Heap {
         self.fetch_chunks(chunks)
     }
 
+    /// Raw access to the host's heap image, for code that reads and writes
+    /// it without [`Heap`]'s accessors (compiled CPU kernels): every chunk
+    /// a device wrote is fetched first, and when the [`RawImage`] drops,
+    /// all of the heap counts as written by the host (a device's copy is
+    /// refreshed by its next launch). Outside this crate it is the one way
+    /// to the heap's address besides [`Heap::host_bytes`].
+    pub fn raw_image(&self) -> Result<RawImage<'_>, HeapError> {
+        self.sync_host()?;
+        Ok(RawImage { heap: self })
+    }
+
+    /// The host's bytes `run` (committed memory), to send to a device:
+    /// the runs [`Heap::take_device_stale`] returns, whose chunks the host
+    /// wrote and the device has not seen (so the host's bytes are current
+    /// without a fetch). `None` when `run` is not committed.
+    ///
+    /// # Safety
+    ///
+    /// No host code may write these bytes while the slice lives (keep it
+    /// to one copy).
+    pub unsafe fn host_bytes(&self, run: Range<usize>) -> Option<&[u8]> {
+        if run.start > run.end || run.end > self.committed() {
+            return None;
+        }
+        // SAFETY: the bytes are committed (checked above), and nothing
+        // writes them while the slice lives (the caller's promise).
+        Some(unsafe { std::slice::from_raw_parts(self.base_ptr().add(run.start), run.len()) })
+    }
+
     /// Make every byte of the host's heap current (before code that reads
-    /// it without [`Heap`]'s accessors: compiled CPU kernels, the
-    /// collector, a heap walk). Returns the bytes fetched.
+    /// it without [`Heap`]'s accessors: the collector, a heap walk; from
+    /// outside this crate, [`Heap::raw_image`]). Returns the bytes fetched.
     pub fn sync_host(&self) -> Result<u64, HeapError> {
         if !self.res.any_host_stale() {
             return Ok(0);

@@ -116,7 +116,7 @@ impl FakeDevice {
 fn heap_bytes(heap: &Heap) -> &[u8] {
     // SAFETY: the test's heap is used by this thread only, and the slice
     // is dropped before the next write.
-    unsafe { std::slice::from_raw_parts(heap.base_ptr(), heap.committed()) }
+    unsafe { heap.host_bytes(0..heap.committed()) }.expect("committed")
 }
 
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! Allocation in compiled CPU code: the shared-TLAB fast path inline, the
 //! slow path's call, the write barrier and the nursery reset (module docs).
 
-use super::{Lw, invariant, trusted};
+use super::{CpuWalker, invariant, trusted};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{AtomicRmwOp, InstBuilder, Value, types};
 use cranelift_frontend::Variable;
@@ -9,7 +9,7 @@ use offload_abi::cpu::offsets;
 use offload_deopt::Reason;
 use offload_ir::Bci;
 
-impl Lw<'_, '_> {
+impl CpuWalker<'_, '_> {
     /// The write barrier of a reference store of `x` into the object at
     /// `r`: note in the slot's `escaped` word when `x` is an object of this
     /// launch and `r` an older one (`LaunchCtx::young`), which keeps the
@@ -18,52 +18,67 @@ impl Lw<'_, '_> {
     /// In a kernel that may allocate, the test is the nursery's: `x` lies
     /// in the running workitem's part of its TLAB and `r` does not (which
     /// also ends the workitem's chance of a reset); after a refill or such
-    /// an escape it is the launch's test again ([`Lw::nursery_off`]).
+    /// an escape it is the launch's test again ([`CpuWalker::nursery_off`]).
     pub(super) fn write_barrier(&mut self, r: Value, x: Value) {
-        let escapes = if let Some(nv) = self.e.env.nursery {
+        let escapes = if let Some(nv) = self.backend.env.nursery {
             // In register form, `[top, end)` is `top` and its length.
-            let st = self.e.b.use_var(nv);
-            let lo = self.e.b.ins().ireduce(types::I32, st);
-            let span = self.e.b.ins().ushr_imm_u(st, 32);
-            let span = self.e.b.ins().ireduce(types::I32, span);
-            let dx = self.e.b.ins().isub(x, lo);
-            let in_x = self.e.b.ins().icmp(IntCC::UnsignedLessThan, dx, span);
-            let dr = self.e.b.ins().isub(r, lo);
-            let in_r = self.e.b.ins().icmp(IntCC::UnsignedLessThan, dr, span);
-            self.e.b.ins().band_not(in_x, in_r)
+            let st = self.backend.builder.use_var(nv);
+            let lo = self.backend.builder.ins().ireduce(types::I32, st);
+            let span = self.backend.builder.ins().ushr_imm_u(st, 32);
+            let span = self.backend.builder.ins().ireduce(types::I32, span);
+            let dx = self.backend.builder.ins().isub(x, lo);
+            let in_x = self
+                .backend
+                .builder
+                .ins()
+                .icmp(IntCC::UnsignedLessThan, dx, span);
+            let dr = self.backend.builder.ins().isub(r, lo);
+            let in_r = self
+                .backend
+                .builder
+                .ins()
+                .icmp(IntCC::UnsignedLessThan, dr, span);
+            self.backend.builder.ins().band_not(in_x, in_r)
         } else {
             let (ctx, _, _) = self.base_values();
             let young = self
-                .e
-                .b
+                .backend
+                .builder
                 .ins()
                 .load(types::I64, trusted(), ctx, offsets::YOUNG);
-            let young = self.e.b.ins().ireduce(types::I32, young);
-            let new_x = self
-                .e
-                .b
+            let young = self.backend.builder.ins().ireduce(types::I32, young);
+            let new_x =
+                self.backend
+                    .builder
+                    .ins()
+                    .icmp(IntCC::UnsignedGreaterThanOrEqual, x, young);
+            let old_r = self
+                .backend
+                .builder
                 .ins()
-                .icmp(IntCC::UnsignedGreaterThanOrEqual, x, young);
-            let old_r = self.e.b.ins().icmp(IntCC::UnsignedLessThan, r, young);
-            self.e.b.ins().band(new_x, old_r)
+                .icmp(IntCC::UnsignedLessThan, r, young);
+            self.backend.builder.ins().band(new_x, old_r)
         };
-        let note = self.e.b.create_block();
-        let cont = self.e.b.create_block();
-        self.e.b.set_cold_block(note);
-        self.e.b.ins().brif(escapes, note, &[], cont, &[]);
-        self.e.b.switch_to_block(note);
+        let note = self.backend.builder.create_block();
+        let cont = self.backend.builder.create_block();
+        self.backend.builder.set_cold_block(note);
+        self.backend
+            .builder
+            .ins()
+            .brif(escapes, note, &[], cont, &[]);
+        self.backend.builder.switch_to_block(note);
         let at = self.slot_words();
-        let one = self.e.b.ins().iconst(types::I64, 1);
-        self.e
-            .b
+        let one = self.backend.builder.ins().iconst(types::I64, 1);
+        self.backend
+            .builder
             .ins()
             .store(trusted(), one, at, offsets::SLOT_ESCAPED);
-        if let Some(nv) = self.e.env.nursery {
+        if let Some(nv) = self.backend.env.nursery {
             let off = self.nursery_off();
-            self.e.b.def_var(nv, off);
+            self.backend.builder.def_var(nv, off);
         }
-        self.e.b.ins().jump(cont, &[]);
-        self.e.b.switch_to_block(cont);
+        self.backend.builder.ins().jump(cont, &[]);
+        self.backend.builder.switch_to_block(cont);
     }
 
     /// The nursery state of a workitem that will not be reset: a TLAB
@@ -73,56 +88,62 @@ impl Lw<'_, '_> {
     pub(super) fn nursery_off(&mut self) -> Value {
         let (ctx, _, _) = self.base_values();
         let young = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .load(types::I64, invariant(), ctx, offsets::YOUNG);
         // u32::MAX - young is young's low 32 bits flipped.
-        let span = self.e.b.ins().bxor_imm_u(young, 0xFFFF_FFFF);
-        let span = self.e.b.ins().ishl_imm_u(span, 32);
-        self.e.b.ins().bor(young, span)
+        let span = self.backend.builder.ins().bxor_imm_u(young, 0xFFFF_FFFF);
+        let span = self.backend.builder.ins().ishl_imm_u(span, 32);
+        self.backend.builder.ins().bor(young, span)
     }
 
     /// The `top` of a TLAB state in register form (its low half), as `i64`.
     pub(super) fn state_top(&mut self, st: Value) -> Value {
-        let top = self.e.b.ins().ireduce(types::I32, st);
-        self.e.b.ins().uextend(types::I64, top)
+        let top = self.backend.builder.ins().ireduce(types::I32, st);
+        self.backend.builder.ins().uextend(types::I64, top)
     }
 
     /// The low 32 bits of `top + (end - top)` of a TLAB state in register
     /// form: `end`.
     pub(super) fn state_end(&mut self, st: Value) -> Value {
-        let top = self.e.b.ins().ireduce(types::I32, st);
-        let span = self.e.b.ins().ushr_imm_u(st, 32);
-        let span = self.e.b.ins().ireduce(types::I32, span);
-        self.e.b.ins().iadd(top, span)
+        let top = self.backend.builder.ins().ireduce(types::I32, st);
+        let span = self.backend.builder.ins().ushr_imm_u(st, 32);
+        let span = self.backend.builder.ins().ireduce(types::I32, span);
+        self.backend.builder.ins().iadd(top, span)
     }
 
     /// At a workitem's start (kernels that may allocate): note the slot's
     /// TLAB state when the launch lets workitems hand their objects back,
-    /// else [`Lw::nursery_off`].
+    /// else [`CpuWalker::nursery_off`].
     pub(super) fn nursery_snapshot(&mut self) {
-        let Some(nv) = self.e.env.nursery else {
+        let Some(nv) = self.backend.env.nursery else {
             return;
         };
         let (ctx, _, _) = self.base_values();
         let on = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .load(types::I64, invariant(), ctx, offsets::NURSERY);
-        let snap = self.e.b.create_block();
-        let cont = self.e.b.create_block();
-        self.e.b.append_block_param(cont, types::I64);
+        let snap = self.backend.builder.create_block();
+        let cont = self.backend.builder.create_block();
+        self.backend.builder.append_block_param(cont, types::I64);
         let off = self.nursery_off();
-        self.e.b.ins().brif(on, snap, &[], cont, &[off.into()]);
-        self.e.b.switch_to_block(snap);
+        self.backend
+            .builder
+            .ins()
+            .brif(on, snap, &[], cont, &[off.into()]);
+        self.backend.builder.switch_to_block(snap);
         // The nursery is on only when every slot owns its TLAB.
-        let st = self.e.b.use_var(self.e.env.tlab_state.expect("set"));
-        self.e.b.ins().jump(cont, &[st.into()]);
-        self.e.b.switch_to_block(cont);
-        let st = self.e.b.block_params(cont)[0];
-        self.e.b.def_var(nv, st);
+        let st = self
+            .backend
+            .builder
+            .use_var(self.backend.env.tlab_state.expect("set"));
+        self.backend.builder.ins().jump(cont, &[st.into()]);
+        self.backend.builder.switch_to_block(cont);
+        let st = self.backend.builder.block_params(cont)[0];
+        self.backend.builder.def_var(nv, st);
     }
 
     /// At a workitem's normal end (kernels that may allocate): when its
@@ -132,43 +153,51 @@ impl Lw<'_, '_> {
     /// `recycled`.
     /// The next workitem allocates in the same, cache-warm words.
     pub(super) fn nursery_reset(&mut self) {
-        let Some(nv) = self.e.env.nursery else {
+        let Some(nv) = self.backend.env.nursery else {
             return;
         };
-        let st0 = self.e.b.use_var(nv);
+        let st0 = self.backend.builder.use_var(nv);
         let end0 = self.state_end(st0);
-        let off = self.e.b.ins().icmp_imm_s(IntCC::Equal, end0, -1);
-        let check = self.e.b.create_block();
-        let reset = self.e.b.create_block();
-        let after = self.e.b.create_block();
-        self.e.b.ins().brif(off, after, &[], check, &[]);
-        self.e.b.switch_to_block(check);
-        let sv = self.e.env.tlab_state.expect("set");
-        let st = self.e.b.use_var(sv);
+        let off = self
+            .backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::Equal, end0, -1);
+        let check = self.backend.builder.create_block();
+        let reset = self.backend.builder.create_block();
+        let after = self.backend.builder.create_block();
+        self.backend.builder.ins().brif(off, after, &[], check, &[]);
+        self.backend.builder.switch_to_block(check);
+        let sv = self.backend.env.tlab_state.expect("set");
+        let st = self.backend.builder.use_var(sv);
         let end = self.state_end(st);
-        let same = self.e.b.ins().icmp(IntCC::Equal, end, end0);
+        let same = self.backend.builder.ins().icmp(IntCC::Equal, end, end0);
         let top = self.state_top(st);
         let lo = self.state_top(st0);
-        let grew = self.e.b.ins().icmp(IntCC::UnsignedGreaterThan, top, lo);
-        let go = self.e.b.ins().band(same, grew);
-        self.e.b.ins().brif(go, reset, &[], after, &[]);
-        self.e.b.switch_to_block(reset);
+        let grew = self
+            .backend
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, top, lo);
+        let go = self.backend.builder.ins().band(same, grew);
+        self.backend.builder.ins().brif(go, reset, &[], after, &[]);
+        self.backend.builder.switch_to_block(reset);
         self.zero_words(lo, top);
         let at = self.slot_words();
-        let n = self.e.b.ins().isub(top, lo);
-        let was = self
-            .e
-            .b
-            .ins()
-            .load(types::I64, trusted(), at, offsets::SLOT_RECYCLED);
-        let now = self.e.b.ins().iadd(was, n);
-        self.e
-            .b
+        let n = self.backend.builder.ins().isub(top, lo);
+        let was =
+            self.backend
+                .builder
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_RECYCLED);
+        let now = self.backend.builder.ins().iadd(was, n);
+        self.backend
+            .builder
             .ins()
             .store(trusted(), now, at, offsets::SLOT_RECYCLED);
-        self.e.b.def_var(sv, st0);
-        self.e.b.ins().jump(after, &[]);
-        self.e.b.switch_to_block(after);
+        self.backend.builder.def_var(sv, st0);
+        self.backend.builder.ins().jump(after, &[]);
+        self.backend.builder.switch_to_block(after);
     }
 
     /// Zero the heap words `[lo, top)` (`lo < top`, both `i64`), inline:
@@ -179,85 +208,98 @@ impl Lw<'_, '_> {
     /// the five callee-saved ones or on the stack.
     pub(super) fn zero_words(&mut self, lo: Value, top: Value) {
         let (_, _, heap) = self.base_values();
-        let p0 = self.e.b.ins().ishl_imm_u(lo, 3);
-        let p0 = self.e.b.ins().iadd(heap, p0);
-        let e = self.e.b.ins().ishl_imm_u(top, 3);
-        let e = self.e.b.ins().iadd(heap, e);
-        let z64 = self.e.b.ins().iconst(types::I64, 0);
-        let zv = self.e.b.ins().splat(types::I64X2, z64);
-        let wide = self.e.b.create_block();
-        let wide_body = self.e.b.create_block();
-        let narrow = self.e.b.create_block();
-        let narrow_body = self.e.b.create_block();
-        let done = self.e.b.create_block();
+        let p0 = self.backend.builder.ins().ishl_imm_u(lo, 3);
+        let p0 = self.backend.builder.ins().iadd(heap, p0);
+        let e = self.backend.builder.ins().ishl_imm_u(top, 3);
+        let e = self.backend.builder.ins().iadd(heap, e);
+        let z64 = self.backend.builder.ins().iconst(types::I64, 0);
+        let zv = self.backend.builder.ins().splat(types::I64X2, z64);
+        let wide = self.backend.builder.create_block();
+        let wide_body = self.backend.builder.create_block();
+        let narrow = self.backend.builder.create_block();
+        let narrow_body = self.backend.builder.create_block();
+        let done = self.backend.builder.create_block();
         for blk in [wide, wide_body, narrow, narrow_body] {
-            self.e.b.append_block_param(blk, self.e.ptr);
+            self.backend
+                .builder
+                .append_block_param(blk, self.backend.ptr);
         }
-        self.e.b.ins().jump(wide, &[p0.into()]);
-        self.e.b.switch_to_block(wide);
-        let p = self.e.b.block_params(wide)[0];
-        let p64 = self.e.b.ins().iadd_imm_s(p, 64);
-        let room = self.e.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, p64, e);
-        self.e
-            .b
+        self.backend.builder.ins().jump(wide, &[p0.into()]);
+        self.backend.builder.switch_to_block(wide);
+        let p = self.backend.builder.block_params(wide)[0];
+        let p64 = self.backend.builder.ins().iadd_imm_s(p, 64);
+        let room = self
+            .backend
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, p64, e);
+        self.backend
+            .builder
             .ins()
             .brif(room, wide_body, &[p.into()], narrow, &[p.into()]);
-        self.e.b.switch_to_block(wide_body);
-        let p = self.e.b.block_params(wide_body)[0];
+        self.backend.builder.switch_to_block(wide_body);
+        let p = self.backend.builder.block_params(wide_body)[0];
         for k in 0..4 {
-            self.e.b.ins().store(trusted(), zv, p, 16 * k);
+            self.backend.builder.ins().store(trusted(), zv, p, 16 * k);
         }
-        let p64 = self.e.b.ins().iadd_imm_s(p, 64);
-        self.e.b.ins().jump(wide, &[p64.into()]);
-        self.e.b.switch_to_block(narrow);
-        let p = self.e.b.block_params(narrow)[0];
-        let more = self.e.b.ins().icmp(IntCC::UnsignedLessThan, p, e);
-        self.e
-            .b
+        let p64 = self.backend.builder.ins().iadd_imm_s(p, 64);
+        self.backend.builder.ins().jump(wide, &[p64.into()]);
+        self.backend.builder.switch_to_block(narrow);
+        let p = self.backend.builder.block_params(narrow)[0];
+        let more = self
+            .backend
+            .builder
+            .ins()
+            .icmp(IntCC::UnsignedLessThan, p, e);
+        self.backend
+            .builder
             .ins()
             .brif(more, narrow_body, &[p.into()], done, &[]);
-        self.e.b.switch_to_block(narrow_body);
-        let p = self.e.b.block_params(narrow_body)[0];
-        self.e.b.ins().store(trusted(), z64, p, 0);
-        let p8 = self.e.b.ins().iadd_imm_s(p, 8);
-        self.e.b.ins().jump(narrow, &[p8.into()]);
-        self.e.b.switch_to_block(done);
+        self.backend.builder.switch_to_block(narrow_body);
+        let p = self.backend.builder.block_params(narrow_body)[0];
+        self.backend.builder.ins().store(trusted(), z64, p, 0);
+        let p8 = self.backend.builder.ins().iadd_imm_s(p, 8);
+        self.backend.builder.ins().jump(narrow, &[p8.into()]);
+        self.backend.builder.switch_to_block(done);
     }
 
     /// This slot's shared TLAB (null: the policy has none). Loaded where
     /// it is used — on the allocation paths that leave the slot's own bump
     /// — rather than kept in a register through every loop that allocates
-    /// (so are [`Lw::own_limit`] and the large-object limit).
+    /// (so are [`CpuWalker::own_limit`] and the large-object limit).
     pub(super) fn tlab(&mut self) -> Value {
         let (ctx, slot, _) = self.base_values();
-        let tlabs = self
-            .e
-            .b
-            .ins()
-            .load(self.e.ptr, trusted(), ctx, offsets::TLABS);
+        let tlabs =
+            self.backend
+                .builder
+                .ins()
+                .load(self.backend.ptr, trusted(), ctx, offsets::TLABS);
         let toff = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
-            .imul_imm_s(slot, i64::from(self.e.ptr.bytes()));
-        let tat = self.e.b.ins().iadd(tlabs, toff);
-        self.e.b.ins().load(self.e.ptr, trusted(), tat, 0)
+            .imul_imm_s(slot, i64::from(self.backend.ptr.bytes()));
+        let tat = self.backend.builder.ins().iadd(tlabs, toff);
+        self.backend
+            .builder
+            .ins()
+            .load(self.backend.ptr, trusted(), tat, 0)
     }
 
     /// The largest object this slot bumps in a TLAB of its own
     /// (`LaunchCtx::own_limit`; 0 when it has none).
     pub(super) fn own_limit(&mut self) -> Value {
         let (ctx, _, _) = self.base_values();
-        self.e
-            .b
+        self.backend
+            .builder
             .ins()
             .load(types::I64, trusted(), ctx, offsets::OWN_LIMIT)
     }
 
     /// The address of TLAB `tl`'s state word (`end << 32 | top`).
     pub(super) fn tlab_state_addr(&mut self, tl: Value) -> Value {
-        self.e
-            .b
+        self.backend
+            .builder
             .ins()
             .iadd_imm_s(tl, i64::from(offload_abi::tlab::STATE_OFFSET))
     }
@@ -266,7 +308,7 @@ impl Lw<'_, '_> {
     /// slot that owns its TLAB: before Rust code may read or change it.
     pub(super) fn tlab_write_back(&mut self) {
         self.when_own(|lw, sv| {
-            let st = lw.e.b.use_var(sv);
+            let st = lw.backend.builder.use_var(sv);
             let tl = lw.tlab();
             lw.store_tlab_state(tl, st);
         });
@@ -276,9 +318,9 @@ impl Lw<'_, '_> {
     /// TLAB `tl`'s memory word: `end << 32 | top` is `st + (st << 32)`.
     pub(super) fn store_tlab_state(&mut self, tl: Value, st: Value) {
         let sa = self.tlab_state_addr(tl);
-        let hi = self.e.b.ins().ishl_imm_u(st, 32);
-        let word = self.e.b.ins().iadd(st, hi);
-        self.e.b.ins().store(trusted(), word, sa, 0);
+        let hi = self.backend.builder.ins().ishl_imm_u(st, 32);
+        let word = self.backend.builder.ins().iadd(st, hi);
+        self.backend.builder.ins().store(trusted(), word, sa, 0);
     }
 
     /// Take the TLAB state from memory again, on a slot that owns its
@@ -289,38 +331,38 @@ impl Lw<'_, '_> {
         self.when_own(|lw, sv| {
             let tl = lw.tlab();
             let sa = lw.tlab_state_addr(tl);
-            let word = lw.e.b.ins().load(types::I64, trusted(), sa, 0);
-            let lo = lw.e.b.ins().ishl_imm_u(word, 32);
-            let st = lw.e.b.ins().isub(word, lo);
-            lw.e.b.def_var(sv, st);
+            let word = lw.backend.builder.ins().load(types::I64, trusted(), sa, 0);
+            let lo = lw.backend.builder.ins().ishl_imm_u(word, 32);
+            let st = lw.backend.builder.ins().isub(word, lo);
+            lw.backend.builder.def_var(sv, st);
         });
     }
 
     /// Emit `body` (given [`Env::tlab_state`]) in a block run only on a
     /// slot that owns its TLAB; nothing in kernels that do not allocate.
     pub(super) fn when_own(&mut self, body: impl FnOnce(&mut Self, Variable)) {
-        let Some(sv) = self.e.env.tlab_state else {
+        let Some(sv) = self.backend.env.tlab_state else {
             return;
         };
         let own = self.own_limit();
-        let then = self.e.b.create_block();
-        let cont = self.e.b.create_block();
-        self.e.b.ins().brif(own, then, &[], cont, &[]);
-        self.e.b.switch_to_block(then);
+        let then = self.backend.builder.create_block();
+        let cont = self.backend.builder.create_block();
+        self.backend.builder.ins().brif(own, then, &[], cont, &[]);
+        self.backend.builder.switch_to_block(then);
         body(self, sv);
-        self.e.b.ins().jump(cont, &[]);
-        self.e.b.switch_to_block(cont);
+        self.backend.builder.ins().jump(cont, &[]);
+        self.backend.builder.switch_to_block(cont);
     }
 
     /// Unpack a TLAB state word `st` (`end << 32 | top`): `top`, and whether
     /// an object of `words` words fits at it.
     pub(super) fn tlab_fits(&mut self, st: Value, words: Value) -> (Value, Value) {
-        let top = self.e.b.ins().band_imm_u(st, 0xFFFF_FFFF);
-        let end = self.e.b.ins().ushr_imm_u(st, 32);
-        let new_top = self.e.b.ins().iadd(top, words);
+        let top = self.backend.builder.ins().band_imm_u(st, 0xFFFF_FFFF);
+        let end = self.backend.builder.ins().ushr_imm_u(st, 32);
+        let new_top = self.backend.builder.ins().iadd(top, words);
         let fits = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, new_top, end);
         (top, fits)
@@ -333,59 +375,68 @@ impl Lw<'_, '_> {
     /// which must be the site's state at `bci`). Returns the reference.
     pub(super) fn allocate(&mut self, bci: Bci, tag: Value, word1: Value, words: Value) -> Value {
         let (_, slot, heap) = self.base_values();
-        let done = self.e.b.create_block();
-        self.e.b.append_block_param(done, types::I32);
-        let slow = self.e.b.create_block();
+        let done = self.backend.builder.create_block();
+        self.backend.builder.append_block_param(done, types::I32);
+        let slow = self.backend.builder.create_block();
         for t in [types::I64, types::I64, types::I32] {
-            self.e.b.append_block_param(slow, t);
+            self.backend.builder.append_block_param(slow, t);
         }
-        let try_fast = self.e.b.create_block();
-        self.e.b.append_block_param(try_fast, self.e.ptr);
-        let add = self.e.b.create_block();
-        let got = self.e.b.create_block();
-        self.e.b.append_block_param(got, types::I64);
+        let try_fast = self.backend.builder.create_block();
+        self.backend
+            .builder
+            .append_block_param(try_fast, self.backend.ptr);
+        let add = self.backend.builder.create_block();
+        let got = self.backend.builder.create_block();
+        self.backend.builder.append_block_param(got, types::I64);
 
-        let z64 = self.e.b.ins().iconst(types::I64, 0);
-        let z32 = self.e.b.ins().iconst(types::I32, 0);
+        let z64 = self.backend.builder.ins().iconst(types::I64, 0);
+        let z32 = self.backend.builder.ins().iconst(types::I32, 0);
         // Both header words as one (constants for `new`, which the
         // optimized tier folds): one store, one argument.
-        let t64 = self.e.b.ins().uextend(types::I64, tag);
-        let w64 = self.e.b.ins().uextend(types::I64, word1);
-        let w64 = self.e.b.ins().ishl_imm_u(w64, 32);
-        let header = self.e.b.ins().bor(t64, w64);
-        let shared = self.e.b.create_block();
-        let own_bump = self.e.b.create_block();
+        let t64 = self.backend.builder.ins().uextend(types::I64, tag);
+        let w64 = self.backend.builder.ins().uextend(types::I64, word1);
+        let w64 = self.backend.builder.ins().ishl_imm_u(w64, 32);
+        let header = self.backend.builder.ins().bor(t64, w64);
+        let shared = self.backend.builder.create_block();
+        let own_bump = self.backend.builder.create_block();
         // One compare decides the common case: a small object and a TLAB
         // of this slot's own (`LaunchCtx::own_limit`, in memory).
         let own_limit = self.own_limit();
         let own = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, words, own_limit);
-        self.e.b.ins().brif(own, own_bump, &[], shared, &[]);
+        self.backend
+            .builder
+            .ins()
+            .brif(own, own_bump, &[], shared, &[]);
 
         // Otherwise a small object goes to the shared protocol, a large
         // one (or any without a TLAB) to the slow path.
-        self.e.b.switch_to_block(shared);
+        self.backend.builder.switch_to_block(shared);
         // Both work on the memory word (a large object's slow path may
         // park at a safepoint, and reloads the word when it returns).
         self.tlab_write_back();
         let tl = self.tlab();
         let (ctx, _, _) = self.base_values();
-        let large = self
-            .e
-            .b
+        let large =
+            self.backend
+                .builder
+                .ins()
+                .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
+        let has = self
+            .backend
+            .builder
             .ins()
-            .load(types::I64, trusted(), ctx, offsets::LARGE_WORDS);
-        let has = self.e.b.ins().icmp_imm_s(IntCC::NotEqual, tl, 0);
+            .icmp_imm_s(IntCC::NotEqual, tl, 0);
         let small = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .icmp(IntCC::UnsignedLessThanOrEqual, words, large);
-        let ok = self.e.b.ins().band(has, small);
-        self.e.b.ins().brif(
+        let ok = self.backend.builder.ins().band(has, small);
+        self.backend.builder.ins().brif(
             ok,
             try_fast,
             &[tl.into()],
@@ -397,120 +448,135 @@ impl Lw<'_, '_> {
         // and store when the object fits (no one else touches the state
         // during the launch, and a FAILED slot never fits: the failing
         // refiller's add left `top` past `end`); else the shared protocol.
-        self.e.b.switch_to_block(own_bump);
+        self.backend.builder.switch_to_block(own_bump);
         let sv = self
-            .e
+            .backend
             .env
             .tlab_state
             .expect("kernels that allocate keep it");
-        let st = self.e.b.use_var(sv);
+        let st = self.backend.builder.use_var(sv);
         // In register form: top += words and end - top -= words, in one
         // add; the object fits when end - top stays non-negative.
-        let hi = self.e.b.ins().ishl_imm_u(words, 32);
-        let step = self.e.b.ins().isub(words, hi);
-        let st1 = self.e.b.ins().iadd(st, step);
+        let hi = self.backend.builder.ins().ishl_imm_u(words, 32);
+        let step = self.backend.builder.ins().isub(words, hi);
+        let st1 = self.backend.builder.ins().iadd(st, step);
         let fits = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, st1, 0);
-        let bumped = self.e.b.create_block();
-        let full = self.e.b.create_block();
-        self.e.b.ins().brif(fits, bumped, &[], full, &[]);
-        self.e.b.switch_to_block(bumped);
-        self.e.b.def_var(sv, st1);
+        let bumped = self.backend.builder.create_block();
+        let full = self.backend.builder.create_block();
+        self.backend
+            .builder
+            .ins()
+            .brif(fits, bumped, &[], full, &[]);
+        self.backend.builder.switch_to_block(bumped);
+        self.backend.builder.def_var(sv, st1);
         let top = self.state_top(st);
-        self.e.b.ins().jump(got, &[top.into()]);
+        self.backend.builder.ins().jump(got, &[top.into()]);
         // It does not fit: the protocol below works on the memory word.
-        self.e.b.switch_to_block(full);
-        self.e.b.set_cold_block(full);
+        self.backend.builder.switch_to_block(full);
+        self.backend.builder.set_cold_block(full);
         let tl = self.tlab();
         self.store_tlab_state(tl, st);
-        self.e.b.ins().jump(try_fast, &[tl.into()]);
+        self.backend.builder.ins().jump(try_fast, &[tl.into()]);
 
         // Step 1: the generation (not FAILED); step 2: the add.
-        self.e.b.switch_to_block(try_fast);
-        let tl = self.e.b.block_params(try_fast)[0];
+        self.backend.builder.switch_to_block(try_fast);
+        let tl = self.backend.builder.block_params(try_fast)[0];
         let sa = self.tlab_state_addr(tl);
         let ga = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .iadd_imm_s(tl, i64::from(offload_abi::tlab::GENERATION_OFFSET));
-        let g = self.e.b.ins().atomic_load(types::I64, trusted(), ga);
-        let failed = self.e.b.ins().ushr_imm_u(g, 63);
-        self.e
-            .b
+        let g = self
+            .backend
+            .builder
             .ins()
-            .brif(failed, slow, &[g.into(), z64.into(), z32.into()], add, &[]);
-        self.e.b.switch_to_block(add);
-        let old = self
-            .e
-            .b
-            .ins()
-            .atomic_rmw(types::I64, trusted(), AtomicRmwOp::Add, sa, words);
+            .atomic_load(types::I64, trusted(), ga);
+        let failed = self.backend.builder.ins().ushr_imm_u(g, 63);
+        self.backend.builder.ins().brif(
+            failed,
+            slow,
+            &[g.into(), z64.into(), z32.into()],
+            add,
+            &[],
+        );
+        self.backend.builder.switch_to_block(add);
+        let old = self.backend.builder.ins().atomic_rmw(
+            types::I64,
+            trusted(),
+            AtomicRmwOp::Add,
+            sa,
+            words,
+        );
         let (top, fits) = self.tlab_fits(old, words);
-        let one = self.e.b.ins().iconst(types::I32, 1);
-        let added = self.e.b.create_block();
-        self.e
-            .b
-            .ins()
-            .brif(fits, added, &[], slow, &[g.into(), old.into(), one.into()]);
+        let one = self.backend.builder.ins().iconst(types::I32, 1);
+        let added = self.backend.builder.create_block();
+        self.backend.builder.ins().brif(
+            fits,
+            added,
+            &[],
+            slow,
+            &[g.into(), old.into(), one.into()],
+        );
         // (On a slot that owns its TLAB the add never fits where the bump
         // did not; take the word from memory all the same.)
-        self.e.b.switch_to_block(added);
+        self.backend.builder.switch_to_block(added);
         self.tlab_reload();
-        self.e.b.ins().jump(got, &[top.into()]);
+        self.backend.builder.ins().jump(got, &[top.into()]);
 
         // The object is at `top`: write its header (the memory is zero).
-        self.e.b.switch_to_block(got);
-        let at = self.e.b.block_params(got)[0];
-        let off = self.e.b.ins().ishl_imm_u(at, 3);
-        let addr = self.e.b.ins().iadd(heap, off);
-        self.e.b.ins().store(trusted(), header, addr, 0);
-        let r = self.e.b.ins().ireduce(types::I32, at);
-        self.e.b.ins().jump(done, &[r.into()]);
+        self.backend.builder.switch_to_block(got);
+        let at = self.backend.builder.block_params(got)[0];
+        let off = self.backend.builder.ins().ishl_imm_u(at, 3);
+        let addr = self.backend.builder.ins().iadd(heap, off);
+        self.backend.builder.ins().store(trusted(), header, addr, 0);
+        let r = self.backend.builder.ins().ireduce(types::I32, at);
+        self.backend.builder.ins().jump(done, &[r.into()]);
 
         // The slow path (refill, wait, large objects, no TLABs; a poll).
-        self.e.b.switch_to_block(slow);
-        self.e.b.set_cold_block(slow);
-        let p = self.e.b.block_params(slow).to_vec();
-        let fr = self.e.math["offload_alloc_slow"];
+        self.backend.builder.switch_to_block(slow);
+        self.backend.builder.set_cold_block(slow);
+        let p = self.backend.builder.block_params(slow).to_vec();
+        let fr = self.backend.math["offload_alloc_slow"];
         let (ctx, _, _) = self.base_values();
-        self.e
-            .b
+        self.backend
+            .builder
             .ins()
             .call(fr, &[ctx, slot, header, p[0], p[1], p[2]]);
         let at = self.slot_words();
-        let res = self
-            .e
-            .b
-            .ins()
-            .load(types::I32, trusted(), at, offsets::SLOT_SLOW_RESULT);
+        let res =
+            self.backend
+                .builder
+                .ins()
+                .load(types::I32, trusted(), at, offsets::SLOT_SLOW_RESULT);
         // The refill changed the memory word; the deopt exits below write
         // the kept state back, so it must be the new one first.
         self.tlab_reload();
-        let failed =
-            self.e
-                .b
-                .ins()
-                .icmp_imm_s(IntCC::Equal, res, i64::from(crate::rt::ALLOC_FAILED));
+        let failed = self.backend.builder.ins().icmp_imm_s(
+            IntCC::Equal,
+            res,
+            i64::from(crate::cpu::rt::ALLOC_FAILED),
+        );
         self.deopt_if(failed, bci, Reason::AllocationFailure);
-        let sp =
-            self.e
-                .b
-                .ins()
-                .icmp_imm_s(IntCC::Equal, res, i64::from(crate::rt::ALLOC_SAFEPOINT));
+        let sp = self.backend.builder.ins().icmp_imm_s(
+            IntCC::Equal,
+            res,
+            i64::from(crate::cpu::rt::ALLOC_SAFEPOINT),
+        );
         self.deopt_if(sp, bci, Reason::Safepoint);
         // A refill (or a large object) puts this workitem's objects
         // outside its part of the TLAB: it will not be reset.
-        if let Some(nv) = self.e.env.nursery {
+        if let Some(nv) = self.backend.env.nursery {
             let off = self.nursery_off();
-            self.e.b.def_var(nv, off);
+            self.backend.builder.def_var(nv, off);
         }
-        self.e.b.ins().jump(done, &[res.into()]);
+        self.backend.builder.ins().jump(done, &[res.into()]);
 
-        self.e.b.switch_to_block(done);
-        self.e.b.block_params(done)[0]
+        self.backend.builder.switch_to_block(done);
+        self.backend.builder.block_params(done)[0]
     }
 }

@@ -1,9 +1,9 @@
 //! The walker's primitives in Cranelift IR ([`Backend`] for [`Cpu`]).
 
-use super::{Cpu, Lw, cl_type, invariant, trusted};
+use super::{Cpu, CpuWalker, cl_type, invariant, trusted};
 use crate::Injection;
 use crate::lower::plan::{self, TypeTest};
-use crate::lower::{Backend, BinOp, CmpOp, Const, Exit, UnOp, Walker};
+use crate::lower::{Backend, BinOp, CmpOp, Const, Exit, UnOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::immediates::{Ieee32, Ieee64};
 use cranelift_codegen::ir::{AtomicRmwOp, BlockArg, InstBuilder, Value, types};
@@ -11,30 +11,35 @@ use cranelift_frontend::Variable;
 use offload_abi::control;
 use offload_ir::{Bci, Kind, Type};
 
-type W<'a, 'b, 'f> = &'a mut Walker<'b, Cpu<'f>>;
-
-impl Lw<'_, '_> {
+impl CpuWalker<'_, '_> {
     /// Address of the object `r` (non-null, checked by the caller).
     pub(super) fn obj_addr(&mut self, r: Value) -> Value {
-        let heap = self.e.env.heap.expect("set");
-        let r64 = self.e.b.ins().uextend(types::I64, r);
-        let off = self.e.b.ins().ishl_imm_u(r64, 3);
-        self.e.b.ins().iadd(heap, off)
+        let heap = self.backend.env.heap.expect("set");
+        let r64 = self.backend.builder.ins().uextend(types::I64, r);
+        let off = self.backend.builder.ins().ishl_imm_u(r64, 3);
+        self.backend.builder.ins().iadd(heap, off)
     }
 
     /// The length word of the array whose header is at `base` (`i32`, at
     /// byte 4 of the header; null's header, heap word 0, reads as 0). It
     /// never changes, so the load may be hoisted out of loops.
     pub(super) fn array_len(&mut self, base: Value) -> Value {
-        self.e.b.ins().load(types::I32, invariant(), base, 4)
+        self.backend
+            .builder
+            .ins()
+            .load(types::I32, invariant(), base, 4)
     }
 
     /// Whether the class id `tag` is one of `ids`, as an `i8` truth value.
     fn tag_in(&mut self, tag: Value, ids: &[u32]) -> Value {
-        let mut acc = self.e.b.ins().iconst(types::I8, 0);
+        let mut acc = self.backend.builder.ins().iconst(types::I8, 0);
         for &id in ids {
-            let eq = self.e.b.ins().icmp_imm_s(IntCC::Equal, tag, i64::from(id));
-            acc = self.e.b.ins().bor(acc, eq);
+            let eq = self
+                .backend
+                .builder
+                .ins()
+                .icmp_imm_s(IntCC::Equal, tag, i64::from(id));
+            acc = self.backend.builder.ins().bor(acc, eq);
         }
         acc
     }
@@ -44,42 +49,46 @@ impl Lw<'_, '_> {
     /// reserved and readable, and the caller masks the answer).
     fn type_test(&mut self, r: Value, ty: Type) -> Value {
         let base = self.obj_addr(r);
-        let tag = self.e.b.ins().load(types::I32, trusted(), base, 0);
+        let tag = self
+            .backend
+            .builder
+            .ins()
+            .load(types::I32, trusted(), base, 0);
         match plan::type_test(self.prog, ty) {
             TypeTest::Classes(ids) => self.tag_in(tag, &ids),
             TypeTest::Tag(want) => {
-                self.e
-                    .b
+                self.backend
+                    .builder
                     .ins()
                     .icmp_imm_s(IntCC::Equal, tag, i64::from(want as i32))
             }
-            TypeTest::Always => self.e.b.ins().iconst(types::I8, 1),
-            TypeTest::Never => self.e.b.ins().iconst(types::I8, 0),
+            TypeTest::Always => self.backend.builder.ins().iconst(types::I8, 1),
+            TypeTest::Never => self.backend.builder.ins().iconst(types::I8, 0),
         }
     }
 
     /// A call of the imported function `name`; its result.
     pub(super) fn call_math(&mut self, name: &'static str, args: &[Value]) -> Value {
-        let fr = self.e.math[name];
-        let call = self.e.b.ins().call(fr, args);
-        self.e.b.inst_results(call)[0]
+        let fr = self.backend.math[name];
+        let call = self.backend.builder.ins().call(fr, args);
+        self.backend.builder.inst_results(call)[0]
     }
 
     /// `a / b` or `a % b` (`rem`) of kind `k`, `b` not zero: `MIN / -1`
     /// wraps (and `MIN % -1` is 0) instead of trapping.
     fn int_div(&mut self, k: Kind, rem: bool, a: Value, b: Value) -> Value {
         let t = cl_type(k);
-        let m1 = self.e.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
-        let one = self.e.b.ins().iconst(t, 1);
-        let safe = self.e.b.ins().select(m1, one, b);
+        let m1 = self.backend.builder.ins().icmp_imm_s(IntCC::Equal, b, -1);
+        let one = self.backend.builder.ins().iconst(t, 1);
+        let safe = self.backend.builder.ins().select(m1, one, b);
         if rem {
-            let r = self.e.b.ins().srem(a, safe);
-            let z = self.e.b.ins().iconst(t, 0);
-            self.e.b.ins().select(m1, z, r)
+            let r = self.backend.builder.ins().srem(a, safe);
+            let z = self.backend.builder.ins().iconst(t, 0);
+            self.backend.builder.ins().select(m1, z, r)
         } else {
-            let q = self.e.b.ins().sdiv(a, safe);
-            let neg = self.e.b.ins().ineg(a);
-            self.e.b.ins().select(m1, neg, q)
+            let q = self.backend.builder.ins().sdiv(a, safe);
+            let neg = self.backend.builder.ins().ineg(a);
+            self.backend.builder.ins().select(m1, neg, q)
         }
     }
 }
@@ -133,28 +142,28 @@ impl<'f> Backend for Cpu<'f> {
     type Block = cranelift_codegen::ir::Block;
     type Join = cranelift_codegen::ir::Block;
 
-    fn local_var(w: W<'_, '_, 'f>, _instance: u32, _index: usize, kind: Kind) -> Variable {
-        w.e.b.declare_var(cl_type(kind))
+    fn local_var(w: &mut CpuWalker<'_, 'f>, _instance: u32, _index: usize, kind: Kind) -> Variable {
+        w.backend.builder.declare_var(cl_type(kind))
     }
 
-    fn stack_var(w: W<'_, '_, 'f>, _instance: u32, _depth: usize, kind: Kind) -> Variable {
-        w.e.b.declare_var(cl_type(kind))
+    fn stack_var(w: &mut CpuWalker<'_, 'f>, _instance: u32, _depth: usize, kind: Kind) -> Variable {
+        w.backend.builder.declare_var(cl_type(kind))
     }
 
-    fn use_var(w: W<'_, '_, 'f>, var: &Variable, _kind: Kind) -> Value {
-        w.e.b.use_var(*var)
+    fn use_var(w: &mut CpuWalker<'_, 'f>, var: &Variable, _kind: Kind) -> Value {
+        w.backend.builder.use_var(*var)
     }
 
-    fn def_var(w: W<'_, '_, 'f>, var: &Variable, _kind: Kind, x: Value) {
-        w.e.b.def_var(*var, x);
+    fn def_var(w: &mut CpuWalker<'_, 'f>, var: &Variable, _kind: Kind, x: Value) {
+        w.backend.builder.def_var(*var, x);
     }
 
-    fn stable(_w: W<'_, '_, 'f>, _kind: Kind, x: Value) -> Value {
+    fn stable(_w: &mut CpuWalker<'_, 'f>, _kind: Kind, x: Value) -> Value {
         x
     }
 
-    fn constant(w: W<'_, '_, 'f>, c: Const) -> Value {
-        let ins = w.e.b.ins();
+    fn constant(w: &mut CpuWalker<'_, 'f>, c: Const) -> Value {
+        let ins = w.backend.builder.ins();
         match c {
             Const::I32(v) => ins.iconst(types::I32, i64::from(v)),
             Const::I64(v) => ins.iconst(types::I64, v),
@@ -164,37 +173,37 @@ impl<'f> Backend for Cpu<'f> {
         }
     }
 
-    fn increment(w: W<'_, '_, 'f>, var: &Variable, _kind: Kind, delta: i32) {
-        let x = w.e.b.use_var(*var);
-        let r = w.e.b.ins().iadd_imm_s(x, i64::from(delta));
-        w.e.b.def_var(*var, r);
+    fn increment(w: &mut CpuWalker<'_, 'f>, var: &Variable, _kind: Kind, delta: i32) {
+        let x = w.backend.builder.use_var(*var);
+        let r = w.backend.builder.ins().iadd_imm_s(x, i64::from(delta));
+        w.backend.builder.def_var(*var, r);
     }
 
-    fn leader_block(w: W<'_, '_, 'f>, _instance: u32, _bci: Bci) -> Self::Block {
-        w.e.b.create_block()
+    fn leader_block(w: &mut CpuWalker<'_, 'f>, _instance: u32, _bci: Bci) -> Self::Block {
+        w.backend.builder.create_block()
     }
 
-    fn new_block(w: W<'_, '_, 'f>) -> Self::Block {
-        w.e.b.create_block()
+    fn new_block(w: &mut CpuWalker<'_, 'f>) -> Self::Block {
+        w.backend.builder.create_block()
     }
 
-    fn switch_to(w: W<'_, '_, 'f>, b: &Self::Block) {
-        w.e.b.switch_to_block(*b);
+    fn switch_to(w: &mut CpuWalker<'_, 'f>, b: &Self::Block) {
+        w.backend.builder.switch_to_block(*b);
     }
 
-    fn enter_block(w: W<'_, '_, 'f>, b: &Self::Block, terminated: bool) {
+    fn enter_block(w: &mut CpuWalker<'_, 'f>, b: &Self::Block, terminated: bool) {
         if !terminated {
-            w.e.b.ins().jump(*b, &[]);
+            w.backend.builder.ins().jump(*b, &[]);
         }
-        w.e.b.switch_to_block(*b);
+        w.backend.builder.switch_to_block(*b);
     }
 
-    fn jump(w: W<'_, '_, 'f>, b: &Self::Block) {
-        w.e.b.ins().jump(*b, &[]);
+    fn jump(w: &mut CpuWalker<'_, 'f>, b: &Self::Block) {
+        w.backend.builder.ins().jump(*b, &[]);
     }
 
     fn cond_branch(
-        w: W<'_, '_, 'f>,
+        w: &mut CpuWalker<'_, 'f>,
         x: Value,
         jumps_on_nonzero: bool,
         dest: &Self::Block,
@@ -202,140 +211,170 @@ impl<'f> Backend for Cpu<'f> {
     ) {
         // brif jumps on non-zero.
         if jumps_on_nonzero {
-            w.e.b.ins().brif(x, *dest, &[], *fall, &[]);
+            w.backend.builder.ins().brif(x, *dest, &[], *fall, &[]);
         } else {
-            w.e.b.ins().brif(x, *fall, &[], *dest, &[]);
+            w.backend.builder.ins().brif(x, *fall, &[], *dest, &[]);
         }
     }
 
-    fn branch_if(w: W<'_, '_, 'f>, x: Value, jumps_on_nonzero: bool, when: bool, to: &Self::Block) {
-        let out = w.e.b.create_block();
+    fn branch_if(
+        w: &mut CpuWalker<'_, 'f>,
+        x: Value,
+        jumps_on_nonzero: bool,
+        when: bool,
+        to: &Self::Block,
+    ) {
+        let out = w.backend.builder.create_block();
         let (nonzero, zero) = if jumps_on_nonzero == when {
             (*to, out)
         } else {
             (out, *to)
         };
-        w.e.b.ins().brif(x, nonzero, &[], zero, &[]);
-        w.e.b.switch_to_block(out);
+        w.backend.builder.ins().brif(x, nonzero, &[], zero, &[]);
+        w.backend.builder.switch_to_block(out);
     }
 
-    fn branch_on(w: W<'_, '_, 'f>, cond: Value, when: bool, to: &Self::Block) {
-        let out = w.e.b.create_block();
+    fn branch_on(w: &mut CpuWalker<'_, 'f>, cond: Value, when: bool, to: &Self::Block) {
+        let out = w.backend.builder.create_block();
         if when {
-            w.e.b.ins().brif(cond, *to, &[], out, &[]);
+            w.backend.builder.ins().brif(cond, *to, &[], out, &[]);
         } else {
-            w.e.b.ins().brif(cond, out, &[], *to, &[]);
+            w.backend.builder.ins().brif(cond, out, &[], *to, &[]);
         }
-        w.e.b.switch_to_block(out);
+        w.backend.builder.switch_to_block(out);
     }
 
-    fn guard(w: W<'_, '_, 'f>, cond: Value) -> Self::Block {
-        let take = w.e.b.create_block();
-        let next = w.e.b.create_block();
-        w.e.b.ins().brif(cond, take, &[], next, &[]);
-        w.e.b.switch_to_block(take);
+    fn guard(w: &mut CpuWalker<'_, 'f>, cond: Value) -> Self::Block {
+        let take = w.backend.builder.create_block();
+        let next = w.backend.builder.create_block();
+        w.backend.builder.ins().brif(cond, take, &[], next, &[]);
+        w.backend.builder.switch_to_block(take);
         next
     }
 
-    fn ret_kernel(w: W<'_, '_, 'f>) {
-        let next = w.e.env.next_item.expect("set");
-        w.e.b.ins().jump(next, &[]);
+    fn ret_kernel(w: &mut CpuWalker<'_, 'f>) {
+        let next = w.backend.env.next_item.expect("set");
+        w.backend.builder.ins().jump(next, &[]);
     }
 
-    fn join(w: W<'_, '_, 'f>, ret: Option<Kind>, _virtual_call: bool, _n: u32) -> Self::Join {
-        let b = w.e.b.create_block();
+    fn join(
+        w: &mut CpuWalker<'_, 'f>,
+        ret: Option<Kind>,
+        _virtual_call: bool,
+        _n: u32,
+    ) -> Self::Join {
+        let b = w.backend.builder.create_block();
         if let Some(k) = ret {
-            w.e.b.append_block_param(b, cl_type(k));
+            w.backend.builder.append_block_param(b, cl_type(k));
         }
         b
     }
 
-    fn jump_join(w: W<'_, '_, 'f>, j: &Self::Join, result: Option<Value>) {
+    fn jump_join(w: &mut CpuWalker<'_, 'f>, j: &Self::Join, result: Option<Value>) {
         let args: Vec<BlockArg> = result.into_iter().map(Into::into).collect();
-        w.e.b.ins().jump(*j, &args);
+        w.backend.builder.ins().jump(*j, &args);
     }
 
-    fn enter_join(w: W<'_, '_, 'f>, j: &Self::Join) -> Option<Value> {
-        w.e.b.switch_to_block(*j);
-        w.e.b.block_params(*j).first().copied()
+    fn enter_join(w: &mut CpuWalker<'_, 'f>, j: &Self::Join) -> Option<Value> {
+        w.backend.builder.switch_to_block(*j);
+        w.backend.builder.block_params(*j).first().copied()
     }
 
-    fn deopt(w: W<'_, '_, 'f>, exit: Exit<Variable>) {
+    fn deopt(w: &mut CpuWalker<'_, 'f>, exit: Exit<Variable>) {
         w.deopt_at(exit);
     }
 
-    fn deopt_if(w: W<'_, '_, 'f>, cond: Value, exit: Exit<Variable>) {
+    fn deopt_if(w: &mut CpuWalker<'_, 'f>, cond: Value, exit: Exit<Variable>) {
         w.deopt_when(cond, exit);
     }
 
-    fn safepoint_requested(w: W<'_, '_, 'f>) -> Value {
+    fn safepoint_requested(w: &mut CpuWalker<'_, 'f>) -> Value {
         let cw = w.control_word();
-        let mut sp = w.e.b.ins().band_imm_u(cw, i64::from(control::SAFEPOINT));
+        let mut sp = w
+            .backend
+            .builder
+            .ins()
+            .band_imm_u(cw, i64::from(control::SAFEPOINT));
         if let Some(si) = w.opts.safepoints {
-            let var = w.e.env.polls.expect("set with the option");
-            let x = w.e.b.use_var(var);
+            let var = w.backend.env.polls.expect("set with the option");
+            let x = w.backend.builder.use_var(var);
             let next = if si.seed.is_some() {
                 // xorshift64
-                let a = w.e.b.ins().ishl_imm_u(x, 13);
-                let x = w.e.b.ins().bxor(x, a);
-                let a = w.e.b.ins().ushr_imm_u(x, 7);
-                let x = w.e.b.ins().bxor(x, a);
-                let a = w.e.b.ins().ishl_imm_u(x, 17);
-                w.e.b.ins().bxor(x, a)
+                let a = w.backend.builder.ins().ishl_imm_u(x, 13);
+                let x = w.backend.builder.ins().bxor(x, a);
+                let a = w.backend.builder.ins().ushr_imm_u(x, 7);
+                let x = w.backend.builder.ins().bxor(x, a);
+                let a = w.backend.builder.ins().ishl_imm_u(x, 17);
+                w.backend.builder.ins().bxor(x, a)
             } else {
-                w.e.b.ins().iadd_imm_s(x, 1)
+                w.backend.builder.ins().iadd_imm_s(x, 1)
             };
-            w.e.b.def_var(var, next);
+            w.backend.builder.def_var(var, next);
             let at = w.slot_words();
-            w.e.b.ins().store(
+            w.backend.builder.ins().store(
                 trusted(),
                 next,
                 at,
                 offload_abi::cpu::offsets::SLOT_INJECT_STATE,
             );
-            let r = w.e.b.ins().urem_imm_u(next, si.every.max(1) as i64);
-            let hit = w.e.b.ins().icmp_imm_s(IntCC::Equal, r, 0);
-            let hit = w.e.b.ins().uextend(types::I32, hit);
-            sp = w.e.b.ins().bor(sp, hit);
+            let r = w
+                .backend
+                .builder
+                .ins()
+                .urem_imm_u(next, si.every.max(1) as i64);
+            let hit = w.backend.builder.ins().icmp_imm_s(IntCC::Equal, r, 0);
+            let hit = w.backend.builder.ins().uextend(types::I32, hit);
+            sp = w.backend.builder.ins().bor(sp, hit);
         }
         sp
     }
 
-    fn reentry_value(w: W<'_, '_, 'f>, word: u32, kind: Kind) -> Value {
-        let rec = w.e.env.reentry_record.expect("set in a re-entry copy");
-        let raw =
-            w.e.b
-                .ins()
-                .load(types::I64, trusted(), rec, (word * 8) as i32);
+    fn reentry_value(w: &mut CpuWalker<'_, 'f>, word: u32, kind: Kind) -> Value {
+        let rec = w
+            .backend
+            .env
+            .reentry_record
+            .expect("set in a re-entry copy");
+        let raw = w
+            .backend
+            .builder
+            .ins()
+            .load(types::I64, trusted(), rec, (word * 8) as i32);
         w.unpack_raw(kind, raw)
     }
 
-    fn injected(w: W<'_, '_, 'f>, inj: Injection) -> Value {
-        let x = w.e.b.use_var(w.e.env.w.expect("set"));
-        let m = w.e.b.ins().srem_imm_s(x, inj.modulus);
-        w.e.b.ins().icmp_imm_s(IntCC::Equal, m, inj.remainder)
+    fn injected(w: &mut CpuWalker<'_, 'f>, inj: Injection) -> Value {
+        let x = w.backend.builder.use_var(w.backend.env.w.expect("set"));
+        let m = w.backend.builder.ins().srem_imm_s(x, inj.modulus);
+        w.backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::Equal, m, inj.remainder)
     }
 
-    fn is_null(w: W<'_, '_, 'f>, r: Value) -> Value {
-        w.e.b.ins().icmp_imm_s(IntCC::Equal, r, 0)
+    fn is_null(w: &mut CpuWalker<'_, 'f>, r: Value) -> Value {
+        w.backend.builder.ins().icmp_imm_s(IntCC::Equal, r, 0)
     }
 
-    fn is_zero(w: W<'_, '_, 'f>, _k: Kind, x: Value) -> Value {
-        w.e.b.ins().icmp_imm_s(IntCC::Equal, x, 0)
+    fn is_zero(w: &mut CpuWalker<'_, 'f>, _k: Kind, x: Value) -> Value {
+        w.backend.builder.ins().icmp_imm_s(IntCC::Equal, x, 0)
     }
 
-    fn is_negative(w: W<'_, '_, 'f>, x: Value) -> Value {
-        w.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0)
+    fn is_negative(w: &mut CpuWalker<'_, 'f>, x: Value) -> Value {
+        w.backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, x, 0)
     }
 
-    fn host_math(_w: W<'_, '_, 'f>, _op: UnOp, _k: Kind, _x: Value) -> Option<Value> {
+    fn host_math(_w: &mut CpuWalker<'_, 'f>, _op: UnOp, _k: Kind, _x: Value) -> Option<Value> {
         // libm covers every argument here.
         None
     }
 
-    fn binary(w: W<'_, '_, 'f>, op: BinOp, k: Kind, a: Value, b: Value) -> Value {
+    fn binary(w: &mut CpuWalker<'_, 'f>, op: BinOp, k: Kind, a: Value, b: Value) -> Value {
         let float = matches!(k, Kind::F32 | Kind::F64);
-        let ins = w.e.b.ins();
+        let ins = w.backend.builder.ins();
         match op {
             BinOp::Add if float => ins.fadd(a, b),
             BinOp::Add => ins.iadd(a, b),
@@ -363,20 +402,24 @@ impl<'f> Backend for Cpu<'f> {
         }
     }
 
-    fn unary(w: W<'_, '_, 'f>, op: UnOp, k: Kind, a: Value) -> Value {
+    fn unary(w: &mut CpuWalker<'_, 'f>, op: UnOp, k: Kind, a: Value) -> Value {
         let float = matches!(k, Kind::F32 | Kind::F64);
         match op {
-            UnOp::Neg if float => w.e.b.ins().fneg(a),
-            UnOp::Neg => w.e.b.ins().ineg(a),
-            UnOp::Abs if float => w.e.b.ins().fabs(a),
+            UnOp::Neg if float => w.backend.builder.ins().fneg(a),
+            UnOp::Neg => w.backend.builder.ins().ineg(a),
+            UnOp::Abs if float => w.backend.builder.ins().fabs(a),
             UnOp::Abs => {
-                let neg = w.e.b.ins().ineg(a);
-                let is_neg = w.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, a, 0);
-                w.e.b.ins().select(is_neg, neg, a)
+                let neg = w.backend.builder.ins().ineg(a);
+                let is_neg = w
+                    .backend
+                    .builder
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedLessThan, a, 0);
+                w.backend.builder.ins().select(is_neg, neg, a)
             }
-            UnOp::Sqrt => w.e.b.ins().sqrt(a),
-            UnOp::Floor => w.e.b.ins().floor(a),
-            UnOp::Ceil => w.e.b.ins().ceil(a),
+            UnOp::Sqrt => w.backend.builder.ins().sqrt(a),
+            UnOp::Floor => w.backend.builder.ins().floor(a),
+            UnOp::Ceil => w.backend.builder.ins().ceil(a),
             UnOp::Exp => w.call_math(math_name(k, "exp"), &[a]),
             UnOp::Log => w.call_math(math_name(k, "log"), &[a]),
             UnOp::Sin => w.call_math(math_name(k, "sin"), &[a]),
@@ -384,21 +427,21 @@ impl<'f> Backend for Cpu<'f> {
         }
     }
 
-    fn fma(w: W<'_, '_, 'f>, k: Kind, a: Value, b: Value, c: Value) -> Value {
+    fn fma(w: &mut CpuWalker<'_, 'f>, k: Kind, a: Value, b: Value, c: Value) -> Value {
         w.call_math(math_name(k, "fma"), &[a, b, c])
     }
 
-    fn compare(w: W<'_, '_, 'f>, op: CmpOp, k: Kind, a: Value, b: Value) -> Value {
+    fn compare(w: &mut CpuWalker<'_, 'f>, op: CmpOp, k: Kind, a: Value, b: Value) -> Value {
         let c = match k {
-            Kind::F32 | Kind::F64 => w.e.b.ins().fcmp(float_cc(op), a, b),
-            _ => w.e.b.ins().icmp(int_cc(op), a, b),
+            Kind::F32 | Kind::F64 => w.backend.builder.ins().fcmp(float_cc(op), a, b),
+            _ => w.backend.builder.ins().icmp(int_cc(op), a, b),
         };
-        w.e.b.ins().uextend(types::I32, c)
+        w.backend.builder.ins().uextend(types::I32, c)
     }
 
-    fn convert(w: W<'_, '_, 'f>, from: Kind, to: Kind, a: Value) -> Value {
+    fn convert(w: &mut CpuWalker<'_, 'f>, from: Kind, to: Kind, a: Value) -> Value {
         let t = cl_type(to);
-        let ins = w.e.b.ins();
+        let ins = w.backend.builder.ins();
         match (from, to) {
             (Kind::I32, Kind::I64) => ins.sextend(t, a),
             (Kind::I64, Kind::I32) => ins.ireduce(t, a),
@@ -409,25 +452,25 @@ impl<'f> Backend for Cpu<'f> {
         }
     }
 
-    fn obj_addr(w: W<'_, '_, 'f>, r: Value) -> Value {
+    fn obj_addr(w: &mut CpuWalker<'_, 'f>, r: Value) -> Value {
         w.obj_addr(r)
     }
 
-    fn array_len(w: W<'_, '_, 'f>, base: Value) -> Value {
+    fn array_len(w: &mut CpuWalker<'_, 'f>, base: Value) -> Value {
         w.array_len(base)
     }
 
-    fn class_tag(w: W<'_, '_, 'f>, r: Value) -> Value {
+    fn class_tag(w: &mut CpuWalker<'_, 'f>, r: Value) -> Value {
         let base = w.obj_addr(r);
-        w.e.b.ins().load(types::I32, trusted(), base, 0)
+        w.backend.builder.ins().load(types::I32, trusted(), base, 0)
     }
 
-    fn tag_in(w: W<'_, '_, 'f>, tag: Value, ids: &[u32]) -> Value {
+    fn tag_in(w: &mut CpuWalker<'_, 'f>, tag: Value, ids: &[u32]) -> Value {
         w.tag_in(tag, ids)
     }
 
     fn elem_addr(
-        w: W<'_, '_, 'f>,
+        w: &mut CpuWalker<'_, 'f>,
         r: Value,
         idx: Value,
         size: u32,
@@ -437,60 +480,84 @@ impl<'f> Backend for Cpu<'f> {
         w.elem_addr(r, idx, i64::from(size), bci)
     }
 
-    fn field_addr(w: W<'_, '_, 'f>, base: Value, off: u32) -> Value {
-        w.e.b.ins().iadd_imm_s(base, i64::from(off))
+    fn field_addr(w: &mut CpuWalker<'_, 'f>, base: Value, off: u32) -> Value {
+        w.backend.builder.ins().iadd_imm_s(base, i64::from(off))
     }
 
-    fn load(w: W<'_, '_, 'f>, k: Kind, addr: Value, off: u32) -> Value {
-        w.e.b.ins().load(cl_type(k), trusted(), addr, off as i32)
+    fn load(w: &mut CpuWalker<'_, 'f>, k: Kind, addr: Value, off: u32) -> Value {
+        w.backend
+            .builder
+            .ins()
+            .load(cl_type(k), trusted(), addr, off as i32)
     }
 
-    fn store(w: W<'_, '_, 'f>, _k: Kind, addr: Value, off: u32, x: Value) {
-        w.e.b.ins().store(trusted(), x, addr, off as i32);
+    fn store(w: &mut CpuWalker<'_, 'f>, _k: Kind, addr: Value, off: u32, x: Value) {
+        w.backend
+            .builder
+            .ins()
+            .store(trusted(), x, addr, off as i32);
     }
 
-    fn write_barrier(w: W<'_, '_, 'f>, r: Value, x: Value) {
+    fn write_barrier(w: &mut CpuWalker<'_, 'f>, r: Value, x: Value) {
         w.write_barrier(r, x);
     }
 
-    fn atomic_add(w: W<'_, '_, 'f>, k: Kind, addr: Value, x: Value) -> Value {
-        w.e.b
+    fn atomic_add(w: &mut CpuWalker<'_, 'f>, k: Kind, addr: Value, x: Value) -> Value {
+        w.backend
+            .builder
             .ins()
             .atomic_rmw(cl_type(k), trusted(), AtomicRmwOp::Add, addr, x)
     }
 
-    fn cmpxchg(w: W<'_, '_, 'f>, _k: Kind, addr: Value, expected: Value, new: Value) -> Value {
-        w.e.b.ins().atomic_cas(trusted(), addr, expected, new)
+    fn cmpxchg(
+        w: &mut CpuWalker<'_, 'f>,
+        _k: Kind,
+        addr: Value,
+        expected: Value,
+        new: Value,
+    ) -> Value {
+        w.backend
+            .builder
+            .ins()
+            .atomic_cas(trusted(), addr, expected, new)
     }
 
-    fn instance_of(w: W<'_, '_, 'f>, r: Value, ty: Type) -> Value {
+    fn instance_of(w: &mut CpuWalker<'_, 'f>, r: Value, ty: Type) -> Value {
         let yes = w.type_test(r, ty);
-        let nonnull = w.e.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
-        let both = w.e.b.ins().band(yes, nonnull);
-        w.e.b.ins().uextend(types::I32, both)
+        let nonnull = w.backend.builder.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+        let both = w.backend.builder.ins().band(yes, nonnull);
+        w.backend.builder.ins().uextend(types::I32, both)
     }
 
-    fn cast_fails(w: W<'_, '_, 'f>, r: Value, ty: Type) -> Value {
+    fn cast_fails(w: &mut CpuWalker<'_, 'f>, r: Value, ty: Type) -> Value {
         let yes = w.type_test(r, ty);
-        let nonnull = w.e.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
-        let no = w.e.b.ins().bnot(yes);
-        w.e.b.ins().band(no, nonnull)
+        let nonnull = w.backend.builder.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+        let no = w.backend.builder.ins().bnot(yes);
+        w.backend.builder.ins().band(no, nonnull)
     }
 
-    fn new_object(w: W<'_, '_, 'f>, bci: Bci, tag: u32, size: u32) -> Value {
-        let tag = w.e.b.ins().iconst(types::I32, i64::from(tag));
-        let word1 = w.e.b.ins().iconst(types::I32, i64::from(size));
-        let words = w.e.b.ins().iconst(types::I64, i64::from(size / 8));
+    fn new_object(w: &mut CpuWalker<'_, 'f>, bci: Bci, tag: u32, size: u32) -> Value {
+        let tag = w.backend.builder.ins().iconst(types::I32, i64::from(tag));
+        let word1 = w.backend.builder.ins().iconst(types::I32, i64::from(size));
+        let words = w
+            .backend
+            .builder
+            .ins()
+            .iconst(types::I64, i64::from(size / 8));
         w.allocate(bci, tag, word1, words)
     }
 
-    fn new_array(w: W<'_, '_, 'f>, bci: Bci, tag: u32, esize: u32, len: Value) -> Value {
-        let tag = w.e.b.ins().iconst(types::I32, i64::from(tag as i32));
+    fn new_array(w: &mut CpuWalker<'_, 'f>, bci: Bci, tag: u32, esize: u32, len: Value) -> Value {
+        let tag = w
+            .backend
+            .builder
+            .ins()
+            .iconst(types::I32, i64::from(tag as i32));
         // words = (8 + len * esize + 7) / 8
-        let len64 = w.e.b.ins().uextend(types::I64, len);
-        let bytes = w.e.b.ins().imul_imm_s(len64, i64::from(esize));
-        let bytes = w.e.b.ins().iadd_imm_s(bytes, 15);
-        let words = w.e.b.ins().ushr_imm_u(bytes, 3);
+        let len64 = w.backend.builder.ins().uextend(types::I64, len);
+        let bytes = w.backend.builder.ins().imul_imm_s(len64, i64::from(esize));
+        let bytes = w.backend.builder.ins().iadd_imm_s(bytes, 15);
+        let words = w.backend.builder.ins().ushr_imm_u(bytes, 3);
         w.allocate(bci, tag, len, words)
     }
 }

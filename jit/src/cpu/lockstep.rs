@@ -7,12 +7,12 @@
 //! nothing it did shows) for the scalar path, which runs the same
 //! workitems and deopts or stops exactly where it always does. Under fault
 //! injection, a group with a workitem chosen to deopt goes scalar from its
-//! start (`Lw::group_limit`, as the straight-line SIMD groups do).
+//! start (`CpuWalker::group_limit`, as the straight-line SIMD groups do).
 
-use super::{Cpu, Lw, cl_type, trusted};
+use super::{Cpu, CpuWalker, cl_type, trusted};
 use crate::JitError;
+use crate::cpu::opt::{LKind, Lockstep};
 use crate::lower::Backend;
-use crate::opt::{LKind, Lockstep};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
@@ -51,7 +51,7 @@ pub(super) fn vector_type(k: Kind) -> cranelift_codegen::ir::Type {
     }
 }
 
-impl Lw<'_, '_> {
+impl CpuWalker<'_, '_> {
     /// The item loop's way into lockstep groups, at block `entry` (which
     /// the item loop branches to when its chunk has workitems left): with
     /// at least [`LANES`] left, check the control word (set: `stopped`)
@@ -65,30 +65,43 @@ impl Lw<'_, '_> {
         stopped: Block,
         item: Block,
     ) -> Result<(), JitError> {
-        let (w, hi) = (self.e.env.w.expect("set"), self.e.env.hi.expect("set"));
-        self.e.b.switch_to_block(entry);
-        let wv = self.e.b.use_var(w);
-        let hv = self.e.b.use_var(hi);
-        let left = self.e.b.ins().isub(hv, wv);
-        let full = self
-            .e
-            .b
+        let (w, hi) = (
+            self.backend.env.w.expect("set"),
+            self.backend.env.hi.expect("set"),
+        );
+        self.backend.builder.switch_to_block(entry);
+        let wv = self.backend.builder.use_var(w);
+        let hv = self.backend.builder.use_var(hi);
+        let left = self.backend.builder.ins().isub(hv, wv);
+        let full =
+            self.backend
+                .builder
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, left, LANES);
+        let group = self.backend.builder.create_block();
+        self.backend
+            .builder
             .ins()
-            .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, left, LANES);
-        let group = self.e.b.create_block();
-        self.e.b.ins().brif(full, group, &[], scalar, &[]);
-        self.e.b.switch_to_block(group);
+            .brif(full, group, &[], scalar, &[]);
+        self.backend.builder.switch_to_block(group);
         let cw = self.control_word();
-        let start = self.e.b.create_block();
-        self.e.b.ins().brif(cw, stopped, &[], start, &[]);
-        self.e.b.switch_to_block(start);
+        let start = self.backend.builder.create_block();
+        self.backend
+            .builder
+            .ins()
+            .brif(cw, stopped, &[], start, &[]);
+        self.backend.builder.switch_to_block(start);
         // Fault injection (`CompileOptions::inject`) deopts chosen
         // workitems at a site: a group with one of them goes scalar, where
         // the site is.
         if self.opts.inject.is_some() {
             let lim = self.group_limit(wv, hv);
-            let end = self.e.b.ins().iadd_imm_s(wv, LANES);
-            let hit = self.e.b.ins().icmp(IntCC::SignedLessThan, lim, end);
+            let end = self.backend.builder.ins().iadd_imm_s(wv, LANES);
+            let hit = self
+                .backend
+                .builder
+                .ins()
+                .icmp(IntCC::SignedLessThan, lim, end);
             self.abandon_if(hit, scalar);
         }
         self.lockstep_group(plan, scalar, item)
@@ -106,8 +119,11 @@ impl Lw<'_, '_> {
     ) -> Result<(), JitError> {
         let f = self.v.func(self.cur.func);
         let params = f.param_count as usize;
-        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
-        let wv = self.e.b.use_var(w);
+        let (w, done) = (
+            self.backend.env.w.expect("set"),
+            self.backend.env.done.expect("set"),
+        );
+        let wv = self.backend.builder.use_var(w);
         let flags = MemFlagsData::new().with_notrap();
         let unexpected = |bci: usize| {
             JitError::Codegen(format!("lockstep body: unexpected operands at bci {bci}"))
@@ -120,7 +136,7 @@ impl Lw<'_, '_> {
             let lk = plan.local(l);
             let init = |this: &mut Self| {
                 if l >= 1 && l < params {
-                    this.e.env.captures[l - 1]
+                    this.backend.env.captures[l - 1]
                 } else {
                     this.zero(k)
                 }
@@ -129,20 +145,20 @@ impl Lw<'_, '_> {
                 LKind::U(_) | LKind::Unset if matches!(k, Kind::I32 | Kind::F32) => {
                     let v = self.var(cl_type(k));
                     let x = init(self);
-                    self.e.b.def_var(v, x);
+                    self.backend.builder.def_var(v, x);
                     Some(v)
                 }
                 LKind::Aff => {
                     let v = self.var(types::I32);
                     let x = self.zero(Kind::I32);
-                    self.e.b.def_var(v, x);
+                    self.backend.builder.def_var(v, x);
                     Some(v)
                 }
                 LKind::V(_) => {
                     let v = self.var(vector_type(k));
                     let x = init(self);
-                    let s = self.e.b.ins().splat(vector_type(k), x);
-                    self.e.b.def_var(v, s);
+                    let s = self.backend.builder.ins().splat(vector_type(k), x);
+                    self.backend.builder.def_var(v, s);
                     Some(v)
                 }
                 _ => None,
@@ -151,11 +167,11 @@ impl Lw<'_, '_> {
         let blocks: HashMap<Bci, Block> = plan
             .leaders
             .iter()
-            .map(|&b| (b, self.e.b.create_block()))
+            .map(|&b| (b, self.backend.builder.create_block()))
             .collect();
-        let finish = self.e.b.create_block();
-        self.e.b.ins().jump(blocks[&0], &[]);
-        self.e.b.switch_to_block(blocks[&0]);
+        let finish = self.backend.builder.create_block();
+        self.backend.builder.ins().jump(blocks[&0], &[]);
+        self.backend.builder.switch_to_block(blocks[&0]);
         // A back-edge goes through a block that reads the control word:
         // set, the group is abandoned. (poll block, loop header)
         let mut polls: Vec<(Block, Block)> = Vec::new();
@@ -171,9 +187,9 @@ impl Lw<'_, '_> {
         for (bci, &inst) in f.body.iter().enumerate() {
             if bci > 0 && plan.leaders.contains(&(bci as Bci)) {
                 if !terminated {
-                    self.e.b.ins().jump(blocks[&(bci as Bci)], &[]);
+                    self.backend.builder.ins().jump(blocks[&(bci as Bci)], &[]);
                 }
-                self.e.b.switch_to_block(blocks[&(bci as Bci)]);
+                self.backend.builder.switch_to_block(blocks[&(bci as Bci)]);
                 terminated = false;
                 calls.clear();
             }
@@ -187,11 +203,11 @@ impl Lw<'_, '_> {
                         (LKind::Idx32, _) => LV::Idx32,
                         (LKind::Arr, _) => {
                             let p = plan.arrays[l].ok_or_else(|| unexpected(bci))?;
-                            LV::Arr(self.e.env.captures[p - 1])
+                            LV::Arr(self.backend.env.captures[p - 1])
                         }
-                        (LKind::V(_), Some(v)) => LV::V(self.e.b.use_var(v)),
-                        (LKind::Aff, Some(v)) => LV::Aff(self.e.b.use_var(v)),
-                        (_, Some(v)) => LV::U(self.e.b.use_var(v)),
+                        (LKind::V(_), Some(v)) => LV::V(self.backend.builder.use_var(v)),
+                        (LKind::Aff, Some(v)) => LV::Aff(self.backend.builder.use_var(v)),
+                        (_, Some(v)) => LV::U(self.backend.builder.use_var(v)),
                         _ => return Err(unexpected(bci)),
                     };
                     stack.push((x, k));
@@ -201,36 +217,44 @@ impl Lw<'_, '_> {
                     let (x, k) = pop(&mut stack)?;
                     match (plan.local(l), x, vars[l]) {
                         (LKind::Idx32, LV::Idx32, _) | (LKind::Arr, LV::Arr(_), _) => {}
-                        (LKind::Aff, LV::Aff(b), Some(v)) => self.e.b.def_var(v, b),
+                        (LKind::Aff, LV::Aff(b), Some(v)) => self.backend.builder.def_var(v, b),
                         (LKind::V(_), LV::U(s), Some(v)) => {
-                            let s = self.e.b.ins().splat(vector_type(k), s);
-                            self.e.b.def_var(v, s);
+                            let s = self.backend.builder.ins().splat(vector_type(k), s);
+                            self.backend.builder.def_var(v, s);
                         }
                         (LKind::V(_), LV::Aff(_) | LV::Idx32, Some(v)) => {
                             let x = self.as_aff(x, wv);
                             let LV::V(x) = self.lanes(x) else {
                                 return Err(unexpected(bci));
                             };
-                            self.e.b.def_var(v, x);
+                            self.backend.builder.def_var(v, x);
                         }
                         (LKind::V(_), LV::V(x), Some(v)) | (_, LV::U(x), Some(v)) => {
-                            self.e.b.def_var(v, x);
+                            self.backend.builder.def_var(v, x);
                         }
                         _ => return Err(unexpected(bci)),
                     }
                 }
                 Inst::Inc { local, delta } => {
                     let v = vars[local.index()].ok_or_else(|| unexpected(bci))?;
-                    let x = self.e.b.use_var(v);
-                    let y = self.e.b.ins().iadd_imm_s(x, i64::from(delta));
-                    self.e.b.def_var(v, y);
+                    let x = self.backend.builder.use_var(v);
+                    let y = self.backend.builder.ins().iadd_imm_s(x, i64::from(delta));
+                    self.backend.builder.def_var(v, y);
                 }
                 Inst::I32Const { value } => {
-                    let c = self.e.b.ins().iconst(types::I32, i64::from(value));
+                    let c = self
+                        .backend
+                        .builder
+                        .ins()
+                        .iconst(types::I32, i64::from(value));
                     stack.push((LV::U(c), Kind::I32));
                 }
                 Inst::F32Const { value } => {
-                    let c = self.e.b.ins().f32const(Ieee32::with_bits(value.0));
+                    let c = self
+                        .backend
+                        .builder
+                        .ins()
+                        .f32const(Ieee32::with_bits(value.0));
                     stack.push((LV::U(c), Kind::F32));
                 }
                 Inst::I64ToI32 => match pop(&mut stack)? {
@@ -240,11 +264,11 @@ impl Lw<'_, '_> {
                 Inst::Br { target } => {
                     let t = target.0;
                     if t as usize <= bci {
-                        let p = self.e.b.create_block();
+                        let p = self.backend.builder.create_block();
                         polls.push((p, blocks[&t]));
-                        self.e.b.ins().jump(p, &[]);
+                        self.backend.builder.ins().jump(p, &[]);
                     } else {
-                        self.e.b.ins().jump(blocks[&t], &[]);
+                        self.backend.builder.ins().jump(blocks[&t], &[]);
                     }
                     terminated = true;
                 }
@@ -254,7 +278,7 @@ impl Lw<'_, '_> {
                     };
                     let t = target.0;
                     let taken = if t as usize <= bci {
-                        let p = self.e.b.create_block();
+                        let p = self.backend.builder.create_block();
                         polls.push((p, blocks[&t]));
                         p
                     } else {
@@ -262,9 +286,9 @@ impl Lw<'_, '_> {
                     };
                     let fall = blocks[&(bci as Bci + 1)];
                     if matches!(inst, Inst::BrIf { .. }) {
-                        self.e.b.ins().brif(c, taken, &[], fall, &[]);
+                        self.backend.builder.ins().brif(c, taken, &[], fall, &[]);
                     } else {
-                        self.e.b.ins().brif(c, fall, &[], taken, &[]);
+                        self.backend.builder.ins().brif(c, fall, &[], taken, &[]);
                     }
                     terminated = true;
                 }
@@ -284,25 +308,25 @@ impl Lw<'_, '_> {
                             // Checked: out of bounds (or a null array, whose
                             // length reads as 0), the scalar path deopts.
                             let len = self.array_len(base);
-                            let oob =
-                                self.e
-                                    .b
-                                    .ins()
-                                    .icmp(IntCC::UnsignedGreaterThanOrEqual, i, len);
-                            let ok = self.e.b.create_block();
-                            self.e.b.ins().brif(oob, abandon, &[], ok, &[]);
-                            self.e.b.switch_to_block(ok);
-                            let i64v = self.e.b.ins().uextend(types::I64, i);
-                            let off = self.e.b.ins().ishl_imm_u(i64v, 2);
-                            let a = self.e.b.ins().iadd(base, off);
-                            let x = self.e.b.ins().load(cl_type(k), trusted(), a, 8);
+                            let oob = self.backend.builder.ins().icmp(
+                                IntCC::UnsignedGreaterThanOrEqual,
+                                i,
+                                len,
+                            );
+                            let ok = self.backend.builder.create_block();
+                            self.backend.builder.ins().brif(oob, abandon, &[], ok, &[]);
+                            self.backend.builder.switch_to_block(ok);
+                            let i64v = self.backend.builder.ins().uextend(types::I64, i);
+                            let off = self.backend.builder.ins().ishl_imm_u(i64v, 2);
+                            let a = self.backend.builder.ins().iadd(base, off);
+                            let x = self.backend.builder.ins().load(cl_type(k), trusted(), a, 8);
                             stack.push((LV::U(x), k));
                         }
                         LV::Idx32 if !plan.runs.contains(&(bci as Bci)) => {
                             // Proven in bounds for the chunk.
-                            let off = self.e.b.ins().ishl_imm_u(wv, 2);
-                            let a = self.e.b.ins().iadd(base, off);
-                            let x = self.e.b.ins().load(vector_type(k), flags, a, 8);
+                            let off = self.backend.builder.ins().ishl_imm_u(wv, 2);
+                            let a = self.backend.builder.ins().iadd(base, off);
+                            let x = self.backend.builder.ins().load(vector_type(k), flags, a, 8);
                             stack.push((LV::V(x), k));
                         }
                         LV::Aff(_) | LV::Idx32 if plan.runs.contains(&(bci as Bci)) => {
@@ -325,14 +349,14 @@ impl Lw<'_, '_> {
                     };
                     let x = self.as_aff(x, wv);
                     let x = match self.lanes(x) {
-                        LV::U(s) => self.e.b.ins().splat(vector_type(k), s),
+                        LV::U(s) => self.backend.builder.ins().splat(vector_type(k), s),
                         LV::V(v) => v,
                         _ => return Err(unexpected(bci)),
                     };
                     let base = self.obj_addr(r);
-                    let off = self.e.b.ins().ishl_imm_u(wv, 2);
-                    let a = self.e.b.ins().iadd(base, off);
-                    self.e.b.ins().store(flags, x, a, 8);
+                    let off = self.backend.builder.ins().ishl_imm_u(wv, 2);
+                    let a = self.backend.builder.ins().iadd(base, off);
+                    self.backend.builder.ins().store(flags, x, a, 8);
                 }
                 Inst::Dup => {
                     let x = *stack.last().ok_or_else(|| unexpected(bci))?;
@@ -349,7 +373,7 @@ impl Lw<'_, '_> {
                     stack.swap(n - 1, n - 2);
                 }
                 Inst::Ret => {
-                    self.e.b.ins().jump(finish, &[]);
+                    self.backend.builder.ins().jump(finish, &[]);
                     terminated = true;
                 }
                 Inst::Call { func } => {
@@ -363,14 +387,18 @@ impl Lw<'_, '_> {
                         let (x, _) = pop(&mut stack)?;
                         let x = self.as_aff(x, wv);
                         args.push(match self.lanes(x) {
-                            LV::U(s) => self.e.b.ins().splat(vector_type(p.ty.kind()), s),
+                            LV::U(s) => self
+                                .backend
+                                .builder
+                                .ins()
+                                .splat(vector_type(p.ty.kind()), s),
                             LV::V(v) => v,
                             _ => return Err(unexpected(bci)),
                         });
                     }
                     args.reverse();
                     for a in &mut args {
-                        *a = self.e.b.func.dfg.resolve_aliases(*a);
+                        *a = self.backend.builder.func.dfg.resolve_aliases(*a);
                     }
                     let r = match calls.entry((func, args)) {
                         std::collections::hash_map::Entry::Occupied(e) => *e.get(),
@@ -399,14 +427,16 @@ impl Lw<'_, '_> {
                             (LV::Aff(x), LV::U(y)) | (LV::U(y), LV::Aff(x))
                                 if op == offload_ir::isa::BinOp::Add =>
                             {
-                                LV::Aff(self.e.b.ins().iadd(x, y))
+                                LV::Aff(self.backend.builder.ins().iadd(x, y))
                             }
                             (LV::Aff(x), LV::U(y)) if op == offload_ir::isa::BinOp::Sub => {
-                                LV::Aff(self.e.b.ins().isub(x, y))
+                                LV::Aff(self.backend.builder.ins().isub(x, y))
                             }
                             (a, b) => {
                                 let lane = |this: &mut Self, v: LV| match this.lanes(v) {
-                                    LV::U(s) => Ok(this.e.b.ins().splat(vector_type(k), s)),
+                                    LV::U(s) => {
+                                        Ok(this.backend.builder.ins().splat(vector_type(k), s))
+                                    }
                                     LV::V(x) => Ok(x),
                                     _ => Err(unexpected(bci)),
                                 };
@@ -449,20 +479,20 @@ impl Lw<'_, '_> {
             }
         }
         if !terminated {
-            self.e.b.ins().jump(finish, &[]);
+            self.backend.builder.ins().jump(finish, &[]);
         }
         for (p, to) in polls {
-            self.e.b.switch_to_block(p);
+            self.backend.builder.switch_to_block(p);
             let cw = self.control_word();
-            self.e.b.ins().brif(cw, abandon, &[], to, &[]);
+            self.backend.builder.ins().brif(cw, abandon, &[], to, &[]);
         }
-        self.e.b.switch_to_block(finish);
-        let d = self.e.b.use_var(done);
-        let d1 = self.e.b.ins().iadd_imm_s(d, LANES);
-        self.e.b.def_var(done, d1);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, LANES);
-        self.e.b.def_var(w, w1);
-        self.e.b.ins().jump(then, &[]);
+        self.backend.builder.switch_to_block(finish);
+        let d = self.backend.builder.use_var(done);
+        let d1 = self.backend.builder.ins().iadd_imm_s(d, LANES);
+        self.backend.builder.def_var(done, d1);
+        let w1 = self.backend.builder.ins().iadd_imm_s(wv, LANES);
+        self.backend.builder.def_var(w, w1);
+        self.backend.builder.ins().jump(then, &[]);
         Ok(())
     }
 
@@ -470,7 +500,7 @@ impl Lw<'_, '_> {
     /// (the group's `w` is `wv`).
     fn as_aff(&mut self, x: LV, wv: Value) -> LV {
         match x {
-            LV::Idx32 => LV::Aff(self.e.b.ins().ireduce(types::I32, wv)),
+            LV::Idx32 => LV::Aff(self.backend.builder.ins().ireduce(types::I32, wv)),
             x => x,
         }
     }
@@ -478,24 +508,24 @@ impl Lw<'_, '_> {
     /// `x` with consecutive lanes made a vector (`first + [0, 1, 2, 3]`).
     fn lanes(&mut self, x: LV) -> LV {
         let LV::Aff(first) = x else { return x };
-        let s = self.e.b.ins().splat(types::I32X4, first);
+        let s = self.backend.builder.ins().splat(types::I32X4, first);
         let bytes: Vec<u8> = (0..LANES as u32).flat_map(u32::to_le_bytes).collect();
         let iota = self
-            .e
-            .b
+            .backend
+            .builder
             .func
             .dfg
             .constants
             .insert(cranelift_codegen::ir::ConstantData::from(bytes));
-        let iota = self.e.b.ins().vconst(types::I32X4, iota);
-        LV::V(self.e.b.ins().iadd(s, iota))
+        let iota = self.backend.builder.ins().vconst(types::I32X4, iota);
+        LV::V(self.backend.builder.ins().iadd(s, iota))
     }
 
     /// Go to `abandon` when `bad`; go on in a new block otherwise.
     fn abandon_if(&mut self, bad: Value, abandon: Block) {
-        let ok = self.e.b.create_block();
-        self.e.b.ins().brif(bad, abandon, &[], ok, &[]);
-        self.e.b.switch_to_block(ok);
+        let ok = self.backend.builder.create_block();
+        self.backend.builder.ins().brif(bad, abandon, &[], ok, &[]);
+        self.backend.builder.switch_to_block(ok);
     }
 
     /// `x / d` or `x % d` (`op`) of `i32` lanes or a uniform `x`, by a
@@ -507,16 +537,16 @@ impl Lw<'_, '_> {
         d: Value,
         abandon: Block,
     ) -> Option<LV> {
-        let zero = self.e.b.ins().icmp_imm_s(IntCC::Equal, d, 0);
-        let minus = self.e.b.ins().icmp_imm_s(IntCC::Equal, d, -1);
-        let bad = self.e.b.ins().bor(zero, minus);
+        let zero = self.backend.builder.ins().icmp_imm_s(IntCC::Equal, d, 0);
+        let minus = self.backend.builder.ins().icmp_imm_s(IntCC::Equal, d, -1);
+        let bad = self.backend.builder.ins().bor(zero, minus);
         self.abandon_if(bad, abandon);
         let rem = op == offload_ir::isa::BinOp::Rem;
         let one = |this: &mut Self, x: Value| {
             if rem {
-                this.e.b.ins().srem(x, d)
+                this.backend.builder.ins().srem(x, d)
             } else {
-                this.e.b.ins().sdiv(x, d)
+                this.backend.builder.ins().sdiv(x, d)
             }
         };
         Some(match self.lanes(x) {
@@ -524,9 +554,9 @@ impl Lw<'_, '_> {
             LV::V(v) => {
                 let mut out = v;
                 for l in 0..LANES as u8 {
-                    let x = self.e.b.ins().extractlane(v, l);
+                    let x = self.backend.builder.ins().extractlane(v, l);
                     let q = one(self, x);
-                    out = self.e.b.ins().insertlane(out, q, l);
+                    out = self.backend.builder.ins().insertlane(out, q, l);
                 }
                 LV::V(out)
             }
@@ -546,26 +576,34 @@ impl Lw<'_, '_> {
         abandon: Block,
     ) -> LV {
         let nonpos = self
-            .e
-            .b
+            .backend
+            .builder
             .ins()
             .icmp_imm_s(IntCC::SignedLessThanOrEqual, d, 0);
-        let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, first, 0);
+        let neg = self
+            .backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, first, 0);
         // The last lanes would wrap past `i32::MAX` to negative dividends.
-        let wraps = self.e.b.ins().icmp_imm_s(
+        let wraps = self.backend.builder.ins().icmp_imm_s(
             IntCC::SignedGreaterThan,
             first,
             i64::from(i32::MAX) - (LANES - 1),
         );
-        let bad = self.e.b.ins().bor(nonpos, neg);
-        let bad = self.e.b.ins().bor(bad, wraps);
+        let bad = self.backend.builder.ins().bor(nonpos, neg);
+        let bad = self.backend.builder.ins().bor(bad, wraps);
         self.abandon_if(bad, abandon);
-        let r = self.e.b.ins().srem(first, d);
-        let room = self.e.b.ins().iadd_imm_s(d, -LANES);
-        let straddles = self.e.b.ins().icmp(IntCC::SignedGreaterThan, r, room);
+        let r = self.backend.builder.ins().srem(first, d);
+        let room = self.backend.builder.ins().iadd_imm_s(d, -LANES);
+        let straddles = self
+            .backend
+            .builder
+            .ins()
+            .icmp(IntCC::SignedGreaterThan, r, room);
         self.abandon_if(straddles, abandon);
         if op == offload_ir::isa::BinOp::Div {
-            LV::U(self.e.b.ins().sdiv(first, d))
+            LV::U(self.backend.builder.ins().sdiv(first, d))
         } else {
             LV::Aff(r)
         }
@@ -576,17 +614,25 @@ impl Lw<'_, '_> {
     /// goes to `abandon`.
     fn run_load(&mut self, k: Kind, base: Value, first: Value, abandon: Block) -> Value {
         let len = self.array_len(base);
-        let len = self.e.b.ins().uextend(types::I64, len);
-        let f = self.e.b.ins().sextend(types::I64, first);
-        let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, f, 0);
-        let end = self.e.b.ins().iadd_imm_s(f, LANES);
-        let past = self.e.b.ins().icmp(IntCC::SignedGreaterThan, end, len);
-        let bad = self.e.b.ins().bor(neg, past);
+        let len = self.backend.builder.ins().uextend(types::I64, len);
+        let f = self.backend.builder.ins().sextend(types::I64, first);
+        let neg = self
+            .backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, f, 0);
+        let end = self.backend.builder.ins().iadd_imm_s(f, LANES);
+        let past = self
+            .backend
+            .builder
+            .ins()
+            .icmp(IntCC::SignedGreaterThan, end, len);
+        let bad = self.backend.builder.ins().bor(neg, past);
         self.abandon_if(bad, abandon);
-        let off = self.e.b.ins().ishl_imm_u(f, 2);
-        let a = self.e.b.ins().iadd(base, off);
-        self.e
-            .b
+        let off = self.backend.builder.ins().ishl_imm_u(f, 2);
+        let a = self.backend.builder.ins().iadd(base, off);
+        self.backend
+            .builder
             .ins()
             .load(vector_type(k), MemFlagsData::new().with_notrap(), a, 8)
     }

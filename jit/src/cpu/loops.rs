@@ -1,18 +1,18 @@
-//! What the CPU's optimizations ([`crate::opt`]) emit: SIMD bodies for
+//! What the CPU's optimizations ([`crate::cpu::opt`]) emit: SIMD bodies for
 //! vectorizable item loops, and predicated loops with their entry test.
 
-use super::{Cpu, Lw};
+use super::{Cpu, CpuWalker};
 use crate::JitError;
+use crate::cpu::opt;
+use crate::cpu::opt::lanes::{Lane, LaneEmit};
 use crate::lower::Backend;
-use crate::opt;
-use crate::opt::lanes::{Lane, LaneEmit};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
 use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
 use offload_ir::isa::BinOp;
 use offload_ir::{Bci, Kind};
 
-impl Lw<'_, '_> {
+impl CpuWalker<'_, '_> {
     /// The bodies for workitems `w .. w + UNROLL * VECTORS_PER_GROUP`, as
     /// [`opt::VECTORS_PER_GROUP`] SIMD bodies of a lane per workitem
     /// ([`opt::vectorizable`] said it can be); then counts them and
@@ -24,18 +24,21 @@ impl Lw<'_, '_> {
     /// instructions per access (Cranelift cannot fold a zero-extension of
     /// `w + 4`), as many as the body's vector work for saxpy.
     pub(super) fn vector_group(&mut self) -> Result<(), JitError> {
-        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
-        let wv = self.e.b.use_var(w);
+        let (w, done) = (
+            self.backend.env.w.expect("set"),
+            self.backend.env.done.expect("set"),
+        );
+        let wv = self.backend.builder.use_var(w);
         let mut bases = std::collections::HashMap::new();
         for j in 0..i64::from(opt::VECTORS_PER_GROUP) {
             self.vector_body(wv, j, &mut bases)?;
         }
         let n = i64::from(opt::UNROLL * opt::VECTORS_PER_GROUP);
-        let d = self.e.b.use_var(done);
-        let d1 = self.e.b.ins().iadd_imm_s(d, n);
-        self.e.b.def_var(done, d1);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, n);
-        self.e.b.def_var(w, w1);
+        let d = self.backend.builder.use_var(done);
+        let d1 = self.backend.builder.ins().iadd_imm_s(d, n);
+        self.backend.builder.def_var(done, d1);
+        let w1 = self.backend.builder.ins().iadd_imm_s(wv, n);
+        self.backend.builder.def_var(w, w1);
         Ok(())
     }
 
@@ -56,14 +59,18 @@ impl Lw<'_, '_> {
         // The distance to the next chosen workitem: (remainder - w) mod
         // modulus, brought into 0 .. modulus (`srem` keeps the dividend's
         // sign).
-        let r = self.e.b.ins().iconst(types::I64, inj.remainder);
-        let d = self.e.b.ins().isub(r, wv);
-        let m = self.e.b.ins().srem_imm_s(d, inj.modulus);
-        let neg = self.e.b.ins().icmp_imm_s(IntCC::SignedLessThan, m, 0);
-        let up = self.e.b.ins().iadd_imm_s(m, inj.modulus);
-        let dist = self.e.b.ins().select(neg, up, m);
-        let next = self.e.b.ins().iadd(wv, dist);
-        self.e.b.ins().smin(next, hv)
+        let r = self.backend.builder.ins().iconst(types::I64, inj.remainder);
+        let d = self.backend.builder.ins().isub(r, wv);
+        let m = self.backend.builder.ins().srem_imm_s(d, inj.modulus);
+        let neg = self
+            .backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThan, m, 0);
+        let up = self.backend.builder.ins().iadd_imm_s(m, inj.modulus);
+        let dist = self.backend.builder.ins().select(neg, up, m);
+        let next = self.backend.builder.ins().iadd(wv, dist);
+        self.backend.builder.ins().smin(next, hv)
     }
 
     /// Call the kernel's 256-bit loop ([`super::wide`]) for workitems
@@ -73,39 +80,56 @@ impl Lw<'_, '_> {
     pub(super) fn wide_groups(&mut self, wv: Value, hv: Value) {
         use super::wide::WideArg;
         use cranelift_codegen::ir::{StackSlotData, StackSlotKind};
-        let (fr, args) = self.e.wide.clone().expect("a wide loop");
-        let (w, done) = (self.e.env.w.expect("set"), self.e.env.done.expect("set"));
-        let table = self.e.b.create_sized_stack_slot(StackSlotData::new(
-            StackSlotKind::ExplicitSlot,
-            8 * args.len().max(1) as u32,
-            3,
-        ));
-        let table_addr = self.e.b.ins().stack_addr(self.e.ptr, table, 0);
+        let (fr, args) = self.backend.wide.clone().expect("a wide loop");
+        let (w, done) = (
+            self.backend.env.w.expect("set"),
+            self.backend.env.done.expect("set"),
+        );
+        let table = self
+            .backend
+            .builder
+            .create_sized_stack_slot(StackSlotData::new(
+                StackSlotKind::ExplicitSlot,
+                8 * args.len().max(1) as u32,
+                3,
+            ));
+        let table_addr = self
+            .backend
+            .builder
+            .ins()
+            .stack_addr(self.backend.ptr, table, 0);
         for (i, arg) in args.iter().enumerate() {
             let word = match *arg {
                 WideArg::Array(l) => {
-                    let r = self.e.env.captures[l - 1];
+                    let r = self.backend.env.captures[l - 1];
                     let base = self.obj_addr(r);
-                    self.e.b.ins().iadd_imm_s(base, 8)
+                    self.backend.builder.ins().iadd_imm_s(base, 8)
                 }
                 WideArg::Scalar(l) => {
                     let k = self.v.func(self.cur.func).locals[l].ty.kind();
-                    let c = self.e.env.captures[l - 1];
+                    let c = self.backend.env.captures[l - 1];
                     self.pack_raw(k, c)
                 }
-                WideArg::Bits(b) => self.e.b.ins().iconst(types::I64, i64::from(b)),
+                WideArg::Bits(b) => self.backend.builder.ins().iconst(types::I64, i64::from(b)),
             };
             let flags = MemFlagsData::new().with_notrap();
-            self.e.b.ins().store(flags, word, table_addr, 8 * i as i32);
+            self.backend
+                .builder
+                .ins()
+                .store(flags, word, table_addr, 8 * i as i32);
         }
         let control = self.control_ptr();
-        let call = self.e.b.ins().call(fr, &[table_addr, wv, hv, control]);
-        let w1 = self.e.b.inst_results(call)[0];
-        let ran = self.e.b.ins().isub(w1, wv);
-        let d = self.e.b.use_var(done);
-        let d1 = self.e.b.ins().iadd(d, ran);
-        self.e.b.def_var(done, d1);
-        self.e.b.def_var(w, w1);
+        let call = self
+            .backend
+            .builder
+            .ins()
+            .call(fr, &[table_addr, wv, hv, control]);
+        let w1 = self.backend.builder.inst_results(call)[0];
+        let ran = self.backend.builder.ins().isub(w1, wv);
+        let d = self.backend.builder.use_var(done);
+        let d1 = self.backend.builder.ins().iadd(d, ran);
+        self.backend.builder.def_var(done, d1);
+        self.backend.builder.def_var(w, w1);
     }
 
     /// The `j`-th SIMD body of a group starting at workitem `wv`: lanes
@@ -147,12 +171,15 @@ impl Lw<'_, '_> {
         let (h, last) = (lp.header, lp.last);
         let entry = self.cur.blocks[&h];
         if !terminated {
-            self.e.b.ins().jump(entry, &[]);
+            self.backend.builder.ins().jump(entry, &[]);
         }
-        self.e.b.switch_to_block(entry);
+        self.backend.builder.switch_to_block(entry);
         let ok = self.loop_predicate(lp);
-        let (fast, checked) = (self.e.b.create_block(), self.e.b.create_block());
-        self.e.b.ins().brif(ok, fast, &[], checked, &[]);
+        let (fast, checked) = (
+            self.backend.builder.create_block(),
+            self.backend.builder.create_block(),
+        );
+        self.backend.builder.ins().brif(ok, fast, &[], checked, &[]);
         // The unchecked version, in `copies` copies of the loop, each with
         // blocks of its own: copy j's back-edges go to copy j + 1's header
         // without a poll, and the last copy's go to the first's through the
@@ -168,7 +195,7 @@ impl Lw<'_, '_> {
             .accesses
             .iter()
             .map(|a| a.0)
-            .filter(|&b| self.e.unchecked.insert(b))
+            .filter(|&b| self.backend.unchecked.insert(b))
             .collect();
         let copies = opt::loop_unroll(lp);
         let headers: Vec<Block> = (0..copies)
@@ -176,7 +203,7 @@ impl Lw<'_, '_> {
                 if j == 0 {
                     fast
                 } else {
-                    self.e.b.create_block()
+                    self.backend.builder.create_block()
                 }
             })
             .collect();
@@ -190,7 +217,7 @@ impl Lw<'_, '_> {
                 let nb = if k == h {
                     headers[j as usize]
                 } else {
-                    self.e.b.create_block()
+                    self.backend.builder.create_block()
                 };
                 self.cur.blocks.insert(k, nb);
             }
@@ -206,7 +233,7 @@ impl Lw<'_, '_> {
                 Ok(false) => {
                     // The last instruction falls through out of the loop.
                     let after = self.cur.blocks[&(last + 1)];
-                    self.e.b.ins().jump(after, &[]);
+                    self.backend.builder.ins().jump(after, &[]);
                 }
                 Ok(true) => {}
                 Err(_) => break,
@@ -214,7 +241,7 @@ impl Lw<'_, '_> {
         }
         self.landings = landings;
         for b in added {
-            self.e.unchecked.remove(&b);
+            self.backend.unchecked.remove(&b);
         }
         for (k, b) in inside {
             self.cur.blocks.insert(k, b);
@@ -228,58 +255,69 @@ impl Lw<'_, '_> {
     /// induction variable takes, evaluated where the loop is entered
     /// ([`opt::loop_predicates`] says why the two ends suffice).
     pub(super) fn loop_predicate(&mut self, lp: &opt::PredicatedLoop) -> Value {
-        let k0 = self.e.b.use_var(self.cur.locals[lp.iv as usize]);
-        let k0 = self.e.b.ins().sextend(types::I64, k0);
+        let k0 = self
+            .backend
+            .builder
+            .use_var(self.cur.locals[lp.iv as usize]);
+        let k0 = self.backend.builder.ins().sextend(types::I64, k0);
         let n = self.eval_inv(&lp.bound);
-        let n = self.e.b.ins().sextend(types::I64, n);
-        let idle = self.e.b.ins().icmp(IntCC::SignedGreaterThanOrEqual, k0, n);
-        let kmax = self.e.b.ins().iadd_imm_s(n, -1);
+        let n = self.backend.builder.ins().sextend(types::I64, n);
+        let idle = self
+            .backend
+            .builder
+            .ins()
+            .icmp(IntCC::SignedGreaterThanOrEqual, k0, n);
+        let kmax = self.backend.builder.ins().iadd_imm_s(n, -1);
         // k never wraps: bound - 1 + step <= i32::MAX.
-        let top = self.e.b.ins().iadd_imm_s(kmax, lp.step);
-        let mut ok =
-            self.e
-                .b
-                .ins()
-                .icmp_imm_s(IntCC::SignedLessThanOrEqual, top, i64::from(i32::MAX));
+        let top = self.backend.builder.ins().iadd_imm_s(kmax, lp.step);
+        let mut ok = self.backend.builder.ins().icmp_imm_s(
+            IntCC::SignedLessThanOrEqual,
+            top,
+            i64::from(i32::MAX),
+        );
         for (_, arr, form) in &lp.accesses {
             let coef = self.eval_inv(&form.coef);
-            let coef = self.e.b.ins().sextend(types::I64, coef);
+            let coef = self.backend.builder.ins().sextend(types::I64, coef);
             let off = self.eval_inv(&form.off);
-            let off = self.e.b.ins().sextend(types::I64, off);
-            let at0 = self.e.b.ins().imul(coef, k0);
-            let at0 = self.e.b.ins().iadd(at0, off);
-            let at1 = self.e.b.ins().imul(coef, kmax);
-            let at1 = self.e.b.ins().iadd(at1, off);
-            let lo = self.e.b.ins().smin(at0, at1);
-            let hi = self.e.b.ins().smax(at0, at1);
-            let r = self.e.b.use_var(self.cur.locals[*arr as usize]);
+            let off = self.backend.builder.ins().sextend(types::I64, off);
+            let at0 = self.backend.builder.ins().imul(coef, k0);
+            let at0 = self.backend.builder.ins().iadd(at0, off);
+            let at1 = self.backend.builder.ins().imul(coef, kmax);
+            let at1 = self.backend.builder.ins().iadd(at1, off);
+            let lo = self.backend.builder.ins().smin(at0, at1);
+            let hi = self.backend.builder.ins().smax(at0, at1);
+            let r = self.backend.builder.use_var(self.cur.locals[*arr as usize]);
             let base = self.obj_addr(r);
             let len = self.array_len(base);
-            let len = self.e.b.ins().uextend(types::I64, len);
+            let len = self.backend.builder.ins().uextend(types::I64, len);
             let ge0 = self
-                .e
-                .b
+                .backend
+                .builder
                 .ins()
                 .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, lo, 0);
-            let lt = self.e.b.ins().icmp(IntCC::SignedLessThan, hi, len);
-            let fits = self.e.b.ins().band(ge0, lt);
-            ok = self.e.b.ins().band(ok, fits);
+            let lt = self
+                .backend
+                .builder
+                .ins()
+                .icmp(IntCC::SignedLessThan, hi, len);
+            let fits = self.backend.builder.ins().band(ge0, lt);
+            ok = self.backend.builder.ins().band(ok, fits);
         }
-        self.e.b.ins().bor(ok, idle)
+        self.backend.builder.ins().bor(ok, idle)
     }
 
     /// A loop-invariant expression's value, as the bytecode computes it.
     pub(super) fn eval_inv(&mut self, e: &opt::Inv) -> Value {
         use opt::Inv;
         match e {
-            Inv::Const(c) => self.e.b.ins().iconst(types::I32, i64::from(*c)),
-            Inv::Local(l) => self.e.b.use_var(self.cur.locals[*l as usize]),
+            Inv::Const(c) => self.backend.builder.ins().iconst(types::I32, i64::from(*c)),
+            Inv::Local(l) => self.backend.builder.use_var(self.cur.locals[*l as usize]),
             Inv::Add(x, y) | Inv::Sub(x, y) | Inv::Mul(x, y) => {
                 let (a, b) = (self.eval_inv(x), self.eval_inv(y));
                 match e {
-                    Inv::Add(..) => self.e.b.ins().iadd(a, b),
-                    Inv::Sub(..) => self.e.b.ins().isub(a, b),
-                    _ => self.e.b.ins().imul(a, b),
+                    Inv::Add(..) => self.backend.builder.ins().iadd(a, b),
+                    Inv::Sub(..) => self.backend.builder.ins().isub(a, b),
+                    _ => self.backend.builder.ins().imul(a, b),
                 }
             }
         }
@@ -289,7 +327,7 @@ impl Lw<'_, '_> {
 /// A 128-bit SIMD body in Cranelift IR: a uniform value is a scalar
 /// (splat where it meets a lane value), a lane value an `f32x4` or `i32x4`.
 struct ClBody<'l, 'a, 'b> {
-    lw: &'l mut Lw<'a, 'b>,
+    lw: &'l mut CpuWalker<'a, 'b>,
     /// The group's first workitem.
     wv: Value,
     /// This body's byte offset from the group's element.
@@ -310,8 +348,8 @@ impl ClBody<'_, '_, '_> {
     /// `x` as a vector of kind `k`.
     fn vector(&mut self, k: Kind, x: Lane<Value, Value>) -> Option<Value> {
         match x {
-            Lane::U(s, _) => Some(self.lw.e.b.ins().splat(Self::vt(k), s)),
-            Lane::V(v, _) => Some(v),
+            Lane::Uniform(s, _) => Some(self.lw.backend.builder.ins().splat(Self::vt(k), s)),
+            Lane::Varying(v, _) => Some(v),
             _ => None,
         }
     }
@@ -323,9 +361,9 @@ impl ClBody<'_, '_, '_> {
             return a;
         }
         let base = self.lw.obj_addr(r);
-        let scaled = self.lw.e.b.ins().ishl_imm_u(self.wv, 2);
-        let a = self.lw.e.b.ins().iadd(base, scaled);
-        let a = self.lw.e.b.ins().iadd_imm_s(a, 8);
+        let scaled = self.lw.backend.builder.ins().ishl_imm_u(self.wv, 2);
+        let a = self.lw.backend.builder.ins().iadd(base, scaled);
+        let a = self.lw.backend.builder.ins().iadd_imm_s(a, 8);
         self.bases.insert(r, a);
         a
     }
@@ -336,11 +374,11 @@ impl LaneEmit for ClBody<'_, '_, '_> {
     type A = Value;
 
     fn param(&mut self, local: usize, _k: Kind) -> Option<Value> {
-        self.lw.e.env.captures.get(local - 1).copied()
+        self.lw.backend.env.captures.get(local - 1).copied()
     }
 
     fn array(&mut self, local: usize) -> Option<Value> {
-        self.lw.e.env.captures.get(local - 1).copied()
+        self.lw.backend.env.captures.get(local - 1).copied()
     }
 
     fn zero(&mut self, k: Kind) -> Option<Value> {
@@ -348,7 +386,7 @@ impl LaneEmit for ClBody<'_, '_, '_> {
     }
 
     fn constant(&mut self, k: Kind, bits: u32) -> Option<Value> {
-        let ins = self.lw.e.b.ins();
+        let ins = self.lw.backend.builder.ins();
         Some(if k == Kind::F32 {
             ins.f32const(Ieee32::with_bits(bits))
         } else {
@@ -365,24 +403,30 @@ impl LaneEmit for ClBody<'_, '_, '_> {
     ) -> Option<Lane<Value, Value>> {
         // The scalar primitive: Cranelift's lane-wise forms are the same
         // instructions on vector types.
-        if let (Lane::U(x, _), Lane::U(y, _)) = (a, b) {
-            return Some(Lane::U(Cpu::binary(self.lw, op, k, x, y), k));
+        if let (Lane::Uniform(x, _), Lane::Uniform(y, _)) = (a, b) {
+            return Some(Lane::Uniform(Cpu::binary(self.lw, op, k, x, y), k));
         }
         let (x, y) = (self.vector(k, a)?, self.vector(k, b)?);
-        Some(Lane::V(Cpu::binary(self.lw, op, k, x, y), k))
+        Some(Lane::Varying(Cpu::binary(self.lw, op, k, x, y), k))
     }
 
     fn load(&mut self, k: Kind, arr: Value) -> Option<Value> {
         let a = self.elem(arr);
         let flags = MemFlagsData::new().with_notrap();
-        Some(self.lw.e.b.ins().load(Self::vt(k), flags, a, self.at))
+        Some(
+            self.lw
+                .backend
+                .builder
+                .ins()
+                .load(Self::vt(k), flags, a, self.at),
+        )
     }
 
     fn store(&mut self, k: Kind, arr: Value, x: Lane<Value, Value>) -> Option<()> {
         let x = self.vector(k, x)?;
         let a = self.elem(arr);
         let flags = MemFlagsData::new().with_notrap();
-        self.lw.e.b.ins().store(flags, x, a, self.at);
+        self.lw.backend.builder.ins().store(flags, x, a, self.at);
         Some(())
     }
 }

@@ -21,7 +21,7 @@
 //!
 //! **Re-entry.** A record of a safepoint (or of a full heap, once a
 //! collection has run) at a loop header or an allocation is resumed by the
-//! slot itself (`src/cpu.rs` drains a slot's records, last first): the host
+//! slot itself (`src/cpu/launch.rs` drains a slot's records, last first): the host
 //! sets `reenter[slot]` with the record just past the slot's count, and the
 //! slot function runs that workitem alone from a *landing*
 //! (`lower/reentry.rs`), which loads the record into the variables its exit
@@ -99,7 +99,7 @@
 //!
 //! `new`/`newarray` run the shared-TLAB fast path inline (generation check,
 //! one atomic add, bounds compare, header stores) and call
-//! [`crate::rt::offload_alloc_slow`] for the designated refill, waiting,
+//! [`crate::cpu::rt::offload_alloc_slow`] for the designated refill, waiting,
 //! large objects and TLAB-less policies — through a `preserve_all`
 //! trampoline, so that the call, which sits inside the loops that allocate,
 //! clobbers no register; `instanceof`/`checkcast` compare the header's
@@ -109,7 +109,7 @@
 //! use (the slot's TLAB, the size limits) is loaded where it is used rather
 //! than held from the slot's entry, and after the frontend has built SSA,
 //! block parameters that only pass one value around a loop are removed
-//! (`crate::ssa`): the frontend leaves them when blocks are sealed at the
+//! (`crate::cpu::ssa`): the frontend leaves them when blocks are sealed at the
 //! end, and each would hold a register through the loop.
 //!
 //! **The nursery reset.** In a kernel that may allocate
@@ -132,12 +132,20 @@
 mod alloc;
 mod deopt;
 mod emit;
+mod jit;
 mod lane_call;
 mod lockstep;
 mod loops;
+mod math;
+pub(crate) mod opt;
 mod reentry;
+pub mod rt;
 mod slot_loop;
+mod ssa;
+mod vmath;
 mod wide;
+
+pub use jit::{CompiledKernel, CpuJit};
 
 use crate::lower::{Walker, plan};
 use crate::spec::Speculations;
@@ -204,7 +212,7 @@ impl Imports {
         for (name, params) in sigs {
             funcs.insert(name, declare(module, name, params, Some(params[0]))?);
         }
-        // Four lanes at once, in place at an address (`crate::vmath`).
+        // Four lanes at once, in place at an address (`crate::cpu::vmath`).
         for name in ["offload_f32x4_exp", "offload_f32x4_log"] {
             funcs.insert(name, declare(module, name, &[ptr], None)?);
         }
@@ -308,7 +316,7 @@ pub(crate) fn compile(
     let mut fctx = FunctionBuilderContext::new();
     let (meta, reentry) = {
         let cpu = Cpu {
-            b: FunctionBuilder::new(&mut ctx.func, &mut fctx),
+            builder: FunctionBuilder::new(&mut ctx.func, &mut fctx),
             ptr,
             env: Env::default(),
             math: HashMap::new(),
@@ -322,28 +330,28 @@ pub(crate) fn compile(
         };
         let mut lw = Walker::new(cpu, prog, k, version, opts, spec)?;
         if let Some((wid, args)) = wide_id {
-            let fr = module.declare_func_in_func(wid, lw.e.b.func);
+            let fr = module.declare_func_in_func(wid, lw.backend.builder.func);
             // As the imports below: called through its absolute address.
-            lw.e.b.func.dfg.ext_funcs[fr].colocated = false;
-            lw.e.wide = Some((fr, args));
+            lw.backend.builder.func.dfg.ext_funcs[fr].colocated = false;
+            lw.backend.wide = Some((fr, args));
         }
         // In name order, so the function's text is the same every time.
         let mut funcs: Vec<_> = imports.funcs.iter().collect();
         funcs.sort_by_key(|(name, _)| **name);
         for (name, &fid) in funcs {
-            let fr = module.declare_func_in_func(fid, lw.e.b.func);
+            let fr = module.declare_func_in_func(fid, lw.backend.builder.func);
             // The slow path's trampoline is defined in this module, but
             // cranelift-jit may place it further than a 32-bit call
             // reaches: call every function through its absolute address.
-            lw.e.b.func.dfg.ext_funcs[fr].colocated = false;
-            lw.e.math.insert(*name, fr);
+            lw.backend.builder.func.dfg.ext_funcs[fr].colocated = false;
+            lw.backend.math.insert(*name, fr);
         }
         let reentry = lw.build()?;
-        lw.e.b.seal_all_blocks();
-        lw.e.b.finalize(module.target_config());
+        lw.backend.builder.seal_all_blocks();
+        lw.backend.builder.finalize(module.target_config());
         (lw.meta, reentry)
     };
-    crate::ssa::remove_redundant_params(&mut ctx.func);
+    crate::cpu::ssa::remove_redundant_params(&mut ctx.func);
     define(module, id, &mut ctx)?;
     // After `define`, `ctx.func` is the optimized function that was
     // lowered to machine code.
@@ -386,7 +394,7 @@ fn define_wide(
 
 /// Compile `ctx.func` and define it as `id`. The optimizing module's
 /// functions are optimized first, then their constants rematerialized
-/// ([`crate::ssa::remat_constants`]), then lowered without optimizing
+/// ([`crate::cpu::ssa::remat_constants`]), then lowered without optimizing
 /// again; the quick tier's are compiled as they are.
 fn define(module: &mut JITModule, id: ClFuncId, ctx: &mut Context) -> Result<(), JitError> {
     use cranelift_codegen::control::ControlPlane;
@@ -401,8 +409,8 @@ fn define(module: &mut JITModule, id: ClFuncId, ctx: &mut Context) -> Result<(),
     }
     ctx.optimize(module.isa(), &mut ControlPlane::default())
         .map_err(|e| fail(&e, &ctx.func))?;
-    crate::ssa::remat_constants(&mut ctx.func);
-    let isa = crate::lowering_isa(module.isa())?;
+    crate::cpu::ssa::remat_constants(&mut ctx.func);
+    let isa = jit::lowering_isa(module.isa())?;
     if let Err(e) = ctx.compile(&**isa, &mut ControlPlane::default()) {
         return Err(JitError::Codegen(format!(
             "{}\n{}",
@@ -441,7 +449,7 @@ pub(crate) struct Env {
     /// the TLAB's state, kept here rather than in memory while the slot
     /// runs (the memory word is current whenever Rust code may read it:
     /// before the shared protocol or the slow path, and when the slot
-    /// returns; see [`Lw::tlab_write_back`]). Unused (never written
+    /// returns; see [`CpuWalker::tlab_write_back`]). Unused (never written
     /// back) on other slots.
     ///
     /// Here the state is `(end - top) << 32 | top` (its *register form*),
@@ -459,7 +467,7 @@ pub(crate) struct Env {
     pub(crate) after_deopt: Option<Block>,
     /// In a kernel that may allocate: the slot's TLAB state word when the
     /// running workitem started (its objects lie in `[top, end)` of it),
-    /// or, once the workitem cannot be reset, [`Lw::nursery_off`].
+    /// or, once the workitem cannot be reset, [`CpuWalker::nursery_off`].
     pub(crate) nursery: Option<Variable>,
     pub(crate) captures: Vec<Value>,
     /// In the re-entry copy of the body: the address of the record being
@@ -471,20 +479,21 @@ pub(crate) struct Env {
 /// The CPU backend's state while lowering one kernel version: the
 /// Cranelift function being built and what the slot loop keeps.
 pub(crate) struct Cpu<'f> {
-    pub(crate) b: FunctionBuilder<'f>,
+    /// The function being built.
+    pub(crate) builder: FunctionBuilder<'f>,
     pub(crate) ptr: ClType,
     pub(crate) env: Env,
     /// The imported functions (math library, allocation slow path).
     pub(crate) math: HashMap<&'static str, FuncRef>,
     /// The shared deopt exit of each site in each frame copy (see
-    /// [`Lw::branch_to_exit`] and [`crate::lower::Frame::instance`]).
+    /// [`CpuWalker::branch_to_exit`] and [`crate::lower::Frame::instance`]).
     pub(crate) exits: HashMap<(SiteId, u32), Block>,
     /// While lowering the unchecked version of the body: the kernel's
     /// array accesses that cannot fail in this chunk.
     pub(crate) unchecked: BTreeSet<Bci>,
     /// The kernel's loops whose accesses are checked once at entry, in a
     /// version of the loop of their own (optimized tier).
-    pub(crate) loops: Vec<crate::opt::PredicatedLoop>,
+    pub(crate) loops: Vec<crate::cpu::opt::PredicatedLoop>,
     /// Whether the kernel may allocate (`plan::may_allocate`).
     pub(crate) allocates: bool,
     /// While lowering the checked item loop of a kernel with re-entry
@@ -499,7 +508,7 @@ pub(crate) struct Cpu<'f> {
 }
 
 /// The walker with the CPU backend.
-pub(crate) type Lw<'a, 'f> = Walker<'a, Cpu<'f>>;
+pub(crate) type CpuWalker<'a, 'f> = Walker<'a, Cpu<'f>>;
 
 fn trusted() -> MemFlagsData {
     MemFlagsData::trusted()
@@ -514,17 +523,17 @@ fn invariant() -> MemFlagsData {
     MemFlagsData::trusted().with_readonly().with_can_move()
 }
 
-impl Lw<'_, '_> {
+impl CpuWalker<'_, '_> {
     /// The launch context, the slot and the heap base.
     pub(super) fn base_values(&self) -> (Value, Value, Value) {
         (
-            self.e.env.ctx.expect("set"),
-            self.e.env.slot.expect("set"),
-            self.e.env.heap.expect("set"),
+            self.backend.env.ctx.expect("set"),
+            self.backend.env.slot.expect("set"),
+            self.backend.env.heap.expect("set"),
         )
     }
 
     pub(super) fn var(&mut self, ty: ClType) -> Variable {
-        self.e.b.declare_var(ty)
+        self.backend.builder.declare_var(ty)
     }
 }

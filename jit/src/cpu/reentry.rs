@@ -3,7 +3,7 @@
 //! the kernel's outermost loop headers, and the re-entry copy, which lands
 //! at every re-entry point.
 
-use super::{Lw, trusted};
+use super::{CpuWalker, trusted};
 use crate::JitError;
 use crate::lower::reentry::Scope;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -12,31 +12,31 @@ use offload_abi::cpu::offsets;
 use offload_deopt::SaveLayout;
 use offload_ir::SiteId;
 
-impl Lw<'_, '_> {
+impl CpuWalker<'_, '_> {
     /// This slot's `SlotWords::reenter` word: its address and value.
     pub(super) fn reenter_word(&mut self) -> (Value, Value) {
         let at = self.slot_words();
-        let flag = self
-            .e
-            .b
-            .ins()
-            .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
+        let flag =
+            self.backend
+                .builder
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_REENTER);
         (at, flag)
     }
 
     /// Set this slot's `SlotWords::reenter` word (at `at`) to `v`.
     pub(super) fn set_reenter(&mut self, at: Value, v: i64) {
-        let x = self.e.b.ins().iconst(types::I64, v);
-        self.e
-            .b
+        let x = self.backend.builder.ins().iconst(types::I64, v);
+        self.backend
+            .builder
             .ins()
             .store(trusted(), x, at, offsets::SLOT_REENTER);
     }
 
     /// Word `word` of the record at `rec`.
     pub(super) fn record_word(&mut self, rec: Value, word: u32) -> Value {
-        self.e
-            .b
+        self.backend
+            .builder
             .ins()
             .load(types::I64, trusted(), rec, (word * 8) as i32)
     }
@@ -44,7 +44,7 @@ impl Lw<'_, '_> {
     /// The site id of the record at `rec`, as an `i32`.
     fn record_site(&mut self, rec: Value) -> Value {
         let sw = self.record_word(rec, SaveLayout::SITE_WORD);
-        self.e.b.ins().ireduce(types::I32, sw)
+        self.backend.builder.ins().ireduce(types::I32, sw)
     }
 
     /// End the current block with a jump on `site` to its landing, or to
@@ -58,8 +58,8 @@ impl Lw<'_, '_> {
                 switch.set_entry(u128::from(id.0), land);
             }
         }
-        self.e.resumable.extend(seen);
-        switch.emit(&mut self.e.b, site, default);
+        self.backend.resumable.extend(seen);
+        switch.emit(&mut self.backend.builder, site, default);
     }
 
     /// The body of a hot copy of a kernel with re-entry code, its first
@@ -75,25 +75,28 @@ impl Lw<'_, '_> {
         fallback: Block,
     ) -> Result<(), JitError> {
         let (at, flag) = self.reenter_word();
-        let pending = self.e.b.ins().icmp_imm_s(IntCC::Equal, flag, 1);
-        let pre = self.e.b.create_block();
-        self.e.b.set_cold_block(pre);
-        self.e.b.ins().brif(pending, pre, &[], first, &[]);
-        self.e.b.switch_to_block(pre);
+        let pending = self.backend.builder.ins().icmp_imm_s(IntCC::Equal, flag, 1);
+        let pre = self.backend.builder.create_block();
+        self.backend.builder.set_cold_block(pre);
+        self.backend
+            .builder
+            .ins()
+            .brif(pending, pre, &[], first, &[]);
+        self.backend.builder.switch_to_block(pre);
         self.set_reenter(at, 2);
         let rec = self.record_address();
         let site = self.record_site(rec);
-        if let Some(nv) = self.e.env.nursery {
+        if let Some(nv) = self.backend.env.nursery {
             let off = self.nursery_off();
-            self.e.b.def_var(nv, off);
+            self.backend.builder.def_var(nv, off);
         }
-        let dispatch = self.e.b.create_block();
-        self.e.b.ins().jump(dispatch, &[]);
-        self.e.env.reentry_record = Some(rec);
+        let dispatch = self.backend.builder.create_block();
+        self.backend.builder.ins().jump(dispatch, &[]);
+        self.backend.env.reentry_record = Some(rec);
         let landings = self.landing_in(Scope::OutermostLoops, Self::kernel_body);
-        self.e.env.reentry_record = None;
+        self.backend.env.reentry_record = None;
         let landings = landings?;
-        self.e.b.switch_to_block(dispatch);
+        self.backend.builder.switch_to_block(dispatch);
         self.dispatch(site, landings, fallback);
         Ok(())
     }
@@ -101,7 +104,7 @@ impl Lw<'_, '_> {
     /// The re-entry copy of the body, entered at `start` when the host
     /// asks the slot to resume the record just past its count
     /// ([`offload_abi::cpu::SlotWords::reenter`]) and the hot copies have no
-    /// landing for its site: the workitem's entry as [`Lw::one_workitem`]
+    /// landing for its site: the workitem's entry as [`CpuWalker::one_workitem`]
     /// makes it, then a dispatch on the record's site to that site's
     /// landing (`lower/reentry.rs`), which loads the saved frames and jumps
     /// to where the workitem stopped. The workitem's end leaves with
@@ -116,62 +119,65 @@ impl Lw<'_, '_> {
     /// off: objects from before the stop lie below any snapshot).
     pub(super) fn reentry_copy(&mut self, start: Block) -> Result<(), JitError> {
         let (w, hi, done) = (
-            self.e.env.w.expect("set"),
-            self.e.env.hi.expect("set"),
-            self.e.env.done.expect("set"),
+            self.backend.env.w.expect("set"),
+            self.backend.env.hi.expect("set"),
+            self.backend.env.done.expect("set"),
         );
-        self.e.b.switch_to_block(start);
+        self.backend.builder.switch_to_block(start);
         let at = self.slot_words();
         self.set_reenter(at, 0);
         let rec = self.record_address();
         let wv = self.record_word(rec, SaveLayout::WORKITEM_WORD);
         let site = self.record_site(rec);
-        self.e.b.def_var(w, wv);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
-        self.e.b.def_var(hi, w1);
-        let zero = self.e.b.ins().iconst(types::I64, 0);
-        self.e.b.def_var(done, zero);
+        self.backend.builder.def_var(w, wv);
+        let w1 = self.backend.builder.ins().iadd_imm_s(wv, 1);
+        self.backend.builder.def_var(hi, w1);
+        let zero = self.backend.builder.ins().iconst(types::I64, 0);
+        self.backend.builder.def_var(done, zero);
         self.workitem_locals(wv);
-        if let Some(nv) = self.e.env.nursery {
+        if let Some(nv) = self.backend.env.nursery {
             let off = self.nursery_off();
-            self.e.b.def_var(nv, off);
+            self.backend.builder.def_var(nv, off);
         }
-        let dispatch = self.e.b.create_block();
-        self.e.b.ins().jump(dispatch, &[]);
+        let dispatch = self.backend.builder.create_block();
+        self.backend.builder.ins().jump(dispatch, &[]);
 
-        let resumed = self.e.b.create_block();
-        self.e.b.set_cold_block(resumed);
-        self.e.env.next_item = Some(resumed);
-        self.e.env.reentry_record = Some(rec);
+        let resumed = self.backend.builder.create_block();
+        self.backend.builder.set_cold_block(resumed);
+        self.backend.env.next_item = Some(resumed);
+        self.backend.env.reentry_record = Some(rec);
         self.cur.blocks.clear();
         self.make_blocks();
         self.inliner.next_version();
         let landings = self.lower_with_landings();
-        self.e.env.reentry_record = None;
+        self.backend.env.reentry_record = None;
         let landings = landings?;
 
-        self.e.b.switch_to_block(dispatch);
-        let no_landing = self.e.b.create_block();
-        self.e.b.set_cold_block(no_landing);
+        self.backend.builder.switch_to_block(dispatch);
+        let no_landing = self.backend.builder.create_block();
+        self.backend.builder.set_cold_block(no_landing);
         self.dispatch(site, landings, no_landing);
 
-        self.e.b.switch_to_block(resumed);
-        let one = self.e.b.ins().iconst(types::I64, 1);
-        self.e.b.def_var(done, one);
-        let wv = self.e.b.use_var(w);
-        let hv = self.e.b.use_var(hi);
-        let w1 = self.e.b.ins().iadd_imm_s(wv, 1);
+        self.backend.builder.switch_to_block(resumed);
+        let one = self.backend.builder.ins().iconst(types::I64, 1);
+        self.backend.builder.def_var(done, one);
+        let wv = self.backend.builder.use_var(w);
+        let hv = self.backend.builder.use_var(hi);
+        let w1 = self.backend.builder.ins().iadd_imm_s(wv, 1);
         self.slot_exit(w1, hv, offload_abi::exit::RESUMED);
-        self.e.b.switch_to_block(no_landing);
+        self.backend.builder.switch_to_block(no_landing);
         self.no_landing_exit();
         Ok(())
     }
 
     /// Leave with `EXIT_NO_LANDING`: the record's site has no landing here.
     pub(super) fn no_landing_exit(&mut self) {
-        let (w, hi) = (self.e.env.w.expect("set"), self.e.env.hi.expect("set"));
-        let wv = self.e.b.use_var(w);
-        let hv = self.e.b.use_var(hi);
+        let (w, hi) = (
+            self.backend.env.w.expect("set"),
+            self.backend.env.hi.expect("set"),
+        );
+        let wv = self.backend.builder.use_var(w);
+        let hv = self.backend.builder.use_var(hi);
         self.slot_exit(wv, hv, offload_abi::exit::NO_LANDING);
     }
 
@@ -180,14 +186,20 @@ impl Lw<'_, '_> {
     /// alone and leaves with `EXIT_RESUMED`; any other claims.
     pub(super) fn chunk_end(&mut self, claim: Block) {
         let (at, flag) = self.reenter_word();
-        let resumed = self.e.b.create_block();
-        self.e.b.set_cold_block(resumed);
-        self.e.b.ins().brif(flag, resumed, &[], claim, &[]);
-        self.e.b.switch_to_block(resumed);
+        let resumed = self.backend.builder.create_block();
+        self.backend.builder.set_cold_block(resumed);
+        self.backend
+            .builder
+            .ins()
+            .brif(flag, resumed, &[], claim, &[]);
+        self.backend.builder.switch_to_block(resumed);
         self.set_reenter(at, 0);
-        let (w, hi) = (self.e.env.w.expect("set"), self.e.env.hi.expect("set"));
-        let wv = self.e.b.use_var(w);
-        let hv = self.e.b.use_var(hi);
+        let (w, hi) = (
+            self.backend.env.w.expect("set"),
+            self.backend.env.hi.expect("set"),
+        );
+        let wv = self.backend.builder.use_var(w);
+        let hv = self.backend.builder.use_var(hi);
         self.slot_exit(wv, hv, offload_abi::exit::RESUMED);
     }
 }

@@ -1,7 +1,7 @@
 //! 256-bit SIMD groups for straight-line kernels, on hosts with AVX2.
 //!
 //! Cranelift's x64 backend has no vector type wider than 128 bits. For a
-//! kernel whose item loop runs SIMD groups ([`crate::opt::vectorizable`]),
+//! kernel whose item loop runs SIMD groups ([`crate::cpu::opt::vectorizable`]),
 //! this module encodes (with `iced-x86`) a leaf function that runs the
 //! same lane-wise body on 256-bit registers, eight workitems to a body and
 //! [`BODIES`] bodies to a group, polling the launch's control word before
@@ -13,8 +13,8 @@
 //!
 //! The body is read off the bytecode by the walk the 128-bit bodies
 //! (`loops.rs`) and the check that a kernel has one take
-//! ([`crate::opt::lanes::walk`]): an operation is
-//! [`crate::opt::vector::simd_op`]'s, and its
+//! ([`crate::cpu::opt::lanes::walk`]): an operation is
+//! [`crate::cpu::opt::vector::simd_op`]'s, and its
 //! 256-bit instruction is the same lane-wise IEEE or integer operation on
 //! more lanes, so every lane's bits are the scalar code's. Uniform values
 //! (captured scalars, constants) come from an argument table the caller
@@ -27,7 +27,7 @@
 //! and the control word is zero. The caller has proved every array access
 //! in bounds for `[w, hi)` (the unchecked item loop).
 
-use crate::opt::lanes::{Lane, LaneEmit, walk};
+use crate::cpu::opt::lanes::{Lane, LaneEmit, walk};
 use iced_x86::code_asm::{
     AsmRegister64, AsmRegisterYmm, CodeAssembler, dword_ptr, qword_ptr, r8, r9, r10, r11, rax, rcx,
     rdi, rdx, rsi, ymmword_ptr,
@@ -107,13 +107,13 @@ fn avx2() -> bool {
 /// A value during one body: a vector register, or a uniform value still in
 /// the table (or kept in a register of its own, see [`compile`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum W {
+enum Operand {
     Reg(AsmRegisterYmm),
     Uniform(WideArg),
 }
 
 /// A value of the walk ([`Lane`]) in the wide loop.
-type WLane = Lane<W, AsmRegister64>;
+type WLane = Lane<Operand, AsmRegister64>;
 
 /// Registers for array addresses (the others hold the arguments and a
 /// scratch value).
@@ -252,8 +252,8 @@ impl WideBody<'_> {
     /// broadcast from its table word.
     fn reg(&mut self, x: WLane) -> Option<AsmRegisterYmm> {
         match x {
-            Lane::U(W::Reg(r), _) | Lane::V(W::Reg(r), _) => Some(r),
-            Lane::U(W::Uniform(u), _) | Lane::V(W::Uniform(u), _) => {
+            Lane::Uniform(Operand::Reg(r), _) | Lane::Varying(Operand::Reg(r), _) => Some(r),
+            Lane::Uniform(Operand::Uniform(u), _) | Lane::Varying(Operand::Uniform(u), _) => {
                 if let Some(&(_, r)) = self.pinned.iter().find(|&&(p, _)| p == u) {
                     return Some(r);
                 }
@@ -268,11 +268,11 @@ impl WideBody<'_> {
 }
 
 impl LaneEmit for WideBody<'_> {
-    type V = W;
+    type V = Operand;
     type A = AsmRegister64;
 
-    fn param(&mut self, local: usize, _k: Kind) -> Option<W> {
-        Some(W::Uniform(WideArg::Scalar(local)))
+    fn param(&mut self, local: usize, _k: Kind) -> Option<Operand> {
+        Some(Operand::Uniform(WideArg::Scalar(local)))
     }
 
     fn array(&mut self, local: usize) -> Option<AsmRegister64> {
@@ -282,12 +282,12 @@ impl LaneEmit for WideBody<'_> {
             .map(|&(_, r)| r)
     }
 
-    fn zero(&mut self, _k: Kind) -> Option<W> {
-        Some(W::Uniform(WideArg::Bits(0)))
+    fn zero(&mut self, _k: Kind) -> Option<Operand> {
+        Some(Operand::Uniform(WideArg::Bits(0)))
     }
 
-    fn constant(&mut self, _k: Kind, bits: u32) -> Option<W> {
-        Some(W::Uniform(WideArg::Bits(bits)))
+    fn constant(&mut self, _k: Kind, bits: u32) -> Option<Operand> {
+        Some(Operand::Uniform(WideArg::Bits(bits)))
     }
 
     fn before(&mut self, stack: &[WLane], locals: &[WLane]) {
@@ -314,15 +314,15 @@ impl LaneEmit for WideBody<'_> {
             _ => return None,
         }
         .ok()?;
-        Some(Lane::V(W::Reg(r), k))
+        Some(Lane::Varying(Operand::Reg(r), k))
     }
 
-    fn load(&mut self, _k: Kind, arr: AsmRegister64) -> Option<W> {
+    fn load(&mut self, _k: Kind, arr: AsmRegister64) -> Option<Operand> {
         let r = fresh(&mut self.next)?;
         self.a
             .vmovups(r, ymmword_ptr(arr + rsi * 4 + self.at))
             .ok()?;
-        Some(W::Reg(r))
+        Some(Operand::Reg(r))
     }
 
     fn store(&mut self, _k: Kind, arr: AsmRegister64, x: WLane) -> Option<()> {
@@ -335,7 +335,7 @@ impl LaneEmit for WideBody<'_> {
 fn live(stack: &[WLane], env: &[WLane]) -> [bool; 16] {
     let mut used = [false; 16];
     for x in stack.iter().chain(env) {
-        if let Lane::U(W::Reg(r), _) | Lane::V(W::Reg(r), _) = x {
+        if let Lane::Uniform(Operand::Reg(r), _) | Lane::Varying(Operand::Reg(r), _) = x {
             used[index(*r)] = true;
         }
     }

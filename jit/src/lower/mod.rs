@@ -39,7 +39,7 @@
 //! Cranelift IR, [`crate::ptx`] in PTX text. The slot loop around the body
 //! (claiming chunks, the control word between workitems, the exits'
 //! protocol) is each backend's own, and so are the CPU's optimizations
-//! ([`crate::opt`]).
+//! ([`crate::cpu::opt`]).
 
 mod calls;
 mod inst;
@@ -340,7 +340,7 @@ pub(crate) struct Outer<'a, B: Backend> {
 /// backend's own state in `e`.
 pub(crate) struct Walker<'a, B: Backend> {
     /// The backend's state.
-    pub(crate) e: B,
+    pub(crate) backend: B,
     pub(crate) v: &'a Verified,
     pub(crate) prog: &'a Program,
     /// The version's metadata, grown by sites in inlined code and
@@ -365,9 +365,9 @@ pub(crate) struct Walker<'a, B: Backend> {
 
 impl<'a, B: Backend> Walker<'a, B> {
     /// A walker for version `version` of kernel `k`, with the backend state
-    /// `e`; checks the options against the kernel's sites.
+    /// `backend`; checks the options against the kernel's sites.
     pub(crate) fn new(
-        e: B,
+        backend: B,
         prog: &'a Program,
         k: FuncId,
         version: u32,
@@ -380,7 +380,7 @@ impl<'a, B: Backend> Walker<'a, B> {
         let meta = DeoptMetadata::new(analysis, k, version);
         plan::check_options(&meta, &opts)?;
         Ok(Walker {
-            e,
+            backend,
             v: prog.verified(),
             prog,
             meta,

@@ -6,7 +6,7 @@ use super::*;
 use offload_abi::gpu::{EDEN_LIMIT, EDEN_TOP, counter};
 use offload_abi::tlab;
 
-impl Lp<'_> {
+impl PtxWalker<'_> {
     /// Write a filler header over words `[start, end)` (`b64` registers,
     /// `start < end`).
     pub(super) fn fill(&mut self, start: &str, end: &str) {

@@ -7,17 +7,15 @@ use crate::lower::{Backend, BinOp, CmpOp, Const, Exit, UnOp};
 use offload_abi::record;
 use offload_ir::Type;
 
-type W<'a, 'b> = &'a mut Walker<'b, Ptx>;
-
 /// The save-record formula (`offload_abi::record`) in PTX: each operation
 /// into a fresh temporary, or the last one into a named register.
 pub(super) struct RecordArith<'a, 'b> {
-    lp: &'a mut Lp<'b>,
+    lp: &'a mut PtxWalker<'b>,
     into: Option<&'static str>,
 }
 
 impl<'a, 'b> RecordArith<'a, 'b> {
-    pub(super) fn new(lp: &'a mut Lp<'b>) -> Self {
+    pub(super) fn new(lp: &'a mut PtxWalker<'b>) -> Self {
         RecordArith { lp, into: None }
     }
 
@@ -55,34 +53,34 @@ impl record::Arith for RecordArith<'_, '_> {
     }
 }
 
-impl Lp<'_> {
+impl PtxWalker<'_> {
     /// One instruction line.
     pub(super) fn emit(&mut self, line: impl AsRef<str>) {
-        self.e.code.push('\t');
-        self.e.code.push_str(line.as_ref());
-        self.e.code.push('\n');
+        self.backend.code.push('\t');
+        self.backend.code.push_str(line.as_ref());
+        self.backend.code.push('\n');
     }
 
     pub(super) fn label(&mut self, l: &str) {
-        self.e.code.push_str(l);
-        self.e.code.push_str(":\n");
+        self.backend.code.push_str(l);
+        self.backend.code.push_str(":\n");
     }
 
     pub(super) fn new_label(&mut self) -> String {
-        self.e.labels += 1;
-        format!("$L{}", self.e.labels)
+        self.backend.labels += 1;
+        format!("$L{}", self.backend.labels)
     }
 
     /// A fresh temporary register of class `c`.
     pub(super) fn t(&mut self, c: Cls) -> String {
-        let n = &mut self.e.next[c as usize];
+        let n = &mut self.backend.next[c as usize];
         *n += 1;
         format!("{}{}", TEMP_CLASSES[c as usize].1, *n - 1)
     }
 
     /// Declare the named register `name` of type `ty`.
     pub(super) fn named(&mut self, name: String, ty: &'static str) -> String {
-        self.e.regs.push((name.clone(), ty));
+        self.backend.regs.push((name.clone(), ty));
         name
     }
 
@@ -243,7 +241,7 @@ impl Lp<'_> {
 
     /// A transcendental: a call into the math library ([`ptxlib`]).
     fn transcendental(&mut self, r: ptxlib::Routine, k: Kind, args: Vec<String>) -> String {
-        self.e.math.insert(r.name);
+        self.backend.math.insert(r.name);
         let mut args = args;
         if let Some(sel) = r.selector {
             args.push(sel.to_string());
@@ -344,11 +342,11 @@ impl Backend for Ptx {
     /// with its kind.
     type Join = (String, Option<(String, Kind)>);
 
-    fn local_var(w: W<'_, '_>, instance: u32, index: usize, kind: Kind) -> String {
+    fn local_var(w: &mut PtxWalker<'_>, instance: u32, index: usize, kind: Kind) -> String {
         w.named(format!("%l{instance}_{index}"), reg_type(kind))
     }
 
-    fn stack_var(w: W<'_, '_>, instance: u32, depth: usize, kind: Kind) -> String {
+    fn stack_var(w: &mut PtxWalker<'_>, instance: u32, depth: usize, kind: Kind) -> String {
         let suffix = match kind {
             Kind::I32 => "i",
             Kind::Ref => "r",
@@ -359,54 +357,60 @@ impl Backend for Ptx {
         w.named(format!("%s{instance}_{depth}{suffix}"), reg_type(kind))
     }
 
-    fn use_var(_w: W<'_, '_>, var: &String, _kind: Kind) -> String {
+    fn use_var(_w: &mut PtxWalker<'_>, var: &String, _kind: Kind) -> String {
         // Valid until the register is assigned again (see `stable`).
         var.clone()
     }
 
-    fn def_var(w: W<'_, '_>, var: &String, kind: Kind, x: String) {
+    fn def_var(w: &mut PtxWalker<'_>, var: &String, kind: Kind, x: String) {
         if *var != x {
             w.emit(format!("mov.{} {var}, {x};", mov_ty(kind)));
         }
     }
 
-    fn stable(w: W<'_, '_>, kind: Kind, x: String) -> String {
+    fn stable(w: &mut PtxWalker<'_>, kind: Kind, x: String) -> String {
         let t = w.t(cls(kind));
         w.emit(format!("mov.{} {t}, {x};", mov_ty(kind)));
         t
     }
 
-    fn constant(_w: W<'_, '_>, c: Const) -> String {
+    fn constant(_w: &mut PtxWalker<'_>, c: Const) -> String {
         const_text(c)
     }
 
-    fn increment(w: W<'_, '_>, var: &String, kind: Kind, delta: i32) {
+    fn increment(w: &mut PtxWalker<'_>, var: &String, kind: Kind, delta: i32) {
         let ty = if kind == Kind::I64 { "s64" } else { "s32" };
         w.emit(format!("add.{ty} {var}, {var}, {delta};"));
     }
 
-    fn leader_block(_w: W<'_, '_>, instance: u32, bci: Bci) -> String {
+    fn leader_block(_w: &mut PtxWalker<'_>, instance: u32, bci: Bci) -> String {
         format!("$B{instance}_{bci}")
     }
 
-    fn new_block(w: W<'_, '_>) -> String {
+    fn new_block(w: &mut PtxWalker<'_>) -> String {
         w.new_label()
     }
 
-    fn switch_to(w: W<'_, '_>, b: &String) {
+    fn switch_to(w: &mut PtxWalker<'_>, b: &String) {
         w.label(b);
     }
 
-    fn enter_block(w: W<'_, '_>, b: &String, _terminated: bool) {
+    fn enter_block(w: &mut PtxWalker<'_>, b: &String, _terminated: bool) {
         // Code falls into a label.
         w.label(b);
     }
 
-    fn jump(w: W<'_, '_>, b: &String) {
+    fn jump(w: &mut PtxWalker<'_>, b: &String) {
         w.emit(format!("bra {b};"));
     }
 
-    fn cond_branch(w: W<'_, '_>, x: String, jumps_on_nonzero: bool, dest: &String, fall: &String) {
+    fn cond_branch(
+        w: &mut PtxWalker<'_>,
+        x: String,
+        jumps_on_nonzero: bool,
+        dest: &String,
+        fall: &String,
+    ) {
         let p = w.t(Cls::Pred);
         let cc = if jumps_on_nonzero { "ne" } else { "eq" };
         w.emit(format!("setp.{cc}.u32 {p}, {x}, 0;"));
@@ -414,7 +418,13 @@ impl Backend for Ptx {
         w.emit(format!("bra {fall};"));
     }
 
-    fn branch_if(w: W<'_, '_>, x: String, jumps_on_nonzero: bool, when: bool, to: &String) {
+    fn branch_if(
+        w: &mut PtxWalker<'_>,
+        x: String,
+        jumps_on_nonzero: bool,
+        when: bool,
+        to: &String,
+    ) {
         // `p`: the branch would jump.
         let p = w.t(Cls::Pred);
         let cc = if jumps_on_nonzero { "ne" } else { "eq" };
@@ -423,29 +433,29 @@ impl Backend for Ptx {
         w.emit(format!("@{neg}{p} bra {to};"));
     }
 
-    fn branch_on(w: W<'_, '_>, cond: String, when: bool, to: &String) {
+    fn branch_on(w: &mut PtxWalker<'_>, cond: String, when: bool, to: &String) {
         let neg = if when { "" } else { "!" };
         w.emit(format!("@{neg}{cond} bra {to};"));
     }
 
-    fn guard(w: W<'_, '_>, cond: String) -> String {
+    fn guard(w: &mut PtxWalker<'_>, cond: String) -> String {
         let next = w.new_label();
         w.emit(format!("@!{cond} bra {next};"));
         next
     }
 
-    fn ret_kernel(w: W<'_, '_>) {
+    fn ret_kernel(w: &mut PtxWalker<'_>) {
         w.emit(format!("bra {L_NEXT};"));
     }
 
-    fn join(w: W<'_, '_>, ret: Option<Kind>, virtual_call: bool, n: u32) -> Self::Join {
+    fn join(w: &mut PtxWalker<'_>, ret: Option<Kind>, virtual_call: bool, n: u32) -> Self::Join {
         let label = w.new_label();
         let prefix = if virtual_call { "%vret" } else { "%ret" };
         let result = ret.map(|k| (w.named(format!("{prefix}{n}"), reg_type(k)), k));
         (label, result)
     }
 
-    fn jump_join(w: W<'_, '_>, j: &Self::Join, result: Option<String>) {
+    fn jump_join(w: &mut PtxWalker<'_>, j: &Self::Join, result: Option<String>) {
         let (label, reg) = j;
         if let (Some((dst, k)), Some(x)) = (reg, result) {
             w.emit(format!("mov.{} {dst}, {x};", mov_ty(*k)));
@@ -453,23 +463,23 @@ impl Backend for Ptx {
         w.emit(format!("bra {label};"));
     }
 
-    fn enter_join(w: W<'_, '_>, j: &Self::Join) -> Option<String> {
+    fn enter_join(w: &mut PtxWalker<'_>, j: &Self::Join) -> Option<String> {
         w.label(&j.0);
         j.1.as_ref().map(|(r, _)| r.clone())
     }
 
-    fn deopt(w: W<'_, '_>, exit: Exit<String>) {
+    fn deopt(w: &mut PtxWalker<'_>, exit: Exit<String>) {
         w.deopt_exit(exit);
     }
 
-    fn deopt_if(w: W<'_, '_>, cond: String, exit: Exit<String>) {
+    fn deopt_if(w: &mut PtxWalker<'_>, cond: String, exit: Exit<String>) {
         let cont = w.new_label();
         w.emit(format!("@!{cond} bra {cont};"));
         w.deopt_exit(exit);
         w.label(&cont);
     }
 
-    fn safepoint_requested(w: W<'_, '_>) -> String {
+    fn safepoint_requested(w: &mut PtxWalker<'_>) -> String {
         let cw = w.t(Cls::B32);
         w.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
         let p = w.t(Cls::Pred);
@@ -506,7 +516,7 @@ impl Backend for Ptx {
         p
     }
 
-    fn reentry_value(w: W<'_, '_>, word: u32, kind: Kind) -> String {
+    fn reentry_value(w: &mut PtxWalker<'_>, word: u32, kind: Kind) -> String {
         let raw = w.t(Cls::B64);
         w.emit(format!("ld.u64 {raw}, [{RREC}+{}];", word * 8));
         let dst = w.t(cls(kind));
@@ -514,7 +524,7 @@ impl Backend for Ptx {
         dst
     }
 
-    fn injected(w: W<'_, '_>, inj: Injection) -> String {
+    fn injected(w: &mut PtxWalker<'_>, inj: Injection) -> String {
         let m = w.t(Cls::B64);
         w.emit(format!("rem.s64 {m}, {W}, {};", inj.modulus));
         let p = w.t(Cls::Pred);
@@ -522,25 +532,25 @@ impl Backend for Ptx {
         p
     }
 
-    fn is_null(w: W<'_, '_>, r: String) -> String {
+    fn is_null(w: &mut PtxWalker<'_>, r: String) -> String {
         let p = w.t(Cls::Pred);
         w.emit(format!("setp.eq.u32 {p}, {r}, 0;"));
         p
     }
 
-    fn is_zero(w: W<'_, '_>, k: Kind, x: String) -> String {
+    fn is_zero(w: &mut PtxWalker<'_>, k: Kind, x: String) -> String {
         let p = w.t(Cls::Pred);
         w.emit(format!("setp.eq.{} {p}, {x}, 0;", arith_ty(k)));
         p
     }
 
-    fn is_negative(w: W<'_, '_>, x: String) -> String {
+    fn is_negative(w: &mut PtxWalker<'_>, x: String) -> String {
         let p = w.t(Cls::Pred);
         w.emit(format!("setp.lt.s32 {p}, {x}, 0;"));
         p
     }
 
-    fn host_math(w: W<'_, '_>, op: UnOp, k: Kind, a: String) -> Option<String> {
+    fn host_math(w: &mut PtxWalker<'_>, op: UnOp, k: Kind, a: String) -> Option<String> {
         // Sine and cosine beyond the device's single-word reduction go to
         // the host (`devlimit`).
         if !matches!(op, UnOp::Sin | UnOp::Cos) {
@@ -567,7 +577,7 @@ impl Backend for Ptx {
         Some(big)
     }
 
-    fn binary(w: W<'_, '_>, op: BinOp, k: Kind, a: String, b: String) -> String {
+    fn binary(w: &mut PtxWalker<'_>, op: BinOp, k: Kind, a: String, b: String) -> String {
         let float = matches!(k, Kind::F32 | Kind::F64);
         let ty = arith_ty(k);
         let bits = if k == Kind::I64 { "b64" } else { "b32" };
@@ -614,7 +624,7 @@ impl Backend for Ptx {
         }
     }
 
-    fn unary(w: W<'_, '_>, op: UnOp, k: Kind, a: String) -> String {
+    fn unary(w: &mut PtxWalker<'_>, op: UnOp, k: Kind, a: String) -> String {
         let ty = arith_ty(k);
         let f64 = k == Kind::F64;
         match op {
@@ -639,12 +649,12 @@ impl Backend for Ptx {
         }
     }
 
-    fn fma(w: W<'_, '_>, k: Kind, a: String, b: String, c: String) -> String {
+    fn fma(w: &mut PtxWalker<'_>, k: Kind, a: String, b: String, c: String) -> String {
         let op = format!("fma.rn.{}", arith_ty(k));
         w.op(k, &op, &[&a, &b, &c])
     }
 
-    fn compare(w: W<'_, '_>, op: CmpOp, k: Kind, a: String, b: String) -> String {
+    fn compare(w: &mut PtxWalker<'_>, op: CmpOp, k: Kind, a: String, b: String) -> String {
         let cc = match op {
             CmpOp::Eq => "eq",
             // Ordered comparisons are false on NaN; `ne` is unordered
@@ -659,7 +669,7 @@ impl Backend for Ptx {
         w.setp_i32(&format!("{cc}.{}", arith_ty(k)), &a, &b)
     }
 
-    fn convert(w: W<'_, '_>, from: Kind, to: Kind, a: String) -> String {
+    fn convert(w: &mut PtxWalker<'_>, from: Kind, to: Kind, a: String) -> String {
         let op = match (from, to) {
             (Kind::I32, Kind::I64) => "cvt.s64.s32".to_string(),
             (Kind::I64, Kind::I32) => "cvt.u32.u64".to_string(),
@@ -683,29 +693,29 @@ impl Backend for Ptx {
         w.op(to, &op, &[&a])
     }
 
-    fn obj_addr(w: W<'_, '_>, r: String) -> String {
+    fn obj_addr(w: &mut PtxWalker<'_>, r: String) -> String {
         w.obj_addr(&r)
     }
 
-    fn array_len(w: W<'_, '_>, base: String) -> String {
+    fn array_len(w: &mut PtxWalker<'_>, base: String) -> String {
         let len = w.t(Cls::B32);
         w.emit(format!("ld.u32 {len}, [{base}+4];"));
         len
     }
 
-    fn class_tag(w: W<'_, '_>, r: String) -> String {
+    fn class_tag(w: &mut PtxWalker<'_>, r: String) -> String {
         let base = w.obj_addr(&r);
         let tag = w.t(Cls::B32);
         w.emit(format!("ld.u32 {tag}, [{base}];"));
         tag
     }
 
-    fn tag_in(w: W<'_, '_>, tag: String, ids: &[u32]) -> String {
+    fn tag_in(w: &mut PtxWalker<'_>, tag: String, ids: &[u32]) -> String {
         w.tag_in(&tag, ids)
     }
 
     fn elem_addr(
-        w: W<'_, '_>,
+        w: &mut PtxWalker<'_>,
         r: String,
         idx: String,
         size: u32,
@@ -725,11 +735,11 @@ impl Backend for Ptx {
         a
     }
 
-    fn field_addr(_w: W<'_, '_>, base: String, off: u32) -> String {
+    fn field_addr(_w: &mut PtxWalker<'_>, base: String, off: u32) -> String {
         format!("{base}+{off}")
     }
 
-    fn load(w: W<'_, '_>, k: Kind, addr: String, off: u32) -> String {
+    fn load(w: &mut PtxWalker<'_>, k: Kind, addr: String, off: u32) -> String {
         let x = w.t(cls(k));
         let at = if off == 0 {
             addr
@@ -740,7 +750,7 @@ impl Backend for Ptx {
         x
     }
 
-    fn store(w: W<'_, '_>, k: Kind, addr: String, off: u32, x: String) {
+    fn store(w: &mut PtxWalker<'_>, k: Kind, addr: String, off: u32, x: String) {
         let at = if off == 0 {
             addr
         } else {
@@ -750,11 +760,11 @@ impl Backend for Ptx {
         w.mark_dirty(&at);
     }
 
-    fn write_barrier(_w: W<'_, '_>, _r: String, _x: String) {
+    fn write_barrier(_w: &mut PtxWalker<'_>, _r: String, _x: String) {
         // The device heap has no nursery and the launch's objects stay.
     }
 
-    fn atomic_add(w: W<'_, '_>, k: Kind, addr: String, x: String) -> String {
+    fn atomic_add(w: &mut PtxWalker<'_>, k: Kind, addr: String, x: String) -> String {
         let old = w.t(cls(k));
         let ty = if k == Kind::I64 { "u64" } else { "u32" };
         w.emit(format!("atom.add.{ty} {old}, [{addr}], {x};"));
@@ -762,7 +772,13 @@ impl Backend for Ptx {
         old
     }
 
-    fn cmpxchg(w: W<'_, '_>, k: Kind, addr: String, expected: String, new: String) -> String {
+    fn cmpxchg(
+        w: &mut PtxWalker<'_>,
+        k: Kind,
+        addr: String,
+        expected: String,
+        new: String,
+    ) -> String {
         let old = w.t(cls(k));
         let ty = if k == Kind::I64 { "b64" } else { "b32" };
         w.emit(format!("atom.cas.{ty} {old}, [{addr}], {expected}, {new};"));
@@ -770,7 +786,7 @@ impl Backend for Ptx {
         old
     }
 
-    fn instance_of(w: W<'_, '_>, r: String, ty: Type) -> String {
+    fn instance_of(w: &mut PtxWalker<'_>, r: String, ty: Type) -> String {
         let yes = w.type_test(&r, ty);
         w.emit(format!("setp.ne.and.u32 {yes}, {r}, 0, {yes};"));
         let x = w.t(Cls::B32);
@@ -778,7 +794,7 @@ impl Backend for Ptx {
         x
     }
 
-    fn cast_fails(w: W<'_, '_>, r: String, ty: Type) -> String {
+    fn cast_fails(w: &mut PtxWalker<'_>, r: String, ty: Type) -> String {
         let yes = w.type_test(&r, ty);
         // fail = !yes && r != 0
         let fail = w.t(Cls::Pred);
@@ -789,7 +805,7 @@ impl Backend for Ptx {
         fail
     }
 
-    fn new_object(w: W<'_, '_>, bci: Bci, tag: u32, size: u32) -> String {
+    fn new_object(w: &mut PtxWalker<'_>, bci: Bci, tag: u32, size: u32) -> String {
         let (t, w1, words) = (w.t(Cls::B32), w.t(Cls::B32), w.t(Cls::B64));
         w.emit(format!("mov.b32 {t}, {tag};"));
         w.emit(format!("mov.b32 {w1}, {size};"));
@@ -797,7 +813,7 @@ impl Backend for Ptx {
         w.allocate(bci, &t, &w1, &words)
     }
 
-    fn new_array(w: W<'_, '_>, bci: Bci, tag: u32, esize: u32, len: String) -> String {
+    fn new_array(w: &mut PtxWalker<'_>, bci: Bci, tag: u32, esize: u32, len: String) -> String {
         let t = w.t(Cls::B32);
         w.emit(format!("mov.b32 {t}, {tag};"));
         // words = (len * esize + 15) / 8

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Lp<'_> {
+impl PtxWalker<'_> {
     /// `min`/`max` of floats with NaN propagation and `-0 < +0`.
     pub(super) fn fminmax(&mut self, k: Kind, max: bool, a: &str, b: &str) -> String {
         let (ty, bits, bc) = if k == Kind::F32 {

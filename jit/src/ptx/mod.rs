@@ -155,21 +155,21 @@ pub fn compile_speculative(
         text,
         ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n"
     );
-    if !lw.e.math.is_empty() {
-        text.push_str(&ptxlib::definitions(lw.e.math.iter().copied()));
+    if !lw.backend.math.is_empty() {
+        text.push_str(&ptxlib::definitions(lw.backend.math.iter().copied()));
         text.push('\n');
     }
     let _ = writeln!(text, ".visible .entry {name}(\n\t.param .u64 p_ctx\n)\n{{");
-    for (i, n) in lw.e.next.iter().enumerate() {
+    for (i, n) in lw.backend.next.iter().enumerate() {
         if *n > 0 {
             let (ty, pre) = TEMP_CLASSES[i];
             let _ = writeln!(text, "\t.reg {ty} {pre}<{n}>;");
         }
     }
-    for (name, ty) in &lw.e.regs {
+    for (name, ty) in &lw.backend.regs {
         let _ = writeln!(text, "\t.reg {ty} {name};");
     }
-    text.push_str(&lw.e.code);
+    text.push_str(&lw.backend.code);
     text.push_str("}\n");
     Ok(PtxKernel {
         kernel: k,
@@ -250,7 +250,7 @@ pub(crate) struct Ptx {
 }
 
 /// The walker with the PTX backend.
-pub(crate) type Lp<'a> = Walker<'a, Ptx>;
+pub(crate) type PtxWalker<'a> = Walker<'a, Ptx>;
 
 // Named registers of the slot loop.
 const CTX: &str = "%ctx";

@@ -8,13 +8,13 @@ use crate::lower::Backend;
 use offload_abi::gpu::counter;
 use offload_abi::record;
 
-impl Lp<'_> {
+impl PtxWalker<'_> {
     /// Build the kernel; returns the sites whose records it can resume
     /// (none: it has no re-entry code).
     pub(super) fn build(&mut self) -> Result<BTreeSet<offload_ir::SiteId>, JitError> {
         let f = self.v.func(self.cur.func);
         let reentry = !self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func);
-        self.e.reentry = reentry;
+        self.backend.reentry = reentry;
         for (n, ty) in [
             (CTX, ".b64"),
             (SLOT, ".b64"),
@@ -317,7 +317,7 @@ impl Lp<'_> {
         let at = self.t(Cls::B64);
         self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
         // A slot resuming its record leaves its rest where it is.
-        let guard = if self.e.reentry {
+        let guard = if self.backend.reentry {
             format!("@!{RESTP} ")
         } else {
             String::new()

@@ -358,7 +358,7 @@ pub(super) fn carry_over(
     to: &Runtime,
     module: Option<&Module>,
 ) -> Result<(BTreeMap<String, Var>, Vec<String>)> {
-    let same = std::ptr::eq(from, to) || from.heap().base_ptr() == to.heap().base_ptr();
+    let same = std::ptr::eq(from, to) || std::ptr::eq(from.heap(), to.heap());
     let mut next = BTreeMap::new();
     let mut moved: Vec<(offload::Root, Arg)> = Vec::new();
     let mut lost = Vec::new();

@@ -76,8 +76,8 @@ pub(crate) const UNROLL: u32 = 4;
 #[cfg(test)]
 mod tests {
     use super::{UNROLL, UNROLL_MAX_INSTS, unroll_factor};
-    use crate::opt::test_support::example;
-    use crate::opt::workitem_indexed;
+    use crate::cpu::opt::test_support::example;
+    use crate::cpu::opt::workitem_indexed;
     use offload_ir::{parse_module, verify};
 
     /// `vectorizable` of the first function of `src`, with its

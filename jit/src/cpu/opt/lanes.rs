@@ -19,9 +19,9 @@ use std::collections::BTreeSet;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Lane<V, A> {
     /// The same for every lane, of this kind.
-    U(V, Kind),
+    Uniform(V, Kind),
     /// One per lane, of this kind (`i32` or `f32`).
-    V(V, Kind),
+    Varying(V, Kind),
     /// The workitem number, as the kernel's `i64` parameter.
     Idx,
     /// The workitem number narrowed to `i32`: the index of the lane's own
@@ -35,7 +35,7 @@ impl<V, A> Lane<V, A> {
     /// The kind of a uniform or per-lane value.
     fn kind(&self) -> Option<Kind> {
         match self {
-            Lane::U(_, k) | Lane::V(_, k) => Some(*k),
+            Lane::Uniform(_, k) | Lane::Varying(_, k) => Some(*k),
             _ => None,
         }
     }
@@ -103,9 +103,9 @@ pub(crate) fn walk<E: LaneEmit>(
         } else if l < params && k == Kind::Ref {
             Lane::Arr(e.array(l).ok_or(entry)?)
         } else if l < params {
-            Lane::U(e.param(l, k).ok_or(entry)?, k)
+            Lane::Uniform(e.param(l, k).ok_or(entry)?, k)
         } else {
-            Lane::U(e.zero(k).ok_or(entry)?, k)
+            Lane::Uniform(e.zero(k).ok_or(entry)?, k)
         });
     }
     let mut stack: Vec<Lane<E::V, E::A>> = Vec::new();
@@ -121,7 +121,7 @@ pub(crate) fn walk<E: LaneEmit>(
                 let x = stack.pop().ok_or(bci)?;
                 let l = local.index();
                 let fits = match (x, f.locals.get(l).ok_or(bci)?.ty.kind()) {
-                    (Lane::U(_, a) | Lane::V(_, a), b) => lane_kind(a) && a == b,
+                    (Lane::Uniform(_, a) | Lane::Varying(_, a), b) => lane_kind(a) && a == b,
                     (Lane::Idx32, Kind::I32)
                     | (Lane::Idx, Kind::I64)
                     | (Lane::Arr(_), Kind::Ref) => true,
@@ -134,11 +134,11 @@ pub(crate) fn walk<E: LaneEmit>(
             }
             Inst::I32Const { value } => {
                 let c = e.constant(Kind::I32, value as u32).ok_or(bci)?;
-                stack.push(Lane::U(c, Kind::I32));
+                stack.push(Lane::Uniform(c, Kind::I32));
             }
             Inst::F32Const { value } => {
                 let c = e.constant(Kind::F32, value.0).ok_or(bci)?;
-                stack.push(Lane::U(c, Kind::F32));
+                stack.push(Lane::Uniform(c, Kind::F32));
             }
             Inst::I64ToI32 => match stack.pop() {
                 Some(Lane::Idx) => stack.push(Lane::Idx32),
@@ -161,7 +161,7 @@ pub(crate) fn walk<E: LaneEmit>(
                 let (Some(Lane::Idx32), Some(Lane::Arr(arr))) = (stack.pop(), stack.pop()) else {
                     return Err(bci);
                 };
-                stack.push(Lane::V(e.load(k, arr).ok_or(bci)?, k));
+                stack.push(Lane::Varying(e.load(k, arr).ok_or(bci)?, k));
             }
             Inst::I32AStore | Inst::F32AStore if access => {
                 let k = if inst == Inst::I32AStore {
@@ -217,8 +217,8 @@ impl LaneEmit for Check {
         b: Lane<(), ()>,
     ) -> Option<Lane<(), ()>> {
         Some(match (a, b) {
-            (Lane::U(..), Lane::U(..)) => Lane::U((), k),
-            _ => Lane::V((), k),
+            (Lane::Uniform(..), Lane::Uniform(..)) => Lane::Uniform((), k),
+            _ => Lane::Varying((), k),
         })
     }
     fn load(&mut self, _: Kind, _: ()) -> Option<()> {

@@ -346,7 +346,7 @@ pub(crate) fn loop_unroll(lp: &PredicatedLoop) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use crate::opt::test_support::example;
+    use crate::cpu::opt::test_support::example;
     use offload_ir::{parse_module, verify};
 
     /// `loop_predicates` of the first function of `src`.

@@ -1,11 +1,20 @@
-//! Safepoints for the interpreter device.
+//! The control word and the safepoint rendezvous of one runtime, for
+//! every device: [`Control`].
 //!
-//! The interpreter polls at every taken back-edge, at every call and before
-//! every workitem. A safepoint request makes each running worker park at its
-//! next poll — with its frames intact, so nothing is lost or redone — and the
-//! requester's operation runs once every running worker is parked. Then all
-//! of them continue. (Compiled devices deoptimize at the poll instead; the
-//! interpreter can simply wait, as HotSpot's interpreter does.)
+//! Each launch of compiled code registers its own control word
+//! ([`Control::register_waiting`], a [`LaunchWord`] while registered):
+//! a safepoint request sets the word's stop (or wait) bits —
+//! `offload_abi::control` defines them — so the launch's slots leave (or
+//! wait) at their next poll, and the host threads running a launch
+//! ([`Control::enter`]) park at theirs ([`Control::poll`]). The
+//! interpreter polls at every taken back-edge, at every call and before
+//! every workitem, and parks with its frames intact, so nothing is lost or
+//! redone (compiled devices deoptimize at the poll instead, or wait in
+//! place; the interpreter can simply wait, as HotSpot's interpreter does).
+//! The requester's operation runs once every running worker is parked,
+//! then all of them continue. Interrupts ([`Control::interrupt`],
+//! [`Control::interrupt_launch`]) are safepoints after which the
+//! interrupted launches stop.
 
 use offload_tlab::Roots;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -20,10 +29,8 @@ struct State {
     /// Launches interrupted on their own ([`Control::interrupt_launch`])
     /// and not yet finished, by launch number.
     targeted: Vec<u32>,
-    /// Control words of compiled launches in flight: id, word, the bits
-    /// that ask their slots to stop, and the bits that ask them to wait in
-    /// place (0: they cannot; they stop).
-    words: Vec<(u64, Arc<AtomicU32>, u32, u32)>,
+    /// The control words of compiled launches in flight.
+    words: Vec<LaunchWord>,
     /// The safepoint in progress moves objects (a collection): slots that
     /// hold references must stop, not wait.
     moving: bool,
@@ -31,6 +38,20 @@ struct State {
     /// The roots of the workers parked now with references of their own
     /// (an interpreter's frames), for the safepoint's operation.
     parked_roots: Vec<RootsPtr>,
+}
+
+/// The control word of a compiled launch in flight, as registered.
+#[derive(Debug)]
+pub struct LaunchWord {
+    /// Its registration's number.
+    id: u64,
+    /// The word its slots poll.
+    word: Arc<AtomicU32>,
+    /// The bits that ask its slots to stop.
+    stop_bits: u32,
+    /// The bits that ask them to wait in place (0: they cannot; they
+    /// stop).
+    wait_bits: u32,
 }
 
 /// A parked worker's roots: a pointer to what it passed to
@@ -116,10 +137,7 @@ pub struct Registered<'a> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        self.control
-            .lock()
-            .words
-            .retain(|(id, _, _, _)| *id != self.id);
+        self.control.lock().words.retain(|w| w.id != self.id);
     }
 }
 
@@ -191,7 +209,12 @@ impl Control {
                 Ordering::SeqCst,
             );
         }
-        st.words.push((id, word.clone(), stop_bits, wait_bits));
+        st.words.push(LaunchWord {
+            id,
+            word: word.clone(),
+            stop_bits,
+            wait_bits,
+        });
         Registered { control: self, id }
     }
 
@@ -405,8 +428,11 @@ impl Control {
         st.requested = true;
         st.moving = moving;
         self.requested.store(true, Ordering::SeqCst);
-        for (_, word, stop, wait) in &st.words {
-            word.fetch_or(Self::bits(moving, *stop, *wait), Ordering::SeqCst);
+        for w in &st.words {
+            w.word.fetch_or(
+                Self::bits(moving, w.stop_bits, w.wait_bits),
+                Ordering::SeqCst,
+            );
         }
     }
 
@@ -416,8 +442,9 @@ impl Control {
         let mut st = self.lock();
         // Clear the stop bits first: a compiled slot that re-enters after
         // parking must not see this safepoint's request again.
-        for (_, word, stop, wait) in &st.words {
-            word.fetch_and(!(*stop | *wait), Ordering::SeqCst);
+        for w in &st.words {
+            w.word
+                .fetch_and(!(w.stop_bits | w.wait_bits), Ordering::SeqCst);
         }
         st.requested = false;
         self.requested.store(false, Ordering::SeqCst);

@@ -437,8 +437,8 @@ fn uniform_binary(k: Kind, op: BinOp) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::opt::test_support::example;
-    use crate::opt::workitem_indexed;
+    use crate::cpu::opt::test_support::example;
+    use crate::cpu::opt::workitem_indexed;
     use offload_ir::{parse_module, verify};
 
     /// The plan of the first function of `src`, with its workitem-indexed

@@ -1,0 +1,423 @@
+//! One launch on the CPU device: its steps of the launch protocol
+//! (`protocol.rs`) — the slot words, parts and launch context
+//! ([`CpuLaunch`]), and each worker's slot as a unit of rounds
+//! ([`CpuSlot`]).
+
+use super::{MIN_PART_CLAIMS, chunk_size};
+use crate::adaptive::Plan;
+use crate::device::Device;
+use crate::env::{KernelCall, LaunchEnv, Started, exclusive, tlabs_of};
+use crate::error::OffloadError;
+use crate::protocol::{
+    self, Code, Compiled, DeviceFacts, HandedBack, Launch, Round, Rounds, UnitOut,
+};
+use crate::replay::{Header, Replayer};
+use crate::report::LaunchReport;
+use offload_abi::cpu::{Part, SlotWords};
+use offload_abi::{exit, record};
+use offload_deopt::{Reason, SaveArea};
+use offload_jit::{CompiledKernel, LaunchCtx};
+use offload_tlab::Allocator;
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// Run `ck` over `range`: one launch on the CPU device.
+pub(super) fn run(
+    env: &LaunchEnv,
+    range: Range<i64>,
+    call: KernelCall<'_>,
+    ck: &CompiledKernel,
+    plan: &Plan,
+    started: Started,
+) -> Result<LaunchReport, OffloadError> {
+    // Compiled code reads and writes the heap directly: on a runtime whose
+    // heap also lives on a GPU, what kernels there wrote comes back first,
+    // and everything goes to the GPU after, however the launch ends.
+    let dev = CpuLaunch {
+        ck,
+        image: env.heap.raw_image()?,
+    };
+    let code = Code {
+        meta: &ck.meta,
+        landings: &ck.resumes,
+    };
+    protocol::run(&dev, env, call, code, plan, range, started)
+}
+
+/// The CPU device's side of one launch of `ck`.
+struct CpuLaunch<'a> {
+    ck: &'a CompiledKernel,
+    /// The heap as compiled code sees it (a compiled kernel's stores are
+    /// not tracked: dropped, it marks the whole heap written).
+    image: offload_tlab::RawImage<'a>,
+}
+
+/// The CPU's state for one launch.
+struct CpuState {
+    /// Save records per slot.
+    per_slot: usize,
+    /// Workitems per claim.
+    chunk: i64,
+    /// The range cut into parts, each slot's home first in its claims.
+    parts: Vec<Part>,
+    /// Claims the parts are cut into ([`LaunchReport::chunks`]).
+    claims: u64,
+    /// Each slot's words.
+    slot_words: Vec<SlotWords>,
+    /// Per slot, the records it may have written (the others were never
+    /// written, so only these need to be found empty before the save
+    /// area is reused).
+    written: Vec<Range<usize>>,
+    /// A replay stored a reference to an object of this launch into an
+    /// older object (the interpreter's write barrier).
+    escaped: bool,
+}
+
+impl Compiled for CpuLaunch<'_> {
+    type State = CpuState;
+    const DEVICE: Device = Device::Cpu;
+
+    fn prepare(
+        &self,
+        env: &LaunchEnv,
+        _call: KernelCall<'_>,
+        plan: &Plan,
+        range: &Range<i64>,
+    ) -> Result<(CpuState, usize, SaveArea), OffloadError> {
+        let workers = env.workers;
+        let per_slot = env.settings.deopt_records.max(1);
+        let area = env
+            .take_save_area(workers * per_slot, self.ck.meta.layout)
+            .map_err(OffloadError::Setup)?;
+        let total = range.end.wrapping_sub(range.start) as u64;
+        let chunk = plan.chunk.map_or_else(
+            || chunk_size(total, workers, plan.item_ns),
+            |c| c.min(1 << 20) as i64,
+        );
+        // A part of the range per slot, each slot's home (`Part`), when
+        // each part is a few claims; a launch of fewer claims has one part
+        // (a part's shorter last claim would be a claim more than one
+        // cursor makes, and a few claims are not worth keeping apart).
+        let parts = if total >= (workers as u64).saturating_mul(chunk as u64 * MIN_PART_CLAIMS) {
+            workers
+        } else {
+            1
+        };
+        let parts = Part::split(range.clone(), parts);
+        let claims = Part::claims(&parts, chunk);
+        // Each slot's home is its own part: the caller runs slot 0 and each
+        // helper its own slot, launch after launch, so each thread keeps
+        // its share of the range.
+        let mut slot_words = vec![SlotWords::default(); workers];
+        for (s, words) in slot_words.iter_mut().enumerate() {
+            words.home = (s % parts.len()) as u64;
+        }
+        let state = CpuState {
+            per_slot,
+            chunk,
+            parts,
+            claims,
+            slot_words,
+            written: Vec::with_capacity(workers),
+            escaped: false,
+        };
+        Ok((state, workers, area))
+    }
+
+    fn wait_bits(&self, _env: &LaunchEnv) -> u32 {
+        0
+    }
+
+    fn units(
+        &self,
+        launch: &Launch<'_>,
+        state: &mut CpuState,
+        _range: &Range<i64>,
+    ) -> Result<Vec<UnitOut>, OffloadError> {
+        let env = launch.env;
+        let workers = env.workers;
+        let tlabs = tlabs_of(launch.alloc, workers);
+        let own_tlabs = exclusive(&tlabs);
+        let alloc = launch.alloc;
+        let ctx = LaunchCtx {
+            heap_base: self.image.base_ptr(),
+            parts: state.parts.as_ptr(),
+            part_count: state.parts.len() as i64,
+            chunk: state.chunk,
+            control: &**launch.control,
+            save_area: launch.area.as_ptr(),
+            record_words: u64::from(self.ck.meta.layout.record_words),
+            slots: state.slot_words.as_mut_ptr(),
+            captures: launch.call.captures.as_ptr().cast::<u64>(),
+            records_per_slot: state.per_slot as u64,
+            tlabs: tlabs.as_ptr().cast(),
+            allocator: std::ptr::from_ref(alloc).cast(),
+            large_words: u64::from(alloc.large_words()),
+            own_limit: if own_tlabs {
+                u64::from(alloc.large_words())
+            } else {
+                0
+            },
+            young: u64::from(alloc.young_start()),
+            nursery: u64::from(env.settings.reclaim && own_tlabs),
+        };
+        let per_slot = state.per_slot;
+        let outs: Vec<Mutex<Option<SlotResult>>> = (0..workers).map(|_| Mutex::default()).collect();
+        let slot_body = |slot: usize| {
+            let mut unit = CpuSlot::new(launch, &ctx, self.ck, slot, per_slot);
+            let out = protocol::drive(launch, &mut unit);
+            let escaped = unit.replayer.as_ref().is_some_and(Replayer::escaped);
+            let result = out.map(|o| (o, unit.records_high, escaped));
+            *outs[slot].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+        };
+        // The launch team runs the slots, the caller taking slot 0; while
+        // another thread's launch has it, the thread pool does. The slots
+        // drain the parts together: slot 0 returns when every part is spent
+        // (or the launch is cut short), and a slot that has not started by
+        // then has nothing to do.
+        if env.gang.run_draining(&slot_body).is_err() {
+            env.pool.scope(|s| {
+                for slot in 0..workers {
+                    let slot_body = &slot_body;
+                    s.spawn(move |_| slot_body(slot));
+                }
+            });
+        }
+        let mut units = Vec::with_capacity(workers);
+        for (slot, o) in outs.into_iter().enumerate() {
+            let first = record::slot_records(slot, per_slot).start;
+            match o.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                Some(Ok((out, high, escaped))) => {
+                    state.written.push(first..first + high as usize);
+                    state.escaped |= escaped;
+                    units.push(out);
+                }
+                Some(Err(e)) => return Err(e),
+                // A slot the launch team skipped: it has nothing to tell.
+                None => {}
+            }
+        }
+        Ok(units)
+    }
+
+    fn finish(
+        &self,
+        env: &LaunchEnv,
+        state: CpuState,
+        area: SaveArea,
+        alloc: Allocator<'_>,
+        safepoints_before: u64,
+    ) -> DeviceFacts {
+        // Compiled code's barrier notes escapes in the slot words, a
+        // replay's in the interpreter.
+        let escaped = state.slot_words.iter().any(|s| s.escaped != 0) || state.escaped;
+        let mut alloc_stats = env.end_allocation(alloc, escaped, safepoints_before);
+        alloc_stats.recycled = state.slot_words.iter().map(|s| s.recycled * 8).sum();
+        env.give_back_save_area(area, &state.written);
+        DeviceFacts {
+            chunks: state.claims,
+            alloc: alloc_stats,
+            version: self.ck.version,
+            quick_tier: self.ck.quick,
+            ..DeviceFacts::default()
+        }
+    }
+}
+
+/// What a slot's rounds came to: the protocol's account, the most records
+/// it held at once, and whether a replay let an object escape.
+type SlotResult = Result<(UnitOut, u64, bool), OffloadError>;
+
+/// One worker's slot as a unit of the protocol: a round enters the slot
+/// once — to resume one record handed back (the last first), or to run
+/// its unstarted rest and claim (entered again at once while it returns
+/// `RECORDED`).
+struct CpuSlot<'a> {
+    ctx: &'a LaunchCtx,
+    ck: &'a CompiledKernel,
+    slot: usize,
+    /// The slot's first save record.
+    first: usize,
+    /// The slot's replayer (lent to the protocol while it drains).
+    replayer: Option<Replayer<'a>>,
+    /// Records handed back, resumed from the last.
+    handed: Vec<HandedBack>,
+    /// The slot's unstarted rest while its records are resumed (an entry
+    /// that resumes one leaves its never-ran words empty).
+    rest: [i64; 2],
+    /// The slot's claims found the range exhausted.
+    exhausted: bool,
+    /// The collections there had been when the slot last returned: a full
+    /// heap's record is resumed only after one more.
+    since: u64,
+    /// The most records the slot held at once.
+    records_high: u64,
+    /// The collector, for `since`.
+    gc: &'a crate::gc::Collector,
+}
+
+impl<'a> CpuSlot<'a> {
+    fn new(
+        launch: &'a Launch<'a>,
+        ctx: &'a LaunchCtx,
+        ck: &'a CompiledKernel,
+        slot: usize,
+        per_slot: usize,
+    ) -> CpuSlot<'a> {
+        let env = launch.env;
+        CpuSlot {
+            ctx,
+            ck,
+            slot,
+            first: record::slot_records(slot, per_slot).start,
+            replayer: Some(Replayer::new(
+                launch.call.prog,
+                &env.heap,
+                launch.alloc,
+                &env.control,
+                slot,
+                launch.epoch,
+                &launch.on_exhausted,
+                launch.meta,
+            )),
+            handed: Vec::new(),
+            rest: [0, 0],
+            exhausted: false,
+            since: 0,
+            records_high: 0,
+            gc: &env.gc,
+        }
+    }
+
+    /// Enter the slot once; the exit code and the workitems it completed.
+    fn enter(&mut self) -> (u32, u64) {
+        // SAFETY: `ctx` describes this launch of this kernel version: the
+        // heap outlives the launch and only grows; `captures` passed the
+        // closure's type check against the kernel; the save area has
+        // `workers * per_slot` records of this version's layout, the slot
+        // words `workers` entries, and `slot < workers`; slot `slot`'s
+        // parts of them are touched only by this thread (between its
+        // entries) and its compiled code (during them); the launch team
+        // (or the pool's scope) joins every slot before any of them is
+        // freed.
+        let code = unsafe { self.ck.run_slot(self.ctx, self.slot) };
+        (code, self.words(|w| w.completed))
+    }
+
+    /// Read or write the slot's words between its entries.
+    fn words<R>(&mut self, f: impl FnOnce(&mut SlotWords) -> R) -> R {
+        // SAFETY: compiled code for this slot is not running (it returned,
+        // or is entered after this returns), and the slot's words are this
+        // thread's alone (see `enter`).
+        f(unsafe { &mut *self.ctx.slots.add(self.slot) })
+    }
+
+    /// A round that resumes handed-back record `r`.
+    fn resume(&mut self, (r, h, v): HandedBack) -> Result<Round, OffloadError> {
+        let n = (r - self.first) as u64;
+        // The record just past the count is the one the slot resumes.
+        self.words(|w| {
+            w.records = n;
+            w.reenter = 1;
+        });
+        let (code, completed) = self.enter();
+        self.since = self.gc.collections();
+        self.words(|w| w.reenter = 0);
+        let mut round = Round {
+            completed,
+            done: self.exhausted,
+            ..Round::default()
+        };
+        if code == exit::STOPPED {
+            // A safepoint came before the workitem started: the record is
+            // still to resume, after the park.
+            self.handed.push((r, h, v));
+            return Ok(round);
+        }
+        if code == exit::NO_LANDING {
+            return Err(OffloadError::CorruptSaveArea(
+                offload_deopt::DeoptError::NoLanding {
+                    record: r,
+                    site: h.1.0,
+                },
+            ));
+        }
+        // Its values are in the workitem's variables, or it ended; if it
+        // stopped again, its new record took the same place.
+        if self.words(|w| w.records) == n + 1 {
+            round.records.push(r);
+        }
+        round.resumed.push((r, h, v));
+        Ok(round)
+    }
+}
+
+impl<'a> Rounds<'a> for CpuSlot<'a> {
+    fn run(&mut self, _launch: &Launch<'_>) -> Result<Round, OffloadError> {
+        if let Some(rec) = self.handed.pop() {
+            return self.resume(rec);
+        }
+        // Every record is resumed or replayed: the slot starts with its
+        // unstarted rest.
+        let rest = self.rest;
+        self.words(|w| {
+            w.records = 0;
+            w.never_ran = rest;
+        });
+        // A slot that wrote a record and has room for more returns
+        // `RECORDED`, and is entered again at once (compiled code checks
+        // the control word itself).
+        let mut completed = 0;
+        let code = loop {
+            let (code, done) = self.enter();
+            completed += done;
+            if code != exit::RECORDED {
+                break code;
+            }
+        };
+        // Collections from here on may have made room for the
+        // allocations that failed before the slot returned.
+        self.since = self.gc.collections();
+        let ([lo, hi], records) = self.words(|w| (w.never_ran, w.records));
+        self.rest = [lo, hi];
+        self.records_high = self.records_high.max(records);
+        self.exhausted |= code == exit::DONE;
+        Ok(Round {
+            completed,
+            never_ran: vec![lo, hi],
+            // The last first.
+            records: (0..records as usize)
+                .rev()
+                .map(|n| self.first + n)
+                .collect(),
+            claimed: true,
+            done: code == exit::DONE,
+            ..Round::default()
+        })
+    }
+
+    fn may_resume(&mut self, _r: usize, h: Header) -> bool {
+        h.2 != Reason::AllocationFailure || self.gc.collections() > self.since
+    }
+
+    fn hand_back(&mut self, records: Vec<HandedBack>) {
+        // Drained last first: the first handed back is resumed last.
+        self.handed.extend(records.into_iter().rev());
+    }
+
+    fn has_handed_back(&self) -> bool {
+        !self.handed.is_empty()
+    }
+
+    fn take_handed_back(&mut self) -> Vec<HandedBack> {
+        std::mem::take(&mut self.handed)
+    }
+
+    fn take_replayer(&mut self) -> Option<Replayer<'a>> {
+        self.replayer.take()
+    }
+
+    fn put_replayer(&mut self, rp: Replayer<'a>) {
+        self.replayer = Some(rp);
+    }
+}
