@@ -10,8 +10,8 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use offload::{Arg, Device, Runtime, par_offload};
-use offload_cli::tools::demo::example;
-use offload_cli::tools::reference as native;
+use offload_testkit::kernels::example;
+use offload_testkit::reference as native;
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Duration;
@@ -336,7 +336,7 @@ fn protocol(c: &mut Criterion) {
         ("10%", 10, 0),
     ] {
         let (rt, cl) =
-            offload_cli::tools::bench::deopt_rate_launch(all, n as usize, modulus, remainder)
+            offload_testkit::workloads::deopt_rate_launch(all, n as usize, modulus, remainder)
                 .unwrap();
         par_offload(0..n, &cl).unwrap();
         rt.finish_compiles();
@@ -347,7 +347,7 @@ fn protocol(c: &mut Criterion) {
     let mut g = c.benchmark_group("polls");
     let (w, h, iters) = (256, 256, 256);
     for (name, on) in [("on", true), ("off", false)] {
-        let (rt, cl) = offload_cli::tools::bench::polls_launch(all, on, w, h, iters).unwrap();
+        let (rt, cl) = offload_testkit::workloads::polls_launch(all, on, w, h, iters).unwrap();
         par_offload(0..i64::from(w * h), &cl).unwrap();
         rt.finish_compiles();
         g.bench_function(name, |b| {

@@ -6,10 +6,10 @@
 //! devices (`interp_device.rs`, `cpu.rs`, `cuda/`) see only it.
 
 use offload_deopt::{SaveArea, SaveLayout};
+use offload_heap::{AllocPolicy, AllocStats, Allocator, Heap, SharedTlab};
 use offload_host_interp::{Control, Program};
 use offload_ir::FuncId;
 use offload_jit::{CompileOptions, SpecConfig};
-use offload_tlab::{AllocPolicy, AllocStats, Allocator, Heap, SharedTlab};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn tlabs_are_exclusive_only_when_each_slot_has_its_own() {
-        let t: Vec<offload_tlab::SharedTlab> = (0..3).map(|_| Default::default()).collect();
+        let t: Vec<offload_heap::SharedTlab> = (0..3).map(|_| Default::default()).collect();
         let p = |i: usize| std::ptr::from_ref(&t[i]);
         assert!(exclusive(&[p(0), p(1), p(2)]));
         assert!(exclusive(&[p(2)]));

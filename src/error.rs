@@ -154,7 +154,7 @@ pub enum OffloadError {
     Interrupted(Box<LaunchReport>),
     /// The heap could not be created or an allocation failed.
     #[error("heap: {0}")]
-    Heap(#[from] offload_tlab::HeapError),
+    Heap(#[from] offload_heap::HeapError),
     /// A setting of the [`crate::RuntimeBuilder`] is out of range or
     /// unknown.
     #[error("runtime setup: {problem}")]

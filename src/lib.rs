@@ -84,30 +84,33 @@
 //!    chunk sizes; a deadline starts a watchdog; the planned device runs
 //!    it, falling back CUDA → CPU → interpreter when a device cannot
 //!    (`executor.rs`: the one interface every device implements).
-//! 3. The device: `cuda/` compiles the PTX (`offload-jit`'s `ptx`),
-//!    copies the heap image and launches one slot per GPU thread;
-//!    `cpu.rs` compiles with Cranelift (`offload-jit`'s `cpu`, quick tier
-//!    first) and enters one slot loop per worker; `interp_device.rs` runs
-//!    the workitems in interpreters. Compiled slots write deopt records
-//!    into the save area as they meet what they cannot handle.
-//! 4. `replay.rs`: the device hands each record to a replayer, which
-//!    resumes the workitem in the interpreter from the site's frame state,
-//!    and accounts for it (replayed, threw, or abandoned by an interrupt);
-//!    the CPU replays as each slot fills, the GPU after each grid, then
-//!    re-enters or relaunches on the never-ran rest.
-//! 5. `report.rs`: the device fills the [`LaunchReport`] — the partition
-//!    of the range, the deopts by site and reason, the deopt table with
-//!    named values, allocation, phase timings — and the exceptions decide
-//!    whether the call returns it or [`OffloadError::Exceptions`]
-//!    (`error.rs`).
+//! 3. The device: `cuda/` compiles the PTX (`offload-jit`'s `ptx`) and
+//!    runs the grid over the heap image it keeps on the GPU; `cpu/`
+//!    compiles with Cranelift (`offload-jit`'s `cpu`, quick tier first)
+//!    and enters one slot loop per worker; `interp_device.rs` runs the
+//!    workitems in interpreters. Compiled slots write deopt records into
+//!    the save area as they meet what they cannot handle.
+//! 4. `protocol.rs`: the launch of compiled code, written once for both
+//!    compiled devices — the save area, roots and control word, and the
+//!    loop of rounds each unit of slots drives (a CPU worker's slot, the
+//!    GPU's grid): run, park at a safepoint, resume each record on the
+//!    device or hand it to a replayer (`replay.rs`), which resumes the
+//!    workitem in the interpreter from the site's frame state and accounts
+//!    for it (replayed, threw, or abandoned by an interrupt), then
+//!    re-enter or relaunch on the never-ran rest.
+//! 5. `report.rs`: the protocol builds the [`LaunchReport`] from what the
+//!    rounds returned — the partition of the range, the deopts by site and
+//!    reason, the deopt table with named values, allocation, phase timings
+//!    — and the exceptions decide whether the call returns it or
+//!    [`OffloadError::Exceptions`] (`error.rs`).
 //! 6. Back in `launch.rs`, the kernel's recompilation policy (`policy.rs`)
 //!    sees the report and decides what the next launch runs.
 //!
 //! The modules form layers with no cycle (`scripts/module-cycles` checks
 //! it in the test run): `device`, `diagnostics` and `table`; `policy`;
-//! `report`; `error`; `gc` and `replay`; `env`; `adaptive`; `executor`;
-//! the devices (`interp_device`, `cpu`, `cuda`); `launch`; `runtime`; then
-//! `source` and `inspect`. The `offload` command, its REPL and its tooling sit on top,
+//! `report`; `error`; `gc` and `replay`; `env`; `adaptive`; `executor` and
+//! `protocol`; the devices (`interp_device`, `cpu`, `cuda`); `launch`;
+//! `runtime`; then `source` and `inspect`. The `offload` command, its REPL and its tooling sit on top,
 //! in a crate of their own (`cli/`, `offload-cli`).
 //! The architecture — invariants, how a launch flows, where each part lives
 //! — is described in `docs/DESIGN.md` in the repository.
@@ -115,11 +118,11 @@
 #![deny(missing_docs)]
 
 pub use offload_deopt as deopt;
+pub use offload_heap as heap;
 pub use offload_host_interp as interp;
 pub use offload_ir as ir;
 pub use offload_jit as jit;
 pub use offload_lang as lang;
-pub use offload_tlab as tlab;
 
 pub mod adaptive;
 mod cpu;
@@ -145,8 +148,8 @@ pub mod table;
 pub use cuda::{GpuHandles, cuda_error_text};
 pub use error::{KernelExceptions, OffloadError};
 pub use gc::{GcPolicy, Root};
+pub use offload_heap::{AllocPolicy, GcStats};
 pub use offload_macros::{kernel, kernels};
-pub use offload_tlab::{AllocPolicy, GcStats};
 pub use report::{DeoptAction, DeoptRow, GcSummary, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,

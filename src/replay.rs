@@ -16,12 +16,12 @@ use crate::error::KernelExceptions;
 use crate::error::OffloadError;
 use crate::report::{DeoptAction, DeoptRow, LaunchReport};
 use offload_deopt::{DeoptMetadata, Reason};
+use offload_heap::{Allocator, Heap};
 use offload_host_interp::{
     Collector, Control, Exception, Interpreter, Program, ResumeError, ResumePlan,
 };
 use offload_ir::ExceptionKind;
 use offload_ir::SiteId;
-use offload_tlab::{Allocator, Heap};
 use std::collections::BTreeMap;
 
 /// A record's header: the workitem, its site and why it stopped.

@@ -3,8 +3,8 @@
 //! from ([`NeverRan`]). Every figure is defined once, on its field.
 
 use crate::device::Device;
+use offload_heap::AllocStats;
 use offload_host_interp::Profile;
-use offload_tlab::AllocStats;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
@@ -223,7 +223,7 @@ pub struct LaunchReport {
     /// eden's top) after each run, and the heap chunks host code fetched
     /// while the launch ran (its replays read what the device wrote).
     /// Heap bytes fetched later (a `read` of the results) belong to no
-    /// launch: [`offload_tlab::Heap::residency`] counts them.
+    /// launch: [`offload_heap::Heap::residency`] counts them.
     pub to_host_bytes: u64,
     /// The collections that ran while the launch was in flight — its own
     /// (eden exhausted, or due before it started) and any another thread

@@ -138,7 +138,7 @@ fn compiled_allocation_under_every_policy_is_exact_and_parses() {
         let r = run(cpu().alloc_policy(policy).alloc_buffers(buffers), 3000, 12);
         assert!(r.on_device > 0, "{policy:?}: {r}");
         // Workers of a group bump buffers of their own, taken from the
-        // group's TLAB (see `offload_tlab::alloc`).
+        // group's TLAB (see `offload_heap::alloc`).
         let grouped = matches!(
             policy,
             AllocPolicy::SharedTlab { group: 2 } | AllocPolicy::FailOnOverflow { group: 2 }
@@ -341,9 +341,12 @@ fn the_optimized_list_kernel_keeps_no_constant_across_blocks() {
     // iteration; the JIT gives each using block a copy of its own.
     let rt = cpu().build().unwrap();
     let m = rt
-        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
+        .load(
+            "linkedlist.obc",
+            offload_testkit::kernels::example("linkedlist.obc"),
+        )
         .unwrap();
-    let clif = m.cranelift_ir("list").unwrap();
+    let clif = m.cranelift_ir("linked_list").unwrap();
     assert!(clif.contains("iconst.i64 0x0018_0000_0000"), "{clif}");
     let far = far_constant_uses(&clif);
     assert!(far.is_empty(), "{far:?}\n{clif}");

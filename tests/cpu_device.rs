@@ -3,11 +3,11 @@
 use offload::deopt::Reason;
 use offload::ir::ExceptionKind;
 use offload::{Device, OffloadError, Runtime, par_offload};
-use offload_cli::tools::demo::example;
-use offload_cli::tools::reference as native;
 use offload_jit::Injection;
+use offload_testkit::kernels::example;
+use offload_testkit::reference as native;
 
-use offload_cli::tools::demo::INC_KERNEL as INC;
+use offload_testkit::kernels::INC_KERNEL as INC;
 
 #[path = "common/runtimes.rs"]
 mod runtimes;
@@ -20,9 +20,9 @@ use runtimes::{cpu, interpreter, optimized};
 fn the_demo_matches_native_rust_on_the_cpu_device() {
     let rt = cpu(2);
     let rows =
-        offload_cli::tools::demo::run(&rt, offload_cli::tools::demo::Sizes { shrink: 20 }).unwrap();
+        offload_testkit::demo::run(&rt, offload_testkit::demo::Sizes { shrink: 20 }).unwrap();
     let bad: Vec<_> = rows.iter().filter(|r| !r.ok).collect();
-    assert!(bad.is_empty(), "{}", offload_cli::tools::demo::table(&rows));
+    assert!(bad.is_empty(), "{}", offload_testkit::demo::table(&rows));
 }
 
 #[test]

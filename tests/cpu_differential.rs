@@ -1,12 +1,12 @@
 //! Random valid kernels (loops, branches, arithmetic of every type, arrays,
 //! allocation, calls, virtual calls, exceptions) on the CPU device and on
 //! the interpreter, with the same inputs: the same heap contents and the
-//! same exceptions (see `offload_cli::tools::differential`; the `jit_differential`
+//! same exceptions (see `offload_testkit::differential`; the `jit_differential`
 //! cargo-fuzz target runs the same comparison at length).
 
 use offload::ir::print_module;
-use offload_cli::tools::differential::Differ;
-use offload_cli::tools::reference::Rng;
+use offload_testkit::differential::Differ;
+use offload_testkit::reference::Rng;
 
 #[path = "common/programs.rs"]
 mod programs;

@@ -6,13 +6,13 @@
 //! variable-mapping or record-layout mistake in the JIT's deopt exits shows
 //! up here as a differing word, with the program printed.
 
+use offload::heap::Allocator;
 use offload::interp::{Interpreter, Outcome};
 use offload::ir::{Kind, Type, print_module};
-use offload::tlab::Allocator;
 use offload::{Device, Runtime, par_offload};
-use offload_cli::tools::differential::{canonical_bits as canon, inputs};
-use offload_cli::tools::reference::Rng;
 use offload_jit::Injection;
+use offload_testkit::differential::{canonical_bits as canon, inputs};
+use offload_testkit::reference::Rng;
 
 #[path = "common/programs.rs"]
 mod programs;

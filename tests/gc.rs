@@ -23,7 +23,7 @@ fn runtime(device: Device, max: usize, gc: GcPolicy) -> Runtime {
         .unwrap()
 }
 
-fn verify(rt: &Runtime) -> offload::tlab::WalkStats {
+fn verify(rt: &Runtime) -> offload::heap::WalkStats {
     rt.verify_heap(&[]).unwrap()
 }
 
@@ -259,8 +259,8 @@ fn stress() -> GcPolicy {
 
 #[test]
 fn random_programs_agree_with_the_interpreter_under_gc_stress() {
-    use offload_cli::tools::differential::Differ;
-    use offload_cli::tools::reference::Rng;
+    use offload_testkit::differential::Differ;
+    use offload_testkit::reference::Rng;
     for device in [Device::Cpu, Device::Interpreter] {
         let differ = Differ::with_gc(device, stress()).unwrap();
         let mut rng = Rng::new(2028);
@@ -315,7 +315,7 @@ fn the_example_kernels_run_exactly_once_under_gc_stress() {
 
 #[test]
 fn every_example_kernel_agrees_with_the_interpreter_under_gc_stress() {
-    use offload_cli::tools::differential::Differ;
+    use offload_testkit::differential::Differ;
     let files = examples::examples();
     for device in [Device::Cpu, Device::Interpreter] {
         let differ = Differ::with_gc(device, stress()).unwrap();

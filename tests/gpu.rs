@@ -9,9 +9,9 @@
 use offload::deopt::Reason;
 use offload::ir::print_module;
 use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
-use offload_cli::tools::differential::Differ;
-use offload_cli::tools::reference::Rng;
 use offload_jit::Injection;
+use offload_testkit::differential::Differ;
+use offload_testkit::reference::Rng;
 use std::time::{Duration, Instant};
 
 #[path = "common/programs.rs"]
@@ -124,7 +124,7 @@ fn injected_inc(site_bci: u32, modulus: i64) -> offload::LaunchReport {
     }));
     let n = size(&rt, 200_000, 6_000);
     let m = rt
-        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_testkit::kernels::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
     let r = par_offload(0..n as i64, m.closure("inc", [(&out).into()]).unwrap()).unwrap();
@@ -210,7 +210,7 @@ fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
 fn spin_under_host_safepoints(b: RuntimeBuilder, pause: Duration) -> (offload::LaunchReport, u64) {
     let rt = build(b);
     let m = rt
-        .load("spin.obc", offload_cli::tools::demo::SPIN_KERNEL)
+        .load("spin.obc", offload_testkit::kernels::SPIN_KERNEL)
         .unwrap();
     let n = size(&rt, 200_000, 6_000);
     let iters = size(&rt, 2000, 300) as i32;
@@ -289,11 +289,14 @@ fn tlab_refills_under_contention_one_refiller_per_overflow() {
     let rt = build(
         gpu()
             .tlab_bytes(tlab)
-            .alloc_policy(offload::tlab::AllocPolicy::SharedTlab { group: 2 })
+            .alloc_policy(offload::heap::AllocPolicy::SharedTlab { group: 2 })
             .reclaim(false),
     );
     let m = rt
-        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
+        .load(
+            "linkedlist.obc",
+            offload_testkit::kernels::example("linkedlist.obc"),
+        )
         .unwrap();
     let items = size(&rt, 1_000_000, 8_000);
     let n = 8i32;
@@ -301,13 +304,13 @@ fn tlab_refills_under_contention_one_refiller_per_overflow() {
     let before = rt.heap().used();
     let rep = par_offload(
         0..items as i64,
-        m.closure("list", [n.into(), (&out).into()]).unwrap(),
+        m.closure("linked_list", [n.into(), (&out).into()]).unwrap(),
     )
     .unwrap();
     assert_eq!(rep.device, Device::Cuda, "{rep}");
     let got = rt.read(&out).unwrap();
     let want: Vec<i64> = (0..items as i64)
-        .map(|i| offload_cli::tools::reference::list_sum_expected(i, n))
+        .map(|i| offload_testkit::reference::list_sum_expected(i, n))
         .collect();
     assert_eq!(got, want, "{rep}");
     // No two objects overlap and every gap is a filler: the heap parses,
@@ -343,17 +346,21 @@ fn eden_exhaustion_fails_the_refill_and_the_host_replays() {
     // with AllocationFailure; the host replays them.
     let rt = build(gpu().tlab_bytes(512).fail_refills(2, 1).reclaim(false));
     let m = rt
-        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
+        .load(
+            "linkedlist.obc",
+            offload_testkit::kernels::example("linkedlist.obc"),
+        )
         .unwrap();
     let items = size(&rt, 100_000, 4_000);
     let out = rt.new_array::<i64>(items).unwrap();
     let rep = par_offload(
         0..items as i64,
-        m.closure("list", [8i32.into(), (&out).into()]).unwrap(),
+        m.closure("linked_list", [8i32.into(), (&out).into()])
+            .unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..items as i64)
-        .map(|i| offload_cli::tools::reference::list_sum_expected(i, 8))
+        .map(|i| offload_testkit::reference::list_sum_expected(i, 8))
         .collect();
     assert_eq!(rt.read(&out).unwrap(), want, "{rep}");
     let failures: u64 = rep
@@ -391,7 +398,10 @@ fn a_full_heap_is_collected_between_relaunches() {
             }),
     );
     let m = rt
-        .load("list.obc", offload_cli::tools::bench::LIST_KERNEL)
+        .load(
+            "linkedlist.obc",
+            offload_testkit::kernels::example("linkedlist.obc"),
+        )
         .unwrap();
     // 20,000 on hardware: 200,000 lists of 64 nodes through 2 MiB (with
     // a verified collection at every third failure) kept an H100's host
@@ -400,11 +410,12 @@ fn a_full_heap_is_collected_between_relaunches() {
     let out = rt.new_array::<i64>(items).unwrap();
     let rep = par_offload(
         0..items as i64,
-        m.closure("list", [64i32.into(), (&out).into()]).unwrap(),
+        m.closure("linked_list", [64i32.into(), (&out).into()])
+            .unwrap(),
     )
     .unwrap();
     let want: Vec<i64> = (0..items as i64)
-        .map(|i| offload_cli::tools::reference::list_sum_expected(i, 64))
+        .map(|i| offload_testkit::reference::list_sum_expected(i, 64))
         .collect();
     assert_eq!(rt.read(&out).unwrap(), want, "{rep}");
     assert!(rep.gc.collections > 0, "{rep}");
@@ -521,7 +532,7 @@ fn a_kernel_that_stores_outside_the_heap_is_an_error_naming_its_ptx_line() {
         )
     }));
     let m = rt
-        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_testkit::kernels::INC_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(100).unwrap();
     let err = par_offload(0..100, m.closure("inc", [(&out).into()]).unwrap()).unwrap_err();

@@ -1,4 +1,4 @@
-//! The heap that stays on the GPU (`offload_tlab::resident`, the CUDA
+//! The heap that stays on the GPU (`offload_heap::resident`, the CUDA
 //! device's `resident.rs`): repeated launches move only what changed and
 //! leave the heap's top where it was, host and device see each other's
 //! writes, and replays and relaunches under injected deopts and safepoints
@@ -7,8 +7,8 @@
 //! counts are exact.
 
 use offload::{Device, LaunchReport, Runtime, RuntimeBuilder, par_offload};
+use offload_heap::resident::CHUNK_BYTES;
 use offload_jit::Injection;
-use offload_tlab::resident::CHUNK_BYTES;
 
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
@@ -58,7 +58,7 @@ const INC2: &str = "kernel inc2(i: i64, out: i32[]) {
 fn hundred_launches(pad_mib: usize) -> (u64, Vec<u64>, u64) {
     let rt = build(gpu());
     let m = rt
-        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_testkit::kernels::INC_KERNEL)
         .unwrap();
     let pad = rt.new_array::<i64>(pad_mib << 17).unwrap();
     rt.write(&pad, 0, &[7; 1000]).unwrap();
@@ -118,14 +118,14 @@ fn a_hundred_launches_that_allocate_nothing_move_no_heap_and_leave_its_top() {
 fn host_writes_reach_the_next_launch_and_device_writes_the_next_read() {
     let rt = build(gpu());
     let m = rt
-        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_testkit::kernels::INC_KERNEL)
         .unwrap();
     // Five chunks of ints.
     let n = 5 * CHUNK_BYTES / 4;
     let out = rt.new_array::<i32>(n).unwrap();
     let c = m.closure("inc", [(&out).into()]).unwrap();
     let mut want = vec![0i32; n];
-    let mut rng = offload_cli::tools::reference::Rng::new(30);
+    let mut rng = offload_testkit::reference::Rng::new(30);
     let launch = |want: &mut Vec<i32>| {
         // Over a part of the array only: the rest keeps what the host wrote.
         let r = par_offload(0..(n / 2) as i64, &c).unwrap();
@@ -237,7 +237,7 @@ fn launches_alternating_between_the_gpu_and_the_cpu_see_each_others_writes() {
     // sends what it wrote.
     let rt = build(gpu().policy_with(|| Box::new(Alternate)));
     let m = rt
-        .load("inc.obc", offload_cli::tools::demo::INC_KERNEL)
+        .load("inc.obc", offload_testkit::kernels::INC_KERNEL)
         .unwrap();
     let n = 3 * CHUNK_BYTES / 4;
     let out = rt.new_array::<i32>(n).unwrap();
@@ -278,7 +278,7 @@ fn saxpy_launched_twenty_times_moves_its_data_once() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64);
-    let t = offload_cli::tools::bench_bytes::saxpy(&rt, shrink).unwrap();
+    let t = offload_testkit::bytes::saxpy(&rt, shrink).unwrap();
     eprint!("{}", t.table());
     eprintln!("{}", t.json());
     assert!(t.first.0 >= t.data_bytes, "{t:?}");
@@ -398,8 +398,8 @@ fn operations_at_stopping_safepoints_read_and_write_the_resident_heap() {
 fn waiting_in_place_against_leaving_the_grid() {
     // `offload bench --device cuda` prints the same table.
     let rt = build(gpu());
-    let rows = offload_cli::tools::bench_waits::run(&rt, 1).unwrap();
-    eprint!("{}", offload_cli::tools::bench_waits::table(&rows));
+    let rows = offload_testkit::waits::run(&rt, 1).unwrap();
+    eprint!("{}", offload_testkit::waits::table(&rows));
     for r in &rows {
         eprintln!("{}", r.json());
         if r.report.safepoints == 0 {

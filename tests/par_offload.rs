@@ -2,10 +2,10 @@
 
 use offload::ir::ExceptionKind;
 use offload::{AllocPolicy, Device, OffloadError, Runtime, par_offload};
-use offload_cli::tools::demo::example;
-use offload_cli::tools::reference as native;
+use offload_testkit::kernels::example;
+use offload_testkit::reference as native;
 
-use offload_cli::tools::demo::INC_KERNEL as INC;
+use offload_testkit::kernels::INC_KERNEL as INC;
 
 fn rt() -> Runtime {
     Runtime::builder().workers(4).build().unwrap()

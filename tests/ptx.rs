@@ -10,7 +10,7 @@ use offload::ir::print_module;
 use offload::jit::{CompileOptions, Injection, SafepointInjection};
 use offload::jit::{CpuJit, JitError, ptx, ptxas};
 use offload::{Device, Runtime};
-use offload_cli::tools::reference::Rng;
+use offload_testkit::reference::Rng;
 use std::path::PathBuf;
 
 #[path = "common/programs.rs"]
@@ -198,7 +198,7 @@ fn the_cuda_c_baselines_assemble_for_sm70_sm80_sm90() {
     // checked in, so the ordinary run makes sure ptxas takes it.
     let ptxas = ptxas_path();
     for arch in ptxas::ARCHES {
-        ptxas::assemble(&ptxas, offload_cli::tools::cuda_c::PTX, arch)
+        ptxas::assemble(&ptxas, include_str!("../benches/cuda/baselines.ptx"), arch)
             .unwrap_or_else(|e| panic!("benches/cuda/baselines.ptx for {arch}: {e}"));
     }
 }

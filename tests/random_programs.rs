@@ -4,7 +4,7 @@
 
 use offload::ir::{Elem, Type, print_module};
 use offload::{Arg, OffloadError, Runtime, par_offload};
-use offload_cli::tools::reference::Rng;
+use offload_testkit::reference::Rng;
 
 #[path = "common/programs.rs"]
 mod programs;

@@ -5,7 +5,6 @@
 //! reference to one of its objects into an older object.
 
 use offload::{Arg, Device, Runtime, par_offload};
-use offload_cli::tools::bench::LIST_KERNEL;
 use offload_jit::Injection;
 
 /// The interpreter, the CPU device's quick tier (a tiered runtime's first
@@ -26,7 +25,11 @@ fn runtimes() -> Vec<(&'static str, Runtime)> {
 }
 
 fn lists(rt: &Runtime) -> offload::Module {
-    rt.load("list.obc", LIST_KERNEL).unwrap()
+    rt.load(
+        "linkedlist.obc",
+        offload_testkit::kernels::example("linkedlist.obc"),
+    )
+    .unwrap()
 }
 
 /// Lists of 16 nodes per workitem, summed into `out` (no node escapes):
@@ -39,15 +42,16 @@ fn churn(
     reps: usize,
 ) -> Vec<(offload::LaunchReport, u64)> {
     let out = rt.new_array::<i64>(items).unwrap();
-    let c = m.closure("list", [16i32.into(), (&out).into()]).unwrap();
+    let c = m
+        .closure("linked_list", [16i32.into(), (&out).into()])
+        .unwrap();
     (0..reps)
         .map(|_| {
             let r = par_offload(0..items as i64, &c).unwrap();
             let got = rt.read(&out).unwrap();
             assert!(
                 (0..items)
-                    .all(|i| got[i]
-                        == offload_cli::tools::reference::list_sum_expected(i as i64, 16)),
+                    .all(|i| got[i] == offload_testkit::reference::list_sum_expected(i as i64, 16)),
                 "{r}"
             );
             (r, rt.heap().used())
@@ -252,7 +256,9 @@ fn a_launch_stopped_for_a_safepoint_operation_keeps_its_objects() {
         .unwrap();
     let m = lists(&rt);
     let out = rt.new_array::<i64>(200_000).unwrap();
-    let c = m.closure("list", [16i32.into(), (&out).into()]).unwrap();
+    let c = m
+        .closure("linked_list", [16i32.into(), (&out).into()])
+        .unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     let r = std::thread::scope(|s| {
         let h = s.spawn(|| {
@@ -460,7 +466,7 @@ fn lists_a_workitem_keeps_survive_the_workitems_after_it() {
         )
         .unwrap();
         let sums: Vec<i64> = (0..items as i64)
-            .map(|i| offload_cli::tools::reference::list_sum_expected(i, n))
+            .map(|i| offload_testkit::reference::list_sum_expected(i, n))
             .collect();
         assert_eq!(rt.read(&out).unwrap(), sums, "{name}: {r}");
         assert_eq!(r.alloc.reclaimed, 0, "{name}: kept lists escaped: {r}");
@@ -658,13 +664,15 @@ fn both_devices_run_a_garbage_making_kernel_in_a_small_heap() {
         // of 2 MiB.
         let items = 20_000usize;
         let out = rt.new_array::<i64>(items).unwrap();
-        let c = m.closure("list", [64i32.into(), (&out).into()]).unwrap();
+        let c = m
+            .closure("linked_list", [64i32.into(), (&out).into()])
+            .unwrap();
         let r = par_offload(0..items as i64, &c)
             .unwrap_or_else(|e| panic!("{device:?} ran out of memory: {e}"));
         let got = rt.read(&out).unwrap();
         assert!(
             (0..items)
-                .all(|i| got[i] == offload_cli::tools::reference::list_sum_expected(i as i64, 64)),
+                .all(|i| got[i] == offload_testkit::reference::list_sum_expected(i as i64, 64)),
             "{device:?}: {r}"
         );
         assert!(r.alloc.recycled > 20 << 20, "{device:?}: {r}");

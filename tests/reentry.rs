@@ -6,8 +6,8 @@
 
 use offload::deopt::{Reason, reentry_point};
 use offload::{Arg, Device, GcPolicy, Runtime, par_offload};
-use offload_cli::tools::differential::Differ;
 use offload_jit::Injection;
+use offload_testkit::differential::Differ;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -5,12 +5,12 @@
 //! through a save record (encode, store in the save area, decode, resume).
 
 use offload::deopt::{DeoptMetadata, Record, SaveArea};
+use offload::heap::layout::Header;
+use offload::heap::{AllocPolicy, Allocator, Ref};
 use offload::interp::{Interpreter, Outcome, ResumeFrame};
 use offload::ir::ExceptionKind;
-use offload::tlab::layout::Header;
-use offload::tlab::{AllocPolicy, Allocator, Ref};
 use offload::{Arg, Runtime};
-use offload_cli::tools::demo::example;
+use offload_testkit::kernels::example;
 
 fn snapshot(rt: &Runtime, arrays: &[Ref]) -> Vec<Vec<u32>> {
     arrays
@@ -159,7 +159,7 @@ fn resume_from_every_site_of_every_example() {
         w,
     );
 
-    let b = offload_cli::tools::reference::Bodies::random(8, 1);
+    let b = offload_testkit::reference::Bodies::random(8, 1);
     let arrs: Vec<Arg> = [&b.px, &b.py, &b.pz, &b.m, &b.vx, &b.vy, &b.vz]
         .iter()
         .map(|v| Arg::from(&f(v)))
@@ -168,7 +168,7 @@ fn resume_from_every_site_of_every_example() {
     args.extend(arrs);
     check_example("nbody.obc", "nbody", args, &rt, w);
 
-    let (s, x, t) = offload_cli::tools::reference::options(8, 2);
+    let (s, x, t) = offload_testkit::reference::options(8, 2);
     let (call, put) = (
         rt.new_array::<f32>(8).unwrap(),
         rt.new_array::<f32>(8).unwrap(),

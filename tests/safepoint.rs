@@ -80,7 +80,7 @@ kernel spin(i: i64, iters: i32, counts: i64[]) {
 
 fn safepoints_on(device: Device, n: usize, iters: i32) {
     safepoints_in(
-        offload_cli::tools::demo::SPIN_KERNEL,
+        offload_testkit::kernels::SPIN_KERNEL,
         device,
         n,
         iters,

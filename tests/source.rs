@@ -5,7 +5,7 @@
 //! (both tiers) with the same inputs.
 
 use offload::Device;
-use offload_cli::tools::differential::Differ;
+use offload_testkit::differential::Differ;
 
 #[path = "common/examples.rs"]
 mod examples;
@@ -33,7 +33,7 @@ fn every_example_source_agrees_with_its_bytecode_on_every_device() {
     assert!(checked >= 11, "only {checked} examples");
 }
 
-/// Random source programs (`offload_cli::tools::source_gen`): the front
+/// Random source programs (`offload_testkit::source_gen`): the front
 /// end compiles every one, its bytecode verifies, and the interpreter and
 /// the CPU device (both tiers) agree on its heap and exceptions.
 #[test]
@@ -45,7 +45,7 @@ fn random_source_programs_compile_verify_and_agree_on_every_device() {
         .unwrap_or(150);
     let mut kernels = 0;
     for seed in 0..cases {
-        let src = offload_cli::tools::source_gen::program(seed);
+        let src = offload_testkit::source_gen::program(seed);
         let verified = offload::lang::compile_verified("random.ofk", &src).unwrap_or_else(|d| {
             panic!(
                 "seed {seed}: the front end rejected a well-typed program:\n{}\n{src}",
@@ -135,7 +135,7 @@ fn on_the_gpu_every_example_source_agrees_with_its_bytecode() {
     // Random source programs too, fewer than on the CPU (the virtual GPU
     // is slow).
     for seed in 0..20u64 {
-        let src = offload_cli::tools::source_gen::program(seed);
+        let src = offload_testkit::source_gen::program(seed);
         let v = offload::lang::compile_verified("random.ofk", &src).unwrap();
         differ
             .compare(&offload::ir::print_module(&v), seed)

@@ -10,8 +10,8 @@ use offload::jit::CompileOptions;
 use offload::jit::{CpuJit, SpecConfig, Speculations, ptx, ptxas};
 use offload::policy::{Context, Decided, Decision, LaunchOutcome, Policy};
 use offload::{Arg, Device, OffloadError, Runtime};
-use offload_cli::tools::experiment::{self, Config};
 use offload_deopt::{Assumption, Reason};
+use offload_testkit::experiment::{self, Config};
 use std::collections::BTreeSet;
 
 /// Speculating runtime on the CPU device with one warm-up launch.

@@ -38,10 +38,10 @@ pub struct LaunchCtx {
     pub records_per_slot: u64,
     /// Per slot, the shared TLAB its fast path allocates from (null: the
     /// policy has none, every allocation takes the slow path): an
-    /// `offload_tlab::SharedTlab`, whose words are laid out as
+    /// `offload_heap::SharedTlab`, whose words are laid out as
     /// [`TlabWords`].
     pub tlabs: *const *const TlabWords,
-    /// The launch's `offload_tlab::Allocator`, for the slow path.
+    /// The launch's `offload_heap::Allocator`, for the slow path.
     pub allocator: *const std::ffi::c_void,
     /// Objects of more words than this skip the fast path.
     pub large_words: u64,

@@ -26,7 +26,8 @@ pub struct DeviceCtx {
     pub save_area: u64,
     /// Words per save record.
     pub record_words: u64,
-    /// Per slot, two `i64`: the unstarted `[start, end)` of its chunk.
+    /// Per slot, a [`NeverRan`]: the unstarted `[start, end)` of its
+    /// chunk.
     pub never_ran: u64,
     /// The kernel's captures, one raw 64-bit slot each.
     pub captures: u64,
@@ -56,7 +57,7 @@ pub struct DeviceCtx {
     /// (`u64`, 0 before its first poll): kept across relaunches so that the
     /// stream goes on (see `offload_jit::SafepointInjection`).
     pub inject: u64,
-    /// The heap's dirty map: a byte per `offload_tlab::resident` chunk of
+    /// The heap's dirty map: a byte per `offload_heap::resident` chunk of
     /// the heap image (which starts at a chunk boundary), set to 1 by every store and atomic of the kernel
     /// into that chunk (the objects it allocates lie in the device eden,
     /// which the host counts as written whole). The host zeroes the map
@@ -156,6 +157,29 @@ pub mod counter {
     }
 }
 
+/// One slot's unstarted rest in [`DeviceCtx::never_ran`]: `[lo, hi)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NeverRan {
+    /// The first unstarted workitem.
+    pub lo: i64,
+    /// One past the last.
+    pub hi: i64,
+}
+
+/// Bytes from one slot's [`NeverRan`] to the next.
+pub const NEVER_RAN_BYTES: u64 = size_of::<NeverRan>() as u64;
+/// `NeverRan::lo`.
+pub const NEVER_RAN_LO: i32 = std::mem::offset_of!(NeverRan, lo) as i32;
+/// `NeverRan::hi`.
+pub const NEVER_RAN_HI: i32 = std::mem::offset_of!(NeverRan, hi) as i32;
+/// Bytes from one slot's exit code ([`DeviceCtx::exits`], a `u32`) to the
+/// next.
+pub const EXIT_BYTES: u64 = size_of::<u32>() as u64;
+/// Bytes from one slot's injection state ([`DeviceCtx::inject`], a `u64`)
+/// to the next.
+pub const INJECT_BYTES: u64 = size_of::<u64>() as u64;
+
 /// Words in a [`DeviceCtx`].
 pub const DEVICE_CTX_WORDS: usize = size_of::<DeviceCtx>() / 8;
 
@@ -231,6 +255,7 @@ mod tests {
         assert_eq!(at(offsets::PARKED), 21);
         assert_eq!(words.len(), 21);
         assert_eq!(TLAB_BYTES, 24);
+        assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
         // What the generated PTX was built against.
         assert_eq!(offsets::PARKED, 160);
     }

@@ -1,11 +1,11 @@
 //! A shared TLAB's words, as compiled code and the runtime's allocator see
-//! them (the protocol is `offload_tlab::tlab`'s): its state, one 64-bit
+//! them (the protocol is `offload_heap::tlab`'s): its state, one 64-bit
 //! word `end << 32 | top` in heap words, so that one atomic add returns a
 //! consistent snapshot of both; its generation, bumped by each refill, with
 //! [`FAILED`] set when eden was exhausted during one; and its refill count.
 
 /// The words of one shared TLAB, `#[repr(C)]`: the GPU's TLABs are an
-/// array of these; the CPU's `offload_tlab::SharedTlab` starts with the
+/// array of these; the CPU's `offload_heap::SharedTlab` starts with the
 /// same words (checked where it is defined).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -385,10 +385,10 @@ fn run(cli: Cli) -> Result<(), String> {
             let (transfers, waits) = if rt.device() == offload::Device::Cuda {
                 (
                     Some(
-                        offload_cli::tools::bench_bytes::saxpy(&rt, shrink)
+                        offload_cli::tools::bytes::saxpy(&rt, shrink)
                             .map_err(|e| format!("error: {e}"))?,
                     ),
-                    offload_cli::tools::bench_waits::run(&rt, shrink)
+                    offload_cli::tools::waits::run(&rt, shrink)
                         .map_err(|e| format!("error: {e}"))?,
                 )
             } else {
@@ -418,7 +418,7 @@ fn run(cli: Cli) -> Result<(), String> {
                     print!("{}", t.table());
                 }
                 if !waits.is_empty() {
-                    print!("{}", offload_cli::tools::bench_waits::table(&waits));
+                    print!("{}", offload_cli::tools::waits::table(&waits));
                 }
             }
             Ok(())
@@ -670,13 +670,15 @@ fn experiment(
     }
     print!("{}", experiment::table(&results));
     if let Some(path) = csv {
-        let text = experiment::csv(&results).map_err(|e| format!("error: {e}"))?;
+        let text =
+            offload_cli::tools::experiment_out::csv(&results).map_err(|e| format!("error: {e}"))?;
         std::fs::write(&path, text)
             .map_err(|e| format!("error: cannot write {}: {e}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = svg {
-        experiment::svg(&results, &cfg, &path).map_err(|e| format!("error: {e}"))?;
+        offload_cli::tools::experiment_out::svg(&results, &cfg, &path)
+            .map_err(|e| format!("error: {e}"))?;
         println!("wrote {}", path.display());
     }
     if results.iter().any(|r| r.matches_interpreter == Some(false)) {

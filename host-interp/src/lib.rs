@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use offload_host_interp::{Interpreter, Program};
-//! use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig};
+//! use offload_heap::{AllocPolicy, Allocator, Heap, HeapConfig};
 //! use std::sync::Arc;
 //!
 //! let src = "func add(a: i32, b: i32) -> i32 {\n    load a\n    load b\n    i32.add\n    ret\n}\n";

@@ -16,7 +16,7 @@
 //! [`Control::interrupt_launch`]) are safepoints after which the
 //! interrupted launches stop.
 
-use offload_tlab::Roots;
+use offload_heap::Roots;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -44,7 +44,7 @@
 //! `offload_abi`'s, defined once there.
 //!
 //! Because the walker is shared, a CPU and a PTX version of a kernel have
-//! equal [`DeoptMetadata`] and the host replays either one's records the
+//! equal [`DeoptMetadata`](offload_deopt::DeoptMetadata) and the host replays either one's records the
 //! same way. Both backends compile a version with the speculations of
 //! [`spec`] (chosen from the interpreter's profile) and record each one in
 //! the version's metadata with the site whose exit its guard takes.

@@ -2,10 +2,10 @@
 //! shared analyses, with the module's classes placed in the heap's global
 //! class-id space.
 
+use offload_heap::ClassShape;
+use offload_heap::layout::{HEADER_BYTES, kind_size};
 use offload_ir::analysis::{FuncAnalysis, analyze};
 use offload_ir::{ClassId, Elem, FuncId, FuncKind, Kind, Type, Verified};
-use offload_tlab::ClassShape;
-use offload_tlab::layout::{HEADER_BYTES, kind_size};
 use std::sync::Arc;
 
 /// Field offsets and instance sizes of a module's classes.
@@ -201,8 +201,8 @@ impl Program {
 
     /// Whether an object with header `h` is an instance of module type `t`
     /// (arrays are invariant; every object is a `ref`).
-    pub fn header_is_instance(&self, h: offload_tlab::Header, t: Type) -> bool {
-        use offload_tlab::Header;
+    pub fn header_is_instance(&self, h: offload_heap::Header, t: Type) -> bool {
+        use offload_heap::Header;
         match (h, t) {
             (Header::Filler { .. }, _) => false,
             (_, Type::Ref) => true,
@@ -217,8 +217,8 @@ impl Program {
     }
 
     /// The type of an object with header `h`, written as in the text form.
-    pub fn header_type_name(&self, h: offload_tlab::Header) -> String {
-        use offload_tlab::Header;
+    pub fn header_type_name(&self, h: offload_heap::Header) -> String {
+        use offload_heap::Header;
         match h {
             Header::Object { class, .. } => match self.local_class(class) {
                 Some(c) => self.verified.class(c).name.clone(),

@@ -16,8 +16,8 @@ use crate::report::LaunchReport;
 use offload_abi::cpu::{Part, SlotWords};
 use offload_abi::{exit, record};
 use offload_deopt::{Reason, SaveArea};
+use offload_heap::Allocator;
 use offload_jit::{CompiledKernel, LaunchCtx};
-use offload_tlab::Allocator;
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -49,7 +49,7 @@ struct CpuLaunch<'a> {
     ck: &'a CompiledKernel,
     /// The heap as compiled code sees it (a compiled kernel's stores are
     /// not tracked: dropped, it marks the whole heap written).
-    image: offload_tlab::RawImage<'a>,
+    image: offload_heap::RawImage<'a>,
 }
 
 /// The CPU's state for one launch.

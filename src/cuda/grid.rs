@@ -13,8 +13,9 @@ use crate::protocol::{HandedBack, Launch, Round, Rounds};
 use crate::replay::{Header, Replayer};
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use offload_abi::gpu::{self, DeviceCtx, counter};
+use offload_abi::record;
+use offload_heap::layout::Header as ObjectHeader;
 use offload_ir::SiteId;
-use offload_tlab::layout::Header as ObjectHeader;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -54,7 +55,9 @@ impl Buffers {
         let tlabs_n = (slots as u64).div_ceil(state.group.max(1)) as usize;
         let b = Buffers {
             cursor: s.clone_htod(&[range.start]).map_err(cuda_err("cursor"))?,
-            never: s.alloc_zeros(2 * slots).map_err(cuda_err("never_ran"))?,
+            never: s
+                .alloc_zeros(slots * gpu::NEVER_RAN_BYTES as usize / 8)
+                .map_err(cuda_err("never_ran"))?,
             exits: s.alloc_zeros(slots).map_err(cuda_err("exits"))?,
             stats: s
                 .alloc_zeros(counter::COUNT)
@@ -103,6 +106,10 @@ pub(super) struct Grid<'a> {
     trace: super::trace::Trace,
     safepoints_before: u64,
 }
+
+/// Save records per slot on the GPU: a slot that deoptimizes leaves the
+/// grid with its record (the relaunch resumes it, or the host replays it).
+pub(super) const RECORDS_PER_SLOT: usize = 1;
 
 /// One round's device eden, in heap words.
 type Eden = (u32, u32);
@@ -248,7 +255,7 @@ impl<'a> Grid<'a> {
             record_words: u64::from(launch.meta.layout.record_words),
             never_ran: np,
             captures: kp,
-            records_per_slot: 1,
+            records_per_slot: RECORDS_PER_SLOT as u64,
             tlabs: tp,
             tlab_group: st.group,
             eden: ep,
@@ -386,11 +393,13 @@ impl<'a> Grid<'a> {
             // The device's copy replaced the host's records.
             self.host_records.clear();
             let mut values = Vec::new();
-            for r in 0..self.state.slots {
-                match launch.area.read_into(r, launch.meta, &mut values) {
-                    Ok(Some(_)) => round.records.push(r),
-                    Ok(None) => {}
-                    Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
+            for slot in 0..self.state.slots {
+                for r in record::slot_records(slot, RECORDS_PER_SLOT) {
+                    match launch.area.read_into(r, launch.meta, &mut values) {
+                        Ok(Some(_)) => round.records.push(r),
+                        Ok(None) => {}
+                        Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
+                    }
                 }
             }
         } else {
@@ -487,7 +496,7 @@ impl<'r> Rounds<'r> for Grid<'_> {
         // there again after a resume (then the interpreter, which
         // collects, finishes it).
         if self.resumed_alloc.is_empty() {
-            self.resumed_alloc = vec![None; self.state.slots];
+            self.resumed_alloc = vec![None; self.state.slots * RECORDS_PER_SLOT];
         }
         let failed = h.2 == offload_deopt::Reason::AllocationFailure;
         if failed && self.resumed_alloc[r] == Some((h.0, h.1)) {

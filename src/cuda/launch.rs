@@ -4,7 +4,7 @@
 //! (`grid.rs`), over the heap image that stays on the device
 //! ([`super::resident`]).
 
-use super::grid::{Buffers, Grid};
+use super::grid::{Buffers, Grid, RECORDS_PER_SLOT};
 use super::{BLOCK, Gpu, Loaded, WARP, cuda_err};
 use crate::adaptive::Plan;
 use crate::device::Device;
@@ -15,7 +15,7 @@ use crate::report::LaunchReport;
 use cudarc::driver::CudaSlice;
 use offload_abi::gpu::counter;
 use offload_deopt::SaveArea;
-use offload_tlab::Allocator;
+use offload_heap::Allocator;
 use std::ops::Range;
 use std::sync::PoisonError;
 
@@ -118,16 +118,20 @@ impl Compiled for GpuLaunch<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
-            .filter(|c| c.area.slots() == slots && c.area.layout() == meta.layout);
+            .filter(|c| {
+                c.area.slots() == slots * RECORDS_PER_SLOT && c.area.layout() == meta.layout
+            });
         let Scratch { area, area_dev } = match reuse {
             Some(c) => c,
             None => Scratch {
-                area: SaveArea::try_new(slots, meta.layout)
+                area: SaveArea::try_new(slots * RECORDS_PER_SLOT, meta.layout)
                     .map_err(|e| OffloadError::Setup(e.to_string()))?,
                 // SAFETY: every word is set before any use (the device half
                 // is filled empty at the launch's start, see `Buffers`).
-                area_dev: unsafe { s.alloc(slots * meta.layout.record_words as usize) }
-                    .map_err(cuda_err("save area"))?,
+                area_dev: unsafe {
+                    s.alloc(slots * RECORDS_PER_SLOT * meta.layout.record_words as usize)
+                }
+                .map_err(cuda_err("save area"))?,
             },
         };
         // The kernel's TLAB size, if its policy changed it.
@@ -137,10 +141,10 @@ impl Compiled for GpuLaunch<'_> {
         // allocators wait for the refiller); `PrivateTlab` gives each slot
         // its own; `EdenCas` allocates every object from eden.
         let group = match env.settings.policy {
-            offload_tlab::AllocPolicy::EdenCas => 0,
-            offload_tlab::AllocPolicy::PrivateTlab => 1,
-            offload_tlab::AllocPolicy::SharedTlab { group }
-            | offload_tlab::AllocPolicy::FailOnOverflow { group } => WARP * group.max(1) as u64,
+            offload_heap::AllocPolicy::EdenCas => 0,
+            offload_heap::AllocPolicy::PrivateTlab => 1,
+            offload_heap::AllocPolicy::SharedTlab { group }
+            | offload_heap::AllocPolicy::FailOnOverflow { group } => WARP * group.max(1) as u64,
         };
         let state = GpuState {
             slots,

@@ -2,7 +2,7 @@
 //! (dynamic loading: the project builds and runs without CUDA), with the
 //! launch → replay loop of a GPU (docs/DESIGN.md, "How a launch flows"),
 //! over a heap image that stays on the device between launches
-//! ([`resident`]; the chunk bookkeeping is `offload_tlab::resident`):
+//! ([`resident`]; the chunk bookkeeping is `offload_heap::resident`):
 //!
 //! 1. carve a device eden from the heap (1 MiB for a runtime's first
 //!    launch, doubled after each launch that exhausts it, 64 MiB at most),
@@ -244,8 +244,8 @@ impl Gpu {
     }
 
     /// The heap image on this GPU, for the runtime's heap to fetch from
-    /// ([`offload_tlab::Heap::attach_mirror`]).
-    pub(crate) fn mirror(&self) -> Arc<dyn offload_tlab::Mirror> {
+    /// ([`offload_heap::Heap::attach_mirror`]).
+    pub(crate) fn mirror(&self) -> Arc<dyn offload_heap::Mirror> {
         self.resident.clone()
     }
 

@@ -3,7 +3,7 @@
 //! chunks a kernel wrote from, the dirty map kernels mark, and the
 //! scatter kernel that writes fillers into the image.
 //!
-//! The host heap decides what moves (`offload_tlab::resident`: chunk
+//! The host heap decides what moves (`offload_heap::resident`: chunk
 //! bits); this module only holds the device memory and moves bytes. The
 //! image grows with the heap (a new buffer, the old one copied over on the
 //! device) and is replaced only under the GPU's launch lock, so the
@@ -12,8 +12,8 @@
 use super::{cuda_err, driver_error};
 use crate::error::OffloadError;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
-use offload_tlab::resident::{CHUNK_BYTES, CHUNK_SHIFT};
-use offload_tlab::{Heap, Mirror};
+use offload_heap::resident::{CHUNK_BYTES, CHUNK_SHIFT};
+use offload_heap::{Heap, Mirror};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 

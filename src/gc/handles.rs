@@ -6,7 +6,7 @@
 //! valid across collections; dropping the last clone of a handle drops its
 //! root.
 
-use offload_tlab::Ref;
+use offload_heap::Ref;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 

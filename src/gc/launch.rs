@@ -2,7 +2,7 @@
 //! outside the heap for as long as it runs.
 
 use offload_deopt::{DeoptMetadata, SaveArea};
-use offload_tlab::Allocator;
+use offload_heap::Allocator;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};

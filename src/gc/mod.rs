@@ -1,6 +1,6 @@
 //! The runtime's side of garbage collection: when a collection runs, what
 //! its roots are, and what it reports. The algorithm (a parallel-marking
-//! sliding mark-compact of the whole heap) is `offload_tlab::gc`.
+//! sliding mark-compact of the whole heap) is `offload_heap::gc`.
 //!
 //! # When
 //!
@@ -41,7 +41,7 @@
 //! id, compiled code embeds no heap address, and class shapes are data.
 //!
 //! Every other reference a thread holds between safepoints is a bare
-//! [`offload_tlab::Ref`] valid only until the next collection (what
+//! [`offload_heap::Ref`] valid only until the next collection (what
 //! `Module::element` returns, say): a host API call holds off collections
 //! while it runs (it is a running worker of [`offload_host_interp::Control`]).
 
@@ -54,8 +54,8 @@ pub(crate) use launch::{LaunchGuard, LaunchRoots};
 
 use crate::error::OffloadError;
 use crate::report::GcSummary;
+use offload_heap::{ClassShape, GcStats, Heap, Roots};
 use offload_host_interp::{Control, Parked};
-use offload_tlab::{ClassShape, GcStats, Heap, Roots};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -340,7 +340,7 @@ impl Collector {
                 .join()
             })
             .unwrap_or_else(|_| {
-                Err(offload_tlab::HeapError::Corrupt {
+                Err(offload_heap::HeapError::Corrupt {
                     at: 0,
                     what: "the collector panicked".into(),
                 })

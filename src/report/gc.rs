@@ -1,6 +1,6 @@
 //! What collections did over a span of time: the report's [`GcSummary`].
 
-use offload_tlab::GcStats;
+use offload_heap::GcStats;
 use std::time::Duration;
 
 /// Collections over a span of time (a launch, or the runtime's life): the

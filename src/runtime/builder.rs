@@ -97,7 +97,7 @@ impl RuntimeBuilder {
     /// Fault injection for tests: in every launch, TLAB refill number
     /// `first` (1-based) and every `every`-th after it (0: only `first`)
     /// fail for the allocation that does them (see
-    /// [`offload_tlab::RefillFault`]): compiled code deopts with
+    /// [`offload_heap::RefillFault`]): compiled code deopts with
     /// `AllocationFailure`, the interpreter retries. On the CUDA device,
     /// whose refills carve from a device eden, each launch's eden holds
     /// `first` TLABs, so every refill after those finds it exhausted
@@ -266,7 +266,7 @@ impl RuntimeBuilder {
     /// Whether the workers of a shared TLAB each allocate from a buffer of
     /// their own taken from it (the default), or bump the shared TLAB with
     /// an atomic add per object, as a GPU warp does (for experiments on
-    /// contention). See `offload_tlab::alloc`, "Allocation buffers".
+    /// contention). See `offload_heap::alloc`, "Allocation buffers".
     pub fn alloc_buffers(mut self, on: bool) -> Self {
         self.alloc_buffers = on;
         self
@@ -432,7 +432,7 @@ impl RuntimeBuilder {
         };
         let env = LaunchEnv::new(Heap::new(self.heap)?, pool, gang, workers, settings);
         // The heap's image lives on the GPU from now on; host accesses
-        // fetch what kernels wrote (`offload_tlab::resident`).
+        // fetch what kernels wrote (`offload_heap::resident`).
         if let Some(g) = &gpu {
             env.heap.attach_mirror(g.mirror());
         }

@@ -14,10 +14,10 @@ use crate::error::OffloadError;
 use crate::gc::Root;
 use crate::policy::Policy;
 use crate::report::LaunchReport;
+use offload_heap::layout::{Header, array_elem_kind, kind_size};
+use offload_heap::{AllocPolicy, Allocator, Heap, HeapConfig, Ref};
 use offload_host_interp::Program;
 use offload_ir::{ClassId, Elem, FuncId, Type};
-use offload_tlab::layout::{Header, array_elem_kind, kind_size};
-use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, Ref};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -292,7 +292,7 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner());
         let base = shapes.len() as u32;
         let count = verified.classes.len() as u32;
-        if u64::from(base) + u64::from(count) > u64::from(offload_tlab::layout::MAX_ARRAY_CLASS) {
+        if u64::from(base) + u64::from(count) > u64::from(offload_heap::layout::MAX_ARRAY_CLASS) {
             return Err(OffloadError::Setup(
                 "too many classes loaded into one runtime".into(),
             ));
@@ -459,7 +459,7 @@ impl Runtime {
     pub fn verify_heap(
         &self,
         modules: &[&Module],
-    ) -> Result<offload_tlab::WalkStats, OffloadError> {
+    ) -> Result<offload_heap::WalkStats, OffloadError> {
         if let Some(m) = modules
             .iter()
             .find(|m| !Arc::ptr_eq(&m.rt.inner, &self.inner))
@@ -489,9 +489,9 @@ impl Runtime {
     /// free every object no handle, launch or parked worker can reach, and
     /// slide the rest down so that the heap's top is the end of the live
     /// data (see the collector's docs, `src/gc/mod.rs`). Handles stay
-    /// valid; a bare [`offload_tlab::Ref`] taken before does not. Callable
+    /// valid; a bare [`offload_heap::Ref`] taken before does not. Callable
     /// from any thread but a launch's workers.
-    pub fn collect(&self) -> Result<offload_tlab::GcStats, OffloadError> {
+    pub fn collect(&self) -> Result<offload_heap::GcStats, OffloadError> {
         let env = &self.inner.env;
         env.gc.collect(&env.heap, &env.control)
     }
@@ -502,7 +502,7 @@ impl Runtime {
     }
 
     /// The last collection's figures (`None` before the first).
-    pub fn last_collection(&self) -> Option<offload_tlab::GcStats> {
+    pub fn last_collection(&self) -> Option<offload_heap::GcStats> {
         self.inner.env.gc.last()
     }
 
@@ -529,7 +529,7 @@ impl Runtime {
         loop {
             match Allocator::alloc_host(&env.heap, h) {
                 Ok(at) => return Ok(env.gc.handles.root(Ref(at))),
-                Err(offload_tlab::HeapError::Exhausted { .. }) if !collected => {
+                Err(offload_heap::HeapError::Exhausted { .. }) if !collected => {
                     let mut none = |_: &mut dyn FnMut(&mut u32)| {};
                     if let Some(r) = env
                         .gc

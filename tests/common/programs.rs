@@ -4,7 +4,7 @@
 
 use offload::ir::Module;
 use offload::ir::fuzzgen::{GenConfig, arbitrary_module};
-use offload_cli::tools::reference::Rng;
+use offload_testkit::reference::Rng;
 
 /// A module generated from the next 4096 bytes of `rng` with the default
 /// configuration, or `None` when the generator cannot use them (the caller

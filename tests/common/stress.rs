@@ -4,13 +4,13 @@
 //! its body exactly once.
 
 use offload::{LaunchReport, Runtime, RuntimeBuilder, par_offload};
-use offload_cli::tools::reference::Rng;
 use offload_jit::Injection;
+use offload_testkit::reference::Rng;
 
 /// The stress kernel's deopt sites (bytecode indices).
 pub fn sites(rt: &Runtime) -> Vec<u32> {
     let m = rt
-        .load("stress.obc", offload_cli::tools::demo::STRESS_KERNEL)
+        .load("stress.obc", offload_testkit::kernels::STRESS_KERNEL)
         .unwrap();
     let kid = m.program().verified().func_named("stress").unwrap();
     m.program()
@@ -62,7 +62,7 @@ pub fn random_faults(
 /// workitem completed, and the heap holds exactly the arrays made.
 pub fn run(rt: &Runtime, n: usize, m: i32, what: &[String]) -> LaunchReport {
     let mm = rt
-        .load("stress.obc", offload_cli::tools::demo::STRESS_KERNEL)
+        .load("stress.obc", offload_testkit::kernels::STRESS_KERNEL)
         .unwrap();
     let out = rt.new_array::<i32>(n).unwrap();
     let counter = rt.new_array::<i64>(1).unwrap();

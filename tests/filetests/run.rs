@@ -11,9 +11,9 @@
 //! `ref.eq null`), and one workitem runs it.
 
 use crate::FileTest;
+use offload::heap::{AllocPolicy, Allocator, Heap, HeapConfig};
 use offload::interp::{Interpreter, Program};
 use offload::ir::{ExceptionKind, FuncId, Type, Verified};
-use offload::tlab::{AllocPolicy, Allocator, Heap, HeapConfig};
 use offload::{Arg, Device, OffloadError, Runtime, par_offload};
 use std::collections::BTreeSet;
 use std::sync::Arc;

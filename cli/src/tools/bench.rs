@@ -6,71 +6,11 @@
 //! benches (`cargo bench`) give the same comparisons with confidence
 //! intervals.
 
-use crate::tools::demo::example;
+use crate::tools::kernels::example;
 use crate::tools::reference as native;
+use crate::tools::workloads::{deopt_rate_launch, polls_launch};
 use offload::{Device, OffloadError, Runtime, par_offload};
 use std::time::{Duration, Instant};
-
-/// The allocation benchmark: each workitem builds a list of `n` fresh
-/// nodes and sums it (native versions in [`crate::tools::reference`]).
-pub const LIST_KERNEL: &str = "
-class Node {
-    field val: i64
-    field next: Node
-}
-
-kernel list(i: i64, n: i32, out: i64[]) {
-    local k: i32
-    local head: Node
-    local node: Node
-    local s: i64
-    ref.null
-    store head
-    i64.const 0
-    store s
-    i32.const 0
-    store k
-  build:
-    load k
-    load n
-    i32.ge
-    br_if walk
-    new Node
-    store node
-    load node
-    load i
-    load k
-    i32.to_i64
-    i64.add
-    putfield Node.val
-    load node
-    load head
-    putfield Node.next
-    load node
-    store head
-    inc k 1
-    br build
-  walk:
-    load head
-    br_null end
-    load s
-    load head
-    getfield Node.val
-    i64.add
-    store s
-    load head
-    getfield Node.next
-    store head
-    br walk
-  end:
-    load out
-    load i
-    i64.to_i32
-    load s
-    i64.astore
-    ret
-}
-";
 
 /// A loop that runs until told to stop (`flag[0] != 0`), for
 /// time-to-safepoint.
@@ -284,58 +224,6 @@ fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
     .expect("native code does not fail")
 }
 
-/// The deopt-rate bench's launch: `inc` over `0..n` on a fresh CPU runtime
-/// of `workers`, compiled so that workitems `w` with `w % modulus ==
-/// remainder` deopt at its store (`remainder == modulus` never holds: the
-/// baseline, with the same test). Returns the runtime and the closure to
-/// launch over `0..n`.
-pub fn deopt_rate_launch(
-    workers: usize,
-    n: usize,
-    modulus: i64,
-    remainder: i64,
-) -> Result<(Runtime, offload::Closure), OffloadError> {
-    let rt = Runtime::builder()
-        .workers(workers)
-        .device(Device::Cpu)
-        .inject(offload_jit::Injection {
-            site_bci: 10,
-            modulus,
-            remainder,
-            reason: None,
-        })
-        .build()?;
-    let m = rt.load("inc.obc", crate::tools::demo::INC_KERNEL)?;
-    let o = rt.new_array::<i32>(n)?;
-    let c = m.closure("inc", [(&o).into()])?;
-    Ok((rt, c))
-}
-
-/// The poll-overhead bench's launch: mandelbrot on a `w` x `h` image at
-/// `iters` iterations, on a fresh CPU runtime of `workers` with back-edge
-/// polls `on` or off. Returns the runtime and the closure to launch over
-/// `0..w * h`.
-pub fn polls_launch(
-    workers: usize,
-    on: bool,
-    w: i32,
-    h: i32,
-    iters: i32,
-) -> Result<(Runtime, offload::Closure), OffloadError> {
-    let rt = Runtime::builder()
-        .workers(workers)
-        .device(Device::Cpu)
-        .back_edge_polls(on)
-        .build()?;
-    let m = rt.load("mandelbrot.obc", example("mandelbrot.obc"))?;
-    let img = rt.new_array::<i32>((w * h) as usize)?;
-    let c = m.closure(
-        "mandelbrot",
-        [w.into(), h.into(), iters.into(), (&img).into()],
-    )?;
-    Ok((rt, c))
-}
-
 /// Run the benchmarks on `rt` (`shrink` divides the problem sizes).
 #[allow(clippy::too_many_lines)]
 pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
@@ -465,9 +353,9 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                     .alloc_buffers(buffers)
                     .build()?,
             };
-            let m = r2.load("list.obc", LIST_KERNEL)?;
+            let m = r2.load("linkedlist.obc", example("linkedlist.obc"))?;
             let out = r2.new_array::<i64>(items)?;
-            let c = m.closure("list", [n.into(), (&out).into()])?;
+            let c = m.closure("linked_list", [n.into(), (&out).into()])?;
             let mut note = String::new();
             let t = offload_median(
                 &r2,

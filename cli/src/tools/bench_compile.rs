@@ -5,7 +5,7 @@
 //! lower, verify) against the JIT's quick tier compiling the same kernel.
 
 use super::bench::{BenchResult, Target, middle};
-use super::demo::{example, load_example};
+use super::kernels::{example, load_example};
 use offload::{Device, OffloadError, Runtime};
 use std::time::{Duration, Instant};
 

@@ -131,7 +131,7 @@ fn answer(
             // One buffer, the destination 64 KiB past the source's end: two
             // buffers allocated one after the other lie a page apart, and
             // streams that close run at half speed or less on the machines
-            // measured (see `offload_tlab::alloc::COLOUR_GAP_BYTES`).
+            // measured (see `offload_heap::alloc::COLOUR_GAP_BYTES`).
             let buf = copies
                 .entry(r.n)
                 .or_insert_with(|| vec![1.0f32; 2 * r.n + COPY_GAP]);
@@ -180,7 +180,7 @@ fn setup(rt: &Runtime, kernel: &str, n: usize) -> Result<(Case, String, usize, u
             let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
             let y0 = vec![1.0f32; n];
             let m = rt
-                .load("saxpy.obc", crate::tools::demo::example("saxpy.obc"))
+                .load("saxpy.obc", crate::tools::kernels::example("saxpy.obc"))
                 .map_err(e)?;
             let (xa, ya) = (rt.array(&x).map_err(e)?, rt.array(&y0).map_err(e)?);
             let c = m
@@ -206,7 +206,7 @@ fn setup(rt: &Runtime, kernel: &str, n: usize) -> Result<(Case, String, usize, u
             let m = rt
                 .load(
                     "mandelbrot.obc",
-                    crate::tools::demo::example("mandelbrot.obc"),
+                    crate::tools::kernels::example("mandelbrot.obc"),
                 )
                 .map_err(e)?;
             let img = rt.new_array::<i32>(px).map_err(e)?;
@@ -247,7 +247,7 @@ fn setup(rt: &Runtime, kernel: &str, n: usize) -> Result<(Case, String, usize, u
             let a: Vec<f32> = (0..n * n).map(|i| (i % 17) as f32).collect();
             let b: Vec<f32> = (0..n * n).map(|i| (i % 13) as f32).collect();
             let m = rt
-                .load("matmul.obc", crate::tools::demo::example("matmul.obc"))
+                .load("matmul.obc", crate::tools::kernels::example("matmul.obc"))
                 .map_err(e)?;
             let (aa, ba) = (rt.array(&a).map_err(e)?, rt.array(&b).map_err(e)?);
             let ca = rt.new_array::<f32>(n * n).map_err(e)?;

@@ -6,7 +6,8 @@
 //! `bench_compile`.
 
 use super::bench::{BenchResult, Target, by_turns};
-use super::demo::{blackscholes_closure_from, load_example, nbody_closure_from};
+use super::demo::{blackscholes_closure_from, nbody_closure_from};
+use super::kernels::load_example;
 use super::reference as native;
 use offload::{Closure, OffloadError, Runtime, par_offload};
 

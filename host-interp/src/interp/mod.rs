@@ -3,12 +3,12 @@
 //! workitems from their frame states is `resume.rs`.
 
 use crate::exception::{Exception, TraceFrame};
+use offload_heap::layout::{Header, kind_size};
+use offload_heap::{AllocFailure, Allocator, Heap, HeapError};
 use offload_ir::isa::{Label, Op};
 use offload_ir::semantics as sem;
 use offload_ir::{Bci, ClassId, ExceptionKind, FuncId, Inst, Type, Verified};
 use offload_program::{Profile, Program};
-use offload_tlab::layout::{Header, kind_size};
-use offload_tlab::{AllocFailure, Allocator, Heap, HeapError};
 use std::sync::atomic::Ordering;
 
 mod resume;

@@ -3,8 +3,8 @@
 //! bytecode index.
 
 use super::{Frame, Interpreter};
+use offload_heap::Roots;
 use offload_ir::{Bci, Verified};
-use offload_tlab::Roots;
 
 /// What the interpreter calls when eden is exhausted: collect the heap at a
 /// safepoint, with `own` (the calling interpreter's frames) among the

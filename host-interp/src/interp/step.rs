@@ -524,12 +524,12 @@ impl<'a> Interpreter<'a> {
     pub(super) fn is_instance(&self, r: u32, t: Type) -> Result<bool, Trap> {
         Ok(self
             .prog
-            .header_is_instance(self.heap.header(offload_tlab::Ref(r))?, t))
+            .header_is_instance(self.heap.header(offload_heap::Ref(r))?, t))
     }
 
     pub(super) fn type_name(&self, r: u32) -> String {
         self.heap
-            .header(offload_tlab::Ref(r))
+            .header(offload_heap::Ref(r))
             .map_or_else(|e| format!("<{e}>"), |h| self.prog.header_type_name(h))
     }
 }

@@ -230,7 +230,7 @@ impl CpuJit {
         Ok(JITModule::new(builder))
     }
 
-    /// Compile with options and speculations (see [`spec`]): the version's
+    /// Compile with options and speculations (see [`spec`](crate::spec)): the version's
     /// metadata records each speculation compiled in and the site whose
     /// exit its failing guard takes.
     pub fn compile_speculative(

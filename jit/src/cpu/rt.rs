@@ -1,14 +1,14 @@
 //! The runtime calls compiled code makes: the allocation slow path.
 //!
 //! Compiled code runs the TLAB fast path (steps 1–2 of the protocol in
-//! `offload_tlab::tlab`) inline and calls [`offload_alloc_slow`] for
+//! `offload_heap::tlab`) inline and calls [`offload_alloc_slow`] for
 //! everything else: the designated refill, waiting for another allocator's
 //! refill, large objects, policies without TLABs. The slow path is also a
 //! safepoint poll.
 
 use offload_abi::control::SAFEPOINT as CONTROL_SAFEPOINT;
 use offload_abi::cpu::LaunchCtx;
-use offload_tlab::{Allocator, Header};
+use offload_heap::{Allocator, Header};
 use std::sync::atomic::Ordering;
 
 /// The slow path's answer when the allocation failed (eden exhausted, or an

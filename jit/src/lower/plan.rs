@@ -296,7 +296,7 @@ pub(crate) fn type_test(prog: &Program, ty: Type) -> TypeTest {
             )
         }
         Type::Array(e, d) => {
-            let h = offload_tlab::Header::Array {
+            let h = offload_heap::Header::Array {
                 elem: prog.global_elem(e),
                 dims: d,
                 len: 0,
@@ -338,7 +338,7 @@ pub(crate) fn new_array(
     let Some(Type::Array(e, d)) = elem.array_of() else {
         return Err(refuse());
     };
-    let h = offload_tlab::Header::Array {
+    let h = offload_heap::Header::Array {
         elem: prog.global_elem(e),
         dims: d,
         len: 0,
@@ -346,7 +346,7 @@ pub(crate) fn new_array(
     let Some((tag, _)) = h.encode() else {
         return Err(refuse());
     };
-    let esize = offload_tlab::layout::kind_size(offload_tlab::layout::array_elem_kind(
+    let esize = offload_heap::layout::kind_size(offload_heap::layout::array_elem_kind(
         prog.global_elem(e),
         d,
     ));

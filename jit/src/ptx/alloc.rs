@@ -1,5 +1,5 @@
 //! Allocation on the device: the shared-TLAB protocol of
-//! `offload_tlab::tlab` in PTX, with the designated refiller carving TLABs
+//! `offload_heap::tlab` in PTX, with the designated refiller carving TLABs
 //! from the device eden.
 
 use super::*;
@@ -20,7 +20,7 @@ impl PtxWalker<'_> {
         let tag = self.t(Cls::B32);
         self.emit(format!(
             "mov.b32 {tag}, {};",
-            offload_tlab::layout::FILLER_TAG
+            offload_heap::layout::FILLER_TAG
         ));
         self.emit(format!("st.u32 [{a}], {tag};"));
         self.emit(format!("st.u32 [{a}+4], {bytes};"));

@@ -134,13 +134,13 @@ impl PtxWalker<'_> {
 
     /// Mark the heap chunk of the address `at` (a register, or
     /// `register+offset`) in the dirty map: the host fetches exactly the
-    /// chunks a kernel wrote (`offload_tlab::resident`).
+    /// chunks a kernel wrote (`offload_heap::resident`).
     pub(super) fn mark_dirty(&mut self, at: &str) {
         let a = self.t(Cls::B64);
         let mut parts = at.split('+');
         let r = parts.next().unwrap_or(at);
         let off: i64 = parts.map(|p| p.trim().parse::<i64>().unwrap_or(0)).sum();
-        let shift = offload_tlab::resident::CHUNK_SHIFT;
+        let shift = offload_heap::resident::CHUNK_SHIFT;
         if off == 0 {
             self.emit(format!("shr.u64 {a}, {r}, {shift};"));
         } else {

@@ -44,7 +44,7 @@
 //! are 32-bit word offsets as on the host. The control word is in device
 //! memory, read with `ld.relaxed.sys` (never cached in L1), so the host
 //! can raise a safepoint while the kernel runs by copying into it. Allocation runs the shared-TLAB
-//! protocol of `offload_tlab::tlab` entirely on the device: the fast path
+//! protocol of `offload_heap::tlab` entirely on the device: the fast path
 //! is one `atom.add`; the designated refiller carves the next TLAB from the
 //! device eden (`atom.add` on its top), waiters back off with `nanosleep`,
 //! and an exhausted eden sets the FAILED bit and deopts with

@@ -3,7 +3,7 @@
 //! `list[2i + 1]` at byte `list[2i]` of the heap image: after a launch,
 //! the filler headers over the unused rest of each TLAB go where the
 //! objects are, into the image on the device (the heap stays there;
-//! `offload_tlab::resident`).
+//! `offload_heap::resident`).
 
 use super::{PTX_TARGET, PTX_VERSION};
 

@@ -5,7 +5,7 @@
 use super::emit::RecordArith;
 use super::*;
 use crate::lower::Backend;
-use offload_abi::gpu::counter;
+use offload_abi::gpu::{self, counter};
 use offload_abi::record;
 
 impl PtxWalker<'_> {
@@ -52,7 +52,7 @@ impl PtxWalker<'_> {
         let hc = self.t(Cls::B64);
         self.emit(format!(
             "shr.u64 {hc}, {HEAP}, {};",
-            offload_tlab::resident::CHUNK_SHIFT
+            offload_heap::resident::CHUNK_SHIFT
         ));
         self.emit(format!("sub.u64 {DIRTY}, {DIRTY}, {hc};"));
         self.emit(format!("mov.b16 {ONE8}, 1;"));
@@ -210,9 +210,12 @@ impl PtxWalker<'_> {
     fn rest_first(&mut self) {
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
-        self.emit(format!("ld.u64 {W}, [{at}];"));
-        self.emit(format!("ld.u64 {HI}, [{at}+8];"));
+        self.emit(format!(
+            "mad.lo.u64 {at}, {SLOT}, {}, {nr};",
+            gpu::NEVER_RAN_BYTES
+        ));
+        self.emit(format!("ld.u64 {W}, {};", mem(&at, gpu::NEVER_RAN_LO)));
+        self.emit(format!("ld.u64 {HI}, {};", mem(&at, gpu::NEVER_RAN_HI)));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
         self.emit(format!("@{p} bra {L_ITEM};"));
@@ -315,15 +318,24 @@ impl PtxWalker<'_> {
         let (nr_lo, nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 16, {nr};"));
+        self.emit(format!(
+            "mad.lo.u64 {at}, {SLOT}, {}, {nr};",
+            gpu::NEVER_RAN_BYTES
+        ));
         // A slot resuming its record leaves its rest where it is.
         let guard = if self.backend.reentry {
             format!("@!{RESTP} ")
         } else {
             String::new()
         };
-        self.emit(format!("{guard}st.u64 [{at}], {nr_lo};"));
-        self.emit(format!("{guard}st.u64 [{at}+8], {nr_hi};"));
+        self.emit(format!(
+            "{guard}st.u64 {}, {nr_lo};",
+            mem(&at, gpu::NEVER_RAN_LO)
+        ));
+        self.emit(format!(
+            "{guard}st.u64 {}, {nr_hi};",
+            mem(&at, gpu::NEVER_RAN_HI)
+        ));
         let stats = self.ld_ctx(Cls::B64, offsets::STATS);
         self.emit(format!(
             "red.add.u64 [{stats}+{}], {DONE};",
@@ -341,7 +353,10 @@ impl PtxWalker<'_> {
         }
         let ex = self.ld_ctx(Cls::B64, offsets::EXITS);
         let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 4, {ex};"));
+        self.emit(format!(
+            "mad.lo.u64 {at}, {SLOT}, {}, {ex};",
+            gpu::EXIT_BYTES
+        ));
         let c = self.t(Cls::B32);
         self.emit(format!("mov.b32 {c}, {code};"));
         self.emit(format!("st.u32 [{at}], {c};"));
@@ -352,7 +367,10 @@ impl PtxWalker<'_> {
     pub(super) fn inject_addr(&mut self) -> String {
         let base = self.ld_ctx(Cls::B64, offsets::INJECT);
         let at = self.t(Cls::B64);
-        self.emit(format!("mad.lo.u64 {at}, {SLOT}, 8, {base};"));
+        self.emit(format!(
+            "mad.lo.u64 {at}, {SLOT}, {}, {base};",
+            gpu::INJECT_BYTES
+        ));
         at
     }
 

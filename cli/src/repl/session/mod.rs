@@ -322,7 +322,7 @@ impl Session {
                         out,
                         "  on the GPU: {} chunks of {} newer there, {} newer here; {} fetched by host reads so far",
                         res.host_stale_chunks,
-                        b(offload_tlab::resident::CHUNK_BYTES as u64),
+                        b(offload_heap::resident::CHUNK_BYTES as u64),
                         res.device_stale_chunks,
                         b(res.fetched_bytes)
                     );

@@ -9,7 +9,7 @@
 //! Workitems may throw (an index out of bounds, a division by zero):
 //! the devices must agree on that too.
 
-use crate::tools::reference::Rng;
+use crate::reference::Rng;
 use std::fmt::Write;
 
 /// A program: one kernel `k(i: i32, a: i32, b: f64, xs: &mut [i32], ys:

@@ -1,12 +1,12 @@
 //! loom models of the designated-refiller protocol. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p offload-tlab --test loom --release`
+//! `RUSTFLAGS="--cfg loom" cargo test -p offload-heap --test loom --release`
 //! (scripts/test-all does).
 #![cfg(loom)]
 
 use loom::sync::Mutex;
 use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use loom::thread;
-use offload_tlab::{AllocFailure, Eden, SharedTlab};
+use offload_heap::{AllocFailure, Eden, SharedTlab};
 use std::sync::Arc;
 
 /// Eden of `limit` words handing out TLABs of `tlab` words; records every carve

@@ -5,7 +5,7 @@
 //! the bytes a host read of the result fetches afterwards. Byte counts are
 //! exact on the virtual GPU too (they do not depend on timing).
 
-use crate::tools::demo::example;
+use crate::kernels::example;
 use offload::diagnostics::bytes_text;
 use offload::{OffloadError, Runtime, par_offload};
 

@@ -2,8 +2,8 @@
 //! every carve since the allocator's mark was its own, and memory carved
 //! again reads as zero.
 
+use offload_heap::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
 use offload_ir::Elem;
-use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
 
 fn heap() -> Heap {
     Heap::new(HeapConfig {
@@ -76,7 +76,7 @@ fn a_host_allocation_meanwhile_keeps_the_launch_memory() {
     let used = heap.used();
     assert_eq!(a.reclaim().reclaimed, 0);
     assert_eq!(heap.used(), used);
-    assert_eq!(heap.header(offload_tlab::Ref(host)).unwrap(), ints(3));
+    assert_eq!(heap.header(offload_heap::Ref(host)).unwrap(), ints(3));
 }
 
 #[test]
@@ -148,7 +148,7 @@ fn racing_reclaims_never_free_what_others_keep() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for (at, tag) in keep.into_iter().flatten() {
-        assert_eq!(heap.header(offload_tlab::Ref(at)).unwrap(), ints(2));
+        assert_eq!(heap.header(offload_heap::Ref(at)).unwrap(), ints(2));
         assert_eq!(
             heap.load32(at as usize * 8 + 8).unwrap(),
             tag,

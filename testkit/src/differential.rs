@@ -3,7 +3,7 @@
 //! cargo-fuzz target: run every kernel of a module on both devices with the
 //! same generated inputs, and compare the heaps and the exceptions.
 
-use crate::tools::reference::Rng;
+use crate::reference::Rng;
 use offload::{Arg, Device, LaunchReport, OffloadError, Runtime, RuntimeBuilder, par_offload};
 use offload_ir::{Elem, Kind, Type};
 

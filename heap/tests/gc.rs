@@ -2,10 +2,10 @@
 //! the roots reach survives with its contents and its edges, the rest is
 //! freed, and eden's top comes down to exactly the live data.
 
-use offload_ir::{ClassId, Elem};
-use offload_tlab::{
+use offload_heap::{
     AllocPolicy, Allocator, ClassShape, Heap, HeapConfig, HeapError, layout::Header,
 };
+use offload_ir::{ClassId, Elem};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Class 0: `{ id: i32, next: ref }` (16 bytes); class 1: `{ id: i32, a:
@@ -246,7 +246,7 @@ fn run(seed: u64, n: usize, nroots: usize, threads: usize) {
     for &i in &live {
         let r = new_at[&i] as usize * 8;
         assert_eq!(
-            heap.header(offload_tlab::Ref(new_at[&i])).unwrap(),
+            heap.header(offload_heap::Ref(new_at[&i])).unwrap(),
             header(&kinds[i])
         );
         if let Some(o) = id_offset(&kinds[i]) {
@@ -318,8 +318,8 @@ fn live_data_already_in_place_does_not_move() {
 
 #[test]
 fn large_arrays_keep_their_colour_gap_and_cache_line_through_compaction() {
-    use offload_tlab::alloc::{COLOUR_GAP_BYTES, COLOUR_MIN_BYTES};
-    use offload_tlab::layout::Ref;
+    use offload_heap::alloc::{COLOUR_GAP_BYTES, COLOUR_MIN_BYTES};
+    use offload_heap::layout::Ref;
     let gap = (COLOUR_GAP_BYTES / 8) as u32;
     let big = Kind::Ints((COLOUR_MIN_BYTES / 4) as u32);
     let big_words = (size_of(&big) / 8) as u32;

@@ -1,4 +1,4 @@
-//! `offload-tlab`: the managed heap that device code and the host share.
+//! `offload-heap`: the managed heap that device code and the host share.
 //!
 //! One contiguous region is reserved at the heap's maximum size and committed
 //! as it grows ([`region`]). References are 32-bit word offsets from its base,
@@ -14,7 +14,7 @@
 //! so eden's top comes back down to the live data.
 //!
 //! ```
-//! use offload_tlab::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
+//! use offload_heap::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
 //! use offload_ir::Elem;
 //!
 //! let heap = Heap::new(HeapConfig { initial: 1 << 20, max: 64 << 20, ..HeapConfig::default() })?;
@@ -24,7 +24,7 @@
 //! drop(alloc); // retires the TLABs
 //! let stats = heap.walk(|_, _| {})?;
 //! assert_eq!(stats.arrays, 1);
-//! # Ok::<(), offload_tlab::HeapError>(())
+//! # Ok::<(), offload_heap::HeapError>(())
 //! ```
 
 #![deny(missing_docs)]

@@ -2,8 +2,8 @@
 //! refills and heap growths; each allocation is filled with its owner's
 //! pattern and checked; afterwards the heap walks and verifies cleanly.
 
+use offload_heap::{AllocFailure, AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
 use offload_ir::Elem;
-use offload_tlab::{AllocFailure, AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
 
 fn xorshift(s: &mut u64) -> u64 {
     *s ^= *s << 13;
@@ -67,7 +67,7 @@ fn stress_with(policy: AllocPolicy, buffers: bool) {
                 }
                 for (at, len, pattern) in mine {
                     assert_eq!(
-                        heap.header(offload_tlab::Ref(at)).unwrap(),
+                        heap.header(offload_heap::Ref(at)).unwrap(),
                         Header::Array {
                             elem: Elem::I64,
                             dims: 1,

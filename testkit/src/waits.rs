@@ -8,7 +8,7 @@
 //! bytes moved each way and — on the virtual GPU, whose times say nothing
 //! about a GPU's — the PTX instructions executed, which do.
 
-use crate::tools::vgpu_counters;
+use crate::vgpu_counters;
 use offload::diagnostics::bytes_text;
 use offload::{Device, LaunchReport, OffloadError, Runtime, par_offload};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +67,7 @@ fn one(
         .strict(true)
         .gpu_wait_in_place(wait)
         .build()?;
-    let m = rt.load("spin.obc", crate::tools::demo::SPIN_KERNEL)?;
+    let m = rt.load("spin.obc", crate::kernels::SPIN_KERNEL)?;
     let out = rt.new_array::<i64>(n)?;
     let c = m.closure("spin", [iters.into(), (&out).into()])?;
     // Compile and load before measuring (on an array of its own: `spin`

@@ -1,7 +1,7 @@
 //! Heap configurations that cannot work are refused with a message naming
 //! the setting and its value, before any memory is mapped.
 
-use offload_tlab::{Heap, HeapConfig, HeapError, MAX_HEAP_BYTES, MIN_HEAP_BYTES};
+use offload_heap::{Heap, HeapConfig, HeapError, MAX_HEAP_BYTES, MIN_HEAP_BYTES};
 
 fn refused(cfg: HeapConfig) -> String {
     match Heap::new(cfg) {

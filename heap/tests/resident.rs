@@ -1,12 +1,12 @@
-//! Residency (`offload_tlab::resident`): a heap with a device copy stays
+//! Residency (`offload_heap::resident`): a heap with a device copy stays
 //! coherent under any mix of host writes, host allocations and "launches"
 //! that write and allocate on the device, with a byte-array device standing
 //! in for a GPU (the CUDA device runs the same protocol; `tests/gpu.rs`
 //! checks it on the virtual GPU).
 
+use offload_heap::resident::{CHUNK_BYTES, CHUNK_SHIFT};
+use offload_heap::{Heap, HeapConfig, Mirror, layout::Header};
 use offload_ir::Elem;
-use offload_tlab::resident::{CHUNK_BYTES, CHUNK_SHIFT};
-use offload_tlab::{Heap, HeapConfig, Mirror, layout::Header};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
