@@ -169,6 +169,19 @@ impl LaunchEnv {
     }
 }
 
+#[cfg(test)]
+impl LaunchEnv {
+    /// The save areas in the pool, each as whether every record of it is
+    /// empty (for tests).
+    pub(crate) fn pooled_save_areas(&self) -> Vec<bool> {
+        let pool = self
+            .save_areas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pool.iter().map(|a| a.is_clear_in(0..a.slots())).collect()
+    }
+}
+
 /// Each slot's TLAB (null for one without).
 pub(crate) fn tlabs_of(alloc: &Allocator<'_>, workers: usize) -> Vec<*const SharedTlab> {
     (0..workers)

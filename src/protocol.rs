@@ -36,6 +36,7 @@ use offload_deopt::{DeoptMetadata, SaveArea};
 use offload_heap::{AllocStats, Allocator};
 use offload_ir::SiteId;
 use rayon::prelude::*;
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
@@ -53,8 +54,8 @@ pub(crate) struct Round {
     pub(crate) completed: u64,
     /// Two words per slot of the unit: the unstarted rest `[lo, hi)` its
     /// stop left (empty for a slot that did not stop; none at all when no
-    /// slot did).
-    pub(crate) never_ran: Vec<i64>,
+    /// slot did). A CPU unit's pair is kept inline.
+    pub(crate) never_ran: SmallVec<[i64; 2]>,
     /// The save records the round left, by index in the save area, in the
     /// order they are drained.
     pub(crate) records: Vec<usize>,
@@ -181,6 +182,7 @@ impl Launch<'_> {
     }
 
     /// Record `r`'s header and values, or the save area's corruption.
+    #[inline]
     fn read(&self, r: usize, values: &mut Vec<u64>) -> Result<Header, OffloadError> {
         match self.area.read_into(r, self.meta, values) {
             Ok(Some(h)) => Ok(h),
@@ -222,7 +224,7 @@ fn rounds<'r>(launch: &Launch<'_>, unit: &mut dyn Rounds<'r>) -> Result<UnitOut,
     let mut running = Some(env.control.enter());
     // Per slot, what its never-ran rests have counted (sized on first use:
     // most launches never stop).
-    let mut passed: Vec<NeverRan> = Vec::new();
+    let mut passed: SmallVec<[NeverRan; 1]> = SmallVec::new();
     let mut values = Vec::new();
     loop {
         if launch.interrupted() {
@@ -331,6 +333,7 @@ fn abandon<'r>(
 /// collection one replay ran lets the next record resume on the device.
 /// Once an interrupt stops one part-way, the rest are abandoned. Returns
 /// the records to hand back, and whether an interrupt stopped one.
+#[inline(never)]
 fn drain_here<'r>(
     launch: &Launch<'_>,
     unit: &mut dyn Rounds<'r>,

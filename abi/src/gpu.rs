@@ -5,122 +5,92 @@
 
 use crate::tlab::TlabWords;
 
-/// The launch context of a kernel on the device, `#[repr(C)]`: the CPU
-/// [`crate::cpu::LaunchCtx`]'s fields where they mean the same, with device
-/// addresses as `u64`, and what a grid needs besides (TLABs by group,
-/// the device eden, the slot count, per-slot exit codes, counters).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeviceCtx {
-    /// The heap image's first byte; references are word offsets from here.
-    pub heap_base: u64,
-    /// The next unclaimed workitem (`i64`).
-    pub cursor: u64,
-    /// One past the last workitem.
-    pub end: i64,
-    /// Workitems per claim.
-    pub chunk: i64,
-    /// The control word (`u32` in device memory; the host copies requests into it).
-    pub control: u64,
-    /// The save area: `records_per_slot` records of `record_words` words per slot.
-    pub save_area: u64,
-    /// Words per save record.
-    pub record_words: u64,
-    /// Per slot, a [`NeverRan`]: the unstarted `[start, end)` of its
-    /// chunk.
-    pub never_ran: u64,
-    /// The kernel's captures, one raw 64-bit slot each.
-    pub captures: u64,
-    /// Save records per slot, at least 1.
-    pub records_per_slot: u64,
-    /// The TLABs: an array of [`TlabWords`] (state, generation, refills;
-    /// [`TLAB_BYTES`] apart).
-    pub tlabs: u64,
-    /// Slots per TLAB (slot `s` uses TLAB `s / tlab_group`); 0: no TLABs,
-    /// every object comes straight from eden.
-    pub tlab_group: u64,
-    /// The device eden: two `u64` heap words, at [`EDEN_TOP`] and
-    /// [`EDEN_LIMIT`].
-    pub eden: u64,
-    /// Objects of more words than this come straight from eden.
-    pub large_words: u64,
-    /// Slots (threads) of the launch; threads beyond return at once.
-    pub slots: u64,
-    /// Words a refill carves (at least the object).
-    pub tlab_words: u64,
-    /// Per slot, the [`crate::exit`] code of its last run (`u32`).
-    pub exits: u64,
-    /// Counters (`u64`), summed over a launch's runs, at the indices of
-    /// [`counter`].
-    pub stats: u64,
-    /// Per slot, the state of injected safepoints when it last polled
-    /// (`u64`, 0 before its first poll): kept across relaunches so that the
-    /// stream goes on (see `offload_jit::SafepointInjection`).
-    pub inject: u64,
-    /// The heap's dirty map: a byte per `offload_heap::resident` chunk of
-    /// the heap image (which starts at a chunk boundary), set to 1 by every store and atomic of the kernel
-    /// into that chunk (the objects it allocates lie in the device eden,
-    /// which the host counts as written whole). The host zeroes the map
-    /// before each run and reads back the part below the device eden's
-    /// top.
-    pub dirty: u64,
-    /// A `u32` counter: slots waiting at a poll for
-    /// [`control::WAIT`](crate::control::WAIT) to clear, plus slots that have exited.
-    /// The host zeroes it before each run; once it equals `slots`, every
-    /// slot is either waiting (its writes fenced) or gone.
-    pub parked: u64,
+/// Defines [`DeviceCtx`] and [`DeviceCtx::to_words`] from one list of
+/// fields, so that the words the host uploads are the fields in order.
+macro_rules! device_ctx {
+    ($(#[$doc:meta])* $vis:vis struct $name:ident { $($(#[$fdoc:meta])* $field:ident: $ty:ty,)* }) => {
+        $(#[$doc])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        $vis struct $name {
+            $($(#[$fdoc])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// The context as the words the host uploads: every field is
+            /// one 64-bit word, in declaration order.
+            pub fn to_words(self) -> [u64; DEVICE_CTX_WORDS] {
+                // Each field is a `u64` or an `i64` (its bits).
+                [$(self.$field as u64,)*]
+            }
+        }
+    };
 }
 
-impl DeviceCtx {
-    /// The context as the words the host uploads: every field is one
-    /// 64-bit word, in declaration order.
-    pub fn to_words(self) -> [u64; DEVICE_CTX_WORDS] {
-        let DeviceCtx {
-            heap_base,
-            cursor,
-            end,
-            chunk,
-            control,
-            save_area,
-            record_words,
-            never_ran,
-            captures,
-            records_per_slot,
-            tlabs,
-            tlab_group,
-            eden,
-            large_words,
-            slots,
-            tlab_words,
-            exits,
-            stats,
-            inject,
-            dirty,
-            parked,
-        } = self;
-        [
-            heap_base,
-            cursor,
-            end as u64,
-            chunk as u64,
-            control,
-            save_area,
-            record_words,
-            never_ran,
-            captures,
-            records_per_slot,
-            tlabs,
-            tlab_group,
-            eden,
-            large_words,
-            slots,
-            tlab_words,
-            exits,
-            stats,
-            inject,
-            dirty,
-            parked,
-        ]
+device_ctx! {
+    /// The launch context of a kernel on the device, `#[repr(C)]`: the
+    /// CPU [`crate::cpu::LaunchCtx`]'s fields where they mean the same,
+    /// with device addresses as `u64`, and what a grid needs besides
+    /// (TLABs by group, the device eden, the slot count, per-slot exit
+    /// codes, counters). Every field is one 64-bit word.
+    pub struct DeviceCtx {
+        /// The heap image's first byte; references are word offsets from here.
+        heap_base: u64,
+        /// The next unclaimed workitem (`i64`).
+        cursor: u64,
+        /// One past the last workitem.
+        end: i64,
+        /// Workitems per claim.
+        chunk: i64,
+        /// The control word (`u32` in device memory; the host copies requests into it).
+        control: u64,
+        /// The save area: `records_per_slot` records of `record_words` words per slot.
+        save_area: u64,
+        /// Words per save record.
+        record_words: u64,
+        /// Per slot, a [`NeverRan`]: the unstarted `[start, end)` of its
+        /// chunk.
+        never_ran: u64,
+        /// The kernel's captures, one raw 64-bit slot each.
+        captures: u64,
+        /// Save records per slot, at least 1.
+        records_per_slot: u64,
+        /// The TLABs: an array of [`TlabWords`] (state, generation, refills;
+        /// [`TLAB_BYTES`] apart).
+        tlabs: u64,
+        /// Slots per TLAB (slot `s` uses TLAB `s / tlab_group`); 0: no TLABs,
+        /// every object comes straight from eden.
+        tlab_group: u64,
+        /// The device eden: two `u64` heap words, at [`EDEN_TOP`] and
+        /// [`EDEN_LIMIT`].
+        eden: u64,
+        /// Objects of more words than this come straight from eden.
+        large_words: u64,
+        /// Slots (threads) of the launch; threads beyond return at once.
+        slots: u64,
+        /// Words a refill carves (at least the object).
+        tlab_words: u64,
+        /// Per slot, the [`crate::exit`] code of its last run (`u32`).
+        exits: u64,
+        /// Counters (`u64`), summed over a launch's runs, at the indices of
+        /// [`counter`].
+        stats: u64,
+        /// Per slot, the state of injected safepoints when it last polled
+        /// (`u64`, 0 before its first poll): kept across relaunches so that the
+        /// stream goes on (see `offload_jit::SafepointInjection`).
+        inject: u64,
+        /// The heap's dirty map: a byte per `offload_heap::resident` chunk of
+        /// the heap image (which starts at a chunk boundary), set to 1 by every store and atomic of the kernel
+        /// into that chunk (the objects it allocates lie in the device eden,
+        /// which the host counts as written whole). The host zeroes the map
+        /// before each run and reads back the part below the device eden's
+        /// top.
+        dirty: u64,
+        /// A `u32` counter: slots waiting at a poll for
+        /// [`control::WAIT`](crate::control::WAIT) to clear, plus slots that have exited.
+        /// The host zeroes it before each run; once it equals `slots`, every
+        /// slot is either waiting (its writes fenced) or gone.
+        parked: u64,
     }
 }
 

@@ -234,6 +234,7 @@ type SlotResult = Result<(UnitOut, u64, bool), OffloadError>;
 /// `RECORDED`).
 struct CpuSlot<'a> {
     ctx: &'a LaunchCtx,
+    area: &'a SaveArea,
     ck: &'a CompiledKernel,
     slot: usize,
     /// The slot's first save record.
@@ -267,6 +268,7 @@ impl<'a> CpuSlot<'a> {
         let env = launch.env;
         CpuSlot {
             ctx,
+            area: launch.area,
             ck,
             slot,
             first: record::slot_records(slot, per_slot).start,
@@ -346,6 +348,8 @@ impl<'a> CpuSlot<'a> {
         // stopped again, its new record took the same place.
         if self.words(|w| w.records) == n + 1 {
             round.records.push(r);
+        } else {
+            let _ = self.area.clear_one(r);
         }
         round.resumed.push((r, h, v));
         Ok(round)
@@ -384,7 +388,7 @@ impl<'a> Rounds<'a> for CpuSlot<'a> {
         self.exhausted |= code == exit::DONE;
         Ok(Round {
             completed,
-            never_ran: vec![lo, hi],
+            never_ran: smallvec::smallvec![lo, hi],
             // The last first.
             records: (0..records as usize)
                 .rev()
@@ -419,5 +423,56 @@ impl<'a> Rounds<'a> for CpuSlot<'a> {
 
     fn put_replayer(&mut self, rp: Replayer<'a>) {
         self.replayer = Some(rp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Device, Runtime, par_offload};
+    use offload_deopt::{Reason, reentry_point};
+    use offload_jit::Injection;
+
+    const SPIN: &str = include_str!("../../examples/kernels/spin.obc");
+
+    /// A record the slot resumed and ran to its end is cleared: after a
+    /// launch that stops every workitem at its loop header and resumes it
+    /// on the device, every record is empty, so the save area goes back to
+    /// the pool (a stale record would also be a root of no workitem).
+    #[test]
+    fn records_resumed_on_the_device_leave_the_save_area_empty() {
+        let probe = Runtime::builder()
+            .device(Device::Interpreter)
+            .build()
+            .unwrap();
+        let m = probe.load("spin.obc", SPIN).unwrap();
+        let k = m.program().verified().func_named("spin").unwrap();
+        let site = m.program().analysis(k).unwrap().sites.clone();
+        let site = site
+            .iter()
+            .find(|s| reentry_point(s))
+            .expect("a loop header");
+        for records in [1, 4] {
+            let rt = Runtime::builder()
+                .device(Device::Cpu)
+                .workers(2)
+                .tiered(false)
+                .deopt_records(records)
+                .inject(Injection {
+                    site_bci: site.bci,
+                    modulus: 3,
+                    remainder: 0,
+                    reason: Some(Reason::Safepoint),
+                })
+                .build()
+                .unwrap();
+            let m = rt.load("spin.obc", SPIN).unwrap();
+            let out = rt.new_array::<i32>(64).unwrap();
+            let c = m.closure("spin", [10i32.into(), (&out).into()]).unwrap();
+            let r = par_offload(0..64, &c).unwrap();
+            assert!(r.resumed > 0, "{r}");
+            assert_eq!(rt.read(&out).unwrap(), vec![10; 64]);
+            let pooled = rt.inner.env.pooled_save_areas();
+            assert_eq!(pooled, [true], "records per slot {records}: {r}");
+        }
     }
 }

@@ -385,7 +385,8 @@ impl<'a> Grid<'a> {
             // SAFETY: nothing else reads or writes the area during the copy.
             s.memcpy_dtoh(&self.state.area_dev, unsafe { area_words(launch.area) })
                 .map_err(cuda_err("save area"))?;
-            round.never_ran = s.clone_dtoh(&self.b.never).map_err(cuda_err("never_ran"))?;
+            let never: Vec<i64> = s.clone_dtoh(&self.b.never).map_err(cuda_err("never_ran"))?;
+            round.never_ran = never.into();
             let ex: Vec<u32> = s.clone_dtoh(&self.b.exits).map_err(cuda_err("exits"))?;
             totals.to_host +=
                 (launch.area.bytes() + 8 * round.never_ran.len() + 4 * ex.len()) as u64;
