@@ -11,7 +11,12 @@
 //! ([`Allocator::reclaim`]), and the heap walks and verifies object by
 //! object ([`Heap::walk`], [`Heap::verify`]); the collector ([`gc`],
 //! [`Heap::collect`]) frees what no root reaches and slides the rest down,
-//! so eden's top comes back down to the live data.
+//! so eden's top comes back down to the live data. When a device keeps a
+//! copy of the heap, this crate alone keeps the two images coherent
+//! ([`resident`]): every accessor fetches what a device wrote, and code
+//! that touches the heap's bytes directly gets them only through
+//! [`Heap::raw_image`], which brings the host's image up to date first and
+//! marks it written when dropped.
 //!
 //! ```
 //! use offload_heap::{AllocPolicy, Allocator, Heap, HeapConfig, layout::Header};
