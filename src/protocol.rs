@@ -117,11 +117,8 @@ pub(crate) struct UnitOut {
     pub(crate) on_device: u64,
     /// Workitems a stop left unstarted and a later round ran, each once.
     pub(crate) never_ran: u64,
-    /// Rounds run.
-    pub(crate) rounds: u64,
-    /// Rounds that ran the slots' rests and claims ([`Round::claimed`]).
-    pub(crate) entries: u64,
-    /// Of those, the ones after the first: re-entries.
+    /// Rounds that ran the slots' rests and claims ([`Round::claimed`])
+    /// after the first of them: re-entries.
     pub(crate) reentries: u64,
     /// What became of the unit's records.
     pub(crate) replays: Replays,
@@ -129,8 +126,6 @@ pub(crate) struct UnitOut {
     pub(crate) replay_time: Duration,
     /// Kernel time the unit measured, if it did.
     pub(crate) run_time: Option<Duration>,
-    /// An interrupt cut the launch short.
-    pub(crate) cut: bool,
 }
 
 impl UnitOut {
@@ -139,8 +134,6 @@ impl UnitOut {
     fn merge(mut self, o: UnitOut) -> UnitOut {
         self.on_device += o.on_device;
         self.never_ran += o.never_ran;
-        self.rounds += o.rounds;
-        self.entries += o.entries;
         self.reentries += o.reentries;
         self.replays = self.replays.merge(o.replays);
         self.replay_time = self.replay_time.max(o.replay_time);
@@ -148,7 +141,6 @@ impl UnitOut {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        self.cut |= o.cut;
         self
     }
 }
@@ -206,13 +198,6 @@ pub(crate) fn drive<'r>(
     launch: &Launch<'_>,
     unit: &mut dyn Rounds<'r>,
 ) -> Result<UnitOut, OffloadError> {
-    let mut out = rounds(launch, unit)?;
-    out.reentries = out.entries.saturating_sub(1);
-    Ok(out)
-}
-
-/// [`drive`]'s loop.
-fn rounds<'r>(launch: &Launch<'_>, unit: &mut dyn Rounds<'r>) -> Result<UnitOut, OffloadError> {
     let env = launch.env;
     let mut out = UnitOut {
         replays: Replays::new(launch.meta),
@@ -226,16 +211,20 @@ fn rounds<'r>(launch: &Launch<'_>, unit: &mut dyn Rounds<'r>) -> Result<UnitOut,
     // most launches never stop).
     let mut passed: SmallVec<[NeverRan; 1]> = SmallVec::new();
     let mut values = Vec::new();
+    // Whether a round has run the slots' rests and claims yet: the later
+    // ones are re-entries.
+    let mut entered = false;
     loop {
         if launch.interrupted() {
-            out.cut = true;
             abandon(launch, unit, &[], &mut out, &mut values)?;
             return Ok(out);
         }
-        out.rounds += 1;
         let round = unit.run(launch)?;
         out.on_device += round.completed;
-        out.entries += u64::from(round.claimed);
+        if round.claimed {
+            out.reentries += u64::from(entered);
+            entered = true;
+        }
         if let Some(t) = round.run_time {
             out.run_time = Some(out.run_time.unwrap_or_default() + t);
         }
@@ -249,7 +238,6 @@ fn rounds<'r>(launch: &Launch<'_>, unit: &mut dyn Rounds<'r>) -> Result<UnitOut,
         // frames are dropped, not replayed.
         env.control.poll();
         if launch.interrupted() {
-            out.cut = true;
             abandon(launch, unit, &round.records, &mut out, &mut values)?;
             out.replay_time += tr.elapsed();
             return Ok(out);
@@ -290,11 +278,8 @@ fn rounds<'r>(launch: &Launch<'_>, unit: &mut dyn Rounds<'r>) -> Result<UnitOut,
         };
         out.replay_time += tr.elapsed();
         if cut {
-            out.cut = true;
-            for (r, h, v) in resume {
-                let _ = launch.area.clear_one(r);
-                out.replays.abandoned(launch.meta, h, &v);
-            }
+            // The records kept for the device are dropped with the rest.
+            unit.hand_back(resume);
             abandon(launch, unit, &[], &mut out, &mut values)?;
             return Ok(out);
         }

@@ -95,9 +95,6 @@ pub(super) struct Grid<'a> {
     range: Range<i64>,
     /// Records handed back, resumed by the next round.
     handed: Vec<HandedBack>,
-    /// The host area's records that may hold one: those handed back to
-    /// the device (the rest is empty, or the device's copy).
-    host_records: Vec<usize>,
     /// Per slot, the (workitem, site) of the allocation failure it was
     /// last given to resume: failing there again goes to the interpreter
     /// (sized on first use: most launches leave no records).
@@ -142,7 +139,6 @@ impl<'a> Grid<'a> {
             b,
             range,
             handed: Vec::new(),
-            host_records: Vec::new(),
             resumed_alloc: Vec::new(),
             fairness: Fairness::default(),
             trace,
@@ -392,7 +388,6 @@ impl<'a> Grid<'a> {
                 (launch.area.bytes() + 8 * round.never_ran.len() + 4 * ex.len()) as u64;
             round.done = ex.iter().all(|&c| c == offload_abi::exit::DONE);
             // The device's copy replaced the host's records.
-            self.host_records.clear();
             let mut values = Vec::new();
             for slot in 0..self.state.slots {
                 for r in record::slot_records(slot, RECORDS_PER_SLOT) {
@@ -404,9 +399,9 @@ impl<'a> Grid<'a> {
                 }
             }
         } else {
-            // No slot left a record: the host's are those it handed back,
-            // which the device resumed.
-            for r in self.host_records.drain(..) {
+            // No slot left a record: the host's are those it handed back
+            // (the round's `resumed`), which the device resumed.
+            for &(r, _, _) in &round.resumed {
                 let _ = launch.area.clear_one(r);
             }
         }
@@ -459,7 +454,6 @@ impl<'r> Rounds<'r> for Grid<'_> {
         let n = self.state.totals.launches;
         // The records handed back are resumed by this round.
         let resumed = std::mem::take(&mut self.handed);
-        self.host_records = resumed.iter().map(|h| h.0).collect();
         let eden = self.carve(launch)?;
         if n <= 20 || n.is_multiple_of(100) {
             let (used, sp) = (
