@@ -152,6 +152,13 @@ enum Command {
         /// Timed repetitions per measurement (the median is reported).
         #[arg(long, default_value_t = 7)]
         reps: usize,
+        /// With `--device cuda`: instead of times, each example kernel's
+        /// counters beside CUDA C's (instructions per item, memory sectors,
+        /// atomics, driver calls and host syncs per warm launch — exact on
+        /// the virtual GPU — registers from ptxas, and on a real GPU the
+        /// times) with their ratios.
+        #[arg(long)]
+        counters: bool,
         /// Answer timing requests instead: JSON lines on standard input,
         /// from `scripts/bench-peers` (which times Numba by turns with
         /// offload and rayon).
@@ -354,12 +361,54 @@ fn run(cli: Cli) -> Result<(), String> {
             reps,
             strict,
             serve,
+            counters,
         } => {
             let mut b = offload::Runtime::builder().device(device).strict(strict);
             if let Some(w) = workers {
                 b = b.workers(w);
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
+            if counters {
+                if rt.device() != offload::Device::Cuda {
+                    return Err(format!(
+                        "error: --counters compares the CUDA device with CUDA C; the runtime runs on the {} device{}",
+                        rt.device().name(),
+                        rt.fallback()
+                            .map_or(String::new(), |why| format!(" ({why})"))
+                    ));
+                }
+                let rows = offload_cli::tools::bench_counters::run(&rt, shrink, reps.max(1))
+                    .map_err(|e| format!("error: {e}"))?;
+                if json {
+                    for r in &rows {
+                        println!("{}", r.json());
+                    }
+                } else {
+                    println!(
+                        "offload bench --counters on {}: one warm launch per kernel, offload against CUDA C (ratio = offload ÷ CUDA C)",
+                        rt.gpu().unwrap_or_default()
+                    );
+                    print!("{}", offload_cli::tools::bench_counters::table(&rows));
+                }
+                let missed: Vec<String> = rows
+                    .iter()
+                    .flat_map(|r| {
+                        r.targets
+                            .iter()
+                            .filter(|(n, _)| r.met(n) == Some(false))
+                            .map(|(n, _)| format!("{} {n}", r.bench))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                if !missed.is_empty() {
+                    eprintln!(
+                        "{} counter target(s) missed: {}",
+                        missed.len(),
+                        missed.join(", ")
+                    );
+                }
+                return Ok(());
+            }
             if serve {
                 return offload_cli::tools::bench_peers::serve(
                     &rt,

@@ -87,3 +87,114 @@ pub fn assemble(ptxas: &Path, text: &str, arch: &str) -> Result<(), String> {
         res.status
     ))
 }
+
+/// What `ptxas -v` says an entry function of a module needs on one
+/// architecture: its registers per thread and the bytes it spills.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Bytes of spill stores plus spill loads per thread.
+    pub spill_bytes: u32,
+}
+
+/// Assembles `text` for `arch` with `-v` and returns each entry function's
+/// [`Resources`], by name.
+pub fn resources(
+    ptxas: &Path,
+    text: &str,
+    arch: &str,
+) -> Result<std::collections::BTreeMap<String, Resources>, String> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir();
+    let stem = format!(
+        "offload-v-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let src = dir.join(format!("{stem}.ptx"));
+    let out = dir.join(format!("{stem}.cubin"));
+    std::fs::write(&src, text).map_err(|e| format!("writing {}: {e}", src.display()))?;
+    let res = Command::new(ptxas)
+        .arg("-v")
+        .arg(format!("-arch={arch}"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output();
+    let _ = std::fs::remove_file(&src);
+    let _ = std::fs::remove_file(&out);
+    let res = res.map_err(|e| format!("running {}: {e}", ptxas.display()))?;
+    let log = String::from_utf8_lossy(&res.stderr);
+    if !res.status.success() {
+        return Err(log.into_owned());
+    }
+    Ok(parse_resources(&log))
+}
+
+/// Reads `ptxas -v`'s report: "Compiling entry function 'NAME'", then
+/// "N bytes spill stores, M bytes spill loads" and "Used R registers".
+fn parse_resources(log: &str) -> std::collections::BTreeMap<String, Resources> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut current: Option<String> = None;
+    let number_before = |l: &str, what: &str| -> Option<u32> {
+        let head = &l[..l.find(what)?];
+        head.split_whitespace().last()?.parse().ok()
+    };
+    for l in log.lines() {
+        if let Some(rest) = l.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().map(str::to_string);
+            if let Some(name) = &current {
+                out.insert(name.clone(), Resources::default());
+            }
+            continue;
+        }
+        let Some(r) = current.as_ref().and_then(|n| out.get_mut(n)) else {
+            continue;
+        };
+        if let Some(n) = number_before(l, " registers") {
+            r.registers = n;
+        }
+        if let (Some(s), Some(ld)) = (
+            number_before(l, " bytes spill stores"),
+            number_before(l, " bytes spill loads"),
+        ) {
+            r.spill_bytes = s + ld;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_registers_and_spills_per_entry() {
+        let log = "ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'a' for 'sm_90'
+ptxas info    : Function properties for a
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 38 registers, used 0 barriers
+ptxas info    : Compiling entry function 'b' for 'sm_90'
+ptxas info    : Function properties for b
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 21 registers, used 1 barriers, 8 bytes smem
+";
+        let r = parse_resources(log);
+        assert_eq!(
+            r["a"],
+            Resources {
+                registers: 38,
+                spill_bytes: 16
+            }
+        );
+        assert_eq!(
+            r["b"],
+            Resources {
+                registers: 21,
+                spill_bytes: 0
+            }
+        );
+    }
+}

@@ -184,12 +184,47 @@ pub fn mad(mode: BinOp, ty: Ty, a: u64, b: u64, c: u64) -> u64 {
 }
 
 /// `fma.rn`: one rounding.
-pub fn fma(ty: Ty, a: u64, b: u64, c: u64) -> u64 {
-    if ty.bits == 32 {
-        of32(f32b(a).mul_add(f32b(b), f32b(c)))
-    } else {
-        f64b(a).mul_add(f64b(b), f64b(c)).to_bits()
+pub fn fma(rnd: Rnd, ty: Ty, a: u64, b: u64, c: u64) -> u64 {
+    if ty.bits != 32 {
+        return f64b(a).mul_add(f64b(b), f64b(c)).to_bits();
     }
+    let (a, b, c) = (f32b(a), f32b(b), f32b(c));
+    let near = a.mul_add(b, c);
+    if rnd == Rnd::Near || near.is_nan() {
+        return of32(near);
+    }
+    // The exact result is s + e: the product of two floats is exact in a
+    // double, and the sum's rounding error `e` is exact (TwoSum).
+    let p = f64::from(a) * f64::from(b);
+    let s = p + f64::from(c);
+    let bb = s - p;
+    let e = (p - (s - bb)) + (f64::from(c) - bb);
+    let r = s as f32;
+    if r.is_infinite() && s.is_finite() {
+        // Overflow: directed roundings stop at the largest finite value
+        // on the side they do not round away to.
+        let away = match rnd {
+            Rnd::Up => s > 0.0,
+            Rnd::Down => s < 0.0,
+            _ => false,
+        };
+        return of32(if away { r } else { f32::MAX.copysign(r) });
+    }
+    let rd = f64::from(r);
+    let above = rd > s || (rd == s && e < 0.0);
+    let below = rd < s || (rd == s && e > 0.0);
+    let toward_down = match rnd {
+        Rnd::Down => true,
+        Rnd::Up => false,
+        _ => s + e > 0.0,
+    };
+    of32(if toward_down && above {
+        r.next_down()
+    } else if !toward_down && below {
+        r.next_up()
+    } else {
+        r
+    })
 }
 
 /// A unary operation.
@@ -202,6 +237,10 @@ pub fn un(op: UnOp, ty: Ty, a: u64) -> u64 {
             UnOp::Abs => a & !sign,
             UnOp::Sqrt if ty.bits == 32 => of32(f32b(a).sqrt()),
             UnOp::Sqrt => f64b(a).sqrt().to_bits(),
+            UnOp::Rcp if ty.bits == 32 => of32(1.0 / f32b(a)),
+            UnOp::Rcp => (1.0 / f64b(a)).to_bits(),
+            UnOp::Ex2 => of32(f32b(a).exp2()),
+            UnOp::Ex2Ftz => of32(flush(flush(f32b(a)).exp2())),
             _ => unreachable!("rejected by the decoder on floats"),
         };
     }
@@ -213,9 +252,20 @@ pub fn un(op: UnOp, ty: Ty, a: u64) -> u64 {
         UnOp::Clz => return u64::from(a.leading_zeros() - (64 - ty.bits)),
         UnOp::Popc => return u64::from(a.count_ones()),
         UnOp::Brev => a.reverse_bits() >> (64 - ty.bits),
-        UnOp::Sqrt => unreachable!("rejected by the decoder on integers"),
+        UnOp::Sqrt | UnOp::Rcp | UnOp::Ex2 | UnOp::Ex2Ftz => {
+            unreachable!("rejected by the decoder on integers")
+        }
     };
     ty.trunc(r)
+}
+
+/// `.ftz`: a subnormal becomes a zero of its sign.
+fn flush(x: f32) -> f32 {
+    if x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
 }
 
 /// A `setp` comparison.

@@ -470,12 +470,16 @@ pub(crate) fn decode(
             cx.count(&ops, 4)?;
             let (d, a, b) = (cx.reg(&ops[0])?, cx.src(&ops[1], ty)?, cx.src(&ops[2], ty)?);
             if ty.is_float() {
-                if rnd != Some(Rnd::Near) || mode.is_some() {
+                let Some(rnd) = rnd.filter(|_| mode.is_none()) else {
                     return Err(
-                        cx.err("float `fma`/`mad` needs `.rn` (directed rounding is not modelled)")
+                        cx.err("float `fma`/`mad` needs a rounding (`.rn`, `.rz`, `.rm`, `.rp`)")
                     );
+                };
+                if rnd != Rnd::Near && ty.bits != 32 {
+                    return Err(cx.err("directed rounding of `fma` is modelled on `.f32` only"));
                 }
                 Op::Fma {
+                    rnd,
                     ty,
                     d,
                     a,
@@ -506,6 +510,44 @@ pub(crate) fn decode(
                     b,
                     c: cx.src(&ops[3], cty)?,
                 }
+            }
+        }
+        "rcp" => {
+            if q.rnd(false) != Some(Rnd::Near) {
+                return Err(cx.err("`rcp` needs `.rn` (`.approx` is not modelled)"));
+            }
+            let ty = one_type(&cx, &mut q)?;
+            if !ty.is_float() {
+                return Err(cx.err("`rcp` takes `.f32` or `.f64`"));
+            }
+            cx.count(&ops, 2)?;
+            Op::Un {
+                op: UnOp::Rcp,
+                ty,
+                d: cx.reg(&ops[0])?,
+                a: cx.src(&ops[1], ty)?,
+            }
+        }
+        "ex2" => {
+            if !q.has("approx") {
+                return Err(cx.err("`ex2` needs `.approx`"));
+            }
+            let ftz = q.has("ftz");
+            let ty = one_type(&cx, &mut q)?;
+            if ty
+                != (Ty {
+                    kind: TyKind::F,
+                    bits: 32,
+                })
+            {
+                return Err(cx.err("`ex2` takes `.f32`"));
+            }
+            cx.count(&ops, 2)?;
+            Op::Un {
+                op: if ftz { UnOp::Ex2Ftz } else { UnOp::Ex2 },
+                ty,
+                d: cx.reg(&ops[0])?,
+                a: cx.src(&ops[1], ty)?,
             }
         }
         "neg" | "not" | "cnot" | "abs" | "sqrt" | "clz" | "popc" | "brev" => {
@@ -695,6 +737,7 @@ pub(crate) fn decode(
                 Op::Ld {
                     space,
                     sem,
+                    scope: sc,
                     ty,
                     d: cx.reg(&ops[0])?,
                     addr: cx.addr(&ops[1])?,
@@ -706,6 +749,7 @@ pub(crate) fn decode(
                 Op::St {
                     space,
                     sem,
+                    scope: sc,
                     ty,
                     addr: cx.addr(&ops[0])?,
                     a: cx.src(&ops[1], ty)?,
@@ -774,21 +818,27 @@ pub(crate) fn decode(
             }
         }
         "fence" => {
-            if q.take(&["acq_rel", "sc"]).is_none() {
+            let Some(order) = q.take(&["acq_rel", "sc"]) else {
                 return Err(cx.err("needs `.acq_rel` or `.sc`"));
-            }
-            if q.scope().is_none() {
+            };
+            let Some(scope) = q.scope() else {
                 return Err(cx.err("needs a scope"));
-            }
+            };
             cx.count(&ops, 0)?;
-            Op::Fence
+            Op::Fence {
+                sc: order == "sc",
+                scope,
+            }
         }
         "membar" => {
-            if q.take(&["cta", "gl", "sys"]).is_none() {
-                return Err(cx.err("needs `.cta`, `.gl` or `.sys`"));
-            }
+            let scope = match q.take(&["cta", "gl", "sys"]) {
+                Some("cta") => MemScope::Cta,
+                Some("gl") => MemScope::Gpu,
+                Some(_) => MemScope::Sys,
+                None => return Err(cx.err("needs `.cta`, `.gl` or `.sys`")),
+            };
             cx.count(&ops, 0)?;
-            Op::Fence
+            Op::Fence { sc: true, scope }
         }
         "nanosleep" => {
             let ty = one_type(&cx, &mut q)?;

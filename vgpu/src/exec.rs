@@ -2,7 +2,9 @@
 //! execution of one instruction at a time.
 
 use crate::alu;
-use crate::inst::{Addr, AtomOp, Base, BoolOp, Inst, Op, Opnd, Space, Sreg, Ty, TyKind};
+use crate::inst::{
+    Addr, AtomOp, Base, BoolOp, Inst, Op, Opnd, Scope, Sem, Space, Sreg, Ty, TyKind,
+};
 use crate::mem::{self, Fault, Kind, MemMap};
 use crate::module::Module;
 
@@ -62,6 +64,39 @@ pub(crate) enum Stop {
     Trap,
 }
 
+/// What the last instruction did that the cost model counts
+/// (`crate::cost`); `None` for everything else.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Probe {
+    /// A load, store or atomic that reached global memory (device or
+    /// mapped host memory, or the module's data), whatever its space
+    /// qualifier said.
+    Global {
+        /// The function and instruction index (one warp-wide instruction
+        /// is the same instruction run by the warp's lanes together).
+        func: u32,
+        pc: u32,
+        addr: u64,
+        size: u64,
+        what: Access,
+    },
+    /// A fence (or `membar`).
+    Fence { sc: bool, scope: Scope },
+}
+
+/// The kind of a global access.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Access {
+    /// A load; `strong` for `.volatile`, `.relaxed` and `.acquire`, with
+    /// its scope (`.volatile` is `.sys`).
+    Load {
+        strong: bool,
+        scope: Option<Scope>,
+    },
+    Store,
+    Atomic,
+}
+
 /// A simulated thread.
 #[derive(Debug)]
 pub(crate) struct Thread {
@@ -69,6 +104,8 @@ pub(crate) struct Thread {
     pub(crate) place: Place,
     /// Instructions executed.
     pub(crate) steps: u64,
+    /// Set by the step that accessed global memory or fenced.
+    pub(crate) probe: Option<Probe>,
 }
 
 impl Thread {
@@ -88,6 +125,7 @@ impl Thread {
             }],
             place,
             steps: 0,
+            probe: None,
         }
     }
 
@@ -234,8 +272,15 @@ impl Thread {
                 };
                 wr!(*d, rty, r)
             }
-            Op::Fma { ty, d, a, b, c } => {
-                let r = alu::fma(*ty, rd(self, a), rd(self, b), rd(self, c));
+            Op::Fma {
+                rnd,
+                ty,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                let r = alu::fma(*rnd, *ty, rd(self, a), rd(self, b), rd(self, c));
                 wr!(*d, ty, r)
             }
             Op::Setp {
@@ -288,11 +333,25 @@ impl Thread {
                 self.frames[depth].regs[*d as usize] = v;
             }
             Op::Ld {
-                space, ty, d, addr, ..
+                space,
+                sem,
+                scope,
+                ty,
+                d,
+                addr,
             } => {
                 let at = self.address(addr, depth);
                 let size = u64::from(ty.bytes());
-                let p = self.access(mem, *space, at, size)?;
+                let (p, global) = self.access(mem, *space, at, size)?;
+                if global {
+                    let strong = matches!(sem, Sem::Volatile | Sem::Relaxed | Sem::Acquire);
+                    let scope = if *sem == Sem::Volatile {
+                        Some(Scope::Sys)
+                    } else {
+                        *scope
+                    };
+                    self.probe_global(depth, at, size, Access::Load { strong, scope });
+                }
                 // SAFETY: `p` was checked against the launch's live map.
                 let v = unsafe { mem::load(p, size) };
                 wr!(*d, ty, v)
@@ -303,7 +362,10 @@ impl Thread {
                 let at = self.address(addr, depth);
                 let size = u64::from(ty.bytes());
                 let v = rd(self, a);
-                let p = self.access(mem, *space, at, size)?;
+                let (p, global) = self.access(mem, *space, at, size)?;
+                if global {
+                    self.probe_global(depth, at, size, Access::Store);
+                }
                 // SAFETY: as for loads.
                 unsafe { mem::store(p, size, v) }
             }
@@ -320,7 +382,10 @@ impl Thread {
                 let size = u64::from(ty.bytes());
                 let y = ty.trunc(rd(self, b));
                 let z = c.as_ref().map(|c| ty.trunc(rd(self, c)));
-                let p = self.access(mem, *space, at, size)?;
+                let (p, global) = self.access(mem, *space, at, size)?;
+                if global {
+                    self.probe_global(depth, at, size, Access::Atomic);
+                }
                 let ty = *ty;
                 let f = |old: u64| -> Option<u64> {
                     Some(match op {
@@ -366,7 +431,12 @@ impl Thread {
             }
             // Every access is sequentially consistent here: fences order
             // nothing more.
-            Op::Fence => {}
+            Op::Fence { sc, scope } => {
+                self.probe = Some(Probe::Fence {
+                    sc: *sc,
+                    scope: *scope,
+                })
+            }
             Op::Nanosleep(_) => return Ok(Event::Yield),
             Op::Bar(n) => return Ok(Event::Barrier(rd(self, n) as u32)),
             Op::Bra(t) => self.frames[depth].pc = *t,
@@ -415,21 +485,50 @@ impl Thread {
         base.wrapping_add(a.off as u64)
     }
 
-    fn access(&self, mem: &MemMap, space: Space, at: u64, size: u64) -> Result<*mut u8, Stop> {
+    /// Records a global access of the instruction just run (its pc is
+    /// one behind).
+    fn probe_global(&mut self, depth: usize, addr: u64, size: u64, what: Access) {
+        let fr = &self.frames[depth];
+        self.probe = Some(Probe::Global {
+            func: fr.func,
+            pc: fr.pc - 1,
+            addr,
+            size,
+            what,
+        });
+    }
+
+    /// Checks an access; the pointer, and whether it reached global
+    /// memory.
+    fn access(
+        &self,
+        mem: &MemMap,
+        space: Space,
+        at: u64,
+        size: u64,
+    ) -> Result<(*mut u8, bool), Stop> {
         let (block, me) = (self.place.block, self.place.global);
-        mem.check(at, size, |k| match space {
-            Space::Generic => match k {
-                Kind::Device | Kind::HostMapped | Kind::ModuleData => true,
-                Kind::Shared(b) => b == block,
-                Kind::Local(t) => t == me,
-                Kind::Param => false,
-            },
-            Space::Global => matches!(k, Kind::Device | Kind::HostMapped | Kind::ModuleData),
-            Space::Const => k == Kind::ModuleData,
-            Space::Shared => k == Kind::Shared(block),
-            Space::Local => k == Kind::Local(me),
-            Space::Param => k == Kind::Param,
+        let global = std::cell::Cell::new(false);
+        mem.check(at, size, |k| {
+            global.set(matches!(
+                k,
+                Kind::Device | Kind::HostMapped | Kind::ModuleData
+            ));
+            match space {
+                Space::Generic => match k {
+                    Kind::Device | Kind::HostMapped | Kind::ModuleData => true,
+                    Kind::Shared(b) => b == block,
+                    Kind::Local(t) => t == me,
+                    Kind::Param => false,
+                },
+                Space::Global => matches!(k, Kind::Device | Kind::HostMapped | Kind::ModuleData),
+                Space::Const => k == Kind::ModuleData,
+                Space::Shared => k == Kind::Shared(block),
+                Space::Local => k == Kind::Local(me),
+                Space::Param => k == Kind::Param,
+            }
         })
+        .map(|p| (p, global.get()))
         .map_err(|f| Stop::Mem(f, at, size))
     }
 }

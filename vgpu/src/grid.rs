@@ -9,6 +9,7 @@
 //! thread therefore cannot starve the thread it waits for, and racing
 //! threads meet in many orders; the seed makes a run exactly repeatable.
 
+use crate::cost::{Costs, Model};
 use crate::exec::{Event, Place, Stop, Thread};
 use crate::mem::{Backing, Fault, Kind, MemMap, Region};
 use crate::module::Module;
@@ -63,6 +64,8 @@ pub struct LaunchStats {
     pub instructions: u64,
     /// Threads launched.
     pub threads: u64,
+    /// What it would cost on hardware ([`crate::cost`]).
+    pub costs: Costs,
     /// Wall time of the simulation.
     pub wall: Duration,
 }
@@ -235,6 +238,7 @@ fn run(
     let mut alive = vec![per_block as u32; blocks as usize];
     let mut waiting: Vec<Vec<u32>> = vec![Vec::new(); blocks as usize];
     let quantum = u64::from(opts.quantum.max(1));
+    let mut model = Model::new(module, threads.len(), per_block as u32);
     while !live.is_empty() {
         let i = rng.below(live.len() as u64) as usize;
         let t = live[i] as usize;
@@ -242,7 +246,12 @@ fn run(
         let mut remove = false;
         for _ in 0..turn {
             stats.instructions += 1;
-            match threads[t].step(module, map) {
+            let step = threads[t].step(module, map);
+            if let Some(p) = threads[t].probe.take() {
+                let pl = &threads[t].place;
+                model.record(t, pl.block * pl.nwarp + pl.warp, p);
+            }
+            match step {
                 Ok(Event::Next) => {}
                 Ok(Event::Yield) => break,
                 Ok(Event::Barrier(_)) => {
@@ -299,6 +308,7 @@ fn run(
             ),
         })));
     }
+    stats.costs = model.finish();
     Ok(())
 }
 

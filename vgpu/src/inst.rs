@@ -269,6 +269,13 @@ pub enum UnOp {
     Popc,
     /// `brev`.
     Brev,
+    /// `rcp.rn`: 1 / a, rounded to nearest.
+    Rcp,
+    /// `ex2.approx.f32`: 2^a, computed exactly (hardware is within 2 ulp).
+    Ex2,
+    /// `ex2.approx.ftz.f32`: the same with subnormal inputs and results
+    /// flushed to zero (of the input's sign).
+    Ex2Ftz,
 }
 
 /// A `setp` comparison.
@@ -432,8 +439,11 @@ pub enum Op {
         /// Addend.
         c: Opnd,
     },
-    /// `fma.rn` (and `mad.rn` on floats): one rounding.
+    /// `fma.rnd` (and `mad.rnd` on floats): one rounding (directed ones
+    /// on `.f32` only).
     Fma {
+        /// The rounding.
+        rnd: Rnd,
         /// The type.
         ty: Ty,
         /// Destination.
@@ -515,6 +525,8 @@ pub enum Op {
         space: Space,
         /// The semantics.
         sem: Sem,
+        /// The scope (with `.relaxed`/`.acquire`).
+        scope: Option<Scope>,
         /// The type.
         ty: Ty,
         /// Destination.
@@ -528,6 +540,8 @@ pub enum Op {
         space: Space,
         /// The semantics.
         sem: Sem,
+        /// The scope (with `.relaxed`/`.release`).
+        scope: Option<Scope>,
         /// The type.
         ty: Ty,
         /// Where.
@@ -554,7 +568,12 @@ pub enum Op {
         c: Option<Opnd>,
     },
     /// `fence.*` / `membar.*`.
-    Fence,
+    Fence {
+        /// `.sc` (and every `membar`) rather than `.acq_rel`.
+        sc: bool,
+        /// The scope (`membar.gl` is `.gpu`).
+        scope: Scope,
+    },
     /// `nanosleep.u32 t`: ends the thread's turn.
     Nanosleep(Opnd),
     /// `bar.sync` / `barrier.sync` (with its barrier number).

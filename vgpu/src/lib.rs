@@ -60,18 +60,23 @@
 //!   operand), where hardware may return the canonical NaN.
 //! - **Integer division by zero** (unspecified in PTX): the quotient is all
 //!   ones and the remainder the dividend.
-//! - **Not modelled** (rejected at parse time): `.ftz`, `.approx`, directed
-//!   rounding of float arithmetic, vector loads and stores, textures and
-//!   surfaces, `.param` arguments of `.func` calls (the backend passes
-//!   registers), indirect calls.
+//! - **Not modelled** (rejected at parse time): `.ftz` (but on `ex2`),
+//!   `.approx` (but on `ex2`, computed exactly: hardware is within 2 ulp),
+//!   directed rounding of float arithmetic other than `fma.f32`, vector
+//!   loads and stores, textures and surfaces, `.param` arguments of
+//!   `.func` calls (the backend passes registers), indirect calls.
 //! - **Time**: `%clock` counts the thread's instructions; there is no
 //!   timing model, so the simulator's speed says nothing about a GPU's.
+//!   What it does say is counted by the cost model ([`cost`]): global
+//!   memory sectors per warp-wide instruction, atomics and the longest
+//!   chain on one address, strong and `.sys` loads, fences.
 //! - Shared and local windows use generic addresses (`cvta` is the
 //!   identity).
 
 #![deny(missing_docs)]
 
 pub mod alu;
+pub mod cost;
 pub mod decode;
 mod exec;
 pub mod grid;

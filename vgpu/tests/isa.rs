@@ -556,7 +556,9 @@ fn selp_pack_unpack_and_predicate_logic() {
 fn what_is_not_modelled_is_an_error_naming_the_line() {
     let cases = [
         ("add.ftz.f32 %d, %a, %a;", "ftz"),
-        ("ex2.approx.f32 %d, %a;", "unknown instruction"),
+        ("lg2.approx.f32 %d, %a;", "unknown instruction"),
+        ("rcp.approx.f32 %d, %a;", "`.approx` is not modelled"),
+        ("ex2.f32 %d, %a;", "needs `.approx`"),
         ("add.rz.f32 %d, %a, %a;", "directed"),
         ("frobnicate.f32 %d, %a;", "unknown instruction"),
         ("add.f32 %d, %a, %nope;", "unknown operand"),
@@ -577,4 +579,84 @@ fn what_is_not_modelled_is_an_error_naming_the_line() {
         e.contains("PTX line 5") && e.contains("defined twice"),
         "{e}"
     );
+}
+
+#[test]
+fn fma_rounds_once_in_every_direction_and_rcp_and_ex2_are_exact() {
+    let mut checked = 0;
+    for &a in &f32s() {
+        for &b in &f32s() {
+            for &c in &[0.0f32, -0.0, 1.0, -3.0, 1e-3, 1e30, -1e-40, 12_582_913.0] {
+                // The reference is exact only where the double sum is.
+                let p = f64::from(a) * f64::from(b);
+                let s = p + f64::from(c);
+                if !s.is_finite() || s - p != f64::from(c) || s - f64::from(c) != p {
+                    continue;
+                }
+                for m in ["rn", "rz", "rm", "rp"] {
+                    let got = run(
+                        "f32",
+                        "f32",
+                        &format!("fma.{m}.f32 %d, %a, %b, %c;"),
+                        &[a.to_bits().into(), b.to_bits().into(), c.to_bits().into()],
+                    );
+                    let want = if m == "rn" {
+                        a.mul_add(b, c)
+                    } else {
+                        directed(s, m)
+                    };
+                    assert!(
+                        same32(got, want),
+                        "fma.{m}({a:e}, {b:e}, {c:e}): {} vs {want:e}",
+                        f32::from_bits(got as u32)
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+    // The exponent trick of NVRTC's expf: 2^k as a float from fma.rm.
+    let got = run(
+        "f32",
+        "f32",
+        "fma.rm.f32 %d, %a, %b, %c;",
+        &[
+            0.7f32.to_bits().into(),
+            252.0f32.to_bits().into(),
+            f32::from_bits(0x4B40_0001).to_bits().into(),
+        ],
+    );
+    let exact = f64::from(0.7f32) * 252.0 + f64::from(f32::from_bits(0x4B40_0001));
+    assert_eq!(f32::from_bits(got as u32), 12_583_089.0);
+    assert!(same32(got, directed(exact, "rm")));
+    for &x in &f32s() {
+        let got = run("f32", "f32", "rcp.rn.f32 %d, %a;", &[x.to_bits().into()]);
+        assert!(same32(got, 1.0 / x), "rcp({x:e})");
+        let got = run(
+            "f32",
+            "f32",
+            "ex2.approx.f32 %d, %a;",
+            &[x.to_bits().into()],
+        );
+        assert!(same32(got, x.exp2()), "ex2({x:e})");
+        let got = run(
+            "f32",
+            "f32",
+            "ex2.approx.ftz.f32 %d, %a;",
+            &[x.to_bits().into()],
+        );
+        let flush = |v: f32| {
+            if v.is_subnormal() {
+                0.0f32.copysign(v)
+            } else {
+                v
+            }
+        };
+        assert!(same32(got, flush(flush(x).exp2())), "ex2.ftz({x:e})");
+    }
+    for &x in &f64s() {
+        let got = run("f64", "f64", "rcp.rn.f64 %d, %a;", &[x.to_bits()]);
+        assert!(same64(got, 1.0 / x), "rcp({x:e})");
+    }
 }

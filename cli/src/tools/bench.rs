@@ -538,309 +538,44 @@ pub fn table(rows: &[BenchResult]) -> String {
 /// `offload bench --device cuda`: the example kernels on the GPU against the
 /// same kernels in CUDA C (`benches/cuda/baselines.cu`, compiled by NVRTC
 /// with `--fmad=false`), and offload's TLAB allocation against CUDA's device
-/// `malloc`. Each pair first runs once on fresh inputs and the outputs are
-/// compared (bit for bit, except blackscholes, whose CUDA C uses CUDA's own
-/// `expf`/`logf`: within 1e-4 relative), then both are timed (median of
-/// `reps`, kernels synchronized). Slowdown = offload time ÷ CUDA C time.
+/// `malloc` ([`crate::tools::cuda_cases`]). Each pair first runs once on
+/// fresh inputs and the outputs are compared (bit for bit, except
+/// blackscholes, whose CUDA C uses CUDA's own `expf`/`logf`: within 1e-4
+/// relative), then both are timed (median of `reps`, kernels
+/// synchronized). Slowdown = offload time ÷ CUDA C time.
 pub fn run_cuda_c(
     rt: &Runtime,
     shrink: usize,
     reps: usize,
 ) -> Result<Vec<BenchResult>, OffloadError> {
-    use crate::tools::cuda_c::Arg as C;
-    let s = shrink.max(1);
     let cc = crate::tools::cuda_c::CudaC::for_runtime(rt)?;
-    let baseline = "CUDA C (NVRTC)";
     let mut out = Vec::new();
-    let mismatch = |bench: &str, what: String| {
-        OffloadError::Setup(format!("{bench}: offload and CUDA C disagree: {what}"))
-    };
-    let cerr = OffloadError::Setup;
-    let mut row = |bench: &str, t: Duration, b: Duration, note: String| {
+    for mut case in crate::tools::cuda_cases::cases(rt, shrink)? {
+        let r = par_offload(0..case.items, &case.closure)?;
+        let b = cc
+            .run(case.kernel, case.items, &mut case.args, reps)
+            .map_err(OffloadError::Setup)?;
+        let note = (case.check)(&case.args)?.map_err(|w| {
+            OffloadError::Setup(format!("{}: offload and CUDA C disagree: {w}", case.bench))
+        })?;
+        let t = offload_median(
+            rt,
+            || par_offload(0..case.items, &case.closure).map(|_| ()),
+            reps,
+        )?;
+        let note = [r.fallback.unwrap_or_default(), note]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         out.push(BenchResult {
-            bench: bench.into(),
+            bench: case.bench.into(),
             device: Device::Cuda,
-            baseline: Some((baseline.into(), b)),
+            baseline: Some((case.baseline.into(), b)),
             offload: t,
             target: None,
             note,
-        })
-    };
-    fn same_f32(a: &[f32], b: &[f32]) -> Option<String> {
-        a.iter()
-            .zip(b)
-            .position(|(x, y)| x.to_bits() != y.to_bits())
-            .map(|i| format!("element {i}: {} vs {}", a[i], b[i]))
-    }
-
-    // saxpy
-    let n = (1 << 24) / s;
-    let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
-    let y = vec![1.0f32; n];
-    let m = rt.load("saxpy.obc", example("saxpy.obc"))?;
-    let (xa, ya) = (rt.array(&x)?, rt.array(&y)?);
-    let c = m.closure("saxpy", [2.0f32.into(), (&xa).into(), (&ya).into()])?;
-    let r = par_offload(0..n as i64, &c)?;
-    let mut args = [C::F32(2.0), C::F32s(x.clone()), C::F32s(y.clone())];
-    let b = cc.run("saxpy", n as i64, &mut args, reps).map_err(cerr)?;
-    if let C::F32s(cy) = &args[2]
-        && let Some(w) = same_f32(&rt.read(&ya)?, cy)
-    {
-        return Err(mismatch("saxpy", w));
-    }
-    let t = offload_median(rt, || par_offload(0..n as i64, &c).map(|_| ()), reps)?;
-    row("saxpy", t, b, r.fallback.unwrap_or_default());
-
-    // mandelbrot
-    let (w, h, it) = (1024 / s.min(16) as i32, 1024 / s.min(16) as i32, 256);
-    let np = (w * h) as usize;
-    let m = rt.load("mandelbrot.obc", example("mandelbrot.obc"))?;
-    let img = rt.new_array::<i32>(np)?;
-    let c = m.closure("mandelbrot", [w.into(), h.into(), it.into(), (&img).into()])?;
-    let r = par_offload(0..np as i64, &c)?;
-    let mut args = [C::I32(w), C::I32(h), C::I32(it), C::I32s(vec![0; np])];
-    let b = cc
-        .run("mandelbrot", np as i64, &mut args, reps)
-        .map_err(cerr)?;
-    if let C::I32s(ci) = &args[3]
-        && *ci != rt.read(&img)?
-    {
-        return Err(mismatch("mandelbrot", "iteration counts differ".into()));
-    }
-    let t = offload_median(rt, || par_offload(0..np as i64, &c).map(|_| ()), reps)?;
-    row("mandelbrot", t, b, r.fallback.unwrap_or_default());
-
-    // nbody (one step: accelerations from positions, velocities kicked)
-    let nb = 4096 / s.min(8);
-    let bodies = native::Bodies::random(nb, 3);
-    let (c, arrays) = crate::tools::demo::nbody_closure(rt, &bodies)?;
-    let r = par_offload(0..nb as i64, &c)?;
-    let mut args = vec![C::I32(nb as i32), C::F32(0.01), C::F32(0.01)];
-    args.extend(bodies.columns().into_iter().map(|v| C::F32s(v.clone())));
-    let b = cc.run("nbody", nb as i64, &mut args, reps).map_err(cerr)?;
-    for (k, a) in arrays.iter().enumerate().skip(4) {
-        if let C::F32s(cv) = &args[3 + k]
-            && let Some(w) = same_f32(&rt.read(a)?, cv)
-        {
-            return Err(mismatch("nbody", w));
-        }
-    }
-    let t = offload_median(rt, || par_offload(0..nb as i64, &c).map(|_| ()), reps)?;
-    row("nbody", t, b, r.fallback.unwrap_or_default());
-
-    // matmul
-    let nm = 512 / s.min(8);
-    let a: Vec<f32> = (0..nm * nm).map(|i| (i % 17) as f32 * 0.25).collect();
-    let bm: Vec<f32> = (0..nm * nm).map(|i| (i % 13) as f32 * 0.5).collect();
-    let m = rt.load("matmul.obc", example("matmul.obc"))?;
-    let (aa, ba, ca) = (rt.array(&a)?, rt.array(&bm)?, rt.new_array::<f32>(nm * nm)?);
-    let c = m.closure(
-        "matmul",
-        [(nm as i32).into(), (&aa).into(), (&ba).into(), (&ca).into()],
-    )?;
-    let r = par_offload(0..(nm * nm) as i64, &c)?;
-    let mut args = [
-        C::I32(nm as i32),
-        C::F32s(a.clone()),
-        C::F32s(bm.clone()),
-        C::F32s(vec![0.0; nm * nm]),
-    ];
-    let b = cc
-        .run("matmul", (nm * nm) as i64, &mut args, reps)
-        .map_err(cerr)?;
-    if let C::F32s(cm) = &args[3]
-        && let Some(w) = same_f32(&rt.read(&ca)?, cm)
-    {
-        return Err(mismatch("matmul", w));
-    }
-    let t = offload_median(
-        rt,
-        || par_offload(0..(nm * nm) as i64, &c).map(|_| ()),
-        reps,
-    )?;
-    row("matmul", t, b, r.fallback.unwrap_or_default());
-
-    // histogram
-    let nh = (1 << 22) / s;
-    let nbins = 256;
-    let mut rng = native::Rng::new(9);
-    let data: Vec<i32> = (0..nh).map(|_| rng.next_u64() as i32).collect();
-    let m = rt.load("histogram.obc", example("histogram.obc"))?;
-    let (da, bins) = (rt.array(&data)?, rt.new_array::<i32>(nbins)?);
-    let c = m.closure("histogram", [(&da).into(), (&bins).into()])?;
-    let r = par_offload(0..nh as i64, &c)?;
-    let mut args = [
-        C::I32s(data.clone()),
-        C::I32s(vec![0; nbins]),
-        C::I32(nbins as i32),
-    ];
-    let b = cc
-        .run("histogram", nh as i64, &mut args, reps)
-        .map_err(cerr)?;
-    if let C::I32s(cb) = &args[1]
-        && *cb != rt.read(&bins)?
-    {
-        return Err(mismatch("histogram", "bin counts differ".into()));
-    }
-    let t = offload_median(rt, || par_offload(0..nh as i64, &c).map(|_| ()), reps)?;
-    row("histogram", t, b, r.fallback.unwrap_or_default());
-
-    // blackscholes
-    let no = (1 << 22) / s;
-    let (sp, st, ty) = native::options(no, 4);
-    let (c, cl, _) = crate::tools::demo::blackscholes_closure(rt, &sp, &st, &ty)?;
-    let r = par_offload(0..no as i64, &c)?;
-    let mut args = [
-        C::F32(0.02),
-        C::F32(0.3),
-        C::F32s(sp.clone()),
-        C::F32s(st.clone()),
-        C::F32s(ty.clone()),
-        C::F32s(vec![0.0; no]),
-        C::F32s(vec![0.0; no]),
-    ];
-    let b = cc
-        .run("blackscholes", no as i64, &mut args, reps)
-        .map_err(cerr)?;
-    if let C::F32s(ccall) = &args[5] {
-        let ocall = rt.read(&cl)?;
-        if let Some(i) =
-            (0..no).find(|&i| (ocall[i] - ccall[i]).abs() > 1e-4 * ocall[i].abs().max(1.0))
-        {
-            return Err(mismatch(
-                "blackscholes",
-                format!("call {i}: {} vs {}", ocall[i], ccall[i]),
-            ));
-        }
-    }
-    let t = offload_median(rt, || par_offload(0..no as i64, &c).map(|_| ()), reps)?;
-    row("blackscholes", t, b, r.fallback.unwrap_or_default());
-
-    // Allocation: offload's shared TLABs against CUDA's device malloc/free,
-    // three fresh Vec3 objects per loop iteration.
-    let (items, count) = ((1 << 17) / s, 16i32);
-    let m = rt.load("alloc.obc", example("alloc.obc"))?;
-    let ao = rt.new_array::<f64>(items)?;
-    let c = m.closure("alloc_vectors", [count.into(), (&ao).into()])?;
-    let r = par_offload(0..items as i64, &c)?;
-    let mut args = [C::I32(count), C::F64s(vec![0.0; items]), C::I32s(vec![0])];
-    let b = cc
-        .run("alloc_vectors", items as i64, &mut args, reps)
-        .map_err(cerr)?;
-    let failed = match &args[2] {
-        C::I32s(f) => f[0],
-        _ => 0,
-    };
-    if let C::F64s(cv) = &args[1]
-        && failed == 0
-    {
-        let ov = rt.read(&ao)?;
-        if let Some(i) = (0..items).find(|&i| ov[i].to_bits() != cv[i].to_bits()) {
-            return Err(mismatch(
-                "alloc",
-                format!("item {i}: {} vs {}", ov[i], cv[i]),
-            ));
-        }
-    }
-    let t = offload_median(rt, || par_offload(0..items as i64, &c).map(|_| ()), reps)?;
-    let mut note = r.fallback.unwrap_or_default();
-    if failed > 0 {
-        note = format!("{note} device malloc failed in {failed} workitems");
-    }
-    out.push(BenchResult {
-        bench: "alloc Vec3 (TLAB vs device malloc)".into(),
-        device: Device::Cuda,
-        baseline: Some(("CUDA C malloc/free".into(), b)),
-        offload: t,
-        target: None,
-        note,
-    });
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(
-        bench: &str,
-        offload_us: u64,
-        base_us: Option<u64>,
-        target: Option<Target>,
-    ) -> BenchResult {
-        BenchResult {
-            bench: bench.into(),
-            device: Device::Cpu,
-            baseline: base_us.map(|b| ("native \"rayon\"".into(), Duration::from_micros(b))),
-            offload: Duration::from_micros(offload_us),
-            target,
-            note: "a\\b\nc\u{1}d, \"quoted\"".into(),
-        }
-    }
-
-    #[test]
-    fn json_rows_round_trip_with_names_that_need_escaping() {
-        let r = row("k\"\\\t\u{7}", 300, Some(100), Some(Target::Slowdown(1.25)));
-        let line = r.json();
-        assert!(!line.contains('\n'), "one line: {line}");
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(v["bench"], r.bench.as_str());
-        assert_eq!(v["note"], r.note.as_str());
-        assert_eq!(v["baseline"], "native \"rayon\"");
-        assert_eq!(v["offload_ns"], 300_000);
-        assert_eq!(v["baseline_ns"], 100_000);
-        assert!((v["slowdown"].as_f64().unwrap() - 3.0).abs() < 1e-9);
-        assert_eq!(v["target"]["kind"], "slowdown");
-        assert_eq!(v["target"]["max"], 1.25);
-        assert_eq!(v["met"], false);
-        let none = row("t", 50, None, Some(Target::Nanos(100_000)));
-        let v: serde_json::Value = serde_json::from_str(&none.json()).unwrap();
-        assert!(v["baseline"].is_null() && v["slowdown"].is_null());
-        assert_eq!(v["met"], true);
-    }
-
-    #[test]
-    fn the_table_keeps_columns_in_line_and_flags_misses() {
-        let rows = [
-            row("short", 100, Some(100), None),
-            row(
-                "a much longer benchmark name than the others",
-                250,
-                Some(100),
-                Some(Target::Slowdown(2.0)),
-            ),
-            row("compile", 2000, None, Some(Target::Nanos(1_000_000))),
-        ];
-        let rows = rows.map(|mut r| {
-            r.note = "a note".into();
-            r
         });
-        let t = table(&rows);
-        let lines: Vec<Vec<char>> = t.lines().map(|l| l.chars().collect()).collect();
-        let head: String = lines[0].iter().collect();
-        assert!(head.contains("slowdown") && head.contains("target"), "{t}");
-        assert_eq!(lines.len(), 5, "{t}");
-        // The numbers are right-aligned under their header, whatever the
-        // length of the names before them.
-        let col = |name: &str| {
-            let at = head.find(name).unwrap();
-            head[..at].chars().count() + name.chars().count() - 1
-        };
-        for l in &lines[2..] {
-            assert!(l[col("offload µs")].is_ascii_digit(), "{t}");
-            assert!(
-                l[col("slowdown")] == 'x' || l[col("slowdown")] == '-',
-                "{t}"
-            );
-        }
-        let lines: Vec<&str> = t.lines().collect();
-        assert!(
-            lines[3].contains("MISSED") && lines[4].contains("MISSED"),
-            "{t}"
-        );
-        assert!(
-            lines[3].contains("2.50x") && lines[2].contains("1.00x"),
-            "{t}"
-        );
     }
+    Ok(out)
 }

@@ -7,10 +7,12 @@
 
 pub mod bench;
 pub mod bench_compile;
+pub mod bench_counters;
 pub mod bench_peers;
 pub mod bench_source;
 mod bench_stops;
 pub mod cuda_c;
+pub mod cuda_cases;
 pub mod experiment_out;
 pub mod isa;
 

@@ -46,7 +46,7 @@ pub(crate) use tri;
 
 #[unsafe(no_mangle)]
 extern "C" fn cuInit(flags: c_uint) -> CUresult {
-    guard(|| {
+    guard("cuInit", || {
         if flags != 0 {
             return err::INVALID_VALUE;
         }
@@ -61,7 +61,7 @@ extern "C" fn cuInit(flags: c_uint) -> CUresult {
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
     // SAFETY: the caller's pointer, checked for null by `put`.
-    guard(|| unsafe { put(v, 12090) })
+    guard("cuDriverGetVersion", || unsafe { put(v, 12090) })
 }
 
 /// # Safety
@@ -69,7 +69,7 @@ unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
 /// `n` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
-    guard(|| {
+    guard("cuDeviceGetCount", || {
         tri!(init_check());
         // SAFETY: as above.
         unsafe { put(n, 1) }
@@ -81,7 +81,7 @@ unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
 /// `dev` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDeviceGet", || {
         tri!(device_check(ordinal));
         // SAFETY: as above.
         unsafe { put(dev, 0) }
@@ -93,7 +93,7 @@ unsafe extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> CUresult {
 /// `name` must be valid for `len` bytes.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDeviceGetName", || {
         tri!(device_check(dev));
         if name.is_null() || len <= 0 {
             return err::INVALID_VALUE;
@@ -147,7 +147,7 @@ fn attribute(a: c_int) -> Option<c_int> {
 /// `pi` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDeviceGetAttribute", || {
         tri!(device_check(dev));
         match attribute(attrib) {
             // SAFETY: as above.
@@ -162,7 +162,7 @@ unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_
 /// `bytes` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDeviceTotalMem_v2", || {
         tri!(device_check(dev));
         // SAFETY: as above.
         unsafe { put(bytes, Config::get().memory as usize) }
@@ -174,7 +174,7 @@ unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUres
 /// `uuid` must be null or valid for a 16-byte write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDeviceGetUuid", || {
         tri!(device_check(dev));
         // SAFETY: as above.
         unsafe { put(uuid, *b"offload-vgpu-000") }
@@ -187,7 +187,9 @@ unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> CUresul
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> CUresult {
     // SAFETY: the same contract.
-    unsafe { cuDeviceGetUuid(uuid, dev) }
+    guard("cuDeviceGetUuid_v2", || unsafe {
+        cuDeviceGetUuid(uuid, dev)
+    })
 }
 
 /// # Safety
@@ -195,7 +197,7 @@ unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> CUre
 /// `pctx` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDevicePrimaryCtxRetain", || {
         tri!(device_check(dev));
         let mut s = state();
         let h = match s.ctx {
@@ -215,7 +217,7 @@ unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: c_int) -> 
 }
 
 fn release(dev: c_int) -> CUresult {
-    guard(|| {
+    guard("cuDevicePrimaryCtxRelease", || {
         tri!(device_check(dev));
         let mut s = state();
         match s.ctx {
@@ -245,12 +247,12 @@ fn release(dev: c_int) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
-    release(dev)
+    guard("cuDevicePrimaryCtxRelease_v2", || release(dev))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuDevicePrimaryCtxRelease(dev: c_int) -> CUresult {
-    release(dev)
+    guard("cuDevicePrimaryCtxRelease", || release(dev))
 }
 
 /// # Safety
@@ -262,7 +264,7 @@ unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     flags: *mut c_uint,
     active: *mut c_int,
 ) -> CUresult {
-    guard(|| {
+    guard("cuDevicePrimaryCtxGetState", || {
         tri!(device_check(dev));
         let on = c_int::from(state().ctx.is_some());
         // SAFETY: as above.
@@ -277,7 +279,7 @@ unsafe extern "C" fn cuDevicePrimaryCtxGetState(
 
 #[unsafe(no_mangle)]
 extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, _flags: c_uint) -> CUresult {
-    guard(|| {
+    guard("cuDevicePrimaryCtxSetFlags_v2", || {
         tri!(device_check(dev));
         err::SUCCESS
     })
@@ -293,7 +295,7 @@ pub(crate) fn current_ok() -> bool {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
-    guard(|| {
+    guard("cuCtxSetCurrent", || {
         if ctx != 0 && state().ctx.map(|c| c.0) != Some(ctx) {
             return err::INVALID_CONTEXT;
         }
@@ -307,7 +309,7 @@ extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
 /// `pctx` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut Handle) -> CUresult {
-    guard(|| {
+    guard("cuCtxGetCurrent", || {
         tri!(init_check());
         let live = state().ctx.map(|c| c.0);
         let cur = CURRENT.with(Cell::get);
@@ -320,7 +322,7 @@ unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxPushCurrent_v2(ctx: Handle) -> CUresult {
-    cuCtxSetCurrent(ctx)
+    guard("cuCtxPushCurrent_v2", || cuCtxSetCurrent(ctx))
 }
 
 /// # Safety
@@ -328,7 +330,7 @@ extern "C" fn cuCtxPushCurrent_v2(ctx: Handle) -> CUresult {
 /// `pctx` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut Handle) -> CUresult {
-    guard(|| {
+    guard("cuCtxPopCurrent_v2", || {
         let cur = CURRENT.with(|c| c.replace(0));
         if pctx.is_null() {
             return err::SUCCESS;
@@ -343,7 +345,7 @@ unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut Handle) -> CUresult {
 /// `dev` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
-    guard(|| {
+    guard("cuCtxGetDevice", || {
         if state().ctx.is_none() {
             return err::INVALID_CONTEXT;
         }
@@ -358,7 +360,7 @@ unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
     // SAFETY: as above.
-    guard(|| unsafe { put(flags, 0) })
+    guard("cuCtxGetFlags", || unsafe { put(flags, 0) })
 }
 
 /// # Safety
@@ -369,7 +371,7 @@ unsafe extern "C" fn cuCtxGetStreamPriorityRange(
     least: *mut c_int,
     greatest: *mut c_int,
 ) -> CUresult {
-    guard(|| {
+    guard("cuCtxGetStreamPriorityRange", || {
         for p in [least, greatest] {
             if !p.is_null() {
                 // SAFETY: as above.
@@ -382,7 +384,7 @@ unsafe extern "C" fn cuCtxGetStreamPriorityRange(
 
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSynchronize() -> CUresult {
-    guard(|| {
+    guard("cuCtxSynchronize", || {
         let streams = state().all_streams();
         for s in streams {
             s.drain();
@@ -396,7 +398,7 @@ extern "C" fn cuCtxSynchronize() -> CUresult {
 /// `p` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuGetErrorName(code: CUresult, p: *mut *const c_char) -> CUresult {
-    guard(|| match err::name(code) {
+    guard("cuGetErrorName", || match err::name(code) {
         // SAFETY: as above; the string lives for the process.
         Some(s) => unsafe { put(p, s.as_ptr()) },
         None => err::INVALID_VALUE,
@@ -408,7 +410,7 @@ unsafe extern "C" fn cuGetErrorName(code: CUresult, p: *mut *const c_char) -> CU
 /// `p` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuGetErrorString(code: CUresult, p: *mut *const c_char) -> CUresult {
-    guard(|| match err::message(code) {
+    guard("cuGetErrorString", || match err::message(code) {
         // SAFETY: as above; the string lives for the process.
         Some(s) => unsafe { put(p, s.as_ptr()) },
         None => err::INVALID_VALUE,

@@ -52,7 +52,7 @@ unsafe fn load(image: *const c_void) -> Result<Handle, (CUresult, String)> {
 /// `m` must be null or valid for a write; `image` NUL-terminated PTX.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuModuleLoadData(m: *mut Handle, image: *const c_void) -> CUresult {
-    guard(|| {
+    guard("cuModuleLoadData", || {
         // SAFETY: the caller's contract.
         match unsafe { load(image) } {
             // SAFETY: as above.
@@ -81,7 +81,7 @@ unsafe extern "C" fn cuModuleLoadDataEx(
     opts: *const c_int,
     vals: *const *mut c_void,
 ) -> CUresult {
-    guard(|| {
+    guard("cuModuleLoadDataEx", || {
         // SAFETY: the caller's contract.
         match unsafe { load(image) } {
             // SAFETY: as above.
@@ -118,7 +118,7 @@ unsafe extern "C" fn cuModuleLoadDataEx(
 
 #[unsafe(no_mangle)]
 extern "C" fn cuModuleUnload(m: Handle) -> CUresult {
-    guard(|| {
+    guard("cuModuleUnload", || {
         let mut s = state();
         let Some(l) = s.modules.remove(&m) else {
             return err::INVALID_HANDLE;
@@ -140,7 +140,7 @@ unsafe extern "C" fn cuModuleGetFunction(
     m: Handle,
     name: *const c_char,
 ) -> CUresult {
-    guard(|| {
+    guard("cuModuleGetFunction", || {
         if name.is_null() {
             return err::INVALID_VALUE;
         }
@@ -175,7 +175,7 @@ unsafe extern "C" fn cuModuleGetGlobal_v2(
     m: Handle,
     name: *const c_char,
 ) -> CUresult {
-    guard(|| {
+    guard("cuModuleGetGlobal_v2", || {
         if name.is_null() {
             return err::INVALID_VALUE;
         }
@@ -211,7 +211,7 @@ unsafe extern "C" fn cuModuleGetGlobal_v2(
 /// `pi` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, f: Handle) -> CUresult {
-    guard(|| {
+    guard("cuFuncGetAttribute", || {
         let s = state();
         let Some((l, i)) = s.funcs.get(&f) else {
             return err::INVALID_HANDLE;
@@ -233,7 +233,7 @@ unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, f: Handle
 
 #[unsafe(no_mangle)]
 extern "C" fn cuFuncSetAttribute(f: Handle, _attrib: c_int, _value: c_int) -> CUresult {
-    guard(|| {
+    guard("cuFuncSetAttribute", || {
         if state().funcs.contains_key(&f) {
             err::SUCCESS
         } else {
@@ -244,7 +244,7 @@ extern "C" fn cuFuncSetAttribute(f: Handle, _attrib: c_int, _value: c_int) -> CU
 
 #[unsafe(no_mangle)]
 extern "C" fn cuFuncSetCacheConfig(f: Handle, _config: c_int) -> CUresult {
-    cuFuncSetAttribute(f, 0, 0)
+    guard("cuFuncSetCacheConfig", || cuFuncSetAttribute(f, 0, 0))
 }
 
 /// # Safety
@@ -257,7 +257,7 @@ unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     block: c_int,
     _smem: usize,
 ) -> CUresult {
-    guard(|| {
+    guard("cuOccupancyMaxActiveBlocksPerMultiprocessor", || {
         if !state().funcs.contains_key(&f) {
             return err::INVALID_HANDLE;
         }
@@ -282,7 +282,10 @@ unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     _flags: c_uint,
 ) -> CUresult {
     // SAFETY: the same contract.
-    unsafe { cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem) }
+    guard(
+        "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+        || unsafe { cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, block, smem) },
+    )
 }
 
 /// # Safety
@@ -304,7 +307,7 @@ unsafe extern "C" fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    guard(|| {
+    guard("cuLaunchKernel", || {
         if let Some(e) = sticky() {
             return e;
         }
@@ -374,7 +377,7 @@ unsafe extern "C" fn cuLaunchKernel(
 /// `h` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuStreamCreate(h: *mut Handle, _flags: c_uint) -> CUresult {
-    guard(|| {
+    guard("cuStreamCreate", || {
         let mut s = state();
         if s.ctx.is_none() {
             return err::INVALID_CONTEXT;
@@ -396,12 +399,14 @@ unsafe extern "C" fn cuStreamCreateWithPriority(
     _prio: c_int,
 ) -> CUresult {
     // SAFETY: the same contract.
-    unsafe { cuStreamCreate(h, flags) }
+    guard("cuStreamCreateWithPriority", || unsafe {
+        cuStreamCreate(h, flags)
+    })
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuStreamDestroy_v2(h: Handle) -> CUresult {
-    guard(|| match state().streams.remove(&h) {
+    guard("cuStreamDestroy_v2", || match state().streams.remove(&h) {
         Some(st) => {
             // Work already queued still runs (as CUDA specifies).
             st.close();
@@ -417,7 +422,7 @@ fn stream_of(h: Handle) -> Result<Arc<Stream>, CUresult> {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuStreamSynchronize(h: Handle) -> CUresult {
-    guard(|| {
+    guard("cuStreamSynchronize", || {
         tri!(stream_of(h)).drain();
         sticky().unwrap_or(err::SUCCESS)
     })
@@ -425,7 +430,7 @@ extern "C" fn cuStreamSynchronize(h: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuStreamQuery(h: Handle) -> CUresult {
-    guard(|| {
+    guard("cuStreamQuery", || {
         let st = tri!(stream_of(h));
         if let Some(e) = sticky() {
             return e;
@@ -441,7 +446,7 @@ extern "C" fn cuStreamQuery(h: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuStreamWaitEvent(h: Handle, ev: Handle, _flags: c_uint) -> CUresult {
-    guard(|| {
+    guard("cuStreamWaitEvent", || {
         tri!(stream_of(h));
         let Some(e) = state().events.get(&ev).cloned() else {
             return err::INVALID_HANDLE;
@@ -460,7 +465,7 @@ extern "C" fn cuStreamWaitEvent(h: Handle, ev: Handle, _flags: c_uint) -> CUresu
 /// `h` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuEventCreate(h: *mut Handle, _flags: c_uint) -> CUresult {
-    guard(|| {
+    guard("cuEventCreate", || {
         let mut s = state();
         let k = s.handle();
         s.events.insert(k, Event { at: None });
@@ -471,7 +476,7 @@ unsafe extern "C" fn cuEventCreate(h: *mut Handle, _flags: c_uint) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuEventRecord(ev: Handle, stream: Handle) -> CUresult {
-    guard(|| {
+    guard("cuEventRecord", || {
         let mut s = state();
         let Some(st) = s.stream(stream) else {
             return err::INVALID_HANDLE;
@@ -489,12 +494,12 @@ extern "C" fn cuEventRecord(ev: Handle, stream: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuEventRecordWithFlags(ev: Handle, stream: Handle, _flags: c_uint) -> CUresult {
-    cuEventRecord(ev, stream)
+    guard("cuEventRecordWithFlags", || cuEventRecord(ev, stream))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuEventQuery(ev: Handle) -> CUresult {
-    guard(|| {
+    guard("cuEventQuery", || {
         let Some(e) = state().events.get(&ev).cloned() else {
             return err::INVALID_HANDLE;
         };
@@ -510,7 +515,7 @@ extern "C" fn cuEventQuery(ev: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuEventSynchronize(ev: Handle) -> CUresult {
-    guard(|| {
+    guard("cuEventSynchronize", || {
         let Some(e) = state().events.get(&ev).cloned() else {
             return err::INVALID_HANDLE;
         };
@@ -523,7 +528,7 @@ extern "C" fn cuEventSynchronize(ev: Handle) -> CUresult {
 
 #[unsafe(no_mangle)]
 extern "C" fn cuEventDestroy_v2(ev: Handle) -> CUresult {
-    guard(|| match state().events.remove(&ev) {
+    guard("cuEventDestroy_v2", || match state().events.remove(&ev) {
         Some(_) => err::SUCCESS,
         None => err::INVALID_HANDLE,
     })

@@ -39,14 +39,17 @@ mod state;
 mod stats;
 mod unsupported;
 
-pub use stats::offload_vgpu_stats;
+pub use stats::{offload_vgpu_counters, offload_vgpu_counters_reset, offload_vgpu_stats};
 
 /// An opaque handle (context, module, function, stream, event).
 type Handle = usize;
 
-/// Runs an API call, turning a panic into `CUDA_ERROR_UNKNOWN` (a panic
-/// must not unwind into the caller's C frames).
-fn guard(f: impl FnOnce() -> err::CUresult) -> err::CUresult {
+/// Runs API call `name`, counting it (`stats`: a call another call makes
+/// on its behalf is not counted again) and turning a panic into
+/// `CUDA_ERROR_UNKNOWN` (a panic must not unwind into the caller's C
+/// frames).
+fn guard(name: &'static str, f: impl FnOnce() -> err::CUresult) -> err::CUresult {
+    let _outer = stats::Call::enter(name);
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(err::UNKNOWN)
 }
 

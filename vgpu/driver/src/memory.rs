@@ -57,7 +57,7 @@ fn free(s: &mut State, p: u64, kind: Kind) -> CUresult {
 /// `dptr` must be null or valid for a write.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytes: usize) -> CUresult {
-    guard(|| {
+    guard("cuMemAlloc_v2", || {
         if bytes == 0 {
             return err::INVALID_VALUE;
         }
@@ -73,12 +73,12 @@ unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytes: usize) -> CUresult 
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytes: usize, _stream: Handle) -> CUresult {
     // SAFETY: the same contract.
-    unsafe { cuMemAlloc_v2(dptr, bytes) }
+    guard("cuMemAllocAsync", || unsafe { cuMemAlloc_v2(dptr, bytes) })
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFree_v2(p: DevPtr) -> CUresult {
-    guard(|| {
+    guard("cuMemFree_v2", || {
         // A launch still running may use the memory: wait for every stream.
         let streams = state().all_streams();
         for s in streams {
@@ -92,7 +92,7 @@ extern "C" fn cuMemFree_v2(p: DevPtr) -> CUresult {
 /// has finished, and the call does not wait for it.
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFreeAsync(p: DevPtr, stream: Handle) -> CUresult {
-    guard(|| {
+    guard("cuMemFreeAsync", || {
         let mut s = state();
         let b = match s.mem.get(&p) {
             Some(a) if a.kind == Kind::Device => a.backing.clone(),
@@ -112,7 +112,7 @@ extern "C" fn cuMemFreeAsync(p: DevPtr, stream: Handle) -> CUresult {
 /// `free` and `total` must be null or valid for writes.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemGetInfo_v2(free_b: *mut usize, total: *mut usize) -> CUresult {
-    guard(|| {
+    guard("cuMemGetInfo_v2", || {
         let t = Config::get().memory;
         let used = state().device_bytes;
         // SAFETY: as above.
@@ -134,7 +134,7 @@ unsafe extern "C" fn cuMemHostAlloc(
     bytes: usize,
     _flags: c_uint,
 ) -> CUresult {
-    guard(|| {
+    guard("cuMemHostAlloc", || {
         let a = tri!(alloc(&mut state(), bytes, Kind::HostMapped));
         // SAFETY: as above.
         unsafe { put(pp, a as *mut c_void) }
@@ -147,12 +147,14 @@ unsafe extern "C" fn cuMemHostAlloc(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -> CUresult {
     // SAFETY: the same contract.
-    unsafe { cuMemHostAlloc(pp, bytes, 0) }
+    guard("cuMemAllocHost_v2", || unsafe {
+        cuMemHostAlloc(pp, bytes, 0)
+    })
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    guard(|| {
+    guard("cuMemFreeHost", || {
         let streams = state().all_streams();
         for s in streams {
             s.drain();
@@ -170,7 +172,7 @@ unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     p: *mut c_void,
     flags: c_uint,
 ) -> CUresult {
-    guard(|| {
+    guard("cuMemHostGetDevicePointer_v2", || {
         if flags != 0 {
             return err::INVALID_VALUE;
         }
@@ -273,7 +275,7 @@ fn dtod(dst: DevPtr, src: DevPtr, n: usize, stream: Handle) -> CUresult {
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemcpyHtoD_v2(dst: DevPtr, src: *const c_void, n: usize) -> CUresult {
     // SAFETY: the caller's contract.
-    guard(|| unsafe { htod(dst, src, n, 0) })
+    guard("cuMemcpyHtoD_v2", || unsafe { htod(dst, src, n, 0) })
 }
 
 /// # Safety
@@ -287,7 +289,9 @@ unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     stream: Handle,
 ) -> CUresult {
     // SAFETY: the caller's contract.
-    guard(|| unsafe { htod(dst, src, n, stream) })
+    guard("cuMemcpyHtoDAsync_v2", || unsafe {
+        htod(dst, src, n, stream)
+    })
 }
 
 /// # Safety
@@ -296,7 +300,7 @@ unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: DevPtr, n: usize) -> CUresult {
     // SAFETY: the caller's contract.
-    guard(|| unsafe { dtoh(dst, src, n, 0) })
+    guard("cuMemcpyDtoH_v2", || unsafe { dtoh(dst, src, n, 0) })
 }
 
 /// # Safety
@@ -310,17 +314,19 @@ unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     stream: Handle,
 ) -> CUresult {
     // SAFETY: the caller's contract.
-    guard(|| unsafe { dtoh(dst, src, n, stream) })
+    guard("cuMemcpyDtoHAsync_v2", || unsafe {
+        dtoh(dst, src, n, stream)
+    })
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemcpyDtoD_v2(dst: DevPtr, src: DevPtr, n: usize) -> CUresult {
-    guard(|| dtod(dst, src, n, 0))
+    guard("cuMemcpyDtoD_v2", || dtod(dst, src, n, 0))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemcpyDtoDAsync_v2(dst: DevPtr, src: DevPtr, n: usize, stream: Handle) -> CUresult {
-    guard(|| dtod(dst, src, n, stream))
+    guard("cuMemcpyDtoDAsync_v2", || dtod(dst, src, n, stream))
 }
 
 fn memset(dst: DevPtr, pattern: &[u8], count: usize, stream: Handle) -> CUresult {
@@ -340,20 +346,22 @@ fn memset(dst: DevPtr, pattern: &[u8], count: usize, stream: Handle) -> CUresult
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemsetD8_v2(dst: DevPtr, v: u8, n: usize) -> CUresult {
-    guard(|| memset(dst, &[v], n, 0))
+    guard("cuMemsetD8_v2", || memset(dst, &[v], n, 0))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemsetD8Async(dst: DevPtr, v: u8, n: usize, stream: Handle) -> CUresult {
-    guard(|| memset(dst, &[v], n, stream))
+    guard("cuMemsetD8Async", || memset(dst, &[v], n, stream))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemsetD32_v2(dst: DevPtr, v: u32, n: usize) -> CUresult {
-    guard(|| memset(dst, &v.to_le_bytes(), n, 0))
+    guard("cuMemsetD32_v2", || memset(dst, &v.to_le_bytes(), n, 0))
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuMemsetD32Async(dst: DevPtr, v: u32, n: usize, stream: Handle) -> CUresult {
-    guard(|| memset(dst, &v.to_le_bytes(), n, stream))
+    guard("cuMemsetD32Async", || {
+        memset(dst, &v.to_le_bytes(), n, stream)
+    })
 }

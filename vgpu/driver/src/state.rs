@@ -255,7 +255,7 @@ fn run_job(job: Job) {
                     job.opts.seed
                 );
             }
-            crate::stats::add(stats.instructions, stats.wall);
+            crate::stats::add(&stats);
         }
         Err(e) => {
             let code = match &e {

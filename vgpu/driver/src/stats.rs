@@ -1,18 +1,89 @@
-//! Totals over every launch of the process, readable by a program that
-//! loaded the shim (`offload_vgpu_stats`, a symbol of this library beside
-//! the CUDA API).
+//! What the process has asked of the virtual GPU, readable by a program
+//! that loaded the shim through symbols of this library beside the CUDA
+//! API:
+//!
+//! - `offload_vgpu_stats`: launches, PTX instructions and simulation time
+//!   since the process started.
+//! - `offload_vgpu_counters`: the cost model's counters
+//!   (`offload_vgpu::cost`) summed over the launches finished since the
+//!   last `offload_vgpu_counters_reset` (the atomic chain is the longest of
+//!   any one launch), and the driver calls made since then, by name.
+//!
+//! Counted calls are the API calls a program makes; a call the shim makes
+//! on another's behalf (`cuEventRecordWithFlags` answered by
+//! `cuEventRecord`) counts once, under the name the program called.
 
+use offload_vgpu::LaunchStats;
+use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard};
 
 static INSTRUCTIONS: AtomicU64 = AtomicU64::new(0);
 static NANOS: AtomicU64 = AtomicU64::new(0);
 static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
-pub(crate) fn add(instructions: u64, wall: Duration) {
-    INSTRUCTIONS.fetch_add(instructions, Ordering::Relaxed);
-    NANOS.fetch_add(wall.as_nanos() as u64, Ordering::Relaxed);
+/// The counters since the last reset, by name.
+static SINCE_RESET: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+
+fn since_reset() -> MutexGuard<'static, BTreeMap<String, u64>> {
+    SINCE_RESET.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+thread_local! {
+    /// Whether this thread is inside a counted API call.
+    static IN_CALL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Counts one API call while alive; only the outermost of nested calls
+/// is counted.
+pub(crate) struct Call {
+    outer: bool,
+}
+
+impl Call {
+    pub(crate) fn enter(name: &'static str) -> Call {
+        let outer = !IN_CALL.with(|c| c.replace(true));
+        if outer {
+            let mut m = since_reset();
+            *m.entry(format!("call.{name}")).or_insert(0) += 1;
+            *m.entry("driver_calls".into()).or_insert(0) += 1;
+        }
+        Call { outer }
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if self.outer {
+            IN_CALL.with(|c| c.set(false));
+        }
+    }
+}
+
+/// Adds a finished launch.
+pub(crate) fn add(stats: &LaunchStats) {
+    INSTRUCTIONS.fetch_add(stats.instructions, Ordering::Relaxed);
+    NANOS.fetch_add(stats.wall.as_nanos() as u64, Ordering::Relaxed);
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    let c = &stats.costs;
+    let mut m = since_reset();
+    for (k, v) in [
+        ("launches", 1),
+        ("instructions", stats.instructions),
+        ("threads", stats.threads),
+        ("mem_instructions", c.mem_instructions),
+        ("sectors", c.sectors),
+        ("atomics", c.atomics),
+        ("strong_loads", c.strong_loads),
+        ("sys_loads", c.sys_loads),
+        ("fences", c.fences),
+        ("sys_fences", c.sys_fences),
+    ] {
+        *m.entry(k.into()).or_insert(0) += v;
+    }
+    let chain = m.entry("atomic_chain".into()).or_insert(0);
+    *chain = (*chain).max(c.atomic_chain);
 }
 
 /// Writes the launches, PTX instructions executed and nanoseconds spent
@@ -37,4 +108,31 @@ pub unsafe extern "C" fn offload_vgpu_stats(
             unsafe { p.write(v.load(Ordering::Relaxed)) };
         }
     }
+}
+
+/// Writes the counters since the last reset as lines `name value\n`
+/// (names sorted) into `buf` when they fit in `cap` bytes, and returns
+/// their length either way (call again with a larger buffer when it is
+/// above `cap`).
+///
+/// # Safety
+///
+/// `buf` must be null (with `cap` 0) or valid for `cap` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_vgpu_counters(buf: *mut u8, cap: usize) -> usize {
+    let text: String = since_reset()
+        .iter()
+        .map(|(k, v)| format!("{k} {v}\n"))
+        .collect();
+    if !buf.is_null() && text.len() <= cap {
+        // SAFETY: the caller's buffer holds `cap` ≥ `text.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
+    }
+    text.len()
+}
+
+/// Sets every counter of `offload_vgpu_counters` back to zero.
+#[unsafe(no_mangle)]
+pub extern "C" fn offload_vgpu_counters_reset() {
+    since_reset().clear();
 }
