@@ -52,10 +52,15 @@ pub(crate) type HandedBack = (usize, Header, Vec<u64>);
 pub(crate) struct Round {
     /// Workitems the unit's slots ran to their end on the device.
     pub(crate) completed: u64,
-    /// Two words per slot of the unit: the unstarted rest `[lo, hi)` its
-    /// stop left (empty for a slot that did not stop; none at all when no
-    /// slot did). A CPU unit's pair is kept inline.
+    /// Two words per slot of the unit: the unstarted rest its stop left,
+    /// the workitems `lo`, `lo + never_ran_stride`, … below `hi` (empty
+    /// for a slot that did not stop; none at all when no slot did). A CPU
+    /// unit's pair is kept inline.
     pub(crate) never_ran: SmallVec<[i64; 2]>,
+    /// The step between a rest's workitems: 1 on the CPU (a rest is an
+    /// interval), the slot count on the GPU (grid-stride parts); 0 reads
+    /// as 1.
+    pub(crate) never_ran_stride: i64,
     /// The save records the round left, by index in the save area, in the
     /// order they are drained.
     pub(crate) records: Vec<usize>,
@@ -246,7 +251,7 @@ pub(crate) fn drive<'r>(
             passed.resize(round.never_ran.len() / 2, NeverRan::default());
         }
         for (p, c) in round.never_ran.chunks_exact(2).zip(&mut passed) {
-            out.never_ran += c.add(p[0], p[1]);
+            out.never_ran += c.add(p[0], p[1], round.never_ran_stride.max(1));
         }
         if !round.records.is_empty() {
             env.gc.before_replays(&env.heap, &env.control)?;

@@ -134,7 +134,7 @@ pub struct LaunchReport {
     /// Claims the range was cut into: the pieces of at most the launch's
     /// claim size its workers take from it (on the CPU, each worker's home
     /// part of the range is cut on its own, so a part's last claim may be
-    /// shorter).
+    /// shorter; on the GPU, each slot's grid-stride part is one claim).
     pub chunks: u64,
     /// Allocation counters.
     pub alloc: AllocStats,
@@ -525,18 +525,53 @@ pub(crate) struct NeverRan {
 }
 
 impl NeverRan {
-    /// A stop left `[lo, hi)` unstarted: the workitems of it not counted
-    /// before.
-    pub(crate) fn add(&mut self, lo: i64, hi: i64) -> u64 {
+    /// A stop left the workitems `lo`, `lo + stride`, … below `hi`
+    /// unstarted: how many of them were not counted before. A slot's
+    /// rests are all of one progression (its part of the range, or its
+    /// interval on the CPU), so two of them overlap in the workitems of
+    /// their common span.
+    pub(crate) fn add(&mut self, lo: i64, hi: i64, stride: i64) -> u64 {
         if hi <= lo {
             return 0;
         }
-        let overlap = (hi.min(self.hi) - lo.max(self.lo)).max(0);
+        let items = |lo: i64, hi: i64| -> u64 {
+            if hi <= lo {
+                0
+            } else {
+                (hi.wrapping_sub(lo) as u64).div_ceil(stride as u64)
+            }
+        };
+        let (olo, ohi) = (lo.max(self.lo), hi.min(self.hi));
+        let overlap = items(olo, ohi);
         if overlap == 0 {
             (self.lo, self.hi) = (lo, hi);
         } else {
             (self.lo, self.hi) = (lo.min(self.lo), hi.max(self.hi));
         }
-        (hi - lo - overlap) as u64
+        items(lo, hi) - overlap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NeverRan;
+
+    #[test]
+    fn a_slots_rests_count_each_unstarted_workitem_once() {
+        // A GPU slot of 4 (grid-stride): workitems 3, 7, 11, 15, 19.
+        let mut n = NeverRan::default();
+        assert_eq!(n.add(3, 20, 4), 5);
+        // Stopped again further on (a relaunch ran 3 and 7): nothing new.
+        assert_eq!(n.add(11, 20, 4), 0);
+        // A rest that holds no workitem, or the stored "none".
+        assert_eq!(n.add(19, 19, 4), 0);
+        assert_eq!(n.add(1, 0, 4), 0);
+        // A negative range: -9, -5, -1.
+        assert_eq!(NeverRan::default().add(-9, 0, 4), 3);
+        // A CPU slot's interval (stride 1), then a later disjoint one.
+        let mut c = NeverRan::default();
+        assert_eq!(c.add(0, 10, 1), 10);
+        assert_eq!(c.add(5, 10, 1), 0);
+        assert_eq!(c.add(20, 25, 1), 5);
     }
 }

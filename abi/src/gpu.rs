@@ -36,20 +36,22 @@ device_ctx! {
     pub struct DeviceCtx {
         /// The heap image's first byte; references are word offsets from here.
         heap_base: u64,
-        /// The next unclaimed workitem (`i64`).
-        cursor: u64,
+        /// The range's first workitem.
+        start: i64,
         /// One past the last workitem.
         end: i64,
-        /// Workitems per claim.
-        chunk: i64,
         /// The control word (`u32` in device memory; the host copies requests into it).
         control: u64,
         /// The save area: `records_per_slot` records of `record_words` words per slot.
         save_area: u64,
         /// Words per save record.
         record_words: u64,
-        /// Per slot, a [`NeverRan`]: the unstarted `[start, end)` of its
-        /// chunk.
+        /// Per slot, a [`NeverRan`]: its unstarted rest. The range is
+        /// partitioned statically, grid-stride: slot `s` runs workitems
+        /// `start + s`, `start + s + slots`, … below `end`, so a rest is
+        /// the workitems `lo`, `lo + slots`, … below `hi`. `(0, 0)` (the
+        /// zeroed buffer) means the slot has not started its part; a slot
+        /// with nothing left writes [`NEVER_RAN_NONE`].
         never_ran: u64,
         /// The kernel's captures, one raw 64-bit slot each.
         captures: u64,
@@ -127,7 +129,8 @@ pub mod counter {
     }
 }
 
-/// One slot's unstarted rest in [`DeviceCtx::never_ran`]: `[lo, hi)`.
+/// One slot's unstarted rest in [`DeviceCtx::never_ran`]: the workitems
+/// `lo`, `lo + slots`, … below `hi`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NeverRan {
@@ -136,6 +139,10 @@ pub struct NeverRan {
     /// One past the last.
     pub hi: i64,
 }
+
+/// What a slot with nothing left stores as its rest (`lo > hi`, and not
+/// the `(0, 0)` of a slot that has not started).
+pub const NEVER_RAN_NONE: (i64, i64) = (1, 0);
 
 /// Bytes from one slot's [`NeverRan`] to the next.
 pub const NEVER_RAN_BYTES: u64 = size_of::<NeverRan>() as u64;
@@ -164,9 +171,8 @@ pub mod offsets {
     use std::mem::offset_of;
 
     pub const HEAP_BASE: u32 = offset_of!(DeviceCtx, heap_base) as u32;
-    pub const CURSOR: u32 = offset_of!(DeviceCtx, cursor) as u32;
+    pub const START: u32 = offset_of!(DeviceCtx, start) as u32;
     pub const END: u32 = offset_of!(DeviceCtx, end) as u32;
-    pub const CHUNK: u32 = offset_of!(DeviceCtx, chunk) as u32;
     pub const CONTROL: u32 = offset_of!(DeviceCtx, control) as u32;
     pub const SAVE_AREA: u32 = offset_of!(DeviceCtx, save_area) as u32;
     pub const RECORD_WORDS: u32 = offset_of!(DeviceCtx, record_words) as u32;
@@ -195,9 +201,8 @@ mod tests {
         // Distinct values per field: each word must land at its offset.
         let ctx = DeviceCtx {
             heap_base: 1,
-            cursor: 2,
+            start: 2,
             end: -3,
-            chunk: 4,
             control: 5,
             save_area: 6,
             record_words: 7,
@@ -222,11 +227,12 @@ mod tests {
         assert_eq!(at(offsets::END), (-3i64) as u64);
         assert_eq!(at(offsets::RECORDS_PER_SLOT), 10);
         assert_eq!(at(offsets::TLABS), 11);
+        assert_eq!(at(offsets::START), 2);
         assert_eq!(at(offsets::PARKED), 21);
-        assert_eq!(words.len(), 21);
+        assert_eq!(words.len(), 20);
         assert_eq!(TLAB_BYTES, 24);
         assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
         // What the generated PTX was built against.
-        assert_eq!(offsets::PARKED, 160);
+        assert_eq!(offsets::PARKED, 152);
     }
 }

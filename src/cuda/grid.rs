@@ -22,7 +22,7 @@ use std::time::Instant;
 
 /// A launch's device buffers, made once and kept across its rounds.
 pub(super) struct Buffers {
-    cursor: CudaSlice<i64>,
+    /// Per slot, its unstarted rest (zero: its part not started).
     never: CudaSlice<i64>,
     exits: CudaSlice<u32>,
     stats: CudaSlice<u64>,
@@ -42,19 +42,17 @@ fn capture_values(launch: &Launch<'_>) -> Vec<u64> {
 }
 
 impl Buffers {
-    /// The buffers of a launch over `range` with `state`'s shape, and the
+    /// The buffers of a launch with `state`'s shape, and the
     /// device half of the save area filled empty.
     pub(super) fn new(
         gpu: &Gpu,
         launch: &Launch<'_>,
         state: &mut GpuState,
-        range: &Range<i64>,
     ) -> Result<Buffers, OffloadError> {
         let s = &gpu.stream;
         let slots = state.slots;
         let tlabs_n = (slots as u64).div_ceil(state.group.max(1)) as usize;
         let b = Buffers {
-            cursor: s.clone_htod(&[range.start]).map_err(cuda_err("cursor"))?,
             never: s
                 .alloc_zeros(slots * gpu::NEVER_RAN_BYTES as usize / 8)
                 .map_err(cuda_err("never_ran"))?,
@@ -123,12 +121,11 @@ impl<'a> Grid<'a> {
         let trace = super::trace::Trace::new();
         trace.say(|| {
             format!(
-                "{} over {range:?}: {} slots in {} blocks of {}, chunks of {}, wait in place {}",
+                "{} over {range:?}: {} slots in {} blocks of {}, grid-stride, wait in place {}",
                 launch.call.name(),
                 state.slots,
                 Self::blocks(state.slots),
                 super::BLOCK,
-                state.chunk,
                 launch.env.settings.wait_in_place
             )
         });
@@ -232,7 +229,6 @@ impl<'a> Grid<'a> {
         // guards record the launch's use of each buffer when they drop.
         let (hp, dirty) = gpu.resident.addresses();
         let (pp, _g1) = self.b.parked.device_ptr(s);
-        let (cp, _g2) = self.b.cursor.device_ptr(s);
         let (ap, _g3) = st.area_dev.device_ptr(s);
         let (np, _g4) = self.b.never.device_ptr(s);
         let (kp, _g5) = self.b.captures.device_ptr(s);
@@ -243,9 +239,8 @@ impl<'a> Grid<'a> {
         let (ip, _g10) = self.b.inject.device_ptr(s);
         let ctx = DeviceCtx {
             heap_base: hp,
-            cursor: cp,
+            start: self.range.start,
             end: self.range.end,
-            chunk: st.chunk,
             control: gpu.control_dev,
             save_area: ap,
             record_words: u64::from(launch.meta.layout.record_words),
@@ -383,6 +378,7 @@ impl<'a> Grid<'a> {
                 .map_err(cuda_err("save area"))?;
             let never: Vec<i64> = s.clone_dtoh(&self.b.never).map_err(cuda_err("never_ran"))?;
             round.never_ran = never.into();
+            round.never_ran_stride = self.state.slots as i64;
             let ex: Vec<u32> = s.clone_dtoh(&self.b.exits).map_err(cuda_err("exits"))?;
             totals.to_host +=
                 (launch.area.bytes() + 8 * round.never_ran.len() + 4 * ex.len()) as u64;

@@ -54,9 +54,8 @@ struct GpuLaunch<'a> {
 pub(super) struct GpuState {
     /// Slots (threads) of the grid.
     pub(super) slots: usize,
-    /// Workitems per claim.
-    pub(super) chunk: i64,
-    /// Claims the range is cut into ([`LaunchReport::chunks`]).
+    /// Claims the range is cut into ([`LaunchReport::chunks`]): each
+    /// slot's grid-stride part is one.
     chunks: u64,
     /// Slots per TLAB (0: no TLABs).
     pub(super) group: u64,
@@ -107,10 +106,6 @@ impl Compiled for GpuLaunch<'_> {
             Some(n) => n.min((k.grid * BLOCK) as usize),
             None => default_slots(total, (k.grid * BLOCK) as usize, gpu.sms),
         };
-        let chunk = plan.chunk.map_or_else(
-            || (total / (slots as u64 * 4)).clamp(1, 256) as i64,
-            |c| c.min(1 << 20) as i64,
-        );
         // The save area: the last launch's when it has this launch's shape
         // (every record of it empty), a new one otherwise.
         let reuse = gpu
@@ -148,8 +143,7 @@ impl Compiled for GpuLaunch<'_> {
         };
         let state = GpuState {
             slots,
-            chunk,
-            chunks: total.div_ceil(chunk as u64),
+            chunks: total.min(slots as u64),
             group,
             tlab_words,
             area_dev,
@@ -176,7 +170,7 @@ impl Compiled for GpuLaunch<'_> {
         state: &mut GpuState,
         range: &Range<i64>,
     ) -> Result<Vec<UnitOut>, OffloadError> {
-        let buffers = Buffers::new(self.gpu, launch, state, range)?;
+        let buffers = Buffers::new(self.gpu, launch, state)?;
         let mut grid = Grid::new(self.gpu, self.k, launch, state, buffers, range.clone());
         let out = protocol::drive(launch, &mut grid)?;
         Ok(vec![out])

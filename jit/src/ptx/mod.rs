@@ -259,6 +259,8 @@ const HEAP: &str = "%heap";
 const CONTROL: &str = "%control";
 const W: &str = "%w";
 const HI: &str = "%hi";
+/// The slots of the launch: the stride of a slot's workitems.
+const STRIDE: &str = "%stride";
 const DONE: &str = "%done";
 const NREC: &str = "%nrec";
 const TLAB: &str = "%tlab";

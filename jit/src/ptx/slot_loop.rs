@@ -1,6 +1,9 @@
 //! The PTX slot loop around the kernel's body (module docs): a slot per
-//! thread, claiming chunks, the control word between workitems, and the
-//! slot's exits.
+//! thread, each running its static grid-stride part of the range (slot `s`
+//! of `S`: workitems `start + s`, `start + s + S`, …; consecutive threads
+//! take consecutive workitems, so their accesses coalesce, and no claim
+//! touches shared memory), the control word between workitems, and the
+//! slot's exits with its unstarted rest.
 
 use super::emit::RecordArith;
 use super::*;
@@ -22,6 +25,7 @@ impl PtxWalker<'_> {
             (CONTROL, ".b64"),
             (W, ".b64"),
             (HI, ".b64"),
+            (STRIDE, ".b64"),
             (DONE, ".b64"),
             (NREC, ".b64"),
             (TLAB, ".b64"),
@@ -41,9 +45,9 @@ impl PtxWalker<'_> {
         let t = self.t(Cls::B64);
         self.emit(format!("cvt.u64.u32 {t}, {c};"));
         self.emit(format!("add.u64 {SLOT}, {SLOT}, {t};"));
-        let n = self.ld_ctx(Cls::B64, offsets::SLOTS);
+        self.emit(format!("ld.u64 {STRIDE}, [{CTX}+{}];", offsets::SLOTS));
         let p = self.t(Cls::Pred);
-        self.emit(format!("setp.ge.u64 {p}, {SLOT}, {n};"));
+        self.emit(format!("setp.ge.u64 {p}, {SLOT}, {STRIDE};"));
         self.emit(format!("@{p} bra $idle;"));
         self.emit(format!("ld.u64 {HEAP}, [{CTX}+{}];", offsets::HEAP_BASE));
         self.emit(format!("ld.u64 {CONTROL}, [{CTX}+{}];", offsets::CONTROL));
@@ -132,21 +136,10 @@ impl PtxWalker<'_> {
             self.emit(format!("cvt.u32.u64 {RSITE}, {sw};"));
             self.emit(format!("@{RESTP} bra {L_RESUME};"));
         }
-        // Resume a stopped chunk first.
+        // The slot's rest (or its part, on its first run), then done.
         self.rest_first();
-        // claim
         self.label(L_CLAIM);
-        let cursor = self.ld_ctx(Cls::B64, offsets::CURSOR);
-        let chunk = self.ld_ctx(Cls::B64, offsets::CHUNK);
-        let end = self.ld_ctx(Cls::B64, offsets::END);
-        let lo = self.t(Cls::B64);
-        self.emit(format!("atom.add.u64 {lo}, [{cursor}], {chunk};"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.ge.s64 {p}, {lo}, {end};"));
-        self.emit(format!("@{p} bra {L_DONE};"));
-        self.emit(format!("add.s64 {HI}, {lo}, {chunk};"));
-        self.emit(format!("min.s64 {HI}, {HI}, {end};"));
-        self.emit(format!("mov.u64 {W}, {lo};"));
+        self.emit(format!("bra {L_DONE};"));
         // item
         self.label(L_ITEM);
         let p = self.t(Cls::Pred);
@@ -174,19 +167,20 @@ impl PtxWalker<'_> {
         // next_item
         self.label(L_NEXT);
         self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
-        self.emit(format!("add.s64 {W}, {W}, 1;"));
+        self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
         self.emit(format!("bra {L_ITEM};"));
         // after_deopt
         self.label(L_AFTER);
         self.emit(format!("add.s64 {NREC}, {NREC}, 1;"));
-        self.emit(format!("add.s64 {W}, {W}, 1;"));
+        self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
         let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {NREC}, {per};"));
         self.emit(format!("@{p} bra {L_ITEM};"));
         self.slot_exit(W, HI, offload_abi::exit::DEOPT);
         self.label(L_DONE);
-        self.slot_exit("0", "0", offload_abi::exit::DONE);
+        let (lo, hi) = gpu::NEVER_RAN_NONE;
+        self.slot_exit(&lo.to_string(), &hi.to_string(), offload_abi::exit::DONE);
         // The control word was set before a workitem: wait in place if
         // asked; stop if asked (or still asked after waiting).
         self.label(&l_asked);
@@ -205,8 +199,9 @@ impl PtxWalker<'_> {
         Ok(landings.iter().map(|l| l.0).collect())
     }
 
-    /// Load the slot's unstarted rest into `[w, hi)` and run it if there
-    /// is one (else fall through).
+    /// Load the slot's unstarted rest into `w`, `hi` — its whole part of
+    /// the range if it has not started it (a `(0, 0)` rest) — and run it
+    /// if there is one (else fall through).
     fn rest_first(&mut self) {
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
@@ -216,6 +211,14 @@ impl PtxWalker<'_> {
         ));
         self.emit(format!("ld.u64 {W}, {};", mem(&at, gpu::NEVER_RAN_LO)));
         self.emit(format!("ld.u64 {HI}, {};", mem(&at, gpu::NEVER_RAN_HI)));
+        let (both, fresh, l_have) = (self.t(Cls::B64), self.t(Cls::Pred), self.new_label());
+        self.emit(format!("or.b64 {both}, {W}, {HI};"));
+        self.emit(format!("setp.ne.u64 {fresh}, {both}, 0;"));
+        self.emit(format!("@{fresh} bra {l_have};"));
+        let start = self.ld_ctx(Cls::B64, offsets::START);
+        self.emit(format!("add.s64 {W}, {start}, {SLOT};"));
+        self.emit(format!("ld.u64 {HI}, [{CTX}+{}];", offsets::END));
+        self.label(&l_have);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
         self.emit(format!("@{p} bra {L_ITEM};"));
@@ -315,7 +318,17 @@ impl PtxWalker<'_> {
     /// completed workitems (and the slot, if it leaves work behind), and
     /// return.
     pub(super) fn slot_exit(&mut self, nr_lo: &str, nr_hi: &str, code: u32) {
-        let (nr_lo, nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
+        let (mut nr_lo, mut nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
+        if code != offload_abi::exit::DONE {
+            // An empty rest is stored as none: `(0, 0)` would read as a
+            // part not started.
+            let (lo, hi, p) = (self.t(Cls::B64), self.t(Cls::B64), self.t(Cls::Pred));
+            let (none_lo, none_hi) = gpu::NEVER_RAN_NONE;
+            self.emit(format!("setp.lt.s64 {p}, {nr_lo}, {nr_hi};"));
+            self.emit(format!("selp.b64 {lo}, {nr_lo}, {none_lo}, {p};"));
+            self.emit(format!("selp.b64 {hi}, {nr_hi}, {none_hi}, {p};"));
+            (nr_lo, nr_hi) = (lo, hi);
+        }
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
         self.emit(format!(
