@@ -42,9 +42,14 @@ pub fn find() -> Result<PathBuf, String> {
     )
 }
 
-/// Assemble `text` for `arch` (`sm_70`, ...). `Err` carries ptxas's
-/// messages (with the offending lines, numbered).
-pub fn assemble(ptxas: &Path, text: &str, arch: &str) -> Result<(), String> {
+/// Runs `ptxas [flags] -arch=ARCH` on `text` (through a temporary file,
+/// removed after, as is the cubin) and returns what it printed.
+fn run(
+    ptxas: &Path,
+    text: &str,
+    arch: &str,
+    flags: &[&str],
+) -> Result<std::process::Output, String> {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir();
     let stem = format!(
@@ -56,6 +61,7 @@ pub fn assemble(ptxas: &Path, text: &str, arch: &str) -> Result<(), String> {
     let out = dir.join(format!("{stem}.cubin"));
     std::fs::write(&src, text).map_err(|e| format!("writing {}: {e}", src.display()))?;
     let res = Command::new(ptxas)
+        .args(flags)
         .arg(format!("-arch={arch}"))
         .arg(&src)
         .arg("-o")
@@ -63,7 +69,13 @@ pub fn assemble(ptxas: &Path, text: &str, arch: &str) -> Result<(), String> {
         .output();
     let _ = std::fs::remove_file(&src);
     let _ = std::fs::remove_file(&out);
-    let res = res.map_err(|e| format!("running {}: {e}", ptxas.display()))?;
+    res.map_err(|e| format!("running {}: {e}", ptxas.display()))
+}
+
+/// Assemble `text` for `arch` (`sm_70`, ...). `Err` carries ptxas's
+/// messages (with the offending lines, numbered).
+pub fn assemble(ptxas: &Path, text: &str, arch: &str) -> Result<(), String> {
+    let res = run(ptxas, text, arch, &[])?;
     if res.status.success() {
         return Ok(());
     }
@@ -105,26 +117,7 @@ pub fn resources(
     text: &str,
     arch: &str,
 ) -> Result<std::collections::BTreeMap<String, Resources>, String> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir();
-    let stem = format!(
-        "offload-v-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    let src = dir.join(format!("{stem}.ptx"));
-    let out = dir.join(format!("{stem}.cubin"));
-    std::fs::write(&src, text).map_err(|e| format!("writing {}: {e}", src.display()))?;
-    let res = Command::new(ptxas)
-        .arg("-v")
-        .arg(format!("-arch={arch}"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .output();
-    let _ = std::fs::remove_file(&src);
-    let _ = std::fs::remove_file(&out);
-    let res = res.map_err(|e| format!("running {}: {e}", ptxas.display()))?;
+    let res = run(ptxas, text, arch, &["-v"])?;
     let log = String::from_utf8_lossy(&res.stderr);
     if !res.status.success() {
         return Err(log.into_owned());
