@@ -54,6 +54,7 @@ use crate::tools::cuda_c::CudaC;
 use crate::tools::cuda_cases::{Case, cases};
 use crate::tools::vgpu_counters;
 use offload::{OffloadError, Runtime, par_offload};
+use offload_jit::ptxas::Resources;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -216,19 +217,16 @@ fn counted(
     Ok(vgpu_counters::counters())
 }
 
-/// `ptxas -v`'s registers and spills of the entry of `ptx` named `entry`
-/// (or the only entry), when ptxas is found.
-fn resources(ptx: &str, entry: Option<&str>, out: &mut BTreeMap<String, f64>) {
-    let Ok(ptxas) = offload_jit::ptxas::find() else {
-        return;
-    };
-    let Ok(r) = offload_jit::ptxas::resources(&ptxas, ptx, "sm_90") else {
-        return;
-    };
-    let r = match entry {
-        Some(e) => r.get(e).copied(),
-        None => r.values().next().copied(),
-    };
+/// `ptxas -v`'s registers and spills of each entry of `ptx` for sm_90
+/// (none when ptxas is not found or rejects it).
+fn resources(ptx: &str) -> BTreeMap<String, Resources> {
+    offload_jit::ptxas::find()
+        .and_then(|ptxas| offload_jit::ptxas::resources(&ptxas, ptx, "sm_90"))
+        .unwrap_or_default()
+}
+
+/// An entry's `registers` and `spill_bytes` counters, if it was assembled.
+fn put_resources(r: Option<&Resources>, out: &mut BTreeMap<String, f64>) {
     if let Some(r) = r {
         out.insert("registers".into(), f64::from(r.registers));
         out.insert("spill_bytes".into(), f64::from(r.spill_bytes));
@@ -266,6 +264,8 @@ fn targets(case: &Case<'_>, warps: f64) -> Vec<(&'static str, Goal)> {
 pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<CounterRow>, OffloadError> {
     let cc = CudaC::for_runtime(rt)?;
     let virtual_gpu = rt.gpu_is_virtual();
+    // The baselines are one module: assembled once for every kernel.
+    let baseline_resources = resources(cc.ptx());
     let mut rows = Vec::new();
     for mut case in cases(rt, shrink)? {
         let mut row = CounterRow {
@@ -304,32 +304,30 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<CounterRow>, 
         rt.finish_compiles();
         par_offload(0..case.items, &case.closure)?;
         let launch = || par_offload(0..case.items, &case.closure).map(|_| ());
-        if let Some(m) = counted(launch)? {
-            let it = case.iterations.as_ref().map(|f| f()).transpose()?;
-            simulated(&m, case.items, it, &mut row.offload);
+        let counts = counted(launch)?;
+        // Both sides run the same inner-loop iterations (their outputs
+        // agree), read from offload's.
+        let it = match &counts {
+            Some(_) => case.iterations.as_ref().map(|f| f()).transpose()?,
+            None => None,
+        };
+        if let Some(m) = &counts {
+            simulated(m, case.items, it, &mut row.offload);
         }
         let ptx = case
             .closure
             .module()
             .ptx(case.closure.kernel_name())
             .unwrap_or_default();
-        resources(&ptx, None, &mut row.offload);
+        put_resources(resources(&ptx).values().next(), &mut row.offload);
 
         if let Some(p) = &prepared {
             let args = &case.args;
             let launch = || p.launch(case.items, args).map_err(OffloadError::Setup);
             if let Some(m) = counted(launch)? {
-                // The baseline computes what offload's launch did: the same
-                // inner-loop iterations.
-                let it = case.iterations.as_ref().map(|f| f()).transpose()?;
                 simulated(&m, case.items, it, &mut row.baseline);
             }
-            let ptx = if virtual_gpu {
-                crate::tools::cuda_c::without_malloc(crate::tools::cuda_c::PTX)
-            } else {
-                crate::tools::cuda_c::PTX.to_string()
-            };
-            resources(&ptx, Some(case.kernel), &mut row.baseline);
+            put_resources(baseline_resources.get(case.kernel), &mut row.baseline);
         }
 
         if !virtual_gpu {

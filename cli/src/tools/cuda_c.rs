@@ -46,6 +46,8 @@ pub struct CudaC {
     stream: Arc<CudaStream>,
     sms: u32,
     module: Arc<CudaModule>,
+    /// The PTX the module was loaded from.
+    ptx: String,
 }
 
 impl std::fmt::Debug for CudaC {
@@ -82,7 +84,7 @@ impl CudaC {
             PTX.to_string()
         };
         let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.clone()))
             .map_err(|e| {
                 format!(
                     "the CUDA driver rejected the CUDA C baselines: {}",
@@ -93,7 +95,14 @@ impl CudaC {
             stream: gpu.stream.clone(),
             sms: gpu.sms,
             module,
+            ptx,
         })
+    }
+
+    /// The PTX the baselines were loaded from (all of `PTX`, or on the
+    /// virtual GPU [`without_malloc`]'s part of it).
+    pub fn ptx(&self) -> &str {
+        &self.ptx
     }
 
     fn function(&self, name: &str) -> Result<CudaFunction, String> {
