@@ -369,45 +369,8 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             let rt = b.build().map_err(|e| format!("error: {e}"))?;
             if counters {
-                if rt.device() != offload::Device::Cuda {
-                    return Err(format!(
-                        "error: --counters compares the CUDA device with CUDA C; the runtime runs on the {} device{}",
-                        rt.device().name(),
-                        rt.fallback()
-                            .map_or(String::new(), |why| format!(" ({why})"))
-                    ));
-                }
-                let rows = offload_cli::tools::bench_counters::run(&rt, shrink, reps.max(1))
-                    .map_err(|e| format!("error: {e}"))?;
-                if json {
-                    for r in &rows {
-                        println!("{}", r.json());
-                    }
-                } else {
-                    println!(
-                        "offload bench --counters on {}: one warm launch per kernel, offload against CUDA C (ratio = offload ÷ CUDA C)",
-                        rt.gpu().unwrap_or_default()
-                    );
-                    print!("{}", offload_cli::tools::bench_counters::table(&rows));
-                }
-                let missed: Vec<String> = rows
-                    .iter()
-                    .flat_map(|r| {
-                        r.targets
-                            .iter()
-                            .filter(|(n, _)| r.met(n) == Some(false))
-                            .map(|(n, _)| format!("{} {n}", r.bench))
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
-                if !missed.is_empty() {
-                    eprintln!(
-                        "{} counter target(s) missed: {}",
-                        missed.len(),
-                        missed.join(", ")
-                    );
-                }
-                return Ok(());
+                return offload_cli::tools::bench_counters::command(&rt, shrink, reps.max(1), json)
+                    .map_err(|e| format!("error: {e}"));
             }
             if serve {
                 return offload_cli::tools::bench_peers::serve(

@@ -363,6 +363,50 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<CounterRow>, 
     Ok(rows)
 }
 
+/// `offload bench --counters`: [`run`] on `rt`, printed as a table (or
+/// JSON lines), and the targets missed named on standard error. An error
+/// (its text) unless `rt` runs on the CUDA device.
+pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(), String> {
+    if rt.device() != offload::Device::Cuda {
+        return Err(format!(
+            "--counters compares the CUDA device with CUDA C; the runtime runs on the {} device{}",
+            rt.device().name(),
+            rt.fallback()
+                .map_or(String::new(), |why| format!(" ({why})"))
+        ));
+    }
+    let rows = run(rt, shrink, reps).map_err(|e| e.to_string())?;
+    if json {
+        for r in &rows {
+            println!("{}", r.json());
+        }
+    } else {
+        println!(
+            "offload bench --counters on {}: one warm launch per kernel, offload against CUDA C (ratio = offload ÷ CUDA C)",
+            rt.gpu().unwrap_or_default()
+        );
+        print!("{}", table(&rows));
+    }
+    let missed: Vec<String> = rows
+        .iter()
+        .flat_map(|r| {
+            r.targets
+                .iter()
+                .filter(|(n, _)| r.met(n) == Some(false))
+                .map(|(n, _)| format!("{} {n}", r.bench))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if !missed.is_empty() {
+        eprintln!(
+            "{} counter target(s) missed: {}",
+            missed.len(),
+            missed.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// The counters as a table: a row per kernel and counter.
 pub fn table(rows: &[CounterRow]) -> String {
     let mut t = offload::table::new([
