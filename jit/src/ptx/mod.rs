@@ -5,17 +5,20 @@
 //! ```text
 //! slot = ctaid.x * ntid.x + tid.x                  ; one slot per thread
 //! entry:  if save_area[slot] holds a record: goto resume
-//!         [w, hi) = never_ran[slot]; if w < hi: goto item
-//! claim:  lo = atom.add(cursor, chunk); if lo >= end: exit DONE
-//! item:   if w == hi: goto claim
-//!         if ld.relaxed.sys(control) != 0: never_ran[slot] = [w, hi); exit STOPPED
+//!         (w, hi) = never_ran[slot]                ; the unstarted rest
+//!         if (w, hi) == (0, 0): (w, hi) = (start + slot, end) ; its part
+//!         if w < hi: goto item; exit DONE
+//! item:   if w >= hi: exit DONE (or goto more)
+//!         if ld.relaxed.sys(control) != 0: never_ran[slot] = (w, hi); exit STOPPED
 //!         <the kernel body for workitem w>
+//!         w += slots; goto item                    ; grid-stride
 //! deopt:  save_area[slot][n] = (w, live values); fence; site word; count
 //!         n += 1; if n == records_per_slot or safepoint: exit DEOPT
-//!         w += 1; goto item
+//!         w += slots; goto item
 //! resume: w = record.workitem; hi = w + 1; goto landing[record.site]
 //!         <the body from where the workitem stopped> ; `ret` → more
-//! more:   empty the record; [w, hi) = never_ran[slot]; goto item (or claim)
+//! more:   empty the record; (w, hi) = never_ran[slot]; goto item (or exit DONE)
+//! exit:   never_ran[slot] = the rest (NEVER_RAN_NONE when empty), counts
 //! ```
 //!
 //! **Re-entry.** The host leaves a record of a safepoint or of the device
@@ -279,7 +282,6 @@ const RSITE: &str = "%rsite";
 const RESTP: &str = "%restp";
 const L_RESUME: &str = "$resume";
 const L_MORE: &str = "$more";
-const L_CLAIM: &str = "$claim";
 const L_ITEM: &str = "$item";
 const L_NEXT: &str = "$next_item";
 const L_AFTER: &str = "$after_deopt";

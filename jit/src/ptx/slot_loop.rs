@@ -138,13 +138,12 @@ impl PtxWalker<'_> {
         }
         // The slot's rest (or its part, on its first run), then done.
         self.rest_first();
-        self.label(L_CLAIM);
         self.emit(format!("bra {L_DONE};"));
         // item
         self.label(L_ITEM);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ge.s64 {p}, {W}, {HI};"));
-        let exhausted = if reentry { L_MORE } else { L_CLAIM };
+        let exhausted = if reentry { L_MORE } else { L_DONE };
         self.emit(format!("@{p} bra {exhausted};"));
         let cw = self.t(Cls::B32);
         self.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
@@ -244,7 +243,7 @@ impl PtxWalker<'_> {
     /// Resuming the slot's record (module docs): `$resume` enters its
     /// workitem and dispatches on its site to the landing
     /// (`lower/reentry.rs`); when the workitem ends, `$more` empties the
-    /// record and goes on with the slot's unstarted rest, then claims.
+    /// record and goes on with the slot's unstarted rest, then exits done.
     fn resume_blocks(&mut self, captures: &[String], landings: &[(offload_ir::SiteId, String)]) {
         self.label(L_RESUME);
         self.emit(format!(
@@ -263,7 +262,7 @@ impl PtxWalker<'_> {
         }
         self.slot_exit(W, HI, offload_abi::exit::NO_LANDING);
         self.label(L_MORE);
-        self.emit(format!("@!{RESTP} bra {L_CLAIM};"));
+        self.emit(format!("@!{RESTP} bra {L_DONE};"));
         let empty = self.t(Cls::B64);
         self.emit(format!("mov.b64 {empty}, -1;"));
         self.emit(format!(
@@ -272,7 +271,7 @@ impl PtxWalker<'_> {
         ));
         self.emit(format!("setp.ne.s64 {RESTP}, {W}, {W};"));
         self.rest_first();
-        self.emit(format!("bra {L_CLAIM};"));
+        self.emit(format!("bra {L_DONE};"));
     }
 
     /// `x` in a `b64` register (immediates are moved into one).
