@@ -79,18 +79,30 @@ fn i32s(args: &[C], i: usize) -> &[i32] {
 
 /// The cases at the benchmark's sizes divided by `shrink`, in the order
 /// they are reported.
-#[allow(clippy::too_many_lines)]
 pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError> {
     let s = shrink.max(1);
-    let mut out = Vec::new();
+    [
+        saxpy,
+        mandelbrot,
+        nbody,
+        matmul,
+        histogram,
+        blackscholes,
+        alloc,
+    ]
+    .into_iter()
+    .map(|case| case(rt, s))
+    .collect()
+}
 
-    // saxpy
+/// saxpy: `y[i] = a * x[i] + y[i]`.
+fn saxpy(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let n = (1 << 24) / s;
     let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
     let y = vec![1.0f32; n];
     let m = rt.load("saxpy.obc", example("saxpy.obc"))?;
     let (xa, ya) = (rt.array(&x)?, rt.array(&y)?);
-    out.push(Case {
+    Ok(Case {
         bench: "saxpy",
         kernel: "saxpy",
         baseline: "CUDA C (NVRTC)",
@@ -100,15 +112,17 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
         check: Box::new(move |a| Ok(same_f32(&rt.read(&ya)?, f32s(a, 2)))),
         iterations: None,
         allocates: false,
-    });
+    })
+}
 
-    // mandelbrot
+/// mandelbrot: escape counts of a w×h grid, at most 256 iterations.
+fn mandelbrot(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let (w, h, it) = (1024 / s.min(16) as i32, 1024 / s.min(16) as i32, 256);
     let np = (w * h) as usize;
     let m = rt.load("mandelbrot.obc", example("mandelbrot.obc"))?;
     let img = rt.new_array::<i32>(np)?;
     let img2 = img.clone();
-    out.push(Case {
+    Ok(Case {
         bench: "mandelbrot",
         kernel: "mandelbrot",
         baseline: "CUDA C (NVRTC)",
@@ -127,15 +141,17 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
             Ok(rt.read(&img2)?.iter().map(|&k| k as u64).sum())
         })),
         allocates: false,
-    });
+    })
+}
 
-    // nbody (one step: accelerations from positions, velocities kicked)
+/// nbody, one step: accelerations from positions, velocities kicked.
+fn nbody(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let nb = 4096 / s.min(8);
     let bodies = native::Bodies::random(nb, 3);
     let (c, arrays) = crate::tools::demo::nbody_closure(rt, &bodies)?;
     let mut args = vec![C::I32(nb as i32), C::F32(0.01), C::F32(0.01)];
     args.extend(bodies.columns().into_iter().map(|v| C::F32s(v.clone())));
-    out.push(Case {
+    Ok(Case {
         bench: "nbody",
         kernel: "nbody",
         baseline: "CUDA C (NVRTC)",
@@ -152,15 +168,17 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
         }),
         iterations: Some(Box::new(move || Ok((nb * nb) as u64))),
         allocates: false,
-    });
+    })
+}
 
-    // matmul
+/// matmul: an n×n product.
+fn matmul(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let nm = 512 / s.min(8);
     let a: Vec<f32> = (0..nm * nm).map(|i| (i % 17) as f32 * 0.25).collect();
     let bm: Vec<f32> = (0..nm * nm).map(|i| (i % 13) as f32 * 0.5).collect();
     let m = rt.load("matmul.obc", example("matmul.obc"))?;
     let (aa, ba, ca) = (rt.array(&a)?, rt.array(&bm)?, rt.new_array::<f32>(nm * nm)?);
-    out.push(Case {
+    Ok(Case {
         bench: "matmul",
         kernel: "matmul",
         baseline: "CUDA C (NVRTC)",
@@ -178,16 +196,18 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
         check: Box::new(move |a| Ok(same_f32(&rt.read(&ca)?, f32s(a, 3)))),
         iterations: Some(Box::new(move || Ok((nm * nm * nm) as u64))),
         allocates: false,
-    });
+    })
+}
 
-    // histogram
+/// histogram: random words into 256 bins with atomics.
+fn histogram(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let nh = (1 << 22) / s;
     let nbins = 256;
     let mut rng = native::Rng::new(9);
     let data: Vec<i32> = (0..nh).map(|_| rng.next_u64() as i32).collect();
     let m = rt.load("histogram.obc", example("histogram.obc"))?;
     let (da, bins) = (rt.array(&data)?, rt.new_array::<i32>(nbins)?);
-    out.push(Case {
+    Ok(Case {
         bench: "histogram",
         kernel: "histogram",
         baseline: "CUDA C (NVRTC)",
@@ -203,13 +223,15 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
         }),
         iterations: None,
         allocates: false,
-    });
+    })
+}
 
-    // blackscholes
+/// blackscholes: call and put prices.
+fn blackscholes(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let no = (1 << 22) / s;
     let (sp, st, ty) = native::options(no, 4);
     let (c, cl, _) = crate::tools::demo::blackscholes_closure(rt, &sp, &st, &ty)?;
-    out.push(Case {
+    Ok(Case {
         bench: "blackscholes",
         kernel: "blackscholes",
         baseline: "CUDA C (NVRTC)",
@@ -238,14 +260,16 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
         }),
         iterations: None,
         allocates: false,
-    });
+    })
+}
 
-    // Allocation: offload's shared TLABs against CUDA's device malloc/free,
-    // three fresh Vec3 objects per loop iteration.
+/// Allocation: offload's shared TLABs against CUDA's device malloc/free,
+/// three fresh Vec3 objects per loop iteration.
+fn alloc(rt: &Runtime, s: usize) -> Result<Case<'_>, OffloadError> {
     let (items, count) = ((1 << 17) / s, 16i32);
     let m = rt.load("alloc.obc", example("alloc.obc"))?;
     let ao: Array<f64> = rt.new_array::<f64>(items)?;
-    out.push(Case {
+    Ok(Case {
         bench: "alloc Vec3 (TLAB vs device malloc)",
         kernel: "alloc_vectors",
         baseline: "CUDA C malloc/free",
@@ -273,6 +297,5 @@ pub fn cases(rt: &Runtime, shrink: usize) -> Result<Vec<Case<'_>>, OffloadError>
         }),
         iterations: Some(Box::new(move || Ok(items as u64 * count as u64))),
         allocates: true,
-    });
-    Ok(out)
+    })
 }
