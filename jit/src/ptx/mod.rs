@@ -40,6 +40,10 @@
 //! Locals and operand-stack slots are PTX virtual registers (one per local,
 //! one per stack depth and kind, per inlined call), which `ptxas`
 //! allocates; every deopt exit stores the site's frame state from them.
+//! Before the body is assembled, `opt` cleans the text the walker emitted
+//! one bytecode at a time (copies, constants, dead values, tests of tests,
+//! branches to branches): `ptxas` would do the same on hardware, but the
+//! virtual GPU executes and counts this text against NVVM's.
 //! Nothing traps: a `trap` poisons the CUDA context, so every failed check
 //! writes a record and the slot goes on (or returns).
 //!
@@ -67,6 +71,7 @@
 mod alloc;
 mod emit;
 mod float;
+mod opt;
 mod scatter;
 mod slot_loop;
 
@@ -169,10 +174,16 @@ pub fn compile_speculative(
             let _ = writeln!(text, "\t.reg {ty} {pre}<{n}>;");
         }
     }
+    let mut decls = Vec::new();
+    for (i, n) in lw.backend.next.iter().enumerate() {
+        let (ty, pre) = TEMP_CLASSES[i];
+        decls.extend((0..*n).map(|k| (format!("{pre}{k}"), ty)));
+    }
     for (name, ty) in &lw.backend.regs {
         let _ = writeln!(text, "\t.reg {ty} {name};");
+        decls.push((name.clone(), *ty));
     }
-    text.push_str(&lw.backend.code);
+    text.push_str(&opt::optimize(&lw.backend.code, &decls));
     text.push_str("}\n");
     Ok(PtxKernel {
         kernel: k,

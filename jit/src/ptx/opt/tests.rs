@@ -1,0 +1,158 @@
+use super::*;
+
+fn decls() -> Vec<(String, &'static str)> {
+    let mut d = Vec::new();
+    for i in 0..8 {
+        d.push((format!("%r{i}"), ".b32"));
+        d.push((format!("%p{i}"), ".pred"));
+        d.push((format!("%f{i}"), ".f32"));
+    }
+    d
+}
+
+fn opt(body: &str) -> String {
+    optimize(body, &decls())
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn copies_are_read_through_and_dead_copies_go() {
+    let body = "\tmov.b32 %r1, %r0;\n\tmov.b32 %r2, %r1;\n\tadd.s32 %r3, %r2, 1;\n\tst.u32 [%r4], %r3;\n\tret;\n";
+    assert_eq!(opt(body), "add.s32 %r3, %r0, 1;\nst.u32 [%r4], %r3;\nret;");
+}
+
+#[test]
+fn a_copy_is_not_read_through_after_its_source_changes() {
+    let body = "\tmov.b32 %r1, %r0;\n\tadd.s32 %r0, %r0, 1;\n\tst.u32 [%r4], %r1;\n\tst.u32 [%r4], %r0;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn copies_between_types_stay() {
+    let body = "\tmov.b32 %f1, %r0;\n\tst.f32 [%r4], %f1;\n\tret;\n";
+    assert_eq!(opt(body), "mov.b32 %f1, %r0;\nst.f32 [%r4], %f1;\nret;");
+}
+
+#[test]
+fn a_copy_available_on_one_path_only_is_not_used() {
+    // %r1 is a copy of %r0 on the fall-through path, 7 on the other.
+    let body = "\tmov.b32 %r1, 7;\n\t@%p0 bra $a;\n\tmov.b32 %r1, %r0;\n$a:\n\tst.u32 [%r4], %r1;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn a_loop_keeps_the_value_its_back_edge_carries() {
+    // %r1 = %r0 before the loop, but the loop changes %r1.
+    let body = "\tmov.b32 %r1, %r0;\n$top:\n\tst.u32 [%r4], %r1;\n\tadd.s32 %r1, %r1, 1;\n\tsetp.lt.s32 %p0, %r1, 10;\n\t@%p0 bra $top;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn effects_stay_and_guarded_writes_do_not_kill_liveness() {
+    let body = "\tmov.b32 %r1, 1;\n\t@%p0 mov.b32 %r1, 2;\n\tatom.add.u32 %r2, [%r4], 1;\n\tld.relaxed.sys.u32 %r3, [%r4];\n\tld.u32 %r5, [%r4];\n\tst.u32 [%r4], %r1;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "mov.b32 %r1, 1;\n@%p0 mov.b32 %r1, 2;\natom.add.u32 %r2, [%r4], 1;\nld.relaxed.sys.u32 %r3, [%r4];\nst.u32 [%r4], %r1;\nret;"
+    );
+}
+
+#[test]
+fn branches_thread_invert_and_fall_through() {
+    let body = "\t@%p0 bra $a;\n\tbra $b;\n$a:\n\tst.u32 [%r4], %r0;\n\tbra $c;\n$c:\n\tbra $d;\n$b:\n\tret;\n$d:\n\tst.u32 [%r4], %r1;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "@!%p0 bra $b;\nst.u32 [%r4], %r0;\nbra $d;\n$b:\nret;\n$d:\nst.u32 [%r4], %r1;\nret;"
+    );
+}
+
+#[test]
+fn calls_read_their_arguments_and_write_their_results() {
+    let body = "\tmov.f32 %f1, %f0;\n\tcall (%f2), offload_f32_exp, (%f1);\n\tst.f32 [%r4], %f2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "call (%f2), offload_f32_exp, (%f0);\nst.f32 [%r4], %f2;\nret;"
+    );
+}
+
+#[test]
+fn text_in_another_shape_is_kept() {
+    let body = "\t{\n\t.reg .b32 %x;\n\t}\n";
+    assert_eq!(optimize(body, &decls()), body);
+}
+
+#[test]
+fn a_test_of_a_test_reads_the_first_test() {
+    let body = "\tsetp.ge.s32 %p0, %r0, %r1;\n\tselp.b32 %r2, 1, 0, %p0;\n\tsetp.ne.u32 %p1, %r2, 0;\n\t@%p1 bra $out;\n\tst.u32 [%r4], %r0;\n$out:\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "setp.ge.s32 %p0, %r0, %r1;\n@%p0 bra $out;\nst.u32 [%r4], %r0;\n$out:\nret;"
+    );
+    // `== 0` of the 0/1 value is the test negated.
+    let body = body.replace("setp.ne.u32 %p1", "setp.eq.u32 %p1");
+    assert_eq!(
+        opt(&body),
+        "setp.ge.s32 %p0, %r0, %r1;\n@!%p0 bra $out;\nst.u32 [%r4], %r0;\n$out:\nret;"
+    );
+}
+
+#[test]
+fn a_test_of_a_changed_test_stays() {
+    let body = "\tsetp.ge.s32 %p0, %r0, %r1;\n\tselp.b32 %r2, 1, 0, %p0;\n\tsetp.lt.s32 %p0, %r0, 0;\n\tsetp.ne.u32 %p1, %r2, 0;\n\t@%p1 bra $out;\n\tst.u32 [%r4], %r0;\n\t@%p0 bra $out;\n\tst.u32 [%r4], %r1;\n$out:\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn constants_become_immediates_where_ptx_takes_them() {
+    let body = "\tmov.f32 %f1, 0f40800000;\n\tsetp.gt.f32 %p0, %f0, %f1;\n\tmul.rn.f32 %f2, %f0, %f1;\n\tst.f32 [%r4], %f1;\n\t@%p0 st.f32 [%r4], %f2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "mov.f32 %f1, 0f40800000;\nsetp.gt.f32 %p0, %f0, 0f40800000;\nmul.rn.f32 %f2, %f0, 0f40800000;\nst.f32 [%r4], %f1;\n@%p0 st.f32 [%r4], %f2;\nret;"
+    );
+    // An integer constant in a float register is not read as a float.
+    let body =
+        "\tmov.b32 %f1, 1065353216;\n\tmul.rn.f32 %f2, %f0, %f1;\n\tst.f32 [%r4], %f2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn a_value_moved_into_its_variable_is_computed_there() {
+    let body = "$top:\n\tadd.s32 %r1, %r0, 1;\n\tmul.lo.s32 %r2, %r1, 3;\n\tmov.b32 %r0, %r2;\n\tsetp.lt.s32 %p0, %r0, 10;\n\t@%p0 bra $top;\n\tst.u32 [%r4], %r0;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "$top:\nadd.s32 %r1, %r0, 1;\nmul.lo.s32 %r0, %r1, 3;\nsetp.lt.s32 %p0, %r0, 10;\n@%p0 bra $top;\nst.u32 [%r4], %r0;\nret;"
+    );
+    // Not when the variable is read between (the compare then reads the
+    // copy's source).
+    let body = "$top:\n\tmul.lo.s32 %r2, %r0, 3;\n\tst.u32 [%r4], %r0;\n\tmov.b32 %r0, %r2;\n\tsetp.lt.s32 %p0, %r0, 10;\n\t@%p0 bra $top;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "$top:\nmul.lo.s32 %r2, %r0, 3;\nst.u32 [%r4], %r0;\nmov.b32 %r0, %r2;\nsetp.lt.s32 %p0, %r2, 10;\n@%p0 bra $top;\nret;"
+    );
+}
+
+#[test]
+fn a_branch_to_a_branch_with_its_guard_goes_on_to_its_target() {
+    let body = "\tld.relaxed.sys.u32 %r0, [%r4];\n\tsetp.ne.u32 %p0, %r0, 0;\n\t@!%p0 bra $back;\n\tst.u32 [%r4], %r1;\n$back:\n\t@!%p0 bra $top;\n\tret;\n$top:\n\tst.u32 [%r4], %r2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "ld.relaxed.sys.u32 %r0, [%r4];\nsetp.ne.u32 %p0, %r0, 0;\n@!%p0 bra $top;\nst.u32 [%r4], %r1;\n@!%p0 bra $top;\nret;\n$top:\nst.u32 [%r4], %r2;\nret;"
+    );
+}
