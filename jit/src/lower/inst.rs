@@ -35,7 +35,7 @@ impl Const {
 }
 
 /// The element kind and size of an array access instruction.
-fn elem(inst: Inst) -> (Kind, u32) {
+pub(crate) fn elem(inst: Inst) -> (Kind, u32) {
     use Kind::{F32, F64, I32, I64, Ref};
     let k = match inst {
         Inst::I32ALoad | Inst::I32AStore | Inst::I32ArrayAtomicAdd | Inst::I32ArrayCmpxchg => I32,

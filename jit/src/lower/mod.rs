@@ -54,7 +54,7 @@ use offload_ir::{Bci, FuncId, Kind, SiteId, Type, Verified};
 use offload_program::Program;
 use std::collections::HashMap;
 
-pub(crate) use inst::{BinOp, CmpOp, Const, UnOp};
+pub(crate) use inst::{BinOp, CmpOp, Const, UnOp, elem};
 
 /// Calls nest at most this deep in compiled code (deeper: the kernel runs on
 /// the interpreter).

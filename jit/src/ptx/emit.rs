@@ -136,9 +136,12 @@ impl PtxWalker<'_> {
     /// `register+offset`) in the dirty map: the host fetches exactly the
     /// chunks a kernel wrote (`offload_heap::resident`).
     pub(super) fn mark_dirty(&mut self, at: &str) {
-        let a = self.t(Cls::B64);
         let mut parts = at.split('+');
         let r = parts.next().unwrap_or(at);
+        if self.backend.premarked.contains(r) {
+            return;
+        }
+        let a = self.t(Cls::B64);
         let off: i64 = parts.map(|p| p.trim().parse::<i64>().unwrap_or(0)).sum();
         let shift = offload_heap::resident::CHUNK_SHIFT;
         if off == 0 {
@@ -383,8 +386,9 @@ impl Backend for Ptx {
         w.emit(format!("add.{ty} {var}, {var}, {delta};"));
     }
 
-    fn leader_block(_w: &mut PtxWalker<'_>, instance: u32, bci: Bci) -> String {
-        format!("$B{instance}_{bci}")
+    fn leader_block(w: &mut PtxWalker<'_>, instance: u32, bci: Bci) -> String {
+        let copy = if w.backend.copy == 0 { "B" } else { "U" };
+        format!("${copy}{instance}_{bci}")
     }
 
     fn new_block(w: &mut PtxWalker<'_>) -> String {
@@ -445,7 +449,7 @@ impl Backend for Ptx {
     }
 
     fn ret_kernel(w: &mut PtxWalker<'_>) {
-        w.emit(format!("bra {L_NEXT};"));
+        w.emit(format!("bra {};", w.backend.next_label));
     }
 
     fn join(w: &mut PtxWalker<'_>, ret: Option<Kind>, virtual_call: bool, n: u32) -> Self::Join {
@@ -480,13 +484,20 @@ impl Backend for Ptx {
     }
 
     fn safepoint_requested(w: &mut PtxWalker<'_>) -> String {
-        let cw = w.t(Cls::B32);
-        w.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
         let p = w.t(Cls::Pred);
+        let done = w.new_label();
+        if w.opts.safepoints.is_none() {
+            // Every EDGES_PER_POLL back-edges (false until then).
+            w.emit(format!("add.s32 {POLLC}, {POLLC}, -1;"));
+            w.emit(format!("setp.lt.s32 {p}, {POLLC}, 0;"));
+            w.emit(format!("@!{p} bra {done};"));
+            w.emit(format!("mov.b32 {POLLC}, {};", EDGES_PER_POLL - 1));
+        }
+        let cw = w.t(Cls::B32);
+        w.emit(format!("ld.relaxed.gpu.u32 {cw}, [{CONTROL}];"));
         w.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         // Off the common path: wait in place if asked, then see whether a
         // stop is asked.
-        let done = w.new_label();
         w.emit(format!("@!{p} bra {done};"));
         w.wait_in_place(&cw);
         w.emit(format!(
@@ -722,6 +733,9 @@ impl Backend for Ptx {
         bci: Bci,
         from_top: usize,
     ) -> String {
+        if let Some(a) = w.proven_elem_addr(&idx, size, bci) {
+            return a;
+        }
         w.null_check_unless_known(r.clone(), bci, from_top);
         let base = w.obj_addr(&r);
         let len = Self::array_len(w, base.clone());

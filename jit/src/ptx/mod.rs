@@ -9,9 +9,11 @@
 //!         if (w, hi) == (0, 0): (w, hi) = (start + slot, end) ; its part
 //!         if w < hi: goto item; exit DONE
 //! item:   if w >= hi: exit DONE (or goto more)
-//!         if ld.relaxed.sys(control) != 0: never_ran[slot] = (w, hi); exit STOPPED
-//!         <the kernel body for workitem w>
-//!         w += slots; goto item                    ; grid-stride
+//!         if ld.relaxed.gpu(control) != 0: never_ran[slot] = (w, hi); exit STOPPED
+//!         lim = min(hi, w + ITEMS_PER_POLL * slots)
+//! body:   <the kernel body for workitem w>      ; back-edges poll every
+//!                                                ; EDGES_PER_POLL
+//!         w += slots; if w < lim: goto body; goto item ; grid-stride
 //! deopt:  save_area[slot][n] = (w, live values); fence; site word; count
 //!         n += 1; if n == records_per_slot or safepoint: exit DEOPT
 //!         w += slots; goto item
@@ -49,8 +51,10 @@
 //!
 //! Memory: the heap image lives in device memory (`heap_base`), references
 //! are 32-bit word offsets as on the host. The control word is in device
-//! memory, read with `ld.relaxed.sys` (never cached in L1), so the host
-//! can raise a safepoint while the kernel runs by copying into it. Allocation runs the shared-TLAB
+//! memory, polled with `ld.relaxed.gpu` (a strong load at GPU scope,
+//! served by L2, never by a stale L1 line), so the host can raise a
+//! safepoint while the kernel runs by copying into it (the copy engine
+//! writes L2). Allocation runs the shared-TLAB
 //! protocol of `offload_heap::tlab` entirely on the device: the fast path
 //! is one `atom.add`; the designated refiller carves the next TLAB from the
 //! device eden (`atom.add` on its top), waiters back off with `nanosleep`,
@@ -74,6 +78,7 @@ mod float;
 mod opt;
 mod scatter;
 mod slot_loop;
+mod unchecked;
 
 pub use scatter::{SCATTER_ENTRY, scatter_kernel};
 
@@ -89,7 +94,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 /// The PTX ISA version we emit: the lowest that has everything we use
-/// (`ld.relaxed.sys`, `fence.acq_rel`, `atom` with `.sem`: 6.0;
+/// (`ld.relaxed`, `fence.acq_rel`, `atom` with `.sem`: 6.0;
 /// `nanosleep`: 6.3), so drivers as old as CUDA 10.1 accept it.
 pub const PTX_VERSION: &str = "6.3";
 /// The target we emit for. Independent thread scheduling (sm_70) is what
@@ -149,6 +154,11 @@ pub fn compile_speculative(
         labels: 0,
         math: BTreeSet::new(),
         reentry: false,
+        unchecked: std::collections::BTreeMap::new(),
+        ebase: std::collections::BTreeMap::new(),
+        premarked: BTreeSet::new(),
+        copy: 0,
+        next_label: L_NEXT,
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -261,6 +271,19 @@ pub(crate) struct Ptx {
     math: BTreeSet<&'static str>,
     /// The kernel has re-entry code (`slot_loop.rs`).
     reentry: bool,
+    /// While the unchecked copy of the body is lowered (`unchecked.rs`):
+    /// its proven accesses (bytecode index → array parameter).
+    unchecked: std::collections::BTreeMap<Bci, u32>,
+    /// Per proven array parameter, the register with its element 0.
+    ebase: std::collections::BTreeMap<u32, String>,
+    /// Addresses whose chunk the prologue marked dirty: a store through
+    /// one marks nothing.
+    premarked: BTreeSet<String>,
+    /// Which copy of the body is lowered (0: checked, 1: unchecked): its
+    /// leader labels are its own.
+    copy: u32,
+    /// Where a workitem's `ret` goes.
+    next_label: &'static str,
 }
 
 /// The walker with the PTX backend.
@@ -286,6 +309,27 @@ const EDEN: &str = "%eden";
 const DIRTY: &str = "%dirty";
 const ONE8: &str = "%one8";
 const POLLS: &str = "%polls";
+/// The end of the slot's current run of workitems between two polls of
+/// the control word (`slot_loop.rs`), [`ITEMS_PER_POLL`] strides past its
+/// start.
+const LIM: &str = "%lim";
+/// Back-edges left before the next poll of the control word.
+const POLLC: &str = "%pollc";
+/// A slot polls the control word before every this many of its
+/// workitems, not before each: the loop between polls tests only `w <
+/// lim`. A workitem without loops runs in well under a microsecond on
+/// hardware, so a safepoint request waits a few microseconds for the slots
+/// to see it.
+pub const ITEMS_PER_POLL: u64 = 32;
+/// Loop back-edges poll the control word every this many (per slot,
+/// counted in a register), not each: the poll is a load every thread of
+/// a warp makes and a compare that gates the branch. An iteration of the
+/// examples' inner loops (nbody's, the heaviest, ~100 instructions with
+/// loads) takes well under half a microsecond on a full GPU, so the time
+/// to a safepoint stays under the 100 µs that issue 47 sets. Injected
+/// safepoints (`CompileOptions::safepoints`) poll at every back-edge, as
+/// their streams count polls.
+pub const EDGES_PER_POLL: u32 = 128;
 /// The slot's record (slot loop, re-entry), its site, and whether the slot
 /// is resuming it (its unstarted rest waits in never_ran).
 const RREC: &str = "%rrec";
@@ -294,6 +338,7 @@ const RESTP: &str = "%restp";
 const L_RESUME: &str = "$resume";
 const L_MORE: &str = "$more";
 const L_ITEM: &str = "$item";
+const L_BODY: &str = "$body";
 const L_NEXT: &str = "$next_item";
 const L_AFTER: &str = "$after_deopt";
 const L_DONE: &str = "$exit_done";

@@ -33,6 +33,8 @@ impl PtxWalker<'_> {
             (EDEN, ".b64"),
             (DIRTY, ".b64"),
             (ONE8, ".b16"),
+            (LIM, ".b64"),
+            (POLLC, ".b32"),
         ] {
             self.named(n.into(), ty);
         }
@@ -86,8 +88,13 @@ impl PtxWalker<'_> {
             self.unpack_raw(p.ty.kind(), &raw, &name);
             captures.push(name);
         }
+        let proven = self.proven(reentry);
+        if let Some(pr) = &proven {
+            self.unchecked_prologue(pr, &captures);
+        }
         self.emit(format!("mov.u64 {DONE}, 0;"));
         self.emit(format!("mov.u64 {NREC}, 0;"));
+        self.emit(format!("mov.b32 {POLLC}, {};", EDGES_PER_POLL - 1));
         if let Some(si) = self.opts.safepoints {
             self.named(POLLS.into(), ".b64");
             match si.seed {
@@ -139,20 +146,38 @@ impl PtxWalker<'_> {
         // The slot's rest (or its part, on its first run), then done.
         self.rest_first();
         self.emit(format!("bra {L_DONE};"));
-        // item
+        // item: the next run of at most ITEMS_PER_POLL workitems, after a
+        // poll of the control word.
         self.label(L_ITEM);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ge.s64 {p}, {W}, {HI};"));
         let exhausted = if reentry { L_MORE } else { L_DONE };
         self.emit(format!("@{p} bra {exhausted};"));
         let cw = self.t(Cls::B32);
-        self.emit(format!("ld.relaxed.sys.u32 {cw}, [{CONTROL}];"));
+        self.emit(format!("ld.relaxed.gpu.u32 {cw}, [{CONTROL}];"));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         // Off the common path: wait in place if asked, then stop if asked.
         let (l_asked, l_go) = (self.new_label(), self.new_label());
         self.emit(format!("@{p} bra {l_asked};"));
         self.label(&l_go);
+        // lim = w + min(hi - w, ITEMS_PER_POLL strides), in unsigned
+        // arithmetic: w < hi here, and hi - w may exceed i64::MAX.
+        // (The run's length is computed here, once a run: a register kept
+        // for it would be live across the whole body.)
+        let (left, run) = (self.t(Cls::B64), self.t(Cls::B64));
+        self.emit(format!("sub.s64 {left}, {HI}, {W};"));
+        self.emit(format!("mul.lo.u64 {run}, {STRIDE}, {ITEMS_PER_POLL};"));
+        self.emit(format!("min.u64 {left}, {left}, {run};"));
+        self.emit(format!("add.s64 {LIM}, {W}, {left};"));
+        if proven.is_some() {
+            self.emit(format!(
+                "@{} bra {};",
+                unchecked::FASTP,
+                unchecked::L_BODY_FAST
+            ));
+        }
+        self.label(L_BODY);
         self.workitem_entry(&captures);
         self.make_blocks();
         let landings = if reentry {
@@ -167,7 +192,13 @@ impl PtxWalker<'_> {
         self.label(L_NEXT);
         self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
         self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {W}, {LIM};"));
+        self.emit(format!("@{p} bra {L_BODY};"));
         self.emit(format!("bra {L_ITEM};"));
+        if let Some(pr) = proven {
+            self.unchecked_body(pr, &captures)?;
+        }
         // after_deopt
         self.label(L_AFTER);
         self.emit(format!("add.s64 {NREC}, {NREC}, 1;"));
@@ -224,7 +255,7 @@ impl PtxWalker<'_> {
     }
 
     /// A workitem's entry: its index, the captures, zeroed locals.
-    fn workitem_entry(&mut self, captures: &[String]) {
+    pub(super) fn workitem_entry(&mut self, captures: &[String]) {
         let f = self.v.func(self.cur.func);
         let l0 = self.cur.locals[0].clone();
         self.emit(format!("cvt.u32.u64 {l0}, {W};"));
@@ -251,6 +282,7 @@ impl PtxWalker<'_> {
             SaveLayout::WORKITEM_WORD * 8
         ));
         self.emit(format!("add.s64 {HI}, {W}, 1;"));
+        self.emit(format!("mov.b64 {LIM}, {HI};"));
         self.workitem_entry(captures);
         let mut seen = BTreeSet::new();
         for (id, land) in landings {

@@ -26,7 +26,11 @@
 //!    where PTX takes one (arithmetic and compare sources, never a memory
 //!    operand, and never leaving an instruction without a register);
 //! 6. **coalescing** ([`dead`]): `op t, ...; ...; mov d, t` with `t` read
-//!    nowhere else and `d` untouched between becomes `op d, ...`.
+//!    nowhere else and `d` untouched between becomes `op d, ...`;
+//! 7. **common subexpressions** ([`cse`]): within a block, a pure
+//!    instruction (not a load) that repeats an earlier one on unchanged
+//!    operands becomes a copy of its result (an element's address computed
+//!    for a load and again for the store).
 //!
 //! Each step is repeated until nothing changes (a copy of a copy takes two
 //! rounds). The text is the backend's own, in one regular shape — one
@@ -35,6 +39,7 @@
 
 mod branches;
 mod copies;
+mod cse;
 mod dead;
 mod peephole;
 #[cfg(test)]
@@ -248,6 +253,7 @@ pub(super) fn optimize(body: &str, decls: &[(String, &'static str)]) -> String {
         }
         changed |= branches::clean(&mut lines);
         changed |= peephole::tests_of_tests(&mut lines, &regs);
+        changed |= cse::common(&mut lines, &regs);
         changed |= copies::propagate(&mut lines, &regs);
         changed |= dead::remove(&mut lines, &regs);
         if !changed {

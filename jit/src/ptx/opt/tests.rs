@@ -156,3 +156,21 @@ fn a_branch_to_a_branch_with_its_guard_goes_on_to_its_target() {
         "ld.relaxed.sys.u32 %r0, [%r4];\nsetp.ne.u32 %p0, %r0, 0;\n@!%p0 bra $top;\nst.u32 [%r4], %r1;\n@!%p0 bra $top;\nret;\n$top:\nst.u32 [%r4], %r2;\nret;"
     );
 }
+
+#[test]
+fn a_repeated_computation_reads_the_first_result() {
+    let body = "\tmul.lo.s32 %r1, %r0, 4;\n\tadd.s32 %r2, %r1, %r5;\n\tmul.lo.s32 %r3, %r0, 4;\n\tadd.s32 %r6, %r3, %r5;\n\tst.u32 [%r2], %r0;\n\tst.u32 [%r6], %r1;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "mul.lo.s32 %r1, %r0, 4;\nadd.s32 %r2, %r1, %r5;\nst.u32 [%r2], %r0;\nst.u32 [%r2], %r1;\nret;"
+    );
+}
+
+#[test]
+fn a_computation_on_a_changed_operand_or_a_load_is_repeated() {
+    let body = "\tmul.lo.s32 %r1, %r0, 4;\n\tadd.s32 %r0, %r0, 1;\n\tmul.lo.s32 %r3, %r0, 4;\n\tld.u32 %r5, [%r4];\n\tst.u32 [%r4], %r1;\n\tld.u32 %r6, [%r4];\n\tst.u32 [%r4], %r3;\n\tst.u32 [%r4], %r5;\n\tst.u32 [%r4], %r6;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
