@@ -184,8 +184,12 @@ pub fn ptx_landmarks() {
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
     let polls = read("lower_polls.ptx");
     assert!(
-        polls.contains("ld.relaxed.sys.u32"),
-        "polls read the mapped control word"
+        polls.contains("ld.relaxed.gpu.u32"),
+        "polls read the control word in device memory, strong at GPU scope"
+    );
+    assert!(
+        polls.contains("%pollc"),
+        "back-edges count down to their poll in a register"
     );
     assert!(polls.contains("(safepoint)"));
     let alloc = read("lower_alloc.ptx");
