@@ -15,33 +15,14 @@ fn gpu() -> RuntimeBuilder {
     Runtime::builder().device(Device::Cuda).strict(true)
 }
 
-const AXPY: &str = "
-kernel axpy(i: i64, a: f32, x: f32[], y: f32[]) {
-    local j: i32
-    load i
-    i64.to_i32
-    store j
-    load y
-    load j
-    load a
-    load x
-    load j
-    f32.aload
-    f32.mul
-    load y
-    load j
-    f32.aload
-    f32.add
-    f32.astore
-    ret
-}
-";
+/// y[i] = a * x[i] + y[i], its accesses indexed by the workitem number.
+const AXPY: &str = include_str!("../examples/kernels/saxpy.obc");
 
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn proven_accesses_run_unchecked_inside_the_arrays_and_checked_past_them() {
     let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
-    let m = rt.load("axpy.obc", AXPY).unwrap();
+    let m = rt.load("saxpy.obc", AXPY).unwrap();
     // 160 KiB of floats: y spans three 64 KiB chunks of the dirty map.
     let n = 40_000usize;
     let xs: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5).collect();
@@ -58,7 +39,7 @@ fn proven_accesses_run_unchecked_inside_the_arrays_and_checked_past_them() {
     };
     let (x, y) = (rt.array(&xs).unwrap(), rt.array(&ys).unwrap());
     let c = m
-        .closure("axpy", [a.into(), (&x).into(), (&y).into()])
+        .closure("saxpy", [a.into(), (&x).into(), (&y).into()])
         .unwrap();
     // Inside both arrays, twice: no deopt, every element written back.
     for round in 1..=2 {
@@ -107,13 +88,13 @@ fn one_short_array_sends_the_whole_launch_to_the_checked_copy() {
     // x has half of y's length: the proof needs both, so every slot runs
     // checked; the workitems past x's end throw before they store.
     let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
-    let m = rt.load("axpy.obc", AXPY).unwrap();
+    let m = rt.load("saxpy.obc", AXPY).unwrap();
     let n = 6_000usize;
     let xs: Vec<f32> = (0..n / 2).map(|i| i as f32).collect();
     let ys: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
     let (x, y) = (rt.array(&xs).unwrap(), rt.array(&ys).unwrap());
     let c = m
-        .closure("axpy", [2.0f32.into(), (&x).into(), (&y).into()])
+        .closure("saxpy", [2.0f32.into(), (&x).into(), (&y).into()])
         .unwrap();
     let err = par_offload(0..n as i64, &c).unwrap_err();
     let OffloadError::Exceptions(e) = err else {

@@ -189,13 +189,7 @@ impl PtxWalker<'_> {
             Vec::new()
         };
         // next_item
-        self.label(L_NEXT);
-        self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
-        self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.lt.s64 {p}, {W}, {LIM};"));
-        self.emit(format!("@{p} bra {L_BODY};"));
-        self.emit(format!("bra {L_ITEM};"));
+        self.next_item(L_NEXT, L_BODY);
         if let Some(pr) = proven {
             self.unchecked_body(pr, &captures)?;
         }
@@ -269,6 +263,19 @@ impl PtxWalker<'_> {
                 self.zero_into(k, &var);
             }
         }
+    }
+
+    /// `next:` a workitem of the copy of the body at `body` ended: count
+    /// it, step to the slot's next one, and run it there while the run
+    /// between polls lasts.
+    pub(super) fn next_item(&mut self, next: &str, body: &str) {
+        self.label(next);
+        self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
+        self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s64 {p}, {W}, {LIM};"));
+        self.emit(format!("@{p} bra {body};"));
+        self.emit(format!("bra {L_ITEM};"));
     }
 
     /// Resuming the slot's record (module docs): `$resume` enters its

@@ -149,13 +149,7 @@ impl PtxWalker<'_> {
         self.backend.copy = 0;
         self.backend.next_label = L_NEXT;
         body?;
-        self.label(L_NEXT_FAST);
-        self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
-        self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.lt.s64 {p}, {W}, {LIM};"));
-        self.emit(format!("@{p} bra {L_BODY_FAST};"));
-        self.emit(format!("bra {L_ITEM};"));
+        self.next_item(L_NEXT_FAST, L_BODY_FAST);
         Ok(())
     }
 

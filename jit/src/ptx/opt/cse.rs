@@ -38,12 +38,7 @@ pub(super) fn common(lines: &mut [Line], regs: &HashMap<String, Reg>) -> bool {
                 changed = true;
             }
             // What this line writes invalidates what reads or holds it.
-            let written: Vec<String> = match (i.shape(), i.args.first()) {
-                (Shape::Dest | Shape::Call, Some(a)) => {
-                    tokens(a).map(|(s, e)| a[s..e].to_string()).collect()
-                }
-                _ => Vec::new(),
-            };
+            let written: Vec<String> = i.written().into_iter().map(String::from).collect();
             for w in &written {
                 for k in mentions.remove(w).unwrap_or_default() {
                     avail.remove(&k);

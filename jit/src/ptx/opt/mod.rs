@@ -103,6 +103,15 @@ impl Inst {
         }
     }
 
+    /// The `%name` tokens of its written operand (none for a store, a
+    /// branch, ...).
+    fn written(&self) -> Vec<&str> {
+        match (self.shape(), self.args.first()) {
+            (Shape::Dest | Shape::Call, Some(a)) => tokens(a).map(|(s, e)| &a[s..e]).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     fn is_jump(&self) -> bool {
         self.base() == "bra"
     }

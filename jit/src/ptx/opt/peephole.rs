@@ -43,10 +43,7 @@ pub(super) fn tests_of_tests(lines: &mut [Line], regs: &HashMap<String, Reg>) ->
                     changed = true;
                 }
             }
-            let written: Vec<&str> = match (i.shape(), i.args.first()) {
-                (Shape::Dest | Shape::Call, Some(a)) => tokens(a).map(|(s, e)| &a[s..e]).collect(),
-                _ => Vec::new(),
-            };
+            let written = i.written();
             if !written.is_empty() {
                 let hit = |x: &String| written.contains(&x.as_str());
                 bools.retain(|r, (p, _)| !hit(r) && !hit(p));
