@@ -213,15 +213,19 @@ pub struct LaunchReport {
     /// Bytes the launch moved from host to device memory, every relaunch
     /// included (0 off the CUDA device, where nothing moves): the heap
     /// chunks the host wrote since the device last had them (the heap's
-    /// image stays on the device between launches), the captures, the
-    /// save area, the launch context, the cursor and eden bounds, and the
-    /// filler headers written into the image after each run.
+    /// image stays on the device between launches), the launch context
+    /// with the captures and the eden's bounds (one copy per run), the
+    /// save area (on a relaunch), and the filler headers written into the
+    /// image after a run that refilled TLABs.
     pub to_device_bytes: u64,
     /// Bytes the launch moved from device to host memory, every relaunch
-    /// included: the records, never-ran ranges, counters, TLAB states
-    /// and the dirty map (a byte per 64 KiB heap chunk below the device
-    /// eden's top) after each run, and the heap chunks host code fetched
-    /// while the launch ran (its replays read what the device wrote).
+    /// included: each run's summary (the eden's bounds, the counters, the
+    /// parked count, and the dirty map: a byte per 64 KiB heap chunk below
+    /// the device eden's end), the records, never-ran ranges and exits
+    /// when a slot left work behind, the TLAB states when a refill carved
+    /// one, what the host read while slots waited in place, and the heap
+    /// chunks host code fetched while the launch ran (its replays read
+    /// what the device wrote).
     /// Heap bytes fetched later (a `read` of the results) belong to no
     /// launch: [`offload_heap::Heap::residency`] counts them.
     pub to_host_bytes: u64,

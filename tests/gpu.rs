@@ -237,6 +237,10 @@ fn spin_under_host_safepoints(b: RuntimeBuilder, pause: Duration) -> (offload::L
         got.iter().all(|&x| x == i64::from(iters)),
         "a workitem ran twice or not at all\n{rep}"
     );
+    // The figures add up, relaunches included: every workitem ran to its
+    // end once, on the device (resumed there or not) or in a replay.
+    assert_eq!(rep.on_device + rep.replayed, n as u64, "{rep}");
+    assert_eq!(rep.completed, n as u64, "{rep}");
     eprintln!("{raised} safepoints raised; {rep}");
     assert!(rep.safepoints > 0, "no safepoint reached the kernel\n{rep}");
     (rep, raised)

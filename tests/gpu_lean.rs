@@ -11,6 +11,15 @@ use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
 
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
+/// The virtual GPU's counters are the process's: the tests of this file
+/// run one at a time.
+static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn gpu() -> RuntimeBuilder {
     Runtime::builder().device(Device::Cuda).strict(true)
 }
@@ -21,6 +30,7 @@ const AXPY: &str = include_str!("../examples/kernels/saxpy.obc");
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn proven_accesses_run_unchecked_inside_the_arrays_and_checked_past_them() {
+    let _one = one_at_a_time();
     let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     let m = rt.load("saxpy.obc", AXPY).unwrap();
     // 160 KiB of floats: y spans three 64 KiB chunks of the dirty map.
@@ -87,6 +97,7 @@ fn proven_accesses_run_unchecked_inside_the_arrays_and_checked_past_them() {
 fn one_short_array_sends_the_whole_launch_to_the_checked_copy() {
     // x has half of y's length: the proof needs both, so every slot runs
     // checked; the workitems past x's end throw before they store.
+    let _one = one_at_a_time();
     let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
     let m = rt.load("saxpy.obc", AXPY).unwrap();
     let n = 6_000usize;
@@ -107,4 +118,115 @@ fn one_short_array_sends_the_whole_launch_to_the_checked_copy() {
         want[i] += 2.0 * xs[i];
     }
     assert_eq!(rt.read(&y).unwrap(), want);
+}
+
+/// The driver calls and device counters of one warm launch of `c` over
+/// `0..n` on the virtual GPU (`None` on a real driver, which has no
+/// counters).
+fn warm_counters(c: &offload::Closure, n: i64) -> Option<std::collections::BTreeMap<String, u64>> {
+    for _ in 0..3 {
+        par_offload(0..n, c).unwrap();
+    }
+    if !offload_testkit::vgpu_counters::reset() {
+        return None;
+    }
+    let r = par_offload(0..n, c).unwrap();
+    assert_eq!(
+        (r.device, r.launches, r.on_device),
+        (Device::Cuda, 1, n as u64),
+        "{r}"
+    );
+    offload_testkit::vgpu_counters::counters()
+}
+
+fn calls(m: &std::collections::BTreeMap<String, u64>, names: &[&str]) -> u64 {
+    names
+        .iter()
+        .map(|n| m.get(&format!("call.{n}")).copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_warm_launch_is_a_memset_a_copy_up_the_kernel_and_a_copy_back() {
+    let _one = one_at_a_time();
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("saxpy.obc", AXPY).unwrap();
+    let n = 20_000usize;
+    let (x, y) = (
+        rt.array(&vec![1.0f32; n]).unwrap(),
+        rt.array(&vec![2.0f32; n]).unwrap(),
+    );
+    let c = m
+        .closure("saxpy", [0.5f32.into(), (&x).into(), (&y).into()])
+        .unwrap();
+    let Some(m) = warm_counters(&c, n as i64) else {
+        eprintln!("a real GPU: the driver's calls are counted on the virtual GPU only");
+        return;
+    };
+    let alloc = [
+        "cuMemAlloc_v2",
+        "cuMemAllocAsync",
+        "cuMemHostAlloc",
+        "cuMemAllocHost_v2",
+    ];
+    assert_eq!(calls(&m, &alloc), 0, "{m:?}");
+    assert_eq!(
+        calls(&m, &["cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeHost"]),
+        0
+    );
+    assert_eq!(
+        calls(&m, &["cuEventCreate", "cuStreamWaitEvent"]),
+        0,
+        "{m:?}"
+    );
+    assert_eq!(calls(&m, &["cuMemsetD8Async", "cuMemsetD8_v2"]), 1, "{m:?}");
+    assert_eq!(
+        calls(&m, &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoD_v2"]),
+        1,
+        "{m:?}"
+    );
+    assert_eq!(calls(&m, &["cuLaunchKernel"]), 1, "{m:?}");
+    assert_eq!(
+        calls(&m, &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"]),
+        1,
+        "{m:?}"
+    );
+    let syncs = [
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "cuCtxSynchronize",
+    ];
+    assert!(calls(&m, &syncs) <= 1, "{m:?}");
+    // No atomic, no system-wide fence: every slot finished its part.
+    assert_eq!(m.get("atomics").copied().unwrap_or(0), 0, "{m:?}");
+    assert_eq!(m.get("sys_fences").copied().unwrap_or(0), 0, "{m:?}");
+    assert_eq!(rt.read(&y).unwrap(), vec![2.0 + 4.0 * 0.5; n]);
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_kernel_that_allocates_adds_only_its_eden_to_a_warm_launch() {
+    let _one = one_at_a_time();
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt
+        .load("alloc.obc", offload_testkit::kernels::example("alloc.obc"))
+        .unwrap();
+    let n = 1_000usize;
+    let out = rt.new_array::<f64>(n).unwrap();
+    let c = m
+        .closure("alloc_vectors", [4i32.into(), (&out).into()])
+        .unwrap();
+    let Some(m) = warm_counters(&c, n as i64) else {
+        eprintln!("a real GPU: the driver's calls are counted on the virtual GPU only");
+        return;
+    };
+    // The block's memset and the device eden's; the kernel and the
+    // scatter kernel that writes fillers over the TLABs' unused rests; the
+    // summary and the TLABs' states back. (The heap's image grows with
+    // what the launches allocate: its growth allocates.)
+    assert_eq!(calls(&m, &["cuMemsetD8Async", "cuMemsetD8_v2"]), 2, "{m:?}");
+    assert_eq!(calls(&m, &["cuLaunchKernel"]), 2, "{m:?}");
+    let back = ["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"];
+    assert_eq!(calls(&m, &back), 2, "{m:?}");
 }

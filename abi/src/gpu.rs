@@ -72,26 +72,32 @@ device_ctx! {
         slots: u64,
         /// Words a refill carves (at least the object).
         tlab_words: u64,
-        /// Per slot, the [`crate::exit`] code of its last run (`u32`).
+        /// Per slot, a [`SlotExit`]: how its last run ended. The host
+        /// zeroes the exits before each run: a zero code is a slot still
+        /// running, and a slot that exits stores its completed count, then
+        /// its code with [`EXITED`] set, with release semantics at system
+        /// scope (its writes are visible before the code is).
         exits: u64,
-        /// Counters (`u64`), summed over a launch's runs, at the indices of
-        /// [`counter`].
+        /// Counters (`u64`) of one run, at the indices of [`counter`];
+        /// the host zeroes them before each run and sums them over a
+        /// launch's runs.
         stats: u64,
         /// Per slot, the state of injected safepoints when it last polled
         /// (`u64`, 0 before its first poll): kept across relaunches so that the
         /// stream goes on (see `offload_jit::SafepointInjection`).
         inject: u64,
         /// The heap's dirty map: a byte per `offload_heap::resident` chunk of
-        /// the heap image (which starts at a chunk boundary), set to 1 by every store and atomic of the kernel
-        /// into that chunk (the objects it allocates lie in the device eden,
-        /// which the host counts as written whole). The host zeroes the map
-        /// before each run and reads back the part below the device eden's
-        /// top.
+        /// the heap image (which starts at a chunk boundary), set to 1 by
+        /// every store and atomic of the kernel into that chunk (the objects
+        /// it allocates lie in the device eden, which the host counts as
+        /// written whole). The host zeroes the map before each run and
+        /// reads back the part below the device eden's end.
         dirty: u64,
         /// A `u32` counter: slots waiting at a poll for
-        /// [`control::WAIT`](crate::control::WAIT) to clear, plus slots that have exited.
-        /// The host zeroes it before each run; once it equals `slots`, every
-        /// slot is either waiting (its writes fenced) or gone.
+        /// [`control::WAIT`](crate::control::WAIT) to clear. The host zeroes
+        /// it before each run; once it plus the slots that have exited
+        /// ([`DeviceCtx::exits`]) equals `slots`, every slot is either
+        /// waiting (its writes fenced) or gone.
         parked: u64,
     }
 }
@@ -104,8 +110,9 @@ pub const EDEN_LIMIT: usize = 1;
 /// Words of the device eden.
 pub const EDEN_WORDS: usize = 2;
 
-/// The launch's counters ([`DeviceCtx::stats`]): word indices, each a
-/// `u64` summed over a launch's runs.
+/// A run's counters ([`DeviceCtx::stats`]): word indices, each a `u64`.
+/// None is touched by a run in which no slot deoptimizes, stops or
+/// allocates: a slot's completed workitems are in its [`SlotExit`].
 pub mod counter {
     /// Save records written.
     pub const DEOPTS: usize = 0;
@@ -118,10 +125,8 @@ pub mod counter {
     /// Slots that exited with work left (stopped, records full, or
     /// resuming).
     pub const SLOTS_STOPPED: usize = 4;
-    /// Workitems completed.
-    pub const COMPLETED: usize = 5;
     /// Counters in all.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 5;
 
     /// The byte offset of counter `c` from the counters' start.
     pub const fn byte(c: usize) -> usize {
@@ -150,9 +155,29 @@ pub const NEVER_RAN_BYTES: u64 = size_of::<NeverRan>() as u64;
 pub const NEVER_RAN_LO: i32 = std::mem::offset_of!(NeverRan, lo) as i32;
 /// `NeverRan::hi`.
 pub const NEVER_RAN_HI: i32 = std::mem::offset_of!(NeverRan, hi) as i32;
-/// Bytes from one slot's exit code ([`DeviceCtx::exits`], a `u32`) to the
-/// next.
-pub const EXIT_BYTES: u64 = size_of::<u32>() as u64;
+/// How one slot's last run ended ([`DeviceCtx::exits`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotExit {
+    /// [`EXITED`] with the [`crate::exit`] code; 0 while the slot runs.
+    pub code: u32,
+    /// Unused (keeps `done` aligned).
+    pub pad: u32,
+    /// Workitems the slot completed in the run (its resumed record's
+    /// included).
+    pub done: u64,
+}
+
+/// Set in every [`SlotExit::code`] a slot stores: the exit codes
+/// ([`crate::exit::DONE`] is 0) are then told from a slot still running.
+pub const EXITED: u32 = 1 << 31;
+
+/// Bytes from one slot's [`SlotExit`] to the next.
+pub const EXIT_BYTES: u64 = size_of::<SlotExit>() as u64;
+/// `SlotExit::code`.
+pub const EXIT_CODE: i32 = std::mem::offset_of!(SlotExit, code) as i32;
+/// `SlotExit::done`.
+pub const EXIT_DONE: i32 = std::mem::offset_of!(SlotExit, done) as i32;
 /// Bytes from one slot's injection state ([`DeviceCtx::inject`], a `u64`)
 /// to the next.
 pub const INJECT_BYTES: u64 = size_of::<u64>() as u64;
@@ -232,6 +257,7 @@ mod tests {
         assert_eq!(words.len(), 20);
         assert_eq!(TLAB_BYTES, 24);
         assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
+        assert_eq!((EXIT_BYTES, EXIT_CODE, EXIT_DONE), (16, 0, 8));
         // What the generated PTX was built against.
         assert_eq!(offsets::PARKED, 152);
     }

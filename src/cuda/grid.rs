@@ -5,83 +5,51 @@
 //! back: counters, the eden's top, the dirty map, and the records,
 //! never-ran rests and exit codes when a slot left work behind.
 
+use super::block::{Block, Shape};
 use super::launch::GpuState;
+use super::raw;
 use super::wait::{Fairness, Waiting};
 use super::{DEVICE_EDEN_BYTES, Gpu, Loaded, cuda_err};
 use crate::error::OffloadError;
 use crate::protocol::{HandedBack, Launch, Round, Rounds};
 use crate::replay::{Header, Replayer};
-use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use offload_abi::gpu::{self, DeviceCtx, counter};
 use offload_abi::record;
 use offload_heap::layout::Header as ObjectHeader;
+use offload_heap::resident::CHUNK_BYTES;
 use offload_ir::SiteId;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// A launch's device buffers, made once and kept across its rounds.
-pub(super) struct Buffers {
-    /// Per slot, its unstarted rest (zero: its part not started).
-    never: CudaSlice<i64>,
-    exits: CudaSlice<u32>,
-    stats: CudaSlice<u64>,
-    /// Slots waiting in place plus slots gone, zeroed before each round.
-    parked: CudaSlice<u32>,
-    /// Injected safepoints' per-slot state, kept across rounds.
-    inject: CudaSlice<u64>,
-    tlabs: CudaSlice<u8>,
-    captures: CudaSlice<u64>,
-    eden: CudaSlice<u64>,
-}
-
-/// The captures as raw slots, at least one (a buffer is never empty).
+/// The captures as raw slots, at least one (the block keeps a word).
 fn capture_values(launch: &Launch<'_>) -> Vec<u64> {
     let v = launch.call.capture_values();
     if v.is_empty() { vec![0u64] } else { v }
 }
 
-impl Buffers {
-    /// The buffers of a launch with `state`'s shape, and the
-    /// device half of the save area filled empty.
-    pub(super) fn new(
-        gpu: &Gpu,
-        launch: &Launch<'_>,
-        state: &mut GpuState,
-    ) -> Result<Buffers, OffloadError> {
-        let s = &gpu.stream;
-        let slots = state.slots;
-        let tlabs_n = (slots as u64).div_ceil(state.group.max(1)) as usize;
-        let b = Buffers {
-            never: s
-                .alloc_zeros(slots * gpu::NEVER_RAN_BYTES as usize / 8)
-                .map_err(cuda_err("never_ran"))?,
-            exits: s.alloc_zeros(slots).map_err(cuda_err("exits"))?,
-            stats: s
-                .alloc_zeros(counter::COUNT)
-                .map_err(cuda_err("counters"))?,
-            parked: s.alloc_zeros(1).map_err(cuda_err("parked count"))?,
-            inject: s.alloc_zeros(slots).map_err(cuda_err("injection state"))?,
-            tlabs: s
-                .alloc_zeros(tlabs_n * gpu::TLAB_BYTES as usize)
-                .map_err(cuda_err("TLABs"))?,
-            captures: s
-                .clone_htod(&capture_values(launch))
-                .map_err(cuda_err("captures"))?,
-            eden: s.alloc_zeros(gpu::EDEN_WORDS).map_err(cuda_err("eden"))?,
-        };
-        // The device's area starts empty: every word all ones (an empty
-        // record's site word), set on the device rather than sent.
-        {
-            let (ap, _g) = state.area_dev.device_ptr(s);
-            let bytes = launch.area.bytes();
-            // SAFETY: `ap` is the device half of the area, `bytes` long.
-            unsafe { cudarc::driver::result::memset_d8_async(ap, 0xFF, bytes, s.cu_stream()) }
-                .map_err(cuda_err("save area"))?;
-        }
-        state.totals.to_device += 8 * (1 + launch.call.captures.len().max(1) as u64);
-        Ok(b)
-    }
+/// The block a launch with `state`'s shape needs: the one the GPU kept
+/// from its last launch when it has the room.
+pub(super) fn block_for(
+    gpu: &Gpu,
+    launch: &Launch<'_>,
+    state: &GpuState,
+) -> Result<Block, OffloadError> {
+    let shape = Shape {
+        slots: state.slots,
+        tlabs: (state.slots as u64).div_ceil(state.group.max(1)) as usize,
+        captures: launch.call.captures.len().max(1),
+        // The map covers the largest heap, so that an image that grows
+        // during the launch needs no new block.
+        map_bytes: launch.env.heap.config().max.div_ceil(CHUNK_BYTES),
+    };
+    let kept = gpu
+        .block
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
+    Block::fit(kept, shape).map_err(cuda_err("launch block"))
 }
 
 /// The grid as a unit of the launch protocol.
@@ -89,8 +57,11 @@ pub(super) struct Grid<'a> {
     gpu: &'a Gpu,
     k: &'a Loaded,
     state: &'a mut GpuState,
-    b: Buffers,
+    block: Block,
     range: Range<i64>,
+    /// Workitems the slots' parts hold unstarted: the range before the
+    /// first run, the rests a run that came back left.
+    pending: u64,
     /// Records handed back, resumed by the next round.
     handed: Vec<HandedBack>,
     /// Per slot, the (workitem, site) of the allocation failure it was
@@ -115,7 +86,7 @@ impl<'a> Grid<'a> {
         k: &'a Loaded,
         launch: &Launch<'_>,
         state: &'a mut GpuState,
-        b: Buffers,
+        block: Block,
         range: Range<i64>,
     ) -> Grid<'a> {
         let trace = super::trace::Trace::new();
@@ -133,7 +104,8 @@ impl<'a> Grid<'a> {
             gpu,
             k,
             state,
-            b,
+            block,
+            pending: range.end.saturating_sub(range.start).max(0) as u64,
             range,
             handed: Vec::new(),
             resumed_alloc: Vec::new(),
@@ -143,16 +115,26 @@ impl<'a> Grid<'a> {
         }
     }
 
+    /// The block, for the GPU to keep for its next launch.
+    pub(super) fn into_block(self) -> Block {
+        self.block
+    }
+
     fn blocks(slots: usize) -> u32 {
         (slots as u32).div_ceil(super::BLOCK)
     }
 
-    /// Carve the round's device eden from the heap. Injected refill
+    /// Carve the round's device eden from the heap: none (an empty one at
+    /// the heap's top) for a kernel that never allocates. Injected refill
     /// failures (`fail_refills(first, _)`) give the device an eden of
     /// `first` TLABs: the refills after those find it exhausted, publish
     /// FAILED, and their waiters deopt with `AllocationFailure`.
     fn carve(&mut self, launch: &Launch<'_>) -> Result<Eden, OffloadError> {
         let env = launch.env;
+        if !self.k.ptx.allocates {
+            let top = u32::try_from(env.heap.used() / 8).unwrap_or(u32::MAX);
+            return Ok((top, top));
+        }
         let tlab_words = self.state.tlab_words;
         let want = match env.settings.fail_refills {
             Some((first, _)) => {
@@ -178,21 +160,26 @@ impl<'a> Grid<'a> {
         })
     }
 
-    /// Send what the round needs: on a relaunch the captures and the
-    /// records handed back (after any collection since the last round,
-    /// which updated them on the host); the heap chunks the host wrote
-    /// since the device last had them; the zeroed eden and its bounds.
-    fn send(&mut self, launch: &Launch<'_>, (es, ee): Eden) -> Result<(), OffloadError> {
-        let (gpu, s) = (self.gpu, &self.gpu.stream);
-        let totals = &mut self.state.totals;
-        if totals.launches > 1 {
-            s.memcpy_htod(&capture_values(launch), &mut self.b.captures)
-                .map_err(cuda_err("captures"))?;
-            // SAFETY: nothing else reads or writes the area during the copy.
-            s.memcpy_htod(unsafe { area_words(launch.area) }, &mut self.state.area_dev)
-                .map_err(cuda_err("save area"))?;
-            totals.to_device +=
-                launch.area.bytes() as u64 + 8 * launch.call.captures.len().max(1) as u64;
+    /// Bring the device's heap up to date for the round: on a relaunch the
+    /// save area with the records handed back (after any collection since
+    /// the last round, which updated them on the host); the heap chunks
+    /// the host wrote since the device last had them; the zeroed eden.
+    fn send_heap(&mut self, launch: &Launch<'_>, (es, ee): Eden) -> Result<(), OffloadError> {
+        let gpu = self.gpu;
+        let st = &mut *self.state;
+        if st.totals.launches > 1 {
+            // SAFETY: nothing else reads or writes the area during the
+            // copy, and the device half is as long as the host's.
+            unsafe {
+                raw::send(
+                    st.area_dev.at(),
+                    area_words(launch.area),
+                    gpu.stream.cu_stream(),
+                )
+            }
+            .map_err(cuda_err("save area"))?;
+            st.area_clean = false;
+            st.totals.to_device += launch.area.bytes() as u64;
         }
         // The device image holds the heap up to the device eden's end
         // (whole chunks); what the host wrote since the device last had it
@@ -204,204 +191,240 @@ impl<'a> Grid<'a> {
         let runs = heap.take_device_stale(eden_bytes.clone());
         let need = runs.iter().map(|r| r.end).fold(eden_bytes.end, usize::max);
         dh.ensure(need)?;
-        totals.to_device += dh.push(heap, &runs)?;
-        dh.zero_eden(eden_bytes)?;
-        let mut bounds = [0u64; gpu::EDEN_WORDS];
-        (bounds[gpu::EDEN_TOP], bounds[gpu::EDEN_LIMIT]) = (u64::from(es), u64::from(ee));
-        s.memcpy_htod(&bounds, &mut self.b.eden)
-            .map_err(cuda_err("eden"))?;
-        totals.to_device += 16 + std::mem::size_of::<DeviceCtx>() as u64;
-        s.memset_zeros(&mut self.b.tlabs)
-            .map_err(cuda_err("TLABs"))?;
-        s.memset_zeros(&mut self.b.parked)
-            .map_err(cuda_err("parked count"))?;
+        st.totals.to_device += dh.push(heap, &runs)?;
+        if !eden_bytes.is_empty() {
+            dh.zero_eden(eden_bytes)?;
+        }
         Ok(())
     }
 
-    /// Launch the grid. Returns the launch context's buffer (it must live
-    /// until the kernel is done: freeing it while the kernel runs would,
-    /// on a device without memory pools, wait for the kernel there, before
-    /// the host passes safepoint requests to it), and the eden's and the
-    /// parked count's addresses.
-    fn start(&mut self, launch: &Launch<'_>) -> Result<(CudaSlice<u64>, u64, u64), OffloadError> {
-        let (gpu, s, st) = (self.gpu, &self.gpu.stream, &*self.state);
-        // The device addresses are taken in a scope of their own: their
-        // guards record the launch's use of each buffer when they drop.
-        let (hp, dirty) = gpu.resident.addresses();
-        let (pp, _g1) = self.b.parked.device_ptr(s);
-        let (ap, _g3) = st.area_dev.device_ptr(s);
-        let (np, _g4) = self.b.never.device_ptr(s);
-        let (kp, _g5) = self.b.captures.device_ptr(s);
-        let (tp, _g6) = self.b.tlabs.device_ptr(s);
-        let (ep, _g7) = self.b.eden.device_ptr(s);
-        let (xp, _g8) = self.b.exits.device_ptr(s);
-        let (sp, _g9) = self.b.stats.device_ptr(s);
-        let (ip, _g10) = self.b.inject.device_ptr(s);
-        let ctx = DeviceCtx {
-            heap_base: hp,
+    /// The launch context of a round.
+    fn context(&self, launch: &Launch<'_>) -> DeviceCtx {
+        let (b, st) = (&self.block, &*self.state);
+        let l = b.layout;
+        DeviceCtx {
+            heap_base: self.gpu.resident.heap_at(),
             start: self.range.start,
             end: self.range.end,
-            control: gpu.control_dev,
-            save_area: ap,
+            control: self.gpu.control_dev,
+            save_area: st.area_dev.at(),
             record_words: u64::from(launch.meta.layout.record_words),
-            never_ran: np,
-            captures: kp,
+            never_ran: b.at(l.never),
+            captures: b.at(l.captures),
             records_per_slot: RECORDS_PER_SLOT as u64,
-            tlabs: tp,
+            tlabs: b.at(l.tlabs),
             tlab_group: st.group,
-            eden: ep,
+            eden: b.at(l.eden),
             large_words: st.tlab_words / 4,
             slots: st.slots as u64,
             tlab_words: st.tlab_words,
-            exits: xp,
-            stats: sp,
-            inject: ip,
-            dirty,
-            parked: pp,
-        };
-        let ctx_dev = s
-            .clone_htod(&ctx.to_words()[..])
-            .map_err(cuda_err("launch context"))?;
-        {
-            let (ctx_ptr, _g) = ctx_dev.device_ptr(s);
-            gpu.set_control(0)?;
-            let mut b = s.launch_builder(&self.k.func);
-            b.arg(&ctx_ptr);
-            // SAFETY: the kernel takes one `u64`, the address of a
-            // `DeviceCtx` whose buffers all live until the stream is
-            // synchronized after the round; sizes match the slot count of
-            // the grid.
-            unsafe {
-                b.launch(LaunchConfig {
-                    grid_dim: (Self::blocks(st.slots), 1, 1),
-                    block_dim: (super::BLOCK, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-            }
-            .map_err(cuda_err("launch"))?;
+            exits: b.at(l.exits),
+            stats: b.at(l.stats),
+            inject: b.at(l.inject),
+            dirty: b.at(l.dirty),
+            parked: b.at(l.parked),
         }
-        Ok((ctx_dev, ep, pp))
     }
 
-    /// Pass safepoint requests to the running kernel until it is done; a
-    /// safepoint that moves nothing is passed with the slots waiting in
-    /// place.
-    fn wait(
-        &mut self,
-        launch: &Launch<'_>,
-        eden: Eden,
-        eden_at: u64,
-        parked_at: u64,
-    ) -> Result<(), OffloadError> {
-        let s = &self.gpu.stream;
-        let done = s.record_event(None).map_err(cuda_err("event"))?;
+    /// Start the round on the stream: its block set up (the save area's
+    /// device half emptied first if a record may be in it), the grid, the
+    /// summary's copy back and the event behind it.
+    fn start(&mut self, launch: &Launch<'_>, (es, ee): Eden) -> Result<(), OffloadError> {
+        let gpu = self.gpu;
+        let s = gpu.stream.cu_stream();
+        gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
+        let first = self.state.totals.launches == 1;
+        if first && !self.state.area_clean {
+            // Every word all ones: an empty record's site word.
+            let a = &self.state.area_dev;
+            // SAFETY: the device half of the area, whole, on this stream.
+            unsafe { raw::memset(a.at(), 0xFF, a.bytes(), s) }.map_err(cuda_err("save area"))?;
+            self.state.area_clean = true;
+        }
+        let ctx = self.context(launch);
+        let mut bounds = [0u64; gpu::EDEN_WORDS];
+        (bounds[gpu::EDEN_TOP], bounds[gpu::EDEN_LIMIT]) = (u64::from(es), u64::from(ee));
+        self.state.totals.to_device += self
+            .block
+            .begin(first, &ctx, &capture_values(launch), bounds, s)
+            .map_err(cuda_err("launch block"))?;
+        gpu.set_control(0)?;
+        let mut ctx_at = self.block.at(self.block.layout.ctx);
+        // SAFETY: the kernel takes one `u64`, the address of its
+        // `DeviceCtx` in the block; the block, the area and the image live
+        // until the round's event is done (the grid owns the block, and the
+        // stream orders any later launch's use of it after this one; the
+        // image is replaced only under the launch lock this launch holds).
+        unsafe {
+            raw::launch(
+                self.k.func.cu_function(),
+                Self::blocks(self.state.slots),
+                super::BLOCK,
+                s,
+                &mut [(&raw mut ctx_at).cast()],
+            )
+        }
+        .map_err(cuda_err("launch"))?;
+        let map = (ee as usize * 8).div_ceil(CHUNK_BYTES);
+        self.block
+            .collect(map, s)
+            .map_err(cuda_err("launch summary"))
+    }
+
+    /// Pass safepoint requests to the running kernel until the round's
+    /// event says it is done (its summary copied back); a safepoint that
+    /// moves nothing is passed with the slots waiting in place.
+    fn wait(&mut self, launch: &Launch<'_>, eden: Eden) -> Result<(), OffloadError> {
+        let (b, l) = (&self.block, self.block.layout);
         let waiting = Waiting {
             env: launch.env,
             gpu: self.gpu,
             slots: self.state.slots,
             eden,
-            eden_at,
-            parked_at,
+            eden_at: b.at(l.eden),
+            parked_at: b.at(l.parked),
+            exits_at: b.at(l.exits),
+            dirty_at: b.at(l.dirty),
             epoch: launch.epoch,
         };
         let (sent, got, waits) = waiting.mirror(
             launch.control,
             &mut self.fairness,
-            &|| done.try_is_complete(),
+            &|| b.event.done(),
             &mut self.trace,
         )?;
         let totals = &mut self.state.totals;
         totals.to_device += sent;
         totals.to_host += got;
         totals.waits += waits;
-        s.synchronize().map_err(cuda_err("kernel"))
+        Ok(())
     }
 
-    /// Bring back what the round left: the counters and the eden's top
-    /// (and mark what the kernel wrote); the records, never-ran rests and
-    /// exit codes when a slot left work behind; and the TLABs' states,
-    /// retired into fillers.
+    /// Bring back what the round left: from its summary the counters and
+    /// the eden's top (and mark what the kernel wrote); the records,
+    /// never-ran rests and exits when a slot left work behind; and the
+    /// TLABs' states, retired into fillers.
     fn read_back(
         &mut self,
         launch: &Launch<'_>,
         (es, ee): Eden,
         round: &mut Round,
     ) -> Result<(), OffloadError> {
-        let (gpu, s) = (self.gpu, &self.gpu.stream);
         let heap = &launch.env.heap;
-        let dh = &gpu.resident;
-        // The heap itself stays on the device, and host code fetches the
-        // chunks it touches.
-        let ed: Vec<u64> = s.clone_dtoh(&self.b.eden).map_err(cuda_err("eden"))?;
+        let sum = self.block.summary();
         // The device eden's final top (past its end when a refill failed).
-        let eden_top = ed[gpu::EDEN_TOP].min(u64::from(ee)) as u32;
-        let dirty_bytes = dh.mark_kernel_writes(heap, es as usize * 8, eden_top as usize * 8)?;
-        // The counters, summed over the launch's rounds (the buffer is
-        // never reset). A round that exhausted its eden doubles the next
-        // launch's.
+        let eden_top = sum.eden[gpu::EDEN_TOP].min(u64::from(ee)) as u32;
+        super::resident::mark_kernel_writes(heap, sum.map, es as usize * 8, eden_top as usize * 8);
+        let d = sum.counters;
         let totals = &mut self.state.totals;
-        let before = std::mem::take(&mut totals.counters);
-        totals.counters = s.clone_dtoh(&self.b.stats).map_err(cuda_err("counters"))?;
-        let now = &totals.counters;
-        let d = |c: usize| now[c] - before[c];
-        round.completed = d(counter::COMPLETED);
-        if d(counter::EDEN_FAILURES) > 0 && launch.env.settings.fail_refills.is_none() {
+        for (t, c) in totals.counters.iter_mut().zip(d) {
+            *t += c;
+        }
+        totals.to_host += self.block.summary_bytes();
+        if d[counter::EDEN_FAILURES] > 0 && launch.env.settings.fail_refills.is_none() {
+            // A round that exhausted its eden doubles the next launch's.
             let cap = DEVICE_EDEN_BYTES / 8;
-            let words = gpu.eden_words.load(Ordering::Relaxed);
-            gpu.eden_words
+            let words = self.gpu.eden_words.load(Ordering::Relaxed);
+            self.gpu
+                .eden_words
                 .store(words.saturating_mul(2).min(cap), Ordering::Relaxed);
         }
-        totals.to_host += 8 * (ed.len() + now.len()) as u64 + dirty_bytes;
-        if totals.launches <= 20 || totals.launches.is_multiple_of(100) {
-            let n = totals.launches;
-            self.trace.say(|| {
-                format!(
-                    "launch {n} done: deopts {}, refills {}, refill waits {}, eden failures {}, slots stopped {}, workitems completed {}, eden top {eden_top}",
-                    d(counter::DEOPTS),
-                    d(counter::REFILLS),
-                    d(counter::REFILL_WAITS),
-                    d(counter::EDEN_FAILURES),
-                    d(counter::SLOTS_STOPPED),
-                    d(counter::COMPLETED)
-                )
-            });
-        }
-        // The records, never-ran rests and exit codes come back only when
-        // a slot left work behind (a record, a stop): otherwise every slot
-        // finished its chunks, and resumed the record it was given.
-        let came_back = d(counter::DEOPTS) > 0 || d(counter::SLOTS_STOPPED) > 0;
-        let refilled = d(counter::REFILLS) > 0;
+        // The records, never-ran rests and exits come back only when a
+        // slot left work behind (a record, a stop): otherwise every slot
+        // finished its part, and resumed the record it was given.
+        let came_back = d[counter::DEOPTS] > 0 || d[counter::SLOTS_STOPPED] > 0;
+        let refilled = d[counter::REFILLS] > 0;
         round.done = true;
         if came_back {
-            // SAFETY: nothing else reads or writes the area during the copy.
-            s.memcpy_dtoh(&self.state.area_dev, unsafe { area_words(launch.area) })
-                .map_err(cuda_err("save area"))?;
-            let never: Vec<i64> = s.clone_dtoh(&self.b.never).map_err(cuda_err("never_ran"))?;
-            round.never_ran = never.into();
-            round.never_ran_stride = self.state.slots as i64;
-            let ex: Vec<u32> = s.clone_dtoh(&self.b.exits).map_err(cuda_err("exits"))?;
-            totals.to_host +=
-                (launch.area.bytes() + 8 * round.never_ran.len() + 4 * ex.len()) as u64;
-            round.done = ex.iter().all(|&c| c == offload_abi::exit::DONE);
-            // The device's copy replaced the host's records.
-            let mut values = Vec::new();
-            for slot in 0..self.state.slots {
-                for r in record::slot_records(slot, RECORDS_PER_SLOT) {
-                    match launch.area.read_into(r, launch.meta, &mut values) {
-                        Ok(Some(_)) => round.records.push(r),
-                        Ok(None) => {}
-                        Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
-                    }
-                }
-            }
+            self.came_back(launch, round)?;
         } else {
-            // No slot left a record: the host's are those it handed back
-            // (the round's `resumed`), which the device resumed.
+            // Every slot ran what it was given: its part's unstarted
+            // workitems and the record handed back to it.
+            round.completed = self.pending + round.resumed.len() as u64;
+            self.pending = 0;
+            // The host's records are those it handed back (the round's
+            // `resumed`), which the device resumed.
             for &(r, _, _) in &round.resumed {
                 let _ = launch.area.clear_one(r);
             }
         }
+        let n = self.state.totals.launches;
+        if n <= 20 || n.is_multiple_of(100) {
+            let completed = round.completed;
+            self.trace.say(|| {
+                format!(
+                    "launch {n} done: deopts {}, refills {}, refill waits {}, eden failures {}, slots stopped {}, workitems completed {completed}, eden top {eden_top}",
+                    d[counter::DEOPTS],
+                    d[counter::REFILLS],
+                    d[counter::REFILL_WAITS],
+                    d[counter::EDEN_FAILURES],
+                    d[counter::SLOTS_STOPPED],
+                )
+            });
+        }
         self.retire(launch, (es, ee), eden_top, refilled)
+    }
+
+    /// A round in which some slot left work behind: its records (the
+    /// device's copy of the area replaces the host's), every slot's
+    /// never-ran rest and exit.
+    fn came_back(&mut self, launch: &Launch<'_>, round: &mut Round) -> Result<(), OffloadError> {
+        let (s, l) = (self.gpu.stream.cu_stream(), self.block.layout);
+        let st = &mut *self.state;
+        let slots = st.slots;
+        // SAFETY: each copy reads a whole part of the block (or the area's
+        // device half) into a buffer of its length; nothing else reads or
+        // writes the host area during the copy.
+        unsafe {
+            raw::fetch(area_words(launch.area), st.area_dev.at(), s)
+                .map_err(cuda_err("save area"))?;
+        }
+        st.area_clean = false;
+        let mut never = vec![0i64; 2 * slots];
+        // SAFETY: as above.
+        unsafe { raw::fetch(&mut never, self.block.at(l.never), s) }
+            .map_err(cuda_err("never_ran"))?;
+        let mut exits = vec![0u64; 2 * slots];
+        // SAFETY: as above.
+        unsafe { raw::fetch(&mut exits, self.block.at(l.exits), s) }.map_err(cuda_err("exits"))?;
+        st.totals.to_host += (launch.area.bytes() + 8 * never.len() + 8 * exits.len()) as u64;
+        let code = |w: u64| (w as u32) & !gpu::EXITED;
+        let word = gpu::EXIT_DONE as usize / 8;
+        round.completed = exits.chunks_exact(2).map(|e| e[word]).sum();
+        round.done = exits
+            .chunks_exact(2)
+            .all(|e| code(e[0]) == offload_abi::exit::DONE);
+        // What the next run's parts hold: each slot's rest (a slot that
+        // has not started holds its whole part).
+        let stride = slots as i64;
+        self.pending = never
+            .chunks_exact(2)
+            .enumerate()
+            .map(|(i, p)| {
+                let (lo, hi) = match (p[0], p[1]) {
+                    (0, 0) => (self.range.start.saturating_add(i as i64), self.range.end),
+                    r => r,
+                };
+                if lo < hi {
+                    ((hi - lo) as u64).div_ceil(stride as u64)
+                } else {
+                    0
+                }
+            })
+            .sum();
+        round.never_ran = never.into();
+        round.never_ran_stride = stride;
+        let mut values = Vec::new();
+        for slot in 0..slots {
+            for r in record::slot_records(slot, RECORDS_PER_SLOT) {
+                match launch.area.read_into(r, launch.meta, &mut values) {
+                    Ok(Some(_)) => round.records.push(r),
+                    Ok(None) => {}
+                    Err(e) => return Err(OffloadError::CorruptSaveArea(e)),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Retire the TLABs and the device eden: fillers over what is unused,
@@ -416,16 +439,18 @@ impl<'a> Grid<'a> {
         eden_top: u32,
         refilled: bool,
     ) -> Result<(), OffloadError> {
-        let (s, heap) = (&self.gpu.stream, &launch.env.heap);
+        let heap = &launch.env.heap;
+        let l = self.block.layout;
         let totals = &mut self.state.totals;
         // The TLABs' states, when a refill carved any (they start empty).
-        let tl: Vec<u8> = if refilled {
-            let tl = s.clone_dtoh(&self.b.tlabs).map_err(cuda_err("TLABs"))?;
+        let mut tl = Vec::new();
+        if refilled {
+            tl = vec![0u8; l.exits - l.tlabs];
+            // SAFETY: the block's TLABs, whole, into a buffer as long.
+            unsafe { raw::fetch(&mut tl, self.block.at(l.tlabs), self.gpu.stream.cu_stream()) }
+                .map_err(cuda_err("TLABs"))?;
             totals.to_host += tl.len() as u64;
-            tl
-        } else {
-            Vec::new()
-        };
+        }
         let mut fillers: Vec<(u64, u64)> = tl
             .chunks_exact(gpu::TLAB_BYTES as usize)
             .filter_map(|t| {
@@ -439,7 +464,10 @@ impl<'a> Grid<'a> {
             fillers.push(filler(eden_top, ee));
             heap.device_wrote(eden_top as usize * 8, eden_top as usize * 8 + 8);
         }
-        totals.to_device += self.gpu.resident.scatter(&fillers)?;
+        totals.to_device +=
+            self.gpu
+                .resident
+                .scatter(&fillers, self.block.at(l.fillers), l.end - l.fillers)?;
         Ok(())
     }
 }
@@ -463,11 +491,10 @@ impl<'r> Rounds<'r> for Grid<'_> {
                 )
             });
         }
-        self.send(launch, eden)?;
+        self.send_heap(launch, eden)?;
         let tr = Instant::now();
-        let (ctx_dev, eden_at, parked_at) = self.start(launch)?;
-        self.wait(launch, eden, eden_at, parked_at)?;
-        drop(ctx_dev);
+        self.start(launch, eden)?;
+        self.wait(launch, eden)?;
         let run_time = tr.elapsed();
         let tc = Instant::now();
         let mut round = Round {

@@ -4,7 +4,8 @@
 //! (`grid.rs`), over the heap image that stays on the device
 //! ([`super::resident`]).
 
-use super::grid::{Buffers, Grid, RECORDS_PER_SLOT};
+use super::grid::{Grid, RECORDS_PER_SLOT, block_for};
+use super::raw::DeviceMem;
 use super::{BLOCK, Gpu, Loaded, WARP, cuda_err};
 use crate::adaptive::Plan;
 use crate::device::Device;
@@ -12,7 +13,6 @@ use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
 use crate::protocol::{self, Code, Compiled, DeviceFacts, Launch, UnitOut};
 use crate::report::LaunchReport;
-use cudarc::driver::CudaSlice;
 use offload_abi::gpu::counter;
 use offload_deopt::SaveArea;
 use offload_heap::Allocator;
@@ -62,7 +62,10 @@ pub(super) struct GpuState {
     /// Heap words a TLAB refill carves.
     pub(super) tlab_words: u64,
     /// The device half of the save area.
-    pub(super) area_dev: CudaSlice<u64>,
+    pub(super) area_dev: DeviceMem,
+    /// Whether the device half holds no record (every word all ones):
+    /// filled at a launch's start only when a run may have left one.
+    pub(super) area_clean: bool,
     /// What the rounds counted, for the report.
     pub(super) totals: GridTotals,
 }
@@ -81,7 +84,7 @@ pub(super) struct GridTotals {
     pub(super) to_host: u64,
     /// The device's counters (`offload_abi::gpu::counter`), summed over
     /// the launch's rounds.
-    pub(super) counters: Vec<u64>,
+    pub(super) counters: [u64; counter::COUNT],
     /// What host code had fetched from the device image when the launch
     /// started (what it fetches during the launch counts as brought back).
     pub(super) fetched_before: u64,
@@ -100,7 +103,6 @@ impl Compiled for GpuLaunch<'_> {
     ) -> Result<(GpuState, usize, SaveArea), OffloadError> {
         let (gpu, k) = (self.gpu, self.k);
         let meta = &k.ptx.meta;
-        let s = &gpu.stream;
         let total = range.end.wrapping_sub(range.start) as u64;
         let slots = match env.settings.device_slots {
             Some(n) => n.min((k.grid * BLOCK) as usize),
@@ -116,18 +118,25 @@ impl Compiled for GpuLaunch<'_> {
             .filter(|c| {
                 c.area.slots() == slots * RECORDS_PER_SLOT && c.area.layout() == meta.layout
             });
-        let Scratch { area, area_dev } = match reuse {
+        let Scratch {
+            area,
+            area_dev,
+            area_clean,
+        } = match reuse {
             Some(c) => c,
-            None => Scratch {
-                area: SaveArea::try_new(slots * RECORDS_PER_SLOT, meta.layout)
-                    .map_err(|e| OffloadError::Setup(e.to_string()))?,
-                // SAFETY: every word is set before any use (the device half
-                // is filled empty at the launch's start, see `Buffers`).
-                area_dev: unsafe {
-                    s.alloc(slots * RECORDS_PER_SLOT * meta.layout.record_words as usize)
+            None => {
+                gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
+                Scratch {
+                    area: SaveArea::try_new(slots * RECORDS_PER_SLOT, meta.layout)
+                        .map_err(|e| OffloadError::Setup(e.to_string()))?,
+                    // Unset: filled empty at the launch's start (`grid.rs`).
+                    area_dev: DeviceMem::new(
+                        slots * RECORDS_PER_SLOT * meta.layout.record_words as usize * 8,
+                    )
+                    .map_err(cuda_err("save area"))?,
+                    area_clean: false,
                 }
-                .map_err(cuda_err("save area"))?,
-            },
+            }
         };
         // The kernel's TLAB size, if its policy changed it.
         let tlab_words = u64::from(plan.tlab_bytes.unwrap_or(env.heap.config().tlab_bytes) / 8);
@@ -147,8 +156,9 @@ impl Compiled for GpuLaunch<'_> {
             group,
             tlab_words,
             area_dev,
+            area_clean,
             totals: GridTotals {
-                counters: vec![0; counter::COUNT],
+                counters: [0; counter::COUNT],
                 fetched_before: env.heap.residency().fetched_bytes,
                 ..GridTotals::default()
             },
@@ -170,10 +180,17 @@ impl Compiled for GpuLaunch<'_> {
         state: &mut GpuState,
         range: &Range<i64>,
     ) -> Result<Vec<UnitOut>, OffloadError> {
-        let buffers = Buffers::new(self.gpu, launch, state)?;
-        let mut grid = Grid::new(self.gpu, self.k, launch, state, buffers, range.clone());
-        let out = protocol::drive(launch, &mut grid)?;
-        Ok(vec![out])
+        let block = block_for(self.gpu, launch, state)?;
+        let mut grid = Grid::new(self.gpu, self.k, launch, state, block, range.clone());
+        let out = protocol::drive(launch, &mut grid);
+        // The block serves the next launch (after an error too: every run
+        // is over, or its kernel failed).
+        *self
+            .gpu
+            .block
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(grid.into_block());
+        Ok(vec![out?])
     }
 
     fn finish(
@@ -188,14 +205,18 @@ impl Compiled for GpuLaunch<'_> {
         let GpuState {
             chunks,
             area_dev,
+            area_clean,
             totals,
             ..
         } = state;
         // Every record is empty again (each way out of the rounds clears
         // what it leaves): the area serves the next launch.
         debug_assert!(area.is_clear_in(0..area.slots()));
-        *gpu.scratch.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Scratch { area, area_dev });
+        *gpu.scratch.lock().unwrap_or_else(PoisonError::into_inner) = Some(Scratch {
+            area,
+            area_dev,
+            area_clean,
+        });
         // The device's own counters: refills of its TLABs and allocations
         // that found its eden exhausted.
         let mut alloc_stats = alloc.retire();
@@ -247,7 +268,8 @@ fn default_slots(total: u64, full: usize, sms: u32) -> usize {
 /// the device half is set empty at each launch's start.
 pub(super) struct Scratch {
     area: SaveArea,
-    area_dev: CudaSlice<u64>,
+    area_dev: DeviceMem,
+    area_clean: bool,
 }
 
 #[cfg(test)]

@@ -4,43 +4,46 @@
 //! over a heap image that stays on the device between launches
 //! ([`resident`]; the chunk bookkeeping is `offload_heap::resident`):
 //!
-//! 1. carve a device eden from the heap (1 MiB for a runtime's first
-//!    launch, doubled after each launch that exhausts it, 64 MiB at most),
-//!    send the heap chunks the host wrote since the device last had them
-//!    (all of the heap at a runtime's first launch, then only what host
-//!    code changed) and zero the eden and the dirty map on the device
-//!    (references are 32-bit word offsets, so the same offsets mean the
-//!    same objects on both sides);
-//! 2. launch one persistent thread per resident slot (SM count × resident
-//!    blocks per SM × block, from the device's occupancy); each claims
-//!    chunks from the atomic cursor, polls the control word (in device
-//!    memory: this thread mirrors the runtime's safepoint requests into it
-//!    with a copy on the copy stream while the kernel runs — a word in
-//!    pinned, mapped host memory, read over PCIe at every back-edge, made
-//!    mandelbrot 512² take 946 ms on an H100), allocates from TLABs shared
-//!    by a warp (`SharedTlab { group }`: by `group` warps; `PrivateTlab`:
-//!    one per slot; `EdenCas`: none), marks the chunk of every store in
-//!    the dirty map and writes deopt records into its slot of the save
-//!    area;
-//! 3. copy back the counters, the eden's top and the dirty map — and the
-//!    records, never-ran ranges and exit codes only when a slot left work
-//!    behind, the TLAB states only when a refill carved one; mark the
-//!    chunks the kernel wrote (what it stored to, and what it allocated)
-//!    so that host code fetches them when it touches them; write fillers
-//!    over the TLABs' unused rests into the image; hand the unused rest
-//!    of the eden back to the heap (a kernel that allocates nothing
-//!    leaves the heap's top where it was); replay the records in the
-//!    interpreter in parallel (its loads fetch the chunks they read, its
-//!    stores mark what the relaunch sends) — except those of workitems a
-//!    safepoint (or the device eden's exhaustion) stopped at a loop header
-//!    or an allocation, which stay in the save area — and relaunch: each
-//!    slot first resumes the record left in its part of the area (the
-//!    PTX's re-entry, `offload_jit::ptx`), then runs its never-ran rest,
-//!    then claims, until every slot has exhausted the range.
+//! 1. carve a device eden from the heap for a kernel that allocates (1
+//!    MiB for a runtime's first launch, doubled after each launch that
+//!    exhausts it, 64 MiB at most), send the heap chunks the host wrote
+//!    since the device last had them (all of the heap at a runtime's first
+//!    launch, then only what host code changed) and zero the eden on the
+//!    device (references are 32-bit word offsets, so the same offsets mean
+//!    the same objects on both sides);
+//! 2. on the launch stream, with no allocation and no event made: one
+//!    memset of the launch block kept from the last launch (`block.rs`:
+//!    counters, dirty map, TLABs, exits), one copy of the launch context,
+//!    captures and eden bounds into it, the grid — a slot (thread) per 16
+//!    workitems, each running its grid-stride part of the range, polling
+//!    the control word (in device memory: this thread mirrors the
+//!    runtime's safepoint requests into it with a copy on the copy stream
+//!    while the kernel runs — a word in pinned, mapped host memory, read
+//!    over PCIe at every back-edge, made mandelbrot 512² take 946 ms on an
+//!    H100), allocating from TLABs shared by a warp (`SharedTlab { group
+//!    }`: by `group` warps; `PrivateTlab`: one per slot; `EdenCas`: none),
+//!    marking the chunk of every store in the dirty map and writing
+//!    deopt records into its slot of the save area — then one copy of the
+//!    run's summary (eden bounds, counters, dirty map) into pinned memory,
+//!    and the event behind it, which the host polls (`wait.rs`);
+//! 3. from the summary, mark the chunks the kernel wrote (what it stored
+//!    to, and what it allocated) so that host code fetches them when it
+//!    touches them; bring back the records, never-ran ranges and exits
+//!    only when a slot left work behind, the TLAB states only when a
+//!    refill carved one; write fillers over the TLABs' unused rests into
+//!    the image; hand the unused rest of the eden back to the heap;
+//!    replay the records in the interpreter in parallel (its loads fetch
+//!    the chunks they read, its stores mark what the relaunch sends) —
+//!    except those of workitems a safepoint (or the device eden's
+//!    exhaustion) stopped at a loop header or an allocation, which stay in
+//!    the save area — and relaunch: each slot first resumes the record
+//!    left in its part of the area (the PTX's re-entry,
+//!    `offload_jit::ptx`), then runs its never-ran rest, until every slot
+//!    has exhausted its part.
 //!
 //! **Wait in place, or exit and re-enter.** At a safepoint that moves no
 //! object the slots wait at their polls while the host runs the
-//! operation on the resident heap (the GC seed's §4.2.4; `launch.rs`,
+//! operation on the resident heap (the GC seed's §4.2.4; `wait.rs`,
 //! `Waiting`): no record is written, nothing relaunches, and only the
 //! dirty map and what the operation wrote cross the bus. A collection
 //! moves objects that waiting slots would hold in registers, so for it
@@ -77,8 +80,10 @@
 //! One launch at a time per runtime uses the GPU (a lock): the image, its
 //! dirty map and the chunk bits have one owner while a kernel runs.
 
+mod block;
 mod grid;
 mod launch;
+mod raw;
 pub(crate) mod resident;
 mod trace;
 mod wait;
@@ -141,6 +146,8 @@ pub(crate) struct Gpu {
     /// the next launch of the same slot count and record width (see
     /// [`launch::Scratch`]).
     scratch: Mutex<Option<launch::Scratch>>,
+    /// The last launch's device block (`block.rs`), kept for the next.
+    block: Mutex<Option<block::Block>>,
     /// Words of device eden the next launch carves (see
     /// [`FIRST_EDEN_BYTES`]).
     eden_words: AtomicU32,
@@ -213,6 +220,7 @@ fn probe_driver() -> Result<Gpu, String> {
         modules: Mutex::new(HashMap::new()),
         launch_lock: Mutex::new(()),
         scratch: Mutex::new(None),
+        block: Mutex::new(None),
         eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
         resident,
     })

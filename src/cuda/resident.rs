@@ -1,7 +1,8 @@
 //! The heap's image on the GPU, kept across launches (docs/DESIGN.md,
 //! "The heap on the GPU"): the [`Mirror`] the host heap fetches the
-//! chunks a kernel wrote from, the dirty map kernels mark, and the
-//! scatter kernel that writes fillers into the image.
+//! chunks a kernel wrote from, and the scatter kernel that writes fillers
+//! into the image. The dirty map kernels mark is a launch's
+//! (`block.rs`), a byte per chunk of the image.
 //!
 //! The host heap decides what moves (`offload_heap::resident`: chunk
 //! bits); this module only holds the device memory and moves bytes. The
@@ -11,26 +12,23 @@
 
 use super::{cuda_err, driver_error};
 use crate::error::OffloadError;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
-use offload_heap::resident::{CHUNK_BYTES, CHUNK_SHIFT};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use offload_heap::resident::CHUNK_BYTES;
 use offload_heap::{Heap, Mirror};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-/// The image and its dirty map (a byte per chunk), with their device
-/// addresses (taken once, so that copies need no stream ordering of
-/// cudarc's). The image starts `pad` bytes into its buffer, at a multiple
-/// of [`CHUNK_BYTES`]: kernels find a store's chunk from its address alone
-/// (`offload_jit::ptx`, `mark_dirty`).
+/// The image, with its device address (taken once, so that copies need
+/// no stream ordering of cudarc's). The image starts `pad` bytes into its
+/// buffer, at a multiple of [`CHUNK_BYTES`]: kernels find a store's chunk
+/// from its address alone (`offload_jit::ptx`, `mark_dirty`).
 #[derive(Default)]
 struct Image {
     heap: Option<CudaSlice<u8>>,
-    dirty: Option<CudaSlice<u8>>,
     /// Bytes of image (the buffer holds `pad` more).
     cap: usize,
     pad: usize,
     heap_at: u64,
-    dirty_at: u64,
 }
 
 /// The heap's image on one GPU.
@@ -104,23 +102,17 @@ impl DeviceHeap {
             )
             .map_err(cuda_err("heap image"))?;
         }
-        let dirty: CudaSlice<u8> = s
-            .alloc_zeros(cap >> CHUNK_SHIFT)
-            .map_err(cuda_err("dirty map"))?;
         img.heap_at = raw + pad as u64;
-        img.dirty_at = dirty.device_ptr(s).0;
         img.heap = Some(heap);
-        img.dirty = Some(dirty);
         img.cap = cap;
         img.pad = pad;
         Ok(())
     }
 
-    /// The image's and the dirty map's device addresses (valid until the
-    /// next [`DeviceHeap::ensure`]).
-    pub(crate) fn addresses(&self) -> (u64, u64) {
-        let img = self.image();
-        (img.heap_at, img.dirty_at)
+    /// The image's device address (valid until the next
+    /// [`DeviceHeap::ensure`]).
+    pub(crate) fn heap_at(&self) -> u64 {
+        self.image().heap_at
     }
 
     /// Send the host's bytes of `runs` (what the host wrote since the
@@ -159,7 +151,9 @@ impl DeviceHeap {
             .map_err(cuda_err("heap image"))?;
             sent += r.len() as u64;
         }
-        self.sync_copies()?;
+        if sent > 0 {
+            self.sync_copies()?;
+        }
         Ok(sent)
     }
 
@@ -208,34 +202,7 @@ impl DeviceHeap {
         self.sync_copies()
     }
 
-    /// Mark what a kernel wrote for host reads: the chunks its dirty map
-    /// names below byte `top` (the device eden's top), and the eden it
-    /// allocated in, `[start, top)`. The map is read on the copy stream, so
-    /// this serves a finished kernel and one waiting in place alike.
-    /// Returns the bytes read.
-    pub(crate) fn mark_kernel_writes(
-        &self,
-        heap: &Heap,
-        start: usize,
-        top: usize,
-    ) -> Result<u64, OffloadError> {
-        let (at, len) = {
-            let img = self.image();
-            (img.dirty_at, img.dirty.as_ref().map_or(0, CudaSlice::len))
-        };
-        let mut map = vec![0u8; top.div_ceil(CHUNK_BYTES).min(len)];
-        if !map.is_empty() {
-            self.read_raw(at, &mut map)?;
-        }
-        for (c, _) in map.iter().enumerate().filter(|(_, d)| **d != 0) {
-            heap.device_wrote_chunk(c);
-        }
-        heap.device_wrote(start, top);
-        Ok(map.len() as u64)
-    }
-
-    /// Zero the image's bytes `range` (a device eden) and the whole dirty
-    /// map, on the device.
+    /// Zero the image's bytes `range` (a device eden), on the device.
     pub(crate) fn zero_eden(&self, range: Range<usize>) -> Result<(), OffloadError> {
         let s = &self.stream;
         let mut img = self.image();
@@ -247,48 +214,68 @@ impl DeviceHeap {
                     .map_err(cuda_err("device eden"))?;
             }
         }
-        if let Some(d) = img.dirty.as_mut() {
-            s.memset_zeros(d).map_err(cuda_err("dirty map"))?;
-        }
         Ok(())
     }
 
-    /// Store each `(byte offset, word)` into the image, in one upload and
-    /// one launch of the scatter kernel. Returns the bytes uploaded.
-    pub(crate) fn scatter(&self, words: &[(u64, u64)]) -> Result<u64, OffloadError> {
-        if words.is_empty() {
-            return Ok(0);
-        }
-        let s = &self.stream;
-        let list: Vec<u64> = words.iter().flat_map(|&(a, w)| [a, w]).collect();
-        let list_dev = s.clone_htod(&list).map_err(cuda_err("fillers"))?;
+    /// Store each `(byte offset, word)` into the image: the list sent to
+    /// `list_at` (device memory of `room` bytes, the launch block's), one
+    /// launch of the scatter kernel, and a wait for it (host code may fetch
+    /// the chunks it writes next). Returns the bytes sent.
+    pub(crate) fn scatter(
+        &self,
+        words: &[(u64, u64)],
+        list_at: u64,
+        room: usize,
+    ) -> Result<u64, OffloadError> {
         let img = self.image();
-        let Some(buf) = img.heap.as_ref() else {
+        if words.is_empty() || img.heap.is_none() {
             return Ok(0);
-        };
-        let n = words.len() as u32;
-        // The image's start (its buffer's, `pad` bytes before, orders the
-        // kernel after what the stream did to the buffer).
-        let (_, _g1) = buf.device_ptr(s);
-        let hp = img.heap_at;
-        let (lp, _g2) = list_dev.device_ptr(s);
-        let mut b = s.launch_builder(&self.scatter);
-        b.arg(&hp);
-        b.arg(&lp);
-        b.arg(&n);
-        // SAFETY: the kernel takes (u64 image, u64 list, u32 n) and reads
-        // `2n` words of the list and writes 8 bytes at each offset, all
-        // inside the image (fillers lie below the device eden's end).
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: (n.div_ceil(256), 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            })
         }
-        .map_err(cuda_err("fillers"))?;
+        let list: Vec<u64> = words.iter().flat_map(|&(a, w)| [a, w]).collect();
+        if 8 * list.len() > room {
+            return Err(OffloadError::Setup(format!(
+                "{} fillers do not fit the launch block's {room} bytes for them",
+                words.len()
+            )));
+        }
+        let s = self.stream.cu_stream();
+        let n = words.len() as u32;
+        let (mut hp, mut lp, mut nn) = (img.heap_at, list_at, n);
+        let mut params = [
+            (&raw mut hp).cast::<std::ffi::c_void>(),
+            (&raw mut lp).cast(),
+            (&raw mut nn).cast(),
+        ];
+        // SAFETY: the list fits its room (checked), which lies in the live
+        // launch block; the kernel takes (u64 image, u64 list, u32 n),
+        // reads `2n` words of the list and writes 8 bytes at each offset,
+        // all inside the image (fillers lie below the device eden's end);
+        // the stream is synchronized before the list or the image can go.
+        unsafe {
+            super::raw::send(list_at, &list, s).map_err(cuda_err("fillers"))?;
+            super::raw::launch(
+                self.scatter.cu_function(),
+                n.div_ceil(256),
+                256,
+                s,
+                &mut params,
+            )
+            .map_err(cuda_err("fillers"))?;
+            cudarc::driver::result::stream::synchronize(s).map_err(cuda_err("fillers"))?;
+        }
         Ok(8 * list.len() as u64)
     }
+}
+
+/// Mark what a kernel wrote for host reads: the chunks its dirty map
+/// `map` names below byte `top` (the device eden's top), and the eden it
+/// allocated in, `[start, top)`.
+pub(crate) fn mark_kernel_writes(heap: &Heap, map: &[u8], start: usize, top: usize) {
+    let below = top.div_ceil(CHUNK_BYTES).min(map.len());
+    for (c, _) in map[..below].iter().enumerate().filter(|(_, d)| **d != 0) {
+        heap.device_wrote_chunk(c);
+    }
+    heap.device_wrote(start, top);
 }
 
 impl Mirror for DeviceHeap {

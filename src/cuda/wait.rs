@@ -6,6 +6,7 @@
 use super::{Gpu, cuda_err};
 use crate::env::LaunchEnv;
 use crate::error::OffloadError;
+use offload_abi::gpu;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -82,9 +83,23 @@ impl Waiting<'_> {
                 fair.asked = Some(Instant::now());
             }
             gpu.set_control(cw | stop)?;
-            std::thread::sleep(Duration::from_micros(20));
+            pause(run_from);
         }
         Ok((sent, got, waits))
+    }
+}
+
+/// How long the host polls a running kernel without sleeping: a short
+/// kernel is seen done within a poll, not a sleep's granularity.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// Wait between two polls of a kernel running since `since`: yield the
+/// processor for the first [`SPIN`], sleep 20 µs after.
+fn pause(since: Instant) {
+    if since.elapsed() < SPIN {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(20));
     }
 }
 
@@ -95,8 +110,12 @@ pub(super) struct Waiting<'a> {
     pub(super) slots: usize,
     /// The run's device eden, in heap words.
     pub(super) eden: (u32, u32),
+    /// The device addresses of the eden's words, the parked count, the
+    /// slots' exits and the dirty map.
     pub(super) eden_at: u64,
     pub(super) parked_at: u64,
+    pub(super) exits_at: u64,
+    pub(super) dirty_at: u64,
     pub(super) epoch: u64,
 }
 
@@ -119,16 +138,33 @@ impl Waiting<'_> {
         gpu.set_control(offload_abi::control::WAIT)?;
         let mut n = [0u32];
         let mut got = 0u64;
+        // Slots gone (exited: a code in their exit word), counted when the
+        // parked ones do not make up the grid.
+        let mut gone = 0usize;
+        let mut exits = Vec::new();
+        let words = gpu::EXIT_BYTES as usize / 4;
         loop {
             if finished() {
                 return Ok((0, 0));
             }
             dh.read_raw(self.parked_at, &mut n)?;
             got += 4;
-            if n[0] as usize >= self.slots {
+            if n[0] as usize + gone < self.slots {
+                exits.resize(self.slots * words, 0u32);
+                dh.read_raw(self.exits_at, &mut exits)?;
+                got += 4 * exits.len() as u64;
+                let code = gpu::EXIT_CODE as usize / 4;
+                gone = exits.chunks_exact(words).filter(|e| e[code] != 0).count();
+            }
+            if n[0] as usize + gone >= self.slots {
                 break;
             }
-            trace.tick(|| format!("waiting in place: {} of {} slots parked", n[0], self.slots));
+            trace.tick(|| {
+                format!(
+                    "waiting in place: {} of {} slots parked, {gone} gone",
+                    n[0], self.slots
+                )
+            });
             std::thread::sleep(Duration::from_micros(20));
         }
         // Every slot waits with its writes fenced, or is gone: what the
@@ -140,7 +176,12 @@ impl Waiting<'_> {
             &mut top,
         )?;
         let top = top[0].min(u64::from(ee)) as usize * 8;
-        got += 8 + dh.mark_kernel_writes(heap, es as usize * 8, top)?;
+        let mut map = vec![0u8; top.div_ceil(offload_heap::resident::CHUNK_BYTES)];
+        if !map.is_empty() {
+            dh.read_raw(self.dirty_at, &mut map)?;
+        }
+        super::resident::mark_kernel_writes(heap, &map, es as usize * 8, top);
+        got += 8 + map.len() as u64;
         // The safepoint's operation runs while this launch is parked.
         self.env.control.poll();
         let runs = heap.take_device_stale(es as usize * 8..ee as usize * 8);

@@ -30,6 +30,7 @@ impl PtxWalker<'_> {
     /// (`b32`): the shared-TLAB protocol on the device. Deopts with
     /// `AllocationFailure` when eden is exhausted. Returns the reference.
     pub(super) fn allocate(&mut self, bci: Bci, tag: &str, word1: &str, words: &str) -> String {
+        self.backend.allocates = true;
         let got = self.t(Cls::B64);
         let l_got = self.new_label();
         let l_large = self.new_label();

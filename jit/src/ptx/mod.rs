@@ -120,6 +120,9 @@ pub struct PtxKernel {
     /// every re-entry point, unless the kernel has none (no loop, no
     /// allocation) or [`CompileOptions::no_reentry`] was set.
     pub resumes: BTreeSet<offload_ir::SiteId>,
+    /// Whether any of its code paths allocates: a launch carves no
+    /// device eden for a kernel that does not.
+    pub allocates: bool,
     /// How long code generation took.
     pub compile_time: Duration,
 }
@@ -159,6 +162,7 @@ pub fn compile_speculative(
         premarked: BTreeSet::new(),
         copy: 0,
         next_label: L_NEXT,
+        allocates: false,
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -202,6 +206,7 @@ pub fn compile_speculative(
         text,
         meta: lw.meta,
         resumes,
+        allocates: lw.backend.allocates,
         compile_time: t0.elapsed(),
     })
 }
@@ -284,6 +289,8 @@ pub(crate) struct Ptx {
     copy: u32,
     /// Where a workitem's `ret` goes.
     next_label: &'static str,
+    /// Some code path allocates from the device eden (`alloc.rs`).
+    allocates: bool,
 }
 
 /// The walker with the PTX backend.

@@ -352,8 +352,8 @@ impl PtxWalker<'_> {
         r
     }
 
-    /// Store this slot's never-ran range and exit code, count its
-    /// completed workitems (and the slot, if it leaves work behind), and
+    /// Store this slot's never-ran range and its exit (completed
+    /// workitems and code), count the slot if it leaves work behind, and
     /// return.
     pub(super) fn slot_exit(&mut self, nr_lo: &str, nr_hi: &str, code: u32) {
         let (mut nr_lo, mut nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
@@ -387,30 +387,30 @@ impl PtxWalker<'_> {
             "{guard}st.u64 {}, {nr_hi};",
             mem(&at, gpu::NEVER_RAN_HI)
         ));
-        let stats = self.ld_ctx(Cls::B64, offsets::STATS);
-        self.emit(format!(
-            "red.add.u64 [{stats}+{}], {DONE};",
-            counter::byte(counter::COMPLETED)
-        ));
-        // Gone: counted with the waiting slots (see `wait_in_place`).
-        let pk = self.ld_ctx(Cls::B64, offsets::PARKED);
-        self.emit("fence.sc.sys;");
-        self.emit(format!("red.add.u32 [{pk}], 1;"));
         if code != offload_abi::exit::DONE {
+            let stats = self.ld_ctx(Cls::B64, offsets::STATS);
             self.emit(format!(
                 "red.add.u64 [{stats}+{}], 1;",
                 counter::byte(counter::SLOTS_STOPPED)
             ));
         }
+        // The exit: the completed count, then the code with release
+        // semantics (the slot's writes before it; the host counts a slot
+        // with a code as gone). No atomic: a run in which every slot
+        // finishes touches no shared word.
         let ex = self.ld_ctx(Cls::B64, offsets::EXITS);
         let at = self.t(Cls::B64);
         self.emit(format!(
             "mad.lo.u64 {at}, {SLOT}, {}, {ex};",
             gpu::EXIT_BYTES
         ));
+        self.emit(format!("st.u64 {}, {DONE};", mem(&at, gpu::EXIT_DONE)));
         let c = self.t(Cls::B32);
-        self.emit(format!("mov.b32 {c}, {code};"));
-        self.emit(format!("st.u32 [{at}], {c};"));
+        self.emit(format!("mov.b32 {c}, {:#x};", code | gpu::EXITED));
+        self.emit(format!(
+            "st.release.sys.u32 {}, {c};",
+            mem(&at, gpu::EXIT_CODE)
+        ));
         self.emit("ret;");
     }
 

@@ -244,6 +244,25 @@ unsafe fn htod(dst: DevPtr, src: *const c_void, n: usize, stream: Handle) -> CUr
 ///
 /// `dst` must be valid for `n` bytes of writes.
 unsafe fn dtoh(dst: *mut c_void, src: DevPtr, n: usize, stream: Handle) -> CUresult {
+    if n > 0 && stream > 2 {
+        // Into pinned memory, on a stream of its own: the copy waits for
+        // the stream's earlier work and the host goes on (its event says
+        // when the bytes are there).
+        let pinned = {
+            let s = state();
+            s.find(dst as u64, n as u64)
+                .filter(|(_, a)| a.kind == Kind::HostMapped)
+                .map(|(base, a)| (a.backing.clone(), (dst as u64 - base) as usize))
+        };
+        if let Some(to) = pinned {
+            let from = tri!(device_range(src, n));
+            let Some(st) = state().stream(stream) else {
+                return err::INVALID_HANDLE;
+            };
+            st.submit(crate::state::Work::Copy { from, to, n });
+            return err::SUCCESS;
+        }
+    }
     tri!(order(stream));
     if n == 0 {
         return err::SUCCESS;

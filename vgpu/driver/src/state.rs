@@ -41,6 +41,15 @@ pub(crate) enum Work {
     /// allocation (which a destroyed context may already have dropped, and
     /// whose address a later allocation may then hold).
     Free(Arc<Backing>),
+    /// A stream-ordered copy of `n` bytes between two allocations (a
+    /// copy to pinned host memory, `cuMemcpyDtoHAsync` into it, runs when
+    /// the stream reaches it, as on a GPU): `(from, offset)` to
+    /// `(to, offset)`.
+    Copy {
+        from: (Arc<Backing>, usize),
+        to: (Arc<Backing>, usize),
+        n: usize,
+    },
 }
 
 /// A kernel launch waiting on a stream.
@@ -84,6 +93,11 @@ impl Stream {
                     match work {
                         Work::Launch(job) => run_job(*job),
                         Work::Free(b) => crate::memory::free_exact(&mut state(), &b),
+                        Work::Copy { from, to, n } => {
+                            let mut tmp = vec![0u8; n];
+                            from.0.read(from.1, &mut tmp);
+                            to.0.write(to.1, &tmp);
+                        }
                     }
                     let Some(s) = me.upgrade() else { return };
                     lock(&s.progress).finished += 1;
