@@ -230,3 +230,78 @@ fn a_kernel_that_allocates_adds_only_its_eden_to_a_warm_launch() {
     let back = ["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"];
     assert_eq!(calls(&m, &back), 2, "{m:?}");
 }
+
+/// c = a × b for n × n matrices, its inner loop's accesses affine in `k`.
+const MATMUL: &str = include_str!("../examples/kernels/matmul.obc");
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_loop_whose_accesses_leave_an_array_runs_checked_and_throws_where_they_do() {
+    // a is 3 floats short: the last row's workitems read past its end at
+    // k = 5; their loops fail the entry test and run checked, the others
+    // run unchecked.
+    let _one = one_at_a_time();
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("matmul.obc", MATMUL).unwrap();
+    let n = 8usize;
+    let av: Vec<f32> = (0..n * n - 3).map(|i| (i % 7) as f32 - 3.0).collect();
+    let bv: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.25).collect();
+    let (a, b, c) = (
+        rt.array(&av).unwrap(),
+        rt.array(&bv).unwrap(),
+        rt.new_array::<f32>(n * n).unwrap(),
+    );
+    let k = m
+        .closure(
+            "matmul",
+            [(n as i32).into(), (&a).into(), (&b).into(), (&c).into()],
+        )
+        .unwrap();
+    // The first launches may run the quick tier (one version of each
+    // loop); the later ones the optimized code with its predicated loops.
+    for _ in 0..3 {
+        let _ = par_offload(0..(n * n) as i64, &k);
+    }
+    let err = par_offload(0..(n * n) as i64, &k).unwrap_err();
+    let OffloadError::Exceptions(e) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(e.count, n as u64, "{}", e.report);
+    assert_eq!(
+        e.by_kind.get(&ExceptionKind::IndexOutOfBounds),
+        Some(&(n as u64))
+    );
+    assert_eq!(e.workitems.first(), Some(&((n * (n - 1)) as i64)));
+    let got = rt.read(&c).unwrap();
+    for i in 0..n * (n - 1) {
+        let (row, col) = (i / n, i % n);
+        let mut acc = 0.0f32;
+        for k in 0..n {
+            acc += av[row * n + k] * bv[k * n + col];
+        }
+        assert_eq!(got[i].to_bits(), acc.to_bits(), "c[{i}]");
+    }
+    // Every row inside a: the unchecked loops agree with the host.
+    let a2 = rt.array(&vec![1.5f32; n * n]).unwrap();
+    let k2 = m
+        .closure(
+            "matmul",
+            [(n as i32).into(), (&a2).into(), (&b).into(), (&c).into()],
+        )
+        .unwrap();
+    let r = par_offload(0..(n * n) as i64, &k2).unwrap();
+    assert_eq!(
+        (r.device, r.completed),
+        (Device::Cuda, (n * n) as u64),
+        "{r}"
+    );
+    let got = rt.read(&c).unwrap();
+    for i in 0..n * n {
+        let col = i % n;
+        let mut acc = 0.0f32;
+        for k in 0..n {
+            acc += 1.5 * bv[k * n + col];
+        }
+        assert_eq!(got[i].to_bits(), acc.to_bits(), "c[{i}] with a full a");
+    }
+}

@@ -433,7 +433,7 @@ impl<'a, B: Backend> Walker<'a, B> {
     }
 
     /// The stack depth at `bci`'s entry in the current frame.
-    fn depth_at(&self, bci: Bci) -> usize {
+    pub(crate) fn depth_at(&self, bci: Bci) -> usize {
         self.v.types(self.cur.func).frames[bci as usize]
             .as_ref()
             .expect("reachable")

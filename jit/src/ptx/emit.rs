@@ -736,6 +736,9 @@ impl Backend for Ptx {
         if let Some(a) = w.proven_elem_addr(&idx, size, bci) {
             return a;
         }
+        if let Some(a) = w.loop_elem_addr(&idx, size, bci) {
+            return a;
+        }
         w.null_check_unless_known(r.clone(), bci, from_top);
         let base = w.obj_addr(&r);
         let len = Self::array_len(w, base.clone());

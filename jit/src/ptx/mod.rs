@@ -75,6 +75,7 @@
 mod alloc;
 mod emit;
 mod float;
+mod loops;
 mod opt;
 mod scatter;
 mod slot_loop;
@@ -163,6 +164,8 @@ pub fn compile_speculative(
         copy: 0,
         next_label: L_NEXT,
         allocates: false,
+        loops: Vec::new(),
+        loop_unchecked: std::collections::BTreeMap::new(),
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -291,6 +294,11 @@ pub(crate) struct Ptx {
     next_label: &'static str,
     /// Some code path allocates from the device eden (`alloc.rs`).
     allocates: bool,
+    /// The kernel's predicated loops (`loops.rs`).
+    loops: Vec<crate::cpu::opt::PredicatedLoop>,
+    /// While an unchecked copy of a predicated loop is lowered: its
+    /// covered accesses, each with its array's element 0.
+    loop_unchecked: std::collections::BTreeMap<Bci, String>,
 }
 
 /// The walker with the PTX backend.

@@ -180,12 +180,16 @@ impl PtxWalker<'_> {
         self.label(L_BODY);
         self.workitem_entry(&captures);
         self.make_blocks();
+        if !self.opts.quick {
+            self.backend.loops =
+                crate::cpu::opt::loop_predicates(self.v, self.cur.func, self.cur.analysis);
+        }
+        let first = self.cur.blocks[&0].clone();
+        self.emit(format!("bra {first};"));
         let landings = if reentry {
-            let first = self.cur.blocks[&0].clone();
-            self.emit(format!("bra {first};"));
-            self.lower_with_landings()?
+            self.landing_in(crate::lower::reentry::Scope::Every, |w| w.kernel_body())?
         } else {
-            self.whole_body()?;
+            self.kernel_body()?;
             Vec::new()
         };
         // next_item

@@ -30,7 +30,10 @@
 //! 7. **common subexpressions** ([`cse`]): within a block, a pure
 //!    instruction (not a load) that repeats an earlier one on unchanged
 //!    operands becomes a copy of its result (an element's address computed
-//!    for a load and again for the store).
+//!    for a load and again for the store);
+//! 8. **fusions** ([`peephole`]): a product added to once is one
+//!    `mad` (`mul.wide` + `add` of an element's address), and a
+//!    narrowing `cvt` of a value already 32 bits wide is a copy.
 //!
 //! Each step is repeated until nothing changes (a copy of a copy takes two
 //! rounds). The text is the backend's own, in one regular shape — one
@@ -262,6 +265,7 @@ pub(super) fn optimize(body: &str, decls: &[(String, &'static str)]) -> String {
         }
         changed |= branches::clean(&mut lines);
         changed |= peephole::tests_of_tests(&mut lines, &regs);
+        changed |= peephole::fuse(&mut lines, &regs);
         changed |= cse::common(&mut lines, &regs);
         changed |= copies::propagate(&mut lines, &regs);
         changed |= dead::remove(&mut lines, &regs);

@@ -1,4 +1,5 @@
-//! Tests of tests (module docs of `super`, step 4), within a block.
+//! Peepholes within a block: tests of tests (module docs of `super`,
+//! step 4) and fusions (step 8).
 
 use super::*;
 
@@ -69,6 +70,104 @@ pub(super) fn tests_of_tests(lines: &mut [Line], regs: &HashMap<String, Reg>) ->
                     nots.insert(q.clone(), p.clone());
                 }
                 _ => {}
+            }
+        }
+    }
+    changed
+}
+
+/// Whether `ty` (a declared register type) is 32 bits wide.
+fn is32(ty: &str) -> bool {
+    matches!(ty, ".b32" | ".u32" | ".s32")
+}
+
+/// Fusions (module docs of `super`, step 8):
+///
+/// - `cvt.{u32,s32}.{u64,s64} d, s` of a 32-bit register `s` (a value the
+///   speculations narrowed already) is `mov.b32 d, s`, which copy
+///   propagation then removes, and of a 64-bit `s` that an earlier such
+///   `cvt` narrowed from `x` reads `x` (the same low 32 bits);
+/// - `add.{u64,s64} d, t, b` (or `b, t`) of `t = mul.wide.{u32,s32} a, c`
+///   or `t = mul.lo.{u64,s64} a, c` from earlier in the block, `a` and `c`
+///   unchanged since, is `mad.wide.{u32,s32} d, a, c, b` (or
+///   `mad.lo.{u64,s64}`): an element's address in one instruction. The
+///   product dies when every add took it.
+///
+/// Returns whether anything changed.
+pub(super) fn fuse(lines: &mut [Line], regs: &HashMap<String, Reg>) -> bool {
+    let g = cfg(lines);
+    let mut changed = false;
+    let ty = |r: &str| regs.get(r).map(|x| x.ty);
+    for block in &g.blocks {
+        // t → (mad op, a, c).
+        let mut products: HashMap<String, (String, String, String)> = HashMap::new();
+        // s → x: the 64-bit `s` holds the low 32 bits of `x`, extended.
+        let mut narrowed: HashMap<String, String> = HashMap::new();
+        for n in block.clone() {
+            let Line::Inst(i) = &mut lines[n] else {
+                continue;
+            };
+            let narrowing = matches!(
+                i.op.as_str(),
+                "cvt.u32.u64" | "cvt.s32.s64" | "cvt.u32.s64" | "cvt.s32.u64"
+            );
+            if narrowing
+                && let [_, src] = i.args.as_slice()
+                && let Some(x) = narrowed.get(src)
+            {
+                // Narrowing a narrowed value: the low 32 bits are `x`'s.
+                i.args[1] = x.clone();
+                changed = true;
+            }
+            if narrowing
+                && let [d, src] = i.args.as_slice()
+                && ty(d).is_some_and(is32)
+                && ty(src).is_some_and(is32)
+            {
+                i.op = "mov.b32".into();
+                changed = true;
+            }
+            if matches!(i.op.as_str(), "add.u64" | "add.s64")
+                && let [d, x, y] = i.args.as_slice()
+            {
+                let hit = products
+                    .get(x)
+                    .map(|p| (p, y))
+                    .or_else(|| products.get(y).map(|p| (p, x)));
+                if let Some(((op, a, c), b)) = hit {
+                    i.args = vec![d.clone(), a.clone(), c.clone(), b.clone()];
+                    i.op = op.clone();
+                    changed = true;
+                }
+            }
+            let written = i.written();
+            if !written.is_empty() {
+                let hit = |x: &String| written.contains(&x.as_str());
+                products.retain(|t, (_, a, c)| !hit(t) && !hit(a) && !hit(c));
+                narrowed.retain(|s, x| !hit(s) && !hit(x));
+            }
+            if narrowing
+                && i.guard.is_none()
+                && let [d, x] = i.args.as_slice()
+                && d != x
+                && ty(d).is_some_and(|t| !is32(t))
+            {
+                narrowed.insert(d.clone(), x.clone());
+            }
+            if i.guard.is_none()
+                && let [t, a, c] = i.args.as_slice()
+                && t != a
+                && t != c
+                && ty(t).is_some()
+            {
+                let mad = match i.op.as_str() {
+                    "mul.wide.u32" => "mad.wide.u32",
+                    "mul.wide.s32" => "mad.wide.s32",
+                    "mul.lo.u64" => "mad.lo.u64",
+                    "mul.lo.s64" => "mad.lo.s64",
+                    _ => continue,
+                };
+                products.insert(t.clone(), (mad.into(), a.clone(), c.clone()));
             }
         }
     }

@@ -6,6 +6,7 @@ fn decls() -> Vec<(String, &'static str)> {
         d.push((format!("%r{i}"), ".b32"));
         d.push((format!("%p{i}"), ".pred"));
         d.push((format!("%f{i}"), ".f32"));
+        d.push((format!("%rd{i}"), ".b64"));
     }
     d
 }
@@ -172,5 +173,57 @@ fn a_computation_on_a_changed_operand_or_a_load_is_repeated() {
     assert_eq!(
         opt(body),
         body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn an_address_is_one_mad_and_the_product_dies() {
+    // The element's address for a load and for a store (after CSE: one
+    // product, two adds): two mads, no mul.
+    let body = "\tmul.wide.u32 %rd0, %r0, 4;\n\tadd.u64 %rd1, %rd0, %rd5;\n\tld.f32 %f0, [%rd1];\n\tadd.u64 %rd2, %rd6, %rd0;\n\tst.f32 [%rd2], %f0;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "mad.wide.u32 %rd1, %r0, 4, %rd5;\nld.f32 %f0, [%rd1];\nmad.wide.u32 %rd2, %r0, 4, %rd6;\nst.f32 [%rd2], %f0;\nret;"
+    );
+}
+
+#[test]
+fn a_product_whose_factor_changed_is_not_fused() {
+    let body = "\tmul.wide.u32 %rd0, %r0, 4;\n\tadd.s32 %r0, %r0, 1;\n\tadd.u64 %rd1, %rd0, %rd5;\n\tst.u32 [%rd1], %r0;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn a_product_is_not_fused_across_blocks_or_into_float_adds() {
+    let body = "\tmul.lo.u64 %rd0, %rd3, %rd4;\n$a:\n\tadd.u64 %rd1, %rd0, %rd5;\n\tst.u64 [%rd1], %rd0;\n\tadd.f32 %f1, %f0, %f2;\n\tst.f32 [%rd1], %f1;\n\tbra $a;\n";
+    assert_eq!(
+        opt(body),
+        body.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn a_narrowing_of_a_narrow_value_is_a_copy() {
+    let body =
+        "\tcvt.u32.u64 %r1, %r0;\n\tmul.wide.u32 %rd0, %r1, 4;\n\tst.u64 [%rd5], %rd0;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "mul.wide.u32 %rd0, %r0, 4;\nst.u64 [%rd5], %rd0;\nret;"
+    );
+    // Narrowing twice is narrowing once.
+    let twice =
+        "\tcvt.u32.u64 %rd1, %rd0;\n\tcvt.u32.u64 %r1, %rd1;\n\tst.u32 [%rd5], %r1;\n\tret;\n";
+    assert_eq!(
+        opt(twice),
+        "cvt.u32.u64 %r1, %rd0;\nst.u32 [%rd5], %r1;\nret;"
+    );
+    // A 64-bit source stays a conversion.
+    let wide = "\tcvt.u32.u64 %r1, %rd1;\n\tst.u32 [%rd5], %r1;\n\tret;\n";
+    assert_eq!(
+        opt(wide),
+        wide.lines().map(str::trim).collect::<Vec<_>>().join("\n")
     );
 }

@@ -1,0 +1,285 @@
+//! Predicated loops on the GPU (the CPU's [`crate::cpu::opt::loop_predicates`],
+//! after C2's loop predication): an innermost loop whose array accesses
+//! are affine in its induction variable has them checked once where it is
+//! entered — every covered access in bounds for every value the variable
+//! takes, null arrays failing the test (length 0) — and then runs a copy of
+//! the loop in which those accesses are an address and a load or store; when
+//! the test fails, the checked loop runs. The unchecked copy is unrolled
+//! ([`crate::cpu::opt::loop_unroll`]: its copies' back-edges go from one to
+//! the next without a poll, the last one's through the poll), and has no
+//! landings: a workitem resumed in the loop lands where the test is made.
+
+use super::*;
+use crate::cpu::opt::{self, Inv, PredicatedLoop};
+use crate::lower::Backend;
+use std::collections::BTreeMap;
+
+impl PtxWalker<'_> {
+    /// Lower the current frame's body, its predicated loops in two versions
+    /// (the kernel's own loops; an inlined callee's are lowered once).
+    pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {
+        let n = self.v.func(self.cur.func).body.len() as Bci;
+        let loops = if self.outer.is_empty() {
+            self.backend.loops.clone()
+        } else {
+            Vec::new()
+        };
+        let mut terminated = true;
+        let mut from = 0;
+        for lp in &loops {
+            let mut t = self.lower_range(from, lp.header, terminated)?;
+            let injected = self.opts.inject.is_some_and(|i| i.site_bci == lp.header);
+            if self.lands_at(lp.header) && !injected {
+                // Resumed at the header, the test decides which version
+                // runs the rest, as on any other entry.
+                let entry = self.cur.blocks[&lp.header].clone();
+                self.cur.depth = self.depth_at(lp.header);
+                t = self.landing(lp.header, Some(entry), t);
+            }
+            self.predicated_loop(lp, t)?;
+            terminated = true;
+            from = lp.header;
+        }
+        self.lower_range(from, n, terminated)?;
+        Ok(())
+    }
+
+    /// The entry of `lp` (the header's label, which every entering edge
+    /// targets): the test, the unchecked copies when it holds, and a jump
+    /// to the checked version — which the caller lowers from the header,
+    /// left mapped to it (so its back-edges stay in it).
+    fn predicated_loop(&mut self, lp: &PredicatedLoop, terminated: bool) -> Result<(), JitError> {
+        let (h, last) = (lp.header, lp.last);
+        let entry = self.cur.blocks[&h].clone();
+        if !terminated {
+            Ptx::jump(self, &entry);
+        }
+        Ptx::switch_to(self, &entry);
+        let (ok, bases) = self.loop_predicate(lp);
+        let (fast, checked) = (self.new_label(), self.new_label());
+        self.emit(format!("@!{ok} bra {checked};"));
+        let inside: Vec<(Bci, String)> = self
+            .cur
+            .blocks
+            .iter()
+            .filter(|&(k, _)| (h..=last).contains(k))
+            .map(|(&k, b)| (k, b.clone()))
+            .collect();
+        let added: Vec<Bci> = lp
+            .accesses
+            .iter()
+            .filter_map(|(b, arr, _)| {
+                let base = bases[arr].clone();
+                self.backend
+                    .loop_unchecked
+                    .insert(*b, base)
+                    .is_none()
+                    .then_some(*b)
+            })
+            .collect();
+        let copies = opt::loop_unroll(lp);
+        let headers: Vec<String> = (0..copies)
+            .map(|j| {
+                if j == 0 {
+                    fast.clone()
+                } else {
+                    self.new_label()
+                }
+            })
+            .collect();
+        let landings = self.landings.take();
+        let mut res: Result<bool, JitError> = Ok(true);
+        for j in 0..copies as usize {
+            for (k, _) in &inside {
+                let nb = if *k == h {
+                    headers[j].clone()
+                } else {
+                    self.new_label()
+                };
+                self.cur.blocks.insert(*k, nb);
+            }
+            let next = headers[(j + 1) % copies as usize].clone();
+            let last_copy = j + 1 == copies as usize;
+            res = self.lower_range(h, h + 1, true).and_then(|t| {
+                self.cur.blocks.insert(h, next);
+                self.cur.poll_free_header = (!last_copy).then_some(h);
+                self.lower_range(h + 1, last + 1, t)
+            });
+            self.cur.poll_free_header = None;
+            match res {
+                Ok(false) => {
+                    // The last instruction falls through out of the loop.
+                    let after = self.cur.blocks[&(last + 1)].clone();
+                    Ptx::jump(self, &after);
+                }
+                Ok(true) => {}
+                Err(_) => break,
+            }
+        }
+        self.landings = landings;
+        for b in added {
+            self.backend.loop_unchecked.remove(&b);
+        }
+        for (k, b) in inside {
+            self.cur.blocks.insert(k, b);
+        }
+        res?;
+        self.cur.blocks.insert(h, checked);
+        Ok(())
+    }
+
+    /// Whether every access `lp` covers is in bounds for every value its
+    /// induction variable takes, as a predicate (the two ends suffice:
+    /// [`opt::loop_predicates`]); true as well when the loop does not run.
+    /// With it, each covered array's element 0 by local (the loop never
+    /// assigns them: the registers hold for the whole loop).
+    fn loop_predicate(&mut self, lp: &PredicatedLoop) -> (String, BTreeMap<u32, String>) {
+        let mut bases = BTreeMap::new();
+        let wide = |w: &mut Self, x: String| {
+            let r = w.t(Cls::B64);
+            w.emit(format!("cvt.s64.s32 {r}, {x};"));
+            r
+        };
+        let k = self.cur.locals[lp.iv as usize].clone();
+        let k0 = wide(self, k);
+        let n = self.eval_inv(&lp.bound);
+        let n = wide(self, n);
+        let (kmax, top, ok) = (self.t(Cls::B64), self.t(Cls::B64), self.t(Cls::Pred));
+        self.emit(format!("add.s64 {kmax}, {n}, -1;"));
+        // k never wraps: bound - 1 + step <= i32::MAX.
+        self.emit(format!("add.s64 {top}, {kmax}, {};", lp.step));
+        self.emit(format!("setp.le.s64 {ok}, {top}, {};", i32::MAX));
+        for (_, arr, form) in &lp.accesses {
+            let coef = self.eval_inv(&form.coef);
+            let coef = wide(self, coef);
+            let off = self.eval_inv(&form.off);
+            let off = wide(self, off);
+            let (at0, at1, lo, hi) = (
+                self.t(Cls::B64),
+                self.t(Cls::B64),
+                self.t(Cls::B64),
+                self.t(Cls::B64),
+            );
+            self.emit(format!("mad.lo.s64 {at0}, {coef}, {k0}, {off};"));
+            self.emit(format!("mad.lo.s64 {at1}, {coef}, {kmax}, {off};"));
+            self.emit(format!("min.s64 {lo}, {at0}, {at1};"));
+            self.emit(format!("max.s64 {hi}, {at0}, {at1};"));
+            // A null array reads length 0 (heap word 0 is reserved and
+            // readable), which no index passes.
+            let base = match bases.get(arr) {
+                Some(b) => b,
+                None => {
+                    let r = self.cur.locals[*arr as usize].clone();
+                    let b = self.obj_addr(&r);
+                    bases.entry(*arr).or_insert(b)
+                }
+            }
+            .clone();
+            let len = Ptx::array_len(self, base);
+            let len64 = self.t(Cls::B64);
+            self.emit(format!("cvt.u64.u32 {len64}, {len};"));
+            self.emit(format!("setp.ge.and.s64 {ok}, {lo}, 0, {ok};"));
+            self.emit(format!("setp.lt.and.s64 {ok}, {hi}, {len64}, {ok};"));
+        }
+        let idle = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.s64 {idle}, {k0}, {n};"));
+        self.emit(format!("or.pred {ok}, {ok}, {idle};"));
+        for b in bases.values_mut() {
+            let e = self.t(Cls::B64);
+            self.emit(format!("add.u64 {e}, {b}, 8;"));
+            *b = e;
+        }
+        (ok, bases)
+    }
+
+    /// A loop-invariant expression's value (`b32`), as the bytecode
+    /// computes it (wrapping).
+    fn eval_inv(&mut self, e: &Inv) -> String {
+        let e = &fold(e);
+        match e {
+            Inv::Const(c) => {
+                let r = self.t(Cls::B32);
+                self.emit(format!("mov.b32 {r}, {c};"));
+                r
+            }
+            Inv::Local(l) => self.cur.locals[*l as usize].clone(),
+            Inv::Add(x, y) | Inv::Sub(x, y) | Inv::Mul(x, y) => {
+                let (a, b) = (self.eval_inv(x), self.eval_inv(y));
+                let op = match e {
+                    Inv::Add(..) => "add.s32",
+                    Inv::Sub(..) => "sub.s32",
+                    _ => "mul.lo.s32",
+                };
+                let r = self.t(Cls::B32);
+                self.emit(format!("{op} {r}, {a}, {b};"));
+                r
+            }
+        }
+    }
+
+    /// The address of element `idx` (of `size` bytes) at an access `bci`
+    /// the current unchecked loop copy covers (its test passed: the array
+    /// is not null and `idx` in bounds), or `None` elsewhere.
+    pub(super) fn loop_elem_addr(&mut self, idx: &str, size: u32, bci: Bci) -> Option<String> {
+        if !self.outer.is_empty() {
+            return None;
+        }
+        let base = self.backend.loop_unchecked.get(&bci)?.clone();
+        let a = self.t(Cls::B64);
+        self.emit(format!("mul.wide.u32 {a}, {idx}, {size};"));
+        self.emit(format!("add.u64 {a}, {a}, {base};"));
+        Some(a)
+    }
+}
+
+/// `e` with the identities of wrapping arithmetic applied (`x + 0`,
+/// `x - 0`, `1 * x`, `0 * x`, constants combined): the forms
+/// [`opt::loop_predicates`] builds are full of them (`1 * k + 0`).
+fn fold(e: &Inv) -> Inv {
+    let b = |x: Inv| Box::new(x);
+    match e {
+        Inv::Const(_) | Inv::Local(_) => e.clone(),
+        Inv::Add(x, y) | Inv::Sub(x, y) | Inv::Mul(x, y) => {
+            let (x, y) = (fold(x), fold(y));
+            match (e, x, y) {
+                (Inv::Add(..), Inv::Const(a), Inv::Const(c)) => Inv::Const(a.wrapping_add(c)),
+                (Inv::Sub(..), Inv::Const(a), Inv::Const(c)) => Inv::Const(a.wrapping_sub(c)),
+                (Inv::Mul(..), Inv::Const(a), Inv::Const(c)) => Inv::Const(a.wrapping_mul(c)),
+                (Inv::Add(..), Inv::Const(0), z)
+                | (Inv::Add(..) | Inv::Sub(..), z, Inv::Const(0))
+                | (Inv::Mul(..), Inv::Const(1), z)
+                | (Inv::Mul(..), z, Inv::Const(1)) => z,
+                (Inv::Mul(..), Inv::Const(0), _) | (Inv::Mul(..), _, Inv::Const(0)) => {
+                    Inv::Const(0)
+                }
+                (Inv::Add(..), x, y) => Inv::Add(b(x), b(y)),
+                (Inv::Sub(..), x, y) => Inv::Sub(b(x), b(y)),
+                (_, x, y) => Inv::Mul(b(x), b(y)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Inv, fold};
+
+    #[test]
+    fn identities_fold_and_the_rest_stays() {
+        let l = |x| Box::new(Inv::Local(x));
+        let c = |x| Box::new(Inv::Const(x));
+        // 1 * k-coefficient and 0 * n + col from matmul's forms.
+        assert_eq!(fold(&Inv::Mul(c(1), l(1))), Inv::Local(1));
+        assert_eq!(
+            fold(&Inv::Add(Box::new(Inv::Mul(c(0), l(1))), l(6))),
+            Inv::Local(6)
+        );
+        assert_eq!(fold(&Inv::Sub(l(2), c(0))), Inv::Local(2));
+        assert_eq!(fold(&Inv::Add(c(i32::MAX), c(1))), Inv::Const(i32::MIN));
+        // 0 - x is not x.
+        let neg = Inv::Sub(c(0), l(3));
+        assert_eq!(fold(&neg), neg);
+        let prod = Inv::Mul(l(5), l(1));
+        assert_eq!(fold(&prod), prod);
+    }
+}
