@@ -72,12 +72,16 @@ device_ctx! {
         slots: u64,
         /// Words a refill carves (at least the object).
         tlab_words: u64,
-        /// Per slot, a [`SlotExit`]: how its last run ended. The host
-        /// zeroes the exits before each run: a zero code is a slot still
-        /// running, and a slot that exits stores its completed count, then
-        /// its code with [`EXITED`] set, with release semantics at system
-        /// scope (its writes are visible before the code is).
+        /// Per slot, how its last run ended (`u32`): [`EXITED`] with the
+        /// [`crate::exit`] code. The host zeroes the codes before each run:
+        /// 0 is a slot still running. A slot that exits stores its
+        /// completed count ([`DeviceCtx::done`]), then its code, with
+        /// release semantics at system scope (its writes are visible before
+        /// the code is).
         exits: u64,
+        /// Per slot, the workitems it completed in its last run (`u64`;
+        /// its resumed record's included), stored as it exits.
+        done: u64,
         /// Counters (`u64`) of one run, at the indices of [`counter`];
         /// the host zeroes them before each run and sums them over a
         /// launch's runs.
@@ -112,7 +116,7 @@ pub const EDEN_WORDS: usize = 2;
 
 /// A run's counters ([`DeviceCtx::stats`]): word indices, each a `u64`.
 /// None is touched by a run in which no slot deoptimizes, stops or
-/// allocates: a slot's completed workitems are in its [`SlotExit`].
+/// allocates: a slot's completed workitems are in [`DeviceCtx::done`].
 pub mod counter {
     /// Save records written.
     pub const DEOPTS: usize = 0;
@@ -155,29 +159,17 @@ pub const NEVER_RAN_BYTES: u64 = size_of::<NeverRan>() as u64;
 pub const NEVER_RAN_LO: i32 = std::mem::offset_of!(NeverRan, lo) as i32;
 /// `NeverRan::hi`.
 pub const NEVER_RAN_HI: i32 = std::mem::offset_of!(NeverRan, hi) as i32;
-/// How one slot's last run ended ([`DeviceCtx::exits`]).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SlotExit {
-    /// [`EXITED`] with the [`crate::exit`] code; 0 while the slot runs.
-    pub code: u32,
-    /// Unused (keeps `done` aligned).
-    pub pad: u32,
-    /// Workitems the slot completed in the run (its resumed record's
-    /// included).
-    pub done: u64,
-}
-
-/// Set in every [`SlotExit::code`] a slot stores: the exit codes
-/// ([`crate::exit::DONE`] is 0) are then told from a slot still running.
+/// Set in every exit code a slot stores ([`DeviceCtx::exits`]): the
+/// codes ([`crate::exit::DONE`] is 0) are then told from a slot still
+/// running.
 pub const EXITED: u32 = 1 << 31;
 
-/// Bytes from one slot's [`SlotExit`] to the next.
-pub const EXIT_BYTES: u64 = size_of::<SlotExit>() as u64;
-/// `SlotExit::code`.
-pub const EXIT_CODE: i32 = std::mem::offset_of!(SlotExit, code) as i32;
-/// `SlotExit::done`.
-pub const EXIT_DONE: i32 = std::mem::offset_of!(SlotExit, done) as i32;
+/// Bytes from one slot's exit code ([`DeviceCtx::exits`], a `u32`) to the
+/// next.
+pub const EXIT_BYTES: u64 = size_of::<u32>() as u64;
+/// Bytes from one slot's completed count ([`DeviceCtx::done`], a `u64`)
+/// to the next.
+pub const DONE_BYTES: u64 = size_of::<u64>() as u64;
 /// Bytes from one slot's injection state ([`DeviceCtx::inject`], a `u64`)
 /// to the next.
 pub const INJECT_BYTES: u64 = size_of::<u64>() as u64;
@@ -211,6 +203,7 @@ pub mod offsets {
     pub const SLOTS: u32 = offset_of!(DeviceCtx, slots) as u32;
     pub const TLAB_WORDS: u32 = offset_of!(DeviceCtx, tlab_words) as u32;
     pub const EXITS: u32 = offset_of!(DeviceCtx, exits) as u32;
+    pub const DONE: u32 = offset_of!(DeviceCtx, done) as u32;
     pub const STATS: u32 = offset_of!(DeviceCtx, stats) as u32;
     pub const INJECT: u32 = offset_of!(DeviceCtx, inject) as u32;
     pub const DIRTY: u32 = offset_of!(DeviceCtx, dirty) as u32;
@@ -241,6 +234,7 @@ mod tests {
             slots: 15,
             tlab_words: 16,
             exits: 17,
+            done: 22,
             stats: 18,
             inject: 19,
             dirty: 20,
@@ -254,11 +248,12 @@ mod tests {
         assert_eq!(at(offsets::TLABS), 11);
         assert_eq!(at(offsets::START), 2);
         assert_eq!(at(offsets::PARKED), 21);
-        assert_eq!(words.len(), 20);
+        assert_eq!(at(offsets::DONE), 22);
+        assert_eq!(words.len(), 21);
         assert_eq!(TLAB_BYTES, 24);
         assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
-        assert_eq!((EXIT_BYTES, EXIT_CODE, EXIT_DONE), (16, 0, 8));
+        assert_eq!((EXIT_BYTES, DONE_BYTES), (4, 8));
         // What the generated PTX was built against.
-        assert_eq!(offsets::PARKED, 152);
+        assert_eq!(offsets::PARKED, 160);
     }
 }

@@ -219,6 +219,7 @@ impl<'a> Grid<'a> {
             slots: st.slots as u64,
             tlab_words: st.tlab_words,
             exits: b.at(l.exits),
+            done: b.at(l.done),
             stats: b.at(l.stats),
             inject: b.at(l.inject),
             dirty: b.at(l.dirty),
@@ -384,16 +385,18 @@ impl<'a> Grid<'a> {
         // SAFETY: as above.
         unsafe { raw::fetch(&mut never, self.block.at(l.never), s) }
             .map_err(cuda_err("never_ran"))?;
-        let mut exits = vec![0u64; 2 * slots];
+        let (mut exits, mut done) = (vec![0u32; slots], vec![0u64; slots]);
         // SAFETY: as above.
-        unsafe { raw::fetch(&mut exits, self.block.at(l.exits), s) }.map_err(cuda_err("exits"))?;
-        st.totals.to_host += (launch.area.bytes() + 8 * never.len() + 8 * exits.len()) as u64;
-        let code = |w: u64| (w as u32) & !gpu::EXITED;
-        let word = gpu::EXIT_DONE as usize / 8;
-        round.completed = exits.chunks_exact(2).map(|e| e[word]).sum();
+        unsafe {
+            raw::fetch(&mut exits, self.block.at(l.exits), s).map_err(cuda_err("exits"))?;
+            raw::fetch(&mut done, self.block.at(l.done), s).map_err(cuda_err("exits"))?;
+        }
+        st.totals.to_host +=
+            (launch.area.bytes() + 8 * never.len() + 4 * exits.len() + 8 * done.len()) as u64;
+        round.completed = done.iter().sum();
         round.done = exits
-            .chunks_exact(2)
-            .all(|e| code(e[0]) == offload_abi::exit::DONE);
+            .iter()
+            .all(|&c| c & !gpu::EXITED == offload_abi::exit::DONE);
         // What the next run's parts hold: each slot's rest (a slot that
         // has not started holds its whole part).
         let stride = slots as i64;

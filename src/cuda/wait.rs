@@ -6,7 +6,6 @@
 use super::{Gpu, cuda_err};
 use crate::env::LaunchEnv;
 use crate::error::OffloadError;
-use offload_abi::gpu;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -142,7 +141,6 @@ impl Waiting<'_> {
         // parked ones do not make up the grid.
         let mut gone = 0usize;
         let mut exits = Vec::new();
-        let words = gpu::EXIT_BYTES as usize / 4;
         loop {
             if finished() {
                 return Ok((0, 0));
@@ -150,11 +148,10 @@ impl Waiting<'_> {
             dh.read_raw(self.parked_at, &mut n)?;
             got += 4;
             if n[0] as usize + gone < self.slots {
-                exits.resize(self.slots * words, 0u32);
+                exits.resize(self.slots, 0u32);
                 dh.read_raw(self.exits_at, &mut exits)?;
                 got += 4 * exits.len() as u64;
-                let code = gpu::EXIT_CODE as usize / 4;
-                gone = exits.chunks_exact(words).filter(|e| e[code] != 0).count();
+                gone = exits.iter().filter(|&&c| c != 0).count();
             }
             if n[0] as usize + gone >= self.slots {
                 break;

@@ -402,19 +402,20 @@ impl PtxWalker<'_> {
         // semantics (the slot's writes before it; the host counts a slot
         // with a code as gone). No atomic: a run in which every slot
         // finishes touches no shared word.
-        let ex = self.ld_ctx(Cls::B64, offsets::EXITS);
-        let at = self.t(Cls::B64);
+        let (dn, at) = (self.ld_ctx(Cls::B64, offsets::DONE), self.t(Cls::B64));
+        self.emit(format!(
+            "mad.lo.u64 {at}, {SLOT}, {}, {dn};",
+            gpu::DONE_BYTES
+        ));
+        self.emit(format!("st.u64 [{at}], {DONE};"));
+        let (ex, at) = (self.ld_ctx(Cls::B64, offsets::EXITS), self.t(Cls::B64));
         self.emit(format!(
             "mad.lo.u64 {at}, {SLOT}, {}, {ex};",
             gpu::EXIT_BYTES
         ));
-        self.emit(format!("st.u64 {}, {DONE};", mem(&at, gpu::EXIT_DONE)));
         let c = self.t(Cls::B32);
         self.emit(format!("mov.b32 {c}, {:#x};", code | gpu::EXITED));
-        self.emit(format!(
-            "st.release.sys.u32 {}, {c};",
-            mem(&at, gpu::EXIT_CODE)
-        ));
+        self.emit(format!("st.release.sys.u32 [{at}], {c};"));
         self.emit("ret;");
     }
 
