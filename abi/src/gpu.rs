@@ -50,8 +50,11 @@ device_ctx! {
         /// partitioned statically, grid-stride: slot `s` runs workitems
         /// `start + s`, `start + s + slots`, … below `end`, so a rest is
         /// the workitems `lo`, `lo + slots`, … below `hi`. `(0, 0)` (the
-        /// zeroed buffer) means the slot has not started its part; a slot
-        /// with nothing left writes [`NEVER_RAN_NONE`].
+        /// zeroed buffer) means the slot has not started its part. A slot
+        /// that stops or deoptimizes stores its rest ([`NEVER_RAN_NONE`]
+        /// when nothing is left); one that finishes stores nothing (its exit
+        /// code says so: the host writes [`NEVER_RAN_NONE`] for it before a
+        /// relaunch).
         never_ran: u64,
         /// The kernel's captures, one raw 64-bit slot each.
         captures: u64,
@@ -103,6 +106,10 @@ device_ctx! {
         /// ([`DeviceCtx::exits`]) equals `slots`, every slot is either
         /// waiting (its writes fenced) or gone.
         parked: u64,
+        /// 1 on a launch's first run: no slot has a record in the save area
+        /// or a rest in [`DeviceCtx::never_ran`] (all `(0, 0)`), so slots
+        /// start their parts without reading either; 0 on a relaunch.
+        fresh: u64,
     }
 }
 
@@ -208,6 +215,7 @@ pub mod offsets {
     pub const INJECT: u32 = offset_of!(DeviceCtx, inject) as u32;
     pub const DIRTY: u32 = offset_of!(DeviceCtx, dirty) as u32;
     pub const PARKED: u32 = offset_of!(DeviceCtx, parked) as u32;
+    pub const FRESH: u32 = offset_of!(DeviceCtx, fresh) as u32;
 }
 
 #[cfg(test)]
@@ -239,6 +247,7 @@ mod tests {
             inject: 19,
             dirty: 20,
             parked: 21,
+            fresh: 23,
         };
         let words = ctx.to_words();
         let at = |off: u32| words[off as usize / 8];
@@ -249,7 +258,8 @@ mod tests {
         assert_eq!(at(offsets::START), 2);
         assert_eq!(at(offsets::PARKED), 21);
         assert_eq!(at(offsets::DONE), 22);
-        assert_eq!(words.len(), 21);
+        assert_eq!(at(offsets::FRESH), 23);
+        assert_eq!(words.len(), 22);
         assert_eq!(TLAB_BYTES, 24);
         assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
         assert_eq!((EXIT_BYTES, DONE_BYTES), (4, 8));

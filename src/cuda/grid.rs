@@ -62,6 +62,10 @@ pub(super) struct Grid<'a> {
     /// Workitems the slots' parts hold unstarted: the range before the
     /// first run, the rests a run that came back left.
     pending: u64,
+    /// The slots' rests as the last run that came back left them (pairs,
+    /// [`offload_abi::gpu::NeverRan`]), with `NEVER_RAN_NONE` for the
+    /// slots that finished (which store none): sent before a relaunch.
+    rests: Vec<i64>,
     /// Records handed back, resumed by the next round.
     handed: Vec<HandedBack>,
     /// Per slot, the (workitem, site) of the allocation failure it was
@@ -106,6 +110,7 @@ impl<'a> Grid<'a> {
             state,
             block,
             pending: range.end.saturating_sub(range.start).max(0) as u64,
+            rests: Vec::new(),
             range,
             handed: Vec::new(),
             resumed_alloc: Vec::new(),
@@ -180,6 +185,13 @@ impl<'a> Grid<'a> {
             .map_err(cuda_err("save area"))?;
             st.area_clean = false;
             st.totals.to_device += launch.area.bytes() as u64;
+            if !self.rests.is_empty() {
+                let l = self.block.layout;
+                // SAFETY: the rests are the block's never-ran part, whole.
+                unsafe { raw::send(self.block.at(l.never), &self.rests, gpu.stream.cu_stream()) }
+                    .map_err(cuda_err("never_ran"))?;
+                st.totals.to_device += 8 * self.rests.len() as u64;
+            }
         }
         // The device image holds the heap up to the device eden's end
         // (whole chunks); what the host wrote since the device last had it
@@ -224,6 +236,7 @@ impl<'a> Grid<'a> {
             inject: b.at(l.inject),
             dirty: b.at(l.dirty),
             parked: b.at(l.parked),
+            fresh: u64::from(st.totals.launches == 1),
         }
     }
 
@@ -397,6 +410,13 @@ impl<'a> Grid<'a> {
         round.done = exits
             .iter()
             .all(|&c| c & !gpu::EXITED == offload_abi::exit::DONE);
+        // A slot that finished stored no rest: it has none.
+        let (none_lo, none_hi) = gpu::NEVER_RAN_NONE;
+        for (r, &c) in never.chunks_exact_mut(2).zip(&exits) {
+            if c & !gpu::EXITED == offload_abi::exit::DONE {
+                (r[0], r[1]) = (none_lo, none_hi);
+            }
+        }
         // What the next run's parts hold: each slot's rest (a slot that
         // has not started holds its whole part).
         let stride = slots as i64;
@@ -415,7 +435,8 @@ impl<'a> Grid<'a> {
                 }
             })
             .sum();
-        round.never_ran = never.into();
+        round.never_ran = never.as_slice().into();
+        self.rests = never;
         round.never_ran_stride = stride;
         let mut values = Vec::new();
         for slot in 0..slots {

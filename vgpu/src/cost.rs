@@ -63,6 +63,10 @@ pub struct Costs {
     pub fences: u64,
     /// Of those, the `.sys`-scoped ones.
     pub sys_fences: u64,
+    /// Per memory instruction that ran, by its PTX line: `(line, warp-wide
+    /// instructions, sectors)`, in line order — where the traffic comes
+    /// from.
+    pub by_line: Vec<(u32, u64, u64)>,
 }
 
 /// One warp-wide instruction being assembled from its lanes.
@@ -82,6 +86,9 @@ pub(crate) struct Model {
     index: Vec<Vec<u32>>,
     /// How many memory instructions the module has.
     count: usize,
+    /// Per memory instruction: its PTX line, and its warp-wide
+    /// instructions and sectors so far.
+    lines: Vec<(u32, u64, u64)>,
     /// Per thread: how often it has run each memory instruction (empty
     /// until its first).
     seen: Vec<Vec<u32>>,
@@ -96,6 +103,7 @@ impl Model {
     /// `per_block`.
     pub(crate) fn new(module: &Module, threads: usize, per_block: u32) -> Model {
         let mut count = 0u32;
+        let mut lines = Vec::new();
         let index = module
             .funcs
             .iter()
@@ -104,6 +112,7 @@ impl Model {
                     .iter()
                     .map(|i| {
                         if matches!(i.op, Op::Ld { .. } | Op::St { .. } | Op::Atom { .. }) {
+                            lines.push((i.line, 0, 0));
                             count += 1;
                             count - 1
                         } else {
@@ -126,6 +135,7 @@ impl Model {
             lanes_per_warp,
             index,
             count: count as usize,
+            lines,
             seen: vec![Vec::new(); threads],
             open: FxHashMap::default(),
             per_address: FxHashMap::default(),
@@ -176,24 +186,31 @@ impl Model {
                 }
                 if g.lanes >= self.lanes_per_warp[warp as usize] {
                     let g = self.open.remove(&key).expect("the group just updated");
-                    self.close(g);
+                    self.close(at, g);
                 }
             }
         }
     }
 
-    fn close(&mut self, g: Group) {
+    fn close(&mut self, at: u32, g: Group) {
         self.costs.mem_instructions += 1;
         self.costs.sectors += g.sectors.len() as u64;
+        let l = &mut self.lines[at as usize];
+        l.1 += 1;
+        l.2 += g.sectors.len() as u64;
     }
 
     /// The launch's costs; instructions some lanes never reached (they
     /// exited or diverged) count as issued by the lanes that did.
     pub(crate) fn finish(mut self) -> Costs {
-        let open: Vec<Group> = self.open.drain().map(|(_, g)| g).collect();
-        for g in open {
-            self.close(g);
+        let open: Vec<(u32, Group)> = self.open.drain().map(|(k, g)| (k.1, g)).collect();
+        for (at, g) in open {
+            self.close(at, g);
         }
+        let mut by_line: Vec<(u32, u64, u64)> =
+            self.lines.into_iter().filter(|l| l.1 > 0).collect();
+        by_line.sort_unstable();
+        self.costs.by_line = by_line;
         self.costs
     }
 }

@@ -350,6 +350,8 @@ pub const EDGES_PER_POLL: u32 = 128;
 const RREC: &str = "%rrec";
 const RSITE: &str = "%rsite";
 const RESTP: &str = "%restp";
+/// The launch's first run ([`offsets::FRESH`]): no record, no rest.
+const FRESHP: &str = "%freshp";
 const L_RESUME: &str = "$resume";
 const L_MORE: &str = "$more";
 const L_ITEM: &str = "$item";

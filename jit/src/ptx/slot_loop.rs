@@ -120,6 +120,11 @@ impl PtxWalker<'_> {
             let name = Ptx::local_var(self, 0, i, l.ty.kind());
             self.cur.locals.push(name);
         }
+        // On a launch's first run no slot has a record or a rest: none
+        // reads the save area or its never-ran words.
+        self.named(FRESHP.into(), ".pred");
+        let fresh = self.ld_ctx(Cls::B64, offsets::FRESH);
+        self.emit(format!("setp.ne.u64 {FRESHP}, {fresh}, 0;"));
         if reentry {
             // A record the host left in the slot's part of the save area
             // is resumed first; the slot's unstarted rest waits in
@@ -127,6 +132,9 @@ impl PtxWalker<'_> {
             self.named(RREC.into(), ".b64");
             self.named(RSITE.into(), ".b32");
             self.named(RESTP.into(), ".pred");
+            let l_none = self.new_label();
+            self.emit(format!("setp.ne.u64 {RESTP}, {fresh}, {fresh};"));
+            self.emit(format!("@{FRESHP} bra {l_none};"));
             let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
             let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
             let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
@@ -142,6 +150,7 @@ impl PtxWalker<'_> {
             self.emit(format!("setp.ne.s64 {RESTP}, {sw}, -1;"));
             self.emit(format!("cvt.u32.u64 {RSITE}, {sw};"));
             self.emit(format!("@{RESTP} bra {L_RESUME};"));
+            self.label(&l_none);
         }
         // The slot's rest (or its part, on its first run), then done.
         self.rest_first();
@@ -231,6 +240,8 @@ impl PtxWalker<'_> {
     /// the range if it has not started it (a `(0, 0)` rest) — and run it
     /// if there is one (else fall through).
     fn rest_first(&mut self) {
+        let l_part = self.new_label();
+        self.emit(format!("@{FRESHP} bra {l_part};"));
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
         let at = self.t(Cls::B64);
         self.emit(format!(
@@ -243,6 +254,7 @@ impl PtxWalker<'_> {
         self.emit(format!("or.b64 {both}, {W}, {HI};"));
         self.emit(format!("setp.ne.u64 {fresh}, {both}, 0;"));
         self.emit(format!("@{fresh} bra {l_have};"));
+        self.label(&l_part);
         let start = self.ld_ctx(Cls::B64, offsets::START);
         self.emit(format!("add.s64 {W}, {start}, {SLOT};"));
         self.emit(format!("ld.u64 {HI}, [{CTX}+{}];", offsets::END));
@@ -371,26 +383,30 @@ impl PtxWalker<'_> {
             self.emit(format!("selp.b64 {hi}, {nr_hi}, {none_hi}, {p};"));
             (nr_lo, nr_hi) = (lo, hi);
         }
-        let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
-        let at = self.t(Cls::B64);
-        self.emit(format!(
-            "mad.lo.u64 {at}, {SLOT}, {}, {nr};",
-            gpu::NEVER_RAN_BYTES
-        ));
-        // A slot resuming its record leaves its rest where it is.
-        let guard = if self.backend.reentry {
-            format!("@!{RESTP} ")
-        } else {
-            String::new()
-        };
-        self.emit(format!(
-            "{guard}st.u64 {}, {nr_lo};",
-            mem(&at, gpu::NEVER_RAN_LO)
-        ));
-        self.emit(format!(
-            "{guard}st.u64 {}, {nr_hi};",
-            mem(&at, gpu::NEVER_RAN_HI)
-        ));
+        // A slot that finished stores no rest (its code says it has none:
+        // `DeviceCtx::never_ran`); one resuming its record leaves its rest
+        // where it is.
+        if code != offload_abi::exit::DONE {
+            let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
+            let at = self.t(Cls::B64);
+            self.emit(format!(
+                "mad.lo.u64 {at}, {SLOT}, {}, {nr};",
+                gpu::NEVER_RAN_BYTES
+            ));
+            let guard = if self.backend.reentry {
+                format!("@!{RESTP} ")
+            } else {
+                String::new()
+            };
+            self.emit(format!(
+                "{guard}st.u64 {}, {nr_lo};",
+                mem(&at, gpu::NEVER_RAN_LO)
+            ));
+            self.emit(format!(
+                "{guard}st.u64 {}, {nr_hi};",
+                mem(&at, gpu::NEVER_RAN_HI)
+            ));
+        }
         if code != offload_abi::exit::DONE {
             let stats = self.ld_ctx(Cls::B64, offsets::STATS);
             self.emit(format!(

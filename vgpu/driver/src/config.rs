@@ -10,7 +10,7 @@
 //! | `OFFLOAD_VGPU_SEED` | scheduler seed, or `random` | 1 |
 //! | `OFFLOAD_VGPU_QUANTUM` | most instructions a thread runs per turn | 32 |
 //! | `OFFLOAD_VGPU_MAX_STEPS` | instructions before a launch times out | 2^36 |
-//! | `OFFLOAD_VGPU_TRACE` | `1`: each launch's instruction count and speed on stderr | off |
+//! | `OFFLOAD_VGPU_TRACE` | `1`: each launch's instruction count and speed on stderr; `2`: also the PTX lines whose memory instructions touched the most sectors | off |
 //!
 //! Each launch's seed is the base seed plus the launch's number, so a
 //! program that launches the same sequence replays exactly.
@@ -28,7 +28,8 @@ pub(crate) struct Config {
     pub(crate) seed: u64,
     pub(crate) quantum: u32,
     pub(crate) max_steps: u64,
-    pub(crate) trace: bool,
+    /// 0: quiet; 1: a line per launch; 2: and its memory profile.
+    pub(crate) trace: u8,
 }
 
 fn var<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -69,7 +70,7 @@ impl Config {
                 seed,
                 quantum: var("OFFLOAD_VGPU_QUANTUM", 32u32).max(1),
                 max_steps: var("OFFLOAD_VGPU_MAX_STEPS", 1u64 << 36),
-                trace: std::env::var("OFFLOAD_VGPU_TRACE").is_ok_and(|v| v == "1"),
+                trace: var("OFFLOAD_VGPU_TRACE", 0u8),
             }
         })
     }

@@ -257,7 +257,7 @@ fn run_job(job: Job) {
     );
     match res {
         Ok(stats) => {
-            if Config::get().trace {
+            if Config::get().trace > 0 {
                 eprintln!(
                     "offload-vgpu: `{}` grid {:?} block {:?}: {} instructions in {:.3} s ({:.1} M/s, seed {})",
                     f.name,
@@ -268,6 +268,15 @@ fn run_job(job: Job) {
                     stats.rate() / 1e6,
                     job.opts.seed
                 );
+            }
+            if Config::get().trace > 1 {
+                let mut top = stats.costs.by_line.clone();
+                top.sort_by_key(|l| std::cmp::Reverse(l.2));
+                for (line, n, sectors) in top.iter().take(12) {
+                    eprintln!(
+                        "offload-vgpu:   line {line}: {n} warp-wide accesses, {sectors} sectors"
+                    );
+                }
             }
             crate::stats::add(&stats);
         }
