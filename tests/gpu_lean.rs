@@ -309,3 +309,76 @@ fn a_loop_whose_accesses_leave_an_array_runs_checked_and_throws_where_they_do() 
         assert_eq!(g.to_bits(), acc.to_bits(), "c[{i}] with a full a");
     }
 }
+
+/// Each workitem bumps its own element n times and sums what it reads back:
+/// the loop's loads sit at an index it does not change, but it stores
+/// there too, so they are not hoisted out of it.
+const BUMP: &str = "kernel bump(i: i64, n: i32, a: f32[], out: f32[]) {
+    local j: i32
+    local k: i32
+    local acc: f32
+    load i
+    i64.to_i32
+    store j
+    f32.const 0.0
+    store acc
+    i32.const 0
+    store k
+  top:
+    load k
+    load n
+    i32.ge
+    br_if done
+    load a
+    load j
+    load a
+    load j
+    f32.aload
+    f32.const 1.0
+    f32.add
+    f32.astore
+    load acc
+    load a
+    load j
+    f32.aload
+    f32.add
+    store acc
+    inc k 1
+    br top
+  done:
+    load out
+    load j
+    load acc
+    f32.astore
+    ret
+}
+";
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_loop_that_stores_where_it_loads_reads_what_it_stored() {
+    let _one = one_at_a_time();
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    let m = rt.load("bump.obc", BUMP).unwrap();
+    let (len, n) = (300usize, 10i32);
+    let out = rt.new_array::<f32>(len).unwrap();
+    // The first launches may run the quick tier; the last ones the
+    // optimized code with the predicated loop.
+    for round in 1..=4 {
+        let a = rt
+            .array(&(0..len).map(|i| i as f32).collect::<Vec<_>>())
+            .unwrap();
+        let c = m
+            .closure("bump", [n.into(), (&a).into(), (&out).into()])
+            .unwrap();
+        let r = par_offload(0..len as i64, &c).unwrap();
+        assert_eq!(r.device, Device::Cuda, "{r}");
+        let (got_a, got_out) = (rt.read(&a).unwrap(), rt.read(&out).unwrap());
+        for i in 0..len {
+            let a0 = i as f32;
+            assert_eq!(got_a[i], a0 + n as f32, "a[{i}], round {round}");
+            let want: f32 = (1..=n).map(|t| a0 + t as f32).sum();
+            assert_eq!(got_out[i], want, "out[{i}], round {round}");
+        }
+    }
+}

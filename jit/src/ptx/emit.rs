@@ -757,6 +757,11 @@ impl Backend for Ptx {
     }
 
     fn load(w: &mut PtxWalker<'_>, k: Kind, addr: String, off: u32) -> String {
+        if off == 0
+            && let Some(x) = w.backend.loop_hoisted.get(&addr)
+        {
+            return x.clone();
+        }
         let x = w.t(cls(k));
         let at = if off == 0 {
             addr

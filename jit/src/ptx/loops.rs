@@ -77,6 +77,7 @@ impl PtxWalker<'_> {
                     .then_some(*b)
             })
             .collect();
+        let hoisted = self.hoist_loads(lp, &bases);
         let copies = opt::loop_unroll(lp);
         let headers: Vec<String> = (0..copies)
             .map(|j| {
@@ -119,6 +120,9 @@ impl PtxWalker<'_> {
         self.landings = landings;
         for b in added {
             self.backend.loop_unchecked.remove(&b);
+        }
+        for a in hoisted {
+            self.backend.loop_hoisted.remove(&a);
         }
         for (k, b) in inside {
             self.cur.blocks.insert(k, b);
@@ -217,6 +221,65 @@ impl PtxWalker<'_> {
         }
     }
 
+    /// The loads of `lp` at indices the loop does not change (`a[b]` in
+    /// `for j ..`), made once where the unchecked copy is entered (its test
+    /// passed: they are in bounds) when the loop writes nothing to the heap
+    /// (no store, atomic, allocation or call): each covered access's
+    /// address maps to its loaded value (`loop_hoisted`), which the copy's
+    /// load reads instead. A write by another workitem, or by host code at
+    /// a safepoint while the loop runs, races with the loop's reads, which
+    /// may then not see it (as a Java compiler may hoist such a load).
+    /// Returns the addresses mapped.
+    fn hoist_loads(&mut self, lp: &PredicatedLoop, bases: &BTreeMap<u32, String>) -> Vec<String> {
+        use offload_ir::Inst;
+        let body = &self.v.func(self.cur.func).body;
+        let writes = body[lp.header as usize..=lp.last as usize].iter().any(|i| {
+            matches!(
+                i,
+                Inst::I32AStore
+                    | Inst::I64AStore
+                    | Inst::F32AStore
+                    | Inst::F64AStore
+                    | Inst::RefAStore
+                    | Inst::PutField { .. }
+                    | Inst::I32ArrayAtomicAdd
+                    | Inst::I32ArrayCmpxchg
+                    | Inst::I64ArrayAtomicAdd
+                    | Inst::I64ArrayCmpxchg
+                    | Inst::FieldAtomicAdd { .. }
+                    | Inst::FieldCmpxchg { .. }
+                    | Inst::New { .. }
+                    | Inst::NewArray { .. }
+                    | Inst::Call { .. }
+                    | Inst::CallVirt { .. }
+            )
+        });
+        if writes {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (bci, arr, form) in &lp.accesses {
+            let inst = body[*bci as usize];
+            let load = matches!(
+                inst,
+                Inst::I32ALoad | Inst::I64ALoad | Inst::F32ALoad | Inst::F64ALoad | Inst::RefALoad
+            );
+            if !load || fold(&form.coef) != Inv::Const(0) {
+                continue;
+            }
+            let (k, size) = crate::lower::elem(inst);
+            let idx = self.eval_inv(&form.off);
+            let a = self.t(Cls::B64);
+            self.emit(format!("mul.wide.u32 {a}, {idx}, {size};"));
+            self.emit(format!("add.u64 {a}, {a}, {};", bases[arr]));
+            let x = Ptx::load(self, k, a.clone(), 0);
+            self.backend.loop_unchecked.insert(*bci, a.clone());
+            self.backend.loop_hoisted.insert(a.clone(), x);
+            out.push(a);
+        }
+        out
+    }
+
     /// The address of element `idx` (of `size` bytes) at an access `bci`
     /// the current unchecked loop copy covers (its test passed: the array
     /// is not null and `idx` in bounds), or `None` elsewhere.
@@ -225,6 +288,10 @@ impl PtxWalker<'_> {
             return None;
         }
         let base = self.backend.loop_unchecked.get(&bci)?.clone();
+        if self.backend.loop_hoisted.contains_key(&base) {
+            // A hoisted load's address (`hoist_loads`).
+            return Some(base);
+        }
         let a = self.t(Cls::B64);
         self.emit(format!("mul.wide.u32 {a}, {idx}, {size};"));
         self.emit(format!("add.u64 {a}, {a}, {base};"));

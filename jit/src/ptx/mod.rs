@@ -166,6 +166,7 @@ pub fn compile_speculative(
         allocates: false,
         loops: Vec::new(),
         loop_unchecked: std::collections::BTreeMap::new(),
+        loop_hoisted: std::collections::BTreeMap::new(),
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -299,6 +300,10 @@ pub(crate) struct Ptx {
     /// While an unchecked copy of a predicated loop is lowered: its
     /// covered accesses, each with its array's element 0.
     loop_unchecked: std::collections::BTreeMap<Bci, String>,
+    /// While an unchecked copy of a predicated loop is lowered: the
+    /// addresses of its hoisted loads, each with the loaded value
+    /// (`loops.rs`, `hoist_loads`).
+    loop_hoisted: std::collections::BTreeMap<String, String>,
 }
 
 /// The walker with the PTX backend.
