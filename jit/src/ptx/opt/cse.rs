@@ -2,10 +2,11 @@
 
 use super::*;
 
-/// A pure instruction (not a load: a store between may change what it
-/// reads) that computes what an earlier one in its block computed, from
-/// operands unchanged since, becomes a copy of that one's result. Returns
-/// whether anything changed.
+/// A pure instruction that computes what an earlier one in its block
+/// computed, from operands unchanged since, becomes a copy of that one's
+/// result — a plain load too, when no store, atomic, fence, ordered load
+/// or call that may write memory ran between (the source language's
+/// `t[j]` read three times is one load). Returns whether anything changed.
 pub(super) fn common(lines: &mut [Line], regs: &HashMap<String, Reg>) -> bool {
     let g = cfg(lines);
     let mut changed = false;
@@ -22,8 +23,12 @@ pub(super) fn common(lines: &mut [Line], regs: &HashMap<String, Reg>) -> bool {
                 (Shape::Dest, Some(d)) if regs.contains_key(d) => Some(d.clone()),
                 _ => None,
             };
-            let eligible =
-                dst.is_some() && i.guard.is_none() && i.pure() && !matches!(i.base(), "ld" | "mov");
+            // A plain load repeats an earlier one while nothing that may
+            // write memory (or order this thread's loads) ran between.
+            if writes_or_orders(i) {
+                avail.retain(|k, _| !k.starts_with("ld"));
+            }
+            let eligible = dst.is_some() && i.guard.is_none() && i.pure() && i.base() != "mov";
             let key = eligible.then(|| format!("{} {}", i.op, i.args[1..].join(", ")));
             if let (Some(k), Some(d)) = (&key, &dst)
                 && let Some(prev) = avail.get(k)
@@ -62,4 +67,20 @@ pub(super) fn common(lines: &mut [Line], regs: &HashMap<String, Reg>) -> bool {
         }
     }
     changed
+}
+
+/// Whether `i` may write memory, or orders the loads after it: loads
+/// repeated across it are loaded again. Calls into the math library
+/// (`crate::ptxlib`, which stores nothing) are neither.
+fn writes_or_orders(i: &Inst) -> bool {
+    match i.base() {
+        "st" | "red" | "atom" | "fence" | "membar" | "bar" | "barrier" | "nanosleep" | "trap"
+        | "exit" => true,
+        "ld" => !i.pure(),
+        "call" => !i.args.iter().any(|a| {
+            let a = a.trim();
+            a.starts_with("offload_f32_") || a.starts_with("offload_f64_")
+        }),
+        _ => false,
+    }
 }

@@ -28,8 +28,9 @@
 //! 6. **coalescing** ([`dead`]): `op t, ...; ...; mov d, t` with `t` read
 //!    nowhere else and `d` untouched between becomes `op d, ...`;
 //! 7. **common subexpressions** ([`cse`]): within a block, a pure
-//!    instruction (not a load) that repeats an earlier one on unchanged
-//!    operands becomes a copy of its result (an element's address computed
+//!    instruction (a plain load too, while nothing that may write memory
+//!    ran between) that repeats an earlier one on unchanged operands
+//!    becomes a copy of its result (an element's address computed
 //!    for a load and again for the store);
 //! 8. **fusions** ([`peephole`]): a product added to once is one
 //!    `mad` (`mul.wide` + `add` of an element's address), and a

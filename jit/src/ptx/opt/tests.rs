@@ -227,3 +227,20 @@ fn a_narrowing_of_a_narrow_value_is_a_copy() {
         wide.lines().map(str::trim).collect::<Vec<_>>().join("\n")
     );
 }
+
+#[test]
+fn a_load_repeated_with_no_write_between_is_loaded_once() {
+    // The second load reads through a pure math call; the third follows a
+    // store and stays.
+    let body = "\tld.f32 %f0, [%rd1];\n\tcall (%f1), offload_f32_exp, (%f0);\n\tld.f32 %f2, [%rd1];\n\tadd.f32 %f3, %f1, %f2;\n\tst.f32 [%rd2], %f3;\n\tld.f32 %f4, [%rd1];\n\tst.f32 [%rd3], %f4;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "ld.f32 %f0, [%rd1];\ncall (%f1), offload_f32_exp, (%f0);\nadd.f32 %f3, %f1, %f0;\nst.f32 [%rd2], %f3;\nld.f32 %f4, [%rd1];\nst.f32 [%rd3], %f4;\nret;"
+    );
+    // An ordered load, or a call that may write, ends what is known.
+    let strong = "\tld.f32 %f0, [%rd1];\n\tld.acquire.gpu.u32 %r0, [%rd4];\n\tld.f32 %f2, [%rd1];\n\tadd.f32 %f3, %f0, %f2;\n\tst.f32 [%rd2], %f3;\n\tst.u32 [%rd2], %r0;\n\tret;\n";
+    assert_eq!(
+        opt(strong),
+        strong.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
