@@ -78,6 +78,7 @@ impl PtxWalker<'_> {
             })
             .collect();
         let hoisted = self.hoist_loads(lp, &bases);
+        self.stride_accesses(lp, &bases);
         let copies = opt::loop_unroll(lp);
         let headers: Vec<String> = (0..copies)
             .map(|j| {
@@ -124,6 +125,7 @@ impl PtxWalker<'_> {
         for a in hoisted {
             self.backend.loop_hoisted.remove(&a);
         }
+        self.backend.loop_strided.clear();
         for (k, b) in inside {
             self.cur.blocks.insert(k, b);
         }
@@ -153,9 +155,19 @@ impl PtxWalker<'_> {
         // k never wraps: bound - 1 + step <= i32::MAX.
         self.emit(format!("add.s64 {top}, {kmax}, {};", lp.step));
         self.emit(format!("setp.le.s64 {ok}, {top}, {};", i32::MAX));
-        for (_, arr, form) in &lp.accesses {
+        for (bci, arr, form) in &lp.accesses {
             let coef = self.eval_inv(&form.coef);
             let coef = wide(self, coef);
+            if !matches!(fold(&form.coef), Inv::Const(_)) {
+                // The strided copy's step, `size * coef` bytes, fits an
+                // `i32` (`stride_accesses`).
+                let size =
+                    i64::from(crate::lower::elem(self.v.func(self.cur.func).body[*bci as usize]).1);
+                let step = self.t(Cls::B64);
+                self.emit(format!("mul.lo.s64 {step}, {coef}, {size};"));
+                self.emit(format!("setp.le.and.s64 {ok}, {step}, {}, {ok};", i32::MAX));
+                self.emit(format!("setp.ge.and.s64 {ok}, {step}, {}, {ok};", i32::MIN));
+            }
             let off = self.eval_inv(&form.off);
             let off = wide(self, off);
             let (at0, at1, lo, hi) = (
@@ -280,6 +292,47 @@ impl PtxWalker<'_> {
         out
     }
 
+    /// For each covered access not hoisted, its address as a progression
+    /// in the induction variable `k`, made where the unchecked copy is
+    /// entered: `start` (the address at `k = 0`: element 0 plus `size *
+    /// off`) and `step` (`size * coef` bytes per unit of `k`, which the
+    /// loop's test checked fits an `i32`), exact 64-bit arithmetic on the
+    /// `coef` and `off` the bytecode computes — the index
+    /// the test proved in bounds, so the address is the one the bytecode's
+    /// index gives. The copy's accesses are then one `mad` of `k`, and the
+    /// bytecode's index arithmetic dies (`loop_strided`).
+    fn stride_accesses(&mut self, lp: &PredicatedLoop, bases: &BTreeMap<u32, String>) {
+        let body = &self.v.func(self.cur.func).body;
+        let k = self.cur.locals[lp.iv as usize].clone();
+        for (bci, arr, form) in &lp.accesses {
+            let addr = &self.backend.loop_unchecked[bci];
+            if self.backend.loop_hoisted.contains_key(addr) {
+                continue;
+            }
+            let size = i64::from(crate::lower::elem(body[*bci as usize]).1);
+            let off = self.eval_inv(&form.off);
+            let (off64, start) = (self.t(Cls::B64), self.t(Cls::B64));
+            self.emit(format!("cvt.s64.s32 {off64}, {off};"));
+            self.emit(format!(
+                "mad.lo.s64 {start}, {off64}, {size}, {};",
+                bases[arr]
+            ));
+            let step = match fold(&form.coef) {
+                Inv::Const(c) => Step::Bytes(i64::from(c) * size),
+                e => {
+                    // Fits an `i32`: the test checked it.
+                    let c = self.eval_inv(&e);
+                    let st = self.t(Cls::B32);
+                    self.emit(format!("mul.lo.s32 {st}, {c}, {size};"));
+                    Step::Reg(st)
+                }
+            };
+            self.backend
+                .loop_strided
+                .insert(*bci, (k.clone(), start, step));
+        }
+    }
+
     /// The address of element `idx` (of `size` bytes) at an access `bci`
     /// the current unchecked loop copy covers (its test passed: the array
     /// is not null and `idx` in bounds), or `None` elsewhere.
@@ -292,11 +345,39 @@ impl PtxWalker<'_> {
             // A hoisted load's address (`hoist_loads`).
             return Some(base);
         }
+        if let Some((k, start, step)) = self.backend.loop_strided.get(&bci).cloned() {
+            // A progression in `k` (`stride_accesses`).
+            let a = self.t(Cls::B64);
+            match step {
+                Step::Bytes(b) if i32::try_from(b).is_ok() => {
+                    self.emit(format!("mad.wide.s32 {a}, {k}, {b}, {start};"));
+                }
+                Step::Reg(r) => {
+                    self.emit(format!("mad.wide.s32 {a}, {k}, {r}, {start};"));
+                }
+                Step::Bytes(b) => {
+                    let k64 = self.t(Cls::B64);
+                    self.emit(format!("cvt.s64.s32 {k64}, {k};"));
+                    self.emit(format!("mad.lo.s64 {a}, {k64}, {b}, {start};"));
+                }
+            }
+            return Some(a);
+        }
         let a = self.t(Cls::B64);
         self.emit(format!("mul.wide.u32 {a}, {idx}, {size};"));
         self.emit(format!("add.u64 {a}, {a}, {base};"));
         Some(a)
     }
+}
+
+/// How far a strided access's address moves per unit of the induction
+/// variable (`stride_accesses`).
+#[derive(Clone, Debug)]
+pub(super) enum Step {
+    /// A constant number of bytes.
+    Bytes(i64),
+    /// A register holding it (`b32`: the loop's test checked it fits).
+    Reg(String),
 }
 
 /// `e` with the identities of wrapping arithmetic applied (`x + 0`,

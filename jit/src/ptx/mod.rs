@@ -167,6 +167,7 @@ pub fn compile_speculative(
         loops: Vec::new(),
         loop_unchecked: std::collections::BTreeMap::new(),
         loop_hoisted: std::collections::BTreeMap::new(),
+        loop_strided: std::collections::BTreeMap::new(),
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -304,6 +305,10 @@ pub(crate) struct Ptx {
     /// addresses of its hoisted loads, each with the loaded value
     /// (`loops.rs`, `hoist_loads`).
     loop_hoisted: std::collections::BTreeMap<String, String>,
+    /// While an unchecked copy of a predicated loop is lowered: its
+    /// accesses as progressions in the induction variable (`k`'s register,
+    /// the address at `k = 0`, the step; `loops.rs`, `stride_accesses`).
+    loop_strided: std::collections::BTreeMap<Bci, (String, String, loops::Step)>,
 }
 
 /// The walker with the PTX backend.
