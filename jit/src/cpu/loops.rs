@@ -8,7 +8,7 @@ use crate::cpu::opt::lanes::{Lane, LaneEmit};
 use crate::lower::Backend;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::immediates::Ieee32;
-use cranelift_codegen::ir::{Block, InstBuilder, MemFlagsData, Value, types};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value, types};
 use offload_ir::isa::BinOp;
 use offload_ir::{Bci, Kind};
 
@@ -168,7 +168,7 @@ impl CpuWalker<'_, '_> {
         lp: &opt::PredicatedLoop,
         terminated: bool,
     ) -> Result<(), JitError> {
-        let (h, last) = (lp.header, lp.last);
+        let h = lp.header;
         let entry = self.cur.blocks[&h];
         if !terminated {
             self.backend.builder.ins().jump(entry, &[]);
@@ -180,71 +180,15 @@ impl CpuWalker<'_, '_> {
             self.backend.builder.create_block(),
         );
         self.backend.builder.ins().brif(ok, fast, &[], checked, &[]);
-        // The unchecked version, in `copies` copies of the loop, each with
-        // blocks of its own: copy j's back-edges go to copy j + 1's header
-        // without a poll, and the last copy's go to the first's through the
-        // safepoint poll, so that one poll serves `copies` iterations.
-        let inside: Vec<(Bci, Block)> = self
-            .cur
-            .blocks
-            .iter()
-            .filter(|&(k, _)| (h..=last).contains(k))
-            .map(|(&k, &b)| (k, b))
-            .collect();
         let added: Vec<Bci> = lp
             .accesses
             .iter()
             .map(|a| a.0)
             .filter(|&b| self.backend.unchecked.insert(b))
             .collect();
-        let copies = opt::loop_unroll(lp);
-        let headers: Vec<Block> = (0..copies)
-            .map(|j| {
-                if j == 0 {
-                    fast
-                } else {
-                    self.backend.builder.create_block()
-                }
-            })
-            .collect();
-        let mut res: Result<bool, JitError> = Ok(true);
-        // No landings in the unchecked copies: a workitem resumed in the
-        // loop enters it where its predicate is evaluated (`entry`), or in
-        // the checked version.
-        let landings = self.landings.take();
-        for j in 0..copies {
-            for &(k, _) in &inside {
-                let nb = if k == h {
-                    headers[j as usize]
-                } else {
-                    self.backend.builder.create_block()
-                };
-                self.cur.blocks.insert(k, nb);
-            }
-            let next = headers[((j + 1) % copies) as usize];
-            let last_copy = j + 1 == copies;
-            res = self.lower_range(h, h + 1, true).and_then(|t| {
-                self.cur.blocks.insert(h, next);
-                self.cur.poll_free_header = (!last_copy).then_some(h);
-                self.lower_range(h + 1, last + 1, t)
-            });
-            self.cur.poll_free_header = None;
-            match res {
-                Ok(false) => {
-                    // The last instruction falls through out of the loop.
-                    let after = self.cur.blocks[&(last + 1)];
-                    self.backend.builder.ins().jump(after, &[]);
-                }
-                Ok(true) => {}
-                Err(_) => break,
-            }
-        }
-        self.landings = landings;
+        let res = self.unchecked_loop_copies(lp, fast);
         for b in added {
             self.backend.unchecked.remove(&b);
-        }
-        for (k, b) in inside {
-            self.cur.blocks.insert(k, b);
         }
         res?;
         self.cur.blocks.insert(h, checked);

@@ -13,7 +13,7 @@ use offload_abi::cpu::offsets;
 use offload_abi::exit::{
     DEOPT as EXIT_DEOPT, DONE as EXIT_DONE, RECORDED as EXIT_RECORDED, STOPPED as EXIT_STOPPED,
 };
-use offload_ir::{Bci, Kind, SiteId};
+use offload_ir::{Kind, SiteId};
 use std::collections::BTreeSet;
 
 impl CpuWalker<'_, '_> {
@@ -625,38 +625,10 @@ impl CpuWalker<'_, '_> {
     }
 
     pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {
-        let n = self.v.func(self.cur.func).body.len() as Bci;
-        // Predicated loops are the kernel's own (not an inlined callee's).
-        let loops = if self.outer.is_empty() {
-            self.backend.loops.clone()
-        } else {
-            Vec::new()
-        };
-        let mut terminated = true;
-        let mut from = 0;
-        for lp in &loops {
-            let mut t = self.lower_range(from, lp.header, terminated)?;
-            let injected = self.opts.inject.is_some_and(|i| i.site_bci == lp.header);
-            if self.lands_at(lp.header) && !injected {
-                // Resumed at the header, the loop's predicate decides which
-                // version runs the rest, as on any other entry. (An
-                // injected deopt at the header sits in each version, where
-                // a landing cannot follow it: the re-entry copy's does.)
-                let entry = self.cur.blocks[&lp.header];
-                let depth = self.v.types(self.cur.func).frames[lp.header as usize]
-                    .as_ref()
-                    .expect("reachable")
-                    .stack
-                    .len();
-                self.cur.depth = depth;
-                t = self.landing(lp.header, Some(entry), t);
-            }
-            self.predicated_loop(lp, t)?;
-            terminated = true;
-            from = lp.header;
-        }
-        self.lower_range(from, n, terminated)?;
-        Ok(())
+        let loops = std::mem::take(&mut self.backend.loops);
+        let res = self.body_with_predicated_loops(&loops, |w, lp, t| w.predicated_loop(lp, t));
+        self.backend.loops = loops;
+        res
     }
 
     /// The address of this slot's [`offload_abi::cpu::SlotWords`].

@@ -44,6 +44,7 @@
 mod calls;
 mod inst;
 pub(crate) mod plan;
+mod predicated;
 pub(crate) mod reentry;
 
 use crate::spec::Speculations;

@@ -5,12 +5,11 @@
 //! takes, null arrays failing the test (length 0) — and then runs a copy of
 //! the loop in which those accesses are an address and a load or store; when
 //! the test fails, the checked loop runs. The unchecked copy is unrolled
-//! ([`crate::cpu::opt::loop_unroll`]: its copies' back-edges go from one to
-//! the next without a poll, the last one's through the poll), and has no
-//! landings: a workitem resumed in the loop lands where the test is made.
+//! and has no landings (`crate::lower::predicated`, shared with the CPU): a
+//! workitem resumed in the loop lands where the test is made.
 
 use super::*;
-use crate::cpu::opt::{self, Inv, PredicatedLoop};
+use crate::cpu::opt::{Inv, PredicatedLoop};
 use crate::lower::Backend;
 use std::collections::BTreeMap;
 
@@ -18,30 +17,10 @@ impl PtxWalker<'_> {
     /// Lower the current frame's body, its predicated loops in two versions
     /// (the kernel's own loops; an inlined callee's are lowered once).
     pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {
-        let n = self.v.func(self.cur.func).body.len() as Bci;
-        let loops = if self.outer.is_empty() {
-            self.backend.loops.clone()
-        } else {
-            Vec::new()
-        };
-        let mut terminated = true;
-        let mut from = 0;
-        for lp in &loops {
-            let mut t = self.lower_range(from, lp.header, terminated)?;
-            let injected = self.opts.inject.is_some_and(|i| i.site_bci == lp.header);
-            if self.lands_at(lp.header) && !injected {
-                // Resumed at the header, the test decides which version
-                // runs the rest, as on any other entry.
-                let entry = self.cur.blocks[&lp.header].clone();
-                self.cur.depth = self.depth_at(lp.header);
-                t = self.landing(lp.header, Some(entry), t);
-            }
-            self.predicated_loop(lp, t)?;
-            terminated = true;
-            from = lp.header;
-        }
-        self.lower_range(from, n, terminated)?;
-        Ok(())
+        let loops = std::mem::take(&mut self.backend.loops);
+        let res = self.body_with_predicated_loops(&loops, |w, lp, t| w.predicated_loop(lp, t));
+        self.backend.loops = loops;
+        res
     }
 
     /// The entry of `lp` (the header's label, which every entering edge
@@ -49,7 +28,7 @@ impl PtxWalker<'_> {
     /// to the checked version — which the caller lowers from the header,
     /// left mapped to it (so its back-edges stay in it).
     fn predicated_loop(&mut self, lp: &PredicatedLoop, terminated: bool) -> Result<(), JitError> {
-        let (h, last) = (lp.header, lp.last);
+        let h = lp.header;
         let entry = self.cur.blocks[&h].clone();
         if !terminated {
             Ptx::jump(self, &entry);
@@ -58,13 +37,6 @@ impl PtxWalker<'_> {
         let (ok, bases) = self.loop_predicate(lp);
         let (fast, checked) = (self.new_label(), self.new_label());
         self.emit(format!("@!{ok} bra {checked};"));
-        let inside: Vec<(Bci, String)> = self
-            .cur
-            .blocks
-            .iter()
-            .filter(|&(k, _)| (h..=last).contains(k))
-            .map(|(&k, b)| (k, b.clone()))
-            .collect();
         let added: Vec<Bci> = lp
             .accesses
             .iter()
@@ -79,46 +51,7 @@ impl PtxWalker<'_> {
             .collect();
         let hoisted = self.hoist_loads(lp, &bases);
         self.stride_accesses(lp, &bases);
-        let copies = opt::loop_unroll(lp);
-        let headers: Vec<String> = (0..copies)
-            .map(|j| {
-                if j == 0 {
-                    fast.clone()
-                } else {
-                    self.new_label()
-                }
-            })
-            .collect();
-        let landings = self.landings.take();
-        let mut res: Result<bool, JitError> = Ok(true);
-        for j in 0..copies as usize {
-            for (k, _) in &inside {
-                let nb = if *k == h {
-                    headers[j].clone()
-                } else {
-                    self.new_label()
-                };
-                self.cur.blocks.insert(*k, nb);
-            }
-            let next = headers[(j + 1) % copies as usize].clone();
-            let last_copy = j + 1 == copies as usize;
-            res = self.lower_range(h, h + 1, true).and_then(|t| {
-                self.cur.blocks.insert(h, next);
-                self.cur.poll_free_header = (!last_copy).then_some(h);
-                self.lower_range(h + 1, last + 1, t)
-            });
-            self.cur.poll_free_header = None;
-            match res {
-                Ok(false) => {
-                    // The last instruction falls through out of the loop.
-                    let after = self.cur.blocks[&(last + 1)].clone();
-                    Ptx::jump(self, &after);
-                }
-                Ok(true) => {}
-                Err(_) => break,
-            }
-        }
-        self.landings = landings;
+        let res = self.unchecked_loop_copies(lp, fast);
         for b in added {
             self.backend.loop_unchecked.remove(&b);
         }
@@ -126,9 +59,6 @@ impl PtxWalker<'_> {
             self.backend.loop_hoisted.remove(&a);
         }
         self.backend.loop_strided.clear();
-        for (k, b) in inside {
-            self.cur.blocks.insert(k, b);
-        }
         res?;
         self.cur.blocks.insert(h, checked);
         Ok(())
