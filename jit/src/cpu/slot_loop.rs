@@ -626,7 +626,11 @@ impl CpuWalker<'_, '_> {
 
     pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {
         let loops = std::mem::take(&mut self.backend.loops);
-        let res = self.body_with_predicated_loops(&loops, |w, lp, t| w.predicated_loop(lp, t));
+        let res = self.body_with_predicated_loops(
+            &loops,
+            |lp| lp.header,
+            |w, lp, t| w.predicated_loop(lp, t),
+        );
         self.backend.loops = loops;
         res
     }

@@ -1,11 +1,11 @@
-//! Predicated loops, lowered alike by both backends
-//! ([`crate::cpu::opt::loop_predicates`]): the body around them, and the
+//! Predicated loops, lowered alike by both backends (the analysis is the
+//! CPU's `cpu::opt::loop_predicates`, which the backends pass in: the
+//! walker does not depend on a backend): the body around them, and the
 //! unrolled unchecked copies of one. What differs — how the entry test is
 //! evaluated and which accesses go unchecked — is each backend's.
 
 use super::{Backend, Walker};
 use crate::JitError;
-use crate::cpu::opt::{self, PredicatedLoop};
 use offload_ir::Bci;
 
 impl<B: Backend> Walker<'_, B> {
@@ -15,37 +15,40 @@ impl<B: Backend> Walker<'_, B> {
     /// and the jump to the checked version — given whether the code before
     /// it is terminated; the checked version is lowered here, from the
     /// header.
-    pub(crate) fn body_with_predicated_loops(
+    pub(crate) fn body_with_predicated_loops<L>(
         &mut self,
-        loops: &[PredicatedLoop],
-        mut entry: impl FnMut(&mut Self, &PredicatedLoop, bool) -> Result<(), JitError>,
+        loops: &[L],
+        header: impl Fn(&L) -> Bci,
+        mut entry: impl FnMut(&mut Self, &L, bool) -> Result<(), JitError>,
     ) -> Result<(), JitError> {
         let loops = if self.outer.is_empty() { loops } else { &[] };
         let n = self.v.func(self.cur.func).body.len() as Bci;
         let mut terminated = true;
         let mut from = 0;
         for lp in loops {
-            let mut t = self.lower_range(from, lp.header, terminated)?;
-            let injected = self.opts.inject.is_some_and(|i| i.site_bci == lp.header);
-            if self.lands_at(lp.header) && !injected {
+            let h = header(lp);
+            let mut t = self.lower_range(from, h, terminated)?;
+            let injected = self.opts.inject.is_some_and(|i| i.site_bci == h);
+            if self.lands_at(h) && !injected {
                 // Resumed at the header, the loop's test decides which
                 // version runs the rest, as on any other entry. (An
                 // injected deopt at the header sits in each version, where
                 // a landing cannot follow it: the re-entry copy's does.)
-                let at = self.cur.blocks[&lp.header].clone();
-                self.cur.depth = self.depth_at(lp.header);
-                t = self.landing(lp.header, Some(at), t);
+                let at = self.cur.blocks[&h].clone();
+                self.cur.depth = self.depth_at(h);
+                t = self.landing(h, Some(at), t);
             }
             entry(self, lp, t)?;
             terminated = true;
-            from = lp.header;
+            from = h;
         }
         self.lower_range(from, n, terminated)?;
         Ok(())
     }
 
-    /// Lower the unchecked version of `lp` from `fast` (the entry test
-    /// passed), in [`opt::loop_unroll`] copies of the loop, each with
+    /// Lower the unchecked version of the loop `[h, last]` (its header and
+    /// last instruction) from `fast` (the entry test passed), in `copies`
+    /// copies of the loop, each with
     /// blocks of its own: copy j's back-edges go to copy j + 1's header
     /// without a poll, and the last copy's to the first's through the
     /// safepoint poll, so that one poll serves the copies' iterations. No
@@ -54,10 +57,10 @@ impl<B: Backend> Walker<'_, B> {
     /// the checked version's again afterwards.
     pub(crate) fn unchecked_loop_copies(
         &mut self,
-        lp: &PredicatedLoop,
+        (h, last): (Bci, Bci),
+        copies: u32,
         fast: B::Block,
     ) -> Result<(), JitError> {
-        let (h, last) = (lp.header, lp.last);
         let inside: Vec<(Bci, B::Block)> = self
             .cur
             .blocks
@@ -65,7 +68,7 @@ impl<B: Backend> Walker<'_, B> {
             .filter(|&(k, _)| (h..=last).contains(k))
             .map(|(&k, b)| (k, b.clone()))
             .collect();
-        let copies = opt::loop_unroll(lp) as usize;
+        let copies = copies.max(1) as usize;
         let mut headers = vec![fast];
         headers.extend((1..copies).map(|_| B::new_block(self)));
         let landings = self.landings.take();

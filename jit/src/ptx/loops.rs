@@ -18,7 +18,11 @@ impl PtxWalker<'_> {
     /// (the kernel's own loops; an inlined callee's are lowered once).
     pub(super) fn kernel_body(&mut self) -> Result<(), JitError> {
         let loops = std::mem::take(&mut self.backend.loops);
-        let res = self.body_with_predicated_loops(&loops, |w, lp, t| w.predicated_loop(lp, t));
+        let res = self.body_with_predicated_loops(
+            &loops,
+            |lp| lp.header,
+            |w, lp, t| w.predicated_loop(lp, t),
+        );
         self.backend.loops = loops;
         res
     }
@@ -51,7 +55,11 @@ impl PtxWalker<'_> {
             .collect();
         let hoisted = self.hoist_loads(lp, &bases);
         self.stride_accesses(lp, &bases);
-        let res = self.unchecked_loop_copies(lp, fast);
+        let res = self.unchecked_loop_copies(
+            (lp.header, lp.last),
+            crate::cpu::opt::loop_unroll(lp),
+            fast,
+        );
         for b in added {
             self.backend.loop_unchecked.remove(&b);
         }
