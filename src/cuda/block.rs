@@ -19,8 +19,9 @@
 //! module's alone.
 
 use super::raw::{DeviceMem, Event, Pinned};
-use cudarc::driver::{DriverError, sys};
+use cudarc::driver::{CudaContext, DriverError, sys};
 use offload_abi::gpu::{self, DEVICE_CTX_WORDS, DeviceCtx, EDEN_WORDS, counter};
+use std::sync::Arc;
 
 /// What a launch needs room for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +115,11 @@ pub(super) struct Summary<'a> {
 impl Block {
     /// A block for `shape`: `kept` when it has the room, a new one
     /// otherwise.
-    pub(super) fn fit(kept: Option<Block>, shape: Shape) -> Result<Block, DriverError> {
+    pub(super) fn fit(
+        ctx: &Arc<CudaContext>,
+        kept: Option<Block>,
+        shape: Shape,
+    ) -> Result<Block, DriverError> {
         let layout = Layout::of(shape);
         let summary = layout.summary_bytes(shape.map_bytes);
         match kept {
@@ -127,11 +132,11 @@ impl Block {
                 // (a heap that grows, more slots) rarely make a new one.
                 let event = match kept {
                     Some(b) => b.event,
-                    None => Event::new()?,
+                    None => Event::new(ctx)?,
                 };
                 Ok(Block {
-                    mem: DeviceMem::new(layout.end + layout.end / 2)?,
-                    pinned: Pinned::new(summary + summary / 2)?,
+                    mem: DeviceMem::new(ctx, layout.end + layout.end / 2)?,
+                    pinned: Pinned::new(ctx, summary + summary / 2)?,
                     event,
                     layout,
                     staging: Vec::new(),

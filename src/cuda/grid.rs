@@ -48,8 +48,7 @@ pub(super) fn block_for(
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
-    gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
-    Block::fit(kept, shape).map_err(cuda_err("launch block"))
+    Block::fit(&gpu.ctx, kept, shape).map_err(cuda_err("launch block"))
 }
 
 /// The grid as a unit of the launch protocol.

@@ -125,12 +125,12 @@ impl Compiled for GpuLaunch<'_> {
         } = match reuse {
             Some(c) => c,
             None => {
-                gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
                 Scratch {
                     area: SaveArea::try_new(slots * RECORDS_PER_SLOT, meta.layout)
                         .map_err(|e| OffloadError::Setup(e.to_string()))?,
                     // Unset: filled empty at the launch's start (`grid.rs`).
                     area_dev: DeviceMem::new(
+                        &gpu.ctx,
                         slots * RECORDS_PER_SLOT * meta.layout.record_words as usize * 8,
                     )
                     .map_err(cuda_err("save area"))?,

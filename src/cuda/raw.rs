@@ -6,24 +6,33 @@
 //! the launch itself, ordered only by the one stream they are issued on.
 //!
 //! Every function needs the GPU's context current on the calling thread
-//! ([`cudarc::driver::CudaContext::bind_to_thread`]).
+//! ([`cudarc::driver::CudaContext::bind_to_thread`]); the owned resources
+//! keep their context and make it current to free themselves, whichever
+//! thread drops them.
 
-use cudarc::driver::{DriverError, result, sys};
+use cudarc::driver::{CudaContext, DriverError, result, sys};
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// A device allocation, freed on drop (the driver waits for work using it).
 pub(super) struct DeviceMem {
     at: u64,
     bytes: usize,
+    ctx: Arc<CudaContext>,
 }
 
 impl DeviceMem {
-    /// `bytes` of device memory, unset.
-    pub(super) fn new(bytes: usize) -> Result<DeviceMem, DriverError> {
+    /// `bytes` of device memory on `ctx`'s GPU, unset.
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DeviceMem, DriverError> {
+        ctx.bind_to_thread()?;
         // SAFETY: a plain allocation; the memory is only ever used through
         // the addresses below, within `bytes`.
         let at = unsafe { result::malloc_sync(bytes.max(1)) }?;
-        Ok(DeviceMem { at, bytes })
+        Ok(DeviceMem {
+            at,
+            bytes,
+            ctx: ctx.clone(),
+        })
     }
 
     /// The first byte's device address.
@@ -38,6 +47,7 @@ impl DeviceMem {
 
 impl Drop for DeviceMem {
     fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
         // SAFETY: `at` came from `malloc_sync` and is freed once; a kernel
         // still using it is waited for by the driver (`cuMemFree`
         // synchronizes).
@@ -50,6 +60,7 @@ impl Drop for DeviceMem {
 pub(super) struct Pinned {
     ptr: *mut u8,
     bytes: usize,
+    ctx: Arc<CudaContext>,
 }
 
 // SAFETY: the memory is a plain byte buffer owned by this value; access
@@ -59,15 +70,20 @@ unsafe impl Send for Pinned {}
 unsafe impl Sync for Pinned {}
 
 impl Pinned {
-    /// `bytes` of pinned host memory, zeroed.
-    pub(super) fn new(bytes: usize) -> Result<Pinned, DriverError> {
+    /// `bytes` of pinned host memory for `ctx`'s GPU, zeroed.
+    pub(super) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Pinned, DriverError> {
+        ctx.bind_to_thread()?;
         let bytes = bytes.max(8);
         // SAFETY: a plain page-locked allocation (no write combining: the
         // host reads it).
         let ptr = unsafe { result::malloc_host(bytes, 0) }?.cast::<u8>();
         // SAFETY: `ptr` holds `bytes` writable bytes.
         unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
-        Ok(Pinned { ptr, bytes })
+        Ok(Pinned {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        })
     }
 
     pub(super) fn bytes(&self) -> usize {
@@ -107,13 +123,14 @@ impl Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
         // SAFETY: `ptr` came from `malloc_host` and is freed once.
         let _ = unsafe { result::free_host(self.ptr.cast::<c_void>()) };
     }
 }
 
 /// An event, made once and recorded again for each launch.
-pub(super) struct Event(sys::CUevent);
+pub(super) struct Event(sys::CUevent, Arc<CudaContext>);
 
 // SAFETY: a CUDA event handle may be used from any thread.
 unsafe impl Send for Event {}
@@ -121,8 +138,10 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    pub(super) fn new() -> Result<Event, DriverError> {
-        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map(Event)
+    pub(super) fn new(ctx: &Arc<CudaContext>) -> Result<Event, DriverError> {
+        ctx.bind_to_thread()?;
+        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map(|e| Event(e, ctx.clone()))
     }
 
     /// Record the event behind `stream`'s work so far.
@@ -145,6 +164,7 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        let _ = self.1.bind_to_thread();
         // SAFETY: the event is live and destroyed once.
         let _ = unsafe { result::event::destroy(self.0) };
     }
