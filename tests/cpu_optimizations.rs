@@ -433,6 +433,39 @@ fn vectorized_groups_with_many_live_values_agree_with_the_interpreter() {
     }
 }
 
+/// `q[j] = p[j] + c0 + c1 + … ` over `captures` captures: more uniform
+/// values than vector registers (the 256-bit loop keeps them in the table
+/// then, and once panicked picking registers for them).
+#[test]
+fn vectorized_groups_with_more_captures_than_registers_agree_with_the_interpreter() {
+    let (interp, optimized) = (interpreter(2), optimized(2));
+    for captures in [8usize, 16, 17, 40] {
+        let params: Vec<String> = (0..captures).map(|c| format!("c{c}: i32")).collect();
+        let mut src = format!(
+            "kernel k(i: i64, p: i32[], q: i32[], {}) {{\n    local j: i32\n    load i\n    i64.to_i32\n    store j\n    load q\n    load j\n    load p\n    load j\n    i32.aload\n",
+            params.join(", ")
+        );
+        for c in 0..captures {
+            src += &format!("    load c{c}\n    i32.add\n");
+        }
+        src += "    i32.astore\n    ret\n}";
+        let run = |rt: &Runtime, n: usize| {
+            let m = rt.load("captures.obc", &src).unwrap();
+            let p = rt.array(&(0..n as i32).collect::<Vec<_>>()).unwrap();
+            let q = rt.new_array::<i32>(n).unwrap();
+            let mut args: Vec<offload::Arg> = vec![(&p).into(), (&q).into()];
+            args.extend((0..captures as i32).map(|c| (c * 7 - 3).into()));
+            let c = m.closure("k", args).unwrap();
+            let r = par_offload(0..n as i64, &c).unwrap();
+            (rt.read(&q).unwrap(), r.quick_tier)
+        };
+        let (want, _) = run(&interp, 1000);
+        let (got, quick) = run(&optimized, 1000);
+        assert!(!quick, "the optimized tier runs");
+        assert_eq!(got, want, "{captures} captures");
+    }
+}
+
 /// Deopts injected at each site of a vectorized kernel: a SIMD group
 /// (128- or 256-bit) stops short of a chosen workitem, which runs the
 /// scalar body and deopts at the site; the groups around it stay

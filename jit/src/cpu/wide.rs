@@ -139,14 +139,14 @@ pub(crate) fn compile(v: &Verified, k: FuncId) -> Option<WideLoop> {
     // stores (in-process, alternating with the per-body broadcast, 0.85x
     // its time over 2^20 elements).
     let (plain, used) = encode(v, k, &[])?;
+    if used.is_empty() || used.len() > MAX_PINNED {
+        return Some(plain);
+    }
     let pinned: Vec<(WideArg, AsmRegisterYmm)> = used
         .iter()
         .enumerate()
         .map(|(i, &u)| (u, ymm(15 - i)))
         .collect();
-    if pinned.is_empty() || pinned.len() > MAX_PINNED {
-        return Some(plain);
-    }
     Some(encode(v, k, &pinned).map_or(plain, |(wl, _)| wl))
 }
 
