@@ -226,11 +226,10 @@ impl<'a> KernelCall<'a> {
     }
 
     /// The captures now, as raw slots.
-    pub(crate) fn capture_values(&self) -> Vec<u64> {
+    pub(crate) fn capture_values(&self) -> impl Iterator<Item = u64> + '_ {
         self.captures
             .iter()
             .map(|c| c.load(std::sync::atomic::Ordering::Acquire))
-            .collect()
     }
 
     /// The roots a device registers for its part of a launch: its

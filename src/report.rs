@@ -213,10 +213,11 @@ pub struct LaunchReport {
     /// Bytes the launch moved from host to device memory, every relaunch
     /// included (0 off the CUDA device, where nothing moves): the heap
     /// chunks the host wrote since the device last had them (the heap's
-    /// image stays on the device between launches), the launch context
-    /// with the captures and the eden's bounds (one copy per run), the
-    /// save area (on a relaunch), and the filler headers written into the
-    /// image after a run that refilled TLABs.
+    /// image stays on the device between launches), each run's kernel
+    /// parameters (the launch context and the captures, passed by value),
+    /// the eden's bounds (each run of a kernel that allocates), the save
+    /// area (on a relaunch), and the filler headers written into the image
+    /// after a run that refilled TLABs.
     pub to_device_bytes: u64,
     /// Bytes the launch moved from device to host memory, every relaunch
     /// included: each run's summary (the eden's bounds, the counters, the

@@ -529,9 +529,11 @@ fn a_kernel_that_stores_outside_the_heap_is_an_error_naming_its_ptx_line() {
     // virtual one names the line) reports an illegal address, and the
     // runtime returns an error instead of panicking.
     let rt = build(gpu().rewrite_ptx(|ptx| {
+        let at = "ld.param.u64 %heap, [p_ctx+0];";
+        assert!(ptx.contains(at), "the heap's load moved:\n{ptx}");
         ptx.replacen(
-            "ld.u64 %heap, [%ctx+0];",
-            "ld.u64 %heap, [%ctx+0];\n\tst.u32 [%heap+-2147483648], 0; // corrupted",
+            at,
+            &format!("{at}\n\tst.u32 [%heap+-2147483648], 0; // corrupted"),
             1,
         )
     }));

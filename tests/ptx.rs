@@ -215,3 +215,50 @@ fn the_heap_scatter_kernel_assembles_and_parses() {
     }
     offload_vgpu::parse(&text).unwrap_or_else(|e| panic!("the virtual GPU: {e}\n{text}"));
 }
+
+/// A kernel of `captures` `i32` captures that adds them into `out[i]`.
+fn many_captures(captures: usize) -> String {
+    let params: Vec<String> = (0..captures).map(|c| format!("c{c}: i32")).collect();
+    let mut body = String::from("    i32.const 0\n");
+    for c in 0..captures {
+        body.push_str(&format!("    load c{c}\n    i32.add\n"));
+    }
+    format!(
+        "kernel sum(i: i64, {}, out: i32[]) {{\n    load out\n    load i\n    i64.to_i32\n{body}    i32.astore\n    ret\n}}\n",
+        params.join(", ")
+    )
+}
+
+#[test]
+fn captures_travel_as_parameters_up_to_the_gpu_limit_and_past_it_are_refused() {
+    // The context and the captures are the kernel's parameters: the most
+    // captures that fit assemble; one more is refused with a reason (the
+    // launch then runs on the CPU).
+    let ptxas = ptxas_path();
+    let rt = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let max = offload_abi::gpu::MAX_CAPTURES;
+    // `out` is a capture too.
+    let (ok, refused) = check_module(
+        &rt,
+        "fits.obc",
+        &many_captures(max - 1),
+        CompileOptions::default(),
+        &ptxas,
+        &["sm_70"],
+    );
+    assert_eq!((ok, refused.len()), (1, 0), "{refused:?}");
+    let m = rt.load("over.obc", &many_captures(max)).unwrap();
+    let prog = m.program();
+    let f = prog.verified().func_named("sum").unwrap();
+    let err = ptx::compile(prog, f, 1, CompileOptions::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "not compiled: `sum` at bci 0: {} captures: a GPU kernel takes at most {max}",
+            max + 1
+        )
+    );
+}

@@ -28,7 +28,11 @@ macro_rules! device_ctx {
 }
 
 device_ctx! {
-    /// The launch context of a kernel on the device, `#[repr(C)]`: the
+    /// The launch context of a kernel on the device, `#[repr(C)]`, passed
+    /// by value as the kernel's first parameter (`p_ctx`, a byte array the
+    /// kernel reads with `ld.param`, so that its fields cost no register
+    /// and no memory traffic; the captures' raw words are the second,
+    /// `p_caps`, see [`MAX_CAPTURES`]): the
     /// CPU [`crate::cpu::LaunchCtx`]'s fields where they mean the same,
     /// with device addresses as `u64`, and what a grid needs besides
     /// (TLABs by group, the device eden, the slot count, per-slot exit
@@ -56,8 +60,6 @@ device_ctx! {
         /// code says so: the host writes [`NEVER_RAN_NONE`] for it before a
         /// relaunch).
         never_ran: u64,
-        /// The kernel's captures, one raw 64-bit slot each.
-        captures: u64,
         /// Save records per slot, at least 1.
         records_per_slot: u64,
         /// The TLABs: an array of [`TlabWords`] (state, generation, refills;
@@ -93,12 +95,15 @@ device_ctx! {
         /// (`u64`, 0 before its first poll): kept across relaunches so that the
         /// stream goes on (see `offload_jit::SafepointInjection`).
         inject: u64,
-        /// The heap's dirty map: a byte per `offload_heap::resident` chunk of
-        /// the heap image (which starts at a chunk boundary), set to 1 by
-        /// every store and atomic of the kernel into that chunk (the objects
-        /// it allocates lie in the device eden, which the host counts as
-        /// written whole). The host zeroes the map before each run and
-        /// reads back the part below the device eden's end.
+        /// The heap's dirty map, less the heap image's first chunk number:
+        /// the map holds a byte per `offload_heap::resident` chunk of the
+        /// image (which starts at a chunk boundary), and the byte of the
+        /// chunk holding address `a` is at `dirty + (a >> CHUNK_SHIFT)`
+        /// (wrapping). The kernel sets it to 1 with every store and atomic
+        /// into that chunk (the objects it allocates lie in the device eden,
+        /// which the host counts as written whole). The host zeroes the map
+        /// before each run and reads back the part below the device eden's
+        /// end.
         dirty: u64,
         /// A `u32` counter: slots waiting at a poll for
         /// [`control::WAIT`](crate::control::WAIT) to clear. The host zeroes
@@ -184,6 +189,15 @@ pub const INJECT_BYTES: u64 = size_of::<u64>() as u64;
 /// Words in a [`DeviceCtx`].
 pub const DEVICE_CTX_WORDS: usize = size_of::<DeviceCtx>() / 8;
 
+/// Bytes of kernel parameters every GPU the device supports takes (4 KiB:
+/// sm_70 and later, any driver).
+pub const PARAM_BYTES: usize = 4096;
+
+/// The most captures a kernel may take on the GPU: a kernel's parameters
+/// are its [`DeviceCtx`] (`p_ctx`) and its captures' raw 64-bit words
+/// (`p_caps`), passed by value at launch, and must fit [`PARAM_BYTES`].
+pub const MAX_CAPTURES: usize = PARAM_BYTES / 8 - DEVICE_CTX_WORDS;
+
 /// Bytes of one device TLAB record ([`TlabWords`]: state, generation,
 /// refills), packed one after the other.
 pub const TLAB_BYTES: u64 = size_of::<TlabWords>() as u64;
@@ -201,7 +215,6 @@ pub mod offsets {
     pub const SAVE_AREA: u32 = offset_of!(DeviceCtx, save_area) as u32;
     pub const RECORD_WORDS: u32 = offset_of!(DeviceCtx, record_words) as u32;
     pub const NEVER_RAN: u32 = offset_of!(DeviceCtx, never_ran) as u32;
-    pub const CAPTURES: u32 = offset_of!(DeviceCtx, captures) as u32;
     pub const RECORDS_PER_SLOT: u32 = offset_of!(DeviceCtx, records_per_slot) as u32;
     pub const TLABS: u32 = offset_of!(DeviceCtx, tlabs) as u32;
     pub const TLAB_GROUP: u32 = offset_of!(DeviceCtx, tlab_group) as u32;
@@ -233,7 +246,6 @@ mod tests {
             save_area: 6,
             record_words: 7,
             never_ran: 8,
-            captures: 9,
             records_per_slot: 10,
             tlabs: 11,
             tlab_group: 12,
@@ -259,11 +271,13 @@ mod tests {
         assert_eq!(at(offsets::PARKED), 21);
         assert_eq!(at(offsets::DONE), 22);
         assert_eq!(at(offsets::FRESH), 23);
-        assert_eq!(words.len(), 22);
+        assert_eq!(words.len(), 21);
+        // Kernel parameters: the context and the captures fit 4 KiB.
+        assert_eq!(DEVICE_CTX_WORDS * 8 + MAX_CAPTURES * 8, PARAM_BYTES);
         assert_eq!(TLAB_BYTES, 24);
         assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
         assert_eq!((EXIT_BYTES, DONE_BYTES), (4, 8));
         // What the generated PTX was built against.
-        assert_eq!(offsets::PARKED, 160);
+        assert_eq!(offsets::PARKED, 152);
     }
 }

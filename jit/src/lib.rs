@@ -152,6 +152,15 @@ pub enum Refusal {
         /// The element type, as the text form writes it.
         elem: String,
     },
+    /// More captures than a GPU kernel's parameters hold
+    /// ([`offload_abi::gpu::MAX_CAPTURES`]).
+    #[error("{count} captures: a GPU kernel takes at most {max}")]
+    TooManyCaptures {
+        /// The kernel's captures.
+        count: usize,
+        /// The most the GPU passes.
+        max: usize,
+    },
     /// An instruction no backend lowers.
     #[error("`{mnemonic}` has no lowering")]
     NoLowering {

@@ -1,26 +1,31 @@
 //! A launch's device state in one block of device memory, kept by the
 //! [`super::Gpu`] from one launch to the next (made again only when a
 //! launch needs more room), so that a warm run of a grid is one memset,
-//! one copy up, the kernel, one copy back and an event:
+//! (for a kernel that allocates) one copy up of the eden's bounds, the
+//! kernel, one copy back and an event. The context and the captures are
+//! no part of it: they are the kernel's parameters.
 //!
 //! ```text
-//! ctx | captures | eden | counters | parked | dirty map | TLABs | exits | done | never-ran | injection | fillers
-//! └────── sent ───────┘
-//!                  └────── summary, copied back ──────┘
-//!                         └──────────────── zeroed each run ─────────────────┘
-//!                         └───────────────────── zeroed at a launch's first run ─────────────────────┘
+//! eden | counters | parked | dirty map | TLABs | exits | done | never-ran | injection | fillers
+//! sent
+//! └────── summary, copied back ──────┘
+//!        └──────────────── zeroed each run ─────────────────┘
+//!        └───────────────────── zeroed at a launch's first run ─────────────────────┘
 //! ```
+//!
+//! A kernel that does not allocate gets no eden bounds: its two words are
+//! zeroed with the rest.
 //!
 //! The fillers' part holds the `(offset, header)` pairs the scatter kernel
 //! writes into the heap image after a run that refilled TLABs
 //! (`resident.rs`): one per TLAB and one for the eden's rest.
 //!
-//! The fields' meanings are [`DeviceCtx`]'s; the block's layout is this
+//! The fields' meanings are [`offload_abi::gpu::DeviceCtx`]'s; the block's layout is this
 //! module's alone.
 
 use super::raw::{DeviceMem, Event, Pinned};
 use cudarc::driver::{CudaContext, DriverError, sys};
-use offload_abi::gpu::{self, DEVICE_CTX_WORDS, DeviceCtx, EDEN_WORDS, counter};
+use offload_abi::gpu::{self, EDEN_WORDS, counter};
 use std::sync::Arc;
 
 /// What a launch needs room for.
@@ -28,7 +33,6 @@ use std::sync::Arc;
 pub(super) struct Shape {
     pub(super) slots: usize,
     pub(super) tlabs: usize,
-    pub(super) captures: usize,
     /// Bytes of dirty map (a byte per heap chunk of the image).
     pub(super) map_bytes: usize,
 }
@@ -36,8 +40,6 @@ pub(super) struct Shape {
 /// Byte offsets of each part in the block, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Layout {
-    pub(super) ctx: usize,
-    pub(super) captures: usize,
     pub(super) eden: usize,
     pub(super) stats: usize,
     pub(super) parked: usize,
@@ -54,9 +56,7 @@ pub(super) struct Layout {
 impl Layout {
     pub(super) fn of(s: Shape) -> Layout {
         let w = |n: usize| n * 8;
-        let ctx = 0;
-        let captures = ctx + w(DEVICE_CTX_WORDS);
-        let eden = captures + w(s.captures.max(1));
+        let eden = 0;
         let stats = eden + w(EDEN_WORDS);
         let parked = stats + w(counter::COUNT);
         let dirty = parked + 8;
@@ -68,8 +68,6 @@ impl Layout {
         let fillers = inject + s.slots * gpu::INJECT_BYTES as usize;
         let end = fillers + 16 * (s.tlabs + 1);
         Layout {
-            ctx,
-            captures,
             eden,
             stats,
             parked,
@@ -96,8 +94,6 @@ pub(super) struct Block {
     pinned: Pinned,
     pub(super) event: Event,
     pub(super) layout: Layout,
-    /// The words of the sent part, staged.
-    staging: Vec<u64>,
     /// Dirty-map bytes the last run's summary holds.
     map_copied: usize,
 }
@@ -139,7 +135,6 @@ impl Block {
                     pinned: Pinned::new(ctx, summary + summary / 2)?,
                     event,
                     layout,
-                    staging: Vec::new(),
                     map_copied: 0,
                 })
             }
@@ -153,31 +148,25 @@ impl Block {
 
     /// Issue a run's setup on `stream`: zero what each run starts with
     /// zeroed (and, on a launch's `first` run, the never-ran rests and the
-    /// injection states too), then send the context, the captures and the
-    /// eden's bounds in one copy. Returns the bytes sent.
+    /// injection states too), then send the eden's bounds if the kernel
+    /// allocates (`eden`; zeroed otherwise). Returns the bytes sent.
     pub(super) fn begin(
         &mut self,
         first: bool,
-        ctx: &DeviceCtx,
-        captures: &[u64],
-        eden: [u64; EDEN_WORDS],
+        eden: Option<[u64; EDEN_WORDS]>,
         stream: sys::CUstream,
     ) -> Result<u64, DriverError> {
         let l = self.layout;
         let zero_end = if first { l.fillers } else { l.never };
-        // SAFETY: `[stats, zero_end)` lies in the block (`fit` made it at
-        // least `layout.end` long), used only on this stream.
-        unsafe { super::raw::memset(self.at(l.stats), 0, zero_end - l.stats, stream) }?;
-        self.staging.clear();
-        self.staging.extend_from_slice(&ctx.to_words());
-        self.staging.extend_from_slice(captures);
-        self.staging
-            .resize(DEVICE_CTX_WORDS + (l.eden - l.captures) / 8, 0);
-        self.staging.extend_from_slice(&eden);
-        debug_assert_eq!(self.staging.len() * 8, l.stats - l.ctx);
-        // SAFETY: the staged words are the block's `[ctx, stats)`.
-        unsafe { super::raw::send(self.at(l.ctx), &self.staging, stream) }?;
-        Ok(8 * self.staging.len() as u64)
+        let zero_from = if eden.is_some() { l.stats } else { l.eden };
+        // SAFETY: `[zero_from, zero_end)` lies in the block (`fit` made it
+        // at least `layout.end` long), used only on this stream.
+        unsafe { super::raw::memset(self.at(zero_from), 0, zero_end - zero_from, stream) }?;
+        let Some(bounds) = eden else { return Ok(0) };
+        // SAFETY: the bounds are the block's `[eden, stats)`; `send` copies
+        // them before it returns.
+        unsafe { super::raw::send(self.at(l.eden), &bounds, stream) }?;
+        Ok(8 * bounds.len() as u64)
     }
 
     /// Issue the copy back of the summary, with `map` bytes of the dirty
@@ -223,11 +212,9 @@ mod tests {
         let l = Layout::of(Shape {
             slots: 1000,
             tlabs: 32,
-            captures: 3,
             map_bytes: 13,
         });
-        assert_eq!(l.captures, DEVICE_CTX_WORDS * 8);
-        assert_eq!(l.eden, l.captures + 24);
+        assert_eq!(l.eden, 0);
         assert_eq!(l.stats, l.eden + 16);
         assert_eq!(l.dirty, l.parked + 8);
         // The map is rounded up to whole words.
@@ -237,19 +224,15 @@ mod tests {
         assert_eq!(l.done - l.exits, 4000);
         assert_eq!(l.never - l.done, 8000);
         for off in [
-            l.captures, l.eden, l.stats, l.parked, l.dirty, l.tlabs, l.exits, l.done, l.never,
-            l.inject,
+            l.eden, l.stats, l.parked, l.dirty, l.tlabs, l.exits, l.done, l.never, l.inject,
         ] {
             assert_eq!(off % 8, 0);
         }
-        // No captures still take a word.
         let none = Layout::of(Shape {
             slots: 1,
             tlabs: 0,
-            captures: 0,
             map_bytes: 0,
         });
-        assert_eq!(none.eden - none.captures, 8);
         assert_eq!(none.summary_bytes(0), 16 + 8 * counter::COUNT + 8);
     }
 }

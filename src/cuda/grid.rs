@@ -16,17 +16,11 @@ use crate::replay::{Header, Replayer};
 use offload_abi::gpu::{self, DeviceCtx, counter};
 use offload_abi::record;
 use offload_heap::layout::Header as ObjectHeader;
-use offload_heap::resident::CHUNK_BYTES;
+use offload_heap::resident::{CHUNK_BYTES, CHUNK_SHIFT};
 use offload_ir::SiteId;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-/// The captures as raw slots, at least one (the block keeps a word).
-fn capture_values(launch: &Launch<'_>) -> Vec<u64> {
-    let v = launch.call.capture_values();
-    if v.is_empty() { vec![0u64] } else { v }
-}
 
 /// The block a launch with `state`'s shape needs: the one the GPU kept
 /// from its last launch when it has the room.
@@ -38,7 +32,6 @@ pub(super) fn block_for(
     let shape = Shape {
         slots: state.slots,
         tlabs: (state.slots as u64).div_ceil(state.group.max(1)) as usize,
-        captures: launch.call.captures.len().max(1),
         // The map covers the largest heap, so that an image that grows
         // during the launch needs no new block.
         map_bytes: launch.env.heap.config().max.div_ceil(CHUNK_BYTES),
@@ -65,6 +58,8 @@ pub(super) struct Grid<'a> {
     /// [`offload_abi::gpu::NeverRan`]), with `NEVER_RAN_NONE` for the
     /// slots that finished (which store none): sent before a relaunch.
     rests: Vec<i64>,
+    /// The captures' words of the last run's launch (its parameter).
+    params: Vec<u64>,
     /// Records handed back, resumed by the next round.
     handed: Vec<HandedBack>,
     /// Per slot, the (workitem, site) of the allocation failure it was
@@ -110,6 +105,7 @@ impl<'a> Grid<'a> {
             block,
             pending: range.end.saturating_sub(range.start).max(0) as u64,
             rests: Vec::new(),
+            params: Vec::new(),
             range,
             handed: Vec::new(),
             resumed_alloc: Vec::new(),
@@ -221,7 +217,6 @@ impl<'a> Grid<'a> {
             save_area: st.area_dev.at(),
             record_words: u64::from(launch.meta.layout.record_words),
             never_ran: b.at(l.never),
-            captures: b.at(l.captures),
             records_per_slot: RECORDS_PER_SLOT as u64,
             tlabs: b.at(l.tlabs),
             tlab_group: st.group,
@@ -233,7 +228,12 @@ impl<'a> Grid<'a> {
             done: b.at(l.done),
             stats: b.at(l.stats),
             inject: b.at(l.inject),
-            dirty: b.at(l.dirty),
+            // The map less the image's first chunk number (the image starts
+            // at a chunk boundary): a store's byte is at its address's
+            // chunk number past it.
+            dirty: b
+                .at(l.dirty)
+                .wrapping_sub(self.gpu.resident.heap_at() >> CHUNK_SHIFT),
             parked: b.at(l.parked),
             fresh: u64::from(st.totals.launches == 1),
         }
@@ -254,27 +254,37 @@ impl<'a> Grid<'a> {
             unsafe { raw::memset(a.at(), 0xFF, a.bytes(), s) }.map_err(cuda_err("save area"))?;
             self.state.area_clean = true;
         }
-        let ctx = self.context(launch);
         let mut bounds = [0u64; gpu::EDEN_WORDS];
         (bounds[gpu::EDEN_TOP], bounds[gpu::EDEN_LIMIT]) = (u64::from(es), u64::from(ee));
+        let allocates = self.k.ptx.allocates;
         self.state.totals.to_device += self
             .block
-            .begin(first, &ctx, &capture_values(launch), bounds, s)
+            .begin(first, allocates.then_some(bounds), s)
             .map_err(cuda_err("launch block"))?;
         gpu.set_control(0)?;
-        let mut ctx_at = self.block.at(self.block.layout.ctx);
-        // SAFETY: the kernel takes one `u64`, the address of its
-        // `DeviceCtx` in the block; the block, the area and the image live
-        // until the round's event is done (the grid owns the block, and the
-        // stream orders any later launch's use of it after this one; the
-        // image is replaced only under the launch lock this launch holds).
+        // The kernel's parameters, by value: the context and the captures'
+        // words (at least one, as the PTX declares).
+        let mut ctx = self.context(launch).to_words();
+        self.params.clear();
+        self.params.extend(launch.call.capture_values());
+        if self.params.is_empty() {
+            self.params.push(0);
+        }
+        self.state.totals.to_device += 8 * (ctx.len() + self.params.len()) as u64;
+        // SAFETY: the kernel takes two byte arrays, its `DeviceCtx`'s words
+        // and its captures' (`offload_jit::ptx`, the entry's header; the
+        // driver copies both before the call returns); what they point at
+        // (the block, the area, the image) lives until the round's event is
+        // done (the grid owns the block, and the stream orders any later
+        // launch's use of it after this one; the image is replaced only
+        // under the launch lock this launch holds).
         unsafe {
             raw::launch(
                 self.k.func.cu_function(),
                 Self::blocks(self.state.slots),
                 super::BLOCK,
                 s,
-                &mut [(&raw mut ctx_at).cast()],
+                &mut [ctx.as_mut_ptr().cast(), self.params.as_mut_ptr().cast()],
             )
         }
         .map_err(cuda_err("launch"))?;
@@ -325,8 +335,13 @@ impl<'a> Grid<'a> {
     ) -> Result<(), OffloadError> {
         let heap = &launch.env.heap;
         let sum = self.block.summary();
-        // The device eden's final top (past its end when a refill failed).
-        let eden_top = sum.eden[gpu::EDEN_TOP].min(u64::from(ee)) as u32;
+        // The device eden's final top (past its end when a refill failed);
+        // a kernel that does not allocate has no eden (its words are zero).
+        let eden_top = if self.k.ptx.allocates {
+            sum.eden[gpu::EDEN_TOP].min(u64::from(ee)) as u32
+        } else {
+            es
+        };
         super::resident::mark_kernel_writes(heap, sum.map, es as usize * 8, eden_top as usize * 8);
         let d = sum.counters;
         let totals = &mut self.state.totals;

@@ -167,18 +167,23 @@ impl Waiting<'_> {
         // Every slot waits with its writes fenced, or is gone: what the
         // kernel wrote so far is what host code may now fetch.
         let (es, ee) = self.eden;
-        let mut top = [0u64];
-        dh.read_raw(
-            self.eden_at + 8 * offload_abi::gpu::EDEN_TOP as u64,
-            &mut top,
-        )?;
+        // An empty eden is a kernel that does not allocate: the block's
+        // eden words were never sent (they are zero), and its top is `es`.
+        let mut top = [u64::from(es)];
+        if es < ee {
+            dh.read_raw(
+                self.eden_at + 8 * offload_abi::gpu::EDEN_TOP as u64,
+                &mut top,
+            )?;
+            got += 8;
+        }
         let top = top[0].min(u64::from(ee)) as usize * 8;
         let mut map = vec![0u8; top.div_ceil(offload_heap::resident::CHUNK_BYTES)];
         if !map.is_empty() {
             dh.read_raw(self.dirty_at, &mut map)?;
         }
         super::resident::mark_kernel_writes(heap, &map, es as usize * 8, top);
-        got += 8 + map.len() as u64;
+        got += map.len() as u64;
         // The safepoint's operation runs while this launch is parked.
         self.env.control.poll();
         let runs = heap.take_device_stale(es as usize * 8..ee as usize * 8);

@@ -73,7 +73,7 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.le.u64 {p}, {top}, {end};"));
         self.emit(format!("@{p} bra {l_refill};"));
         let stats = self.t(Cls::B64);
-        self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
+        self.emit(format!("ld.param.u64 {stats}, [p_ctx+{}];", offsets::STATS));
         self.emit(format!(
             "red.add.u64 [{stats}+{}], 1;",
             counter::byte(counter::REFILL_WAITS)
@@ -98,7 +98,10 @@ impl PtxWalker<'_> {
         self.fill(&top, &end);
         self.label(&l_carve);
         let want = self.t(Cls::B64);
-        self.emit(format!("ld.u64 {want}, [{CTX}+{}];", offsets::TLAB_WORDS));
+        self.emit(format!(
+            "ld.param.u64 {want}, [p_ctx+{}];",
+            offsets::TLAB_WORDS
+        ));
         self.emit(format!("max.u64 {want}, {want}, {words};"));
         let (start, new_end) = self.carve(&want, &l_fail, Some(TLAB));
         let st = self.t(Cls::B64);
@@ -119,7 +122,7 @@ impl PtxWalker<'_> {
             tlab::GENERATION_OFFSET
         ));
         let stats = self.t(Cls::B64);
-        self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
+        self.emit(format!("ld.param.u64 {stats}, [p_ctx+{}];", offsets::STATS));
         self.emit(format!(
             "red.add.u64 [{stats}+{}], 1;",
             counter::byte(counter::REFILLS)
@@ -177,7 +180,7 @@ impl PtxWalker<'_> {
             ));
         }
         let stats = self.t(Cls::B64);
-        self.emit(format!("ld.u64 {stats}, [{CTX}+{}];", offsets::STATS));
+        self.emit(format!("ld.param.u64 {stats}, [p_ctx+{}];", offsets::STATS));
         self.emit(format!(
             "red.add.u64 [{stats}+{}], 1;",
             counter::byte(counter::EDEN_FAILURES)

@@ -116,7 +116,7 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.eq.u32 {p}, {t}, 0;"));
         self.emit(format!("@{p} bra {skip};"));
         let pk = self.t(Cls::B64);
-        self.emit(format!("ld.u64 {pk}, [{CTX}+{}];", offsets::PARKED));
+        self.emit(format!("ld.param.u64 {pk}, [p_ctx+{}];", offsets::PARKED));
         self.emit("fence.sc.sys;");
         self.emit(format!("red.add.u32 [{pk}], 1;"));
         self.label(&spin);
@@ -203,8 +203,9 @@ impl PtxWalker<'_> {
         let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
         let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
         let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
+        let slot = self.slot_index();
         let mut arith = RecordArith::new(self);
-        let index = record::index(&mut arith, SLOT.into(), per, |_| NREC.into());
+        let index = record::index(&mut arith, slot, per, |_| NREC.into());
         let rec = record::address(&mut arith, area, words, index);
         self.emit(format!(
             "st.u64 [{rec}+{}], {W};",
@@ -366,7 +367,9 @@ impl Backend for Ptx {
     }
 
     fn def_var(w: &mut PtxWalker<'_>, var: &String, kind: Kind, x: String) {
-        if *var != x {
+        // Only a re-entry assigns a never-assigned capture's local: with the
+        // value it has (`Ptx::fixed`).
+        if *var != x && !w.backend.fixed.contains(var) {
             w.emit(format!("mov.{} {var}, {x};", mov_ty(kind)));
         }
     }

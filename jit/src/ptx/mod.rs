@@ -85,7 +85,7 @@ pub use scatter::{SCATTER_ENTRY, scatter_kernel};
 
 use crate::lower::{Walker, plan};
 use crate::spec::Speculations;
-use crate::{CompileOptions, JitError, ptxlib};
+use crate::{CompileOptions, JitError, Refusal, ptxlib};
 use offload_abi::gpu::offsets;
 use offload_deopt::{DeoptMetadata, Reason, SaveLayout};
 use offload_ir::{Bci, FuncId, Kind};
@@ -151,6 +151,17 @@ pub fn compile_speculative(
     let t0 = Instant::now();
     let v = prog.verified();
     let name = format!("offload_k{}_v{version}", k.0);
+    let count = v.func(k).params().len().saturating_sub(1);
+    if count > offload_abi::gpu::MAX_CAPTURES {
+        return Err(JitError::Unsupported {
+            func: v.func(k).name.clone(),
+            bci: 0,
+            why: Refusal::TooManyCaptures {
+                count,
+                max: offload_abi::gpu::MAX_CAPTURES,
+            },
+        });
+    }
     let ptx = Ptx {
         code: String::new(),
         regs: Vec::new(),
@@ -168,6 +179,7 @@ pub fn compile_speculative(
         loop_unchecked: std::collections::BTreeMap::new(),
         loop_hoisted: std::collections::BTreeMap::new(),
         loop_strided: std::collections::BTreeMap::new(),
+        fixed: BTreeSet::new(),
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -186,7 +198,15 @@ pub fn compile_speculative(
         text.push_str(&ptxlib::definitions(lw.backend.math.iter().copied()));
         text.push('\n');
     }
-    let _ = writeln!(text, ".visible .entry {name}(\n\t.param .u64 p_ctx\n)\n{{");
+    // The context and the captures by value (`offload_abi::gpu::DeviceCtx`,
+    // `MAX_CAPTURES`), read with `ld.param`.
+    let captures = v.func(k).params().len().saturating_sub(1);
+    let _ = writeln!(
+        text,
+        ".visible .entry {name}(\n\t.param .align 8 .b8 p_ctx[{}],\n\t.param .align 8 .b8 p_caps[{}]\n)\n{{",
+        offload_abi::gpu::DEVICE_CTX_WORDS * 8,
+        captures.max(1) * 8
+    );
     for (i, n) in lw.backend.next.iter().enumerate() {
         if *n > 0 {
             let (ty, pre) = TEMP_CLASSES[i];
@@ -309,13 +329,15 @@ pub(crate) struct Ptx {
     /// accesses as progressions in the induction variable (`k`'s register,
     /// the address at `k = 0`, the step; `loops.rs`, `stride_accesses`).
     loop_strided: std::collections::BTreeMap<Bci, (String, String, loops::Step)>,
+    /// The captures' registers that are also the kernel's locals (the
+    /// kernel never assigns them): launch-invariant, never assigned again.
+    fixed: BTreeSet<String>,
 }
 
 /// The walker with the PTX backend.
 pub(crate) type PtxWalker<'a> = Walker<'a, Ptx>;
 
 // Named registers of the slot loop.
-const CTX: &str = "%ctx";
 const SLOT: &str = "%slot";
 const HEAP: &str = "%heap";
 const CONTROL: &str = "%control";

@@ -19,7 +19,6 @@ impl PtxWalker<'_> {
         let reentry = !self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func);
         self.backend.reentry = reentry;
         for (n, ty) in [
-            (CTX, ".b64"),
             (SLOT, ".b64"),
             (HEAP, ".b64"),
             (CONTROL, ".b64"),
@@ -38,7 +37,6 @@ impl PtxWalker<'_> {
         ] {
             self.named(n.into(), ty);
         }
-        self.emit(format!("ld.param.u64 {CTX}, [p_ctx];"));
         let (a, b, c) = (self.t(Cls::B32), self.t(Cls::B32), self.t(Cls::B32));
         self.emit(format!("mov.u32 {a}, %ctaid.x;"));
         self.emit(format!("mov.u32 {b}, %ntid.x;"));
@@ -47,22 +45,28 @@ impl PtxWalker<'_> {
         let t = self.t(Cls::B64);
         self.emit(format!("cvt.u64.u32 {t}, {c};"));
         self.emit(format!("add.u64 {SLOT}, {SLOT}, {t};"));
-        self.emit(format!("ld.u64 {STRIDE}, [{CTX}+{}];", offsets::SLOTS));
+        self.emit(format!(
+            "ld.param.u64 {STRIDE}, [p_ctx+{}];",
+            offsets::SLOTS
+        ));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ge.u64 {p}, {SLOT}, {STRIDE};"));
         self.emit(format!("@{p} bra $idle;"));
-        self.emit(format!("ld.u64 {HEAP}, [{CTX}+{}];", offsets::HEAP_BASE));
-        self.emit(format!("ld.u64 {CONTROL}, [{CTX}+{}];", offsets::CONTROL));
-        self.emit(format!("ld.u64 {EDEN}, [{CTX}+{}];", offsets::EDEN));
-        self.emit(format!("ld.u64 {DIRTY}, [{CTX}+{}];", offsets::DIRTY));
-        let hc = self.t(Cls::B64);
         self.emit(format!(
-            "shr.u64 {hc}, {HEAP}, {};",
-            offload_heap::resident::CHUNK_SHIFT
+            "ld.param.u64 {HEAP}, [p_ctx+{}];",
+            offsets::HEAP_BASE
         ));
-        self.emit(format!("sub.u64 {DIRTY}, {DIRTY}, {hc};"));
+        self.emit(format!(
+            "ld.param.u64 {CONTROL}, [p_ctx+{}];",
+            offsets::CONTROL
+        ));
+        self.emit(format!("ld.param.u64 {EDEN}, [p_ctx+{}];", offsets::EDEN));
+        self.emit(format!("ld.param.u64 {DIRTY}, [p_ctx+{}];", offsets::DIRTY));
         self.emit(format!("mov.b16 {ONE8}, 1;"));
-        self.emit(format!("ld.u64 {LARGE}, [{CTX}+{}];", offsets::LARGE_WORDS));
+        self.emit(format!(
+            "ld.param.u64 {LARGE}, [p_ctx+{}];",
+            offsets::LARGE_WORDS
+        ));
         // TLAB of this slot: tlabs + (slot / group) * 24, or none.
         let group = self.ld_ctx(Cls::B64, offsets::TLAB_GROUP);
         let p = self.t(Cls::Pred);
@@ -79,11 +83,11 @@ impl PtxWalker<'_> {
         ));
         self.label(&l_tl);
         // Captures.
-        let caps = self.ld_ctx(Cls::B64, offsets::CAPTURES);
+        // Captures: the kernel's second parameter.
         let mut captures = Vec::new();
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw = self.t(Cls::B64);
-            self.emit(format!("ld.u64 {raw}, [{caps}+{}];", (i - 1) * 8));
+            self.emit(format!("ld.param.u64 {raw}, [p_caps+{}];", (i - 1) * 8));
             let name = self.named(format!("%cap{i}"), reg_type(p.ty.kind()));
             self.unpack_raw(p.ty.kind(), &raw, &name);
             captures.push(name);
@@ -116,8 +120,23 @@ impl PtxWalker<'_> {
             self.emit(format!("setp.eq.u64 {fresh}, {saved}, 0;"));
             self.emit(format!("selp.b64 {POLLS}, {POLLS}, {saved}, {fresh};"));
         }
+        // A capture the kernel never assigns is its capture's register: no
+        // copy per workitem, and a value ptxas reads from the parameters
+        // instead of holding it in a register. (A re-entry restores such a
+        // local to the value it has anyway: `def_var` skips it.)
+        let assigned: BTreeSet<usize> = f
+            .body
+            .iter()
+            .filter_map(|i| i.local_written().map(|l| l.index()))
+            .collect();
         for (i, l) in f.locals.iter().enumerate() {
-            let name = Ptx::local_var(self, 0, i, l.ty.kind());
+            let name = if (1..f.param_count as usize).contains(&i) && !assigned.contains(&i) {
+                let c = captures[i - 1].clone();
+                self.backend.fixed.insert(c.clone());
+                c
+            } else {
+                Ptx::local_var(self, 0, i, l.ty.kind())
+            };
             self.cur.locals.push(name);
         }
         // On a launch's first run no slot has a record or a rest: none
@@ -243,9 +262,9 @@ impl PtxWalker<'_> {
         let l_part = self.new_label();
         self.emit(format!("@{FRESHP} bra {l_part};"));
         let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
-        let at = self.t(Cls::B64);
+        let (at, slot) = (self.t(Cls::B64), self.slot_index());
         self.emit(format!(
-            "mad.lo.u64 {at}, {SLOT}, {}, {nr};",
+            "mad.lo.u64 {at}, {slot}, {}, {nr};",
             gpu::NEVER_RAN_BYTES
         ));
         self.emit(format!("ld.u64 {W}, {};", mem(&at, gpu::NEVER_RAN_LO)));
@@ -255,9 +274,9 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.ne.u64 {fresh}, {both}, 0;"));
         self.emit(format!("@{fresh} bra {l_have};"));
         self.label(&l_part);
-        let start = self.ld_ctx(Cls::B64, offsets::START);
-        self.emit(format!("add.s64 {W}, {start}, {SLOT};"));
-        self.emit(format!("ld.u64 {HI}, [{CTX}+{}];", offsets::END));
+        let (start, slot) = (self.ld_ctx(Cls::B64, offsets::START), self.slot_index());
+        self.emit(format!("add.s64 {W}, {start}, {slot};"));
+        self.emit(format!("ld.param.u64 {HI}, [p_ctx+{}];", offsets::END));
         self.label(&l_have);
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {W}, {HI};"));
@@ -274,7 +293,9 @@ impl PtxWalker<'_> {
             let k = f.locals[i].ty.kind();
             if i < f.param_count as usize {
                 let c = captures[i - 1].clone();
-                self.emit(format!("mov.{} {var}, {c};", mov_ty(k)));
+                if var != c {
+                    self.emit(format!("mov.{} {var}, {c};", mov_ty(k)));
+                }
             } else {
                 self.zero_into(k, &var);
             }
@@ -373,6 +394,7 @@ impl PtxWalker<'_> {
     /// return.
     pub(super) fn slot_exit(&mut self, nr_lo: &str, nr_hi: &str, code: u32) {
         let (mut nr_lo, mut nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
+        let slot = self.slot_index();
         if code != offload_abi::exit::DONE {
             // An empty rest is stored as none: `(0, 0)` would read as a
             // part not started.
@@ -390,7 +412,7 @@ impl PtxWalker<'_> {
             let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
             let at = self.t(Cls::B64);
             self.emit(format!(
-                "mad.lo.u64 {at}, {SLOT}, {}, {nr};",
+                "mad.lo.u64 {at}, {slot}, {}, {nr};",
                 gpu::NEVER_RAN_BYTES
             ));
             let guard = if self.backend.reentry {
@@ -420,13 +442,13 @@ impl PtxWalker<'_> {
         // finishes touches no shared word.
         let (dn, at) = (self.ld_ctx(Cls::B64, offsets::DONE), self.t(Cls::B64));
         self.emit(format!(
-            "mad.lo.u64 {at}, {SLOT}, {}, {dn};",
+            "mad.lo.u64 {at}, {slot}, {}, {dn};",
             gpu::DONE_BYTES
         ));
         self.emit(format!("st.u64 [{at}], {DONE};"));
         let (ex, at) = (self.ld_ctx(Cls::B64, offsets::EXITS), self.t(Cls::B64));
         self.emit(format!(
-            "mad.lo.u64 {at}, {SLOT}, {}, {ex};",
+            "mad.lo.u64 {at}, {slot}, {}, {ex};",
             gpu::EXIT_BYTES
         ));
         let c = self.t(Cls::B32);
@@ -437,18 +459,32 @@ impl PtxWalker<'_> {
 
     /// The address of this slot's injected-safepoint state.
     pub(super) fn inject_addr(&mut self) -> String {
-        let base = self.ld_ctx(Cls::B64, offsets::INJECT);
+        let (base, slot) = (self.ld_ctx(Cls::B64, offsets::INJECT), self.slot_index());
         let at = self.t(Cls::B64);
         self.emit(format!(
-            "mad.lo.u64 {at}, {SLOT}, {}, {base};",
+            "mad.lo.u64 {at}, {slot}, {}, {base};",
             gpu::INJECT_BYTES
         ));
         at
     }
 
+    /// The slot's index, derived again from the special registers: the
+    /// prologue's `%slot` dies there, so that no register holds it while
+    /// the slot runs (the exits and deopts that need it are cold).
+    pub(super) fn slot_index(&mut self) -> String {
+        let (a, b, c) = (self.t(Cls::B32), self.t(Cls::B32), self.t(Cls::B32));
+        let (t, slot) = (self.t(Cls::B64), self.t(Cls::B64));
+        self.emit(format!("mov.u32 {a}, %ctaid.x;"));
+        self.emit(format!("mov.u32 {b}, %ntid.x;"));
+        self.emit(format!("mov.u32 {c}, %tid.x;"));
+        self.emit(format!("cvt.u64.u32 {t}, {c};"));
+        self.emit(format!("mad.wide.u32 {slot}, {a}, {b}, {t};"));
+        slot
+    }
+
     pub(super) fn ld_ctx(&mut self, c: Cls, off: u32) -> String {
         let r = self.t(c);
-        self.emit(format!("ld.u64 {r}, [{CTX}+{off}];"));
+        self.emit(format!("ld.param.u64 {r}, [p_ctx+{off}];"));
         r
     }
 }
