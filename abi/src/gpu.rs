@@ -77,16 +77,15 @@ device_ctx! {
         slots: u64,
         /// Words a refill carves (at least the object).
         tlab_words: u64,
-        /// Per slot, how its last run ended (`u32`): [`EXITED`] with the
-        /// [`crate::exit`] code. The host zeroes the codes before each run:
-        /// 0 is a slot still running. A slot that exits stores its
-        /// completed count ([`DeviceCtx::done`]), then its code, with
-        /// release semantics at system scope (its writes are visible before
-        /// the code is).
+        /// Per slot, how its last run ended: a byte, [`exit_byte`] of the
+        /// [`crate::exit`] code. The host zeroes the bytes before each run:
+        /// 0 is a slot still running. A slot that exits stores its byte
+        /// with release semantics at system scope (its writes are visible
+        /// before the byte is). A slot counts no workitems: the host knows
+        /// what each run was given (the slots' parts, the records it
+        /// handed back) and reads what is left (rests, records), so the
+        /// difference is what the slots completed.
         exits: u64,
-        /// Per slot, the workitems it completed in its last run (`u64`;
-        /// its resumed record's included), stored as it exits.
-        done: u64,
         /// Counters (`u64`) of one run, at the indices of [`counter`];
         /// the host zeroes them before each run and sums them over a
         /// launch's runs.
@@ -115,6 +114,14 @@ device_ctx! {
         /// or a rest in [`DeviceCtx::never_ran`] (all `(0, 0)`), so slots
         /// start their parts without reading either; 0 on a relaunch.
         fresh: u64,
+        /// The slot thread 0 runs, below `slots`: thread `t` runs slot
+        /// `(t + rotate) mod slots`. The host picks it so that the 32
+        /// consecutive workitems a warp runs together start on a 32-byte
+        /// sector of the array the kernel streams through (its elements
+        /// start 8 bytes past a header): coalescing as a CUDA C kernel's
+        /// `cudaMalloc`ed arrays have it. Nothing else depends on it: a
+        /// slot's part is `start + slot`, `start + slot + slots`, ….
+        rotate: u64,
     }
 }
 
@@ -128,7 +135,7 @@ pub const EDEN_WORDS: usize = 2;
 
 /// A run's counters ([`DeviceCtx::stats`]): word indices, each a `u64`.
 /// None is touched by a run in which no slot deoptimizes, stops or
-/// allocates: a slot's completed workitems are in [`DeviceCtx::done`].
+/// allocates.
 pub mod counter {
     /// Save records written.
     pub const DEOPTS: usize = 0;
@@ -171,17 +178,35 @@ pub const NEVER_RAN_BYTES: u64 = size_of::<NeverRan>() as u64;
 pub const NEVER_RAN_LO: i32 = std::mem::offset_of!(NeverRan, lo) as i32;
 /// `NeverRan::hi`.
 pub const NEVER_RAN_HI: i32 = std::mem::offset_of!(NeverRan, hi) as i32;
-/// Set in every exit code a slot stores ([`DeviceCtx::exits`]): the
+/// Set in every exit byte a slot stores ([`DeviceCtx::exits`]): the
 /// codes ([`crate::exit::DONE`] is 0) are then told from a slot still
 /// running.
-pub const EXITED: u32 = 1 << 31;
+pub const EXITED: u8 = 0x80;
 
-/// Bytes from one slot's exit code ([`DeviceCtx::exits`], a `u32`) to the
-/// next.
-pub const EXIT_BYTES: u64 = size_of::<u32>() as u64;
-/// Bytes from one slot's completed count ([`DeviceCtx::done`], a `u64`)
-/// to the next.
-pub const DONE_BYTES: u64 = size_of::<u64>() as u64;
+/// The exit codes a GPU slot leaves, each told by its low four bits.
+const GPU_EXITS: [u32; 4] = [
+    crate::exit::DONE,
+    crate::exit::STOPPED,
+    crate::exit::DEOPT,
+    crate::exit::NO_LANDING,
+];
+
+/// The byte a GPU slot stores for exit code `code` (one of [`crate::exit`]'s
+/// GPU codes: `DONE`, `STOPPED`, `DEOPT`, `NO_LANDING`): [`EXITED`] with the
+/// code's low four bits. A byte per slot keeps the exits of a warp in one
+/// 32-byte sector.
+pub const fn exit_byte(code: u32) -> u8 {
+    EXITED | (code & 0x0F) as u8
+}
+
+/// The exit code of an exit byte, `None` for a slot still running (0) or a
+/// byte no GPU slot stores.
+pub fn exit_code(byte: u8) -> Option<u32> {
+    GPU_EXITS.into_iter().find(|&c| exit_byte(c) == byte)
+}
+
+/// Bytes from one slot's exit byte ([`DeviceCtx::exits`]) to the next.
+pub const EXIT_BYTES: u64 = size_of::<u8>() as u64;
 /// Bytes from one slot's injection state ([`DeviceCtx::inject`], a `u64`)
 /// to the next.
 pub const INJECT_BYTES: u64 = size_of::<u64>() as u64;
@@ -194,9 +219,19 @@ pub const DEVICE_CTX_WORDS: usize = size_of::<DeviceCtx>() / 8;
 pub const PARAM_BYTES: usize = 4096;
 
 /// The most captures a kernel may take on the GPU: a kernel's parameters
-/// are its [`DeviceCtx`] (`p_ctx`) and its captures' raw 64-bit words
-/// (`p_caps`), passed by value at launch, and must fit [`PARAM_BYTES`].
-pub const MAX_CAPTURES: usize = PARAM_BYTES / 8 - DEVICE_CTX_WORDS;
+/// are its [`DeviceCtx`] (`p_ctx`), its captures' raw 64-bit words
+/// (`p_caps`) and, per capture, the address of its array's element 0
+/// ([`elem0`]; `p_elems`), passed by value at launch, and must fit
+/// [`PARAM_BYTES`].
+pub const MAX_CAPTURES: usize = (PARAM_BYTES / 8 - DEVICE_CTX_WORDS) / 2;
+
+/// What `p_elems` holds for a capture whose raw word is `raw`, the heap
+/// image starting at `heap_base`: the address of element 0 if it is an
+/// array (a reference is a word offset; the elements follow an 8-byte
+/// header), the same arithmetic on the word otherwise (unused).
+pub fn elem0(heap_base: u64, raw: u64) -> u64 {
+    heap_base.wrapping_add(8 * (raw & 0xFFFF_FFFF) + 8)
+}
 
 /// Bytes of one device TLAB record ([`TlabWords`]: state, generation,
 /// refills), packed one after the other.
@@ -223,12 +258,12 @@ pub mod offsets {
     pub const SLOTS: u32 = offset_of!(DeviceCtx, slots) as u32;
     pub const TLAB_WORDS: u32 = offset_of!(DeviceCtx, tlab_words) as u32;
     pub const EXITS: u32 = offset_of!(DeviceCtx, exits) as u32;
-    pub const DONE: u32 = offset_of!(DeviceCtx, done) as u32;
     pub const STATS: u32 = offset_of!(DeviceCtx, stats) as u32;
     pub const INJECT: u32 = offset_of!(DeviceCtx, inject) as u32;
     pub const DIRTY: u32 = offset_of!(DeviceCtx, dirty) as u32;
     pub const PARKED: u32 = offset_of!(DeviceCtx, parked) as u32;
     pub const FRESH: u32 = offset_of!(DeviceCtx, fresh) as u32;
+    pub const ROTATE: u32 = offset_of!(DeviceCtx, rotate) as u32;
 }
 
 #[cfg(test)]
@@ -254,12 +289,12 @@ mod tests {
             slots: 15,
             tlab_words: 16,
             exits: 17,
-            done: 22,
             stats: 18,
             inject: 19,
             dirty: 20,
             parked: 21,
             fresh: 23,
+            rotate: 24,
         };
         let words = ctx.to_words();
         let at = |off: u32| words[off as usize / 8];
@@ -269,15 +304,20 @@ mod tests {
         assert_eq!(at(offsets::TLABS), 11);
         assert_eq!(at(offsets::START), 2);
         assert_eq!(at(offsets::PARKED), 21);
-        assert_eq!(at(offsets::DONE), 22);
         assert_eq!(at(offsets::FRESH), 23);
+        assert_eq!(at(offsets::ROTATE), 24);
+        for c in GPU_EXITS {
+            assert_eq!(exit_code(exit_byte(c)), Some(c));
+        }
+        assert_eq!(exit_code(0), None);
         assert_eq!(words.len(), 21);
         // Kernel parameters: the context and the captures fit 4 KiB.
-        assert_eq!(DEVICE_CTX_WORDS * 8 + MAX_CAPTURES * 8, PARAM_BYTES);
+        const { assert!(DEVICE_CTX_WORDS * 8 + MAX_CAPTURES * 16 <= PARAM_BYTES) };
+        const { assert!(DEVICE_CTX_WORDS * 8 + (MAX_CAPTURES + 1) * 16 > PARAM_BYTES) };
         assert_eq!(TLAB_BYTES, 24);
         assert_eq!((NEVER_RAN_BYTES, NEVER_RAN_LO, NEVER_RAN_HI), (16, 0, 8));
-        assert_eq!((EXIT_BYTES, DONE_BYTES), (4, 8));
+        assert_eq!(EXIT_BYTES, 1);
         // What the generated PTX was built against.
-        assert_eq!(offsets::PARKED, 152);
+        assert_eq!(offsets::PARKED, 144);
     }
 }

@@ -6,7 +6,7 @@
 //! no part of it: they are the kernel's parameters.
 //!
 //! ```text
-//! eden | counters | parked | dirty map | TLABs | exits | done | never-ran | injection | fillers
+//! eden | counters | parked | dirty map | TLABs | exits | never-ran | injection | fillers
 //! sent
 //! └────── summary, copied back ──────┘
 //!        └──────────────── zeroed each run ─────────────────┘
@@ -46,7 +46,6 @@ pub(super) struct Layout {
     pub(super) dirty: usize,
     pub(super) tlabs: usize,
     pub(super) exits: usize,
-    pub(super) done: usize,
     pub(super) never: usize,
     pub(super) inject: usize,
     pub(super) fillers: usize,
@@ -62,8 +61,7 @@ impl Layout {
         let dirty = parked + 8;
         let tlabs = dirty + s.map_bytes.next_multiple_of(8);
         let exits = tlabs + s.tlabs * gpu::TLAB_BYTES as usize;
-        let done = exits + (s.slots * gpu::EXIT_BYTES as usize).next_multiple_of(8);
-        let never = done + s.slots * gpu::DONE_BYTES as usize;
+        let never = exits + (s.slots * gpu::EXIT_BYTES as usize).next_multiple_of(8);
         let inject = never + s.slots * gpu::NEVER_RAN_BYTES as usize;
         let fillers = inject + s.slots * gpu::INJECT_BYTES as usize;
         let end = fillers + 16 * (s.tlabs + 1);
@@ -74,7 +72,6 @@ impl Layout {
             dirty,
             tlabs,
             exits,
-            done,
             never,
             inject,
             fillers,
@@ -221,10 +218,9 @@ mod tests {
         assert_eq!(l.tlabs, l.dirty + 16);
         assert_eq!(l.fillers - l.inject, 8000);
         assert_eq!(l.end - l.fillers, 16 * 33);
-        assert_eq!(l.done - l.exits, 4000);
-        assert_eq!(l.never - l.done, 8000);
+        assert_eq!(l.never - l.exits, 1000);
         for off in [
-            l.eden, l.stats, l.parked, l.dirty, l.tlabs, l.exits, l.done, l.never, l.inject,
+            l.eden, l.stats, l.parked, l.dirty, l.tlabs, l.exits, l.never, l.inject,
         ] {
             assert_eq!(off % 8, 0);
         }

@@ -22,6 +22,24 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+/// Bytes of a memory sector, the unit a warp's accesses are coalesced to.
+const SECTOR_BYTES: u64 = 32;
+
+/// The rotation (below `slots`, the smallest of the best) that starts the
+/// most of `firsts` — each an access's first element address and element
+/// bytes — on a sector when thread 0 runs its first workitem.
+fn sector_rotation(firsts: &[(u64, u64)], slots: u64) -> u64 {
+    let aligned = |r: u64| {
+        firsts
+            .iter()
+            .filter(|&&(at, size)| at.wrapping_add(r * size) % SECTOR_BYTES == 0)
+            .count()
+    };
+    (0..SECTOR_BYTES.min(slots.max(1)))
+        .max_by_key(|&r| (aligned(r), std::cmp::Reverse(r)))
+        .unwrap_or(0)
+}
+
 /// The block a launch with `state`'s shape needs: the one the GPU kept
 /// from its last launch when it has the room.
 pub(super) fn block_for(
@@ -58,8 +76,9 @@ pub(super) struct Grid<'a> {
     /// [`offload_abi::gpu::NeverRan`]), with `NEVER_RAN_NONE` for the
     /// slots that finished (which store none): sent before a relaunch.
     rests: Vec<i64>,
-    /// The captures' words of the last run's launch (its parameter).
-    params: Vec<u64>,
+    /// The captures' words and their elements' addresses of the last
+    /// run's launch (its parameters).
+    params: (Vec<u64>, Vec<u64>),
     /// Records handed back, resumed by the next round.
     handed: Vec<HandedBack>,
     /// Per slot, the (workitem, site) of the allocation failure it was
@@ -105,7 +124,7 @@ impl<'a> Grid<'a> {
             block,
             pending: range.end.saturating_sub(range.start).max(0) as u64,
             rests: Vec::new(),
-            params: Vec::new(),
+            params: (Vec::new(), Vec::new()),
             range,
             handed: Vec::new(),
             resumed_alloc: Vec::new(),
@@ -225,7 +244,6 @@ impl<'a> Grid<'a> {
             slots: st.slots as u64,
             tlab_words: st.tlab_words,
             exits: b.at(l.exits),
-            done: b.at(l.done),
             stats: b.at(l.stats),
             inject: b.at(l.inject),
             // The map less the image's first chunk number (the image starts
@@ -236,7 +254,36 @@ impl<'a> Grid<'a> {
                 .wrapping_sub(self.gpu.resident.heap_at() >> CHUNK_SHIFT),
             parked: b.at(l.parked),
             fresh: u64::from(st.totals.launches == 1),
+            rotate: self.rotate(launch),
         }
+    }
+
+    /// [`DeviceCtx::rotate`]: the slot thread 0 runs, chosen so that the
+    /// most of the kernel's array accesses (all indexed by the workitem
+    /// number: `PtxKernel::streams`) start a warp's 32 workitems on a
+    /// sector; 0 when the kernel has other accesses, or allocates.
+    fn rotate(&self, launch: &Launch<'_>) -> u64 {
+        let streams = &self.k.ptx.streams;
+        // Slots share TLABs by number (`DeviceCtx::tlab_group`): those of a
+        // kernel that allocates stay with their warps.
+        if streams.is_empty() || self.k.ptx.allocates {
+            return 0;
+        }
+        let caps: Vec<u64> = launch.call.capture_values().collect();
+        let heap = self.gpu.resident.heap_at();
+        // Each access's element `start`.
+        let firsts: Vec<(u64, u64)> = streams
+            .iter()
+            .filter_map(|&(c, size)| {
+                let elem0 = gpu::elem0(heap, *caps.get(c)?);
+                let size = u64::from(size);
+                Some((
+                    elem0.wrapping_add((self.range.start as u64).wrapping_mul(size)),
+                    size,
+                ))
+            })
+            .collect();
+        sector_rotation(&firsts, self.state.slots as u64)
     }
 
     /// Start the round on the stream: its block set up (the save area's
@@ -262,29 +309,38 @@ impl<'a> Grid<'a> {
             .begin(first, allocates.then_some(bounds), s)
             .map_err(cuda_err("launch block"))?;
         gpu.set_control(0)?;
-        // The kernel's parameters, by value: the context and the captures'
-        // words (at least one, as the PTX declares).
+        // The kernel's parameters, by value: the context, the captures'
+        // words and their elements' addresses (at least one each, as the
+        // PTX declares).
         let mut ctx = self.context(launch).to_words();
-        self.params.clear();
-        self.params.extend(launch.call.capture_values());
-        if self.params.is_empty() {
-            self.params.push(0);
+        let heap = gpu.resident.heap_at();
+        let (caps, elems) = (&mut self.params.0, &mut self.params.1);
+        caps.clear();
+        caps.extend(launch.call.capture_values());
+        if caps.is_empty() {
+            caps.push(0);
         }
-        self.state.totals.to_device += 8 * (ctx.len() + self.params.len()) as u64;
-        // SAFETY: the kernel takes two byte arrays, its `DeviceCtx`'s words
-        // and its captures' (`offload_jit::ptx`, the entry's header; the
-        // driver copies both before the call returns); what they point at
-        // (the block, the area, the image) lives until the round's event is
-        // done (the grid owns the block, and the stream orders any later
-        // launch's use of it after this one; the image is replaced only
-        // under the launch lock this launch holds).
+        elems.clear();
+        elems.extend(caps.iter().map(|&raw| gpu::elem0(heap, raw)));
+        self.state.totals.to_device += 8 * (ctx.len() + caps.len() + elems.len()) as u64;
+        // SAFETY: the kernel takes three byte arrays, its `DeviceCtx`'s
+        // words, its captures' and their elements' (`offload_jit::ptx`, the
+        // entry's header; the driver copies them before the call returns);
+        // what they point at (the block, the area, the image) lives until
+        // the round's event is done (the grid owns the block, and the
+        // stream orders any later launch's use of it after this one; the
+        // image is replaced only under the launch lock this launch holds).
         unsafe {
             raw::launch(
                 self.k.func.cu_function(),
                 Self::blocks(self.state.slots),
                 super::BLOCK,
                 s,
-                &mut [ctx.as_mut_ptr().cast(), self.params.as_mut_ptr().cast()],
+                &mut [
+                    ctx.as_mut_ptr().cast(),
+                    caps.as_mut_ptr().cast(),
+                    elems.as_mut_ptr().cast(),
+                ],
             )
         }
         .map_err(cuda_err("launch"))?;
@@ -398,6 +454,7 @@ impl<'a> Grid<'a> {
     /// never-ran rest and exit.
     fn came_back(&mut self, launch: &Launch<'_>, round: &mut Round) -> Result<(), OffloadError> {
         let (s, l) = (self.gpu.stream.cu_stream(), self.block.layout);
+        let given = self.pending;
         let st = &mut *self.state;
         let slots = st.slots;
         // SAFETY: each copy reads a whole part of the block (or the area's
@@ -412,22 +469,16 @@ impl<'a> Grid<'a> {
         // SAFETY: as above.
         unsafe { raw::fetch(&mut never, self.block.at(l.never), s) }
             .map_err(cuda_err("never_ran"))?;
-        let (mut exits, mut done) = (vec![0u32; slots], vec![0u64; slots]);
+        let mut exits = vec![0u8; slots];
         // SAFETY: as above.
-        unsafe {
-            raw::fetch(&mut exits, self.block.at(l.exits), s).map_err(cuda_err("exits"))?;
-            raw::fetch(&mut done, self.block.at(l.done), s).map_err(cuda_err("exits"))?;
-        }
-        st.totals.to_host +=
-            (launch.area.bytes() + 8 * never.len() + 4 * exits.len() + 8 * done.len()) as u64;
-        round.completed = done.iter().sum();
-        round.done = exits
-            .iter()
-            .all(|&c| c & !gpu::EXITED == offload_abi::exit::DONE);
+        unsafe { raw::fetch(&mut exits, self.block.at(l.exits), s) }.map_err(cuda_err("exits"))?;
+        st.totals.to_host += (launch.area.bytes() + 8 * never.len() + exits.len()) as u64;
+        let finished = |&c: &u8| gpu::exit_code(c) == Some(offload_abi::exit::DONE);
+        round.done = exits.iter().all(finished);
         // A slot that finished stored no rest: it has none.
         let (none_lo, none_hi) = gpu::NEVER_RAN_NONE;
-        for (r, &c) in never.chunks_exact_mut(2).zip(&exits) {
-            if c & !gpu::EXITED == offload_abi::exit::DONE {
+        for (r, c) in never.chunks_exact_mut(2).zip(&exits) {
+            if finished(c) {
                 (r[0], r[1]) = (none_lo, none_hi);
             }
         }
@@ -462,6 +513,13 @@ impl<'a> Grid<'a> {
                 }
             }
         }
+        // The slots count nothing: the round was given its parts' unstarted
+        // workitems and the records handed back; what it started and did
+        // not leave in a record (the area holds every record of the round,
+        // a resumed one that stopped again included) it completed.
+        let started = given - self.pending.min(given) + round.resumed.len() as u64;
+        debug_assert!(self.pending <= given && round.records.len() as u64 <= started);
+        round.completed = started.saturating_sub(round.records.len() as u64);
         Ok(())
     }
 
@@ -605,4 +663,25 @@ fn filler(start: u32, end: u32) -> (u64, u64) {
     .encode()
     .expect("a filler header encodes");
     (u64::from(start) * 8, u64::from(a) | u64::from(b) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sector_rotation;
+
+    #[test]
+    fn the_rotation_puts_the_most_accesses_on_a_sector() {
+        // One `f32` stream 8 bytes past a sector: 6 elements on.
+        assert_eq!(sector_rotation(&[(0x1008, 4)], 1024), 6);
+        // Aligned already, or nothing to align: none.
+        assert_eq!(sector_rotation(&[(0x1000, 4)], 1024), 0);
+        assert_eq!(sector_rotation(&[], 1024), 0);
+        // Two loads of one array outvote a store into another.
+        let firsts = [(0x1008, 4), (0x1008, 4), (0x2010, 4)];
+        assert_eq!(sector_rotation(&firsts, 1024), 6);
+        // `f64`: 8 bytes past is 3 elements on.
+        assert_eq!(sector_rotation(&[(0x1008, 8)], 1024), 3);
+        // Never as many as the slots.
+        assert!(sector_rotation(&[(0x1008, 4)], 4) < 4);
+    }
 }

@@ -148,9 +148,9 @@ impl Waiting<'_> {
             dh.read_raw(self.parked_at, &mut n)?;
             got += 4;
             if n[0] as usize + gone < self.slots {
-                exits.resize(self.slots, 0u32);
+                exits.resize(self.slots, 0u8);
                 dh.read_raw(self.exits_at, &mut exits)?;
-                got += 4 * exits.len() as u64;
+                got += exits.len() as u64;
                 gone = exits.iter().filter(|&&c| c != 0).count();
             }
             if n[0] as usize + gone >= self.slots {

@@ -288,7 +288,7 @@ impl<'f> Backend for Cpu<'f> {
         w.deopt_when(cond, exit);
     }
 
-    fn safepoint_requested(w: &mut CpuWalker<'_, 'f>) -> Value {
+    fn safepoint_requested(w: &mut CpuWalker<'_, 'f>, _work: u32) -> Value {
         let cw = w.control_word();
         let mut sp = w
             .backend

@@ -186,7 +186,8 @@ impl CpuWalker<'_, '_> {
             .map(|a| a.0)
             .filter(|&b| self.backend.unchecked.insert(b))
             .collect();
-        let res = self.unchecked_loop_copies((lp.header, lp.last), opt::loop_unroll(lp), fast);
+        let res =
+            self.unchecked_loop_copies((lp.header, lp.last), opt::loop_unroll(lp), fast, None);
         for b in added {
             self.backend.unchecked.remove(&b);
         }

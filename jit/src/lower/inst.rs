@@ -166,6 +166,13 @@ impl<B: Backend> Walker<'_, B> {
                 };
                 let x = self.pop(k);
                 let jumps = matches!(inst, Inst::BrIf { .. } | Inst::BrNonNull { .. });
+                if self.cur.stays == Some(bci) {
+                    // A loop test known to stay in the loop (an unrolled
+                    // copy whose round was tested at its start).
+                    let fall = self.cur.blocks[&(bci + 1)].clone();
+                    B::jump(self, &fall);
+                    return Ok(true);
+                }
                 if let Some(taken) = self.spec.branch(self.cur.func, bci) {
                     self.speculated_branch(jumps, bci, target.0, x, taken);
                     return Ok(true);

@@ -46,6 +46,8 @@ mod inst;
 pub(crate) mod plan;
 mod predicated;
 pub(crate) mod reentry;
+pub(crate) mod reuse;
+pub(crate) mod weight;
 
 use crate::spec::Speculations;
 use crate::{CompileOptions, Injection, JitError};
@@ -156,7 +158,9 @@ pub(crate) trait Backend: Sized {
     fn deopt_if(w: &mut Walker<'_, Self>, cond: Self::Val, exit: Exit<Self::Var>);
     /// Whether a safepoint is requested at a back-edge poll (or, with
     /// [`CompileOptions::safepoints`], injected there), as a condition.
-    fn safepoint_requested(w: &mut Walker<'_, Self>) -> Self::Val;
+    /// `work` is the loop's iteration in [`weight`] units: a backend may
+    /// read the control word only once that much work has been done.
+    fn safepoint_requested(w: &mut Walker<'_, Self>, work: u32) -> Self::Val;
     /// Whether injection `inj` picks the running workitem, as a condition.
     fn injected(w: &mut Walker<'_, Self>, inj: Injection) -> Self::Val;
     /// Word `word` of the save record being re-entered, as a value of kind
@@ -303,7 +307,13 @@ pub(crate) struct Frame<'a, B: Backend> {
     /// The block of each reachable leader.
     pub(crate) blocks: HashMap<Bci, B::Block>,
     /// Back-edge poll blocks waiting to be filled.
-    pub(crate) pending_polls: Vec<(B::Block, Bci)>,
+    /// Back-edges' poll blocks to fill: the block, the loop's header and
+    /// the edge's source.
+    pub(crate) pending_polls: Vec<(B::Block, Bci, Bci)>,
+    /// A conditional branch known not to be taken where it is lowered now
+    /// (`predicated.rs`: the header test of an unrolled loop's copies,
+    /// whose whole round was tested at its start).
+    pub(crate) stays: Option<Bci>,
     /// While lowering a copy of an unrolled loop other than the last:
     /// its header, whose back-edges go to the next copy without a poll.
     pub(crate) poll_free_header: Option<Bci>,
@@ -324,6 +334,7 @@ impl<'a, B: Backend> Frame<'a, B> {
             depth: 0,
             blocks: HashMap::new(),
             pending_polls: Vec::new(),
+            stays: None,
             poll_free_header: None,
             ret_to: None,
             instance,
@@ -637,7 +648,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             return dest;
         }
         let poll = B::new_block(self);
-        self.cur.pending_polls.push((poll.clone(), target));
+        self.cur.pending_polls.push((poll.clone(), target, from));
         poll
     }
 
@@ -645,10 +656,11 @@ impl<'a, B: Backend> Walker<'a, B> {
     /// word; on a safepoint request deoptimize at the loop header (whose
     /// frame state is the edge's: the verifier made the depths agree).
     pub(crate) fn flush_polls(&mut self) {
-        for (poll, target) in std::mem::take(&mut self.cur.pending_polls) {
+        for (poll, target, from) in std::mem::take(&mut self.cur.pending_polls) {
             let dest = self.cur.blocks[&target].clone();
             B::switch_to(self, &poll);
-            let sp = B::safepoint_requested(self);
+            let work = weight::iteration(self.v, self.cur.func, target, from);
+            let sp = B::safepoint_requested(self, work);
             B::branch_on(self, sp, false, &dest);
             self.cur.depth = self.depth_at(target);
             self.deopt_here(target, Reason::Safepoint);

@@ -8,6 +8,10 @@ use super::{Backend, Walker};
 use crate::JitError;
 use offload_ir::Bci;
 
+/// An unrolled loop's round test (`Walker::unchecked_loop_copies`): the
+/// header test's branch, and the lowering of the test of a round.
+pub(crate) type RoundTest<'r, W> = (Bci, &'r mut dyn FnMut(&mut W));
+
 impl<B: Backend> Walker<'_, B> {
     /// Lower the current frame's body with `loops` (the kernel's
     /// predicated loops: an inlined callee's frame has none) in two versions
@@ -55,11 +59,17 @@ impl<B: Backend> Walker<'_, B> {
     /// landings in them: a workitem resumed in the loop enters it where
     /// its test is made, or in the checked version. The loop's blocks are
     /// the checked version's again afterwards.
+    ///
+    /// With `round` — the header test's branch and a lowering of the
+    /// round's test — each round of the copies starts with that test
+    /// (which leaves for the checked version when fewer than `copies`
+    /// iterations may be left), and the copies' header tests are not made.
     pub(crate) fn unchecked_loop_copies(
         &mut self,
         (h, last): (Bci, Bci),
         copies: u32,
         fast: B::Block,
+        mut round: Option<RoundTest<'_, Self>>,
     ) -> Result<(), JitError> {
         let inside: Vec<(Bci, B::Block)> = self
             .cur
@@ -82,6 +92,18 @@ impl<B: Backend> Walker<'_, B> {
                 };
                 self.cur.blocks.insert(*k, nb);
             }
+            if j == 0
+                && let Some((test, emit)) = round.as_mut()
+            {
+                // The round's test, then copy 0's header in a block of its
+                // own (the last copy's back-edges come to the test).
+                let c0 = B::new_block(self);
+                B::switch_to(self, &headers[0]);
+                emit(self);
+                B::jump(self, &c0);
+                self.cur.blocks.insert(h, c0);
+                self.cur.stays = Some(*test);
+            }
             let next = headers[(j + 1) % copies].clone();
             let last_copy = j + 1 == copies;
             res = self.lower_range(h, h + 1, true).and_then(|t| {
@@ -100,6 +122,7 @@ impl<B: Backend> Walker<'_, B> {
                 Err(_) => break,
             }
         }
+        self.cur.stays = None;
         self.landings = landings;
         for (k, b) in inside {
             self.cur.blocks.insert(k, b);

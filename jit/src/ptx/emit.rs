@@ -486,15 +486,16 @@ impl Backend for Ptx {
         w.label(&cont);
     }
 
-    fn safepoint_requested(w: &mut PtxWalker<'_>) -> String {
+    fn safepoint_requested(w: &mut PtxWalker<'_>, work: u32) -> String {
         let p = w.t(Cls::Pred);
         let done = w.new_label();
         if w.opts.safepoints.is_none() {
-            // Every EDGES_PER_POLL back-edges (false until then).
-            w.emit(format!("add.s32 {POLLC}, {POLLC}, -1;"));
+            // Once POLL_WORK of work is done (false until then).
+            let work = work.clamp(1, POLL_WORK);
+            w.emit(format!("add.s32 {POLLC}, {POLLC}, -{work};"));
             w.emit(format!("setp.lt.s32 {p}, {POLLC}, 0;"));
             w.emit(format!("@!{p} bra {done};"));
-            w.emit(format!("mov.b32 {POLLC}, {};", EDGES_PER_POLL - 1));
+            w.emit(format!("mov.b32 {POLLC}, {};", POLL_WORK - 1));
         }
         let cw = w.t(Cls::B32);
         w.emit(format!("ld.relaxed.gpu.u32 {cw}, [{CONTROL}];"));
@@ -736,10 +737,12 @@ impl Backend for Ptx {
         bci: Bci,
         from_top: usize,
     ) -> String {
-        if let Some(a) = w.proven_elem_addr(&idx, size, bci) {
+        // A predicated loop's covered access first: its invariant loads
+        // are hoisted out of the loop (a workitem's `px[b]` in nbody's).
+        if let Some(a) = w.loop_elem_addr(&idx, size, bci) {
             return a;
         }
-        if let Some(a) = w.loop_elem_addr(&idx, size, bci) {
+        if let Some(a) = w.proven_elem_addr(&idx, size, bci) {
             return a;
         }
         w.null_check_unless_known(r.clone(), bci, from_top);
@@ -765,13 +768,21 @@ impl Backend for Ptx {
         {
             return x.clone();
         }
+        if off == 0
+            && let Some(x) = w.reused_load(&addr, k)
+        {
+            return x;
+        }
         let x = w.t(cls(k));
         let at = if off == 0 {
-            addr
+            addr.clone()
         } else {
             format!("{addr}+{off}")
         };
         w.emit(format!("ld.{} {x}, [{at}];", field_ty(k)));
+        if off == 0 {
+            w.remember_load(&addr, k, &x);
+        }
         x
     }
 

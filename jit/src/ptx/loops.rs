@@ -55,11 +55,34 @@ impl PtxWalker<'_> {
             .collect();
         let hoisted = self.hoist_loads(lp, &bases);
         self.stride_accesses(lp, &bases);
-        let res = self.unchecked_loop_copies(
-            (lp.header, lp.last),
-            crate::cpu::opt::loop_unroll(lp),
-            fast,
-        );
+        let copies = crate::cpu::opt::loop_unroll(lp);
+        // A round of the copies runs when `k + (copies - 1) * step < bound`
+        // (then every copy's header test passes: `k` grows by at most `step`
+        // an iteration); else the checked version runs the last iterations.
+        // The limit is made once here, clamped to `i32` (a limit below
+        // `i32::MIN` lets no round run).
+        let lim = (copies > 1).then(|| {
+            let n = self.eval_inv(&lp.bound);
+            let (wide, lim) = (self.t(Cls::B64), self.t(Cls::B32));
+            self.emit(format!("cvt.s64.s32 {wide}, {n};"));
+            self.emit(format!(
+                "add.s64 {wide}, {wide}, {};",
+                -(i64::from(copies) - 1) * lp.step
+            ));
+            self.emit(format!("max.s64 {wide}, {wide}, {};", i32::MIN));
+            self.emit(format!("cvt.u32.u64 {lim}, {wide};"));
+            lim
+        });
+        let k = self.cur.locals[lp.iv as usize].clone();
+        let mut test_round = |w: &mut Self| {
+            let (p, lim) = (w.t(Cls::Pred), lim.clone().expect("copies > 1"));
+            w.emit(format!("setp.ge.s32 {p}, {k}, {lim};"));
+            w.emit(format!("@{p} bra {checked};"));
+        };
+        let round = lim
+            .is_some()
+            .then_some((lp.test, &mut test_round as &mut dyn FnMut(&mut Self)));
+        let res = self.unchecked_loop_copies((lp.header, lp.last), copies, fast, round);
         for b in added {
             self.backend.loop_unchecked.remove(&b);
         }

@@ -3,7 +3,7 @@
 //! lowered through the same walker (`crate::lower`):
 //!
 //! ```text
-//! slot = ctaid.x * ntid.x + tid.x                  ; one slot per thread
+//! slot = (ctaid.x * ntid.x + tid.x + rotate) mod slots ; one slot per thread
 //! entry:  if save_area[slot] holds a record: goto resume
 //!         (w, hi) = never_ran[slot]                ; the unstarted rest
 //!         if (w, hi) == (0, 0): (w, hi) = (start + slot, end) ; its part
@@ -12,7 +12,7 @@
 //!         if ld.relaxed.gpu(control) != 0: never_ran[slot] = (w, hi); exit STOPPED
 //!         lim = min(hi, w + ITEMS_PER_POLL * slots)
 //! body:   <the kernel body for workitem w>      ; back-edges poll every
-//!                                                ; EDGES_PER_POLL
+//!                                                ; POLL_WORK
 //!         w += slots; if w < lim: goto body; goto item ; grid-stride
 //! deopt:  save_area[slot][n] = (w, live values); fence; site word; count
 //!         n += 1; if n == records_per_slot or safepoint: exit DEOPT
@@ -20,8 +20,16 @@
 //! resume: w = record.workitem; hi = w + 1; goto landing[record.site]
 //!         <the body from where the workitem stopped> ; `ret` → more
 //! more:   empty the record; (w, hi) = never_ran[slot]; goto item (or exit DONE)
-//! exit:   never_ran[slot] = the rest (NEVER_RAN_NONE when empty), counts
+//! exit:   never_ran[slot] = the rest (NEVER_RAN_NONE when empty), counts;
+//!         exits[slot] = exit_byte(code), release          ; no atomic
 //! ```
+//!
+//! The context, the captures and their arrays' element-0 addresses are the
+//! kernel's parameters (`p_ctx`, `p_caps`, `p_elems`, read with
+//! `ld.param`): ptxas reads them from the constant bank where they are
+//! used, so no register holds them across the slot loop; the slot's index
+//! is derived again from the special registers where the cold paths need
+//! it, and a capture the kernel never assigns is its local's register.
 //!
 //! **Re-entry.** The host leaves a record of a safepoint or of the device
 //! eden's exhaustion at a loop header or an allocation in the slot's part
@@ -124,6 +132,13 @@ pub struct PtxKernel {
     /// Whether any of its code paths allocates: a launch carves no
     /// device eden for a kernel that does not.
     pub allocates: bool,
+    /// The kernel's array accesses when every one is indexed by the
+    /// workitem number (`a[i]`, `a` a capture), as (capture index,
+    /// element bytes), one per access; empty when some access is indexed
+    /// otherwise (in the kernel or a function it calls). The launch lines
+    /// a warp's workitems up with the sectors of as many of them as it can
+    /// (`offload_abi::gpu::DeviceCtx::rotate`).
+    pub streams: Vec<(usize, u32)>,
     /// How long code generation took.
     pub compile_time: Duration,
 }
@@ -180,6 +195,8 @@ pub fn compile_speculative(
         loop_hoisted: std::collections::BTreeMap::new(),
         loop_strided: std::collections::BTreeMap::new(),
         fixed: BTreeSet::new(),
+        proven_at: std::collections::BTreeMap::new(),
+        loaded: std::collections::BTreeMap::new(),
     };
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
@@ -198,14 +215,14 @@ pub fn compile_speculative(
         text.push_str(&ptxlib::definitions(lw.backend.math.iter().copied()));
         text.push('\n');
     }
-    // The context and the captures by value (`offload_abi::gpu::DeviceCtx`,
-    // `MAX_CAPTURES`), read with `ld.param`.
+    // The context, the captures and their arrays' elements by value
+    // (`offload_abi::gpu::DeviceCtx`, `MAX_CAPTURES`), read with `ld.param`.
     let captures = v.func(k).params().len().saturating_sub(1);
     let _ = writeln!(
         text,
-        ".visible .entry {name}(\n\t.param .align 8 .b8 p_ctx[{}],\n\t.param .align 8 .b8 p_caps[{}]\n)\n{{",
+        ".visible .entry {name}(\n\t.param .align 8 .b8 p_ctx[{}],\n\t.param .align 8 .b8 p_caps[{c}],\n\t.param .align 8 .b8 p_elems[{c}]\n)\n{{",
         offload_abi::gpu::DEVICE_CTX_WORDS * 8,
-        captures.max(1) * 8
+        c = captures.max(1) * 8
     );
     for (i, n) in lw.backend.next.iter().enumerate() {
         if *n > 0 {
@@ -232,8 +249,56 @@ pub fn compile_speculative(
         meta: lw.meta,
         resumes,
         allocates: lw.backend.allocates,
+        streams: streamed(prog, k),
         compile_time: t0.elapsed(),
     })
+}
+
+/// [`PtxKernel::streams`] of kernel `k`.
+fn streamed(prog: &Program, k: FuncId) -> Vec<(usize, u32)> {
+    let Some(a) = prog.analysis(k) else {
+        return Vec::new();
+    };
+    let v = prog.verified();
+    let accesses = crate::cpu::opt::workitem_indexed(v, k, a);
+    let indexes =
+        |i: &offload_ir::Inst| i.opcode().hazards().has(offload_ir::isa::hz::BOUNDS_CHECK);
+    // Every array access of the kernel is one of those, and the functions
+    // it calls access none.
+    let body = &v.func(k).body;
+    let all = body
+        .iter()
+        .enumerate()
+        .all(|(bci, i)| !indexes(i) || accesses.contains_key(&(bci as Bci)));
+    let (mut seen, mut todo) = (BTreeSet::new(), vec![k]);
+    let mut callees_clean = true;
+    while let Some(f) = todo.pop() {
+        for i in &v.func(f).body {
+            let callee = match i {
+                offload_ir::Inst::Call { func } => Some(*func),
+                offload_ir::Inst::CallVirt { .. } => {
+                    callees_clean = false;
+                    None
+                }
+                _ => None,
+            };
+            if f != k && indexes(i) {
+                callees_clean = false;
+            }
+            if let Some(c) = callee
+                && seen.insert(c)
+            {
+                todo.push(c);
+            }
+        }
+    }
+    if !all || !callees_clean {
+        return Vec::new();
+    }
+    accesses
+        .iter()
+        .map(|(&bci, &p)| (p as usize - 1, crate::lower::elem(body[bci as usize]).1))
+        .collect()
 }
 
 /// Temporary register classes: `(type, prefix)`, indexed by [`Cls`].
@@ -329,6 +394,14 @@ pub(crate) struct Ptx {
     /// accesses as progressions in the induction variable (`k`'s register,
     /// the address at `k = 0`, the step; `loops.rs`, `stride_accesses`).
     loop_strided: std::collections::BTreeMap<Bci, (String, String, loops::Step)>,
+    /// While the unchecked copy of the body is lowered: its proven
+    /// elements' address registers, each with its array parameter and the
+    /// access's bytecode index (`unchecked.rs`).
+    proven_at: std::collections::BTreeMap<String, (u32, Bci)>,
+    /// While the unchecked copy of the body is lowered: per array
+    /// parameter and element kind, the last load of a proven element (its
+    /// bytecode index and the register it loaded; `lower::reuse`).
+    loaded: std::collections::BTreeMap<(u32, u8), (Bci, String)>,
     /// The captures' registers that are also the kernel's locals (the
     /// kernel never assigns them): launch-invariant, never assigned again.
     fixed: BTreeSet<String>,
@@ -345,7 +418,6 @@ const W: &str = "%w";
 const HI: &str = "%hi";
 /// The slots of the launch: the stride of a slot's workitems.
 const STRIDE: &str = "%stride";
-const DONE: &str = "%done";
 const NREC: &str = "%nrec";
 const TLAB: &str = "%tlab";
 const LARGE: &str = "%large";
@@ -360,7 +432,8 @@ const POLLS: &str = "%polls";
 /// the control word (`slot_loop.rs`), [`ITEMS_PER_POLL`] strides past its
 /// start.
 const LIM: &str = "%lim";
-/// Back-edges left before the next poll of the control word.
+/// Work ([`crate::lower::weight`] units) left before the next poll of the
+/// control word.
 const POLLC: &str = "%pollc";
 /// A slot polls the control word before every this many of its
 /// workitems, not before each: the loop between polls tests only `w <
@@ -368,15 +441,21 @@ const POLLC: &str = "%pollc";
 /// hardware, so a safepoint request waits a few microseconds for the slots
 /// to see it.
 pub const ITEMS_PER_POLL: u64 = 32;
-/// Loop back-edges poll the control word every this many (per slot,
-/// counted in a register), not each: the poll is a load every thread of
-/// a warp makes and a compare that gates the branch. An iteration of the
-/// examples' inner loops (nbody's, the heaviest, ~100 instructions with
-/// loads) takes well under half a microsecond on a full GPU, so the time
-/// to a safepoint stays under the 100 µs that issue 47 sets. Injected
-/// safepoints (`CompileOptions::safepoints`) poll at every back-edge, as
-/// their streams count polls.
-pub const EDGES_PER_POLL: u32 = 128;
+/// Loop back-edges poll the control word once this much work
+/// ([`crate::lower::weight`] units, about two per PTX instruction) has
+/// been done since the slot's last poll, counted down in a register by
+/// each back-edge's iteration weight: the poll is a load every thread of a
+/// warp makes, and a fixed budget of work, unlike a fixed count of
+/// back-edges, bounds the time between polls for short and long loops
+/// alike. nbody's inner loop (~100 PTX instructions with four loads,
+/// weight ~200) polls every ~80 back-edges, about 8,000 instructions of a
+/// warp; mandelbrot's (18 instructions, weight 36) every ~450, about as
+/// many. At a full SM's issue rate shared by 16 warps per scheduler that
+/// is ~130,000 cycles, under 70 µs at 1.9 GHz: the time to a safepoint
+/// stays under the 100 µs that issue 47 sets. Injected safepoints
+/// (`CompileOptions::safepoints`) poll at every back-edge, as their
+/// streams count polls.
+pub const POLL_WORK: u32 = 1 << 14;
 /// The slot's record (slot loop, re-entry), its site, and whether the slot
 /// is resuming it (its unstarted rest waits in never_ran).
 const RREC: &str = "%rrec";

@@ -25,7 +25,6 @@ impl PtxWalker<'_> {
             (W, ".b64"),
             (HI, ".b64"),
             (STRIDE, ".b64"),
-            (DONE, ".b64"),
             (NREC, ".b64"),
             (TLAB, ".b64"),
             (LARGE, ".b64"),
@@ -37,21 +36,16 @@ impl PtxWalker<'_> {
         ] {
             self.named(n.into(), ty);
         }
-        let (a, b, c) = (self.t(Cls::B32), self.t(Cls::B32), self.t(Cls::B32));
-        self.emit(format!("mov.u32 {a}, %ctaid.x;"));
-        self.emit(format!("mov.u32 {b}, %ntid.x;"));
-        self.emit(format!("mov.u32 {c}, %tid.x;"));
-        self.emit(format!("mul.wide.u32 {SLOT}, {a}, {b};"));
-        let t = self.t(Cls::B64);
-        self.emit(format!("cvt.u64.u32 {t}, {c};"));
-        self.emit(format!("add.u64 {SLOT}, {SLOT}, {t};"));
+        let thread = self.thread_index();
         self.emit(format!(
             "ld.param.u64 {STRIDE}, [p_ctx+{}];",
             offsets::SLOTS
         ));
         let p = self.t(Cls::Pred);
-        self.emit(format!("setp.ge.u64 {p}, {SLOT}, {STRIDE};"));
+        self.emit(format!("setp.ge.u64 {p}, {thread}, {STRIDE};"));
         self.emit(format!("@{p} bra $idle;"));
+        let slot = self.rotated(&thread);
+        self.emit(format!("mov.u64 {SLOT}, {slot};"));
         self.emit(format!(
             "ld.param.u64 {HEAP}, [p_ctx+{}];",
             offsets::HEAP_BASE
@@ -92,13 +86,12 @@ impl PtxWalker<'_> {
             self.unpack_raw(p.ty.kind(), &raw, &name);
             captures.push(name);
         }
-        let proven = self.proven(reentry);
+        let proven = self.proven();
         if let Some(pr) = &proven {
-            self.unchecked_prologue(pr, &captures);
+            self.unchecked_prologue(pr);
         }
-        self.emit(format!("mov.u64 {DONE}, 0;"));
         self.emit(format!("mov.u64 {NREC}, 0;"));
-        self.emit(format!("mov.b32 {POLLC}, {};", EDGES_PER_POLL - 1));
+        self.emit(format!("mov.b32 {POLLC}, {};", POLL_WORK - 1));
         if let Some(si) = self.opts.safepoints {
             self.named(POLLS.into(), ".b64");
             match si.seed {
@@ -307,7 +300,6 @@ impl PtxWalker<'_> {
     /// between polls lasts.
     pub(super) fn next_item(&mut self, next: &str, body: &str) {
         self.label(next);
-        self.emit(format!("add.s64 {DONE}, {DONE}, 1;"));
         self.emit(format!("add.s64 {W}, {W}, {STRIDE};"));
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {W}, {LIM};"));
@@ -436,24 +428,15 @@ impl PtxWalker<'_> {
                 counter::byte(counter::SLOTS_STOPPED)
             ));
         }
-        // The exit: the completed count, then the code with release
-        // semantics (the slot's writes before it; the host counts a slot
-        // with a code as gone). No atomic: a run in which every slot
-        // finishes touches no shared word.
-        let (dn, at) = (self.ld_ctx(Cls::B64, offsets::DONE), self.t(Cls::B64));
-        self.emit(format!(
-            "mad.lo.u64 {at}, {slot}, {}, {dn};",
-            gpu::DONE_BYTES
-        ));
-        self.emit(format!("st.u64 [{at}], {DONE};"));
+        // The exit: the code's byte with release semantics (the slot's
+        // writes before it; the host counts a slot with a code as gone).
+        // No atomic: a run in which every slot finishes touches no shared
+        // word, and a warp's exits share one sector.
         let (ex, at) = (self.ld_ctx(Cls::B64, offsets::EXITS), self.t(Cls::B64));
-        self.emit(format!(
-            "mad.lo.u64 {at}, {slot}, {}, {ex};",
-            gpu::EXIT_BYTES
-        ));
+        self.emit(format!("add.u64 {at}, {ex}, {slot};"));
         let c = self.t(Cls::B32);
-        self.emit(format!("mov.b32 {c}, {:#x};", code | gpu::EXITED));
-        self.emit(format!("st.release.sys.u32 [{at}], {c};"));
+        self.emit(format!("mov.b32 {c}, {:#x};", gpu::exit_byte(code)));
+        self.emit(format!("st.release.sys.u8 [{at}], {c};"));
         self.emit("ret;");
     }
 
@@ -472,13 +455,34 @@ impl PtxWalker<'_> {
     /// prologue's `%slot` dies there, so that no register holds it while
     /// the slot runs (the exits and deopts that need it are cold).
     pub(super) fn slot_index(&mut self) -> String {
+        let thread = self.thread_index();
+        self.rotated(&thread)
+    }
+
+    /// The thread's index in the grid.
+    fn thread_index(&mut self) -> String {
         let (a, b, c) = (self.t(Cls::B32), self.t(Cls::B32), self.t(Cls::B32));
-        let (t, slot) = (self.t(Cls::B64), self.t(Cls::B64));
+        let (t, thread) = (self.t(Cls::B64), self.t(Cls::B64));
         self.emit(format!("mov.u32 {a}, %ctaid.x;"));
         self.emit(format!("mov.u32 {b}, %ntid.x;"));
         self.emit(format!("mov.u32 {c}, %tid.x;"));
         self.emit(format!("cvt.u64.u32 {t}, {c};"));
-        self.emit(format!("mad.wide.u32 {slot}, {a}, {b}, {t};"));
+        self.emit(format!("mad.wide.u32 {thread}, {a}, {b}, {t};"));
+        thread
+    }
+
+    /// The slot thread `thread` (below the slot count) runs:
+    /// `(thread + rotate) mod slots` ([`offsets::ROTATE`]).
+    fn rotated(&mut self, thread: &str) -> String {
+        let (rot, n) = (
+            self.ld_ctx(Cls::B64, offsets::ROTATE),
+            self.ld_ctx(Cls::B64, offsets::SLOTS),
+        );
+        let (slot, wrap, p) = (self.t(Cls::B64), self.t(Cls::B64), self.t(Cls::Pred));
+        self.emit(format!("add.u64 {slot}, {thread}, {rot};"));
+        self.emit(format!("sub.u64 {wrap}, {slot}, {n};"));
+        self.emit(format!("setp.ge.u64 {p}, {slot}, {n};"));
+        self.emit(format!("selp.b64 {slot}, {wrap}, {slot}, {p};"));
         slot
     }
 

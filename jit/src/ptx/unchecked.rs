@@ -22,8 +22,11 @@
 //! the host then fetches the device's copy of it, which equals its own
 //! (the image is brought up to date before every launch).
 //!
-//! Kernels with re-entry points (loops, allocation) keep one version: the
-//! landings of `lower/reentry.rs` are lowered into the body once.
+//! In a kernel with re-entry points (loops, allocation) the landings of
+//! `lower/reentry.rs` are lowered into the checked body only: a record
+//! left by either copy resumes there (its values are the frame's, whichever
+//! copy wrote them), and the unchecked copy's own polls and slow paths
+//! exit to the save area as the checked body's do.
 
 use super::*;
 use offload_ir::Inst;
@@ -44,9 +47,9 @@ pub(super) struct Proven {
 
 impl PtxWalker<'_> {
     /// The kernel's proven accesses, if it gets an unchecked version (not
-    /// on the quick tier, not with re-entry code, not with none).
-    pub(super) fn proven(&self, reentry: bool) -> Option<Proven> {
-        if reentry || self.opts.quick {
+    /// on the quick tier, not with none).
+    pub(super) fn proven(&self) -> Option<Proven> {
+        if self.opts.quick {
             return None;
         }
         let accesses = crate::cpu::opt::workitem_indexed(self.v, self.cur.func, self.cur.analysis);
@@ -79,7 +82,7 @@ impl PtxWalker<'_> {
     /// The slot's test (into [`FASTP`]), each proven array's element 0
     /// (`%ebaseN`), and the dirty chunks of the stored arrays' ranges.
     /// `captures[p - 1]` holds reference parameter `p`.
-    pub(super) fn unchecked_prologue(&mut self, proven: &Proven, captures: &[String]) {
+    pub(super) fn unchecked_prologue(&mut self, proven: &Proven) {
         self.named(FASTP.into(), ".pred");
         let (start, end) = (
             self.ld_ctx(Cls::B64, offsets::START),
@@ -88,13 +91,13 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.ge.s64 {FASTP}, {start}, 0;"));
         let arrays: BTreeSet<u32> = proven.accesses.values().copied().collect();
         for p in arrays {
+            // Element 0's address, a parameter (`p_elems`): ptxas reads it
+            // from the constant bank where it is used, so no register
+            // holds it while the slot runs.
             let eb = self.named(format!("%ebase{p}"), ".b64");
-            let cap = captures[p as usize - 1].clone();
-            self.emit(format!("mul.wide.u32 {eb}, {cap}, 8;"));
-            self.emit(format!("add.u64 {eb}, {eb}, {HEAP};"));
+            self.emit(format!("ld.param.u64 {eb}, [p_elems+{}];", (p - 1) * 8));
             let (len, len64) = (self.t(Cls::B32), self.t(Cls::B64));
-            self.emit(format!("ld.u32 {len}, [{eb}+4];"));
-            self.emit(format!("add.u64 {eb}, {eb}, 8;"));
+            self.emit(format!("ld.u32 {len}, [{eb}+-4];"));
             self.emit(format!("cvt.u64.u32 {len64}, {len};"));
             self.emit(format!("setp.le.and.s64 {FASTP}, {end}, {len64}, {FASTP};"));
             self.backend.ebase.insert(p, eb);
@@ -144,8 +147,12 @@ impl PtxWalker<'_> {
         self.backend.next_label = L_NEXT_FAST;
         self.inliner.next_version();
         self.make_blocks();
-        let body = self.whole_body();
+        let first = self.cur.blocks[&0].clone();
+        self.emit(format!("bra {first};"));
+        let body = self.kernel_body();
         self.backend.unchecked.clear();
+        self.backend.proven_at.clear();
+        self.backend.loaded.clear();
         self.backend.copy = 0;
         self.backend.next_label = L_NEXT;
         body?;
@@ -168,6 +175,31 @@ impl PtxWalker<'_> {
         self.emit(format!("mul.wide.u32 {off}, {idx}, {size};"));
         self.emit(format!("add.u64 {a}, {off}, {eb};"));
         self.backend.premarked.insert(a.clone());
+        self.backend.proven_at.insert(a.clone(), (p, bci));
         Some(a)
+    }
+
+    /// The value an earlier load of the unchecked copy read from the
+    /// element at proven address `addr` (of kind `k`), if the load there may
+    /// reuse it (`lower::reuse`); else `None`, and the caller's load is the
+    /// one later loads of the element may reuse.
+    pub(super) fn reused_load(&mut self, addr: &str, k: Kind) -> Option<String> {
+        let &(p, bci) = self.backend.proven_at.get(addr)?;
+        if let Some((first, x)) = self.backend.loaded.get(&(p, k as u8))
+            && crate::lower::reuse::reusable(self.v, self.cur.func, *first, bci)
+        {
+            return Some(x.clone());
+        }
+        None
+    }
+
+    /// Remember that the load at proven address `addr` read `x` (a
+    /// register no other instruction assigns).
+    pub(super) fn remember_load(&mut self, addr: &str, k: Kind, x: &str) {
+        if let Some(&(p, bci)) = self.backend.proven_at.get(addr) {
+            self.backend
+                .loaded
+                .insert((p, k as u8), (bci, x.to_string()));
+        }
     }
 }

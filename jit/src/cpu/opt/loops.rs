@@ -46,6 +46,9 @@ pub(crate) struct PredicatedLoop {
     pub(crate) iv: u32,
     pub(crate) bound: Inv,
     pub(crate) step: i64,
+    /// The header's test: the branch that leaves the loop unless
+    /// `k < bound`.
+    pub(crate) test: Bci,
     /// The accesses covered: bytecode index, the array's local (a reference
     /// the loop never assigns), and the index in `k`.
     pub(crate) accesses: Vec<(Bci, u32, Affine)>,
@@ -194,6 +197,7 @@ pub(crate) fn loop_predicates(
         // header's test is.
         let mut iv: Option<u32> = None;
         let mut bound = None;
+        let mut test: Bci = 0;
         let mut stack: Vec<LSym> = Vec::new();
         let mut accesses = Vec::new();
         for bci in hu..=bu {
@@ -279,6 +283,7 @@ pub(crate) fn loop_predicates(
                     }
                     iv = Some(l);
                     bound = Some(n);
+                    test = bci as Bci;
                 }
                 _ if iv.is_none() => continue 'loops, // anything else in the header
                 _ if shared_step(&mut stack, inst, LSym::Other, &mut access) => {}
@@ -320,6 +325,7 @@ pub(crate) fn loop_predicates(
                 iv,
                 bound,
                 step,
+                test,
                 accesses,
             });
         }
