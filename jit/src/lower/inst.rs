@@ -298,9 +298,29 @@ impl<B: Backend> Walker<'_, B> {
                 return Ok(true);
             }
             Inst::Call { func } => {
-                if let Some(r) = self.inline(bci, func)? {
-                    let k = self.v.func(func).ret.expect("returns").kind();
+                let reuse = self.outer.is_empty() && B::reuses_calls(self);
+                let earlier = reuse
+                    .then(|| {
+                        self.call_results.iter().rev().find(|(at, f, _)| {
+                            *f == func
+                                && super::reuse::reusable_call(self.v, self.cur.func, *at, bci)
+                        })
+                    })
+                    .flatten()
+                    .map(|(_, _, r)| r.clone());
+                let k = self.v.func(func).ret.map(|t| t.kind());
+                if let (Some(r), Some(k)) = (earlier, k) {
+                    // The same pure call with the same arguments: its
+                    // result, the arguments popped.
+                    for p in self.v.func(func).params().iter().rev() {
+                        self.pop(p.ty.kind());
+                    }
                     self.push(k, r);
+                } else if let Some(r) = self.inline(bci, func)? {
+                    if reuse {
+                        self.call_results.push((bci, func, r.clone()));
+                    }
+                    self.push(k.expect("returns"), r);
                 }
             }
             Inst::CallVirt { method } => self.call_virtual(bci, method)?,

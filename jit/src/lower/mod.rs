@@ -142,6 +142,14 @@ pub(crate) trait Backend: Sized {
 
     // --- Inlined calls.
 
+    /// Whether a call of a pure function in the kernel's frame may take
+    /// an earlier identical call's result ([`reuse::reusable_call`]) where
+    /// the body is lowered now: only where no landing enters the body
+    /// between two calls (a landing is a path around the first).
+    fn reuses_calls(_w: &Walker<'_, Self>) -> bool {
+        false
+    }
+
     /// Where call number `n` (an inlined `call`, or a `callvirt` when
     /// `virtual_call`) returns to, with a result of kind `ret`.
     fn join(w: &mut Walker<'_, Self>, ret: Option<Kind>, virtual_call: bool, n: u32) -> Self::Join;
@@ -368,6 +376,10 @@ pub(crate) struct Walker<'a, B: Backend> {
     pub(crate) inliner: plan::Inliner,
     /// Inlined calls (and virtual calls) so far: numbers frame copies.
     pub(crate) calls: u32,
+    /// While a backend reuses calls ([`Backend::reuses_calls`]): the calls
+    /// of the kernel's frame inlined so far, with their results
+    /// ([`reuse::reusable_call`]).
+    pub(crate) call_results: Vec<(Bci, FuncId, B::Val)>,
     /// While lowering a copy of the body with re-entry landings
     /// ([`Walker::lower_with_landings`]): those made so far, by site.
     pub(crate) landings: Option<Vec<(SiteId, B::Block)>>,
@@ -402,6 +414,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             outer: Vec::new(),
             inliner: plan::Inliner::default(),
             calls: 0,
+            call_results: Vec::new(),
             landings: None,
             landing_scope: reentry::Scope::Every,
         })

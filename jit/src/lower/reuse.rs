@@ -23,6 +23,11 @@ use std::collections::BTreeSet;
 /// Whether the load at `then` may reuse the value the load at `first`
 /// read (module docs).
 pub(crate) fn reusable(v: &Verified, f: FuncId, first: Bci, then: Bci) -> bool {
+    dominates(v, f, first, then) && quiet_between(v, f, first, then)
+}
+
+/// Whether `first` dominates `then`, neither in a loop (module docs).
+fn dominates(v: &Verified, f: FuncId, first: Bci, then: Bci) -> bool {
     let body = &v.func(f).body;
     let n = body.len();
     let (a, b) = (first as usize, then as usize);
@@ -45,9 +50,16 @@ pub(crate) fn reusable(v: &Verified, f: FuncId, first: Bci, then: Bci) -> bool {
     }
     let succs = |i: usize| -> Vec<Bci> { body[i].successors(i as Bci).to_vec() };
     // Dominance: the entry cannot reach `then` around `first`.
-    if a != 0 && reaches(n, 0, b, a, succs) {
-        return false;
-    }
+    !(a != 0 && reaches(n, 0, b, a, succs))
+}
+
+/// Whether no instruction on a path from `first` to `then` writes memory
+/// or waits (module docs).
+fn quiet_between(v: &Verified, f: FuncId, first: Bci, then: Bci) -> bool {
+    let body = &v.func(f).body;
+    let n = body.len();
+    let (a, b) = (first as usize, then as usize);
+    let succs = |i: usize| -> Vec<Bci> { body[i].successors(i as Bci).to_vec() };
     // The instructions between: reachable from `first` without passing it
     // again, and reaching `then` without passing `first`.
     let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -68,6 +80,94 @@ pub(crate) fn reusable(v: &Verified, f: FuncId, first: Bci, then: Bci) -> bool {
             && (writes(v, body[i], &mut pure_fns, &mut BTreeSet::new())
                 || succs(i).iter().any(|&s| (s as usize) <= i))
     })
+}
+
+/// Whether the call at `then` may take the result of the call at `first`
+/// (the caller knows both call one function): the function writes nothing
+/// and does not loop (so it computes the same from the same arguments),
+/// each call's arguments are the same locals and constants, loaded just
+/// before it (no branch lands among those loads), no instruction between
+/// assigns one of those locals, `first` dominates `then` outside loops,
+/// and — if the function reads memory — nothing between writes it (the
+/// module docs' rule for loads).
+pub(crate) fn reusable_call(v: &Verified, f: FuncId, first: Bci, then: Bci) -> bool {
+    let body = &v.func(f).body;
+    let (Some(Inst::Call { func }), Some(Inst::Call { func: g })) =
+        (body.get(first as usize), body.get(then as usize))
+    else {
+        return false;
+    };
+    if func != g
+        || writes(
+            v,
+            Inst::Call { func: *func },
+            &mut BTreeSet::new(),
+            &mut BTreeSet::new(),
+        )
+    {
+        return false;
+    }
+    let params = v.func(*func).param_count as usize;
+    let (Some(a), Some(b)) = (
+        call_args(body, first, params),
+        call_args(body, then, params),
+    ) else {
+        return false;
+    };
+    // A function that reads no memory computes the same whatever was
+    // written between.
+    let reads = v.func(*func).body.iter().any(|i| {
+        i.opcode().hazards().has(offload_ir::isa::hz::NULL_CHECK)
+            || matches!(i, Inst::Call { .. } | Inst::CallVirt { .. })
+    });
+    if a != b || !dominates(v, f, first, then) || reads && !quiet_between(v, f, first, then) {
+        return false;
+    }
+    // No local an argument reads is assigned between the calls.
+    let read: BTreeSet<usize> = a
+        .iter()
+        .filter_map(|i| i.local_read())
+        .map(|l| l.index())
+        .collect();
+    let (lo, hi) = (first as usize, then as usize);
+    !(0..body.len()).any(|i| {
+        body[i]
+            .local_written()
+            .is_some_and(|l| read.contains(&l.index()))
+            && (lo < i && i < hi || reaches_between(body, first, then, i))
+    })
+}
+
+/// Whether instruction `i` lies on a path from `first` to `then`.
+fn reaches_between(body: &[Inst], first: Bci, then: Bci, i: usize) -> bool {
+    let n = body.len();
+    let succs = |x: usize| -> Vec<Bci> { body[x].successors(x as Bci).to_vec() };
+    reaches(n, first as usize, i, usize::MAX, succs)
+        && reaches(n, i, then as usize, first as usize, succs)
+}
+
+/// The `params` instructions that push a call's arguments, when each is a
+/// `load` of a local or a constant and no branch lands among them.
+fn call_args(body: &[Inst], call: Bci, params: usize) -> Option<Vec<Inst>> {
+    let at = call as usize;
+    let from = at.checked_sub(params)?;
+    let args = body[from..at].to_vec();
+    let plain = args.iter().all(|i| {
+        matches!(
+            i,
+            Inst::Load { .. }
+                | Inst::I32Const { .. }
+                | Inst::I64Const { .. }
+                | Inst::F32Const { .. }
+                | Inst::F64Const { .. }
+        )
+    });
+    let landed = body.iter().enumerate().any(|(b, i)| {
+        i.successors(b as Bci)
+            .iter()
+            .any(|&s| s as usize > from && s as usize <= at && s as usize != b + 1)
+    });
+    (plain && !landed).then_some(args)
 }
 
 /// Whether `to` is reachable from `from` without passing `avoid`.

@@ -299,10 +299,16 @@ impl PtxWalker<'_> {
         } else {
             ("b64", Cls::B64)
         };
+        let r = self.t(cls(k));
+        if a.starts_with('%') {
+            // A bit-size instruction takes registers of any type of its
+            // size: no moves through an integer register.
+            self.emit(format!("{op}.{bits} {r}, {a}, {mask};"));
+            return r;
+        }
         let i = self.t(bc);
         self.emit(format!("mov.{bits} {i}, {a};"));
         self.emit(format!("{op}.{bits} {i}, {i}, {mask};"));
-        let r = self.t(cls(k));
         self.emit(format!("mov.{bits} {r}, {i};"));
         r
     }
@@ -345,6 +351,11 @@ impl Backend for Ptx {
     /// The continuation's label and the register that holds the result,
     /// with its kind.
     type Join = (String, Option<(String, Kind)>);
+
+    fn reuses_calls(w: &PtxWalker<'_>) -> bool {
+        // The unchecked copy has no landings (`unchecked.rs`).
+        w.backend.copy == 1
+    }
 
     fn local_var(w: &mut PtxWalker<'_>, instance: u32, index: usize, kind: Kind) -> String {
         w.named(format!("%l{instance}_{index}"), reg_type(kind))

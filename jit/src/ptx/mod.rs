@@ -442,7 +442,7 @@ const POLLC: &str = "%pollc";
 /// to see it.
 pub const ITEMS_PER_POLL: u64 = 32;
 /// Loop back-edges poll the control word once this much work
-/// ([`crate::lower::weight`] units, about two per PTX instruction) has
+/// (`lower/weight.rs` units, about two per PTX instruction) has
 /// been done since the slot's last poll, counted down in a register by
 /// each back-edge's iteration weight: the poll is a load every thread of a
 /// warp makes, and a fixed budget of work, unlike a fixed count of

@@ -153,6 +153,7 @@ impl PtxWalker<'_> {
         self.backend.unchecked.clear();
         self.backend.proven_at.clear();
         self.backend.loaded.clear();
+        self.call_results.clear();
         self.backend.copy = 0;
         self.backend.next_label = L_NEXT;
         body?;

@@ -39,8 +39,9 @@ fn copy_of(i: &Inst, regs: &HashMap<String, Reg>) -> Option<(u32, Src)> {
 
 /// Whether operand `at` of `i` may be an immediate: a source of an
 /// arithmetic, logic or compare instruction (for `mad`/`fma` the addend
-/// and second factor, for shifts and divisions the right operand), never
-/// the predicate of a `selp` or `setp`'s combining operand.
+/// and second factor, for shifts and remainders the right operand, for a
+/// division either: `1.0 / x`), never the predicate of a `selp` or
+/// `setp`'s combining operand.
 fn takes_immediate(i: &Inst, at: usize) -> bool {
     at < i.args.len()
         && match i.base() {
@@ -48,7 +49,8 @@ fn takes_immediate(i: &Inst, at: usize) -> bool {
             "setp" => at == 1 || at == 2,
             "selp" => at == 1 || at == 2,
             "mad" | "fma" => at == 2 || at == 3,
-            "div" | "rem" | "shl" | "shr" => at == 2,
+            "div" => at == 1 || at == 2,
+            "rem" | "shl" | "shr" => at == 2,
             _ => false,
         }
 }

@@ -35,6 +35,8 @@
 //! 8. **fusions** ([`peephole`]): a product added to once is one
 //!    `mad` (`mul.wide` + `add` of an element's address), and a
 //!    narrowing `cvt` of a value already 32 bits wide is a copy.
+//! 9. **selects** ([`select`]): a diamond whose arms each compute one
+//!    register, the same, is the one arm and the other under the guard.
 //!
 //! Each step is repeated until nothing changes (a copy of a copy takes two
 //! rounds). The text is the backend's own, in one regular shape — one
@@ -46,6 +48,7 @@ mod copies;
 mod cse;
 mod dead;
 mod peephole;
+mod select;
 #[cfg(test)]
 mod tests;
 
@@ -265,6 +268,7 @@ pub(super) fn optimize(body: &str, decls: &[(String, &'static str)]) -> String {
             changed = true;
         }
         changed |= branches::clean(&mut lines);
+        changed |= select::diamonds(&mut lines);
         changed |= peephole::tests_of_tests(&mut lines, &regs);
         changed |= peephole::fuse(&mut lines, &regs);
         changed |= cse::common(&mut lines, &regs);

@@ -124,6 +124,13 @@ fn constants_become_immediates_where_ptx_takes_them() {
         opt(body),
         "mov.f32 %f1, 0f40800000;\nsetp.gt.f32 %p0, %f0, 0f40800000;\nmul.rn.f32 %f2, %f0, 0f40800000;\nst.f32 [%r4], %f1;\n@%p0 st.f32 [%r4], %f2;\nret;"
     );
+    // A division takes an immediate dividend too (`1.0 / x`).
+    let body =
+        "\tmov.f32 %f1, 0f3F800000;\n\tdiv.rn.f32 %f2, %f1, %f0;\n\tst.f32 [%r4], %f2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "div.rn.f32 %f2, 0f3F800000, %f0;\nst.f32 [%r4], %f2;\nret;"
+    );
     // An integer constant in a float register is not read as a float.
     let body =
         "\tmov.b32 %f1, 1065353216;\n\tmul.rn.f32 %f2, %f0, %f1;\n\tst.f32 [%r4], %f2;\n\tret;\n";
@@ -243,4 +250,19 @@ fn a_load_repeated_with_no_write_between_is_loaded_once() {
         opt(strong),
         strong.lines().map(str::trim).collect::<Vec<_>>().join("\n")
     );
+}
+
+#[test]
+fn a_diamond_of_two_computed_arms_is_one_arm_and_the_other_guarded() {
+    let body = "\tsetp.lt.f32 %p0, %f0, 0f00000000;\n\t@!%p0 bra $U;\n\tsub.rn.f32 %f2, 0f3F800000, %f1;\n\tbra $L;\n$U:\n\tmov.f32 %f2, %f1;\n$L:\n\tst.f32 [%r4], %f2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "setp.lt.f32 %p0, %f0, 0f00000000;\nmov.f32 %f2, %f1;\n@%p0 sub.rn.f32 %f2, 0f3F800000, %f1;\nst.f32 [%r4], %f2;\nret;"
+    );
+    // Not when the guarded arm reads what the other now writes first, nor
+    // with a load in an arm.
+    let body = "\tsetp.lt.f32 %p0, %f0, 0f00000000;\n\t@!%p0 bra $U;\n\tsub.rn.f32 %f2, 0f3F800000, %f2;\n\tbra $L;\n$U:\n\tmov.f32 %f2, %f1;\n$L:\n\tst.f32 [%r4], %f2;\n\tret;\n";
+    assert!(opt(body).contains("bra"), "{}", opt(body));
+    let body = "\tsetp.lt.f32 %p0, %f0, 0f00000000;\n\t@!%p0 bra $U;\n\tsub.rn.f32 %f2, 0f3F800000, %f1;\n\tbra $L;\n$U:\n\tld.f32 %f2, [%r4];\n$L:\n\tst.f32 [%r4], %f2;\n\tret;\n";
+    assert!(opt(body).contains("bra"), "{}", opt(body));
 }
