@@ -384,4 +384,81 @@ mod tests {
         let k = v.func_named("k").unwrap();
         assert!(!reusable(&v, k, 7, 13));
     }
+
+    #[test]
+    fn a_pure_call_with_the_same_locals_reuses_and_not_after_they_change() {
+        // twice(x) at 7 and 10; x assigned at 13; twice(x) again at 15;
+        // twice(y) at 18; first(a) (reads memory) at 21 and 26 with a
+        // store between.
+        let src = "func twice(x: f32) -> f32 {
+    load x
+    load x
+    f32.add
+    ret
+}
+func first(o: f32[]) -> f32 {
+    load o
+    i32.const 0
+    f32.aload
+    ret
+}
+kernel k(i: i64, a: f32[], y: f32) {
+    local x: f32
+    f32.const 2.0
+    store x
+    i32.const 0
+    pop
+    f32.const 0.0
+    pop
+    load x
+    call twice
+    pop
+    load x
+    call twice
+    pop
+    f32.const 3.0
+    store x
+    load x
+    call twice
+    pop
+    load y
+    call twice
+    pop
+    load a
+    call first
+    pop
+    load a
+    i32.const 0
+    f32.const 1.0
+    f32.astore
+    load a
+    call first
+    pop
+    ret
+}
+";
+        let v = verified(src);
+        let k = v.func_named("k").unwrap();
+        let calls: Vec<Bci> = v
+            .func(k)
+            .body
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| matches!(i, Inst::Call { .. }))
+            .map(|(b, _)| b as Bci)
+            .collect();
+        let [c0, c1, c2, c3, f0, f1] = calls[..] else {
+            panic!("{calls:?}")
+        };
+        assert!(reusable_call(&v, k, c0, c1));
+        // `x` was assigned between.
+        assert!(!reusable_call(&v, k, c1, c2));
+        assert!(!reusable_call(&v, k, c0, c2));
+        // Another argument.
+        assert!(!reusable_call(&v, k, c2, c3));
+        // Another function.
+        assert!(!reusable_call(&v, k, c3, f0));
+        // A function that reads memory, a store between.
+        assert!(!reusable_call(&v, k, f0, f1));
+    }
 }
