@@ -237,7 +237,7 @@ impl PtxWalker<'_> {
         if exit.reason == Reason::Safepoint {
             let w1 = self.t(Cls::B64);
             self.emit(format!("add.s64 {w1}, {W}, {STRIDE};"));
-            self.slot_exit(&w1, HI, offload_abi::exit::DEOPT);
+            self.slot_exit(Some((&w1, HI)), offload_abi::exit::DEOPT);
         } else {
             self.emit(format!("bra {L_AFTER};"));
         }

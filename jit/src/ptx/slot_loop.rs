@@ -226,10 +226,9 @@ impl PtxWalker<'_> {
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s64 {p}, {NREC}, {per};"));
         self.emit(format!("@{p} bra {L_ITEM};"));
-        self.slot_exit(W, HI, offload_abi::exit::DEOPT);
+        self.slot_exit(Some((W, HI)), offload_abi::exit::DEOPT);
         self.label(L_DONE);
-        let (lo, hi) = gpu::NEVER_RAN_NONE;
-        self.slot_exit(&lo.to_string(), &hi.to_string(), offload_abi::exit::DONE);
+        self.slot_exit(None, offload_abi::exit::DONE);
         // The control word was set before a workitem: wait in place if
         // asked; stop if asked (or still asked after waiting).
         self.label(&l_asked);
@@ -239,7 +238,7 @@ impl PtxWalker<'_> {
         self.emit(format!("@{p} bra {L_STOPPED};"));
         self.emit(format!("bra {l_go};"));
         self.label(L_STOPPED);
-        self.slot_exit(W, HI, offload_abi::exit::STOPPED);
+        self.slot_exit(Some((W, HI)), offload_abi::exit::STOPPED);
         if reentry {
             self.resume_blocks(&captures, &landings);
         }
@@ -328,7 +327,7 @@ impl PtxWalker<'_> {
                 self.emit(format!("@{p} bra {land};"));
             }
         }
-        self.slot_exit(W, HI, offload_abi::exit::NO_LANDING);
+        self.slot_exit(Some((W, HI)), offload_abi::exit::NO_LANDING);
         self.label(L_MORE);
         self.emit(format!("@!{RESTP} bra {L_DONE};"));
         let empty = self.t(Cls::B64);
@@ -381,26 +380,22 @@ impl PtxWalker<'_> {
         r
     }
 
-    /// Store this slot's never-ran range and its exit (completed
-    /// workitems and code), count the slot if it leaves work behind, and
-    /// return.
-    pub(super) fn slot_exit(&mut self, nr_lo: &str, nr_hi: &str, code: u32) {
-        let (mut nr_lo, mut nr_hi) = (self.reg64(nr_lo), self.reg64(nr_hi));
+    /// Store this slot's never-ran rest (`rest`, `lo` and `hi`; none for a
+    /// slot that finished: its code says it has none,
+    /// `DeviceCtx::never_ran`), count the slot if it leaves work behind,
+    /// store its exit byte, and return.
+    pub(super) fn slot_exit(&mut self, rest: Option<(&str, &str)>, code: u32) {
+        debug_assert_eq!(rest.is_none(), code == offload_abi::exit::DONE);
         let slot = self.slot_index();
-        if code != offload_abi::exit::DONE {
+        if let Some((lo, hi)) = rest {
             // An empty rest is stored as none: `(0, 0)` would read as a
             // part not started.
-            let (lo, hi, p) = (self.t(Cls::B64), self.t(Cls::B64), self.t(Cls::Pred));
+            let (nr_lo, nr_hi, p) = (self.t(Cls::B64), self.t(Cls::B64), self.t(Cls::Pred));
             let (none_lo, none_hi) = gpu::NEVER_RAN_NONE;
-            self.emit(format!("setp.lt.s64 {p}, {nr_lo}, {nr_hi};"));
-            self.emit(format!("selp.b64 {lo}, {nr_lo}, {none_lo}, {p};"));
-            self.emit(format!("selp.b64 {hi}, {nr_hi}, {none_hi}, {p};"));
-            (nr_lo, nr_hi) = (lo, hi);
-        }
-        // A slot that finished stores no rest (its code says it has none:
-        // `DeviceCtx::never_ran`); one resuming its record leaves its rest
-        // where it is.
-        if code != offload_abi::exit::DONE {
+            self.emit(format!("setp.lt.s64 {p}, {lo}, {hi};"));
+            self.emit(format!("selp.b64 {nr_lo}, {lo}, {none_lo}, {p};"));
+            self.emit(format!("selp.b64 {nr_hi}, {hi}, {none_hi}, {p};"));
+            // A slot resuming its record leaves its rest where it is.
             let nr = self.ld_ctx(Cls::B64, offsets::NEVER_RAN);
             let at = self.t(Cls::B64);
             self.emit(format!(
@@ -420,8 +415,6 @@ impl PtxWalker<'_> {
                 "{guard}st.u64 {}, {nr_hi};",
                 mem(&at, gpu::NEVER_RAN_HI)
             ));
-        }
-        if code != offload_abi::exit::DONE {
             let stats = self.ld_ctx(Cls::B64, offsets::STATS);
             self.emit(format!(
                 "red.add.u64 [{stats}+{}], 1;",
