@@ -15,7 +15,6 @@ impl PtxWalker<'_> {
     /// Build the kernel; returns the sites whose records it can resume
     /// (none: it has no re-entry code).
     pub(super) fn build(&mut self) -> Result<BTreeSet<offload_ir::SiteId>, JitError> {
-        let f = self.v.func(self.cur.func);
         let reentry = !self.opts.no_reentry && self.prog.has_reentry_points(self.cur.func);
         self.backend.reentry = reentry;
         for (n, ty) in [
@@ -36,56 +35,8 @@ impl PtxWalker<'_> {
         ] {
             self.named(n.into(), ty);
         }
-        let thread = self.thread_index();
-        self.emit(format!(
-            "ld.param.u64 {STRIDE}, [p_ctx+{}];",
-            offsets::SLOTS
-        ));
-        let p = self.t(Cls::Pred);
-        self.emit(format!("setp.ge.u64 {p}, {thread}, {STRIDE};"));
-        self.emit(format!("@{p} bra $idle;"));
-        let slot = self.rotated(&thread);
-        self.emit(format!("mov.u64 {SLOT}, {slot};"));
-        self.emit(format!(
-            "ld.param.u64 {HEAP}, [p_ctx+{}];",
-            offsets::HEAP_BASE
-        ));
-        self.emit(format!(
-            "ld.param.u64 {CONTROL}, [p_ctx+{}];",
-            offsets::CONTROL
-        ));
-        self.emit(format!("ld.param.u64 {EDEN}, [p_ctx+{}];", offsets::EDEN));
-        self.emit(format!("ld.param.u64 {DIRTY}, [p_ctx+{}];", offsets::DIRTY));
-        self.emit(format!("mov.b16 {ONE8}, 1;"));
-        self.emit(format!(
-            "ld.param.u64 {LARGE}, [p_ctx+{}];",
-            offsets::LARGE_WORDS
-        ));
-        // TLAB of this slot: tlabs + (slot / group) * 24, or none.
-        let group = self.ld_ctx(Cls::B64, offsets::TLAB_GROUP);
-        let p = self.t(Cls::Pred);
-        let l_tl = self.new_label();
-        self.emit(format!("mov.u64 {TLAB}, 0;"));
-        self.emit(format!("setp.eq.u64 {p}, {group}, 0;"));
-        self.emit(format!("@{p} bra {l_tl};"));
-        let base = self.ld_ctx(Cls::B64, offsets::TLABS);
-        let q = self.t(Cls::B64);
-        self.emit(format!("div.u64 {q}, {SLOT}, {group};"));
-        self.emit(format!(
-            "mad.lo.u64 {TLAB}, {q}, {}, {base};",
-            offload_abi::gpu::TLAB_BYTES
-        ));
-        self.label(&l_tl);
-        // Captures.
-        // Captures: the kernel's second parameter.
-        let mut captures = Vec::new();
-        for (i, p) in f.params().iter().enumerate().skip(1) {
-            let raw = self.t(Cls::B64);
-            self.emit(format!("ld.param.u64 {raw}, [p_caps+{}];", (i - 1) * 8));
-            let name = self.named(format!("%cap{i}"), reg_type(p.ty.kind()));
-            self.unpack_raw(p.ty.kind(), &raw, &name);
-            captures.push(name);
-        }
+        self.slot_prologue();
+        let captures = self.captures();
         let proven = self.proven();
         if let Some(pr) = &proven {
             self.unchecked_prologue(pr);
@@ -93,76 +44,16 @@ impl PtxWalker<'_> {
         self.emit(format!("mov.u64 {NREC}, 0;"));
         self.emit(format!("mov.b32 {POLLC}, {};", POLL_WORK - 1));
         if let Some(si) = self.opts.safepoints {
-            self.named(POLLS.into(), ".b64");
-            match si.seed {
-                Some(seed) => {
-                    let s0 = (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    let t = self.t(Cls::B64);
-                    self.emit(format!(
-                        "mul.lo.u64 {t}, {SLOT}, {:#x};",
-                        0x2545_F491_4F6C_DD1Du64
-                    ));
-                    self.emit(format!("xor.b64 {t}, {t}, {s0:#x};"));
-                    self.emit(format!("or.b64 {POLLS}, {t}, 1;"));
-                }
-                None => self.emit(format!("mov.u64 {POLLS}, 0;")),
-            }
-            // The stream goes on from the slot's last launch, if it polled.
-            let (at, saved, fresh) = (self.inject_addr(), self.t(Cls::B64), self.t(Cls::Pred));
-            self.emit(format!("ld.u64 {saved}, [{at}];"));
-            self.emit(format!("setp.eq.u64 {fresh}, {saved}, 0;"));
-            self.emit(format!("selp.b64 {POLLS}, {POLLS}, {saved}, {fresh};"));
+            self.injection_stream(si);
         }
-        // A capture the kernel never assigns is its capture's register: no
-        // copy per workitem, and a value ptxas reads from the parameters
-        // instead of holding it in a register. (A re-entry restores such a
-        // local to the value it has anyway: `def_var` skips it.)
-        let assigned: BTreeSet<usize> = f
-            .body
-            .iter()
-            .filter_map(|i| i.local_written().map(|l| l.index()))
-            .collect();
-        for (i, l) in f.locals.iter().enumerate() {
-            let name = if (1..f.param_count as usize).contains(&i) && !assigned.contains(&i) {
-                let c = captures[i - 1].clone();
-                self.backend.fixed.insert(c.clone());
-                c
-            } else {
-                Ptx::local_var(self, 0, i, l.ty.kind())
-            };
-            self.cur.locals.push(name);
-        }
+        self.kernel_locals(&captures);
         // On a launch's first run no slot has a record or a rest: none
         // reads the save area or its never-ran words.
         self.named(FRESHP.into(), ".pred");
         let fresh = self.ld_ctx(Cls::B64, offsets::FRESH);
         self.emit(format!("setp.ne.u64 {FRESHP}, {fresh}, 0;"));
         if reentry {
-            // A record the host left in the slot's part of the save area
-            // is resumed first; the slot's unstarted rest waits in
-            // never_ran (RESTP: its exits leave it there).
-            self.named(RREC.into(), ".b64");
-            self.named(RSITE.into(), ".b32");
-            self.named(RESTP.into(), ".pred");
-            let l_none = self.new_label();
-            self.emit(format!("setp.ne.u64 {RESTP}, {fresh}, {fresh};"));
-            self.emit(format!("@{FRESHP} bra {l_none};"));
-            let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
-            let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
-            let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
-            let mut arith = RecordArith::new(self);
-            let idx = record::first(&mut arith, SLOT.into(), per);
-            arith.address_into(RREC);
-            record::address(&mut arith, area, words, idx);
-            let sw = self.t(Cls::B64);
-            self.emit(format!(
-                "ld.u64 {sw}, [{RREC}+{}];",
-                SaveLayout::SITE_WORD * 8
-            ));
-            self.emit(format!("setp.ne.s64 {RESTP}, {sw}, -1;"));
-            self.emit(format!("cvt.u32.u64 {RSITE}, {sw};"));
-            self.emit(format!("@{RESTP} bra {L_RESUME};"));
-            self.label(&l_none);
+            self.record_first(&fresh);
         }
         // The slot's rest (or its part, on its first run), then done.
         self.rest_first();
@@ -245,6 +136,144 @@ impl PtxWalker<'_> {
         self.label("$idle");
         self.emit("ret;");
         Ok(landings.iter().map(|l| l.0).collect())
+    }
+
+    /// The slot's prologue: its thread (threads past the slots return),
+    /// its slot, the launch's invariants in named registers, its TLAB.
+    fn slot_prologue(&mut self) {
+        let thread = self.thread_index();
+        self.emit(format!(
+            "ld.param.u64 {STRIDE}, [p_ctx+{}];",
+            offsets::SLOTS
+        ));
+        let p = self.t(Cls::Pred);
+        self.emit(format!("setp.ge.u64 {p}, {thread}, {STRIDE};"));
+        self.emit(format!("@{p} bra $idle;"));
+        let slot = self.rotated(&thread);
+        self.emit(format!("mov.u64 {SLOT}, {slot};"));
+        self.emit(format!(
+            "ld.param.u64 {HEAP}, [p_ctx+{}];",
+            offsets::HEAP_BASE
+        ));
+        self.emit(format!(
+            "ld.param.u64 {CONTROL}, [p_ctx+{}];",
+            offsets::CONTROL
+        ));
+        self.emit(format!("ld.param.u64 {EDEN}, [p_ctx+{}];", offsets::EDEN));
+        self.emit(format!("ld.param.u64 {DIRTY}, [p_ctx+{}];", offsets::DIRTY));
+        self.emit(format!("mov.b16 {ONE8}, 1;"));
+        self.emit(format!(
+            "ld.param.u64 {LARGE}, [p_ctx+{}];",
+            offsets::LARGE_WORDS
+        ));
+        // TLAB of this slot: tlabs + (slot / group) * 24, or none.
+        let group = self.ld_ctx(Cls::B64, offsets::TLAB_GROUP);
+        let p = self.t(Cls::Pred);
+        let l_tl = self.new_label();
+        self.emit(format!("mov.u64 {TLAB}, 0;"));
+        self.emit(format!("setp.eq.u64 {p}, {group}, 0;"));
+        self.emit(format!("@{p} bra {l_tl};"));
+        let base = self.ld_ctx(Cls::B64, offsets::TLABS);
+        let q = self.t(Cls::B64);
+        self.emit(format!("div.u64 {q}, {SLOT}, {group};"));
+        self.emit(format!(
+            "mad.lo.u64 {TLAB}, {q}, {}, {base};",
+            offload_abi::gpu::TLAB_BYTES
+        ));
+        self.label(&l_tl);
+    }
+
+    /// The captures, from the kernel's second parameter, each in a named
+    /// register of its kind.
+    fn captures(&mut self) -> Vec<String> {
+        let f = self.v.func(self.cur.func);
+        let mut captures = Vec::new();
+        for (i, p) in f.params().iter().enumerate().skip(1) {
+            let raw = self.t(Cls::B64);
+            self.emit(format!("ld.param.u64 {raw}, [p_caps+{}];", (i - 1) * 8));
+            let name = self.named(format!("%cap{i}"), reg_type(p.ty.kind()));
+            self.unpack_raw(p.ty.kind(), &raw, &name);
+            captures.push(name);
+        }
+        captures
+    }
+
+    /// The kernel frame's locals.
+    fn kernel_locals(&mut self, captures: &[String]) {
+        let f = self.v.func(self.cur.func);
+        // A capture the kernel never assigns is its capture's register: no
+        // copy per workitem, and a value ptxas reads from the parameters
+        // instead of holding it in a register. (A re-entry restores such a
+        // local to the value it has anyway: `def_var` skips it.)
+        let assigned: BTreeSet<usize> = f
+            .body
+            .iter()
+            .filter_map(|i| i.local_written().map(|l| l.index()))
+            .collect();
+        for (i, l) in f.locals.iter().enumerate() {
+            let name = if (1..f.param_count as usize).contains(&i) && !assigned.contains(&i) {
+                let c = captures[i - 1].clone();
+                self.backend.fixed.insert(c.clone());
+                c
+            } else {
+                Ptx::local_var(self, 0, i, l.ty.kind())
+            };
+            self.cur.locals.push(name);
+        }
+    }
+
+    /// The state of injected safepoints (`si`), going on from the slot's
+    /// last launch.
+    fn injection_stream(&mut self, si: crate::SafepointInjection) {
+        self.named(POLLS.into(), ".b64");
+        match si.seed {
+            Some(seed) => {
+                let s0 = (seed | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let t = self.t(Cls::B64);
+                self.emit(format!(
+                    "mul.lo.u64 {t}, {SLOT}, {:#x};",
+                    0x2545_F491_4F6C_DD1Du64
+                ));
+                self.emit(format!("xor.b64 {t}, {t}, {s0:#x};"));
+                self.emit(format!("or.b64 {POLLS}, {t}, 1;"));
+            }
+            None => self.emit(format!("mov.u64 {POLLS}, 0;")),
+        }
+        // The stream goes on from the slot's last launch, if it polled.
+        let (at, saved, fresh) = (self.inject_addr(), self.t(Cls::B64), self.t(Cls::Pred));
+        self.emit(format!("ld.u64 {saved}, [{at}];"));
+        self.emit(format!("setp.eq.u64 {fresh}, {saved}, 0;"));
+        self.emit(format!("selp.b64 {POLLS}, {POLLS}, {saved}, {fresh};"));
+    }
+
+    /// Go to `$resume` if the slot's part of the save area holds a record
+    /// (never on a launch's first run, `fresh` set).
+    fn record_first(&mut self, fresh: &str) {
+        // A record the host left in the slot's part of the save area
+        // is resumed first; the slot's unstarted rest waits in
+        // never_ran (RESTP: its exits leave it there).
+        self.named(RREC.into(), ".b64");
+        self.named(RSITE.into(), ".b32");
+        self.named(RESTP.into(), ".pred");
+        let l_none = self.new_label();
+        self.emit(format!("setp.ne.u64 {RESTP}, {fresh}, {fresh};"));
+        self.emit(format!("@{FRESHP} bra {l_none};"));
+        let area = self.ld_ctx(Cls::B64, offsets::SAVE_AREA);
+        let words = self.ld_ctx(Cls::B64, offsets::RECORD_WORDS);
+        let per = self.ld_ctx(Cls::B64, offsets::RECORDS_PER_SLOT);
+        let mut arith = RecordArith::new(self);
+        let idx = record::first(&mut arith, SLOT.into(), per);
+        arith.address_into(RREC);
+        record::address(&mut arith, area, words, idx);
+        let sw = self.t(Cls::B64);
+        self.emit(format!(
+            "ld.u64 {sw}, [{RREC}+{}];",
+            SaveLayout::SITE_WORD * 8
+        ));
+        self.emit(format!("setp.ne.s64 {RESTP}, {sw}, -1;"));
+        self.emit(format!("cvt.u32.u64 {RSITE}, {sw};"));
+        self.emit(format!("@{RESTP} bra {L_RESUME};"));
+        self.label(&l_none);
     }
 
     /// Load the slot's unstarted rest into `w`, `hi` — its whole part of
