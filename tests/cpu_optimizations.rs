@@ -539,13 +539,17 @@ fn safepoints_inside_vectorized_groups_lose_nothing() {
     ret
 }";
     const N: usize = 1 << 22;
+    // At least this many launches, and more until safepoints came during
+    // some (the requester thread may not run for a while on a busy
+    // machine), up to the most.
     const LAUNCHES: i32 = 24;
+    const MOST: i32 = 400;
     let rt = optimized(2);
     let m = rt.load("inc.obc", INC).unwrap();
     let counts = rt.new_array::<i32>(N).unwrap();
     let c = m.closure("inc", [(&counts).into()]).unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (during, still) = std::thread::scope(|s| {
+    let (during, launches, still) = std::thread::scope(|s| {
         let requester = s.spawn(|| {
             let mut still = true;
             while !stop.load(std::sync::atomic::Ordering::Acquire) {
@@ -559,19 +563,23 @@ fn safepoints_inside_vectorized_groups_lose_nothing() {
             }
             still
         });
-        let mut during = 0;
-        for _ in 0..LAUNCHES {
+        let (mut during, mut launches) = (0, 0);
+        while launches < LAUNCHES || (during == 0 && launches < MOST) {
             let report = par_offload(0..N as i64, &c).unwrap();
             assert!(!report.quick_tier);
             during += report.safepoints;
+            launches += 1;
         }
         stop.store(true, std::sync::atomic::Ordering::Release);
-        (during, requester.join().unwrap())
+        (during, launches, requester.join().unwrap())
     });
     assert!(still, "a slot ran during a safepoint");
-    assert!(during > 0, "no safepoint came while a launch ran");
     assert!(
-        rt.read(&counts).unwrap().iter().all(|&n| n == LAUNCHES),
+        during > 0,
+        "no safepoint came while {launches} launches ran"
+    );
+    assert!(
+        rt.read(&counts).unwrap().iter().all(|&n| n == launches),
         "every workitem once per launch"
     );
 }
