@@ -254,7 +254,7 @@ impl<'a> Grid<'a> {
                 .wrapping_sub(self.gpu.resident.heap_at() >> CHUNK_SHIFT),
             parked: b.at(l.parked),
             fresh: u64::from(st.totals.launches == 1),
-            rotate: self.rotate(launch),
+            rotate: self.rotate(),
         }
     }
 
@@ -262,21 +262,20 @@ impl<'a> Grid<'a> {
     /// most of the kernel's array accesses (all indexed by the workitem
     /// number: `PtxKernel::streams`) start a warp's 32 workitems on a
     /// sector; 0 when the kernel has other accesses, or allocates.
-    fn rotate(&self, launch: &Launch<'_>) -> u64 {
+    /// Reads the run's element addresses (`self.params`, made first).
+    fn rotate(&self) -> u64 {
         let streams = &self.k.ptx.streams;
         // Slots share TLABs by number (`DeviceCtx::tlab_group`): those of a
         // kernel that allocates stay with their warps.
         if streams.is_empty() || self.k.ptx.allocates {
             return 0;
         }
-        let caps: Vec<u64> = launch.call.capture_values().collect();
-        let heap = self.gpu.resident.heap_at();
         // Each access's element `start`.
         let firsts: Vec<(u64, u64)> = streams
             .iter()
             .filter_map(|&(c, size)| {
-                let elem0 = gpu::elem0(heap, *caps.get(c)?);
                 let size = u64::from(size);
+                let elem0 = *self.params.1.get(c)?;
                 Some((
                     elem0.wrapping_add((self.range.start as u64).wrapping_mul(size)),
                     size,
@@ -309,10 +308,9 @@ impl<'a> Grid<'a> {
             .begin(first, allocates.then_some(bounds), s)
             .map_err(cuda_err("launch block"))?;
         gpu.set_control(0)?;
-        // The kernel's parameters, by value: the context, the captures'
-        // words and their elements' addresses (at least one each, as the
-        // PTX declares).
-        let mut ctx = self.context(launch).to_words();
+        // The kernel's parameters, by value: the captures' words and their
+        // elements' addresses (at least one each, as the PTX declares),
+        // then the context (whose rotation reads those addresses).
         let heap = gpu.resident.heap_at();
         let (caps, elems) = (&mut self.params.0, &mut self.params.1);
         caps.clear();
@@ -322,6 +320,8 @@ impl<'a> Grid<'a> {
         }
         elems.clear();
         elems.extend(caps.iter().map(|&raw| gpu::elem0(heap, raw)));
+        let mut ctx = self.context(launch).to_words();
+        let (caps, elems) = (&mut self.params.0, &mut self.params.1);
         self.state.totals.to_device += 8 * (ctx.len() + caps.len() + elems.len()) as u64;
         // SAFETY: the kernel takes three byte arrays, its `DeviceCtx`'s
         // words, its captures' and their elements' (`offload_jit::ptx`, the

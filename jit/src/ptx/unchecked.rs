@@ -80,8 +80,8 @@ impl PtxWalker<'_> {
     }
 
     /// The slot's test (into [`FASTP`]), each proven array's element 0
-    /// (`%ebaseN`), and the dirty chunks of the stored arrays' ranges.
-    /// `captures[p - 1]` holds reference parameter `p`.
+    /// (`%ebaseN`, from the kernel's `p_elems` parameter), and the dirty
+    /// chunks of the stored arrays' ranges.
     pub(super) fn unchecked_prologue(&mut self, proven: &Proven) {
         self.named(FASTP.into(), ".pred");
         let (start, end) = (
@@ -184,7 +184,7 @@ impl PtxWalker<'_> {
     /// element at proven address `addr` (of kind `k`), if the load there may
     /// reuse it (`lower::reuse`); else `None`, and the caller's load is the
     /// one later loads of the element may reuse.
-    pub(super) fn reused_load(&mut self, addr: &str, k: Kind) -> Option<String> {
+    pub(super) fn reused_load(&self, addr: &str, k: Kind) -> Option<String> {
         let &(p, bci) = self.backend.proven_at.get(addr)?;
         if let Some((first, x)) = self.backend.loaded.get(&(p, k as u8))
             && crate::lower::reuse::reusable(self.v, self.cur.func, *first, bci)
