@@ -55,15 +55,18 @@ fn what_handles_fields_and_reference_arrays_reach_survives_intact() {
         assert_eq!(st.before, before);
         assert!(st.freed() > n as u64 * 100, "{st}");
         // Heap use is the live data: the kept nodes and their arrays, the
-        // held object and its array.
+        // held object and its array — and the padding that starts a page
+        // where the tag of the pages objects come from changes (the array,
+        // the launch's mixed pages, the object's class page, the array's).
         let walk = verify(&rt);
-        assert_eq!(walk.fillers, 0);
+        assert!(walk.fillers <= 3, "{walk}");
+        assert!(walk.filler_bytes < 3 * 4096, "{walk}");
         assert_eq!(walk.bytes + 16, rt.heap().used());
         assert_eq!(st.after, rt.heap().used());
         let node = 24;
         let arr10 = 8 + 80;
         let live = (8 + 4 * n as u64).div_ceil(8) * 8 + n as u64 * (node + arr10) + node + 32;
-        assert_eq!(walk.bytes, live, "{device:?}: {walk}");
+        assert_eq!(walk.bytes - walk.filler_bytes, live, "{device:?}: {walk}");
         // Contents intact, through the moved handles.
         let out = rt.new_array::<i64>(n).unwrap();
         let c = m

@@ -62,6 +62,9 @@ pub struct LaunchCtx {
     /// at its end (the nursery reset; `cpu` module docs): every slot has
     /// a TLAB of its own and the runtime reclaims dead objects.
     pub nursery: u64,
+    /// The heap's page table: one tag per page ([`crate::pages`]), from
+    /// which compiled code reads an object's class without its header.
+    pub pages: *const u32,
 }
 
 /// The words one slot writes and the host reads between the slot's
@@ -210,6 +213,8 @@ pub mod offsets {
     pub const YOUNG: i32 = offset_of!(LaunchCtx, young) as i32;
     /// `nursery`.
     pub const NURSERY: i32 = offset_of!(LaunchCtx, nursery) as i32;
+    /// [`LaunchCtx::pages`].
+    pub const PAGES: i32 = offset_of!(LaunchCtx, pages) as i32;
 
     /// Bytes from one [`Part`] to the next.
     pub const PART_BYTES: i64 = size_of::<Part>() as i64;

@@ -15,6 +15,8 @@
 //! - [`cpu`]: the CPU's launch context ([`cpu::LaunchCtx`]), slot words
 //!   ([`cpu::SlotWords`]), range parts ([`cpu::Part`]) and their offsets;
 //! - [`gpu`]: the GPU's launch context ([`gpu::DeviceCtx`]) and its offsets;
+//! - [`pages`]: the page size and tags by which compiled code finds an
+//!   object's class from its reference;
 //! - [`record`]: which save record a slot writes (one formula, spelled by
 //!   the host and by each emitter through [`record::Arith`]);
 //! - [`tlab`]: a shared TLAB's words and the bit layout of its state and
@@ -38,5 +40,6 @@ pub mod control;
 pub mod cpu;
 pub mod exit;
 pub mod gpu;
+pub mod pages;
 pub mod record;
 pub mod tlab;

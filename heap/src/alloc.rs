@@ -429,13 +429,24 @@ impl<'h> Allocator<'h> {
     /// fillers. The collector keeps the gap of a live array so placed
     /// (`gc::mark`) and pads it again where it slides (`Heap::collect`),
     /// so gap and alignment survive compaction.
+    ///
+    /// Objects go to pages of their class and arrays to pages of arrays
+    /// (`crate::pages`), so that compiled code finds an object's class
+    /// from its reference.
     pub fn alloc_host(heap: &Heap, header: Header) -> Result<u32, HeapError> {
         let bytes = header.size().ok_or(HeapError::Exhausted {
             needed: u64::MAX,
             max: heap.config().max,
         })?;
+        let tag = crate::pages::tag_for(header).unwrap_or(offload_abi::pages::MIXED);
+        if words(bytes) <= u64::from(offload_abi::pages::PAGE_WORDS) {
+            let at = heap.alloc_in_run(tag, words(bytes))?;
+            heap.write_header(at, header)?;
+            return Ok(at);
+        }
         if bytes >= COLOUR_MIN_BYTES
-            && let Ok(start) = heap.alloc_direct(bytes + COLOUR_GAP_BYTES + ALIGN_SLACK_BYTES)
+            && let Ok(start) =
+                heap.alloc_direct_on(bytes + COLOUR_GAP_BYTES + ALIGN_SLACK_BYTES, tag)
         {
             let gap_words = words(COLOUR_GAP_BYTES) as u32;
             let slack = (ALIGN_SLACK_BYTES / 8) as u32;
@@ -457,7 +468,7 @@ impl<'h> Allocator<'h> {
             fill(at + words(bytes) as u32, slack - pad)?;
             return Ok(at);
         }
-        let at = heap.alloc_direct(bytes)?;
+        let at = heap.alloc_direct_on(bytes, tag)?;
         heap.write_header(at, header)?;
         Ok(at)
     }
@@ -637,7 +648,13 @@ mod tests {
         let mut seen = Vec::new();
         let st = h.walk(|r, hd| seen.push((r.0, hd))).unwrap();
         assert_eq!(st.arrays, 3, "{seen:?}");
-        assert_eq!(st.filler_bytes, 2 * (COLOUR_GAP_BYTES + ALIGN_SLACK_BYTES));
+        // (The small array opens the host's run of array pages: a page,
+        // whose rest is one filler.)
+        let run_rest = offload_abi::pages::PAGE_BYTES as u64 - 40;
+        assert_eq!(
+            st.filler_bytes,
+            2 * (COLOUR_GAP_BYTES + ALIGN_SLACK_BYTES) + run_rest
+        );
         assert_eq!(h.header(crate::layout::Ref(y)).unwrap(), big);
         // With no room for the gap, the array still fits without one.
         let tight = heap(4 << 20);

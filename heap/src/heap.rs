@@ -1,10 +1,13 @@
 //! The heap: the region, eden, direct allocation, typed access, and the walker.
 
 use crate::layout::{HEAP_START_WORDS, Header, Ref, words};
+use crate::pages::{PageTable, page_up};
 use crate::region::Region;
 use crate::resident::Residency;
 use crate::tlab::Eden;
 use fixedbitset::FixedBitSet;
+use offload_abi::pages::MIXED;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -128,8 +131,16 @@ pub struct ClassShape {
 pub struct Heap {
     pub(crate) region: Region,
     cfg: HeapConfig,
-    /// Eden top, in words.
+    /// Eden's state: its top in words (low half) and the tag of the page
+    /// that holds the top (high half), so that carves racing for one page
+    /// agree on its tag (`crate::pages`). Read the top with
+    /// [`Heap::top_words`].
     pub(crate) top: AtomicU64,
+    /// The tag of every page (`crate::pages`).
+    pub(crate) pages: PageTable,
+    /// The host's open run of pages per tag (a class, or arrays): `[top, end)` words, the
+    /// rest of the run always one filler (`crate::pages`).
+    pub(crate) host_runs: Mutex<HashMap<u32, (u32, u32)>>,
     grows: AtomicU64,
     /// Carves (and reclaims) begun and finished: a [`HeapMark`] is taken
     /// when they are equal, and a reclaim needs every one since its mark
@@ -153,6 +164,8 @@ pub struct Heap {
 pub struct HeapMark {
     /// Eden top, in words: everything allocated after the mark lies above.
     pub top: u32,
+    /// Eden's whole state word then (the top and its page's tag).
+    state: u64,
     /// Carves and reclaims finished by then.
     events: u64,
 }
@@ -195,7 +208,9 @@ impl Heap {
         Ok(Heap {
             region,
             cfg,
-            top: AtomicU64::new(u64::from(HEAP_START_WORDS)),
+            top: AtomicU64::new(pack_top(u64::from(HEAP_START_WORDS), FRESH)),
+            pages: PageTable::new(cfg.max),
+            host_runs: Mutex::new(HashMap::new()),
             grows: AtomicU64::new(0),
             started: AtomicU64::new(0),
             finished: AtomicU64::new(0),
@@ -226,7 +241,19 @@ impl Heap {
 
     /// Bytes allocated (eden top).
     pub fn used(&self) -> u64 {
-        self.top.load(Ordering::Acquire) * 8
+        self.top_words() * 8
+    }
+
+    /// Eden's top, in words.
+    #[inline]
+    pub fn top_words(&self) -> u64 {
+        self.top.load(Ordering::Acquire) & TOP_MASK
+    }
+
+    /// The tag of every page (`crate::pages`), for compiled code and the
+    /// devices.
+    pub fn pages(&self) -> &PageTable {
+        &self.pages
     }
 
     /// How many times the heap grew.
@@ -241,7 +268,7 @@ impl Heap {
     /// Commit more memory so that at least `need_words` more fit above the
     /// current top. Returns false at the maximum.
     fn grow(&self, need_words: u64) -> bool {
-        let want = (self.top.load(Ordering::Acquire) + need_words) * 8;
+        let want = (self.top_words() + need_words) * 8;
         let cur = self.region.committed() as u64;
         if want <= cur {
             return true;
@@ -256,62 +283,91 @@ impl Heap {
         }
     }
 
-    /// Carve `[start, start + want)` words from eden (at least `min`), growing
-    /// the heap if allowed. The words are zero on the host (`for_device`:
-    /// the caller zeroes them on the device, and the host's are
-    /// meaningless until the device's come back).
-    fn carve_words(&self, min: u64, want: u64, grow: bool, for_device: bool) -> Option<(u64, u64)> {
+    /// Carve `[start, start + want)` words from eden (at least `min`) for
+    /// pages of `tag` (`crate::pages`), growing the heap if allowed: from
+    /// eden's top when its page has that tag or the top is on a page
+    /// boundary, else from the next page boundary (the gap becomes a
+    /// filler). Every page the carve touches gets `tag`. The words are zero
+    /// on the host (`for_device`: the caller zeroes them on the device, and
+    /// the host's are meaningless until the device's come back).
+    pub(crate) fn carve_words(
+        &self,
+        min: u64,
+        want: u64,
+        grow: bool,
+        for_device: bool,
+        tag: u32,
+    ) -> Option<(u64, u64)> {
         self.started.fetch_add(1, Ordering::SeqCst);
         let got = loop {
-            let start = self.top.load(Ordering::SeqCst);
-            if !for_device && let Err(e) = self.before_carve(start) {
+            let state = self.top.load(Ordering::SeqCst);
+            let (top, top_tag) = unpack_top(state);
+            if !for_device && let Err(e) = self.before_carve(top) {
                 *self
                     .carve_error
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
                 break None;
             }
+            let start = if top_tag == tag || top_tag == FRESH {
+                top
+            } else {
+                page_up(top)
+            };
             let limit = self.limit_words();
             let end = (start + want).min(limit);
             if end < start + min {
-                if grow && self.grow(want) {
+                let gap = start - top;
+                if grow && self.grow(gap + want) {
                     continue;
                 }
-                if grow && self.grow(min) {
+                if grow && self.grow(gap + min) {
                     continue;
                 }
                 break None;
             }
             if self
                 .top
-                .compare_exchange_weak(start, end, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange_weak(
+                    state,
+                    pack_top(end, tag),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
                 .is_ok()
             {
-                break Some((start, end));
+                break Some((top, start, end));
             }
         };
-        if let Some((start, end)) = got {
+        if let Some((top, start, end)) = got {
             // Below the high-water mark lie the objects of a reclaimed
             // launch; above it, memory no one has written.
             let dirty_end = self.high_water.fetch_max(end, Ordering::SeqCst).min(end);
-            if !for_device && start < dirty_end {
-                // SAFETY: the CAS above made `[start, end)` this carve's
+            if !for_device && top < dirty_end {
+                // SAFETY: the CAS above made `[top, end)` this carve's
                 // alone; no one else reads or writes it until the caller
                 // publishes objects in it, and a reclaim cannot move `top`
                 // below it while this carve is unfinished.
                 unsafe {
                     self.region
-                        .zero(start as usize * 8, (dirty_end - start) as usize * 8);
+                        .zero(top as usize * 8, (dirty_end - top) as usize * 8);
                 }
             }
-        }
-        if let Some((start, end)) = got
-            && !for_device
-        {
-            self.host_wrote(start as usize * 8, end as usize * 8);
+            self.pages.set(start, end, tag);
+            if top < start {
+                // The gap to the page boundary parses as a filler (host
+                // memory even for a device's carve: it is not the device's).
+                Eden::fill(self, top as u32, start as u32);
+                if for_device {
+                    self.host_wrote(top as usize * 8, start as usize * 8);
+                }
+            }
+            if !for_device {
+                self.host_wrote(top as usize * 8, end as usize * 8);
+            }
         }
         self.finished.fetch_add(1, Ordering::SeqCst);
-        got
+        got.map(|(_, start, end)| (start, end))
     }
 
     /// The highest top so far, in words.
@@ -325,10 +381,11 @@ impl Heap {
     pub fn mark(&self) -> HeapMark {
         loop {
             let f = self.finished.load(Ordering::SeqCst);
-            let top = self.top.load(Ordering::SeqCst);
+            let state = self.top.load(Ordering::SeqCst);
             if self.started.load(Ordering::SeqCst) == f {
                 return HeapMark {
-                    top: top as u32,
+                    top: unpack_top(state).0 as u32,
+                    state,
                     events: f,
                 };
             }
@@ -351,7 +408,7 @@ impl Heap {
             return 0;
         }
         let cur = self.top.load(Ordering::SeqCst);
-        if self.finished.load(Ordering::SeqCst) != s || cur <= u64::from(mark.top) {
+        if self.finished.load(Ordering::SeqCst) != s || cur & TOP_MASK <= u64::from(mark.top) {
             return 0;
         }
         // A reclaim counts as a carve for every other mark. A carve that
@@ -361,8 +418,8 @@ impl Heap {
         self.started.fetch_add(1, Ordering::SeqCst);
         let freed = self
             .top
-            .compare_exchange(cur, u64::from(mark.top), Ordering::SeqCst, Ordering::SeqCst)
-            .map_or(0, |_| (cur - u64::from(mark.top)) * 8);
+            .compare_exchange(cur, mark.state, Ordering::SeqCst, Ordering::SeqCst)
+            .map_or(0, |_| ((cur & TOP_MASK) - u64::from(mark.top)) * 8);
         self.finished.fetch_add(1, Ordering::SeqCst);
         self.reclaimed.fetch_add(freed, Ordering::Relaxed);
         freed
@@ -384,6 +441,7 @@ impl Heap {
             u64::from(want_words.max(min_words)),
             true,
             false,
+            MIXED,
         )
         .map(|(s, e)| (s as u32, e as u32))
     }
@@ -399,6 +457,7 @@ impl Heap {
             u64::from(want_words.max(min_words)),
             true,
             true,
+            MIXED,
         )
         .map(|(s, e)| (s as u32, e as u32))
     }
@@ -420,8 +479,8 @@ impl Heap {
         let ok = self
             .top
             .compare_exchange(
-                u64::from(end),
-                u64::from(start),
+                pack_top(u64::from(end), MIXED),
+                pack_top(u64::from(start), MIXED),
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             )
@@ -431,11 +490,16 @@ impl Heap {
     }
 
     /// Allocate `bytes` straight from eden with a CAS (large objects, host
-    /// allocations, and the `EdenCas` policy), growing the heap if needed.
-    /// Returns the word offset; the memory is zero.
+    /// allocations, and the `EdenCas` policy) on [`MIXED`] pages, growing
+    /// the heap if needed. Returns the word offset; the memory is zero.
     pub fn alloc_direct(&self, bytes: u64) -> Result<u32, HeapError> {
+        self.alloc_direct_on(bytes, MIXED)
+    }
+
+    /// [`Heap::alloc_direct`] on pages of `tag` (`crate::pages`).
+    pub fn alloc_direct_on(&self, bytes: u64, tag: u32) -> Result<u32, HeapError> {
         let w = words(bytes);
-        self.carve_words(w, w, true, false)
+        self.carve_words(w, w, true, false, tag)
             .map(|(s, _)| s as u32)
             .ok_or_else(|| {
                 let failed = self
@@ -539,7 +603,7 @@ impl Heap {
     /// only when no allocator holds an unretired TLAB.
     pub fn walk(&self, mut visit: impl FnMut(Ref, Header)) -> Result<WalkStats, HeapError> {
         self.sync_host()?;
-        let top = self.top.load(Ordering::Acquire);
+        let top = self.top_words();
         let mut at = u64::from(HEAP_START_WORDS);
         let mut st = WalkStats::default();
         while at < top {
@@ -571,13 +635,14 @@ impl Heap {
     }
 
     /// Walk the heap and check it: every header is valid, objects have the
-    /// size of their class, and every reference field and element is null or
-    /// points at the start of an object.
+    /// size of their class and lie on pages of their tag
+    /// ([`Heap::check_pages`]), and every reference field and element is
+    /// null or points at the start of an object.
     pub fn verify(
         &self,
         class_shape: impl Fn(u32) -> Option<ClassShape>,
     ) -> Result<WalkStats, HeapError> {
-        let top = self.top.load(Ordering::Acquire) as usize;
+        let top = self.top_words() as usize;
         let mut starts = FixedBitSet::with_capacity(top + 1);
         let mut refs: Vec<(u32, usize)> = Vec::new();
         let mut err = None;
@@ -586,6 +651,10 @@ impl Heap {
                 return;
             }
             starts.insert(r.0 as usize);
+            if let Some(e) = self.misplaced(r.0, h) {
+                err = Some(e);
+                return;
+            }
             match h {
                 Header::Object { class, size } => match class_shape(class) {
                     Some(shape) if shape.size == size => {
@@ -640,7 +709,7 @@ impl Heap {
 impl Eden for Heap {
     fn carve(&self, min_words: u32) -> Result<(u32, u32), crate::AllocFailure> {
         let want = u64::from(self.cfg.tlab_bytes / 8).max(u64::from(min_words));
-        self.carve_words(u64::from(min_words), want, true, false)
+        self.carve_words(u64::from(min_words), want, true, false, MIXED)
             .map(|(s, e)| (s as u32, e as u32))
             .ok_or(crate::AllocFailure::Exhausted)
     }
@@ -652,4 +721,22 @@ impl Eden for Heap {
         self.write_header(start, Header::Filler { size })
             .expect("filler inside a carved TLAB");
     }
+}
+
+/// The tag in eden's state word while no object starts in the top's page
+/// (the heap's first page, which holds only the reserved words): any
+/// carve continues there. Never in the page table.
+pub(crate) const FRESH: u32 = 0x8000_0001;
+
+/// Bits of eden's state word that hold its top.
+pub(crate) const TOP_MASK: u64 = 0xFFFF_FFFF;
+
+/// Eden's state word: `top` words and the tag of the page that holds it.
+pub(crate) fn pack_top(top: u64, tag: u32) -> u64 {
+    u64::from(tag) << 32 | top
+}
+
+/// `(top, tag)` of eden's state word.
+pub(crate) fn unpack_top(state: u64) -> (u64, u32) {
+    (state & TOP_MASK, (state >> 32) as u32)
 }

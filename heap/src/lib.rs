@@ -11,7 +11,9 @@
 //! ([`Allocator::reclaim`]), and the heap walks and verifies object by
 //! object ([`Heap::walk`], [`Heap::verify`]); the collector ([`gc`],
 //! [`Heap::collect`]) frees what no root reaches and slides the rest down,
-//! so eden's top comes back down to the live data. When a device keeps a
+//! so eden's top comes back down to the live data. Objects are placed by
+//! class on pages whose tag names it, so compiled code finds a receiver's
+//! class from its reference ([`pages`]). When a device keeps a
 //! copy of the heap, this crate alone keeps the two images coherent
 //! ([`resident`]): every accessor fetches what a device wrote, and code
 //! that touches the heap's bytes directly gets them only through
@@ -38,6 +40,8 @@ pub mod alloc;
 pub mod gc;
 pub mod heap;
 pub mod layout;
+pub mod pages;
+mod placement;
 pub mod region;
 pub mod resident;
 mod sync;
@@ -49,5 +53,6 @@ pub use heap::{
     ClassShape, Heap, HeapConfig, HeapError, HeapMark, MAX_HEAP_BYTES, MIN_HEAP_BYTES, WalkStats,
 };
 pub use layout::{Header, Ref};
+pub use pages::{PageKind, PageStats, PageTable};
 pub use resident::{Mirror, RawImage, ResidencyStats};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};

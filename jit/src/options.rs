@@ -52,6 +52,12 @@ pub struct CompileOptions {
     /// then finished by the host interpreter, as before devices could
     /// resume records ([`offload_deopt::SiteMap::reentry`]).
     pub no_reentry: bool,
+    /// Read the class of a virtual call's receiver, and of an object a
+    /// class test (`instanceof`, `checkcast`) looks at, from the object's
+    /// header — only to measure what finding it from the object's page
+    /// saves (`offload_heap::pages`; the default reads the page table and
+    /// the header only for objects on mixed pages).
+    pub header_dispatch: bool,
     /// Compile for latency (the first tier): no Cranelift optimizations and
     /// single-pass register allocation — 2–2.5x quicker to compile, about 2x
     /// slower to run. The same lowering, deopt sites and metadata as the

@@ -160,6 +160,7 @@ impl Compiled for CpuLaunch<'_> {
             },
             young: u64::from(alloc.young_start()),
             nursery: u64::from(env.settings.reclaim && own_tlabs),
+            pages: env.heap.pages().as_ptr(),
         };
         let per_slot = state.per_slot;
         let outs: Vec<Mutex<Option<SlotResult>>> = (0..workers).map(|_| Mutex::default()).collect();

@@ -180,6 +180,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Find the class of a virtual call's receiver (and of an object under
+    /// `instanceof` or `checkcast`) from the page it lies on (default on):
+    /// objects the host allocates are placed on pages of their class
+    /// (`offload_heap::pages`), and compiled code reads one tag from a
+    /// small table instead of each object's header. Off, for experiments:
+    /// every dispatch loads the header.
+    pub fn dispatch_by_address(mut self, on: bool) -> Self {
+        self.compile.header_dispatch = !on;
+        self
+    }
+
     /// Resume stopped workitems on the device (default on): a workitem a
     /// safepoint (or a full heap) stopped at a loop's back-edge or an
     /// allocation is entered again in compiled code from its save record

@@ -202,12 +202,19 @@ fn marked(
 }
 
 /// Set a bit in `live` for every word of every marked object; the number
-/// of objects and of words.
-pub(super) fn live_words(cells: &[AtomicU32], marks: &Bits, live: &Bits) -> LiveWords {
-    let parts: Vec<LiveWords> = (0..marks.len().div_ceil(CHUNK))
+/// of objects and of words, the colour gaps, and the objects whose page
+/// tag (`tag_of`, `crate::pages`) differs from the marked object's before.
+pub(super) fn live_words(
+    cells: &[AtomicU32],
+    marks: &Bits,
+    live: &Bits,
+    tag_of: &(dyn Fn(u32) -> u32 + Sync),
+) -> LiveWords {
+    let parts: Vec<(LiveWords, Option<(u32, u32)>)> = (0..marks.len().div_ceil(CHUNK))
         .into_par_iter()
         .map(|c| {
             let mut part = LiveWords::default();
+            let mut first = None;
             for (r, h, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
             {
                 live.set_range(u64::from(r), u64::from(r) + size);
@@ -216,16 +223,30 @@ pub(super) fn live_words(cells: &[AtomicU32], marks: &Bits, live: &Bits) -> Live
                 if is_colour_gap(h) {
                     part.gaps.push(r);
                 }
+                let tag = tag_of(r);
+                match part.last_tag {
+                    None => first = Some((r, tag)),
+                    Some(t) if t != tag => part.turns.push(r),
+                    Some(_) => {}
+                }
+                part.last_tag = Some(tag);
             }
-            part
+            (part, first)
         })
         .collect();
     // In address order: the chunks are, and so is each chunk's list.
     let mut all = LiveWords::default();
-    for p in parts {
+    for (p, first) in parts {
         all.objects += p.objects;
         all.words += p.words;
         all.gaps.extend(p.gaps);
+        if let Some((r, tag)) = first
+            && all.last_tag.is_some_and(|t| t != tag)
+        {
+            all.turns.push(r);
+        }
+        all.turns.extend(p.turns);
+        all.last_tag = p.last_tag.or(all.last_tag);
     }
     all
 }
@@ -239,6 +260,12 @@ pub(super) struct LiveWords {
     /// order: a marked filler of exactly this size is one (nothing else
     /// marks a filler).
     pub(super) gaps: Vec<u32>,
+    /// The objects, in address order, whose page's tag differs from that
+    /// of the marked object before them: each starts a new page where it
+    /// slides (`crate::pages`).
+    pub(super) turns: Vec<u32>,
+    /// The tag of the last marked object's page.
+    pub(super) last_tag: Option<u32>,
 }
 
 /// The words of a colour gap.

@@ -45,8 +45,9 @@ mod bits;
 mod mark;
 
 use crate::alloc::aligned_pad;
-use crate::heap::{ClassShape, Heap, HeapError};
+use crate::heap::{ClassShape, FRESH, Heap, HeapError, pack_top};
 use crate::layout::{HEAP_START_WORDS, Header};
+use crate::pages::page_up;
 use bits::Bits;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -125,12 +126,43 @@ struct Pad {
     words: u32,
 }
 
+/// A live object before which the slide may pad: a colour gap, an
+/// object whose page tag differs from the one before (a turn), or both.
+struct Point {
+    at: u32,
+    gap: bool,
+    turn: bool,
+}
+
+/// The colour gaps and turns (both in address order) merged, in address
+/// order.
+fn merge_points<'a>(gaps: &'a [u32], turns: &'a [u32]) -> impl Iterator<Item = Point> + 'a {
+    let (mut g, mut t) = (gaps.iter().peekable(), turns.iter().peekable());
+    std::iter::from_fn(move || {
+        let at = match (g.peek(), t.peek()) {
+            (Some(&&a), Some(&&b)) => a.min(b),
+            (Some(&&a), None) => a,
+            (None, Some(&&b)) => b,
+            (None, None) => return None,
+        };
+        let gap = g.next_if(|&&a| a == at).is_some();
+        let turn = t.next_if(|&&b| b == at).is_some();
+        Some(Point { at, gap, turn })
+    })
+}
+
 /// Where live objects go: the live-word bitmap and, per 64 words, the new
 /// address of the first live word among them (colour gaps' padding
 /// included: see `Heap::collect`).
 struct Forwarding {
     live: Bits,
     base: Vec<u32>,
+    /// A bit per 64 words: some object among them has padding before it
+    /// (a colour gap or a turn, `Point`).
+    padded: Bits,
+    /// The padded objects, in address order, with their padding: an object
+    /// at or after one in the same 64 words goes that much further.
+    pads: Vec<(u32, u32)>,
 }
 
 impl Forwarding {
@@ -139,7 +171,16 @@ impl Forwarding {
     fn of(&self, r: u32) -> u32 {
         let w = (r >> 6) as usize;
         let below = self.live.word(w) & ((1u64 << (r & 63)) - 1);
-        self.base[w] + below.count_ones()
+        let to = self.base[w] + below.count_ones();
+        if self.padded.word(w >> 6) >> (w & 63) & 1 == 0 {
+            return to;
+        }
+        let first = self.pads.partition_point(|&(at, _)| at >> 6 < r >> 6);
+        to + self.pads[first..]
+            .iter()
+            .take_while(|&&(at, _)| at <= r)
+            .map(|&(_, words)| words)
+            .sum::<u32>()
     }
 }
 
@@ -169,7 +210,7 @@ impl Heap {
         // everything below the new top goes to the device after (objects
         // moved).
         self.sync_host()?;
-        let top = self.top.load(Ordering::Acquire);
+        let top = self.top_words();
         let cells = self
             .region
             .u32_cells(top as usize * 2)
@@ -191,26 +232,40 @@ impl Heap {
 
         // Live words and the new address of each block of 64 words.
         let live = Bits::new(top);
-        let counted = mark::live_words(cells, &marks, &live);
+        let counted = mark::live_words(cells, &marks, &live, &|r| self.pages.tag_of(r));
         st.live_objects = counted.objects;
         let mut base = Vec::with_capacity(live.len());
         let mut next = HEAP_START_WORDS;
-        let mut pads = Vec::with_capacity(counted.gaps.len());
-        let mut gaps = counted.gaps.iter().copied().peekable();
+        let mut pads = Vec::with_capacity(counted.gaps.len() + counted.turns.len());
+        let mut points = merge_points(&counted.gaps, &counted.turns).peekable();
         for w in 0..live.len() {
             base.push(next);
             let word = live.word(w);
-            // A colour gap starting in this 64 (nothing else starts after
-            // it here: a gap is 2,048 words) gets padding before it, so
-            // that the large array after it keeps its elements on a cache
-            // line (`Allocator::alloc_host`); the padding comes out of the
-            // space freed below it, so nothing moves up.
-            while let Some(f) = gaps.next_if(|&f| (f >> 6) as usize == w) {
-                let to = next + (word & ((1u64 << (f & 63)) - 1)).count_ones();
-                let pad = aligned_pad(to + mark::GAP_WORDS);
-                let pad = if to + pad <= f { pad } else { 0 };
+            while let Some(p) = points.next_if(|p| (p.at >> 6) as usize == w) {
+                let to = next + (word & ((1u64 << (p.at & 63)) - 1)).count_ones();
+                // An object whose page tag differs from the one before
+                // starts a page of its own (`crate::pages`): the one before
+                // ended below this object's page (a page an object runs
+                // into has that object's tag), so this fits below it.
+                let mut pad = if p.turn {
+                    page_up(u64::from(to)) as u32 - to
+                } else {
+                    0
+                };
+                // A colour gap (nothing else starts after it in its 64: a
+                // gap is 2,048 words) gets padding before it, so that the
+                // large array after it keeps its elements on a cache line
+                // (`Allocator::alloc_host`); the padding comes out of the
+                // space freed below it, so nothing moves up.
+                if p.gap {
+                    let line = aligned_pad(to + pad + mark::GAP_WORDS);
+                    if to + pad + line <= p.at {
+                        pad += line;
+                    }
+                }
+                debug_assert!(to + pad <= p.at);
                 pads.push(Pad {
-                    at: f,
+                    at: p.at,
                     to,
                     words: pad,
                 });
@@ -223,7 +278,20 @@ impl Heap {
             u64::from(next),
             u64::from(HEAP_START_WORDS) + counted.words + padding
         );
-        let fwd = Forwarding { live, base };
+        let padded = Bits::new(live.len() as u64);
+        for p in pads.iter().filter(|p| p.words > 0) {
+            padded.test_and_set(p.at >> 6);
+        }
+        let fwd = Forwarding {
+            live,
+            base,
+            padded,
+            pads: pads
+                .iter()
+                .filter(|p| p.words > 0)
+                .map(|p| (p.at, p.words))
+                .collect(),
+        };
 
         // Update every reference in live objects, then the roots.
         mark::update_refs(cells, shapes, &marks, &|r| fwd.of(r));
@@ -251,11 +319,11 @@ impl Heap {
         }
         let mut pads = pads.into_iter().peekable();
         for at in marks.ones(prefix, marks.len()) {
-            let mut to = fwd.of(at);
-            // Gaps in the dense prefix stay (their padding is zero).
+            let to = fwd.of(at);
+            // Gaps and turns in the dense prefix stay (their padding is zero).
             while pads.next_if(|p| p.at < at).is_some() {}
             if let Some(p) = pads.next_if(|p| p.at == at) {
-                to = p.to + p.words;
+                debug_assert_eq!(to, p.to + p.words);
                 if p.words > 0 {
                     // Below every object not yet moved (`to <= at`).
                     let (a, b) = Header::Filler { size: p.words * 8 }
@@ -270,6 +338,10 @@ impl Heap {
                 cells[at as usize * 2 + 1].load(Ordering::Relaxed),
             );
             let size = Header::decode(a, b).and_then(Header::size).unwrap_or(8) / 8;
+            // The page it lands on has its tag; no other tag's object
+            // starts there (a change of tag started a page).
+            self.pages
+                .set(u64::from(to), u64::from(to) + size, self.pages.tag_of(at));
             if to != at {
                 for i in 0..size as usize {
                     let v = words64[at as usize + i].load(Ordering::Relaxed);
@@ -283,7 +355,16 @@ impl Heap {
         // The collection counts as a carve for every `HeapMark` taken
         // before it, so no reclaim rolls back across it.
         self.started.fetch_add(1, Ordering::SeqCst);
-        self.top.store(u64::from(next), Ordering::SeqCst);
+        self.top.store(
+            pack_top(u64::from(next), counted.last_tag.unwrap_or(FRESH)),
+            Ordering::SeqCst,
+        );
+        // The host's open runs of pages per class ended in fillers, which
+        // were garbage.
+        self.host_runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
         self.host_wrote(0, next as usize * 8);
         self.finished.fetch_add(1, Ordering::SeqCst);
         st.after = u64::from(next) * 8;

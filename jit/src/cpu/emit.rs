@@ -44,17 +44,66 @@ impl CpuWalker<'_, '_> {
         acc
     }
 
-    /// Whether the object `r` is an instance of `ty`, as an `i8` truth
-    /// value, reading its header (`r` may be null: word 0 of the heap is
-    /// reserved and readable, and the caller masks the answer).
-    fn type_test(&mut self, r: Value, ty: Type) -> Value {
-        let base = self.obj_addr(r);
-        let tag = self
-            .backend
-            .builder
+    /// The class id of the object `r` (`i32`): the tag of its page
+    /// (`offload_abi::pages`), or its header's when the page is mixed or
+    /// the options say so. `r` may be null (word 0 of the heap is reserved
+    /// and readable, and page 0's tag is that of the first objects).
+    pub(super) fn class_of(&mut self, r: Value) -> Value {
+        if self.opts.header_dispatch {
+            let base = self.obj_addr(r);
+            return self
+                .backend
+                .builder
+                .ins()
+                .load(types::I32, trusted(), base, 0);
+        }
+        let (ctx, _, _) = self.base_values();
+        let b = &mut self.backend.builder;
+        let pages = b.ins().load(
+            self.backend.ptr,
+            invariant(),
+            ctx,
+            offload_abi::cpu::offsets::PAGES,
+        );
+        let r64 = b.ins().uextend(types::I64, r);
+        let page = b
             .ins()
-            .load(types::I32, trusted(), base, 0);
-        match plan::type_test(self.prog, ty) {
+            .ushr_imm_u(r64, i64::from(offload_abi::pages::PAGE_SHIFT));
+        let off = b
+            .ins()
+            .imul_imm_s(page, i64::from(offload_abi::pages::TAG_BYTES));
+        let at = b.ins().iadd(pages, off);
+        let tag = b.ins().load(types::I32, trusted(), at, 0);
+        let mixed = b.ins().icmp_imm_s(IntCC::SignedLessThan, tag, 0);
+        let header = b.create_block();
+        let done = b.create_block();
+        b.append_block_param(done, types::I32);
+        b.ins().brif(mixed, header, &[], done, &[tag.into()]);
+        b.switch_to_block(header);
+        let base = self.obj_addr(r);
+        let b = &mut self.backend.builder;
+        let tag = b.ins().load(types::I32, trusted(), base, 0);
+        b.ins().jump(done, &[tag.into()]);
+        b.switch_to_block(done);
+        b.block_params(done)[0]
+    }
+
+    /// Whether the object `r` is an instance of `ty`, as an `i8` truth
+    /// value: a class by [`CpuWalker::class_of`], an array type from the
+    /// header (`r` may be null: word 0 of the heap is reserved and
+    /// readable, and the caller masks the answer).
+    fn type_test(&mut self, r: Value, ty: Type) -> Value {
+        let test = plan::type_test(self.prog, ty);
+        let tag = if let TypeTest::Classes(_) = test {
+            self.class_of(r)
+        } else {
+            let base = self.obj_addr(r);
+            self.backend
+                .builder
+                .ins()
+                .load(types::I32, trusted(), base, 0)
+        };
+        match test {
             TypeTest::Classes(ids) => self.tag_in(tag, &ids),
             TypeTest::Tag(want) => {
                 self.backend
@@ -461,8 +510,7 @@ impl<'f> Backend for Cpu<'f> {
     }
 
     fn class_tag(w: &mut CpuWalker<'_, 'f>, r: Value) -> Value {
-        let base = w.obj_addr(r);
-        w.backend.builder.ins().load(types::I32, trusted(), base, 0)
+        w.class_of(r)
     }
 
     fn tag_in(w: &mut CpuWalker<'_, 'f>, tag: Value, ids: &[u32]) -> Value {

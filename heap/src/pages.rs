@@ -1,0 +1,186 @@
+//! Objects placed by class, and the table that says where (BiBoP / COAL).
+//!
+//! # Why
+//!
+//! A virtual call, a guarded inline, `instanceof` and `checkcast` need the
+//! receiver's class. Read from the object's header, that is one load per
+//! object before the call can even be chosen, and on a GPU a warp whose 32
+//! receivers are 32 objects makes 32 scattered loads for it. "Judging a
+//! Type by Its Pointer" (ASPLOS '21, seed 003) measured that load as most
+//! of a GPU virtual call's cost; its COAL allocates each type's objects in
+//! ranges of their own, so the type follows from the address through a
+//! small table every thread shares, and gains 80% over CUDA's virtual
+//! calls. Language runtimes have done the same for decades as BiBoP ("big
+//! bag of pages": the page an object lives on names its type). offload owns
+//! its allocator, its TLABs and its collector, so it keeps the placement
+//! across compactions instead of bolting it onto someone else's allocator.
+//!
+//! # The design
+//!
+//! - **Pages, not ranges.** The heap is cut into pages of
+//!   [`offload_abi::pages::PAGE_WORDS`] words (4 KiB), and the
+//!   [`PageTable`] keeps one tag per page (see [`offload_abi::pages`] for
+//!   the tags). COAL's range table needs a search (a few compares per
+//!   call); a page table needs a shift and one load, and at 4 KiB pages
+//!   the table is 1/1024 of the heap — 64 entries (256 bytes, two cache
+//!   lines) cover a scene of thousands of small objects, so it stays in
+//!   every cache level. Smaller pages would waste less in partly filled
+//!   pages but grow the table; 4 KiB is also BiBoP's classic choice.
+//! - **Eden carves by tag.** Every carve from eden says what it is for
+//!   (a class, arrays, or mixed TLABs). It continues in the page that
+//!   holds eden's top when that page has its tag, and starts on the next
+//!   page boundary otherwise (the gap becomes a filler). The tag of the
+//!   top's page is packed with the top in eden's one atomic word, so two
+//!   carves racing for one page always agree on it; each carve tags every
+//!   page it touches before it hands out memory.
+//! - **The host allocates by class** ([`crate::Allocator::alloc_host`],
+//!   `crate::placement`):
+//!   each class has an open run of pages of its own; the rest of a run is
+//!   always one filler, so the heap parses at every moment. Arrays go to
+//!   [`ARRAYS`] pages, packed one after another.
+//! - **Launch allocations are mixed, for now.** TLABs that devices and the
+//!   interpreter bump are carved as [`MIXED`] pages: their objects keep
+//!   header dispatch (compiled code reads the header when the page's tag
+//!   names no class). TLABs per class per slot group are the next step.
+//! - **The collector keeps the placement** (`Heap::collect`): it slides
+//!   objects down in address order as before, but where the tag of the
+//!   page an object comes from changes it starts a new page, so objects
+//!   of different tags never share a page, and it sets the tag of every
+//!   page it fills. Pages above the new top return to eden.
+//!
+//! The header stays in every object: the host, the verifier and the heap
+//! walker read it, and [`Heap::check_pages`](crate::Heap::check_pages)
+//! checks the table against it.
+
+use crate::layout::Header;
+use offload_abi::pages::{ARRAYS, MIXED, PAGE_BYTES, PAGE_WORDS, names_class, page_of};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// One tag per page of the heap's reservation.
+#[derive(Debug)]
+pub struct PageTable {
+    tags: Box<[AtomicU32]>,
+}
+
+impl PageTable {
+    /// A table for a heap of at most `max_bytes`, every page [`MIXED`].
+    pub(crate) fn new(max_bytes: usize) -> PageTable {
+        let n = max_bytes.div_ceil(PAGE_BYTES).max(1);
+        PageTable {
+            tags: (0..n).map(|_| AtomicU32::new(MIXED)).collect(),
+        }
+    }
+
+    /// The tag of page `p` ([`MIXED`] past the table's end).
+    #[inline]
+    pub fn tag(&self, p: usize) -> u32 {
+        self.tags
+            .get(p)
+            .map_or(MIXED, |t| t.load(Ordering::Relaxed))
+    }
+
+    /// The tag of the page where the object at word `r` starts.
+    #[inline]
+    pub fn tag_of(&self, r: u32) -> u32 {
+        self.tag(page_of(r))
+    }
+
+    /// Tag the pages that words `[start, end)` touch.
+    pub(crate) fn set(&self, start: u64, end: u64, tag: u32) {
+        if end <= start {
+            return;
+        }
+        let first = (start / u64::from(PAGE_WORDS)) as usize;
+        let last = ((end - 1) / u64::from(PAGE_WORDS)) as usize;
+        for t in self.tags.iter().take(last + 1).skip(first) {
+            t.store(tag, Ordering::Release);
+        }
+    }
+
+    /// The table's first entry, for compiled code (which reads it with
+    /// plain loads: a tag changes only while no kernel runs on its page).
+    pub fn as_ptr(&self) -> *const u32 {
+        self.tags.as_ptr().cast()
+    }
+
+    /// Pages in the table.
+    pub fn len(&self) -> usize {
+        self.tags.len()
+    }
+
+    /// Whether the table has no pages (never: every heap has one).
+    pub fn is_empty(&self) -> bool {
+        self.tags.is_empty()
+    }
+
+    /// The tags of pages `[0, n)` as plain words (what a device copies).
+    pub fn snapshot(&self, n: usize) -> Vec<u32> {
+        self.tags
+            .iter()
+            .take(n)
+            .map(|t| t.load(Ordering::Acquire))
+            .collect()
+    }
+}
+
+/// The tag of the pages an object with header `h` may be placed on by
+/// its kind: its class, or [`ARRAYS`]; fillers go anywhere.
+pub fn tag_for(h: Header) -> Option<u32> {
+    match h {
+        Header::Object { class, .. } => names_class(class).then_some(class),
+        Header::Array { .. } => Some(ARRAYS),
+        Header::Filler { .. } => None,
+    }
+}
+
+/// Round a word offset up to a page boundary.
+pub(crate) fn page_up(w: u64) -> u64 {
+    w.next_multiple_of(u64::from(PAGE_WORDS))
+}
+
+/// How the heap's pages are used, by tag ([`Heap::page_stats`](crate::Heap::page_stats)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageStats {
+    /// Per tag, in tag order: the pages whose objects start there with
+    /// that tag, and what is in them.
+    pub kinds: Vec<PageKind>,
+}
+
+/// The pages of one tag.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageKind {
+    /// The tag (a class id, [`ARRAYS`] or [`MIXED`]).
+    pub tag: u32,
+    /// Pages with this tag in which at least one object starts.
+    pub pages: u64,
+    /// Objects (instances and arrays) starting in those pages.
+    pub objects: u64,
+    /// Bytes of those objects (an object that runs past its page counts
+    /// whole).
+    pub object_bytes: u64,
+    /// Bytes of fillers starting in those pages: the space the
+    /// placement (and retired TLABs) leave unused.
+    pub filler_bytes: u64,
+}
+
+impl PageStats {
+    /// Bytes of fillers in every kind.
+    pub fn filler_bytes(&self) -> u64 {
+        self.kinds.iter().map(|k| k.filler_bytes).sum()
+    }
+
+    /// Bytes of objects in every kind.
+    pub fn object_bytes(&self) -> u64 {
+        self.kinds.iter().map(|k| k.object_bytes).sum()
+    }
+}
+
+/// `class 7`, `arrays`, `mixed`.
+pub fn tag_name(tag: u32) -> String {
+    match tag {
+        MIXED => "mixed".into(),
+        ARRAYS => "arrays".into(),
+        c if names_class(c) => format!("class {c}"),
+        other => format!("tag {other:#x}"),
+    }
+}
