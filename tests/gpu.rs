@@ -23,6 +23,9 @@ mod stress;
 #[path = "common/examples.rs"]
 mod examples;
 
+#[path = "common/dispatch.rs"]
+mod dispatch;
+
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
 fn gpu() -> RuntimeBuilder {
@@ -596,5 +599,17 @@ fn injected_random_safepoints_come_at_the_rate_asked_for() {
     for (every, seed) in [(50u64, 1u64), (50, 2), (4, 9)] {
         let rt = build(gpu().inject_safepoints(every, Some(seed)));
         stress::check_safepoint_rate(&rt, n, every, seed);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn virtual_calls_find_classes_from_pages_on_the_gpu() {
+    // Host objects on pages of their class, kernel objects on mixed pages
+    // (the header under a guard), with dispatch by address on and off.
+    for by_address in [true, false] {
+        let rt = build(gpu().dispatch_by_address(by_address));
+        let n = size(&rt, 3000, 600);
+        dispatch::check(&rt, n, &format!("cuda, by address {by_address}"));
     }
 }

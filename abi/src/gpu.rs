@@ -122,6 +122,10 @@ device_ctx! {
         /// `cudaMalloc`ed arrays have it. Nothing else depends on it: a
         /// slot's part is `start + slot`, `start + slot + slots`, ….
         rotate: u64,
+        /// The heap's page table on the device: a `u32` tag per page of
+        /// the image ([`crate::pages`]), from which the kernel reads an
+        /// object's class without its header.
+        pages: u64,
     }
 }
 
@@ -264,6 +268,8 @@ pub mod offsets {
     pub const PARKED: u32 = offset_of!(DeviceCtx, parked) as u32;
     pub const FRESH: u32 = offset_of!(DeviceCtx, fresh) as u32;
     pub const ROTATE: u32 = offset_of!(DeviceCtx, rotate) as u32;
+    /// [`DeviceCtx::pages`].
+    pub const PAGES: u32 = offset_of!(DeviceCtx, pages) as u32;
 }
 
 #[cfg(test)]
@@ -295,6 +301,7 @@ mod tests {
             parked: 21,
             fresh: 23,
             rotate: 24,
+            pages: 25,
         };
         let words = ctx.to_words();
         let at = |off: u32| words[off as usize / 8];
@@ -306,11 +313,12 @@ mod tests {
         assert_eq!(at(offsets::PARKED), 21);
         assert_eq!(at(offsets::FRESH), 23);
         assert_eq!(at(offsets::ROTATE), 24);
+        assert_eq!(at(offsets::PAGES), 25);
         for c in GPU_EXITS {
             assert_eq!(exit_code(exit_byte(c)), Some(c));
         }
         assert_eq!(exit_code(0), None);
-        assert_eq!(words.len(), 21);
+        assert_eq!(words.len(), 22);
         // Kernel parameters: the context and the captures fit 4 KiB.
         const { assert!(DEVICE_CTX_WORDS * 8 + MAX_CAPTURES * 16 <= PARAM_BYTES) };
         const { assert!(DEVICE_CTX_WORDS * 8 + (MAX_CAPTURES + 1) * 16 > PARAM_BYTES) };

@@ -54,12 +54,15 @@
 
 use crate::layout::Header;
 use offload_abi::pages::{ARRAYS, MIXED, PAGE_BYTES, PAGE_WORDS, names_class, page_of};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One tag per page of the heap's reservation.
 #[derive(Debug)]
 pub struct PageTable {
     tags: Box<[AtomicU32]>,
+    /// Bumped by every [`PageTable::set`] that changed a tag: a device's
+    /// copy of the table is current while it holds the version it copied.
+    version: AtomicU64,
 }
 
 impl PageTable {
@@ -68,6 +71,7 @@ impl PageTable {
         let n = max_bytes.div_ceil(PAGE_BYTES).max(1);
         PageTable {
             tags: (0..n).map(|_| AtomicU32::new(MIXED)).collect(),
+            version: AtomicU64::new(0),
         }
     }
 
@@ -92,9 +96,18 @@ impl PageTable {
         }
         let first = (start / u64::from(PAGE_WORDS)) as usize;
         let last = ((end - 1) / u64::from(PAGE_WORDS)) as usize;
+        let mut changed = false;
         for t in self.tags.iter().take(last + 1).skip(first) {
-            t.store(tag, Ordering::Release);
+            changed |= t.swap(tag, Ordering::AcqRel) != tag;
         }
+        if changed {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The table's version: it changes whenever a tag does.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// The table's first entry, for compiled code (which reads it with

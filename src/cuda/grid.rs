@@ -218,6 +218,7 @@ impl<'a> Grid<'a> {
         let need = runs.iter().map(|r| r.end).fold(eden_bytes.end, usize::max);
         dh.ensure(need)?;
         st.totals.to_device += dh.push(heap, &runs)?;
+        st.totals.to_device += dh.send_pages(heap)?;
         if !eden_bytes.is_empty() {
             dh.zero_eden(eden_bytes)?;
         }
@@ -255,6 +256,7 @@ impl<'a> Grid<'a> {
             parked: b.at(l.parked),
             fresh: u64::from(st.totals.launches == 1),
             rotate: self.rotate(),
+            pages: self.gpu.resident.pages_at(),
         }
     }
 

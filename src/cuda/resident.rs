@@ -42,7 +42,21 @@ pub(crate) struct DeviceHeap {
     /// before the call returns, so the launches' stream sees it done.
     copy: Arc<CudaStream>,
     image: Mutex<Image>,
+    /// The heap's page table (`offload_heap::pages`) as kernels read it.
+    pages: Mutex<PageImage>,
     scatter: CudaFunction,
+}
+
+/// The page table on the device: a `u32` tag per page of the heap's
+/// maximum, and what it holds (`held`, the host's copy of it); its first
+/// `len` tags were the host's at table version `version`.
+#[derive(Default)]
+struct PageImage {
+    buf: Option<CudaSlice<u32>>,
+    at: u64,
+    held: Vec<u32>,
+    len: usize,
+    version: Option<u64>,
 }
 
 impl DeviceHeap {
@@ -66,6 +80,7 @@ impl DeviceHeap {
             stream,
             copy,
             image: Mutex::new(Image::default()),
+            pages: Mutex::new(PageImage::default()),
             scatter,
         })
     }
@@ -107,6 +122,69 @@ impl DeviceHeap {
         img.cap = cap;
         img.pad = pad;
         Ok(())
+    }
+
+    /// Bring the device's page table up to date with the host's for the
+    /// pages below eden's top. The device's table covers the heap's
+    /// maximum, set to [`MIXED`](offload_abi::pages::MIXED) at the first
+    /// launch (one allocation and one memset); after that only tags that
+    /// differ from what the device holds are sent (one copy on the
+    /// launches' stream, ordered before the next kernel), and nothing while
+    /// the host's table is unchanged and covers the pages. Call only under
+    /// the launch lock. Returns the bytes sent.
+    pub(crate) fn send_pages(&self, heap: &Heap) -> Result<u64, OffloadError> {
+        let table = heap.pages();
+        let need = (offload_abi::pages::page_of(heap.top_words() as u32) + 1).min(table.len());
+        let version = table.version();
+        let s = &self.stream;
+        let mut img = self
+            .pages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if img.version == Some(version) && need <= img.len {
+            return Ok(0);
+        }
+        if img.buf.is_none() {
+            // SAFETY: every byte is set by the memset right below, before
+            // any kernel reads the table.
+            let buf: CudaSlice<u32> =
+                unsafe { s.alloc(table.len()) }.map_err(cuda_err("page table"))?;
+            let at = buf.device_ptr(s).0;
+            // SAFETY: `at` is the start of `buf`, `4 * len` bytes, which
+            // only this stream uses.
+            unsafe { super::raw::memset(at, 0xFF, 4 * table.len(), s.cu_stream()) }
+                .map_err(cuda_err("page table"))?;
+            img.at = at;
+            img.buf = Some(buf);
+            img.held = vec![offload_abi::pages::MIXED; table.len()];
+        }
+        let now = table.snapshot(need);
+        let first = now.iter().zip(&img.held).position(|(a, b)| a != b);
+        let mut sent = 0;
+        if let Some(first) = first {
+            let last = now
+                .iter()
+                .zip(&img.held)
+                .rposition(|(a, b)| a != b)
+                .expect("a first difference has a last");
+            let buf = img.buf.as_mut().expect("allocated above");
+            s.memcpy_htod(&now[first..=last], &mut buf.slice_mut(first..=last))
+                .map_err(cuda_err("page table"))?;
+            img.held[first..=last].copy_from_slice(&now[first..=last]);
+            sent = 4 * (last + 1 - first) as u64;
+        }
+        img.len = need;
+        img.version = Some(version);
+        Ok(sent)
+    }
+
+    /// The page table's device address (0 before the first
+    /// [`DeviceHeap::send_pages`]).
+    pub(crate) fn pages_at(&self) -> u64 {
+        self.pages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .at
     }
 
     /// The image's device address (valid until the next

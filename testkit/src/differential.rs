@@ -37,6 +37,9 @@ enum Out {
     I64(offload::Array<i64>),
     F32(offload::Array<f32>),
     F64(offload::Array<f64>),
+    /// The objects of a reference array argument, whose numeric fields the
+    /// kernel may change.
+    Objects(offload::Module, Vec<offload::Object>),
 }
 
 impl Differ {
@@ -279,6 +282,12 @@ fn args_for(
                 let name = m.program().verified().class(c).name.clone();
                 (&m.new_object(&name).ok()?).into()
             }
+            Type::Array(Elem::Class(c), 1) => {
+                let (a, objs) = objects_for(m, c, &mut rng)?;
+                let arg = (&a).into();
+                outs.push(Out::Objects(m.clone(), objs));
+                arg
+            }
             _ => return None,
         });
     }
@@ -309,6 +318,64 @@ pub fn inputs(rt: &Runtime, m: &offload::Module, params: &[Type], seed: u64) -> 
     args_for(rt, m, params, seed).map(|(args, _)| args)
 }
 
+/// A reference array of 6 elements for class `c`: instances of random
+/// classes that are `c` or extend it and can be made (no abstract
+/// method), their numeric fields random, or null (one in six).
+fn objects_for(
+    m: &offload::Module,
+    c: offload_ir::ClassId,
+    rng: &mut Rng,
+) -> Option<(offload::RefArray, Vec<offload::Object>)> {
+    let v = m.program().verified();
+    let made: Vec<String> = (0..v.classes.len())
+        .map(offload_ir::ClassId::new)
+        .filter(|&k| v.is_subclass(k, c))
+        .filter(|&k| v.vtable(k).iter().all(|&f| !v.func(f).is_abstract()))
+        .map(|k| v.class(k).name.clone())
+        .collect();
+    if made.is_empty() {
+        return None;
+    }
+    let a = m.new_ref_array(&v.class(c).name, 6).ok()?;
+    let mut objs = Vec::new();
+    for i in 0..6 {
+        if rng.below(6) == 0 {
+            continue;
+        }
+        let o = m
+            .new_object(&made[rng.below(made.len() as u64) as usize])
+            .ok()?;
+        for (name, ty, _) in m.fields(&o).ok()? {
+            let r = match ty.as_str() {
+                "i32" => m.set_field(&o, &name, rng.below(9) as i32 - 3),
+                "i64" => m.set_field(&o, &name, rng.below(9) as i64 - 3),
+                "f32" => m.set_field(&o, &name, rng.f32_in(-3.0, 3.0)),
+                "f64" => m.set_field(&o, &name, f64::from(rng.f32_in(-3.0, 3.0))),
+                _ => Ok(()),
+            };
+            r.ok()?;
+        }
+        m.set_element(&a, i, &o).ok()?;
+        objs.push(o);
+    }
+    Some((a, objs))
+}
+
+/// The numeric fields of `o` as words (references are left out).
+fn field_words(m: &offload::Module, o: &offload::Object, v: &mut Vec<u64>) -> Result<(), String> {
+    for (name, ty, _) in m.fields(o).map_err(|e| e.to_string())? {
+        let e = |e: OffloadError| e.to_string();
+        match ty.as_str() {
+            "i32" => v.push(u64::from(m.get_field::<i32>(o, &name).map_err(e)? as u32)),
+            "i64" => v.push(m.get_field::<i64>(o, &name).map_err(e)? as u64),
+            "f32" => v.push(canon32(m.get_field::<f32>(o, &name).map_err(e)?)),
+            "f64" => v.push(canon64(m.get_field::<f64>(o, &name).map_err(e)?)),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 fn read_all(rt: &Runtime, outs: &[Out]) -> Result<Vec<u64>, String> {
     let mut v = Vec::new();
     let e = |e: OffloadError| e.to_string();
@@ -323,6 +390,11 @@ fn read_all(rt: &Runtime, outs: &[Out]) -> Result<Vec<u64>, String> {
             Out::I64(a) => v.extend(rt.read(a).map_err(e)?.into_iter().map(|x| x as u64)),
             Out::F32(a) => v.extend(rt.read(a).map_err(e)?.into_iter().map(canon32)),
             Out::F64(a) => v.extend(rt.read(a).map_err(e)?.into_iter().map(canon64)),
+            Out::Objects(m, objs) => {
+                for o in objs {
+                    field_words(m, o, &mut v)?;
+                }
+            }
         }
     }
     Ok(v)

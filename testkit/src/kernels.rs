@@ -48,6 +48,14 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../examples/kernels/throws.obc"),
     ),
     (
+        "raycast.obc",
+        include_str!("../../examples/kernels/raycast.obc"),
+    ),
+    (
+        "particles.obc",
+        include_str!("../../examples/kernels/particles.obc"),
+    ),
+    (
         "saxpy.ofk",
         include_str!("../../examples/kernels/saxpy.ofk"),
     ),

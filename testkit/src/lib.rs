@@ -9,6 +9,8 @@
 //!   oracles every device's results are checked against);
 //! - [`differential`] and [`source_gen`]: random valid programs run on
 //!   every device against the interpreter;
+//! - [`scenes`]: the virtual-dispatch workloads' inputs and native
+//!   references (trait objects);
 //! - [`demo`]: every example through the public API, each checked against
 //!   its native version (`offload demo`);
 //! - [`experiment`]: the recompilation-policy workloads (`offload
@@ -35,6 +37,7 @@ pub mod differential;
 pub mod experiment;
 pub mod kernels;
 pub mod reference;
+pub mod scenes;
 pub mod source_gen;
 pub mod vgpu_counters;
 pub mod waits;

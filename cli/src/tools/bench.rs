@@ -450,6 +450,12 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
             push(&r.bench, base, r.offload, r.target, r.note);
         }
+        // Virtual calls: the dispatch workloads against trait objects, and
+        // dispatch by address against by header (`bench_dispatch`).
+        for r in crate::tools::bench_dispatch::rows(rt, s, reps)? {
+            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+            push(&r.bench, base, r.offload, r.target, r.note);
+        }
         // Stopping long workitems: safepoints during a launch against the
         // same launch without them (`bench_stops`).
         for r in crate::tools::bench_stops::rows(rt.workers(), s, reps)? {

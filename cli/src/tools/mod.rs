@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod bench_compile;
 pub mod bench_counters;
+pub mod bench_dispatch;
 pub mod bench_peers;
 pub mod bench_source;
 mod bench_stops;
@@ -17,6 +18,6 @@ pub mod experiment_out;
 pub mod isa;
 
 pub use offload_testkit::{
-    bytes, demo, differential, experiment, kernels, reference, source_gen, vgpu_counters, waits,
-    workloads,
+    bytes, demo, differential, experiment, kernels, reference, scenes, source_gen, vgpu_counters,
+    waits, workloads,
 };

@@ -58,13 +58,16 @@ impl CpuWalker<'_, '_> {
                 .load(types::I32, trusted(), base, 0);
         }
         let (ctx, _, _) = self.base_values();
+        let pages = match self.backend.env.pages {
+            Some(p) => p,
+            None => self.backend.builder.ins().load(
+                self.backend.ptr,
+                invariant(),
+                ctx,
+                offload_abi::cpu::offsets::PAGES,
+            ),
+        };
         let b = &mut self.backend.builder;
-        let pages = b.ins().load(
-            self.backend.ptr,
-            invariant(),
-            ctx,
-            offload_abi::cpu::offsets::PAGES,
-        );
         let r64 = b.ins().uextend(types::I64, r);
         let page = b
             .ins()
@@ -73,7 +76,11 @@ impl CpuWalker<'_, '_> {
             .ins()
             .imul_imm_s(page, i64::from(offload_abi::pages::TAG_BYTES));
         let at = b.ins().iadd(pages, off);
-        let tag = b.ins().load(types::I32, trusted(), at, 0);
+        // A page's tag does not change while an object that exists lies on
+        // it (a carve tags only pages above eden's top, and a collection
+        // runs with no launch): the load may be hoisted and shared, unlike
+        // the header's, which stores into the object's fields may alias.
+        let tag = b.ins().load(types::I32, invariant(), at, 0);
         let mixed = b.ins().icmp_imm_s(IntCC::SignedLessThan, tag, 0);
         let header = b.create_block();
         let done = b.create_block();

@@ -441,6 +441,8 @@ pub(crate) struct Env {
     pub(crate) ctx: Option<Value>,
     pub(crate) slot: Option<Value>,
     pub(crate) heap: Option<Value>,
+    /// The heap's page table (`offload_abi::pages`), loaded on entry.
+    pub(crate) pages: Option<Value>,
     pub(crate) w: Option<Variable>,
     pub(crate) hi: Option<Variable>,
     pub(crate) done: Option<Variable>,

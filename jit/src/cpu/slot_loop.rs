@@ -38,9 +38,17 @@ impl CpuWalker<'_, '_> {
                 .builder
                 .ins()
                 .load(self.backend.ptr, trusted(), ctx, offsets::CAPTURES);
+        // The page table, for dispatch by address (removed when unused).
+        let pages = self.backend.builder.ins().load(
+            self.backend.ptr,
+            super::invariant(),
+            ctx,
+            offsets::PAGES,
+        );
         self.backend.env.ctx = Some(ctx);
         self.backend.env.slot = Some(slot);
         self.backend.env.heap = Some(heap);
+        self.backend.env.pages = Some(pages);
         if self.backend.allocates {
             let nv = self.var(types::I64);
             let off = self.nursery_off();

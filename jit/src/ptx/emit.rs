@@ -171,13 +171,51 @@ impl PtxWalker<'_> {
         acc
     }
 
-    /// Whether `r` (which may be null: heap word 0 is reserved and
-    /// readable; the caller masks) is an instance of `ty`, as a predicate.
-    fn type_test(&mut self, r: &str, ty: Type) -> String {
-        let base = self.obj_addr(r);
+    /// The class id of the object `r` (`b32`): the tag of its page
+    /// (`offload_abi::pages`: one load from the page table, which every
+    /// thread of a warp reads in the same few lines), or its header's when
+    /// the page is mixed (a load under a guard) or the options say so.
+    /// `r` may be null (heap word 0 is reserved and readable).
+    pub(super) fn class_of(&mut self, r: &str) -> String {
         let tag = self.t(Cls::B32);
-        self.emit(format!("ld.u32 {tag}, [{base}];"));
+        if self.opts.header_dispatch {
+            let base = self.obj_addr(r);
+            self.emit(format!("ld.u32 {tag}, [{base}];"));
+            return tag;
+        }
+        let table = self.ld_ctx(Cls::B64, offsets::PAGES);
+        let page = self.t(Cls::B32);
+        self.emit(format!(
+            "shr.u32 {page}, {r}, {};",
+            offload_abi::pages::PAGE_SHIFT
+        ));
+        let at = self.t(Cls::B64);
+        self.emit(format!(
+            "mad.wide.u32 {at}, {page}, {}, {table};",
+            offload_abi::pages::TAG_BYTES
+        ));
+        self.emit(format!("ld.global.u32 {tag}, [{at}];"));
+        let mixed = self.t(Cls::Pred);
+        self.emit(format!("setp.lt.s32 {mixed}, {tag}, 0;"));
+        let base = self.t(Cls::B64);
+        self.emit(format!("@{mixed} mad.wide.u32 {base}, {r}, 8, {HEAP};"));
+        self.emit(format!("@{mixed} ld.u32 {tag}, [{base}];"));
+        tag
+    }
+
+    /// Whether `r` (which may be null: heap word 0 is reserved and
+    /// readable; the caller masks) is an instance of `ty`, as a predicate:
+    /// a class by [`PtxWalker::class_of`], an array type from the header.
+    fn type_test(&mut self, r: &str, ty: Type) -> String {
         let test = plan::type_test(self.prog, ty);
+        let tag = if let TypeTest::Classes(_) = &test {
+            self.class_of(r)
+        } else {
+            let base = self.obj_addr(r);
+            let tag = self.t(Cls::B32);
+            self.emit(format!("ld.u32 {tag}, [{base}];"));
+            tag
+        };
         if let TypeTest::Classes(ids) = &test {
             return self.tag_in(&tag, ids);
         }
@@ -730,10 +768,7 @@ impl Backend for Ptx {
     }
 
     fn class_tag(w: &mut PtxWalker<'_>, r: String) -> String {
-        let base = w.obj_addr(&r);
-        let tag = w.t(Cls::B32);
-        w.emit(format!("ld.u32 {tag}, [{base}];"));
-        tag
+        w.class_of(&r)
     }
 
     fn tag_in(w: &mut PtxWalker<'_>, tag: String, ids: &[u32]) -> String {
