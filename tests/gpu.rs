@@ -613,3 +613,23 @@ fn virtual_calls_find_classes_from_pages_on_the_gpu() {
         dispatch::check(&rt, n, &format!("cuda, by address {by_address}"));
     }
 }
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn the_dispatch_workloads_match_rust_on_the_gpu() {
+    // The ray caster and the particles against their trait-object
+    // references, bit for bit, with dispatch by address on and off.
+    use offload_testkit::scenes;
+    for by_address in [true, false] {
+        let rt = build(gpu().dispatch_by_address(by_address));
+        let (w, h) = (size(&rt, 128, 24) as i32, size(&rt, 96, 16) as i32);
+        let specs = scenes::scene(size(&rt, 2000, 200), 5);
+        let rep = scenes::check_raycast(&rt, w, h, &specs)
+            .unwrap_or_else(|e| panic!("raycast, by address {by_address}: {e}"));
+        assert_eq!(rep.device, Device::Cuda, "{rep}");
+        let pop = scenes::population(size(&rt, 100_000, 2000), 9);
+        let rep = scenes::check_particles(&rt, &pop, 8, 0.01)
+            .unwrap_or_else(|e| panic!("particles, by address {by_address}: {e}"));
+        assert_eq!(rep.device, Device::Cuda, "{rep}");
+    }
+}

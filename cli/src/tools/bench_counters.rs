@@ -75,6 +75,10 @@ pub struct CounterRow {
     /// A note (a fallback, a baseline the virtual GPU cannot run).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub note: String,
+    /// What `baseline` is, when not CUDA C (the dispatch rows compare
+    /// dispatch by address with dispatch by header: `by header`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versus: Option<String>,
 }
 
 /// What a counter is held to.
@@ -275,6 +279,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<CounterRow>, 
             ratios: BTreeMap::new(),
             targets: Vec::new(),
             note: String::new(),
+            versus: None,
         };
         let first = par_offload(0..case.items, &case.closure)?;
         if let Some(f) = first.fallback {
@@ -375,9 +380,11 @@ pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(
                 .map_or(String::new(), |why| format!(" ({why})"))
         ));
     }
-    let rows = run(rt, shrink, reps).map_err(|e| e.to_string())?;
+    let mut rows = run(rt, shrink, reps).map_err(|e| e.to_string())?;
+    let dispatch =
+        crate::tools::bench_dispatch::counter_rows(rt, shrink).map_err(|e| e.to_string())?;
     if json {
-        for r in &rows {
+        for r in rows.iter().chain(&dispatch) {
             println!("{}", r.json());
         }
     } else {
@@ -385,8 +392,15 @@ pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(
             "offload bench --counters on {}: one warm launch per kernel, offload against CUDA C (ratio = offload ÷ CUDA C)",
             rt.gpu().unwrap_or_default()
         );
-        print!("{}", table(&rows));
+        print!("{}", table(&rows, "CUDA C"));
+        if !dispatch.is_empty() {
+            println!(
+                "virtual calls: one warm launch each, dispatch by address against by header (ratio = by address ÷ by header; a dispatch is a warp-wide load that finds the receivers' classes)"
+            );
+            print!("{}", table(&dispatch, "by header"));
+        }
     }
+    rows.extend(dispatch);
     let missed: Vec<String> = rows
         .iter()
         .flat_map(|r| {
@@ -407,10 +421,11 @@ pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(
     Ok(())
 }
 
-/// The counters as a table: a row per kernel and counter.
-pub fn table(rows: &[CounterRow]) -> String {
+/// The counters as a table: a row per kernel and counter, the baseline's
+/// column headed `baseline`.
+pub fn table(rows: &[CounterRow], baseline: &str) -> String {
     let mut t = offload::table::new([
-        "kernel", "counter", "offload", "CUDA C", "ratio", "target", "met",
+        "kernel", "counter", "offload", baseline, "ratio", "target", "met",
     ]);
     let num = |v: Option<&f64>| match v {
         None => "-".to_string(),

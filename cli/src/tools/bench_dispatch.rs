@@ -5,8 +5,10 @@
 //! receiver's class from its page's tag, `offload_heap::pages`) against
 //! dispatch by header (`RuntimeBuilder::dispatch_by_address(false)`) on
 //! runtimes of the same workers, timed by turns — the target is no slower.
+//! On the virtual GPU, [`counter_rows`] counts what each dispatch loads.
 
 use super::bench::{BenchResult, Target, by_turns};
+use super::bench_counters::{CounterRow, Goal};
 use offload::{Closure, OffloadError, Runtime, par_offload};
 use offload_testkit::kernels::example;
 use offload_testkit::scenes;
@@ -124,4 +126,102 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
         Some(Target::Slowdown(1.0)),
     ));
     Ok(out)
+}
+
+/// The counters of one warm launch of `c` (`n` workitems) on the virtual
+/// GPU, for dispatch: `dispatches` (warp-wide loads that find a
+/// receiver's class: of its page's tag by address, of its header by
+/// header), `header_loads` (warp-wide loads of a receiver's header),
+/// `dispatch_sectors` (the sectors both touched), each also per dispatch,
+/// and the launch's `sectors` and `instructions`. `None` on a real GPU.
+fn dispatch_counters(
+    c: &Closure,
+    n: i64,
+    by_address: bool,
+) -> Result<Option<std::collections::BTreeMap<String, f64>>, OffloadError> {
+    use crate::tools::vgpu_counters;
+    par_offload(0..n, c)?;
+    if !vgpu_counters::reset() {
+        return Ok(None);
+    }
+    par_offload(0..n, c)?;
+    let Some(m) = vgpu_counters::counters() else {
+        return Ok(None);
+    };
+    let get = |k: &str| m.get(k).copied().unwrap_or(0) as f64;
+    let page = get("count.dispatch.page.instructions");
+    let header = get("count.dispatch.header.instructions");
+    let sectors = get("count.dispatch.page.sectors") + get("count.dispatch.header.sectors");
+    let dispatches = if by_address { page } else { header };
+    let per = |v: f64| v / dispatches.max(1.0);
+    Ok(Some(
+        [
+            ("dispatches", dispatches),
+            ("header_loads", header),
+            ("header_loads_per_dispatch", per(header)),
+            ("dispatch_sectors", sectors),
+            ("dispatch_sectors_per_dispatch", per(sectors)),
+            ("sectors", get("sectors")),
+            ("instructions", get("instructions")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    ))
+}
+
+/// `offload bench --device cuda --counters`: the two dispatch workloads,
+/// one warm launch each with dispatch by address (`offload`) and by
+/// header (`baseline`) on the virtual GPU, at sizes divided by `shrink`
+/// (at most 8). The targets: no header load per dispatch, and at most half
+/// the sectors per dispatch. Empty on a real GPU (no counters).
+pub fn counter_rows(rt: &Runtime, shrink: usize) -> Result<Vec<CounterRow>, OffloadError> {
+    let s = shrink.clamp(1, 8);
+    let by_header = like(rt, false)?;
+    let specs = scenes::scene(2048 / s, 21);
+    let (w, h) = (256 / s as i32, 256 / s as i32);
+    let pop = scenes::population(65_536 / s, 23);
+    let cases: [(&str, i64, Closure, Closure); 2] = [
+        (
+            "raycast dispatch",
+            i64::from(w * h),
+            raycast(rt, w, h, &specs)?,
+            raycast(&by_header, w, h, &specs)?,
+        ),
+        (
+            "particles dispatch",
+            pop.len() as i64,
+            particles(rt, 4, &pop)?,
+            particles(&by_header, 4, &pop)?,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (bench, n, on, off) in cases {
+        let (Some(offload), Some(baseline)) = (
+            dispatch_counters(&on, n, true)?,
+            dispatch_counters(&off, n, false)?,
+        ) else {
+            return Ok(Vec::new());
+        };
+        let ratios = offload
+            .iter()
+            .filter_map(|(k, o)| {
+                let b = baseline.get(k)?;
+                (*b != 0.0).then(|| (k.clone(), o / b))
+            })
+            .collect();
+        rows.push(CounterRow {
+            bench: bench.into(),
+            offload,
+            baseline,
+            ratios,
+            targets: vec![
+                ("header_loads_per_dispatch", Goal::AtMost(0.0)),
+                ("dispatch_sectors_per_dispatch", Goal::Ratio(0.5)),
+            ],
+            note: String::new(),
+            versus: Some("by header".into()),
+        });
+    }
+    Ok(rows)
 }

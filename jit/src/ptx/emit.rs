@@ -174,13 +174,15 @@ impl PtxWalker<'_> {
     /// The class id of the object `r` (`b32`): the tag of its page
     /// (`offload_abi::pages`: one load from the page table, which every
     /// thread of a warp reads in the same few lines), or its header's when
-    /// the page is mixed (a load under a guard) or the options say so.
-    /// `r` may be null (heap word 0 is reserved and readable).
+    /// the page is mixed (a load under a guard) or the options say so —
+    /// the loads marked [`DISPATCH_PAGE`] and [`DISPATCH_HEADER`] for the
+    /// virtual GPU's counters. `r` may be null (heap word 0 is reserved and
+    /// readable).
     pub(super) fn class_of(&mut self, r: &str) -> String {
         let tag = self.t(Cls::B32);
         if self.opts.header_dispatch {
             let base = self.obj_addr(r);
-            self.emit(format!("ld.u32 {tag}, [{base}];"));
+            self.emit(format!("ld.u32 {tag}, [{base}]; // {DISPATCH_HEADER}"));
             return tag;
         }
         let table = self.ld_ctx(Cls::B64, offsets::PAGES);
@@ -194,12 +196,14 @@ impl PtxWalker<'_> {
             "mad.wide.u32 {at}, {page}, {}, {table};",
             offload_abi::pages::TAG_BYTES
         ));
-        self.emit(format!("ld.global.u32 {tag}, [{at}];"));
+        self.emit(format!("ld.global.u32 {tag}, [{at}]; // {DISPATCH_PAGE}"));
         let mixed = self.t(Cls::Pred);
         self.emit(format!("setp.lt.s32 {mixed}, {tag}, 0;"));
         let base = self.t(Cls::B64);
         self.emit(format!("@{mixed} mad.wide.u32 {base}, {r}, 8, {HEAP};"));
-        self.emit(format!("@{mixed} ld.u32 {tag}, [{base}];"));
+        self.emit(format!(
+            "@{mixed} ld.u32 {tag}, [{base}]; // {DISPATCH_HEADER}"
+        ));
         tag
     }
 

@@ -441,6 +441,16 @@ const POLLC: &str = "%pollc";
 /// hardware, so a safepoint request waits a few microseconds for the slots
 /// to see it.
 pub const ITEMS_PER_POLL: u64 = 32;
+
+/// The note on a dispatch's load of its receiver's page tag (a virtual
+/// call's, a guarded inline's, `instanceof`'s or `checkcast`'s): the
+/// virtual GPU counts the warp-wide instructions and sectors of the lines
+/// that carry `// @count NAME` (its `count.NAME.*` counters).
+pub const DISPATCH_PAGE: &str = "@count dispatch.page";
+
+/// The note on a dispatch's load of its receiver's header (on a mixed
+/// page, or with dispatch by address off); see [`DISPATCH_PAGE`].
+pub const DISPATCH_HEADER: &str = "@count dispatch.header";
 /// Loop back-edges poll the control word once this much work
 /// (`lower/weight.rs` units, about two per PTX instruction) has
 /// been done since the slot's last poll, counted down in a register by

@@ -43,7 +43,15 @@ unsafe fn load(image: *const c_void) -> Result<Handle, (CUresult, String)> {
         None
     };
     let h = s.handle();
-    s.modules.insert(h, Arc::new(Loaded { module, data }));
+    let notes = crate::stats::notes(&module.text);
+    s.modules.insert(
+        h,
+        Arc::new(Loaded {
+            module,
+            data,
+            notes,
+        }),
+    );
     Ok(h)
 }
 

@@ -24,6 +24,9 @@ pub(crate) struct Loaded {
     pub(crate) module: Module,
     /// Its `.global`/`.const` data, if it has any.
     pub(crate) data: Option<Arc<Backing>>,
+    /// The lines of its text that carry a `// @count NAME` note, with the
+    /// name ([`crate::stats::notes`]).
+    pub(crate) notes: HashMap<u32, String>,
 }
 
 /// One allocation.
@@ -278,7 +281,7 @@ fn run_job(job: Job) {
                     );
                 }
             }
-            crate::stats::add(&stats);
+            crate::stats::add(&stats, &job.loaded.notes);
         }
         Err(e) => {
             let code = match &e {

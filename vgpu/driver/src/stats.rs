@@ -9,6 +9,11 @@
 //!   last `offload_vgpu_counters_reset` (the atomic chain is the longest of
 //!   any one launch), and the driver calls made since then, by name.
 //!
+//!   A memory instruction whose PTX line ends in a `// @count NAME` note
+//!   also adds its warp-wide executions and its sectors to
+//!   `count.NAME.instructions` and `count.NAME.sectors` (how offload's
+//!   PTX marks the loads of a virtual call's dispatch).
+//!
 //! Counted calls are the API calls a program makes; a call the shim makes
 //! on another's behalf (`cuEventRecordWithFlags` answered by
 //! `cuEventRecord`) counts once, under the name the program called.
@@ -61,8 +66,21 @@ impl Drop for Call {
     }
 }
 
-/// Adds a finished launch.
-pub(crate) fn add(stats: &LaunchStats) {
+/// The lines of a module's `text` (1-based) that end in a `// @count
+/// NAME` note, with the name.
+pub(crate) fn notes(text: &str) -> std::collections::HashMap<u32, String> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let (_, note) = l.split_once("//")?;
+            let name = note.trim().strip_prefix("@count ")?.trim();
+            Some((i as u32 + 1, name.to_string()))
+        })
+        .collect()
+}
+
+/// Adds a finished launch, its noted lines (`notes`) by name.
+pub(crate) fn add(stats: &LaunchStats, notes: &std::collections::HashMap<u32, String>) {
     INSTRUCTIONS.fetch_add(stats.instructions, Ordering::Relaxed);
     NANOS.fetch_add(stats.wall.as_nanos() as u64, Ordering::Relaxed);
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
@@ -81,6 +99,12 @@ pub(crate) fn add(stats: &LaunchStats) {
         ("sys_fences", c.sys_fences),
     ] {
         *m.entry(k.into()).or_insert(0) += v;
+    }
+    for (line, n, sectors) in &c.by_line {
+        if let Some(name) = notes.get(line) {
+            *m.entry(format!("count.{name}.instructions")).or_insert(0) += n;
+            *m.entry(format!("count.{name}.sectors")).or_insert(0) += sectors;
+        }
     }
     let chain = m.entry("atomic_chain".into()).or_insert(0);
     *chain = (*chain).max(c.atomic_chain);
@@ -135,4 +159,16 @@ pub unsafe extern "C" fn offload_vgpu_counters(buf: *mut u8, cap: usize) -> usiz
 #[unsafe(no_mangle)]
 pub extern "C" fn offload_vgpu_counters_reset() {
     since_reset().clear();
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn noted_lines_are_found_by_number() {
+        let text = ".entry k()\n{\n\tld.u32 %r1, [%rd1]; // @count dispatch.page\n\tld.u32 %r2, [%rd2]; // a comment\n\t// @count not.an.instruction\n}\n";
+        let n = super::notes(text);
+        assert_eq!(n.get(&3).map(String::as_str), Some("dispatch.page"));
+        assert!(!n.contains_key(&4));
+        assert_eq!(n.len(), 2, "{n:?}");
+    }
 }

@@ -70,6 +70,7 @@ pub(super) fn clean(lines: &mut Vec<Line>) -> bool {
                 guard: Some((!neg, p)),
                 op: a.op.clone(),
                 args: vec![to],
+                note: a.note.clone(),
             });
             lines.remove(n + 1);
             changed = true;

@@ -39,6 +39,7 @@ pub(super) fn common(lines: &mut [Line], regs: &HashMap<String, Reg>) -> bool {
                     guard: None,
                     op: format!("mov{}", regs[d].ty),
                     args: vec![d.clone(), prev.clone()],
+                    note: None,
                 };
                 changed = true;
             }

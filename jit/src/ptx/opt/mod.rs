@@ -69,6 +69,9 @@ struct Inst {
     guard: Option<(bool, String)>,
     op: String,
     args: Vec<String>,
+    /// A comment after the instruction (`// @count NAME` names what the
+    /// virtual GPU counts it as), kept with it through every step.
+    note: Option<String>,
 }
 
 /// How an instruction's operands are read and written.
@@ -143,6 +146,10 @@ impl Inst {
             s.push_str(&self.args.join(", "));
         }
         s.push(';');
+        if let Some(n) = &self.note {
+            s.push_str(" // ");
+            s.push_str(n);
+        }
         s
     }
 }
@@ -224,6 +231,10 @@ fn parse(body: &str) -> Option<Vec<Line>> {
             out.push(Line::Label(name.to_string()));
             continue;
         }
+        let (l, note) = match l.split_once("//") {
+            Some((code, note)) => (code.trim_end(), Some(note.trim().to_string())),
+            None => (l, None),
+        };
         let l = l.strip_suffix(';')?;
         if l.contains(['{', '}', ';']) || l.starts_with('.') {
             return None;
@@ -243,7 +254,12 @@ fn parse(body: &str) -> Option<Vec<Line>> {
             Some((op, args)) => (op.to_string(), split_args(args)),
             None => (rest.to_string(), Vec::new()),
         };
-        out.push(Line::Inst(Inst { guard, op, args }));
+        out.push(Line::Inst(Inst {
+            guard,
+            op,
+            args,
+            note,
+        }));
     }
     Some(out)
 }

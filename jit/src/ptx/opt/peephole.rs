@@ -40,6 +40,7 @@ pub(super) fn tests_of_tests(lines: &mut [Line], regs: &HashMap<String, Reg>) ->
                         guard: None,
                         op: if same { "mov.pred" } else { "not.pred" }.to_string(),
                         args: vec![i.args[0].clone(), p.clone()],
+                        note: None,
                     };
                     changed = true;
                 }

@@ -266,3 +266,15 @@ fn a_diamond_of_two_computed_arms_is_one_arm_and_the_other_guarded() {
     let body = "\tsetp.lt.f32 %p0, %f0, 0f00000000;\n\t@!%p0 bra $U;\n\tsub.rn.f32 %f2, 0f3F800000, %f1;\n\tbra $L;\n$U:\n\tld.f32 %f2, [%r4];\n$L:\n\tst.f32 [%r4], %f2;\n\tret;\n";
     assert!(opt(body).contains("bra"), "{}", opt(body));
 }
+
+#[test]
+fn an_instructions_note_stays_with_it_and_the_body_is_still_cleaned() {
+    // The copy is read through (the body parsed despite the notes), and
+    // each note follows its instruction: the load keeps its own, the
+    // guarded load its own.
+    let body = "\tmov.b32 %r1, %r0;\n\tld.global.u32 %r2, [%rd1]; // @count dispatch.page\n\tsetp.lt.s32 %p1, %r2, 0;\n\t@%p1 ld.u32 %r2, [%rd2]; // @count dispatch.header\n\tadd.s32 %r3, %r2, %r1;\n\tst.u32 [%rd3], %r3;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "ld.global.u32 %r2, [%rd1]; // @count dispatch.page\nsetp.lt.s32 %p1, %r2, 0;\n@%p1 ld.u32 %r2, [%rd2]; // @count dispatch.header\nadd.s32 %r3, %r2, %r0;\nst.u32 [%rd3], %r3;\nret;"
+    );
+}
