@@ -71,7 +71,7 @@ pub use cpu::{CompiledKernel, CpuJit};
 pub use offload_abi::cpu::{LaunchCtx, SlotFn};
 
 pub use lower::{MAX_INLINE_DEPTH, MAX_INLINED_INSTS};
-pub use options::{CompileOptions, Injection, SafepointInjection};
+pub use options::{CompileOptions, Dispatch, Injection, SafepointInjection};
 pub use spec::{SpecConfig, Speculations};
 
 /// Why a kernel was not compiled.

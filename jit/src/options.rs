@@ -37,6 +37,37 @@ pub struct SafepointInjection {
     pub seed: Option<u64>,
 }
 
+/// How compiled code finds the class of a virtual call's receiver (and of
+/// an object under `instanceof` or `checkcast`): from the tag of the page
+/// it lies on (`offload_heap::pages`; the header only on mixed pages), or
+/// from its header.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Dispatch {
+    /// Each backend's faster way (BENCHMARKS.md, issue 48): by address on
+    /// the GPU, where a warp's 32 header loads touch up to 32 sectors and
+    /// one page-table load one or two; by header on the CPU, where the
+    /// header shares a cache line with the fields the callee reads and
+    /// the table costs a shift, a load and a test more (the two workloads
+    /// ran 1.06x and 1.17x slower by address).
+    #[default]
+    Auto,
+    /// By address on every backend.
+    ByAddress,
+    /// By header on every backend.
+    ByHeader,
+}
+
+impl Dispatch {
+    /// Whether a backend reads page tags: `gpu` says which backend asks.
+    pub fn by_address(self, gpu: bool) -> bool {
+        match self {
+            Dispatch::Auto => gpu,
+            Dispatch::ByAddress => true,
+            Dispatch::ByHeader => false,
+        }
+    }
+}
+
 /// How a kernel version is compiled. The default is what production runs:
 /// polls at every back-edge, no fault injection.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -52,12 +83,9 @@ pub struct CompileOptions {
     /// then finished by the host interpreter, as before devices could
     /// resume records ([`offload_deopt::SiteMap::reentry`]).
     pub no_reentry: bool,
-    /// Read the class of a virtual call's receiver, and of an object a
-    /// class test (`instanceof`, `checkcast`) looks at, from the object's
-    /// header — only to measure what finding it from the object's page
-    /// saves (`offload_heap::pages`; the default reads the page table and
-    /// the header only for objects on mixed pages).
-    pub header_dispatch: bool,
+    /// How the class of a virtual call's receiver, and of an object a
+    /// class test (`instanceof`, `checkcast`) looks at, is found.
+    pub dispatch: Dispatch,
     /// Compile for latency (the first tier): no Cranelift optimizations and
     /// single-pass register allocation — 2–2.5x quicker to compile, about 2x
     /// slower to run. The same lowering, deopt sites and metadata as the

@@ -181,13 +181,19 @@ impl RuntimeBuilder {
     }
 
     /// Find the class of a virtual call's receiver (and of an object under
-    /// `instanceof` or `checkcast`) from the page it lies on (default on):
-    /// objects the host allocates are placed on pages of their class
-    /// (`offload_heap::pages`), and compiled code reads one tag from a
-    /// small table instead of each object's header. Off, for experiments:
-    /// every dispatch loads the header.
+    /// `instanceof` or `checkcast`) from the page it lies on on every
+    /// device (`on`), or from its header (off). Objects the host allocates
+    /// are placed on pages of their class (`offload_heap::pages`), and
+    /// compiled code reads one tag from a small table instead of each
+    /// object's header. Unset, each device does what is faster there
+    /// ([`offload_jit::Dispatch::Auto`]: by address on the GPU, by header
+    /// on the CPU).
     pub fn dispatch_by_address(mut self, on: bool) -> Self {
-        self.compile.header_dispatch = !on;
+        self.compile.dispatch = if on {
+            offload_jit::Dispatch::ByAddress
+        } else {
+            offload_jit::Dispatch::ByHeader
+        };
         self
     }
 

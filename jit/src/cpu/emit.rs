@@ -46,10 +46,11 @@ impl CpuWalker<'_, '_> {
 
     /// The class id of the object `r` (`i32`): the tag of its page
     /// (`offload_abi::pages`), or its header's when the page is mixed or
-    /// the options say so. `r` may be null (word 0 of the heap is reserved
+    /// the options say so (by default the CPU reads headers:
+    /// [`crate::Dispatch::Auto`]). `r` may be null (word 0 of the heap is reserved
     /// and readable, and page 0's tag is that of the first objects).
     pub(super) fn class_of(&mut self, r: Value) -> Value {
-        if self.opts.header_dispatch {
+        if !self.opts.dispatch.by_address(false) {
             let base = self.obj_addr(r);
             return self
                 .backend

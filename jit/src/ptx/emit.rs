@@ -180,7 +180,7 @@ impl PtxWalker<'_> {
     /// readable).
     pub(super) fn class_of(&mut self, r: &str) -> String {
         let tag = self.t(Cls::B32);
-        if self.opts.header_dispatch {
+        if !self.opts.dispatch.by_address(true) {
             let base = self.obj_addr(r);
             self.emit(format!("ld.u32 {tag}, [{base}]; // {DISPATCH_HEADER}"));
             return tag;
