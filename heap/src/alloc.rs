@@ -670,12 +670,19 @@ mod tests {
         let mut seen = Vec::new();
         let st = h.walk(|r, hd| seen.push((r.0, hd))).unwrap();
         assert_eq!(st.arrays, 3, "{seen:?}");
-        // (The small array opens the host's run of array pages: a page,
-        // whose rest is one filler.)
-        let run_rest = offload_abi::pages::PAGE_BYTES as u64 - 40;
+        // (The small array opens the host's run of array pages, which
+        // ends on a page boundary; its rest is one filler.)
+        let page = offload_abi::pages::PAGE_WORDS;
+        let run_end = (small + 5).next_multiple_of(page);
+        let run_end = if run_end - small < page / 2 {
+            run_end + page
+        } else {
+            run_end
+        };
         assert_eq!(
             st.filler_bytes,
-            2 * (COLOUR_GAP_BYTES + ALIGN_SLACK_BYTES) + run_rest
+            2 * (COLOUR_GAP_BYTES + ALIGN_SLACK_BYTES) + u64::from(run_end - small - 5) * 8,
+            "{seen:?}"
         );
         assert_eq!(h.header(crate::layout::Ref(y)).unwrap(), big);
         // With no room for the gap, the array still fits without one, its

@@ -6,7 +6,7 @@ use crate::region::Region;
 use crate::resident::Residency;
 use crate::tlab::Eden;
 use fixedbitset::FixedBitSet;
-use offload_abi::pages::MIXED;
+use offload_abi::pages::{MIXED, PAGE_WORDS};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -315,7 +315,14 @@ impl Heap {
                 page_up(top)
             };
             let limit = self.limit_words();
-            let end = (start + want).min(limit);
+            // A carve with slack ends on a page boundary when it can keep
+            // at least half of what it wanted, so that the next carve of
+            // another tag does not leave most of a page behind.
+            let mut end = (start + want).min(limit);
+            let aligned = end & !u64::from(PAGE_WORDS - 1);
+            if aligned >= start + min && aligned - start >= want / 2 {
+                end = aligned;
+            }
             if end < start + min {
                 let gap = start - top;
                 if grow && self.grow(gap + want) {

@@ -53,7 +53,9 @@
 //! checks the table against it.
 
 use crate::layout::Header;
-use offload_abi::pages::{ARRAYS, MIXED, PAGE_BYTES, PAGE_WORDS, names_class, page_of};
+pub use offload_abi::pages::{
+    ARRAYS, MIXED, PAGE_BYTES, PAGE_SHIFT, PAGE_WORDS, names_class, page_of,
+};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One tag per page of the heap's reservation.
@@ -164,15 +166,19 @@ pub struct PageStats {
 pub struct PageKind {
     /// The tag (a class id, [`ARRAYS`] or [`MIXED`]).
     pub tag: u32,
-    /// Pages with this tag in which at least one object starts.
+    /// Pages counted to this tag: each page the heap's blocks (objects
+    /// and fillers) cover below the top, once, to the tag of the page
+    /// where the block covering its start begins. The kinds' pages add
+    /// up to the pages in use.
     pub pages: u64,
     /// Objects (instances and arrays) starting in those pages.
     pub objects: u64,
     /// Bytes of those objects (an object that runs past its page counts
     /// whole).
     pub object_bytes: u64,
-    /// Bytes of fillers starting in those pages: the space the
-    /// placement (and retired TLABs) leave unused.
+    /// Bytes of fillers starting on pages of this tag: the space the
+    /// placement (and retired TLABs) leave unused. Objects and fillers
+    /// of every kind add up to the heap's bytes in use.
     pub filler_bytes: u64,
 }
 

@@ -90,12 +90,20 @@ impl Heap {
                 _ => {
                     k.objects += 1;
                     k.object_bytes += bytes;
-                    if last_page != Some(page) {
-                        k.pages += 1;
-                        last_page = Some(page);
-                    }
                 }
             }
+            // Every page the block covers, once, to the kind of the page
+            // it starts on (the walk goes in address order).
+            let words = (bytes / 8).max(1);
+            let last = page_of(r.0 + words as u32 - 1);
+            let first = match last_page {
+                Some(p) if p >= page => p + 1,
+                _ => page,
+            };
+            if last >= first {
+                k.pages += (last - first + 1) as u64;
+            }
+            last_page = Some(last_page.map_or(last, |p: usize| p.max(last)));
         })?;
         Ok(PageStats {
             kinds: kinds.into_values().collect(),

@@ -222,6 +222,7 @@ fn run(seed: u64, n: usize, nroots: usize, threads: usize) {
     );
     assert_eq!(heap.used(), st.after);
     assert_eq!(st.live_objects, live.len() as u64);
+    assert_eq!(st.padding, 0, "launches' objects share mixed pages");
     assert_eq!(st.roots, roots.iter().flatten().count() as u64);
     let walk = heap.verify(|c| shapes().get(c as usize).cloned()).unwrap();
     assert_eq!(walk.objects + walk.arrays, live.len() as u64);

@@ -189,6 +189,8 @@ fn run(seed: u64, n: usize, host_pct: u64) {
     let ps = heap.page_stats().unwrap();
     assert_eq!(ps.object_bytes(), live_bytes);
     assert_eq!(st.after, 16 + live_bytes + ps.filler_bytes(), "seed {seed}");
+    assert_eq!(st.padding, ps.filler_bytes(), "seed {seed}");
+    check_stats_add_up(&heap);
     let pages: u64 = ps.kinds.iter().map(|k| k.pages).sum();
     assert!(
         ps.filler_bytes() <= pages * u64::from(PAGE_WORDS) * 8,
@@ -257,4 +259,55 @@ fn carves_racing_for_a_page_agree_on_its_tag() {
     });
     drop(a);
     check_placement(&heap, &placed.into_inner().unwrap());
+}
+
+/// The page stats add up: every page in use is counted once, to one tag,
+/// and objects and fillers make up the bytes in use.
+fn check_stats_add_up(heap: &Heap) {
+    let ps = heap.page_stats().unwrap();
+    let used = heap.used();
+    let page = u64::from(PAGE_WORDS) * 8;
+    let pages: u64 = ps.kinds.iter().map(|k| k.pages).sum();
+    assert_eq!(pages, used.div_ceil(page), "{ps:?}, {used} bytes in use");
+    assert_eq!(16 + ps.object_bytes() + ps.filler_bytes(), used, "{ps:?}");
+}
+
+#[test]
+fn page_stats_count_each_page_once_and_add_up_to_the_bytes_in_use() {
+    let heap = heap(64 << 20);
+    // A dead object of class 2, then class 3 and an array that live.
+    let _dead = Allocator::alloc_host(&heap, header(Kind::Obj(2))).unwrap();
+    let b = Allocator::alloc_host(&heap, header(Kind::Obj(3))).unwrap();
+    let c = Allocator::alloc_host(&heap, header(Kind::Ints(2))).unwrap();
+    check_stats_add_up(&heap);
+    let ps = heap.page_stats().unwrap();
+    // Each run is one page: the first one ends on the page boundary
+    // although the heap starts two words in.
+    assert_eq!(
+        ps.kinds
+            .iter()
+            .map(|k| (k.tag, k.pages, k.objects))
+            .collect::<Vec<_>>(),
+        vec![(2, 1, 1), (3, 1, 1), (ARRAYS, 1, 1)]
+    );
+    assert_eq!(heap.used(), 3 * u64::from(PAGE_WORDS) * 8);
+    let mut cells = [b, c];
+    // SAFETY: this test has the heap to itself.
+    unsafe {
+        heap.collect(&shapes(), &mut |f: &mut dyn FnMut(&mut u32)| {
+            cells.iter_mut().for_each(&mut *f)
+        })
+    }
+    .unwrap();
+    check_stats_add_up(&heap);
+    let ps = heap.page_stats().unwrap();
+    // Class 3 slides to the start, the array to the next page (a change
+    // of tag); the padding is class 3's page's unused space.
+    assert_eq!(
+        ps.kinds
+            .iter()
+            .map(|k| (k.tag, k.pages, k.objects, k.object_bytes, k.filler_bytes))
+            .collect::<Vec<_>>(),
+        vec![(3, 1, 1, 40, 4096 - 16 - 40), (ARRAYS, 1, 1, 16, 0)]
+    );
 }

@@ -74,9 +74,16 @@ impl<F: FnMut(&mut dyn FnMut(&mut u32))> Roots for F {
 pub struct GcStats {
     /// Bytes in use before.
     pub before: u64,
-    /// Bytes in use after: the live data.
+    /// Bytes in use after: the two reserved words, the surviving objects
+    /// and [`GcStats::padding`].
     pub after: u64,
-    /// Objects and arrays that survived.
+    /// Bytes of fillers between survivors after: padding the slide adds so
+    /// that each class keeps pages of its own (`crate::pages`) and large
+    /// arrays keep their elements on a cache line, and the colour gaps it
+    /// keeps before large arrays; part of `after`.
+    pub padding: u64,
+    /// Objects and arrays that survived (fillers kept as colour gaps are
+    /// not counted).
     pub live_objects: u64,
     /// Bytes of surviving objects that moved.
     pub moved: u64,
@@ -101,19 +108,21 @@ impl GcStats {
     }
 }
 
-/// `freed F of B bytes (L live in N objects), M moved; mark X, compact Y`.
+/// `freed F of B bytes (L in use after: N objects, P padding), M moved;
+/// mark X, compact Y`.
 impl std::fmt::Display for GcStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "freed {} of {} bytes ({} live in {} objects), {} moved; mark {:.2?}, compact {:.2?}",
+            "freed {} of {} bytes ({} in use after: {} objects, {} bytes of padding), {} moved; mark {} µs, compact {} µs",
             self.freed(),
             self.before,
             self.after,
             self.live_objects,
+            self.padding,
             self.moved,
-            self.mark,
-            self.compact
+            self.mark.as_micros(),
+            self.compact.as_micros()
         )
     }
 }
@@ -233,7 +242,9 @@ impl Heap {
         // Live words and the new address of each block of 64 words.
         let live = Bits::new(top);
         let counted = mark::live_words(cells, &marks, &live, &|r| self.pages.tag_of(r));
-        st.live_objects = counted.objects;
+        // Colour gaps are marked fillers, not objects: they count as
+        // padding.
+        st.live_objects = counted.objects - counted.gaps.len() as u64;
         let mut base = Vec::with_capacity(live.len());
         let mut next = HEAP_START_WORDS;
         let mut pads = Vec::with_capacity(counted.gaps.len() + counted.turns.len());
@@ -274,6 +285,7 @@ impl Heap {
             next += word.count_ones();
         }
         let padding: u64 = pads.iter().map(|p| u64::from(p.words)).sum();
+        st.padding = (padding + counted.gaps.len() as u64 * u64::from(mark::GAP_WORDS)) * 8;
         debug_assert_eq!(
             u64::from(next),
             u64::from(HEAP_START_WORDS) + counted.words + padding

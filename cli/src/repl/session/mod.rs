@@ -295,57 +295,20 @@ impl Session {
                 out.push_str(&self.settings.text(&self.rt));
                 Ok(())
             }
-            ":heap" => {
-                let mods: Vec<&Module> = self.module.iter().collect();
-                // Before verifying, which brings back what the GPU wrote.
-                let res = self.rt.heap().residency();
-                let w = self.rt.verify_heap(&mods)?;
-                let heap = self.rt.heap();
-                let b = offload::diagnostics::bytes_text;
-                let _ = writeln!(
-                    out,
-                    "heap: {} in use, {} committed, {} at most",
-                    b(heap.used()),
-                    b(heap.committed() as u64),
-                    b(heap.config().max as u64)
-                );
-                let _ = writeln!(
-                    out,
-                    "  verified: {} objects, {} arrays, {} fillers ({})",
-                    w.objects,
-                    w.arrays,
-                    w.fillers,
-                    b(w.filler_bytes)
-                );
-                if heap.is_mirrored() {
-                    let _ = writeln!(
-                        out,
-                        "  on the GPU: {} chunks of {} newer there, {} newer here; {} fetched by host reads so far",
-                        res.host_stale_chunks,
-                        b(offload_heap::resident::CHUNK_BYTES as u64),
-                        res.device_stale_chunks,
-                        b(res.fetched_bytes)
-                    );
-                }
-                let gc = self.rt.gc_totals();
-                let _ = writeln!(
-                    out,
-                    "  handles: {}; collections: {gc}",
-                    self.rt.live_handles()
-                );
-                Ok(())
-            }
+            ":heap" => self.heap_view(out),
             ":gc" => {
                 let st = self.rt.collect()?;
                 let b = offload::diagnostics::bytes_text;
                 let _ = writeln!(
                     out,
-                    "collected in {}: freed {} of {}; {} live in {} objects, {} moved",
+                    "collected in {}: freed {} of {}; {} in use after ({} objects and arrays in {}, {} padding between pages of different classes), {} moved",
                     offload::diagnostics::duration_text(st.pause()),
                     b(st.freed()),
                     b(st.before),
                     b(st.after),
                     st.live_objects,
+                    b(st.after.saturating_sub(st.padding + 16)),
+                    b(st.padding),
                     b(st.moved)
                 );
                 Ok(())

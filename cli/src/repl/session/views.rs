@@ -327,3 +327,81 @@ pub(super) fn sites(last: &Last, out: &mut String) {
         out.push_str(&offload::table::text(&t));
     }
 }
+
+impl Session {
+    /// `:heap`: sizes, the verifier's walk, the GPU's copy, handles and
+    /// collections, and the pages by tag (`offload_heap::pages`): what
+    /// each class's pages hold and leave unused.
+    pub(super) fn heap_view(&self, out: &mut String) -> Result<()> {
+        let mods: Vec<&Module> = self.module.iter().collect();
+        // Before verifying, which brings back what the GPU wrote.
+        let res = self.rt.heap().residency();
+        let w = self.rt.verify_heap(&mods)?;
+        let heap = self.rt.heap();
+        let b = offload::diagnostics::bytes_text;
+        let _ = writeln!(
+            out,
+            "heap: {} in use, {} committed, {} at most",
+            b(heap.used()),
+            b(heap.committed() as u64),
+            b(heap.config().max as u64)
+        );
+        let _ = writeln!(
+            out,
+            "  verified: {} objects, {} arrays, {} fillers ({})",
+            w.objects,
+            w.arrays,
+            w.fillers,
+            b(w.filler_bytes)
+        );
+        if heap.is_mirrored() {
+            let _ = writeln!(
+                out,
+                "  on the GPU: {} chunks of {} newer there, {} newer here; {} fetched by host reads so far",
+                res.host_stale_chunks,
+                b(offload_heap::resident::CHUNK_BYTES as u64),
+                res.device_stale_chunks,
+                b(res.fetched_bytes)
+            );
+        }
+        let gc = self.rt.gc_totals();
+        let _ = writeln!(
+            out,
+            "  handles: {}; collections: {gc}",
+            self.rt.live_handles()
+        );
+        let pages = heap.page_stats().map_err(offload::OffloadError::from)?;
+        if pages.kinds.is_empty() {
+            return Ok(());
+        }
+        let name = |tag: u32| match tag {
+            offload_heap::pages::MIXED => "mixed (launches' objects)".to_string(),
+            offload_heap::pages::ARRAYS => "arrays".to_string(),
+            c => mods
+                .iter()
+                .find_map(|m| {
+                    let p = m.program();
+                    p.local_class(c).map(|l| p.verified().class(l).name.clone())
+                })
+                .unwrap_or_else(|| format!("class {c}")),
+        };
+        let _ = writeln!(
+            out,
+            "  pages by what starts on them ({} each; unused: fillers, the rest of open runs and padding):",
+            b(offload_heap::pages::PAGE_BYTES as u64)
+        );
+        let mut t = offload::table::new(["  holds", "pages", "objects", "in objects", "unused"]);
+        for k in &pages.kinds {
+            t.add_row([
+                format!("  {}", name(k.tag)),
+                k.pages.to_string(),
+                k.objects.to_string(),
+                b(k.object_bytes),
+                b(k.filler_bytes),
+            ]);
+        }
+        offload::table::right(&mut t, &[1, 2, 3, 4]);
+        out.push_str(&offload::table::text(&t));
+        Ok(())
+    }
+}
