@@ -144,13 +144,14 @@ mod runtime;
 pub mod source;
 #[doc(hidden)]
 pub mod table;
+pub mod vgpu;
 
 pub use cuda::{GpuHandles, cuda_error_text};
 pub use error::{KernelExceptions, OffloadError};
 pub use gc::{GcPolicy, Root};
 pub use offload_heap::{AllocPolicy, GcStats};
 pub use offload_macros::{kernel, kernels};
-pub use report::{DeoptAction, DeoptRow, GcSummary, LaunchReport, SavedValue, Timings};
+pub use report::{DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, SavedValue, Timings};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
     Module, Object, RefArray, Runtime, RuntimeBuilder,

@@ -475,6 +475,8 @@ pub(crate) struct DeviceFacts {
     pub(crate) to_device_bytes: u64,
     /// [`LaunchReport::to_host_bytes`].
     pub(crate) to_host_bytes: u64,
+    /// [`LaunchReport::dispatch`].
+    pub(crate) dispatch: Option<crate::report::Dispatches>,
 }
 
 /// The code a launch runs: its metadata and landings, for [`run`].
@@ -547,6 +549,7 @@ pub(crate) fn run<D: Compiled>(
     report.gpu = facts.gpu;
     report.to_device_bytes = facts.to_device_bytes;
     report.to_host_bytes = facts.to_host_bytes;
+    report.dispatch = facts.dispatch;
     report.speculations = code.meta.speculations.clone();
     report.safepoints = env.control.count() - safepoints_before;
     report.timings = Timings::from_rounds(

@@ -230,11 +230,59 @@ pub struct LaunchReport {
     /// Heap bytes fetched later (a `read` of the results) belong to no
     /// launch: [`offload_heap::Heap::residency`] counts them.
     pub to_host_bytes: u64,
+    /// The class lookups of the launch's virtual calls, guarded inlines
+    /// and class tests on the GPU, as the virtual GPU counted them; `None`
+    /// where nothing counted them (the CPU device, the interpreter, a real
+    /// GPU: counting each would cost the code it measures).
+    pub dispatch: Option<Dispatches>,
     /// The collections that ran while the launch was in flight — its own
     /// (eden exhausted, or due before it started) and any another thread
     /// asked for meanwhile, which stopped this launch's workers too. Their
     /// pauses are inside the phase times above, not added to them.
     pub gc: GcSummary,
+}
+
+/// How a launch's compiled code found the classes of its receivers
+/// ([`LaunchReport::dispatch`]): each lookup is one workitem asking for one
+/// object's class once (a virtual call, a guarded inline or a class test;
+/// array tests read the header and are not lookups).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dispatches {
+    /// Class lookups, every run and relaunch of the launch included.
+    pub lookups: u64,
+    /// Of those, the ones that loaded the object's header: the object lay
+    /// on a mixed page (a launch's own allocations), or the code
+    /// dispatches by header ([`offload_jit::Dispatch`]). The rest found
+    /// the class from the address alone (the page's tag).
+    pub header_loads: u64,
+}
+
+impl Dispatches {
+    /// Lookups that found the class from the address: `lookups -
+    /// header_loads`.
+    pub fn by_address(&self) -> u64 {
+        self.lookups - self.header_loads
+    }
+
+    /// What the virtual GPU's noted counters (`count.NAME.lanes`,
+    /// [`crate::vgpu::stream_counters`]) gained between `before` and
+    /// `after`, for code that looks classes up by address or not.
+    pub(crate) fn between(
+        before: &BTreeMap<String, u64>,
+        after: &BTreeMap<String, u64>,
+        by_address: bool,
+    ) -> Dispatches {
+        let gained = |name: &str| {
+            let key = format!("count.{name}.lanes");
+            let at = |m: &BTreeMap<String, u64>| m.get(&key).copied().unwrap_or(0);
+            at(after).saturating_sub(at(before))
+        };
+        let (page, header) = (gained("dispatch.page"), gained("dispatch.header"));
+        Dispatches {
+            lookups: if by_address { page } else { header },
+            header_loads: header,
+        }
+    }
 }
 
 /// One value a deoptimized workitem saved, named as its frame state names
@@ -410,6 +458,7 @@ impl LaunchReport {
             gpu: None,
             to_device_bytes: 0,
             to_host_bytes: 0,
+            dispatch: None,
             gc: GcSummary::default(),
         }
     }
@@ -489,6 +538,15 @@ impl fmt::Display for LaunchReport {
                 "; {} to the device, {} back",
                 crate::diagnostics::bytes_text(self.to_device_bytes),
                 crate::diagnostics::bytes_text(self.to_host_bytes)
+            )?;
+        }
+        if let Some(d) = self.dispatch.filter(|d| d.lookups > 0) {
+            write!(
+                f,
+                "; {} class lookups, {} by address, {} loading the header",
+                d.lookups,
+                d.by_address(),
+                d.header_loads
             )?;
         }
         if self.alloc.buffer_refills > 0 {

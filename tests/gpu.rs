@@ -627,9 +627,47 @@ fn the_dispatch_workloads_match_rust_on_the_gpu() {
         let rep = scenes::check_raycast(&rt, w, h, &specs)
             .unwrap_or_else(|e| panic!("raycast, by address {by_address}: {e}"));
         assert_eq!(rep.device, Device::Cuda, "{rep}");
+        // Every pixel looks up the class of every shape once; host
+        // objects lie on pages of their class, so no lookup by address
+        // loads a header.
+        let lookups = (w * h) as u64 * specs.len() as u64;
+        check_dispatches(&rep, lookups..=lookups, by_address);
         let pop = scenes::population(size(&rt, 100_000, 2000), 9);
-        let rep = scenes::check_particles(&rt, &pop, 8, 0.01)
+        let steps = 8;
+        let rep = scenes::check_particles(&rt, &pop, steps, 0.01)
             .unwrap_or_else(|e| panic!("particles, by address {by_address}: {e}"));
         assert_eq!(rep.device, Device::Cuda, "{rep}");
+        let n = pop.len() as u64;
+        check_dispatches(&rep, n..=n * steps as u64, by_address);
     }
+}
+
+/// On the virtual GPU, the report counts the launch's class lookups (in
+/// `lookups`, when no workitem deoptimized): all by address, or all
+/// loading the header. Elsewhere it counts none.
+fn check_dispatches(
+    rep: &offload::LaunchReport,
+    lookups: std::ops::RangeInclusive<u64>,
+    by_address: bool,
+) {
+    let Some(d) = rep.dispatch else {
+        assert!(
+            offload::vgpu::now().is_none(),
+            "the virtual GPU counts dispatches: {rep}"
+        );
+        return;
+    };
+    assert_eq!((rep.replayed, rep.resumed), (0, 0), "{rep}");
+    assert!(
+        lookups.contains(&d.lookups),
+        "{:?} lookups, want {lookups:?}: {rep}",
+        d.lookups
+    );
+    let want_header = if by_address { 0 } else { d.lookups };
+    assert_eq!(d.header_loads, want_header, "{rep}");
+    assert!(
+        rep.to_string()
+            .contains(&format!("{} class lookups", d.lookups)),
+        "{rep}"
+    );
 }

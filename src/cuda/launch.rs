@@ -88,6 +88,9 @@ pub(super) struct GridTotals {
     /// What host code had fetched from the device image when the launch
     /// started (what it fetches during the launch counts as brought back).
     pub(super) fetched_before: u64,
+    /// The virtual GPU's noted counters of the launch stream when the
+    /// launch started (`None` on a real GPU).
+    pub(super) noted_before: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Compiled for GpuLaunch<'_> {
@@ -160,6 +163,7 @@ impl Compiled for GpuLaunch<'_> {
             totals: GridTotals {
                 counters: [0; counter::COUNT],
                 fetched_before: env.heap.residency().fetched_bytes,
+                noted_before: gpu.noted_counters(),
                 ..GridTotals::default()
             },
         };
@@ -219,6 +223,16 @@ impl Compiled for GpuLaunch<'_> {
         });
         // The device's own counters: refills of its TLABs and allocations
         // that found its eden exhausted.
+        // The launch holds the GPU (`launch_lock`) and every run has
+        // finished: what its stream counted since the start is its own.
+        let dispatch = totals.noted_before.as_ref().and_then(|before| {
+            let after = gpu.noted_counters()?;
+            Some(crate::report::Dispatches::between(
+                before,
+                &after,
+                self.k.ptx.dispatch_by_address,
+            ))
+        });
         let mut alloc_stats = alloc.retire();
         alloc_stats.refills += totals.counters[counter::REFILLS];
         alloc_stats.exhausted += totals.counters[counter::EDEN_FAILURES];
@@ -237,6 +251,7 @@ impl Compiled for GpuLaunch<'_> {
                     .residency()
                     .fetched_bytes
                     .saturating_sub(totals.fetched_before),
+            dispatch,
         }
     }
 }

@@ -153,6 +153,9 @@ pub(crate) struct Gpu {
     eden_words: AtomicU32,
     /// The heap's image on this GPU, kept across launches.
     resident: Arc<DeviceHeap>,
+    /// Whether the driver is offload's virtual GPU, whose counters a
+    /// launch's report reads ([`crate::vgpu`]).
+    virtual_gpu: bool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -223,10 +226,20 @@ fn probe_driver() -> Result<Gpu, String> {
         block: Mutex::new(None),
         eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
         resident,
+        virtual_gpu: crate::vgpu::now().is_some(),
     })
 }
 
 impl Gpu {
+    /// The virtual GPU's noted counters of this GPU's launch stream
+    /// ([`crate::vgpu::stream_counters`]); `None` on a real GPU.
+    fn noted_counters(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        if !self.virtual_gpu {
+            return None;
+        }
+        crate::vgpu::stream_counters(self.stream.cu_stream() as usize)
+    }
+
     /// Set the control word the running kernel polls (a copy on the heap's
     /// copy stream, which runs beside the kernel; skipped when the word
     /// already holds `v`).

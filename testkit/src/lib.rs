@@ -15,8 +15,9 @@
 //!   its native version (`offload demo`);
 //! - [`experiment`]: the recompilation-policy workloads (`offload
 //!   experiment`);
-//! - [`workloads`], [`bytes`], [`waits`], [`vgpu_counters`]: launches and
-//!   measurements the benchmarks and the tests of their properties share.
+//! - [`workloads`], [`bytes`], [`waits`], [`vgpu_counters`] (the
+//!   runtime's [`offload::vgpu`]): launches and measurements the
+//!   benchmarks and the tests of their properties share.
 //!
 //! ```
 //! use offload::{Device, Runtime, par_offload};
@@ -39,6 +40,6 @@ pub mod kernels;
 pub mod reference;
 pub mod scenes;
 pub mod source_gen;
-pub mod vgpu_counters;
+pub use offload::vgpu as vgpu_counters;
 pub mod waits;
 pub mod workloads;

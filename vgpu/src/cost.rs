@@ -63,10 +63,23 @@ pub struct Costs {
     pub fences: u64,
     /// Of those, the `.sys`-scoped ones.
     pub sys_fences: u64,
-    /// Per memory instruction that ran, by its PTX line: `(line, warp-wide
-    /// instructions, sectors)`, in line order — where the traffic comes
-    /// from.
-    pub by_line: Vec<(u32, u64, u64)>,
+    /// Per memory instruction that ran, by its PTX line, in line order —
+    /// where the traffic comes from.
+    pub by_line: Vec<LineCost>,
+}
+
+/// What one memory instruction (one PTX line) cost in a launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LineCost {
+    /// Its line in the module's PTX text.
+    pub line: u32,
+    /// Warp-wide instructions: each time the lanes of a warp ran it.
+    pub instructions: u64,
+    /// Thread-level executions: the lanes that ran it (lanes guarded off
+    /// by a false predicate do not).
+    pub lanes: u64,
+    /// Sectors those instructions touched.
+    pub sectors: u64,
 }
 
 /// One warp-wide instruction being assembled from its lanes.
@@ -86,9 +99,8 @@ pub(crate) struct Model {
     index: Vec<Vec<u32>>,
     /// How many memory instructions the module has.
     count: usize,
-    /// Per memory instruction: its PTX line, and its warp-wide
-    /// instructions and sectors so far.
-    lines: Vec<(u32, u64, u64)>,
+    /// Per memory instruction: its PTX line, and its costs so far.
+    lines: Vec<LineCost>,
     /// Per thread: how often it has run each memory instruction (empty
     /// until its first).
     seen: Vec<Vec<u32>>,
@@ -112,7 +124,10 @@ impl Model {
                     .iter()
                     .map(|i| {
                         if matches!(i.op, Op::Ld { .. } | Op::St { .. } | Op::Atom { .. }) {
-                            lines.push((i.line, 0, 0));
+                            lines.push(LineCost {
+                                line: i.line,
+                                ..LineCost::default()
+                            });
                             count += 1;
                             count - 1
                         } else {
@@ -196,8 +211,9 @@ impl Model {
         self.costs.mem_instructions += 1;
         self.costs.sectors += g.sectors.len() as u64;
         let l = &mut self.lines[at as usize];
-        l.1 += 1;
-        l.2 += g.sectors.len() as u64;
+        l.instructions += 1;
+        l.lanes += u64::from(g.lanes);
+        l.sectors += g.sectors.len() as u64;
     }
 
     /// The launch's costs; instructions some lanes never reached (they
@@ -207,8 +223,11 @@ impl Model {
         for (at, g) in open {
             self.close(at, g);
         }
-        let mut by_line: Vec<(u32, u64, u64)> =
-            self.lines.into_iter().filter(|l| l.1 > 0).collect();
+        let mut by_line: Vec<LineCost> = self
+            .lines
+            .into_iter()
+            .filter(|l| l.instructions > 0)
+            .collect();
         by_line.sort_unstable();
         self.costs.by_line = by_line;
         self.costs

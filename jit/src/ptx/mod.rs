@@ -139,6 +139,11 @@ pub struct PtxKernel {
     /// a warp's workitems up with the sectors of as many of them as it can
     /// (`offload_abi::gpu::DeviceCtx::rotate`).
     pub streams: Vec<(usize, u32)>,
+    /// Whether its class lookups read the page table
+    /// ([`crate::Dispatch`]): each looks the page up (`// @count
+    /// dispatch.page`) and loads the header only on a mixed page (`//
+    /// @count dispatch.header`); otherwise each loads the header.
+    pub dispatch_by_address: bool,
     /// How long code generation took.
     pub compile_time: Duration,
 }
@@ -198,6 +203,7 @@ pub fn compile_speculative(
         proven_at: std::collections::BTreeMap::new(),
         loaded: std::collections::BTreeMap::new(),
     };
+    let dispatch_by_address = opts.dispatch.by_address(true);
     let mut lw = Walker::new(ptx, prog, k, version, opts, spec)?;
     let resumes = lw.build()?;
     let mut text = String::new();
@@ -250,6 +256,7 @@ pub fn compile_speculative(
         resumes,
         allocates: lw.backend.allocates,
         streams: streamed(prog, k),
+        dispatch_by_address,
         compile_time: t0.elapsed(),
     })
 }

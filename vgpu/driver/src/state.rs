@@ -78,6 +78,9 @@ pub(crate) struct Stream {
     pub(crate) progress: Mutex<Progress>,
     pub(crate) done: Condvar,
     tx: Mutex<Option<mpsc::Sender<Work>>>,
+    /// The noted counters (`crate::stats::noted`) of every launch this
+    /// stream has finished: what `offload_vgpu_stream_counters` reads.
+    pub(crate) noted: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Stream {
@@ -87,6 +90,7 @@ impl Stream {
             progress: Mutex::new(Progress::default()),
             done: Condvar::new(),
             tx: Mutex::new(Some(tx)),
+            noted: Mutex::new(BTreeMap::new()),
         });
         let me = Arc::downgrade(&s);
         std::thread::Builder::new()
@@ -94,7 +98,15 @@ impl Stream {
             .spawn(move || {
                 for work in rx {
                     match work {
-                        Work::Launch(job) => run_job(*job),
+                        Work::Launch(job) => {
+                            let noted = run_job(*job);
+                            if let Some(s) = me.upgrade() {
+                                let mut m = lock(&s.noted);
+                                for (k, v) in noted {
+                                    *m.entry(k).or_insert(0) += v;
+                                }
+                            }
+                        }
                         Work::Free(b) => crate::memory::free_exact(&mut state(), &b),
                         Work::Copy { from, to, n } => {
                             let mut tmp = vec![0u8; n];
@@ -243,9 +255,11 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn run_job(job: Job) {
+/// Runs a launch; returns its noted counters (`crate::stats::noted`),
+/// empty when it did not run or failed.
+fn run_job(job: Job) -> BTreeMap<String, u64> {
     if sticky().is_some() {
-        return;
+        return BTreeMap::new();
     }
     let f = &job.loaded.module.funcs[job.func as usize];
     let t0 = Instant::now();
@@ -274,14 +288,17 @@ fn run_job(job: Job) {
             }
             if Config::get().trace > 1 {
                 let mut top = stats.costs.by_line.clone();
-                top.sort_by_key(|l| std::cmp::Reverse(l.2));
-                for (line, n, sectors) in top.iter().take(12) {
+                top.sort_by_key(|l| std::cmp::Reverse(l.sectors));
+                for l in top.iter().take(12) {
                     eprintln!(
-                        "offload-vgpu:   line {line}: {n} warp-wide accesses, {sectors} sectors"
+                        "offload-vgpu:   line {}: {} warp-wide accesses, {} sectors",
+                        l.line, l.instructions, l.sectors
                     );
                 }
             }
-            crate::stats::add(&stats, &job.loaded.notes);
+            let noted = crate::stats::noted(&stats, &job.loaded.notes);
+            crate::stats::add(&stats, &noted);
+            noted
         }
         Err(e) => {
             let code = match &e {
@@ -299,6 +316,7 @@ fn run_job(job: Job) {
             eprintln!("offload-vgpu: {msg}");
             err::set_detail(code, msg);
             STICKY.store(u64::from(code), Ordering::Release);
+            BTreeMap::new()
         }
     }
 }

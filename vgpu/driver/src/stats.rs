@@ -10,9 +10,14 @@
 //!   any one launch), and the driver calls made since then, by name.
 //!
 //!   A memory instruction whose PTX line ends in a `// @count NAME` note
-//!   also adds its warp-wide executions and its sectors to
-//!   `count.NAME.instructions` and `count.NAME.sectors` (how offload's
-//!   PTX marks the loads of a virtual call's dispatch).
+//!   also adds its warp-wide executions, its thread-level executions and
+//!   its sectors to `count.NAME.instructions`, `count.NAME.lanes` and
+//!   `count.NAME.sectors` (how offload's PTX marks the loads of a virtual
+//!   call's dispatch).
+//! - `offload_vgpu_stream_counters`: those noted counters of the launches
+//!   one stream has finished, since it was created (never reset), so that
+//!   a program running launches on several streams at once tells its
+//!   launches apart (offload's report of a launch reads its dispatches so).
 //!
 //! Counted calls are the API calls a program makes; a call the shim makes
 //! on another's behalf (`cuEventRecordWithFlags` answered by
@@ -79,8 +84,30 @@ pub(crate) fn notes(text: &str) -> std::collections::HashMap<u32, String> {
         .collect()
 }
 
-/// Adds a finished launch, its noted lines (`notes`) by name.
-pub(crate) fn add(stats: &LaunchStats, notes: &std::collections::HashMap<u32, String>) {
+/// The noted counters of a finished launch: per `// @count NAME` note of
+/// its module (`notes`, by line), `count.NAME.instructions`, `.lanes` and
+/// `.sectors`.
+pub(crate) fn noted(
+    stats: &LaunchStats,
+    notes: &std::collections::HashMap<u32, String>,
+) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for l in &stats.costs.by_line {
+        if let Some(name) = notes.get(&l.line) {
+            for (what, v) in [
+                ("instructions", l.instructions),
+                ("lanes", l.lanes),
+                ("sectors", l.sectors),
+            ] {
+                *m.entry(format!("count.{name}.{what}")).or_insert(0) += v;
+            }
+        }
+    }
+    m
+}
+
+/// Adds a finished launch and its noted counters (`noted`).
+pub(crate) fn add(stats: &LaunchStats, noted: &BTreeMap<String, u64>) {
     INSTRUCTIONS.fetch_add(stats.instructions, Ordering::Relaxed);
     NANOS.fetch_add(stats.wall.as_nanos() as u64, Ordering::Relaxed);
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
@@ -100,11 +127,8 @@ pub(crate) fn add(stats: &LaunchStats, notes: &std::collections::HashMap<u32, St
     ] {
         *m.entry(k.into()).or_insert(0) += v;
     }
-    for (line, n, sectors) in &c.by_line {
-        if let Some(name) = notes.get(line) {
-            *m.entry(format!("count.{name}.instructions")).or_insert(0) += n;
-            *m.entry(format!("count.{name}.sectors")).or_insert(0) += sectors;
-        }
+    for (k, v) in noted {
+        *m.entry(k.clone()).or_insert(0) += v;
     }
     let chain = m.entry("atomic_chain".into()).or_insert(0);
     *chain = (*chain).max(c.atomic_chain);
@@ -145,6 +169,34 @@ pub unsafe extern "C" fn offload_vgpu_stats(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn offload_vgpu_counters(buf: *mut u8, cap: usize) -> usize {
     let text: String = since_reset()
+        .iter()
+        .map(|(k, v)| format!("{k} {v}\n"))
+        .collect();
+    if !buf.is_null() && text.len() <= cap {
+        // SAFETY: the caller's buffer holds `cap` ≥ `text.len()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
+    }
+    text.len()
+}
+
+/// Writes the noted counters of the launches stream `stream` (a
+/// `CUstream`; null for the default stream) has finished, as
+/// `offload_vgpu_counters` writes its counters, and returns their length;
+/// `usize::MAX` when there is no such stream.
+///
+/// # Safety
+///
+/// `buf` must be null (with `cap` 0) or valid for `cap` bytes of writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn offload_vgpu_stream_counters(
+    stream: usize,
+    buf: *mut u8,
+    cap: usize,
+) -> usize {
+    let Some(st) = crate::state::state().stream(stream) else {
+        return usize::MAX;
+    };
+    let text: String = crate::state::lock(&st.noted)
         .iter()
         .map(|(k, v)| format!("{k} {v}\n"))
         .collect();

@@ -258,6 +258,15 @@ pub(super) fn summary(last: &Last, out: &mut String) {
         if r.waits > 0 {
             let _ = write!(line, " · {} safepoints passed waiting in place", r.waits);
         }
+        if let Some(d) = r.dispatch.filter(|d| d.lookups > 0) {
+            let _ = write!(
+                line,
+                " · {} class lookups, {} by address, {} loading the header",
+                d.lookups,
+                d.by_address(),
+                d.header_loads
+            );
+        }
         let _ = writeln!(out, "{line}");
     }
     if let Some(f) = &r.fallback {
