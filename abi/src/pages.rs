@@ -15,14 +15,14 @@
 //! code needs is: `tag = table[r >> PAGE_SHIFT]`; if `tag` is negative as an
 //! `i32`, the class is in the header. Fillers may start in any page.
 
-/// Words per page (4 KiB).
+/// Words per page (2 KiB).
 pub const PAGE_WORDS: u32 = 1 << PAGE_SHIFT;
 
 /// Bytes per page.
 pub const PAGE_BYTES: usize = (PAGE_WORDS as usize) * 8;
 
 /// A reference (a word offset) shifted right by this is its page's index.
-pub const PAGE_SHIFT: u32 = 9;
+pub const PAGE_SHIFT: u32 = 8;
 
 /// The tag of a page that holds arrays only.
 pub const ARRAYS: u32 = 1 << 31;

@@ -18,14 +18,19 @@
 //! # The design
 //!
 //! - **Pages, not ranges.** The heap is cut into pages of
-//!   [`offload_abi::pages::PAGE_WORDS`] words (4 KiB), and the
+//!   [`offload_abi::pages::PAGE_WORDS`] words (2 KiB), and the
 //!   [`PageTable`] keeps one tag per page (see [`offload_abi::pages`] for
 //!   the tags). COAL's range table needs a search (a few compares per
-//!   call); a page table needs a shift and one load, and at 4 KiB pages
-//!   the table is 1/1024 of the heap — 64 entries (256 bytes, two cache
-//!   lines) cover a scene of thousands of small objects, so it stays in
-//!   every cache level. Smaller pages would waste less in partly filled
-//!   pages but grow the table; 4 KiB is also BiBoP's classic choice.
+//!   call); a page table needs a shift and one load, and at 2 KiB pages
+//!   the table is 1/512 of the heap — 48 entries (192 bytes, two cache
+//!   lines) cover a scene of 2,000 small objects, so it stays in every
+//!   cache level. What placement wastes is the unfilled rest of each tag's
+//!   last page, about half a page per class in use: measured on the ray
+//!   caster's scene of 2,000 shapes of 6 classes, 4 KiB pages left 12.6%
+//!   of the heap unused (9.1% after a collection), 2 KiB pages half that
+//!   (BENCHMARKS.md, issue 48). Pages of 1 KiB would halve it again but
+//!   double a table that is initialized for the heap's whole reservation
+//!   (8 MiB for the default 4 GiB).
 //! - **Eden carves by tag.** Every carve from eden says what it is for
 //!   (a class, arrays, or mixed TLABs). It continues in the page that
 //!   holds eden's top when that page has its tag, and starts on the next

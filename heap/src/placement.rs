@@ -22,10 +22,17 @@ impl Heap {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (top, end) = match runs.get(&tag) {
             Some(&(top, end)) if u64::from(top) + words <= u64::from(end) => (top, end),
-            _ => {
+            open => {
                 let want = words.max(u64::from(PAGE_WORDS));
                 let (start, end) = self.alloc_direct_run(words, want, tag)?;
-                (start, end)
+                match open {
+                    // Nothing was carved since this run: the new pages
+                    // continue it, and the object starts at its top (over
+                    // the filler that closed it), so a class's objects
+                    // stay packed across page boundaries.
+                    Some(&(top, old_end)) if old_end == start => (top, end),
+                    _ => (start, end),
+                }
             }
         };
         let next = top + words as u32;

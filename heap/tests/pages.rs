@@ -308,6 +308,9 @@ fn page_stats_count_each_page_once_and_add_up_to_the_bytes_in_use() {
             .iter()
             .map(|k| (k.tag, k.pages, k.objects, k.object_bytes, k.filler_bytes))
             .collect::<Vec<_>>(),
-        vec![(3, 1, 1, 40, 4096 - 16 - 40), (ARRAYS, 1, 1, 16, 0)]
+        vec![
+            (3, 1, 1, 40, u64::from(PAGE_WORDS) * 8 - 16 - 40),
+            (ARRAYS, 1, 1, 16, 0)
+        ]
     );
 }
