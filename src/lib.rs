@@ -153,7 +153,7 @@ pub use offload_heap::{AllocPolicy, GcStats};
 pub use offload_macros::{kernel, kernels};
 pub use report::{DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, SavedValue, Timings};
 pub use runtime::{
-    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, MAX_DEOPT_RECORDS, MAX_WORKERS,
-    Module, Object, RefArray, Runtime, RuntimeBuilder,
+    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView,
+    MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, RefArray, Runtime, RuntimeBuilder,
 };
 pub use source::{Capture, Launchable, par_offload};

@@ -110,7 +110,7 @@ impl<T: Element> Capture for Array<T> {
         };
         let arg: Arg = self.into();
         let runtime = match &arg {
-            Arg::Ref { rt, .. } => Some(*rt),
+            Arg::Ref(h) => Some(h.runtime_id()),
             _ => None,
         };
         Captured {

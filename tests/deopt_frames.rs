@@ -70,8 +70,11 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                 let mi = interp.load("case.obc", &text).unwrap();
                 let ai = inputs(&interp, &mi, &params, seed).unwrap();
                 let ci = mi.closure(&kname, ai).unwrap();
-                let alloc = Allocator::new(interp.heap(), offload::AllocPolicy::default(), 1);
-                let mut it = Interpreter::new(mi.program(), interp.heap(), &alloc, 0);
+                // SAFETY: the interpreter writes the heap as a launch's
+                // does, and no launch runs on `interp` meanwhile.
+                let heap = unsafe { interp.raw_heap() };
+                let alloc = Allocator::new(heap, offload::AllocPolicy::default(), 1);
+                let mut it = Interpreter::new(mi.program(), heap, &alloc, 0);
                 let stopped = it.run_to_site(kid, w, &ci.captures(), site.bci, 0);
                 let row = report.deopt_table.iter().find(|r| r.bci == site.bci);
                 match (stopped, row) {

@@ -336,10 +336,7 @@ fn operations_at_safepoints_share_the_heap(b: RuntimeBuilder) -> LaunchReport {
     let c = m
         .closure("flagged", [iters.into(), (&flag).into(), (&out).into()])
         .unwrap();
-    let (flag_at, out_at) = (
-        flag.as_ref().byte_offset() + 8,
-        out.as_ref().byte_offset() + 8,
-    );
+    let out_at = out.as_ref().byte_offset() + 8;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (rep, seen) = std::thread::scope(|s| {
         let raiser = s.spawn(|| {
@@ -351,7 +348,7 @@ fn operations_at_safepoints_share_the_heap(b: RuntimeBuilder) -> LaunchReport {
                         .filter(|i| heap.load32(out_at + 4 * i).unwrap() != 0)
                         .count();
                     if done > 0 && done < n {
-                        heap.store32(flag_at, 1).unwrap();
+                        rt.write(&flag, 0, &[1]).unwrap();
                     }
                     done
                 });

@@ -26,9 +26,12 @@ fn snapshot(rt: &Runtime, arrays: &[Ref]) -> Vec<Vec<u32>> {
 }
 
 fn restore(rt: &Runtime, arrays: &[Ref], snap: &[Vec<u32>]) {
+    // SAFETY: only array elements are written (offsets past each header),
+    // with no launch running.
+    let heap = unsafe { rt.raw_heap() };
     for (r, words) in arrays.iter().zip(snap) {
-        for (i, &w) in words.iter().enumerate() {
-            rt.heap().store32(r.byte_offset() + 4 * i, w).unwrap();
+        for (i, &w) in words.iter().enumerate().skip(2) {
+            heap.store32(r.byte_offset() + 4 * i, w).unwrap();
         }
     }
 }
@@ -38,8 +41,9 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     let arrays: Vec<Ref> = args
         .iter()
         .filter_map(|a| match a {
-            Arg::Ref { r, .. } => {
-                matches!(rt.heap().header(r.get()), Ok(Header::Array { .. })).then_some(r.get())
+            Arg::Ref(h) => {
+                let r = h.root().get();
+                matches!(rt.heap().header(r), Ok(Header::Array { .. })).then_some(r)
             }
             _ => None,
         })
@@ -49,7 +53,11 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     let k = c.kernel();
     let caps = c.captures();
     let analysis = prog.analysis(k).unwrap();
-    let alloc = Allocator::new(rt.heap(), AllocPolicy::default(), 1);
+    // SAFETY: the interpreters below allocate and write through the
+    // heap as a launch's do (headers true, the heap parseable), and no
+    // launch runs meanwhile.
+    let heap = unsafe { rt.raw_heap() };
+    let alloc = Allocator::new(heap, AllocPolicy::default(), 1);
     let meta = DeoptMetadata::new(analysis, k, 0);
     let area = SaveArea::new(2, meta.layout);
     let initial = snapshot(rt, &arrays);
@@ -57,7 +65,7 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
     // The uninterrupted run.
     let mut baseline: Vec<Option<ExceptionKind>> = Vec::new();
     for &w in workitems {
-        let mut it = Interpreter::new(prog, rt.heap(), &alloc, 0);
+        let mut it = Interpreter::new(prog, heap, &alloc, 0);
         baseline.push(it.run_kernel(k, w, &caps).err().map(|e| e.kind));
     }
     let expected = snapshot(rt, &arrays);
@@ -67,13 +75,13 @@ fn check_example(file: &str, kernel: &str, args: Vec<Arg>, rt: &Runtime, workite
         for occurrence in [0u64, 2] {
             restore(rt, &arrays, &initial);
             for (wi, &w) in workitems.iter().enumerate() {
-                let mut first = Interpreter::new(prog, rt.heap(), &alloc, 0);
+                let mut first = Interpreter::new(prog, heap, &alloc, 0);
                 let outcome = first.run_to_site(k, w, &caps, site.bci, occurrence);
                 let result = match outcome {
                     Ok(Outcome::Stopped(values)) => {
                         reached[si] = true;
                         assert_eq!(values.len(), site.frame.len());
-                        let mut fresh = Interpreter::new(prog, rt.heap(), &alloc, 0);
+                        let mut fresh = Interpreter::new(prog, heap, &alloc, 0);
                         let result = if occurrence == 0 {
                             // Through a save record, as deopt replay does.
                             let record = Record {
@@ -255,8 +263,10 @@ fn bad_resume_requests_are_errors() {
     let m = rt.load("saxpy.obc", example("saxpy.obc")).unwrap();
     let prog = m.program();
     let k = prog.verified().func_named("saxpy").unwrap();
-    let alloc = Allocator::new(rt.heap(), AllocPolicy::default(), 1);
-    let mut it = Interpreter::new(prog, rt.heap(), &alloc, 0);
+    // SAFETY: as in `check_example`.
+    let heap = unsafe { rt.raw_heap() };
+    let alloc = Allocator::new(heap, AllocPolicy::default(), 1);
+    let mut it = Interpreter::new(prog, heap, &alloc, 0);
     assert!(it.resume(Some(0), &[]).is_err());
     let e = it
         .resume(

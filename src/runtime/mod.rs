@@ -24,12 +24,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 mod builder;
+mod heap_view;
 mod module;
 mod values;
 
 pub(crate) use builder::PolicyFactory;
 pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, RuntimeBuilder};
-pub use values::{Arg, Array, Element, Object, RefArray};
+pub use heap_view::HeapView;
+pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};
 
 thread_local! {
     /// Whether this thread is running a safepoint's operation.
@@ -125,8 +127,9 @@ impl Runtime {
     /// next poll (a loop back-edge, a call, or between workitems) with its
     /// state intact — run `op` on the stopped heap, and let the launch go on.
     /// Callable from any thread; with no launch running, `op` runs at once.
-    /// Returns `op`'s result and the time-to-safepoint.
-    pub fn safepoint<R>(&self, op: impl FnOnce(&Heap) -> R) -> (R, std::time::Duration) {
+    /// Returns `op`'s result and the time-to-safepoint. `op` sees the heap
+    /// ([`HeapView`]) and writes through handles ([`Runtime::write`], …).
+    pub fn safepoint<R>(&self, op: impl FnOnce(HeapView<'_>) -> R) -> (R, std::time::Duration) {
         self.inner.env.control.safepoint(|| {
             // The operation may read and write through handles: it has
             // the heap to itself already (see `Runtime::running`).
@@ -138,7 +141,7 @@ impl Runtime {
             }
             IN_SAFEPOINT.with(|f| f.set(true));
             let _unset = Unset;
-            op(&self.inner.env.heap)
+            op(HeapView(&self.inner.env.heap))
         })
     }
 
@@ -174,10 +177,10 @@ impl Runtime {
 
     /// The null reference, as an argument.
     pub fn null(&self) -> Arg {
-        Arg::Ref {
+        Arg::Ref(HeapRef {
             r: Root::null(),
             rt: self.inner.id,
-        }
+        })
     }
 
     /// The device kernels run on.
@@ -242,8 +245,23 @@ impl Runtime {
         self.inner.cpu.finish_compiles();
     }
 
-    /// The heap.
-    pub fn heap(&self) -> &Heap {
+    /// The heap, to look at: sizes, headers, words, the walk
+    /// ([`HeapView`]). Safe code writes to it only through the typed
+    /// handles, which never touch a header that compiled code trusts.
+    pub fn heap(&self) -> HeapView<'_> {
+        HeapView(&self.inner.env.heap)
+    }
+
+    /// The heap itself, with every way to write to it.
+    ///
+    /// # Safety
+    ///
+    /// Compiled kernels trust the heap: every write through the returned
+    /// reference must keep each header true (an array's length, an
+    /// object's class), the heap parseable from its start to its top, and
+    /// every reference field null or the start of an object; and no
+    /// launch may be running on this runtime while it writes.
+    pub unsafe fn raw_heap(&self) -> &Heap {
         &self.inner.env.heap
     }
 

@@ -87,7 +87,7 @@ impl Module {
                 (Type::I64, Arg::I64(x)) => *x as u64,
                 (Type::F32, Arg::F32(x)) => u64::from(x.to_bits()),
                 (Type::F64, Arg::F64(x)) => x.to_bits(),
-                (t, Arg::Ref { r, rt }) if t.is_ref() => {
+                (t, Arg::Ref(HeapRef { r, rt })) if t.is_ref() => {
                     if r.is_null() {
                         return Err(bad("null".into()));
                     }
@@ -186,7 +186,7 @@ impl Module {
                 (Type::F32, Arg::F32(x)) => heap.store32(off, x.to_bits())?,
                 (Type::I64, Arg::I64(x)) => heap.store64(off, *x as u64)?,
                 (Type::F64, Arg::F64(x)) => heap.store64(off, x.to_bits())?,
-                (t, Arg::Ref { r, rt })
+                (t, Arg::Ref(HeapRef { r, rt }))
                     if t.is_ref()
                         && *rt == self.rt.inner.id
                         && (r.is_null() || self.is_instance(r.get(), t)?) =>
@@ -279,16 +279,16 @@ impl Module {
         self.rt.hold(|heap| {
             let off = self.ref_slot(a, i)?;
             match &value {
-                Arg::Ref { r, rt }
+                Arg::Ref(HeapRef { r, rt })
                     if *rt == self.rt.inner.id
                         && (r.is_null() || self.is_instance(r.get(), Type::Class(a.elem))?) =>
                 {
                     heap.store32(off, r.get().0)?;
                     Ok(())
                 }
-                Arg::Ref { r, .. } if !r.is_null() => Err(OffloadError::Lookup(format!(
+                Arg::Ref(h) if !h.is_null() => Err(OffloadError::Lookup(format!(
                     "cannot store a {} in an element of `{}[]`",
-                    self.runtime_type(r.get())?,
+                    self.runtime_type(h.r.get())?,
                     a.elem_class()
                 ))),
                 v => Err(OffloadError::Lookup(format!(
@@ -414,6 +414,6 @@ fn arg_kind(a: &Arg) -> &'static str {
         Arg::I64(_) => "an i64",
         Arg::F32(_) => "an f32",
         Arg::F64(_) => "an f64",
-        Arg::Ref { .. } => "a reference",
+        Arg::Ref(_) => "a reference",
     }
 }

@@ -16,13 +16,57 @@ pub enum Arg {
     /// An `f64`.
     F64(f64),
     /// A heap reference, with the runtime it belongs to.
-    Ref {
-        /// The reference, as a root: it keeps the object alive and follows
-        /// it when a collection moves it.
-        r: Root,
-        /// The owning runtime's id.
-        rt: u64,
-    },
+    Ref(HeapRef),
+}
+
+/// A reference to an object of one runtime's heap, as an [`Arg`]: made
+/// only by offload (from an [`Array`], an [`Object`], a [`RefArray`] or
+/// [`crate::Runtime::null`]), so it always names the runtime whose heap
+/// holds its object — a caller can neither build one from a number nor
+/// move one to another runtime (the runtime checks the name wherever a
+/// reference enters a launch or the heap). It keeps the object alive and
+/// follows it when a collection moves it.
+///
+/// Relabelling one runtime's reference as another's does not compile
+/// (the fields are private):
+///
+/// ```compile_fail,E0451
+/// use offload::{Arg, HeapRef, Runtime};
+/// let (a, b) = (Runtime::new().unwrap(), Runtime::new().unwrap());
+/// let x = a.new_array::<i32>(4).unwrap();
+/// let Arg::Ref(h) = Arg::from(&x) else { unreachable!() };
+/// let forged = Arg::Ref(HeapRef { r: h.root().clone(), rt: b.id() });
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeapRef {
+    /// The reference, as a root.
+    pub(crate) r: Root,
+    /// The owning runtime's id.
+    pub(crate) rt: u64,
+}
+
+impl HeapRef {
+    /// Whether it is null.
+    pub fn is_null(&self) -> bool {
+        self.r.is_null()
+    }
+
+    /// The byte offset of the object's header in its heap now (changes
+    /// when a collection moves it): for display.
+    pub fn byte_offset(&self) -> usize {
+        self.r.byte_offset()
+    }
+
+    /// The root that holds the object (what it refers to now).
+    pub fn root(&self) -> &Root {
+        &self.r
+    }
+
+    /// The id of the runtime whose heap holds the object
+    /// ([`crate::Runtime::id`]).
+    pub fn runtime_id(&self) -> u64 {
+        self.rt
+    }
 }
 
 impl From<i32> for Arg {
@@ -131,15 +175,15 @@ impl<T: Element> Array<T> {
 
 impl<T: Element> From<&Array<T>> for Arg {
     fn from(a: &Array<T>) -> Arg {
-        Arg::Ref {
+        Arg::Ref(HeapRef {
             r: a.r.clone(),
             rt: a.rt,
-        }
+        })
     }
 }
 impl<T: Element> From<Array<T>> for Arg {
     fn from(a: Array<T>) -> Arg {
-        Arg::Ref { r: a.r, rt: a.rt }
+        Arg::Ref(HeapRef { r: a.r, rt: a.rt })
     }
 }
 
@@ -169,10 +213,10 @@ impl Object {
 
 impl From<&Object> for Arg {
     fn from(o: &Object) -> Arg {
-        Arg::Ref {
+        Arg::Ref(HeapRef {
             r: o.r.clone(),
             rt: o.module.rt.inner.id,
-        }
+        })
     }
 }
 
@@ -213,10 +257,10 @@ impl RefArray {
 
 impl From<&RefArray> for Arg {
     fn from(a: &RefArray) -> Arg {
-        Arg::Ref {
+        Arg::Ref(HeapRef {
             r: a.r.clone(),
             rt: a.module.rt.inner.id,
-        }
+        })
     }
 }
 

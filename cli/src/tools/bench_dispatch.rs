@@ -76,13 +76,16 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
         target,
         note: String::new(),
     };
-    let by_header = like(rt, false)?;
+    // Both ways forced: the bench's own runtime dispatches as its device
+    // does by default (`offload_jit::Dispatch::Auto`).
+    let (by_address, by_header) = (like(rt, true)?, like(rt, false)?);
 
     // The ray caster: 2,000 shapes, every pixel testing every one.
     let specs = scenes::scene(2000 / s.min(8), 21);
     let (w, h) = (64 / s.min(8) as i32, 48 / s.min(8) as i32);
     let n = i64::from(w * h);
     let c = raycast(rt, w, h, &specs)?;
+    let ca = raycast(&by_address, w, h, &specs)?;
     let ch = raycast(&by_header, w, h, &specs)?;
     let native = scenes::native_scene(&specs);
     let (mut depth, mut hit) = (vec![0.0; n as usize], vec![0; n as usize]);
@@ -94,7 +97,7 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
         reps,
     )?;
     out.push(row("raycast", "native rayon dyn", t, tn, None));
-    let [t, th] = pair((rt, &c), (&by_header, &ch), n, reps)?;
+    let [t, th] = pair((&by_address, &ca), (&by_header, &ch), n, reps)?;
     out.push(row(
         "raycast by address",
         "by header",
@@ -107,6 +110,7 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
     let specs = scenes::population(200_000 / s, 23);
     let n = specs.len() as i64;
     let c = particles(rt, 10, &specs)?;
+    let ca = particles(&by_address, 10, &specs)?;
     let ch = particles(&by_header, 10, &specs)?;
     let mut native = scenes::native_population(&specs);
     let [t, tn] = by_turns(
@@ -117,7 +121,7 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
         reps,
     )?;
     out.push(row("particles", "native rayon dyn", t, tn, None));
-    let [t, th] = pair((rt, &c), (&by_header, &ch), n, reps)?;
+    let [t, th] = pair((&by_address, &ca), (&by_header, &ch), n, reps)?;
     out.push(row(
         "particles by address",
         "by header",
@@ -177,7 +181,9 @@ fn dispatch_counters(
 /// the sectors per dispatch. Empty on a real GPU (no counters).
 pub fn counter_rows(rt: &Runtime, shrink: usize) -> Result<Vec<CounterRow>, OffloadError> {
     let s = shrink.clamp(1, 8);
-    let by_header = like(rt, false)?;
+    // Both ways forced: the bench's own runtime dispatches as its device
+    // does by default (`offload_jit::Dispatch::Auto`).
+    let (by_address, by_header) = (like(rt, true)?, like(rt, false)?);
     let specs = scenes::scene(2048 / s, 21);
     let (w, h) = (256 / s as i32, 256 / s as i32);
     let pop = scenes::population(65_536 / s, 23);
@@ -185,13 +191,13 @@ pub fn counter_rows(rt: &Runtime, shrink: usize) -> Result<Vec<CounterRow>, Offl
         (
             "raycast dispatch",
             i64::from(w * h),
-            raycast(rt, w, h, &specs)?,
+            raycast(&by_address, w, h, &specs)?,
             raycast(&by_header, w, h, &specs)?,
         ),
         (
             "particles dispatch",
             pop.len() as i64,
-            particles(rt, 4, &pop)?,
+            particles(&by_address, 4, &pop)?,
             particles(&by_header, 4, &pop)?,
         ),
     ];

@@ -96,7 +96,7 @@ fn arg_type(a: &Arg) -> &'static str {
         Arg::I64(_) => "i64",
         Arg::F32(_) => "f32",
         Arg::F64(_) => "f64",
-        Arg::Ref { .. } => "ref",
+        Arg::Ref(_) => "ref",
     }
 }
 
@@ -106,8 +106,8 @@ fn arg_text(a: &Arg) -> String {
         Arg::I64(x) => x.to_string(),
         Arg::F32(x) => format!("{x:?}"),
         Arg::F64(x) => format!("{x:?}"),
-        Arg::Ref { r, .. } if r.is_null() => "null".into(),
-        Arg::Ref { r, .. } => format!("@{:#x}", r.byte_offset()),
+        Arg::Ref(r) if r.is_null() => "null".into(),
+        Arg::Ref(r) => format!("@{:#x}", r.byte_offset()),
     }
 }
 

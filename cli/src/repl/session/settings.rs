@@ -358,14 +358,14 @@ pub(super) fn carry_over(
     to: &Runtime,
     module: Option<&Module>,
 ) -> Result<(BTreeMap<String, Var>, Vec<String>)> {
-    let same = std::ptr::eq(from, to) || std::ptr::eq(from.heap(), to.heap());
+    let same = std::ptr::eq(from, to) || from.heap().same_as(&to.heap());
     let mut next = BTreeMap::new();
     let mut moved: Vec<(offload::Root, Arg)> = Vec::new();
     let mut lost = Vec::new();
     // Pass 1: make every array and object; copy numbers.
     for (name, v) in vars {
         let nv = match v {
-            Var::Scalar(Arg::Ref { r, .. }) if !same && !r.is_null() => {
+            Var::Scalar(Arg::Ref(r)) if !same && !r.is_null() => {
                 lost.push(name.clone());
                 continue;
             }
@@ -391,8 +391,8 @@ pub(super) fn carry_over(
                 Var::Obj(no)
             }
         };
-        if let Arg::Ref { r, .. } = v.arg() {
-            moved.push((r, nv.arg()));
+        if let Arg::Ref(r) = v.arg() {
+            moved.push((r.root().clone(), nv.arg()));
         }
         next.insert(name.clone(), nv);
     }
