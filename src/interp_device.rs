@@ -73,28 +73,34 @@ pub(crate) fn run(
     let on_exhausted = KernelCall::on_exhausted(env);
 
     let t1 = Instant::now();
+    // Workers claim chunks from one counter until none is left or the
+    // launch is interrupted: an interrupted launch of 2^51 chunks ends at
+    // the next claim, not after visiting every chunk.
+    let next = std::sync::atomic::AtomicU64::new(0);
     let (completed, mut cut, thrown, escaped) = inner.pool.install(|| {
-        (0..chunks)
+        (0..workers)
             .into_par_iter()
-            .map_init(
-                || {
-                    let worker = rayon::current_thread_index().unwrap_or(0);
-                    let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
-                    it.set_control(&inner.control, epoch);
-                    it.set_collector(&on_exhausted);
-                    if profiling {
-                        it.enable_profile();
+            .map(|_| {
+                let mut totals = (0u64, Vec::new(), Thrown::default(), false);
+                let worker = rayon::current_thread_index().unwrap_or(0);
+                let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
+                it.set_control(&inner.control, epoch);
+                it.set_collector(&on_exhausted);
+                if profiling {
+                    it.enable_profile();
+                }
+                if nursery {
+                    it.enable_nursery();
+                }
+                let mut captures = Vec::new();
+                loop {
+                    let c = next.fetch_add(1, Ordering::Relaxed);
+                    if c >= chunks || inner.control.interrupted_since(epoch) {
+                        break;
                     }
-                    if nursery {
-                        it.enable_nursery();
-                    }
-                    (worker, it, Vec::new())
-                },
-                |(worker, it, captures), c| {
                     let lo = range.start.wrapping_add((c * chunk) as i64);
                     let hi = lo.saturating_add(chunk as i64).min(range.end);
-                    let (mut done, mut abandoned) = (0u64, Vec::new());
-                    let mut thrown = Thrown::default();
+                    let (done, abandoned, thrown, _) = &mut totals;
                     let _running = inner.control.enter();
                     for w in lo..hi {
                         inner.control.poll();
@@ -105,8 +111,8 @@ pub(crate) fn run(
                         // moved what they point at.
                         captures.clear();
                         captures.extend(call.captures.iter().map(|c| c.load(Ordering::Acquire)));
-                        match it.run_kernel(call.kernel, w, captures) {
-                            Ok(()) => done += 1,
+                        match it.run_kernel(call.kernel, w, &captures) {
+                            Ok(()) => *done += 1,
                             // Stopped at a poll: the row shows where (the
                             // interpreter keeps no save-area values).
                             Err(e) if it.take_interrupted() => abandoned.push(DeoptRow {
@@ -121,20 +127,21 @@ pub(crate) fn run(
                             Err(e) => thrown.add(e),
                         }
                     }
-                    recycled.fetch_add(
-                        it.take_recycled_words(),
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    if profiling {
-                        let mut slot = profiles[*worker % profiles.len()]
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner());
-                        let p = slot.get_or_insert_with(|| Profile::new(prog.verified()));
-                        it.drain_profile_into(p);
-                    }
-                    (done, abandoned, thrown, it.escaped())
-                },
-            )
+                }
+                recycled.fetch_add(
+                    it.take_recycled_words(),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                if profiling {
+                    let mut slot = profiles[worker % profiles.len()]
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    let p = slot.get_or_insert_with(|| Profile::new(prog.verified()));
+                    it.drain_profile_into(p);
+                }
+                totals.3 = it.escaped();
+                totals
+            })
             .reduce(
                 || (0, Vec::new(), Thrown::default(), false),
                 |mut a, b| {

@@ -211,3 +211,43 @@ fn a_deadline_stops_only_its_own_launch() {
         assert_eq!(par_offload(0..64, &small).unwrap().completed, 64);
     }
 }
+
+/// A deadline stops a launch over the largest range there is: the
+/// interpreter (which such a range runs on, on every device) stops
+/// claiming work at the interrupt instead of visiting each of its 2^51
+/// chunks, and counts the rest as never started.
+#[test]
+fn a_deadline_stops_a_launch_over_the_whole_i64_range() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        let (rt, _) = runtime(device, None);
+        // The spin kernel, storing to element 0 (its index stays an i64).
+        let m = rt
+            .load(
+                "idle.obc",
+                &SPIN.replace("    load i\n    i64.to_i32\n", "    i32.const 0\n"),
+            )
+            .unwrap();
+        let out = rt.new_array::<i32>(16).unwrap();
+        let k = m
+            .closure("spin", [2_000_000_000.into(), (&out).into()])
+            .unwrap();
+        let t = std::time::Instant::now();
+        let deadline = Duration::from_millis(200);
+        let r = rt.par_offload_with_deadline(0..i64::MAX, &k, deadline);
+        let late = t.elapsed().saturating_sub(deadline);
+        let rep = match r {
+            Err(OffloadError::Interrupted(rep)) => rep,
+            other => panic!("{device:?}: expected a launch stopped at its deadline, got {other:?}"),
+        };
+        assert!(
+            late < Duration::from_secs(2),
+            "{device:?}: {late:?} late: {rep}"
+        );
+        assert_eq!(rep.completed, 0, "{rep}");
+        assert_eq!(
+            rep.abandoned + rep.not_started(),
+            i64::MAX as u64,
+            "{device:?}: {rep}"
+        );
+    }
+}
