@@ -60,10 +60,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let st = rt.last_collection().expect("collected");
             println!(
-                "  {mib:>3} MiB live, {} ({} objects, {:.1} MiB after, {:.1} MiB moved): pause {:.1} ms (mark {:.1} ms), {:.1} ms per 100 MiB live",
+                "  {mib:>3} MiB live, {} ({} objects, {:.1} MiB after of which {:.1} KiB padding, {:.1} MiB moved): pause {:.1} ms (mark {:.1} ms), {:.1} ms per 100 MiB live",
                 if moving { "all moving" } else { "in place  " },
                 st.live_objects,
                 st.after as f64 / (1 << 20) as f64,
+                st.padding as f64 / 1024.0,
                 st.moved as f64 / (1 << 20) as f64,
                 median(pauses.clone()).as_secs_f64() * 1e3,
                 median(marks).as_secs_f64() * 1e3,

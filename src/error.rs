@@ -206,6 +206,17 @@ pub enum OffloadError {
         /// Why.
         source: Box<offload_host_interp::ResumeError>,
     },
+    /// A safepoint's operation ([`crate::Runtime::safepoint`]) asked its
+    /// own runtime for something that needs the workers the safepoint
+    /// stopped (a launch, a collection): refused, where it would wait
+    /// forever. Do it after the safepoint returns.
+    #[error(
+        "{what} cannot run inside a safepoint operation of the same runtime: the workers it needs are stopped until the operation returns (do it after `Runtime::safepoint` returns)"
+    )]
+    InSafepoint {
+        /// What was asked.
+        what: &'static str,
+    },
     /// The runtime could not be set up, or a resource (threads, a device
     /// eden, class ids) ran out; the text says which.
     #[error("runtime setup: {0}")]

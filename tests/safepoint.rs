@@ -166,3 +166,60 @@ fn a_safepoint_with_nothing_running_is_immediate() {
     assert!(v > 0);
     assert!(tts < Duration::from_secs(1));
 }
+
+/// What a safepoint's operation asks of its own runtime: a nested
+/// safepoint runs at once; a collection or a launch (which would wait for
+/// the workers the safepoint stopped) is refused with `InSafepoint`, also
+/// while another thread's launch is stopped at it; an interrupt is
+/// counted and stops that launch when the safepoint releases it. Another
+/// runtime is not affected. Each of these hung before.
+#[test]
+fn a_safepoint_operation_that_reenters_its_runtime_gets_an_answer() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = Runtime::builder()
+            .device(device)
+            .workers(2)
+            .build()
+            .unwrap();
+        let other = Runtime::builder().workers(1).build().unwrap();
+        let m = rt.load("spin.obc", SPIN_PLAIN).unwrap();
+        let counts = rt.new_array::<i64>(4).unwrap();
+        let small = m.closure("spin", [10.into(), (&counts).into()]).unwrap();
+        let refused = |r: Result<(), offload::OffloadError>, what: &str| match r {
+            Err(e @ offload::OffloadError::InSafepoint { .. }) => {
+                assert!(e.to_string().contains(what), "{e}")
+            }
+            Err(e) => panic!("{device:?}: {what}: {e}"),
+            Ok(()) => panic!("{device:?}: {what} ran inside a safepoint"),
+        };
+        let ((), _) = rt.safepoint(|_| {
+            let (used, tts) = rt.safepoint(|heap| heap.used());
+            assert!(used > 0);
+            assert_eq!(tts, Duration::ZERO);
+            refused(rt.collect().map(drop), "a collection");
+            refused(par_offload(0..4, &small).map(drop), "a launch");
+            // Another runtime works as ever.
+            other.collect().unwrap();
+        });
+        // Afterwards, both run normally.
+        rt.collect().unwrap();
+        par_offload(0..4, &small).unwrap();
+        // With a launch of another thread stopped at the safepoint.
+        let forever = m
+            .closure("spin", [2_000_000_000.into(), (&counts).into()])
+            .unwrap();
+        let r = std::thread::scope(|s| {
+            let h = s.spawn(|| par_offload(0..4, &forever));
+            std::thread::sleep(Duration::from_millis(100));
+            rt.safepoint(|_| {
+                refused(rt.collect().map(drop), "a collection");
+                rt.interrupt();
+            });
+            h.join().unwrap()
+        });
+        assert!(
+            matches!(r, Err(offload::OffloadError::Interrupted(_))),
+            "{device:?}: {r:?}"
+        );
+    }
+}

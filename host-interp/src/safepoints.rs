@@ -335,6 +335,13 @@ impl Control {
         self.safepoint(|| ()).1
     }
 
+    /// [`Control::interrupt`] from inside a safepoint's operation, where
+    /// every worker is stopped already: only counts the interrupt, which
+    /// each worker sees when the safepoint releases it.
+    pub fn interrupt_stopped(&self) {
+        self.interrupts.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Stop every running worker at its next poll, run `op` while they are
     /// all stopped, then let them continue. Returns `op`'s result and the
     /// time from the request until every worker had stopped. `op` must not

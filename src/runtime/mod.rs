@@ -34,8 +34,9 @@ pub use heap_view::HeapView;
 pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};
 
 thread_local! {
-    /// Whether this thread is running a safepoint's operation.
-    static IN_SAFEPOINT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The id of the runtime whose safepoint operation this thread is
+    /// running (0: none).
+    static IN_SAFEPOINT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// What a runtime shares between its clones.
@@ -130,19 +131,42 @@ impl Runtime {
     /// Returns `op`'s result and the time-to-safepoint. `op` sees the heap
     /// ([`HeapView`]) and writes through handles ([`Runtime::write`], …).
     pub fn safepoint<R>(&self, op: impl FnOnce(HeapView<'_>) -> R) -> (R, std::time::Duration) {
+        // Inside this runtime's safepoint operation already: every worker
+        // is stopped, so a nested one runs at once.
+        if self.in_safepoint() {
+            return (
+                op(HeapView(&self.inner.env.heap)),
+                std::time::Duration::ZERO,
+            );
+        }
         self.inner.env.control.safepoint(|| {
             // The operation may read and write through handles: it has
             // the heap to itself already (see `Runtime::running`).
-            struct Unset;
-            impl Drop for Unset {
+            struct Restore(u64);
+            impl Drop for Restore {
                 fn drop(&mut self) {
-                    IN_SAFEPOINT.with(|f| f.set(false));
+                    IN_SAFEPOINT.with(|f| f.set(self.0));
                 }
             }
-            IN_SAFEPOINT.with(|f| f.set(true));
-            let _unset = Unset;
+            let _restore = Restore(IN_SAFEPOINT.with(|f| f.replace(self.inner.id)));
             op(HeapView(&self.inner.env.heap))
         })
+    }
+
+    /// Whether this thread is running one of this runtime's safepoint
+    /// operations ([`Runtime::safepoint`]).
+    fn in_safepoint(&self) -> bool {
+        IN_SAFEPOINT.with(std::cell::Cell::get) == self.inner.id
+    }
+
+    /// [`OffloadError::InSafepoint`] when this thread is running one of
+    /// this runtime's safepoint operations: `what` would wait for the
+    /// workers the safepoint stopped, and they for the operation.
+    fn refuse_in_safepoint(&self, what: &'static str) -> Result<(), OffloadError> {
+        if self.in_safepoint() {
+            return Err(OffloadError::InSafepoint { what });
+        }
+        Ok(())
     }
 
     /// Count this thread as a running worker, so that no collection starts
@@ -150,7 +174,7 @@ impl Runtime {
     /// operation ([`Runtime::safepoint`]), which has the heap to itself
     /// already.
     pub(crate) fn running(&self) -> Option<offload_host_interp::Running<'_>> {
-        if IN_SAFEPOINT.with(std::cell::Cell::get) {
+        if self.in_safepoint() {
             None
         } else {
             Some(self.inner.env.control.enter())
@@ -166,7 +190,15 @@ impl Runtime {
     /// are retired as after any launch. The launch returns
     /// [`OffloadError::Interrupted`] with its report. Launches that start
     /// later run normally. Returns the time-to-safepoint.
+    ///
+    /// Inside one of this runtime's safepoint operations, where every
+    /// worker is stopped already, it counts the interrupt (which the
+    /// workers see when the safepoint releases them) and returns zero.
     pub fn interrupt(&self) -> std::time::Duration {
+        if self.in_safepoint() {
+            self.inner.env.control.interrupt_stopped();
+            return std::time::Duration::ZERO;
+        }
         self.inner.env.control.interrupt()
     }
 
@@ -391,6 +423,7 @@ impl Runtime {
         closure: &Closure,
         deadline: Option<std::time::Duration>,
     ) -> Result<LaunchReport, OffloadError> {
+        self.refuse_in_safepoint("a launch")?;
         let devices = crate::launch::Devices {
             cpu: &self.inner.cpu,
             gpu: self.inner.gpu.as_ref(),
@@ -510,6 +543,7 @@ impl Runtime {
     /// valid; a bare [`offload_heap::Ref`] taken before does not. Callable
     /// from any thread but a launch's workers.
     pub fn collect(&self) -> Result<offload_heap::GcStats, OffloadError> {
+        self.refuse_in_safepoint("a collection (Runtime::collect)")?;
         let env = &self.inner.env;
         env.gc.collect(&env.heap, &env.control)
     }

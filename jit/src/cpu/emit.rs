@@ -85,6 +85,8 @@ impl CpuWalker<'_, '_> {
         let mixed = b.ins().icmp_imm_s(IntCC::SignedLessThan, tag, 0);
         let header = b.create_block();
         let done = b.create_block();
+        // Mixed pages hold a launch's own objects: off the hot path.
+        b.set_cold_block(header);
         b.append_block_param(done, types::I32);
         b.ins().brif(mixed, header, &[], done, &[tag.into()]);
         b.switch_to_block(header);
