@@ -105,7 +105,12 @@ impl PageTable {
         let last = ((end - 1) / u64::from(PAGE_WORDS)) as usize;
         let mut changed = false;
         for t in self.tags.iter().take(last + 1).skip(first) {
-            changed |= t.swap(tag, Ordering::AcqRel) != tag;
+            // Racing carves of one page agree on its tag: a plain store
+            // where it differs (most pages already have it).
+            if t.load(Ordering::Relaxed) != tag {
+                t.store(tag, Ordering::Release);
+                changed = true;
+            }
         }
         if changed {
             self.version.fetch_add(1, Ordering::AcqRel);

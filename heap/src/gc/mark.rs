@@ -208,13 +208,16 @@ pub(super) fn live_words(
     cells: &[AtomicU32],
     marks: &Bits,
     live: &Bits,
-    tag_of: &(dyn Fn(u32) -> u32 + Sync),
+    pages: &crate::pages::PageTable,
 ) -> LiveWords {
     let parts: Vec<(LiveWords, Option<(u32, u32)>)> = (0..marks.len().div_ceil(CHUNK))
         .into_par_iter()
         .map(|c| {
             let mut part = LiveWords::default();
             let mut first = None;
+            // The tag of the page the last object started on, read once
+            // per page.
+            let mut seen: Option<(u32, u32)> = None;
             for (r, h, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
             {
                 live.set_range(u64::from(r), u64::from(r) + size);
@@ -223,7 +226,15 @@ pub(super) fn live_words(
                 if is_colour_gap(h) {
                     part.gaps.push(r);
                 }
-                let tag = tag_of(r);
+                let page = r >> offload_abi::pages::PAGE_SHIFT;
+                let tag = match seen {
+                    Some((p, t)) if p == page => t,
+                    _ => {
+                        let t = pages.tag_of(r);
+                        seen = Some((page, t));
+                        t
+                    }
+                };
                 match part.last_tag {
                     None => first = Some((r, tag)),
                     Some(t) if t != tag => part.turns.push(r),

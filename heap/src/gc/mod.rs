@@ -176,7 +176,7 @@ struct Forwarding {
 
 impl Forwarding {
     /// The new address of the live object at `r`.
-    #[inline]
+    #[inline(always)]
     fn of(&self, r: u32) -> u32 {
         let w = (r >> 6) as usize;
         let below = self.live.word(w) & ((1u64 << (r & 63)) - 1);
@@ -184,8 +184,16 @@ impl Forwarding {
         if self.padded.word(w >> 6) >> (w & 63) & 1 == 0 {
             return to;
         }
+        to + self.padding_before(r)
+    }
+
+    /// The padding inside `r`'s block of 64 words below `r` (a block with
+    /// padding is rare: a page's worth of objects or more per turn).
+    #[cold]
+    #[inline(never)]
+    fn padding_before(&self, r: u32) -> u32 {
         let first = self.pads.partition_point(|&(at, _)| at >> 6 < r >> 6);
-        to + self.pads[first..]
+        self.pads[first..]
             .iter()
             .take_while(|&&(at, _)| at <= r)
             .map(|&(_, words)| words)
@@ -241,7 +249,7 @@ impl Heap {
 
         // Live words and the new address of each block of 64 words.
         let live = Bits::new(top);
-        let counted = mark::live_words(cells, &marks, &live, &|r| self.pages.tag_of(r));
+        let counted = mark::live_words(cells, &marks, &live, &self.pages);
         // Colour gaps are marked fillers, not objects: they count as
         // padding.
         st.live_objects = counted.objects - counted.gaps.len() as u64;
@@ -329,6 +337,17 @@ impl Heap {
             }
             prefix += 1;
         }
+        // Where each run of one tag will lie, read before anything moves:
+        // the first live object's and each turn's new address, with the
+        // tag of the page it comes from. The pages of a run get its tag
+        // after the slide, a page at a time (a turn starts a page).
+        let runs: Vec<(u64, u32)> = marks
+            .ones(0, marks.len())
+            .next()
+            .into_iter()
+            .chain(counted.turns.iter().copied())
+            .map(|r| (u64::from(fwd.of(r)), self.pages.tag_of(r)))
+            .collect();
         let mut pads = pads.into_iter().peekable();
         for at in marks.ones(prefix, marks.len()) {
             let to = fwd.of(at);
@@ -345,22 +364,27 @@ impl Heap {
                     cells[p.to as usize * 2 + 1].store(b, Ordering::Relaxed);
                 }
             }
+            if to == at {
+                // In place (past the dense prefix, behind padding that
+                // fills exactly what lay below it): nothing moves.
+                continue;
+            }
             let (a, b) = (
                 cells[at as usize * 2].load(Ordering::Relaxed),
                 cells[at as usize * 2 + 1].load(Ordering::Relaxed),
             );
             let size = Header::decode(a, b).and_then(Header::size).unwrap_or(8) / 8;
-            // The page it lands on has its tag; no other tag's object
-            // starts there (a change of tag started a page).
-            self.pages
-                .set(u64::from(to), u64::from(to) + size, self.pages.tag_of(at));
-            if to != at {
-                for i in 0..size as usize {
-                    let v = words64[at as usize + i].load(Ordering::Relaxed);
-                    words64[to as usize + i].store(v, Ordering::Relaxed);
-                }
-                st.moved += size * 8;
+            for i in 0..size as usize {
+                let v = words64[at as usize + i].load(Ordering::Relaxed);
+                words64[to as usize + i].store(v, Ordering::Relaxed);
             }
+            st.moved += size * 8;
+        }
+        // Each run's pages get its tag; no page holds the starts of two
+        // runs (a turn starts a page).
+        for (i, &(start, tag)) in runs.iter().enumerate() {
+            let end = runs.get(i + 1).map_or(u64::from(next), |r| r.0);
+            self.pages.set(start, end, tag);
         }
         // Eden's top comes down to the live data; what lies above it is
         // zeroed by the carve that takes it (below the high-water mark).
