@@ -46,6 +46,7 @@ mod expr;
 mod free;
 mod func;
 pub mod items;
+pub mod limits;
 pub mod ops;
 mod stmt;
 pub mod ty;
@@ -64,24 +65,37 @@ pub const EXTENSION: &str = "ofk";
 /// [`compile_verified`]). Every function is compiled; every function's
 /// first error is reported.
 pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
-    let r = compile_keeping_spans(file, src);
-    // The spans are all in the module and the diagnostics now: let
-    // proc-macro2 forget this file's text (it keeps every parsed file's
-    // for the thread's lifetime otherwise, which a REPL session or a
-    // program with many `kernel!` closures would feel).
-    proc_macro2::extra::invalidate_current_thread_spans();
-    r
+    limits::on_big_stack(|| {
+        let r = compile_keeping_spans(file, src);
+        // The spans are all in the module and the diagnostics now: let
+        // proc-macro2 forget this file's text (it keeps every parsed
+        // file's for the thread's lifetime otherwise).
+        proc_macro2::extra::invalidate_current_thread_spans();
+        r
+    })
 }
 
 /// [`compile`] without letting proc-macro2 forget the text (inside a
-/// procedural macro, where it cannot: `kernels!` checks its module here).
+/// procedural macro, where it cannot: `kernels!` checks its module here),
+/// on the compiler's thread (proc-macro2 there is the compiler's, which
+/// no other thread may call): the limits keep its recursion within the
+/// compiler's stack.
 pub fn check_in_macro(file: &str, src: &str) -> Result<(), Diagnostics> {
     let module = compile_keeping_spans(file, src)?;
     verify_generated(module).map(|_| ())
 }
 
+/// Whether `src` is within the front end's limits ([`limits`]): for a
+/// caller that parses source text itself (a procedural macro).
+pub fn check_limits(file: &str, src: &str) -> Result<(), Diagnostics> {
+    limits::check(src).map_err(|e| Diagnostics(vec![e.diagnostic(&file.into(), None)]))
+}
+
+/// Parse `src` (after checking it against the limits) and lower it; call
+/// on a stack of [`limits::STACK_BYTES`].
 fn compile_keeping_spans(file: &str, src: &str) -> Result<Module, Diagnostics> {
     let file: Arc<str> = file.into();
+    limits::check(src).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
     let parsed = syn::parse_file(src)
         .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
     let decls =
@@ -209,13 +223,16 @@ fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error>
 /// in order; a syntax error is a diagnostic. For tools that keep
 /// definitions by name (the REPL).
 pub fn item_names(file: &str, src: &str) -> Result<Vec<(String, u32)>, Diagnostics> {
-    let r = item_names_keeping_spans(file, src);
-    proc_macro2::extra::invalidate_current_thread_spans();
-    r
+    limits::on_big_stack(|| {
+        let r = item_names_keeping_spans(file, src);
+        proc_macro2::extra::invalidate_current_thread_spans();
+        r
+    })
 }
 
 fn item_names_keeping_spans(file: &str, src: &str) -> Result<Vec<(String, u32)>, Diagnostics> {
     let file: Arc<str> = file.into();
+    limits::check(src).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
     let parsed = syn::parse_file(src)
         .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
     Ok(parsed

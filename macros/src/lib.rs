@@ -21,6 +21,12 @@ pub fn kernel(input: TokenStream) -> TokenStream {
     // and for errors that point at the user's lines.
     let call = proc_macro::Span::call_site();
     let (call_text, call_line, call_col) = (call.source_text(), call.line(), call.column());
+    // Within the front end's limits before syn recurses over it (nesting
+    // past them would overflow the compiler's stack).
+    if let Err(d) = offload_lang::check_limits("kernel!", &input.to_string()) {
+        let msg = format!("kernel!: {}", d.0[0].detail());
+        return quote! { ::core::compile_error!(#msg) }.into();
+    }
     let closure: syn::ExprClosure = match syn::parse(input) {
         Ok(c) => c,
         Err(e) => {
