@@ -56,6 +56,7 @@
 //! with the same types reuse it. A `kernels!` block is a [`SourceModule`],
 //! compiled when the Rust program is, and loaded once per runtime.
 
+use crate::runtime::WeakModule;
 use crate::{Arg, Array, Closure, Element, LaunchReport, Module, OffloadError, Runtime};
 use std::ops::Range;
 use std::sync::Mutex;
@@ -138,7 +139,8 @@ pub struct ClosureSite {
     index: &'static str,
     index_ty: &'static str,
     names: &'static [&'static str],
-    compiled: Mutex<Vec<(u64, Vec<String>, Module)>>,
+    /// Per runtime and capture types (not keeping the runtime alive).
+    compiled: Mutex<Vec<(u64, Vec<String>, WeakModule)>>,
 }
 
 impl std::fmt::Debug for ClosureSite {
@@ -216,11 +218,17 @@ impl ClosureSite {
         let types: Vec<String> = captures.iter().map(|c| c.ty.clone()).collect();
         let module = {
             let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
-            match compiled.iter().find(|(r, t, _)| *r == rt_id && *t == types) {
-                Some((_, _, m)) => m.clone(),
+            // Runtimes dropped since take their modules with them.
+            compiled.retain(|(_, _, m)| !m.is_dead());
+            match compiled
+                .iter()
+                .find(|(r, t, _)| *r == rt_id && *t == types)
+                .and_then(|(_, _, m)| m.upgrade())
+            {
+                Some(m) => m,
                 None => {
                     let m = rt.load_source(self.file, &self.source(&types))?;
-                    compiled.push((rt_id, types, m.clone()));
+                    compiled.push((rt_id, types, m.downgrade()));
                     m
                 }
             }
@@ -241,7 +249,8 @@ pub struct SourceModule {
     text: &'static str,
     file: &'static str,
     line: u32,
-    loaded: Mutex<Vec<(u64, Module)>>,
+    /// Per runtime (not keeping it alive).
+    loaded: Mutex<Vec<(u64, WeakModule)>>,
 }
 
 impl std::fmt::Debug for SourceModule {
@@ -269,14 +278,19 @@ impl SourceModule {
     /// The module on `rt` (loaded on the first call for each runtime).
     pub fn load(&self, rt: &Runtime) -> Result<Module, OffloadError> {
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, m)) = loaded.iter().find(|(id, _)| *id == rt.id()) {
-            return Ok(m.clone());
+        loaded.retain(|(_, m)| !m.is_dead());
+        if let Some(m) = loaded
+            .iter()
+            .find(|(id, _)| *id == rt.id())
+            .and_then(|(_, m)| m.upgrade())
+        {
+            return Ok(m);
         }
         // The text starts on the invocation's line: pad so that lines
         // match the Rust file's.
         let pad = "\n".repeat(self.line.saturating_sub(1) as usize);
         let m = rt.load_source(self.file, &format!("{pad}{}", self.text))?;
-        loaded.push((rt.id(), m.clone()));
+        loaded.push((rt.id(), m.downgrade()));
         Ok(m)
     }
 }

@@ -99,6 +99,48 @@ pub struct Module {
     pub(crate) id: u64,
 }
 
+/// A module held without keeping its runtime alive: what the `kernel!`
+/// and `kernels!` sites (statics) keep per runtime, so that a runtime a
+/// program drops is freed, and its entries go with it.
+#[derive(Clone, Debug)]
+pub(crate) struct WeakModule {
+    rt: std::sync::Weak<Inner>,
+    prog: Arc<Program>,
+    name: String,
+    id: u64,
+}
+
+impl WeakModule {
+    /// The module, while its runtime lives.
+    pub(crate) fn upgrade(&self) -> Option<Module> {
+        Some(Module {
+            rt: Runtime {
+                inner: self.rt.upgrade()?,
+            },
+            prog: self.prog.clone(),
+            name: self.name.clone(),
+            id: self.id,
+        })
+    }
+
+    /// Whether its runtime is gone.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.rt.strong_count() == 0
+    }
+}
+
+impl Module {
+    /// This module, not keeping its runtime alive.
+    pub(crate) fn downgrade(&self) -> WeakModule {
+        WeakModule {
+            rt: Arc::downgrade(&self.rt.inner),
+            prog: self.prog.clone(),
+            name: self.name.clone(),
+            id: self.id,
+        }
+    }
+}
+
 /// A kernel with its captured values, type-checked against the signature.
 #[derive(Clone, Debug)]
 pub struct Closure {
