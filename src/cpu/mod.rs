@@ -68,6 +68,17 @@ pub(crate) struct CpuDevice {
 }
 
 impl CpuDevice {
+    /// Drop the compiled versions of module `id` (its last handle is
+    /// gone), freeing their code.
+    pub(crate) fn forget_module(&self, id: u64) {
+        self.compiled.retain(|k, _| k.0 != id);
+    }
+
+    /// The modules it holds compiled code of.
+    pub(crate) fn module_ids(&self) -> Vec<u64> {
+        self.compiled.iter().map(|e| e.key().0).collect()
+    }
+
     /// A CPU device that compiles `tiered` or not.
     pub(crate) fn new(tiered: bool) -> CpuDevice {
         CpuDevice {

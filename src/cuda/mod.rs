@@ -231,6 +231,14 @@ fn probe_driver() -> Result<Gpu, String> {
 }
 
 impl Gpu {
+    /// Drop the loaded versions of module `id` (its last handle is gone).
+    pub(crate) fn forget_module(&self, id: u64) {
+        self.modules
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|k, _| k.0 != id);
+    }
+
     /// The virtual GPU's noted counters of this GPU's launch stream
     /// ([`crate::vgpu::stream_counters`]); `None` on a real GPU.
     fn noted_counters(&self) -> Option<std::collections::BTreeMap<String, u64>> {

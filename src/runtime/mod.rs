@@ -61,6 +61,16 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Forget everything kept for module `id` (its last handle is gone):
+    /// kernel states, and compiled code on every device.
+    fn forget_module(&self, id: u64) {
+        self.kernels.retain(|k, _| k.0 != id);
+        self.cpu.forget_module(id);
+        if let Some(g) = &self.gpu {
+            g.forget_module(id);
+        }
+    }
+
     pub(crate) fn new(
         env: LaunchEnv,
         cpu: CpuDevice,
@@ -97,6 +107,25 @@ pub struct Module {
     pub(crate) name: String,
     /// Unique within the runtime, never reused: the key of compiled code.
     pub(crate) id: u64,
+    /// Shared by the module's clones (and its closures): when the last
+    /// goes, the runtime forgets the module's compiled code.
+    life: Arc<ModuleLife>,
+}
+
+/// The life of a loaded module: its runtime keeps the module's compiled
+/// code and kernel states until this drops.
+#[derive(Debug)]
+struct ModuleLife {
+    rt: std::sync::Weak<Inner>,
+    id: u64,
+}
+
+impl Drop for ModuleLife {
+    fn drop(&mut self) {
+        if let Some(inner) = self.rt.upgrade() {
+            inner.forget_module(self.id);
+        }
+    }
 }
 
 /// A module held without keeping its runtime alive: what the `kernel!`
@@ -108,6 +137,8 @@ pub(crate) struct WeakModule {
     prog: Arc<Program>,
     name: String,
     id: u64,
+    /// Kept: the site's module stays compiled while its runtime lives.
+    life: Arc<ModuleLife>,
 }
 
 impl WeakModule {
@@ -120,6 +151,7 @@ impl WeakModule {
             prog: self.prog.clone(),
             name: self.name.clone(),
             id: self.id,
+            life: self.life.clone(),
         })
     }
 
@@ -137,6 +169,7 @@ impl Module {
             prog: self.prog.clone(),
             name: self.name.clone(),
             id: self.id,
+            life: self.life.clone(),
         }
     }
 }
@@ -395,11 +428,16 @@ impl Runtime {
                 OffloadError::Setup(format!("class {g} of `{name}` has no shape"))
             })?);
         }
+        let id = self.inner.next_module.fetch_add(1, Ordering::Relaxed);
         Ok(Module {
             rt: self.clone(),
             prog,
             name: name.to_string(),
-            id: self.inner.next_module.fetch_add(1, Ordering::Relaxed),
+            id,
+            life: Arc::new(ModuleLife {
+                rt: Arc::downgrade(&self.inner),
+                id,
+            }),
         })
     }
 
@@ -542,6 +580,17 @@ impl Runtime {
         let st = self.existing_kernel_state(closure.module.id, closure.kernel)?;
         let st = st.lock().unwrap_or_else(|e| e.into_inner());
         Some(st.info(&self.inner.env.settings))
+    }
+
+    /// Modules whose kernels the runtime keeps state or compiled code for:
+    /// those launched that still have a handle (a [`Module`], a
+    /// [`Closure`], or a `kernel!`/`kernels!` site's cache). A module's
+    /// compiled code and kernel states go when its last handle does.
+    pub fn kept_modules(&self) -> usize {
+        let mut ids: std::collections::BTreeSet<u64> =
+            self.inner.kernels.iter().map(|e| e.key().0).collect();
+        ids.extend(self.inner.cpu.module_ids());
+        ids.len()
     }
 
     /// Walk and verify the whole heap (between launches): every object has a
