@@ -101,10 +101,7 @@ impl Stream {
                         Work::Launch(job) => {
                             let noted = run_job(*job);
                             if let Some(s) = me.upgrade() {
-                                let mut m = lock(&s.noted);
-                                for (k, v) in noted {
-                                    *m.entry(k).or_insert(0) += v;
-                                }
+                                crate::stats::add_into(&mut lock(&s.noted), &noted);
                             }
                         }
                         Work::Free(b) => crate::memory::free_exact(&mut state(), &b),

@@ -106,6 +106,13 @@ pub(crate) fn noted(
     m
 }
 
+/// Adds the counters `from` to `into`, name by name.
+pub(crate) fn add_into(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
 /// Adds a finished launch and its noted counters (`noted`).
 pub(crate) fn add(stats: &LaunchStats, noted: &BTreeMap<String, u64>) {
     INSTRUCTIONS.fetch_add(stats.instructions, Ordering::Relaxed);
@@ -127,9 +134,7 @@ pub(crate) fn add(stats: &LaunchStats, noted: &BTreeMap<String, u64>) {
     ] {
         *m.entry(k.into()).or_insert(0) += v;
     }
-    for (k, v) in noted {
-        *m.entry(k.clone()).or_insert(0) += v;
-    }
+    add_into(&mut m, noted);
     let chain = m.entry("atomic_chain".into()).or_insert(0);
     *chain = (*chain).max(c.atomic_chain);
 }
@@ -168,10 +173,18 @@ pub unsafe extern "C" fn offload_vgpu_stats(
 /// `buf` must be null (with `cap` 0) or valid for `cap` bytes of writes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn offload_vgpu_counters(buf: *mut u8, cap: usize) -> usize {
-    let text: String = since_reset()
-        .iter()
-        .map(|(k, v)| format!("{k} {v}\n"))
-        .collect();
+    // SAFETY: the caller's contract is `write_lines`'s.
+    unsafe { write_lines(&since_reset(), buf, cap) }
+}
+
+/// Writes `counters` as lines `name value\n` (names sorted) into `buf`
+/// when they fit in `cap` bytes, and returns their length either way.
+///
+/// # Safety
+///
+/// `buf` must be null (with `cap` 0) or valid for `cap` bytes of writes.
+unsafe fn write_lines(counters: &BTreeMap<String, u64>, buf: *mut u8, cap: usize) -> usize {
+    let text: String = counters.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
     if !buf.is_null() && text.len() <= cap {
         // SAFETY: the caller's buffer holds `cap` ≥ `text.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
@@ -196,15 +209,8 @@ pub unsafe extern "C" fn offload_vgpu_stream_counters(
     let Some(st) = crate::state::state().stream(stream) else {
         return usize::MAX;
     };
-    let text: String = crate::state::lock(&st.noted)
-        .iter()
-        .map(|(k, v)| format!("{k} {v}\n"))
-        .collect();
-    if !buf.is_null() && text.len() <= cap {
-        // SAFETY: the caller's buffer holds `cap` ≥ `text.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
-    }
-    text.len()
+    // SAFETY: the caller's contract is `write_lines`'s.
+    unsafe { write_lines(&crate::state::lock(&st.noted), buf, cap) }
 }
 
 /// Sets every counter of `offload_vgpu_counters` back to zero.
