@@ -54,187 +54,253 @@ fn no_thread() -> ! {
 /// Check `src` against the limits; the error names the line where one is
 /// passed.
 pub fn check(src: &str) -> Result<(), Error> {
-    let b = src.as_bytes();
-    let mut i = 0;
-    let mut line = 1u32;
-    let mut line_start = 0usize;
-    // Operators so far in the expression open at each depth.
-    let mut ops: Vec<usize> = vec![0];
-    let mut prefix = 0usize;
-    // Whether the last token ended an operand (so `-` next is binary).
-    let mut after_operand = false;
-    let at = |i: usize, line: u32, line_start: usize| Span {
-        start: i as u32,
-        end: i as u32 + 1,
-        line,
-        col: (i - line_start) as u32 + 1,
+    let mut cur = Cursor {
+        b: src.as_bytes(),
+        i: 0,
+        line: 1,
+        line_start: 0,
     };
-    while i < b.len() {
-        let c = b[i];
+    let mut nest = Nesting {
+        ops: vec![0],
+        prefix: 0,
+        after_operand: false,
+    };
+    while let Some(&c) = cur.b.get(cur.i) {
         match c {
-            b'\n' => {
-                line += 1;
-                line_start = i + 1;
-                i += 1;
-            }
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                while i < b.len() && b[i] != b'\n' {
-                    i += 1;
-                }
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                // Block comments nest in Rust.
-                let mut depth = 0usize;
-                while i < b.len() {
-                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
-                        depth += 1;
-                        i += 2;
-                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        if b[i] == b'\n' {
-                            line += 1;
-                            line_start = i + 1;
-                        }
-                        i += 1;
-                    }
-                }
-            }
+            b'\n' => cur.newline(),
+            b'/' if cur.peek(1) == Some(b'/') => cur.skip_line_comment(),
+            b'/' if cur.peek(1) == Some(b'*') => cur.skip_block_comment(),
             b'"' => {
-                i += 1;
-                while i < b.len() && b[i] != b'"' {
-                    if b[i] == b'\\' {
-                        i += 1;
-                    } else if b[i] == b'\n' {
-                        line += 1;
-                        line_start = i + 1;
-                    }
-                    i += 1;
-                }
-                i += 1;
-                after_operand = true;
-                prefix = 0;
+                cur.skip_string();
+                nest.operand();
             }
             b'\'' => {
-                // A character literal ('x', '\n') or a lifetime ('a).
-                if b.get(i + 1) == Some(&b'\\') {
-                    i += 2;
-                    while i < b.len() && b[i] != b'\'' {
-                        i += 1;
-                    }
-                    i += 1;
-                } else if b.get(i + 2) == Some(&b'\'') {
-                    i += 3;
-                } else {
-                    i += 1;
-                }
-                after_operand = true;
-                prefix = 0;
+                cur.skip_quote();
+                nest.operand();
             }
             b'(' | b'[' | b'{' => {
-                if ops.len() > MAX_NESTING {
+                if nest.ops.len() > MAX_NESTING {
                     return Err(Error::new(
-                        at(i, line, line_start),
+                        cur.span(cur.i),
                         format!(
                             "brackets nest more than {MAX_NESTING} deep here (offload's limit)"
                         ),
                     ));
                 }
-                ops.push(0);
-                prefix = 0;
-                after_operand = false;
-                i += 1;
+                nest.open();
+                cur.i += 1;
             }
             b')' | b']' | b'}' => {
-                if ops.len() > 1 {
-                    ops.pop();
-                }
-                if c == b'}'
-                    && let Some(n) = ops.last_mut()
-                {
-                    *n = 0;
-                }
-                after_operand = c != b'}';
-                prefix = 0;
-                i += 1;
+                nest.close(c == b'}');
+                cur.i += 1;
             }
             b';' | b',' => {
-                if let Some(n) = ops.last_mut() {
-                    *n = 0;
-                }
-                after_operand = false;
-                prefix = 0;
-                i += 1;
+                nest.end_expression();
+                cur.i += 1;
             }
-            b'+' | b'-' | b'*' | b'/' | b'%' | b'&' | b'|' | b'^' | b'!' | b'<' | b'>' | b'=' => {
-                // One operator token: the longest run of operator
-                // characters (`<<=`, `&&`, `->`), counted once.
-                let start = i;
-                while i < b.len()
-                    && matches!(
-                        b[i],
-                        b'+' | b'-'
-                            | b'*'
-                            | b'/'
-                            | b'%'
-                            | b'&'
-                            | b'|'
-                            | b'^'
-                            | b'!'
-                            | b'<'
-                            | b'>'
-                            | b'='
-                    )
-                    && !(b[i] == b'/' && matches!(b.get(i + 1), Some(b'/') | Some(b'*')))
-                {
-                    i += 1;
-                }
-                if after_operand {
-                    let n = ops.last_mut().expect("never empty");
-                    *n += 1;
-                    if *n > MAX_OPERATORS {
-                        return Err(Error::new(
-                            at(start, line, line_start),
-                            format!(
-                                "an expression of more than {MAX_OPERATORS} operators (offload's limit): split it into statements"
-                            ),
-                        ));
-                    }
-                    after_operand = false;
-                    prefix = 0;
-                } else {
-                    prefix += i - start;
-                    if prefix > MAX_PREFIX {
-                        return Err(Error::new(
-                            at(start, line, line_start),
-                            format!(
-                                "more than {MAX_PREFIX} prefix operators in a row (offload's limit)"
-                            ),
-                        ));
-                    }
-                }
-                // Operators that close an operand (`?`) do not occur here;
-                // a run ending in `=` starts an expression anew.
-                if b[i - 1] == b'='
-                    && !matches!(&b[start..i], b"==" | b"!=" | b"<=" | b">=")
-                    && let Some(n) = ops.last_mut()
-                {
-                    *n = 0;
-                }
+            c if is_operator(c) => {
+                let start = cur.i;
+                let run = cur.operator_run();
+                nest.operator(run)
+                    .map_err(|message| Error::new(cur.span(start), message))?;
             }
-            c if c.is_ascii_whitespace() => i += 1,
+            c if c.is_ascii_whitespace() => cur.i += 1,
             _ => {
-                after_operand = true;
-                prefix = 0;
-                i += 1;
+                nest.operand();
+                cur.i += 1;
             }
         }
     }
     Ok(())
+}
+
+/// Whether `c` may be part of an operator token.
+fn is_operator(c: u8) -> bool {
+    matches!(
+        c,
+        b'+' | b'-' | b'*' | b'/' | b'%' | b'&' | b'|' | b'^' | b'!' | b'<' | b'>' | b'='
+    )
+}
+
+/// Where [`check`] is in the text, and on which line.
+struct Cursor<'a> {
+    b: &'a [u8],
+    i: usize,
+    line: u32,
+    line_start: usize,
+}
+
+impl Cursor<'_> {
+    /// The byte `k` past the cursor.
+    fn peek(&self, k: usize) -> Option<u8> {
+        self.b.get(self.i + k).copied()
+    }
+
+    /// Past a newline at the cursor.
+    fn newline(&mut self) {
+        self.i += 1;
+        self.line += 1;
+        self.line_start = self.i;
+    }
+
+    /// A one-byte span at `at` (on the current line).
+    fn span(&self, at: usize) -> Span {
+        Span {
+            start: at as u32,
+            end: at as u32 + 1,
+            line: self.line,
+            col: (at - self.line_start) as u32 + 1,
+        }
+    }
+
+    /// To the end of a `//` comment's line.
+    fn skip_line_comment(&mut self) {
+        while self.peek(0).is_some_and(|c| c != b'\n') {
+            self.i += 1;
+        }
+    }
+
+    /// Past a `/* */` comment (they nest in Rust).
+    fn skip_block_comment(&mut self) {
+        let mut depth = 0usize;
+        while let Some(c) = self.peek(0) {
+            if c == b'/' && self.peek(1) == Some(b'*') {
+                depth += 1;
+                self.i += 2;
+            } else if c == b'*' && self.peek(1) == Some(b'/') {
+                depth -= 1;
+                self.i += 2;
+                if depth == 0 {
+                    break;
+                }
+            } else if c == b'\n' {
+                self.newline();
+            } else {
+                self.i += 1;
+            }
+        }
+    }
+
+    /// Past a string literal (escapes included).
+    fn skip_string(&mut self) {
+        self.i += 1;
+        while let Some(c) = self.peek(0).filter(|&c| c != b'"') {
+            if c == b'\\' {
+                self.i += 2;
+            } else if c == b'\n' {
+                self.newline();
+            } else {
+                self.i += 1;
+            }
+        }
+        self.i += 1;
+    }
+
+    /// Past a character literal ('x', '\n') or a lifetime's quote ('a).
+    fn skip_quote(&mut self) {
+        if self.peek(1) == Some(b'\\') {
+            self.i += 2;
+            while self.peek(0).is_some_and(|c| c != b'\'') {
+                self.i += 1;
+            }
+            self.i += 1;
+        } else if self.peek(2) == Some(b'\'') {
+            self.i += 3;
+        } else {
+            self.i += 1;
+        }
+    }
+
+    /// Past one operator token: the longest run of operator characters
+    /// (`<<=`, `&&`, `->`), short of a comment's start. Returns it.
+    fn operator_run(&mut self) -> &[u8] {
+        let start = self.i;
+        while let Some(c) = self.peek(0) {
+            let comment = c == b'/' && matches!(self.peek(1), Some(b'/') | Some(b'*'));
+            if !is_operator(c) || comment {
+                break;
+            }
+            self.i += 1;
+        }
+        &self.b[start..self.i]
+    }
+}
+
+/// What [`check`] counts: the operators so far in the expression open at
+/// each bracket depth, the prefix operators in a row, and whether the last
+/// token ended an operand (so that `-` next is binary).
+struct Nesting {
+    ops: Vec<usize>,
+    prefix: usize,
+    after_operand: bool,
+}
+
+impl Nesting {
+    /// An operand (a name, a literal).
+    fn operand(&mut self) {
+        self.after_operand = true;
+        self.prefix = 0;
+    }
+
+    /// An opening bracket.
+    fn open(&mut self) {
+        self.ops.push(0);
+        self.prefix = 0;
+        self.after_operand = false;
+    }
+
+    /// A closing bracket; a block's (`}`) also ends the expression it
+    /// stood in.
+    fn close(&mut self, block: bool) {
+        if self.ops.len() > 1 {
+            self.ops.pop();
+        }
+        if block {
+            self.end_expression();
+        }
+        self.after_operand = !block;
+        self.prefix = 0;
+    }
+
+    /// `;` or `,`: the expression ends.
+    fn end_expression(&mut self) {
+        if let Some(n) = self.ops.last_mut() {
+            *n = 0;
+        }
+        self.after_operand = false;
+        self.prefix = 0;
+    }
+
+    /// An operator token `run`: binary after an operand, prefix otherwise.
+    /// The error says which limit it passes.
+    fn operator(&mut self, run: &[u8]) -> Result<(), String> {
+        if self.after_operand {
+            let n = self.ops.last_mut().expect("never empty");
+            *n += 1;
+            if *n > MAX_OPERATORS {
+                return Err(format!(
+                    "an expression of more than {MAX_OPERATORS} operators (offload's limit): split it into statements"
+                ));
+            }
+            self.after_operand = false;
+            self.prefix = 0;
+        } else {
+            self.prefix += run.len();
+            if self.prefix > MAX_PREFIX {
+                return Err(format!(
+                    "more than {MAX_PREFIX} prefix operators in a row (offload's limit)"
+                ));
+            }
+        }
+        // A run ending in `=` (an assignment) starts an expression anew.
+        if run.ends_with(b"=")
+            && !matches!(run, b"==" | b"!=" | b"<=" | b">=")
+            && let Some(n) = self.ops.last_mut()
+        {
+            *n = 0;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
