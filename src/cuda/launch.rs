@@ -221,8 +221,6 @@ impl Compiled for GpuLaunch<'_> {
             area_dev,
             area_clean,
         });
-        // The device's own counters: refills of its TLABs and allocations
-        // that found its eden exhausted.
         // The launch holds the GPU (`launch_lock`) and every run has
         // finished: what its stream counted since the start is its own.
         let dispatch = totals.noted_before.as_ref().and_then(|before| {
@@ -233,6 +231,8 @@ impl Compiled for GpuLaunch<'_> {
                 self.k.ptx.dispatch_by_address,
             ))
         });
+        // The device's own counters: refills of its TLABs and allocations
+        // that found its eden exhausted.
         let mut alloc_stats = alloc.retire();
         alloc_stats.refills += totals.counters[counter::REFILLS];
         alloc_stats.exhausted += totals.counters[counter::EDEN_FAILURES];
