@@ -133,11 +133,10 @@ impl Drop for ModuleLife {
 /// program drops is freed, and its entries go with it.
 #[derive(Clone, Debug)]
 pub(crate) struct WeakModule {
-    rt: std::sync::Weak<Inner>,
     prog: Arc<Program>,
     name: String,
-    id: u64,
-    /// Kept: the site's module stays compiled while its runtime lives.
+    /// Kept (it names the runtime weakly, and the module's id): the
+    /// site's module stays compiled while its runtime lives.
     life: Arc<ModuleLife>,
 }
 
@@ -146,18 +145,18 @@ impl WeakModule {
     pub(crate) fn upgrade(&self) -> Option<Module> {
         Some(Module {
             rt: Runtime {
-                inner: self.rt.upgrade()?,
+                inner: self.life.rt.upgrade()?,
             },
             prog: self.prog.clone(),
             name: self.name.clone(),
-            id: self.id,
+            id: self.life.id,
             life: self.life.clone(),
         })
     }
 
     /// Whether its runtime is gone.
     pub(crate) fn is_dead(&self) -> bool {
-        self.rt.strong_count() == 0
+        self.life.rt.strong_count() == 0
     }
 }
 
@@ -165,10 +164,8 @@ impl Module {
     /// This module, not keeping its runtime alive.
     pub(crate) fn downgrade(&self) -> WeakModule {
         WeakModule {
-            rt: Arc::downgrade(&self.rt.inner),
             prog: self.prog.clone(),
             name: self.name.clone(),
-            id: self.id,
             life: self.life.clone(),
         }
     }
