@@ -257,6 +257,13 @@ fn bad_input_gets_errors_not_panics() {
     );
     assert!(rt.write(&out, 8, &[1, 2, 3]).is_err());
     assert!(rt.new_array::<f64>(usize::MAX).is_err());
+    // An array of 4 GiB or more names its size, not u64::MAX.
+    let e = rt.new_array::<i64>(600_000_000).unwrap_err().to_string();
+    assert!(
+        e.contains("an array of 600000000 i64 elements would take 4800000008 bytes")
+            && e.contains("at most 4294967288 bytes"),
+        "{e}"
+    );
     assert!(
         rt.load_file("/nonexistent.obc")
             .unwrap_err()
@@ -281,6 +288,13 @@ fn absurd_runtime_settings_are_refused_not_aborted() {
         e.contains("deopt records per worker") && e.contains("at most"),
         "{e}"
     );
+    // A maximum below the default initial size lowers the initial size;
+    // an initial size set above the maximum is refused.
+    let small = Runtime::builder().max_heap(8 << 20).build().unwrap();
+    assert!(small.new_array::<i64>(2 << 20).is_err());
+    assert!(small.new_array::<i64>(128 << 10).is_ok());
+    let e = refused(Runtime::builder().initial_heap(16 << 20).max_heap(8 << 20));
+    assert!(e.contains("exceeds the maximum"), "{e}");
     // The limits themselves are accepted, and launch.
     let rt = Runtime::builder()
         .device(Device::Cpu)

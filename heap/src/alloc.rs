@@ -39,6 +39,27 @@ pub const COLOUR_GAP_BYTES: u64 = 16 << 10;
 /// line ([`aligned_pad`]).
 pub const ALIGN_SLACK_BYTES: u64 = 56;
 
+/// The error for a header whose size does not fit one object (an array
+/// of 4 GiB or more), with what was asked for and its size in bytes.
+fn too_large(header: Header) -> HeapError {
+    let (what, needed) = match header {
+        Header::Array { elem, dims, len } => {
+            let kind = crate::layout::array_elem_kind(elem, dims);
+            let bytes = u64::from(crate::layout::HEADER_BYTES)
+                + u64::from(len) * u64::from(crate::layout::kind_size(kind));
+            (format!("an array of {len} {} elements", kind.name()), bytes)
+        }
+        Header::Object { size, .. } | Header::Filler { size } => {
+            ("an object".to_string(), u64::from(size))
+        }
+    };
+    HeapError::TooLarge {
+        what,
+        needed,
+        max: u64::from(u32::MAX) - 7,
+    }
+}
+
 /// Words of padding that move an array whose header would be at word
 /// `at` so that its elements (the word after the header) start on a
 /// 64-byte line: the heap's base is page aligned. Streaming kernels read
@@ -434,10 +455,7 @@ impl<'h> Allocator<'h> {
     /// (`crate::pages`), so that compiled code finds an object's class
     /// from its reference.
     pub fn alloc_host(heap: &Heap, header: Header) -> Result<u32, HeapError> {
-        let bytes = header.size().ok_or(HeapError::Exhausted {
-            needed: u64::MAX,
-            max: heap.config().max,
-        })?;
+        let bytes = header.size().ok_or_else(|| too_large(header))?;
         let tag = crate::pages::tag_for(header).unwrap_or(offload_abi::pages::MIXED);
         if words(bytes) <= u64::from(offload_abi::pages::PAGE_WORDS) {
             let at = heap.alloc_in_run(tag, words(bytes))?;

@@ -60,6 +60,17 @@ pub enum HeapError {
         /// The heap's maximum.
         max: usize,
     },
+    /// One object or array larger than any object can be (its size must fit
+    /// the 32-bit byte sizes the heap's headers and compiled code use).
+    #[error("{what} would take {needed} bytes; one object or array can take at most {max} bytes")]
+    TooLarge {
+        /// What was asked for, in words (`an array of 5000000000 i64`).
+        what: String,
+        /// Bytes it would take, header included.
+        needed: u64,
+        /// The largest size of one object.
+        max: u64,
+    },
     /// An access outside the heap (a dangling or forged reference).
     #[error("heap access out of range at byte {0:#x}")]
     OutOfRange(usize),

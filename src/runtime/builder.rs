@@ -7,6 +7,9 @@ use crate::env::{PtxRewrite, Settings};
 #[derive(Clone, Debug)]
 pub struct RuntimeBuilder {
     heap: HeapConfig,
+    /// Whether [`RuntimeBuilder::initial_heap`] was called: if not, the
+    /// default initial size is lowered to a smaller maximum.
+    initial_heap_set: bool,
     workers: Option<usize>,
     /// `None`: CUDA when a GPU is present, else the CPU (reported).
     device: Option<Device>,
@@ -72,6 +75,7 @@ impl RuntimeBuilder {
     pub(super) fn new() -> RuntimeBuilder {
         RuntimeBuilder {
             heap: HeapConfig::default(),
+            initial_heap_set: false,
             workers: None,
             device: None,
             strict: false,
@@ -219,9 +223,12 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Bytes the heap starts with.
+    /// Bytes the heap starts with (default 64 MiB, or the maximum when
+    /// that is smaller). [`RuntimeBuilder::build`] refuses an initial size
+    /// set above the maximum.
     pub fn initial_heap(mut self, bytes: usize) -> Self {
         self.heap.initial = bytes;
+        self.initial_heap_set = true;
         self
     }
     /// Bytes the heap may grow to.
@@ -447,7 +454,11 @@ impl RuntimeBuilder {
             rewrite_ptx: self.rewrite_ptx,
             gc: self.gc,
         };
-        let env = LaunchEnv::new(Heap::new(self.heap)?, pool, gang, workers, settings);
+        let mut heap = self.heap;
+        if !self.initial_heap_set {
+            heap.initial = heap.initial.min(heap.max);
+        }
+        let env = LaunchEnv::new(Heap::new(heap)?, pool, gang, workers, settings);
         // The heap's image lives on the GPU from now on; host accesses
         // fetch what kernels wrote (`offload_heap::resident`).
         if let Some(g) = &gpu {

@@ -477,19 +477,24 @@ impl Session {
         let mode = init.first().copied().unwrap_or("zero");
         macro_rules! num {
             ($t:ty, $v:ident, $from_f:expr, $from_i:expr, $rlo:expr, $rhi:expr) => {{
-                let data: Vec<$t> = match mode {
-                    "zero" => vec![<$t>::default(); len],
+                // The initializer is read first and the array allocated in
+                // the heap before any host buffer, so that a length the
+                // heap refuses is an error, not an abort of the session;
+                // the values go in a chunk at a time.
+                let mut next: Box<dyn FnMut(usize) -> $t> = match mode {
+                    "zero" => Box::new(|_| <$t>::default()),
                     "fill" => {
                         let x = init.get(1).ok_or_else(|| {
                             ReplError::Entry("usage: ... fill VALUE".into())
                         })?;
                         let a = self.literal(x, Some(Elem::$v.to_type()))?;
-                        vec![num_of::<$t>(a)?; len]
+                        let v = num_of::<$t>(a)?;
+                        Box::new(move |_| v)
                     }
                     "range" => {
                         let start: f64 = init.get(1).map_or(Ok(0.0), |s| parse_f(s))?;
                         let step: f64 = init.get(2).map_or(Ok(1.0), |s| parse_f(s))?;
-                        (0..len).map(|i| $from_f(start + step * i as f64)).collect()
+                        Box::new(move |i| $from_f(start + step * i as f64))
                     }
                     "random" => {
                         let seed: u64 = init
@@ -510,13 +515,23 @@ impl Session {
                             bail!("the random range {lo}..{hi} is empty");
                         }
                         let mut g = rand_xorshift::XorShiftRng::seed_from_u64(seed);
-                        (0..len).map(|_| $from_i(&mut g, lo, hi)).collect()
+                        Box::new(move |_| $from_i(&mut g, lo, hi))
                     }
                     other => bail!(
                         "unknown initializer `{other}` (zero, fill VALUE, range [START [STEP]], random SEED [LO..HI])"
                     ),
                 };
-                Var::$v(rt.array(&data)?)
+                let a = rt.new_array::<$t>(len)?;
+                if mode != "zero" {
+                    const CHUNK: usize = 1 << 16;
+                    let mut buf = Vec::with_capacity(CHUNK.min(len));
+                    for at in (0..len).step_by(CHUNK) {
+                        buf.clear();
+                        buf.extend((at..(at + CHUNK).min(len)).map(&mut next));
+                        rt.write(&a, at, &buf)?;
+                    }
+                }
+                Var::$v(a)
             }};
         }
         let int_rand = |g: &mut rand_xorshift::XorShiftRng, lo: f64, hi: f64| {
