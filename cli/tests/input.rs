@@ -205,23 +205,48 @@ fn bad_utf8_is_located_in_every_mode_and_a_piped_session_goes_on() {
 #[test]
 fn an_unclosed_brace_is_located_in_every_mode() {
     let limit = Duration::from_secs(60);
-    let text = "let a = i32[2]\nkernel k(i: i64) {\n    ret\n";
+    let text = "let a = i32[2]\nkernel k(i: i64) {\n    ret\n\n; a comment {\n";
     let f = temp("open.obc", b"kernel k(i: i64) {\n    ret\n");
     let (code, _, err, _) = run(&["check", f.to_str().unwrap()], b"", limit);
     assert_ne!(code, 0);
     assert!(err.contains("open.obc:"), "{err}");
+    // Source: the brace is named, not "cannot parse string into token
+    // stream"; so are a bracket that closes the wrong one and a stray one.
+    for (name, src, want) in [
+        (
+            "open.ofk",
+            "#[kernel]\nfn k(i: i64, o: &mut [i64]) {\n    if i > 0 {\n        o[i] = 1;\n}\n",
+            "open.ofk:2:29",
+        ),
+        (
+            "cross.ofk",
+            "fn f(a: &[i64]) -> i64 {\n    a[(0]\n}\n",
+            "cross.ofk:2:9",
+        ),
+        ("stray.ofk", "fn f() {\n}\n}\n", "stray.ofk:3:1"),
+    ] {
+        let f = temp(name, src.as_bytes());
+        let (code, _, err, _) = run(&["check", f.to_str().unwrap()], b"", limit);
+        assert_ne!(code, 0);
+        assert!(
+            err.contains(want) && !err.contains("token stream"),
+            "{name}: {err}"
+        );
+    }
     let s = temp("open.ofs", text.as_bytes());
     let sp = s.to_str().unwrap();
     let (code, _, err, _) = run(&["run", sp], b"", limit);
     assert_ne!(code, 0);
     assert!(
-        err.contains(&format!("{sp}:2: the file ended inside a definition")),
+        err.contains(&format!(
+            "{sp}:2:18: the file ended inside a definition: this `{{` is never closed"
+        )),
         "{err}"
     );
     let (code, out, _, _) = run(&["repl"], text.as_bytes(), limit);
     assert_eq!(code, 0);
     assert!(
-        out.contains("<stdin>:2: the input ended inside a definition"),
+        out.contains("<stdin>:2:18: the input ended inside a definition: this `{` is never closed"),
         "{out}"
     );
 }

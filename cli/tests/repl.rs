@@ -431,8 +431,30 @@ fn a_script_fails_when_a_definition_waits_for_a_name_never_defined() {
         "{out}"
     );
     assert!(
-        err.contains("never defined: kernel k (unknown function `nope`)"),
+        err.contains("never defined:\n  kernel k: unknown function `nope` at ")
+            && err.contains("waits.ofs:2:10"),
         "{err}"
+    );
+    // A piped session says so at the end of its input.
+    let out = Command::new(bin())
+        .args(["repl", "--workers", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(b"kernel k(i: i64) {\n    call nope\n    ret\n}\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.status.success());
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("error: <stdin>: the input ended with definitions that name what was never defined:\n  kernel k: unknown function `nope` at <stdin>:2:10"),
+        "{out}"
     );
     // Defined later in the script, it loads and runs.
     let (ok, out, err) = script_run(

@@ -99,7 +99,7 @@ fn compile_keeping_spans(file: &str, src: &str) -> Result<Module, Diagnostics> {
     let parsed = syn::parse_file(src)
         .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
     let decls =
-        items::declare(&parsed, src).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
+        items::declare(&parsed, &file).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
     let mut module = decls.module.clone();
     let mut errors = Vec::new();
     for k in 0..decls.module.funcs.len() {
@@ -195,12 +195,30 @@ fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error>
     let want = sig.ret;
     fb.span = sig.span;
     let t = fb.block(body, Some(want))?;
+    let tail = body
+        .stmts
+        .last()
+        .map(|s| span_of(syn::spanned::Spanned::span(s)))
+        .unwrap_or(sig.span);
+    let got = fb.vars.resolve(t);
+    if want == Ty::Unit && got != Ty::Unit && got != Ty::Never {
+        // A literal's type as Rust would default it.
+        let named = match fb.ty_name(t).as_str() {
+            "{integer}" => "i32".to_string(),
+            "{float}" => "f64".to_string(),
+            n => n.to_string(),
+        };
+        return Err(Error::mismatch(
+            tail,
+            format!(
+                "`{}` returns nothing, but its body ends in a value: end it with `;`, or declare the result (`-> {named}`)",
+                d.module.func(f).short_name(),
+            ),
+            "()".into(),
+            fb.ty_name(t),
+        ));
+    }
     if fb.reachable && want != Ty::Unit {
-        let tail = body
-            .stmts
-            .last()
-            .map(|s| span_of(syn::spanned::Spanned::span(s)))
-            .unwrap_or(sig.span);
         if fb.vars.resolve(t) == Ty::Unit {
             return Err(Error::new(
                 tail,
@@ -290,5 +308,57 @@ mod tests {
         assert_eq!(d.phase, offload_ir::Phase::Compile);
         assert_eq!(d.bci, None, "no bytecode index reaches the user");
         assert_eq!(d.span.line, 3, "{d}");
+        assert_eq!(&*d.file, "k.ofk", "the file's name, not its text");
+    }
+
+    /// User mistakes that once reached the verifier are the front end's
+    /// errors, at the right place in the right file.
+    #[test]
+    fn a_tail_value_in_a_function_without_a_result_is_a_user_error() {
+        for (src, found, suggest) in [
+            (
+                "fn k(i: i64, out: &mut [i64]) { -1 }\n",
+                "{integer}",
+                "-> i32",
+            ),
+            (
+                "fn k(i: i64) { if i > 0 { 1.0 } else { 2.0 } }\n",
+                "{float}",
+                "-> f64",
+            ),
+            ("fn k(i: i64) { let x = i; x }\n", "i64", "-> i64"),
+        ] {
+            let d = &compile_verified("t.ofk", src).unwrap_err().0[0];
+            let text = d.to_string();
+            assert!(
+                d.message
+                    .starts_with("`k` returns nothing, but its body ends in a value")
+                    && d.message.contains(suggest)
+                    && d.found.as_deref() == Some(found)
+                    && text.contains("t.ofk:1:"),
+                "{text}"
+            );
+        }
+        // A body ending in a statement, a `return;` or a loop that never
+        // ends is fine.
+        for src in [
+            "fn k(i: i64, out: &mut [i64]) { out[i] = 1 }\n",
+            "fn k(i: i64) { return; }\n",
+            "fn k(i: i64) { loop {} }\n",
+        ] {
+            compile_verified("t.ofk", src).unwrap();
+        }
+    }
+
+    #[test]
+    fn names_that_are_not_ascii_are_refused_naming_the_word() {
+        let src = "// é in a comment is fine\nfn k(i: i64, out: &mut [i64]) {\n    let s = \"é\";\n    let sé = 1;\n}\n";
+        let d = &compile_verified("u.ofk", src).unwrap_err().0[0];
+        assert!(d.message.starts_with("`sé` is not ASCII"), "{d}");
+        assert_eq!((d.span.line, d.span.col), (4, 9), "{d}");
+        assert_eq!(&*d.file, "u.ofk");
+        let d = &compile_verified("u.ofk", "fn é() {}\n").unwrap_err().0[0];
+        assert!(d.message.starts_with("`é` is not ASCII"), "{d}");
+        assert_eq!((d.span.line, d.span.col), (1, 4), "{d}");
     }
 }

@@ -9,7 +9,11 @@
 //! [`check`] scans the text once, without recursion, and refuses a text
 //! that nests deeper than [`MAX_NESTING`] brackets, chains more than
 //! [`MAX_PREFIX`] prefix operators, or has more than [`MAX_OPERATORS`]
-//! operators in one expression — with an error naming the line. The
+//! operators in one expression — with an error naming the line. It also
+//! refuses what is not ASCII outside comments, strings and quotes (names
+//! become the bytecode's, which are ASCII), naming the word, and brackets
+//! that do not match, naming the bracket (syn's lexer says only that the
+//! text does not lex). The
 //! limits are far past what a person writes (kernels rarely nest ten
 //! deep), and the front end runs on a thread whose stack holds them
 //! ([`on_big_stack`]).
@@ -65,6 +69,8 @@ pub fn check(src: &str) -> Result<(), Error> {
         prefix: 0,
         after_operand: false,
     };
+    // The brackets open now, each with where it is.
+    let mut open: Vec<(u8, Span)> = Vec::new();
     while let Some(&c) = cur.b.get(cur.i) {
         match c {
             b'\n' => cur.newline(),
@@ -88,9 +94,32 @@ pub fn check(src: &str) -> Result<(), Error> {
                     ));
                 }
                 nest.open();
+                open.push((c, cur.span(cur.i)));
                 cur.i += 1;
             }
             b')' | b']' | b'}' => {
+                let here = cur.span(cur.i);
+                match open.pop() {
+                    None => {
+                        return Err(Error::new(
+                            here,
+                            format!(
+                                "this `{}` closes nothing: no bracket is open here",
+                                c as char
+                            ),
+                        ));
+                    }
+                    Some((o, at)) if closer(o) != c => {
+                        return Err(Error::new(
+                            here,
+                            format!(
+                                "this `{}` does not close the `{}` at line {}, column {}",
+                                c as char, o as char, at.line, at.col
+                            ),
+                        ));
+                    }
+                    Some(_) => {}
+                }
                 nest.close(c == b'}');
                 cur.i += 1;
             }
@@ -105,13 +134,29 @@ pub fn check(src: &str) -> Result<(), Error> {
                     .map_err(|message| Error::new(cur.span(start), message))?;
             }
             c if c.is_ascii_whitespace() => cur.i += 1,
+            c if !c.is_ascii() => return Err(cur.not_ascii()),
             _ => {
                 nest.operand();
                 cur.i += 1;
             }
         }
     }
-    Ok(())
+    match open.pop() {
+        Some((o, at)) => Err(Error::new(
+            at,
+            format!("this `{}` is never closed", o as char),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The bracket that closes opening bracket `o`.
+fn closer(o: u8) -> u8 {
+    match o {
+        b'(' => b')',
+        b'[' => b']',
+        _ => b'}',
+    }
 }
 
 /// Whether `c` may be part of an operator token.
@@ -143,14 +188,49 @@ impl Cursor<'_> {
         self.line_start = self.i;
     }
 
-    /// A one-byte span at `at` (on the current line).
+    /// A one-byte span at `at` (on the current line); its column counts
+    /// characters.
     fn span(&self, at: usize) -> Span {
         Span {
             start: at as u32,
             end: at as u32 + 1,
             line: self.line,
-            col: (at - self.line_start) as u32 + 1,
+            col: String::from_utf8_lossy(&self.b[self.line_start..at])
+                .chars()
+                .count() as u32
+                + 1,
         }
+    }
+
+    /// The error for the non-ASCII character at the cursor (outside
+    /// comments, strings and quotes): the bytecode's names, which the
+    /// front end's become, are ASCII letters, digits and `_`.
+    fn not_ascii(&self) -> Error {
+        let wordy = |c: &u8| c.is_ascii_alphanumeric() || *c == b'_' || !c.is_ascii();
+        let start = self.b[..self.i]
+            .iter()
+            .rposition(|c| !wordy(c))
+            .map_or(0, |k| k + 1);
+        let end = self.b[self.i..]
+            .iter()
+            .position(|c| !wordy(c))
+            .map_or(self.b.len(), |k| self.i + k);
+        // The cursor stops only on ASCII bytes before this one, so `start`
+        // and `end` are on character boundaries.
+        let text = |r: std::ops::Range<usize>| String::from_utf8_lossy(&self.b[r]).into_owned();
+        let word = text(start..end);
+        let span = Span {
+            start: start as u32,
+            end: end as u32,
+            line: self.line,
+            col: text(self.line_start..start).chars().count() as u32 + 1,
+        };
+        Error::new(
+            span,
+            format!(
+                "`{word}` is not ASCII: offload's names are ASCII letters, digits and `_` (those of its bytecode), and its operators ASCII"
+            ),
+        )
     }
 
     /// To the end of a `//` comment's line.
@@ -204,6 +284,14 @@ impl Cursor<'_> {
                 self.i += 1;
             }
             self.i += 1;
+        } else if let Some(len) = self
+            .peek(1)
+            .filter(|c| !c.is_ascii())
+            .map(|c| c.leading_ones() as usize)
+            .filter(|&len| self.peek(1 + len) == Some(b'\''))
+        {
+            // A character of `len` bytes: 'é'.
+            self.i += 2 + len;
         } else if self.peek(2) == Some(b'\'') {
             self.i += 3;
         } else {
@@ -345,8 +433,37 @@ mod tests {
 
     #[test]
     fn ordinary_code_passes() {
-        let src = "fn f(a: &[f32], i: i32) -> f32 {\n    let x = -a[i as usize] * 2.0 + (1.0 - 3.0) / 'c' as f32;\n    // a comment (((\n    /* nested /* block */ ((( */\n    let s = \"(((\";\n    if !(x < 0.0) && x >= 1.0 { x } else { -x }\n}\n";
+        let src = "fn f(a: &[f32], i: i32) -> f32 {\n    let x = -a[i as usize] * 2.0 + (1.0 - 3.0) / 'c' as f32;\n    // a comment ((( é\n    /* nested /* block */ ((( ü */\n    let s = \"(((é\";\n    let c = ['{', 'é', '€', '\\'', '\\u{e9}'];\n    if !(x < 0.0) && x >= 1.0 { x } else { -x }\n}\nfn g<'a>(x: &'a [i32]) {}\n";
         assert_eq!(line_of(src), None);
+    }
+
+    /// Brackets that do not match are named, with the one they meet.
+    #[test]
+    fn unmatched_brackets_are_named_where_they_are() {
+        let at = |src: &str| {
+            let e = check(src).unwrap_err();
+            (e.span.line, e.span.col, e.message)
+        };
+        assert_eq!(
+            at("fn k() {\n    let s = \"é\"; let x = (1 + 2];\n}\n"),
+            (
+                2,
+                32,
+                "this `]` does not close the `(` at line 2, column 26".into()
+            )
+        );
+        assert_eq!(
+            at("fn k() {\n}\n}\n"),
+            (
+                3,
+                1,
+                "this `}` closes nothing: no bracket is open here".into()
+            )
+        );
+        assert_eq!(
+            at("fn k() {\n    if x { y }\n"),
+            (1, 8, "this `{` is never closed".into())
+        );
     }
 
     #[test]

@@ -10,15 +10,10 @@
 /// The brace depth after `text` (comments after `;` do not count), and
 /// whether any brace was opened.
 fn depth(text: &str) -> (i64, bool) {
-    depth_in(text, ";")
-}
-
-/// [`depth`] with comments starting at `comment`.
-fn depth_in(text: &str, comment: &str) -> (i64, bool) {
     let mut d = 0i64;
     let mut opened = false;
     for line in text.lines() {
-        let code = line.split(comment).next().unwrap_or("");
+        let code = line.split(';').next().unwrap_or("");
         for c in code.chars() {
             match c {
                 '{' => {
@@ -89,6 +84,8 @@ pub struct Entry {
     source: bool,
     depth: i64,
     opened: bool,
+    /// The braces open now: line (in the entry, from 1) and column of each.
+    open: Vec<(u32, u32)>,
 }
 
 impl Entry {
@@ -105,9 +102,22 @@ impl Entry {
             self.source = starts_source(line);
         }
         if self.definition == Some(true) {
-            let (d, opened) = depth_in(line, if self.source { "//" } else { ";" });
-            self.depth += d;
-            self.opened |= opened;
+            let comment = if self.source { "//" } else { ";" };
+            let code = line.split(comment).next().unwrap_or("");
+            for (col, c) in code.chars().enumerate() {
+                match c {
+                    '{' => {
+                        self.depth += 1;
+                        self.opened = true;
+                        self.open.push((self.lines, col as u32 + 1));
+                    }
+                    '}' => {
+                        self.depth -= 1;
+                        self.open.pop();
+                    }
+                    _ => {}
+                }
+            }
         }
         match self.definition {
             // Only comments so far: a definition may follow, unless this is
@@ -117,6 +127,12 @@ impl Entry {
             Some(true) => self.opened && self.depth <= 0,
             Some(false) => true,
         }
+    }
+
+    /// The innermost brace open now, if any: its line in the entry (the
+    /// first line is 1) and column.
+    pub fn unclosed(&self) -> Option<(u32, u32)> {
+        self.open.last().copied()
     }
 
     /// Whether no line was added since the last [`Entry::take`].

@@ -115,8 +115,12 @@ fn piped(s: &mut Session) -> Result<(), String> {
     if !entry.is_blank() {
         let _ = writeln!(
             stdout,
-            "error: <stdin>:{start}: the input ended inside a definition (its braces never closed)"
+            "error: {}",
+            unclosed(entry.unclosed(), "<stdin>", start, "input")
         );
+    }
+    if let Some(e) = never_defined(s, "<stdin>", "input") {
+        let _ = writeln!(stdout, "{e}");
     }
     Ok(())
 }
@@ -187,6 +191,7 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
         if !complete && i + 1 < lines.len() {
             continue;
         }
+        let open = entry.unclosed();
         let e = entry.take();
         if complete && batch.takes(&e) {
             batch.push(e, start);
@@ -194,9 +199,7 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
         }
         report(&mut stdout, batch.flush(&mut s, &name))?;
         if !complete {
-            return Err(format!(
-                "error: {name}:{start}: the file ended inside a definition (its braces never closed)"
-            ));
+            return Err(format!("error: {}", unclosed(open, &name, start, "file")));
         }
         if is_quit(&e) {
             if echo {
@@ -217,14 +220,35 @@ pub fn script(settings: Settings, path: &Path, echo: bool) -> Result<(), String>
         )?;
     }
     report(&mut stdout, batch.flush(&mut s, &name))?;
-    let waiting = s.waiting();
-    if !waiting.is_empty() {
-        return Err(format!(
-            "error: {name}: the script ended with definitions that name what was never defined: {}",
-            waiting.join("; ")
-        ));
+    match never_defined(&s, &name, "script") {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The error for input that ends inside a definition starting at line
+/// `start` of `name`: it names the brace never closed (`open`, from
+/// [`input::Entry::unclosed`]).
+fn unclosed(open: Option<(u32, u32)>, name: &str, start: u32, what: &str) -> String {
+    match open {
+        Some((line, col)) => format!(
+            "{name}:{}:{col}: the {what} ended inside a definition: this `{{` is never closed",
+            start + line - 1
+        ),
+        None => format!("{name}:{start}: the {what} ended inside a definition"),
+    }
+}
+
+/// The error for definitions still waiting, at the end of a script or of
+/// piped input: each with what it names and where.
+fn never_defined(s: &Session, name: &str, what: &str) -> Option<String> {
+    let waiting = s.waiting();
+    (!waiting.is_empty()).then(|| {
+        format!(
+            "error: {name}: the {what} ended with definitions that name what was never defined:\n  {}",
+            waiting.join("\n  ")
+        )
+    })
 }
 
 /// Names completion offers, refreshed after every entry.

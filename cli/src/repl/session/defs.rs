@@ -187,7 +187,7 @@ impl Session {
     pub fn waiting(&self) -> Vec<String> {
         self.pending
             .iter()
-            .map(|(d, why)| format!("{} {} ({why})", d.item.kind, d.item.name))
+            .map(|(d, why)| format!("{} {}: {why}", d.item.kind, d.item.name))
             .collect()
     }
 
@@ -224,7 +224,8 @@ pub(super) fn load_defs(rt: &Runtime, defs: &[Def]) -> Result<Module> {
 }
 
 /// Why a session's definitions did not load: the rendered errors, and for
-/// each error the definition it is in and its message.
+/// each error the definition it is in and its message, followed by the
+/// place it is about (`… at FILE:LINE:COLUMN`).
 pub(super) struct LoadFailure {
     text: String,
     errors: Vec<(usize, String)>,
@@ -279,7 +280,6 @@ pub(super) fn load_defs_diag(
             for d in &diagnostics.0 {
                 let at = d.span.start as usize;
                 let i = starts.partition_point(|&s| s <= at).saturating_sub(1);
-                errors.push((i, d.message.clone()));
                 let def = &defs[i];
                 let pad = "\n".repeat(def.item.line as usize - 1);
                 let shift = pad.len() as i64 - starts[i] as i64;
@@ -288,6 +288,11 @@ pub(super) fn load_defs_diag(
                 moved.span.start = (i64::from(d.span.start) + shift) as u32;
                 moved.span.end = (i64::from(d.span.end) + shift) as u32;
                 let local = format!("{pad}{}", def.item.text);
+                // The message with the place it is about, FILE:LINE:COLUMN.
+                let before = local.get(..moved.span.start as usize).unwrap_or("");
+                let line = before.matches('\n').count() + 1;
+                let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                errors.push((i, format!("{} at {}:{line}:{col}", d.message, def.origin)));
                 text.push_str(&offload::diagnostics::render(&moved, &local));
             }
             Err(LoadFailure {
