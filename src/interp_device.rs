@@ -111,7 +111,9 @@ pub(crate) fn run(
                         // moved what they point at.
                         captures.clear();
                         captures.extend(call.captures.iter().map(|c| c.load(Ordering::Acquire)));
-                        match it.run_kernel(call.kernel, w, &captures) {
+                        let r = it.run_kernel(call.kernel, w, &captures);
+                        inner.control.workitem_ended();
+                        match r {
                             Ok(()) => *done += 1,
                             // Stopped at a poll: the row shows where (the
                             // interpreter keeps no save-area values).

@@ -101,6 +101,7 @@ impl<'a> Replayer<'a> {
                 Err(e) => Err(Box::new(e)),
             },
         };
+        self.control.workitem_ended();
         (res, it.take_interrupted())
     }
 

@@ -334,3 +334,40 @@ fn every_example_kernel_agrees_with_the_interpreter_under_gc_stress() {
         assert!(kernels >= 30, "{device:?}: only {kernels}");
     }
 }
+
+/// Each workitem needs 4.8 MB of an 8 MiB heap: two cannot run at once,
+/// but each fits alone. A worker whose allocation finds no room after a
+/// collection waits for the other to make progress and collects again
+/// (`offload_host_interp::room`), so every workitem completes — none throws
+/// `OutOfMemory` because of when it ran.
+#[test]
+fn workitems_that_each_fit_alone_all_complete_with_two_workers() {
+    const BIG: &str = "#[kernel]\nfn big(i: i64, n: i32, out: &mut [i64]) {\n    let mut a = vec![0i64; n];\n    a[(i as i32) % n] = i + 1;\n    let mut s = 0i64;\n    for k in 0..n {\n        s = s + a[k];\n    }\n    out[i] = s;\n}\n";
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = runtime(device, 8 << 20, GcPolicy::default());
+        let m = rt.load_source("big.ofk", BIG).unwrap();
+        let out = rt.new_array::<i64>(16).unwrap();
+        let c = m
+            .closure("big", [600_000i32.into(), (&out).into()])
+            .unwrap();
+        let r = rt.par_offload(0..16, &c).unwrap();
+        assert_eq!(r.completed, 16, "{device:?}: {r}");
+        assert_eq!(rt.read(&out).unwrap(), (1..=16).collect::<Vec<i64>>());
+        assert!(r.gc.collections >= 15, "{device:?}: {r}");
+        verify(&rt);
+        // Run again after an explicit collection: the same.
+        rt.collect().unwrap();
+        assert_eq!(rt.par_offload(0..16, &c).unwrap().completed, 16);
+        // A workitem that needs more than the heap still throws, at once.
+        let c = m
+            .closure("big", [1_100_000i32.into(), (&out).into()])
+            .unwrap();
+        match rt.par_offload(0..4, &c) {
+            Err(OffloadError::Exceptions(e)) => {
+                assert_eq!(e.first.kind, offload::ir::ExceptionKind::OutOfMemory);
+                assert_eq!(e.count, 4, "{device:?}");
+            }
+            other => panic!("{device:?}: expected OutOfMemory, got {other:?}"),
+        }
+    }
+}

@@ -41,7 +41,7 @@ pub const ALIGN_SLACK_BYTES: u64 = 56;
 
 /// The error for a header whose size does not fit one object (an array
 /// of 4 GiB or more), with what was asked for and its size in bytes.
-fn too_large(header: Header) -> HeapError {
+pub fn too_large(header: Header) -> HeapError {
     let (what, needed) = match header {
         Header::Array { elem, dims, len } => {
             let kind = crate::layout::array_elem_kind(elem, dims);

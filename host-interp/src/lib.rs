@@ -30,6 +30,7 @@
 
 mod exception;
 mod interp;
+mod room;
 mod safepoints;
 
 pub use exception::{Exception, TraceFrame};
@@ -37,4 +38,5 @@ pub use interp::{
     Collector, DEFAULT_MAX_DEPTH, Interpreter, Outcome, ResumeError, ResumeFrame, ResumePlan,
 };
 pub use offload_program::{FuncProfile, Layout, Profile, Program};
+pub use room::{AfterWait, Room};
 pub use safepoints::{Control, LaunchWord, Parked, Registered, Running};

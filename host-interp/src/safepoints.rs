@@ -17,15 +17,20 @@
 //! interrupted launches stop.
 
 use offload_heap::Roots;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
-struct State {
-    requested: bool,
-    running: usize,
+pub(crate) struct State {
+    pub(crate) requested: bool,
+    pub(crate) running: usize,
     parked: usize,
+    /// Running workers waiting for room in the heap ([`crate::room`]).
+    pub(crate) room_waiters: usize,
+    /// Bumped when a worker leaves the running set or ends a workitem
+    /// while some wait for room: what they wait for.
+    pub(crate) progress: u64,
     /// Launches interrupted on their own ([`Control::interrupt_launch`])
     /// and not yet finished, by launch number.
     targeted: Vec<u32>,
@@ -114,9 +119,9 @@ impl Roots for Parked<'_> {
 /// The control word and the rendezvous of one runtime's workers.
 #[derive(Debug, Default)]
 pub struct Control {
-    requested: AtomicBool,
+    pub(crate) requested: AtomicBool,
     state: Mutex<State>,
-    cv: Condvar,
+    pub(crate) cv: Condvar,
     safepoints: AtomicU64,
     /// Bumped by each [`Control::interrupt`]; a launch remembers the value
     /// it started under and stops once it changes.
@@ -126,6 +131,9 @@ pub struct Control {
     targeted: AtomicU64,
     /// The next launch's number.
     launches: AtomicU64,
+    /// `State::room_waiters`, read without the lock by workers that end a
+    /// workitem ([`Control::workitem_ended`]).
+    pub(crate) room_waiters: AtomicUsize,
 }
 
 /// Unregisters a control word when dropped.
@@ -149,10 +157,14 @@ impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut st = self.0.lock();
         st.running -= 1;
-        // Only a safepoint's requester waits for `running` to fall (while
-        // `requested` holds; it set that under this lock): a wake-up for
+        // Only a safepoint's requester, and workers waiting for room in the
+        // heap, wait for `running` to fall (while `requested` holds, or
+        // `room_waiters` counts them; set under this lock): a wake-up for
         // nobody would be a system call per slot per launch.
-        if st.requested {
+        if st.room_waiters > 0 {
+            st.progress += 1;
+            self.0.cv.notify_all();
+        } else if st.requested {
             self.0.cv.notify_all();
         }
     }
@@ -164,7 +176,7 @@ impl Control {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -254,7 +266,7 @@ impl Control {
     }
 
     #[cold]
-    fn park_with(&self, roots: Option<&mut dyn Roots>) -> bool {
+    pub(crate) fn park_with(&self, roots: Option<&mut dyn Roots>) -> bool {
         let mut st = self.lock();
         if !st.requested {
             return false;
@@ -435,6 +447,11 @@ impl Control {
         st.requested = true;
         st.moving = moving;
         self.requested.store(true, Ordering::SeqCst);
+        // Workers waiting for room wait on the condition variable, not at a
+        // poll: wake them to park.
+        if st.room_waiters > 0 {
+            self.cv.notify_all();
+        }
         for w in &st.words {
             w.word.fetch_or(
                 Self::bits(moving, w.stop_bits, w.wait_bits),

@@ -24,7 +24,14 @@
 //!   finds the heap full collects and tries once more.
 //!
 //! `OutOfMemory` is thrown only when an allocation still fails after a
-//! collection of its own.
+//! collection of its own and, while other workers run, after waiting for
+//! them to make progress (what they hold may die): the waiter collects
+//! again and allocates inside that collection's safepoint, so workitems
+//! that each fit the heap alone run one after another instead of failing
+//! for having run at the same time (`offload_host_interp::room`). When
+//! every running worker waits, one collects alone; if that makes no room,
+//! what fills the heap lives on, and until the next launch allocations that
+//! find no room fail at once.
 //!
 //! # Roots
 //!
@@ -116,6 +123,12 @@ pub(crate) struct Collector {
     last: Mutex<Option<GcStats>>,
     /// Bytes in use after the last collection (the live data then).
     live_after: std::sync::atomic::AtomicU64,
+    /// Whether a worker that waited for room until every running worker
+    /// waited, then collected, still found too little free for its
+    /// allocation: the heap is full of data that lives on, and until a
+    /// launch starts again allocations that find no room fail at once
+    /// (`OnExhausted::no_room`) rather than each waiting and collecting.
+    full: std::sync::atomic::AtomicBool,
 }
 
 /// The roots of one collection: the handle table, the launches in flight,
@@ -159,11 +172,13 @@ impl Collector {
             totals: Mutex::new(GcSummary::default()),
             last: Mutex::new(None),
             live_after: std::sync::atomic::AtomicU64::new(0),
+            full: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Register a launch's roots for as long as the guard lives.
     pub(crate) fn launch<'a>(&'a self, roots: &'a LaunchRoots<'a>) -> LaunchGuard<'a> {
+        self.full.store(false, std::sync::atomic::Ordering::Relaxed);
         self.launches.register(roots)
     }
 
@@ -265,6 +280,21 @@ impl Collector {
         let (r, tts) =
             control.safepoint_from_worker(own, |parked| self.collect_stopped(heap, parked))?;
         Some(self.account(r, tts))
+    }
+
+    /// [`Collector::collect_from_worker`], then `then()` inside the same
+    /// safepoint (every other worker still parked).
+    pub(crate) fn collect_then<T>(
+        &self,
+        heap: &Heap,
+        control: &Control,
+        own: &mut dyn Roots,
+        then: impl FnOnce() -> T,
+    ) -> Option<Result<T, OffloadError>> {
+        let (r, tts) = control.safepoint_from_worker(own, |parked| {
+            self.collect_stopped(heap, parked).map(|st| (st, then()))
+        })?;
+        Some(r.and_then(|(st, t)| self.account(Ok(st), tts).map(|_| t)))
     }
 
     fn account(
@@ -380,6 +410,52 @@ impl offload_host_interp::Collector for OnExhausted<'_> {
             // allocation fails with `OutOfMemory`, and the error text
             // says why in the next explicit collection.
             Some(Err(_)) => false,
+        }
+    }
+
+    fn no_room(
+        &self,
+        own: &mut dyn Roots,
+        alloc: &mut dyn FnMut() -> Option<u32>,
+    ) -> offload_host_interp::AfterWait {
+        use offload_host_interp::{AfterWait, Room};
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.gc.full.load(Relaxed) {
+            return AfterWait::OutOfMemory;
+        }
+        // A waiter's collections take at most a fifth of the time: the
+        // next comes no sooner than four times the last one's pause.
+        let pause = self
+            .gc
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map_or(Duration::ZERO, |st| st.mark + st.compact);
+        let not_before = std::time::Instant::now() + pause * 4;
+        let room = self.control.wait_for_room(own, not_before);
+        if room == Room::Parked {
+            return AfterWait::Retry;
+        }
+        // Collect, and allocate in the same safepoint: no other worker can
+        // take the room first.
+        let made = self
+            .gc
+            .collect_then(self.heap, self.control, own, alloc);
+        match made {
+            Some(Ok(Some(at))) => AfterWait::Allocated(at),
+            // Alone, nothing else can free anything: what fills the heap
+            // lives on, and until the next launch starts, allocations that
+            // find no room fail at once.
+            Some(Ok(None)) if room == Room::Alone => {
+                self.gc.full.store(true, Relaxed);
+                AfterWait::OutOfMemory
+            }
+            // A failed collection leaves the heap as it was (see above).
+            Some(Err(_)) if room == Room::Alone => AfterWait::OutOfMemory,
+            // Another worker's safepoint came first, or others may still
+            // free something: wait again.
+            _ => AfterWait::Retry,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! bytecode index.
 
 use super::{Frame, Interpreter};
+use crate::AfterWait;
 use offload_heap::Roots;
 use offload_ir::{Bci, Verified};
 
@@ -14,6 +15,16 @@ use offload_ir::{Bci, Verified};
 pub trait Collector: Sync {
     /// Collect; whether to retry.
     fn collect(&self, own: &mut dyn Roots) -> bool;
+
+    /// The allocation still fails after [`Collector::collect`]: wait for
+    /// room
+    /// ([`crate::Control::wait_for_room`]), then (unless the wait ended at
+    /// a safepoint) collect and call `alloc` inside the collection's
+    /// safepoint. By default there is nothing to wait for.
+    fn no_room(&self, own: &mut dyn Roots, alloc: &mut dyn FnMut() -> Option<u32>) -> AfterWait {
+        let _ = (own, alloc);
+        AfterWait::OutOfMemory
+    }
 }
 
 impl std::fmt::Debug for dyn Collector + '_ {

@@ -3,6 +3,7 @@
 //! ([`offload_ir::semantics`]), and the heap accesses they make.
 
 use super::*;
+use crate::AfterWait;
 use offload_ir::Kind;
 use offload_ir::isa::{BinOp, CmpOp, UnOp};
 use offload_ir::semantics::slot::{i32 as i32v, i64 as i64v, of_bool, of_i32, of_i64};
@@ -500,24 +501,45 @@ impl<'a> Interpreter<'a> {
                 Err(AllocFailure::Overflow) => std::thread::yield_now(),
                 Err(AllocFailure::Exhausted) => {
                     rounds += 1;
-                    let retry = rounds <= 8
-                        && match self.gc {
-                            Some(gc) => gc.collect(&mut self.frame_roots(pc)),
-                            None => false,
-                        };
-                    if !retry {
-                        return Err(Trap::Throw(
-                            ExceptionKind::OutOfMemory,
-                            format!(
-                                "cannot allocate {} bytes: heap at its maximum of {} bytes",
-                                header.size().unwrap_or(u64::MAX),
-                                self.heap.config().max
-                            ),
-                        ));
+                    let Some(gc) = self.gc else {
+                        return Err(self.out_of_memory(header));
+                    };
+                    if rounds <= 8 && gc.collect(&mut self.frame_roots(pc)) {
+                        continue;
+                    }
+                    // No room after collecting: what others hold may die
+                    // (`crate::room`).
+                    let (alloc, worker) = (self.alloc, self.worker);
+                    let mut again = || alloc.alloc(worker, header).ok();
+                    match gc.no_room(&mut self.frame_roots(pc), &mut again) {
+                        AfterWait::Allocated(at) => return Ok(at),
+                        AfterWait::OutOfMemory => return Err(self.out_of_memory(header)),
+                        AfterWait::Retry => {
+                            if self
+                                .control
+                                .is_some_and(|c| c.interrupted_since(self.epoch))
+                            {
+                                return Err(Trap::Interrupted);
+                            }
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// `OutOfMemory` for an allocation of `header` that found no room.
+    fn out_of_memory(&self, header: Header) -> Trap {
+        let max = self.heap.config().max;
+        Trap::Throw(
+            ExceptionKind::OutOfMemory,
+            match header.size() {
+                Some(bytes) => {
+                    format!("cannot allocate {bytes} bytes: heap at its maximum of {max} bytes")
+                }
+                None => format!("cannot allocate {}", offload_heap::alloc::too_large(header)),
+            },
+        )
     }
 
     /// Whether the object at `r` (non-null) is an instance of module type `t`.
