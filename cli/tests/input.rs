@@ -116,6 +116,17 @@ fn a_multi_megabyte_program_is_read_in_linear_time() {
         "{}",
         &out[out.len().saturating_sub(2000)..]
     );
+    // Many source kernels: the front end looks each function up in a
+    // table (a scan of the module per name made 31,587 kernels take 24 s).
+    let many: String = (0..20_000)
+        .map(|k| {
+            format!("#[kernel]\nfn k{k}(i: i64, out: &mut [i64]) {{\n    out[i] = i + {k};\n}}\n")
+        })
+        .collect();
+    let mpath = temp("many.ofk", many.as_bytes());
+    let (code, out, err, _) = run(&["check", mpath.to_str().unwrap()], b"", limit);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("20000 kernels"), "{out}");
     // Many locals: the parser looks each name up in a table.
     let wide = temp("wide.obc", many_locals(100_000).as_bytes());
     let (code, out, err, _) = run(&["fmt", wide.to_str().unwrap()], b"", limit);

@@ -46,6 +46,10 @@ pub struct Decls<'a> {
     pub sigs: Vec<Sig>,
     /// The body of each function (`None`: an abstract method).
     pub bodies: Vec<Option<&'a syn::Block>>,
+    /// Each function by name (`Class.method` for methods): a file of many
+    /// functions is declared and lowered in linear time, not by a scan of
+    /// the module per name.
+    pub by_name: std::collections::HashMap<String, FuncId>,
 }
 
 impl std::fmt::Debug for Decls<'_> {
@@ -66,8 +70,9 @@ impl Decls<'_> {
 
     /// A free function (static or kernel) named `name`.
     pub fn function(&self, name: &str) -> Option<FuncId> {
-        self.module
-            .func_named(name)
+        self.by_name
+            .get(name)
+            .copied()
             .filter(|&f| !matches!(self.module.func(f).kind, FuncKind::Method { .. }))
     }
 }
@@ -444,6 +449,7 @@ pub fn declare<'a>(file: &'a syn::File, name: &str) -> R<Decls<'a>> {
         field_tys,
         sigs: Vec::new(),
         bodies: Vec::new(),
+        by_name: std::collections::HashMap::new(),
     };
     for d in methods.iter().chain(fns.iter()) {
         declare_fn(&mut decls, &d.sig, d.body, d.class, d.kernel)?;
@@ -476,7 +482,7 @@ fn declare_fn<'a>(
         Some(c) => format!("{}.{short}", d.module.class(c).name),
         None => short.clone(),
     };
-    if d.module.func_named(&name).is_some() {
+    if d.by_name.contains_key(&name) {
         return err(
             sp,
             match class {
@@ -594,6 +600,8 @@ fn declare_fn<'a>(
             },
         })
         .collect::<Vec<_>>();
+    d.by_name
+        .insert(name.clone(), FuncId::new(d.module.funcs.len()));
     d.module.funcs.push(Function {
         name,
         kind,

@@ -439,9 +439,7 @@ impl offload_host_interp::Collector for OnExhausted<'_> {
         }
         // Collect, and allocate in the same safepoint: no other worker can
         // take the room first.
-        let made = self
-            .gc
-            .collect_then(self.heap, self.control, own, alloc);
+        let made = self.gc.collect_then(self.heap, self.control, own, alloc);
         match made {
             Some(Ok(Some(at))) => AfterWait::Allocated(at),
             // Alone, nothing else can free anything: what fills the heap
