@@ -219,6 +219,34 @@ fn a_long_session_of_launches_does_not_leak() {
 }
 
 #[test]
+fn memory_a_collection_frees_goes_back_to_the_system() {
+    // A 1 MiB heap that grew to hold 48 MiB: once that is garbage, the
+    // collection gives the memory back (it had stayed committed), and what
+    // is committed again reads as zero.
+    let rt = runtime(Device::Cpu, 256 << 20, GcPolicy::default());
+    let start = rt.heap().committed();
+    let big = rt.new_array::<i64>(6 << 20).unwrap();
+    rt.write(&big, 0, &vec![-1i64; 6 << 20]).unwrap();
+    assert!(rt.heap().committed() >= 48 << 20);
+    drop(big);
+    let st = rt.collect().unwrap();
+    assert!(rt.heap().committed() <= 2 * start.max(2 << 20), "{st}");
+    assert!(st.released >= 40 << 20, "{st}");
+    assert!(
+        st.to_string().contains("bytes of memory given back"),
+        "{st}"
+    );
+    let again = rt.new_array::<i64>(6 << 20).unwrap();
+    assert!(rt.read(&again).unwrap().iter().all(|&x| x == 0));
+    // A heap in use keeps what it uses and room to grow: nothing is given
+    // back while the data lives.
+    let st = rt.collect().unwrap();
+    assert_eq!(st.released, 0, "{st}");
+    assert!(rt.heap().committed() >= 48 << 20);
+    verify(&rt);
+}
+
+#[test]
 fn redefined_classes_keep_a_healthy_heap() {
     let rt = runtime(Device::Cpu, 64 << 20, GcPolicy::default());
     let old = rt

@@ -276,6 +276,33 @@ impl Heap {
         (self.region.committed() / 8) as u64
     }
 
+    /// After a collection left eden's top at `top_words`: give back the
+    /// committed memory above what the heap keeps, the larger of its
+    /// initial size and twice what is in use — once committed memory is at
+    /// least half as much again as that, so that a heap whose use swings
+    /// does not commit and give back at every collection. Memory given
+    /// back reads as zero when committed again, so the high-water mark
+    /// comes down with it. A heap with a device copy keeps its memory (the
+    /// copy is sized by it). Returns the bytes given back.
+    pub(crate) fn release_above(&self, top_words: u64) -> u64 {
+        if self.is_mirrored() {
+            return 0;
+        }
+        let old = self.region.committed() as u64;
+        let keep = (top_words * 8 * 2).max(self.cfg.initial as u64);
+        if old < keep + keep / 2 {
+            return 0;
+        }
+        match self.region.shrink_to(keep as usize) {
+            Ok(now) => {
+                self.high_water
+                    .fetch_min((now / 8) as u64, Ordering::SeqCst);
+                old - now as u64
+            }
+            Err(_) => 0,
+        }
+    }
+
     /// Commit more memory so that at least `need_words` more fit above the
     /// current top. Returns false at the maximum.
     fn grow(&self, need_words: u64) -> bool {

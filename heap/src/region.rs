@@ -141,6 +141,50 @@ impl Region {
         Ok(new)
     }
 
+    /// Give back what is committed above `bytes` (rounded up as
+    /// [`Region::grow_to`] rounds): its pages return to the system and read
+    /// as zero when committed again. Returns the new committed size.
+    ///
+    /// The caller guarantees that nothing reads or writes
+    /// `[bytes, committed)` while this runs or afterwards until it is
+    /// committed again (the heap does it at a collection, above eden's
+    /// top).
+    pub fn shrink_to(&self, bytes: usize) -> std::io::Result<usize> {
+        let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.committed.load(Ordering::Acquire);
+        let unit = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            page_size()
+        };
+        let new = bytes.div_ceil(unit).saturating_mul(unit).min(self.reserved);
+        if new >= old {
+            return Ok(old);
+        }
+        // Lower the bound first: no checked access reaches past `new` once
+        // the pages go.
+        self.committed.store(new, Ordering::Release);
+        // SAFETY: [new, old) lies inside our reservation, is page aligned
+        // (`new` is a multiple of the page size; `old` was committed so) and
+        // by the caller's guarantee unused: dropping its pages and making
+        // it inaccessible affects nothing else.
+        let rc = unsafe {
+            let at = self.base.as_ptr().add(new).cast();
+            if libc::madvise(at, old - new, libc::MADV_DONTNEED) == 0 {
+                libc::mprotect(at, old - new, libc::PROT_NONE)
+            } else {
+                -1
+            }
+        };
+        if rc != 0 {
+            // Still mapped read-write: keep it committed.
+            let e = std::io::Error::last_os_error();
+            self.committed.store(old, Ordering::Release);
+            return Err(e);
+        }
+        Ok(new)
+    }
+
     #[inline]
     fn check(&self, off: usize, size: usize) -> bool {
         off.is_multiple_of(size) && off.checked_add(size).is_some_and(|e| e <= self.committed())

@@ -89,6 +89,9 @@ pub struct GcStats {
     pub moved: u64,
     /// Non-null roots visited.
     pub roots: u64,
+    /// Bytes of committed memory given back to the system after the
+    /// collection (`Heap::committed` fell by this much).
+    pub released: u64,
     /// Time to mark.
     pub mark: Duration,
     /// Time to compute new addresses, update references and move objects.
@@ -109,7 +112,7 @@ impl GcStats {
 }
 
 /// `freed F of B bytes (L in use after: N objects, P padding), M moved;
-/// mark X, compact Y`.
+/// mark X, compact Y`, and `; R bytes of memory given back` when some was.
 impl std::fmt::Display for GcStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -123,7 +126,11 @@ impl std::fmt::Display for GcStats {
             self.moved,
             self.mark.as_micros(),
             self.compact.as_micros()
-        )
+        )?;
+        if self.released > 0 {
+            write!(f, "; {} bytes of memory given back", self.released)?;
+        }
+        Ok(())
     }
 }
 
@@ -402,6 +409,7 @@ impl Heap {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
         self.host_wrote(0, next as usize * 8);
+        st.released = self.release_above(u64::from(next));
         self.finished.fetch_add(1, Ordering::SeqCst);
         st.after = u64::from(next) * 8;
         st.compact = t_mark.elapsed();
