@@ -130,7 +130,10 @@ fn deadline(device: Device) {
         .unwrap();
     let t = std::time::Instant::now();
     let r = rt.par_offload_with_deadline(0..n as i64, &k, Duration::from_millis(200));
-    assert!(t.elapsed() < Duration::from_secs(30), "{device:?}");
+    // The target is 100 ms; a loaded test machine gets ten times that.
+    let late = t.elapsed().saturating_sub(Duration::from_millis(200));
+    eprintln!("{device:?}: returned {late:?} after the deadline");
+    assert!(late < Duration::from_secs(1), "{device:?}: {late:?} late");
     let rep = match r {
         Err(OffloadError::Interrupted(rep)) => rep,
         other => panic!("{device:?}: expected a launch stopped at its deadline, got {other:?}"),
@@ -218,36 +221,57 @@ fn a_deadline_stops_only_its_own_launch() {
 /// chunks, and counts the rest as never started.
 #[test]
 fn a_deadline_stops_a_launch_over_the_whole_i64_range() {
-    for device in [Device::Cpu, Device::Interpreter] {
-        let (rt, _) = runtime(device, None);
-        // The spin kernel, storing to element 0 (its index stays an i64).
-        let m = rt
-            .load(
-                "idle.obc",
-                &SPIN.replace("    load i\n    i64.to_i32\n", "    i32.const 0\n"),
-            )
-            .unwrap();
-        let out = rt.new_array::<i32>(16).unwrap();
-        let k = m
-            .closure("spin", [2_000_000_000.into(), (&out).into()])
-            .unwrap();
-        let t = std::time::Instant::now();
-        let deadline = Duration::from_millis(200);
-        let r = rt.par_offload_with_deadline(0..i64::MAX, &k, deadline);
-        let late = t.elapsed().saturating_sub(deadline);
-        let rep = match r {
-            Err(OffloadError::Interrupted(rep)) => rep,
-            other => panic!("{device:?}: expected a launch stopped at its deadline, got {other:?}"),
-        };
-        assert!(
-            late < Duration::from_secs(2),
-            "{device:?}: {late:?} late: {rep}"
-        );
-        assert_eq!(rep.completed, 0, "{rep}");
-        assert_eq!(
-            rep.abandoned + rep.not_started(),
-            i64::MAX as u64,
-            "{device:?}: {rep}"
-        );
-    }
+    whole_range(Device::Cpu);
+    whole_range(Device::Interpreter);
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_deadline_stops_a_cuda_launch_over_the_whole_i64_range() {
+    whole_range(Device::Cuda);
+}
+
+fn whole_range(device: Device) {
+    // Not strict: on the compiled devices such a range falls back to the
+    // interpreter (their cursors cannot count to it), and the report says so.
+    let rt = Runtime::builder()
+        .device(device)
+        .workers(2)
+        .build()
+        .unwrap_or_else(|e| panic!("{device:?}: {e}"));
+    // The spin kernel, storing to element 0 (its index stays an i64).
+    let m = rt
+        .load(
+            "idle.obc",
+            &SPIN.replace("    load i\n    i64.to_i32\n", "    i32.const 0\n"),
+        )
+        .unwrap();
+    let out = rt.new_array::<i32>(16).unwrap();
+    let k = m
+        .closure("spin", [2_000_000_000.into(), (&out).into()])
+        .unwrap();
+    let t = std::time::Instant::now();
+    let deadline = Duration::from_millis(200);
+    let r = rt.par_offload_with_deadline(0..i64::MAX, &k, deadline);
+    let late = t.elapsed().saturating_sub(deadline);
+    eprintln!("{device:?}, 0..i64::MAX: returned {late:?} after the deadline");
+    let rep = match r {
+        Err(OffloadError::Interrupted(rep)) => rep,
+        other => panic!("{device:?}: expected a launch stopped at its deadline, got {other:?}"),
+    };
+    assert!(
+        late < Duration::from_secs(2),
+        "{device:?}: {late:?} late: {rep}"
+    );
+    assert_eq!(rep.completed, 0, "{rep}");
+    assert_eq!(
+        rep.abandoned + rep.not_started(),
+        i64::MAX as u64,
+        "{device:?}: {rep}"
+    );
+    assert_eq!(
+        rep.fallback.is_some(),
+        device != Device::Interpreter,
+        "{rep}"
+    );
 }
