@@ -9,11 +9,39 @@ use std::sync::Arc;
 pub fn span_of(s: proc_macro2::Span) -> Span {
     let start = s.start();
     let range = s.byte_range();
+    let (bytes, lines) = BASE.with(std::cell::Cell::get);
     Span {
-        start: range.start as u32,
-        end: range.end.max(range.start) as u32,
-        line: start.line as u32,
+        start: range.start as u32 + bytes,
+        end: range.end.max(range.start) as u32 + bytes,
+        line: start.line as u32 + lines,
         col: start.column as u32 + 1,
+    }
+}
+
+thread_local! {
+    /// Where the text being parsed starts in its file: bytes and lines
+    /// before it ([`Based`]).
+    static BASE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// While it lives, [`span_of`] places spans in a part of a file parsed on
+/// its own, which starts at a line start after `bytes` bytes and `lines`
+/// lines (the front end parses a file a part at a time: [`crate::parts`]).
+#[derive(Debug)]
+pub struct Based(());
+
+impl Based {
+    /// Spans are of text that starts `bytes` bytes and `lines` lines into
+    /// the file.
+    pub fn at(bytes: u32, lines: u32) -> Based {
+        BASE.with(|b| b.set((bytes, lines)));
+        Based(())
+    }
+}
+
+impl Drop for Based {
+    fn drop(&mut self) {
+        BASE.with(|b| b.set((0, 0)));
     }
 }
 

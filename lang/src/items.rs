@@ -457,6 +457,20 @@ pub fn declare<'a>(file: &'a syn::File, name: &str) -> R<Decls<'a>> {
     Ok(decls)
 }
 
+/// Declare the free functions of `part`, after everything [`declare`]
+/// declared from a file that held the rest of the items: the front end
+/// reads a file a part at a time (`crate::compile`), and a part's syntax
+/// tree is dropped once its functions are declared.
+pub fn declare_fns(d: &mut Decls<'_>, part: &syn::File) -> R<()> {
+    for item in &part.items {
+        if let syn::Item::Fn(f) = item {
+            check_attrs(&f.attrs, &["kernel"])?;
+            declare_fn(d, &f.sig, None, None, has_attr(&f.attrs, "kernel"))?;
+        }
+    }
+    Ok(())
+}
+
 fn declare_fn<'a>(
     d: &mut Decls<'a>,
     sig: &syn::Signature,

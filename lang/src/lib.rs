@@ -48,6 +48,7 @@ mod func;
 pub mod items;
 pub mod limits;
 pub mod ops;
+pub mod parts;
 mod stmt;
 pub mod ty;
 
@@ -66,7 +67,7 @@ pub const EXTENSION: &str = "ofk";
 /// first error is reported.
 pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
     limits::on_big_stack(|| {
-        let r = compile_keeping_spans(file, src);
+        let r = parts::compile(file, src);
         // The spans are all in the module and the diagnostics now: let
         // proc-macro2 forget this file's text (it keeps every parsed
         // file's for the thread's lifetime otherwise).
@@ -107,7 +108,7 @@ fn compile_keeping_spans(file: &str, src: &str) -> Result<Module, Diagnostics> {
         if decls.bodies[k].is_none() {
             continue;
         }
-        match lower(&decls, f) {
+        match lower(&decls, f, decls.bodies[k].expect("a body")) {
             Ok(func) => module.funcs[k] = func,
             Err(e) => errors.push(e.diagnostic(&file, Some(&decls.module.func(f).name))),
         }
@@ -165,9 +166,12 @@ fn internal_error(d: Diagnostic, names: &[String], spans: &[Vec<offload_ir::Span
     }
 }
 
-/// Lower one function's body.
-fn lower(d: &items::Decls<'_>, f: FuncId) -> Result<offload_ir::Function, Error> {
-    let body = d.bodies[f.index()].expect("a body");
+/// Lower function `f`'s body.
+fn lower(
+    d: &items::Decls<'_>,
+    f: FuncId,
+    body: &syn::Block,
+) -> Result<offload_ir::Function, Error> {
     let mut fb = Fb::new(d, f);
     let sig = &d.sigs[f.index()];
     if sig.kernel && sig.params[0].ty == Ty::I32 {

@@ -168,21 +168,21 @@ fn is_operator(c: u8) -> bool {
 }
 
 /// Where [`check`] is in the text, and on which line.
-struct Cursor<'a> {
-    b: &'a [u8],
-    i: usize,
-    line: u32,
-    line_start: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) i: usize,
+    pub(crate) line: u32,
+    pub(crate) line_start: usize,
 }
 
 impl Cursor<'_> {
     /// The byte `k` past the cursor.
-    fn peek(&self, k: usize) -> Option<u8> {
+    pub(crate) fn peek(&self, k: usize) -> Option<u8> {
         self.b.get(self.i + k).copied()
     }
 
     /// Past a newline at the cursor.
-    fn newline(&mut self) {
+    pub(crate) fn newline(&mut self) {
         self.i += 1;
         self.line += 1;
         self.line_start = self.i;
@@ -234,14 +234,14 @@ impl Cursor<'_> {
     }
 
     /// To the end of a `//` comment's line.
-    fn skip_line_comment(&mut self) {
+    pub(crate) fn skip_line_comment(&mut self) {
         while self.peek(0).is_some_and(|c| c != b'\n') {
             self.i += 1;
         }
     }
 
     /// Past a `/* */` comment (they nest in Rust).
-    fn skip_block_comment(&mut self) {
+    pub(crate) fn skip_block_comment(&mut self) {
         let mut depth = 0usize;
         while let Some(c) = self.peek(0) {
             if c == b'/' && self.peek(1) == Some(b'*') {
@@ -262,7 +262,7 @@ impl Cursor<'_> {
     }
 
     /// Past a string literal (escapes included).
-    fn skip_string(&mut self) {
+    pub(crate) fn skip_string(&mut self) {
         self.i += 1;
         while let Some(c) = self.peek(0).filter(|&c| c != b'"') {
             if c == b'\\' {
@@ -277,7 +277,7 @@ impl Cursor<'_> {
     }
 
     /// Past a character literal ('x', '\n') or a lifetime's quote ('a).
-    fn skip_quote(&mut self) {
+    pub(crate) fn skip_quote(&mut self) {
         if self.peek(1) == Some(b'\\') {
             self.i += 2;
             while self.peek(0).is_some_and(|c| c != b'\'') {
