@@ -18,6 +18,10 @@ use offload_testkit::reference::Rng;
 mod programs;
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "runs optimized (scripts/test-all): ~140 s unoptimized, ~20 s optimized"
+)]
 fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
     let mut rng = Rng::new(4242);
     let (mut sites_checked, mut frames_checked) = (0, 0);
