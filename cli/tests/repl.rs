@@ -138,22 +138,7 @@ run alloc_vectors 64 50 out
 run spin 4 30000000 c
 print c
 ";
-    let mut child = Command::new(bin())
-        .args(["repl", "--workers", "2"])
-        .current_dir(root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let (_, text) = piped_repl(script.as_bytes());
     for want in [
         "policy      trap-limit",
         "tlab        4096 bytes",
@@ -333,6 +318,27 @@ fn interactive() {
 
 /// Runs `offload run [args] SCRIPT` on `text`; the exit status, stdout and
 /// stderr.
+/// A REPL session with `input` piped in, run from the repository's root on
+/// two workers: whether it exited successfully, and its standard output.
+fn piped_repl(input: &[u8]) -> (bool, String) {
+    let out = Command::new(bin())
+        .args(["repl", "--workers", "2"])
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(input)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).expect("the REPL writes UTF-8"),
+    )
+}
+
 fn script_run(name: &str, text: &str, args: &[&str]) -> (bool, String, String) {
     let dir = std::env::temp_dir().join(format!("offload-script-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -396,21 +402,9 @@ fn a_deadline_stops_a_kernel_that_would_not_end() {
     assert!(err.contains("not started"), "{err}");
     assert!(!out.contains("out[0..2]"), "{out}");
     // The REPL setting: the session goes on after the deadline.
-    let out = Command::new(bin())
-        .args(["repl", "--workers", "2"])
-        .current_dir(root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(
-                b":load examples/kernels/spin.obc\nlet out = i32[4096]\n:set deadline 200ms\nrun spin 4096 2000000000 out\n:set deadline off\nrun spin 4 10 out\n",
-            )?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    let out = String::from_utf8_lossy(&out.stdout);
+    let (_, out) = piped_repl(
+        b":load examples/kernels/spin.obc\nlet out = i32[4096]\n:set deadline 200ms\nrun spin 4096 2000000000 out\n:set deadline off\nrun spin 4 10 out\n",
+    );
     assert!(
         out.contains("error: stopped at the deadline (200 ms)"),
         "{out}"
@@ -436,22 +430,8 @@ fn a_script_fails_when_a_definition_waits_for_a_name_never_defined() {
         "{err}"
     );
     // A piped session says so at the end of its input.
-    let out = Command::new(bin())
-        .args(["repl", "--workers", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .unwrap()
-                .write_all(b"kernel k(i: i64) {\n    call nope\n    ret\n}\n")?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    assert!(out.status.success());
-    let out = String::from_utf8_lossy(&out.stdout);
+    let (ok, out) = piped_repl(b"kernel k(i: i64) {\n    call nope\n    ret\n}\n");
+    assert!(ok);
     assert!(
         out.contains("error: <stdin>: the input ended with definitions that name what was never defined:\n  kernel k: unknown function `nope` at <stdin>:2:10"),
         "{out}"
@@ -476,18 +456,7 @@ fn a_bad_definition_among_good_ones_is_the_one_reported() {
     assert!(!out.contains("defined func c"), "ran past the error: {out}");
     assert!(err.contains("bad_among.ofs:7:5"), "{err}");
     // A piped session reports `b` and defines the others.
-    let out = Command::new(bin())
-        .args(["repl", "--workers", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(defs.as_bytes())?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    let out = String::from_utf8_lossy(&out.stdout);
+    let (_, out) = piped_repl(defs.as_bytes());
     assert!(
         out.contains("defined func a") && out.contains("defined func c"),
         "{out}"

@@ -110,18 +110,24 @@ impl Region {
         self.committed.load(Ordering::Acquire)
     }
 
+    /// `bytes` rounded up to the unit of commitment — a huge page when it
+    /// is at least one, else a page — and capped at the reservation's end.
+    fn commit_bound(&self, bytes: usize) -> usize {
+        let unit = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            page_size()
+        };
+        bytes.div_ceil(unit).saturating_mul(unit).min(self.reserved)
+    }
+
     /// Commit at least `bytes`: rounded up to a huge page when that is at
     /// least one, else to a page, and capped at the reservation's end
     /// (which is only page aligned). Returns the new committed size. Fresh pages read as zero.
     pub fn grow_to(&self, bytes: usize) -> std::io::Result<usize> {
         let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.committed.load(Ordering::Acquire);
-        let unit = if bytes >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            page_size()
-        };
-        let new = bytes.div_ceil(unit).saturating_mul(unit).min(self.reserved);
+        let new = self.commit_bound(bytes);
         if new <= old {
             return Ok(old);
         }
@@ -152,12 +158,7 @@ impl Region {
     pub fn shrink_to(&self, bytes: usize) -> std::io::Result<usize> {
         let _guard = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.committed.load(Ordering::Acquire);
-        let unit = if bytes >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            page_size()
-        };
-        let new = bytes.div_ceil(unit).saturating_mul(unit).min(self.reserved);
+        let new = self.commit_bound(bytes);
         if new >= old {
             return Ok(old);
         }

@@ -66,11 +66,7 @@ impl Control {
         self.cv.notify_all();
         let out = loop {
             if st.requested {
-                st.room_waiters -= 1;
-                self.room_waiters.store(st.room_waiters, Ordering::Relaxed);
-                drop(st);
-                self.park_with(Some(own));
-                return Room::Parked;
+                break Room::Parked;
             }
             let now = Instant::now();
             if st.progress != seen && now >= not_before {
@@ -94,6 +90,10 @@ impl Control {
         };
         st.room_waiters -= 1;
         self.room_waiters.store(st.room_waiters, Ordering::Relaxed);
+        if out == Room::Parked {
+            drop(st);
+            self.park_with(Some(own));
+        }
         out
     }
 

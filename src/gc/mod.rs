@@ -277,9 +277,8 @@ impl Collector {
         control: &Control,
         own: &mut dyn Roots,
     ) -> Option<Result<GcStats, OffloadError>> {
-        let (r, tts) =
-            control.safepoint_from_worker(own, |parked| self.collect_stopped(heap, parked))?;
-        Some(self.account(r, tts))
+        self.collect_then(heap, control, own, || ())
+            .map(|r| r.map(|(st, ())| st))
     }
 
     /// [`Collector::collect_from_worker`], then `then()` inside the same
@@ -290,11 +289,11 @@ impl Collector {
         control: &Control,
         own: &mut dyn Roots,
         then: impl FnOnce() -> T,
-    ) -> Option<Result<T, OffloadError>> {
+    ) -> Option<Result<(GcStats, T), OffloadError>> {
         let (r, tts) = control.safepoint_from_worker(own, |parked| {
             self.collect_stopped(heap, parked).map(|st| (st, then()))
         })?;
-        Some(r.and_then(|(st, t)| self.account(Ok(st), tts).map(|_| t)))
+        Some(r.and_then(|(st, t)| Ok((self.account(Ok(st), tts)?, t))))
     }
 
     fn account(
@@ -441,11 +440,11 @@ impl offload_host_interp::Collector for OnExhausted<'_> {
         // take the room first.
         let made = self.gc.collect_then(self.heap, self.control, own, alloc);
         match made {
-            Some(Ok(Some(at))) => AfterWait::Allocated(at),
+            Some(Ok((_, Some(at)))) => AfterWait::Allocated(at),
             // Alone, nothing else can free anything: what fills the heap
             // lives on, and until the next launch starts, allocations that
             // find no room fail at once.
-            Some(Ok(None)) if room == Room::Alone => {
+            Some(Ok((_, None))) if room == Room::Alone => {
                 self.gc.full.store(true, Relaxed);
                 AfterWait::OutOfMemory
             }
