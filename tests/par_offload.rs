@@ -325,6 +325,15 @@ fn objects_from_rust() {
             .to_string()
             .contains("abstract")
     );
+    for err in [
+        m.new_object("Circel").unwrap_err(),
+        m.new_ref_array("Circel", 3).unwrap_err(),
+    ] {
+        assert_eq!(
+            err.to_string(),
+            "module `shapes.obc` has no class `Circel`; did you mean `Circle`?"
+        );
+    }
     assert!(m.get_field::<f32>(&c, "r").is_err());
     assert!(m.set_field(&c, "nope", 1i32).is_err());
     assert!(m.set_field(&c, "r", 1i32).is_err());

@@ -130,9 +130,7 @@ impl Module {
     /// A new zeroed instance of `class`.
     pub fn new_object(&self, class: &str) -> Result<Object, OffloadError> {
         let v = self.prog.verified();
-        let c = v.class_named(class).ok_or_else(|| {
-            OffloadError::Lookup(format!("module `{}` has no class `{class}`", self.name))
-        })?;
+        let c = self.class_id(class)?;
         if let Some(&a) = v.vtable(c).iter().find(|&&m| v.func(m).is_abstract()) {
             return Err(OffloadError::Lookup(format!(
                 "cannot instantiate `{class}`: `{}` is abstract",
@@ -226,11 +224,23 @@ impl Module {
 }
 
 impl Module {
+    /// The class named `class`, or an error naming the module and its
+    /// nearest class name.
+    fn class_id(&self, class: &str) -> Result<offload_ir::ClassId, OffloadError> {
+        let v = self.prog.verified();
+        v.class_named(class).ok_or_else(|| {
+            let hint = offload_ir::nearest(class, v.classes.iter().map(|c| c.name.as_str()))
+                .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
+            OffloadError::Lookup(format!(
+                "module `{}` has no class `{class}`{hint}",
+                self.name
+            ))
+        })
+    }
+
     /// A new array of `len` null references to `class` (`class[]`).
     pub fn new_ref_array(&self, class: &str, len: usize) -> Result<RefArray, OffloadError> {
-        let c = self.prog.verified().class_named(class).ok_or_else(|| {
-            OffloadError::Lookup(format!("module `{}` has no class `{class}`", self.name))
-        })?;
+        let c = self.class_id(class)?;
         let len = u32::try_from(len)
             .ok()
             .filter(|&l| l <= i32::MAX as u32)

@@ -232,6 +232,23 @@ pub fn command_names() -> impl Iterator<Item = &'static str> {
     COMMANDS.iter().flat_map(|c| c.names.iter().copied())
 }
 
+/// `   (short: :h)` for a command whose other names are short forms of
+/// its first (`:help` and `:h`, `print` and `p`), so that every name the
+/// REPL accepts — and may suggest — is on the list; nothing otherwise.
+fn short_forms(c: &Cmd) -> String {
+    let first = c.names[0];
+    let short: Vec<&str> = c.names[1..]
+        .iter()
+        .copied()
+        .filter(|n| n.len() < first.len() && first.starts_with(&n[..1]))
+        .collect();
+    if short.is_empty() {
+        String::new()
+    } else {
+        format!("   (short: {})", short.join(", "))
+    }
+}
+
 /// `:help` or `:help CMD`.
 pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
     let mut s = String::new();
@@ -244,7 +261,7 @@ pub fn help(cmd: Option<&str>) -> Result<String, super::session::ReplError> {
                     let names: Vec<&str> = SETTINGS.iter().map(|s| s.0).collect();
                     s.push_str(&format!("  :set SETTING VALUE ({})\n", names.join(", ")));
                 } else {
-                    s.push_str(&format!("  {first}\n"));
+                    s.push_str(&format!("  {first}{}\n", short_forms(c)));
                 }
             }
             s.push_str("Ctrl-C interrupts a running launch; Ctrl-D or :quit leaves.\n");
@@ -297,4 +314,26 @@ fn textwrap(text: &str, width: usize) -> String {
     }
     out.push_str(&line);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name the REPL accepts for a command (and so may suggest for a
+    /// mistyped one, like `:h` for `:he`) is on the `:help` list.
+    #[test]
+    fn the_list_names_every_command_and_short_form() {
+        let list = help(None).unwrap_or_default();
+        let words: Vec<&str> = list
+            .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')' || c == '|')
+            .collect();
+        for name in command_names() {
+            assert!(
+                words.contains(&name),
+                "`{name}` is accepted but not listed:\n{list}"
+            );
+        }
+        assert!(list.contains(":help [COMMAND]   (short: :h)"), "{list}");
+    }
 }

@@ -573,6 +573,26 @@ impl Session {
                 1.0
             ),
             class => {
+                let classes = self.module.as_ref().map(|m| &m.program().verified().classes);
+                let names: Vec<&str> = classes
+                    .into_iter()
+                    .flatten()
+                    .map(|c| c.name.as_str())
+                    .collect();
+                if !names.contains(&class) {
+                    bail!(
+                        "unknown element type `{class}` (i32, i64, f32, f64, or a class: {}){}",
+                        if names.is_empty() {
+                            "this session defines none".to_string()
+                        } else {
+                            names.join(", ")
+                        },
+                        did_you_mean(
+                            class,
+                            ["i32", "i64", "f32", "f64"].into_iter().chain(names.iter().copied())
+                        )
+                    );
+                }
                 let m = self.module()?.clone();
                 let a = m.new_ref_array(class, len)?;
                 match mode {
