@@ -157,8 +157,12 @@ pub(crate) struct Replays {
     pub(crate) replayed: u64,
     /// Workitems an interrupt stopped part-way.
     pub(crate) abandoned: u64,
-    /// The first [`LaunchReport::TABLE_ROWS`] rows (in the order added).
+    /// Rows of the lowest workitems seen: at most twice
+    /// [`LaunchReport::TABLE_ROWS`], cut back to that many lowest when full.
     table: Vec<DeoptRow>,
+    /// Once the table has been cut: the highest workitem it kept (a row
+    /// above it can never be among the lowest).
+    table_cutoff: Option<i64>,
     /// The replays' exceptions.
     pub(crate) thrown: Thrown,
 }
@@ -237,8 +241,18 @@ impl Replays {
         }
     }
 
+    /// Keep the row of record `h` if its workitem may be among the
+    /// [`LaunchReport::TABLE_ROWS`] lowest of the launch (records arrive in
+    /// no order: slots deopt out of order and the save area is drained as
+    /// it fills, so the first rows added are not the first workitems).
     fn row(&mut self, meta: &DeoptMetadata, h: Header, action: DeoptAction, values: &[u64]) {
-        if self.table.len() < LaunchReport::TABLE_ROWS {
+        if self.table_cutoff.is_none_or(|c| h.0 < c) {
+            if self.table.len() == 2 * LaunchReport::TABLE_ROWS {
+                self.cut_table();
+                if self.table_cutoff.is_some_and(|c| h.0 >= c) {
+                    return;
+                }
+            }
             self.table.push(DeoptRow {
                 workitem: h.0,
                 action,
@@ -248,6 +262,16 @@ impl Replays {
                 values: values.to_vec(),
                 saved: Vec::new(),
             });
+        }
+    }
+
+    /// Cut the table to its [`LaunchReport::TABLE_ROWS`] lowest
+    /// workitems (stable: rows of one workitem keep their order).
+    fn cut_table(&mut self) {
+        self.table.sort_by_key(|r| r.workitem);
+        self.table.truncate(LaunchReport::TABLE_ROWS);
+        if self.table.len() == LaunchReport::TABLE_ROWS {
+            self.table_cutoff = self.table.last().map(|r| r.workitem);
         }
     }
 
@@ -266,6 +290,7 @@ impl Replays {
         self.replayed += other.replayed;
         self.abandoned += other.abandoned;
         self.table.extend(other.table);
+        self.cut_table();
         self.thrown = self.thrown.merge(other.thrown);
         self
     }
@@ -294,8 +319,7 @@ impl Replays {
         report.replayed += self.replayed;
         report.resumed += self.resumed;
         report.abandoned += self.abandoned;
-        self.table.sort_by_key(|r| r.workitem);
-        self.table.truncate(LaunchReport::TABLE_ROWS);
+        self.cut_table();
         crate::report::name_saved(prog, meta, &mut self.table);
         report.deopt_table = self.table;
         self.thrown
