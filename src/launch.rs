@@ -27,7 +27,9 @@ pub(crate) struct Devices<'a> {
 }
 
 /// Run `call` over `range` on `devices` as the kernel's `state` plans it,
-/// within `deadline`, and let its policy see the report.
+/// within `deadline`, and let its policy see the report. `before` is the
+/// runtime's collection totals when the launch began and the time a
+/// collection took then (both go into the report).
 pub(crate) fn launch(
     env: &LaunchEnv,
     devices: Devices<'_>,
@@ -35,6 +37,7 @@ pub(crate) fn launch(
     state: &Mutex<KernelState>,
     range: Range<i64>,
     deadline: Option<Duration>,
+    (gc_before, collected): (crate::GcSummary, Duration),
 ) -> Result<LaunchReport, OffloadError> {
     if range.start > range.end {
         return Err(OffloadError::Range {
@@ -57,7 +60,6 @@ pub(crate) fn launch(
         .plan(&env.settings);
     // The launch's interrupt ticket: what a deadline interrupts.
     let ticket = env.control.interrupt_epoch();
-    let gc_before = env.gc.totals();
     let mut r = match deadline {
         None => launch_on(env, devices, call, &plan, range, ticket),
         Some(d) => {
@@ -74,6 +76,7 @@ pub(crate) fn launch(
     env.control.finish_launch(ticket);
     if let Some(rep) = report_mut(&mut r) {
         rep.gc = env.gc.totals().since(&gc_before);
+        rep.timings = std::mem::take(&mut rep.timings).after_collection(collected);
     }
     // An interrupted launch ran part of its range: it tells the policy
     // nothing about the kernel.

@@ -16,13 +16,20 @@ pub use gc::GcSummary;
 /// How long each phase of a launch took, as wall-clock time on the host.
 ///
 /// The phases follow one another, so they partition the launch:
-/// `compile + setup + run + replay + teardown == total`, exactly (each is
+/// `collect + compile + setup + run + replay + teardown == total`, exactly (each is
 /// measured between two of the same clock's readings). On the CPU device,
 /// slots replay their deopted workitems while other slots still run
 /// compiled code; there `replay` is the longest any slot spent replaying and
 /// `run` the rest of the time the slots took.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timings {
+    /// A collection the heap was due for, run when the launch began,
+    /// before any of its workers (zero when none was due). Its pause
+    /// (in the launch's [`LaunchReport::gc`]) is the part of this with the
+    /// workers stopped; the rest is the collector's work around it
+    /// (finding the roots, giving memory back). Collections the workers
+    /// start while they run are part of `run`.
+    pub collect: Duration,
     /// Waiting for the kernel version's code: compiling it (and, on the
     /// CUDA device, loading it into the driver) when this launch is its
     /// first, a cache lookup otherwise. The CPU device's optimized tier,
@@ -44,16 +51,21 @@ pub struct Timings {
     pub total: Duration,
 }
 
-/// `T ms (compile a ms, setup b ms, run c ms, replay d ms, teardown e ms)`;
-/// the parts add up to the total (each figure is rounded to the
-/// microsecond, so the printed parts can miss the printed total by a few).
+/// `T ms (compile a ms, setup b ms, run c ms, replay d ms, teardown e ms)`,
+/// with `collect z ms, ` first when a collection ran at the start; the
+/// parts add up to the total (each figure is rounded to the microsecond,
+/// so the printed parts can miss the printed total by a few).
 impl fmt::Display for Timings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         write!(f, "{:.3} ms (", ms(self.total))?;
-        for (i, (name, d)) in self.parts().iter().enumerate() {
+        let shown = self
+            .parts()
+            .into_iter()
+            .filter(|&(name, d)| name != "collect" || !d.is_zero());
+        for (i, (name, d)) in shown.enumerate() {
             let sep = if i == 0 { "" } else { ", " };
-            write!(f, "{sep}{name} {:.3} ms", ms(*d))?;
+            write!(f, "{sep}{name} {:.3} ms", ms(d))?;
         }
         write!(f, ")")
     }
@@ -88,6 +100,7 @@ impl Timings {
         teardown: Duration,
     ) -> Timings {
         Timings {
+            collect: Duration::ZERO,
             compile,
             setup,
             run,
@@ -97,9 +110,18 @@ impl Timings {
         }
     }
 
+    /// These timings with a collection of `d` before them (`collect`,
+    /// and the total grows by as much).
+    pub(crate) fn after_collection(mut self, d: Duration) -> Timings {
+        self.collect += d;
+        self.total += d;
+        self
+    }
+
     /// The parts as `name value` pairs, in launch order.
-    pub fn parts(&self) -> [(&'static str, Duration); 5] {
+    pub fn parts(&self) -> [(&'static str, Duration); 6] {
         [
+            ("collect", self.collect),
             ("compile", self.compile),
             ("setup", self.setup),
             ("run", self.run),

@@ -771,4 +771,3 @@ fn workers_take_from_each_others_parts_and_run_every_workitem_once() {
         }
     }
 }
-

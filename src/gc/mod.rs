@@ -301,11 +301,12 @@ impl Collector {
         r: Result<GcStats, OffloadError>,
         tts: Duration,
     ) -> Result<GcStats, OffloadError> {
-        let st = r?;
+        let mut st = r?;
+        st.to_safepoint = tts;
         self.totals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .add(&st, tts);
+            .add(&st);
         self.live_after
             .store(st.after, std::sync::atomic::Ordering::Relaxed);
         *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(st.clone());
@@ -430,7 +431,7 @@ impl offload_host_interp::Collector for OnExhausted<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .map_or(Duration::ZERO, |st| st.mark + st.compact);
+            .map_or(Duration::ZERO, GcStats::pause);
         let not_before = std::time::Instant::now() + pause * 4;
         let room = self.control.wait_for_room(own, not_before);
         if room == Room::Parked {

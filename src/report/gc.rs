@@ -10,8 +10,8 @@ use std::time::Duration;
 pub struct GcSummary {
     /// Collections that ran.
     pub collections: u64,
-    /// Their pauses added up: for each, the time to bring every worker to
-    /// the safepoint plus the collection itself (`GcStats::pause`).
+    /// Their pauses added up (`GcStats::pause`: for each, the time to
+    /// bring every worker to the safepoint plus the collection itself).
     pub pause: Duration,
     /// Bytes they freed, added up (`GcStats::freed`).
     pub freed: u64,
@@ -38,10 +38,9 @@ impl GcSummary {
         }
     }
 
-    /// Count collection `st`, whose workers took `tts` to reach the
-    /// safepoint.
-    pub(crate) fn add(&mut self, st: &GcStats, tts: Duration) {
-        let pause = st.pause() + tts;
+    /// Count collection `st`.
+    pub(crate) fn add(&mut self, st: &GcStats) {
+        let pause = st.pause();
         self.collections += 1;
         self.pause += pause;
         self.freed += st.freed();

@@ -507,9 +507,18 @@ impl Runtime {
         };
         let state = self.kernel_state(closure);
         let env = &self.inner.env;
-        if env.gc.due(&env.heap) {
+        // A collection the heap is due for belongs to this launch: its
+        // time is the report's `collect` phase, its pause in the report's
+        // `gc` (a first launch after big allocations was 8 ms longer than
+        // its report said).
+        let gc_before = env.gc.totals();
+        let collected = if env.gc.due(&env.heap) {
+            let t = std::time::Instant::now();
             self.collect()?;
-        }
+            t.elapsed()
+        } else {
+            std::time::Duration::ZERO
+        };
         // The launch's captures, read from the closure's roots and
         // registered as roots of the launch before a collection can move
         // them (this thread is a running worker meanwhile).
@@ -530,6 +539,7 @@ impl Runtime {
             &state,
             range,
             deadline,
+            (gc_before, collected),
         )
     }
 

@@ -92,6 +92,10 @@ pub struct GcStats {
     /// Bytes of committed memory given back to the system after the
     /// collection (`Heap::committed` fell by this much).
     pub released: u64,
+    /// Time to bring every worker to the safepoint the collection ran in
+    /// (set by the runtime that stopped them; zero for a collection of a
+    /// heap no one else uses).
+    pub to_safepoint: Duration,
     /// Time to mark.
     pub mark: Duration,
     /// Time to compute new addresses, update references and move objects.
@@ -104,10 +108,12 @@ impl GcStats {
         self.before.saturating_sub(self.after)
     }
 
-    /// The pause inside the heap: `mark + compact` (the runtime adds the
-    /// time to reach the safepoint).
+    /// The pause: `to_safepoint + mark + compact`, the time the launch's
+    /// workers stood still for this collection. The one figure every
+    /// report of a collection's pause shows (`:gc`, `:heap`,
+    /// `GcSummary::pause` adds these up).
     pub fn pause(&self) -> Duration {
-        self.mark + self.compact
+        self.to_safepoint + self.mark + self.compact
     }
 }
 
@@ -117,13 +123,15 @@ impl std::fmt::Display for GcStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "freed {} of {} bytes ({} in use after: {} objects, {} bytes of padding), {} moved; mark {} µs, compact {} µs",
+            "freed {} of {} bytes ({} in use after: {} objects, {} bytes of padding), {} moved; pause {} µs (to the safepoint {} µs, mark {} µs, compact {} µs)",
             self.freed(),
             self.before,
             self.after,
             self.live_objects,
             self.padding,
             self.moved,
+            self.pause().as_micros(),
+            self.to_safepoint.as_micros(),
             self.mark.as_micros(),
             self.compact.as_micros()
         )?;

@@ -573,7 +573,10 @@ impl Session {
                 1.0
             ),
             class => {
-                let classes = self.module.as_ref().map(|m| &m.program().verified().classes);
+                let classes = self
+                    .module
+                    .as_ref()
+                    .map(|m| &m.program().verified().classes);
                 let names: Vec<&str> = classes
                     .into_iter()
                     .flatten()
@@ -589,7 +592,9 @@ impl Session {
                         },
                         did_you_mean(
                             class,
-                            ["i32", "i64", "f32", "f64"].into_iter().chain(names.iter().copied())
+                            ["i32", "i64", "f32", "f64"]
+                                .into_iter()
+                                .chain(names.iter().copied())
                         )
                     );
                 }
