@@ -464,6 +464,8 @@ pub(crate) struct DeviceFacts {
     pub(crate) version: u32,
     /// [`LaunchReport::quick_tier`].
     pub(crate) quick_tier: bool,
+    /// [`LaunchReport::quick_workitems`].
+    pub(crate) quick_workitems: u64,
     /// [`LaunchReport::launches`]: `None` for one (a device whose rounds
     /// re-enter rather than relaunch).
     pub(crate) launches: Option<u64>,
@@ -545,6 +547,7 @@ pub(crate) fn run<D: Compiled>(
     report.alloc = facts.alloc;
     report.version = Some(facts.version);
     report.quick_tier = facts.quick_tier;
+    report.quick_workitems = facts.quick_workitems;
     report.waits = facts.waits;
     report.gpu = facts.gpu;
     report.to_device_bytes = facts.to_device_bytes;

@@ -203,9 +203,15 @@ pub struct LaunchReport {
     /// The compiled version that ran (`None`: the interpreter ran the
     /// launch).
     pub version: Option<u32>,
-    /// The CPU device ran the version's quick tier: its optimized code was
-    /// still being compiled (see [`crate::RuntimeBuilder::tiered`]).
+    /// The launch began on the CPU device's quick tier of the version: its
+    /// optimized code was still being compiled (see
+    /// [`crate::RuntimeBuilder::tiered`]). Each slot switches to the
+    /// optimized code at its next claim once that is ready;
+    /// [`LaunchReport::quick_workitems`] says how much ran before.
     pub quick_tier: bool,
+    /// Workitems of [`LaunchReport::on_device`] that the quick tier ran;
+    /// the rest ran the optimized code (0 when `quick_tier` is false).
+    pub quick_workitems: u64,
     /// The speculations compiled into that version, with the sites that
     /// guard them.
     pub speculations: Vec<offload_deopt::SpecRecord>,
@@ -470,6 +476,7 @@ impl LaunchReport {
             site_deopts: BTreeMap::new(),
             version: None,
             quick_tier: false,
+            quick_workitems: 0,
             speculations: Vec::new(),
             decision: None,
             fallback: None,
@@ -541,6 +548,14 @@ impl fmt::Display for LaunchReport {
             self.completed,
             self.threw,
         )?;
+        if self.quick_tier {
+            write!(
+                f,
+                " ({} on the quick tier, {} optimized)",
+                self.quick_workitems,
+                self.on_device - self.quick_workitems.min(self.on_device)
+            )?;
+        }
         if self.abandoned + self.not_started() > 0 {
             write!(
                 f,

@@ -643,6 +643,67 @@ fn a_tiered_runtime_runs_the_quick_tier_first_and_the_optimized_tier_once_compil
 }
 
 #[test]
+fn a_launch_that_began_on_the_quick_tier_switches_to_the_optimized_code_once_it_is_ready() {
+    // A first launch long enough to outlast the optimized compile: another
+    // thread waits for that compile while the launch runs, and the slots
+    // switch at their next claims (before, the whole launch ran the quick
+    // tier). With injected safepoint stops, records written by one tier
+    // are resumed or replayed after the switch: each workitem still counts
+    // to `iters` exactly once.
+    for inject in [None, Some(50)] {
+        let mut b = Runtime::builder().workers(2).device(Device::Cpu);
+        if let Some(every) = inject {
+            b = b.inject_safepoints(every, Some(7));
+        }
+        let rt = b.build().unwrap();
+        let m = rt
+            .load("spin.obc", include_str!("../examples/kernels/spin.obc"))
+            .unwrap();
+        let n = 4096;
+        // About 0.7 s of optimized code on two workers: longer than the
+        // optimized compile even in an unoptimized build of the runtime.
+        let iters = 1_000_000;
+        let out = rt.new_array::<i32>(n).unwrap();
+        let c = m.closure("spin", [iters.into(), (&out).into()]).unwrap();
+        let r = std::thread::scope(|s| {
+            let launch = s.spawn(|| par_offload(0..n as i64, &c).unwrap());
+            // The launch compiles its quick tier first, then starts the
+            // optimized compile: wait for that compile once it exists.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            rt.finish_compiles();
+            launch.join().unwrap()
+        });
+        assert!(r.quick_tier, "{r}");
+        assert!(
+            r.quick_workitems < r.on_device,
+            "the launch switched tiers part-way: {r}"
+        );
+        assert!(r.to_string().contains(" on the quick tier, "), "{r}");
+        assert_eq!(rt.read(&out).unwrap(), vec![iters; n], "{r}");
+        // The next launch runs optimized code from its start.
+        let r = par_offload(0..n as i64, &c).unwrap();
+        assert!(!r.quick_tier && r.quick_workitems == 0, "{r}");
+    }
+}
+
+#[test]
+fn a_first_launch_over_a_large_range_waits_for_the_optimized_code() {
+    // At 2^19 workitems or more the quick tier would cost the launch more
+    // than the optimized compile takes (saxpy over 10^7: 2.1x the time of
+    // an untiered runtime's first launch even with the switch).
+    let rt = cpu(2);
+    let m = rt.load("inc.obc", INC).unwrap();
+    let small = rt.new_array::<i32>(1 << 10).unwrap();
+    let r = par_offload(0..1 << 10, m.closure("inc", [(&small).into()]).unwrap()).unwrap();
+    assert!(r.quick_tier, "{r}");
+    let m = rt.load("inc.obc", INC).unwrap();
+    let big = rt.new_array::<i32>(1 << 20).unwrap();
+    let r = par_offload(0..1 << 20, m.closure("inc", [(&big).into()]).unwrap()).unwrap();
+    assert!(!r.quick_tier, "{r}");
+    assert_eq!(rt.read(&big).unwrap(), vec![1; 1 << 20]);
+}
+
+#[test]
 fn both_tiers_deopt_at_the_same_sites_and_replay_exactly_once() {
     // Every 7th workitem deopts at the store; `inc` adds one per workitem.
     for tiered in [true, false] {
@@ -682,6 +743,9 @@ fn injected_random_safepoints_come_at_the_rate_asked_for() {
         let rt = Runtime::builder()
             .workers(2)
             .device(Device::Cpu)
+            // The quick tier throughout: its loops poll at every back-edge
+            // (the optimized code's unrolled loops once per round).
+            .tier_up(false)
             .deopt_records(1)
             .inject_safepoints(every, Some(seed))
             .build()

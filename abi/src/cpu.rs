@@ -65,6 +65,13 @@ pub struct LaunchCtx {
     /// The heap's page table: one tag per page ([`crate::pages`]), from
     /// which compiled code reads an object's class without its header.
     pub pages: *const u32,
+    /// Non-zero once better code for this kernel version is ready than the
+    /// code running: the quick tier (`offload_jit::CompileOptions::quick`)
+    /// reads it before each claim and stops there (`exit::STOPPED`, with
+    /// nothing unstarted), so that its worker enters the optimized code for
+    /// the rest of the launch. Never null; the optimized tier does not read
+    /// it.
+    pub better: *const AtomicU32,
 }
 
 /// The words one slot writes and the host reads between the slot's
@@ -215,6 +222,8 @@ pub mod offsets {
     pub const NURSERY: i32 = offset_of!(LaunchCtx, nursery) as i32;
     /// [`LaunchCtx::pages`].
     pub const PAGES: i32 = offset_of!(LaunchCtx, pages) as i32;
+    /// [`LaunchCtx::better`].
+    pub const BETTER: i32 = offset_of!(LaunchCtx, better) as i32;
 
     /// Bytes from one [`Part`] to the next.
     pub const PART_BYTES: i64 = size_of::<Part>() as i64;

@@ -3,6 +3,7 @@
 //! ([`CpuLaunch`]), and each worker's slot as a unit of rounds
 //! ([`CpuSlot`]).
 
+use super::Tiers;
 use super::{MIN_PART_CLAIMS, chunk_size};
 use crate::adaptive::Plan;
 use crate::device::Device;
@@ -19,14 +20,16 @@ use offload_deopt::{Reason, SaveArea};
 use offload_heap::Allocator;
 use offload_jit::{CompiledKernel, LaunchCtx};
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
 
 /// Run `ck` over `range`: one launch on the CPU device.
 pub(super) fn run(
     env: &LaunchEnv,
     range: Range<i64>,
     call: KernelCall<'_>,
-    ck: &CompiledKernel,
+    ck: &Arc<CompiledKernel>,
+    tiers: Option<&Tiers>,
     plan: &Plan,
     started: Started,
 ) -> Result<LaunchReport, OffloadError> {
@@ -35,6 +38,14 @@ pub(super) fn run(
     // and everything goes to the GPU after, however the launch ends.
     let dev = CpuLaunch {
         ck,
+        tiers,
+        // The quick tier's launch watches for the optimized code; any other
+        // has the best there is, or runs the code it began with (its word
+        // is never set).
+        better: match tiers {
+            Some(t) if ck.quick => t.watch(),
+            _ => Arc::default(),
+        },
         image: env.heap.raw_image()?,
     };
     let code = Code {
@@ -46,7 +57,13 @@ pub(super) fn run(
 
 /// The CPU device's side of one launch of `ck`.
 struct CpuLaunch<'a> {
-    ck: &'a CompiledKernel,
+    ck: &'a Arc<CompiledKernel>,
+    /// The version's tiers: a launch that began on the quick tier has its
+    /// slots switch to the optimized code once it is ready (`None`: it
+    /// keeps the code it began with).
+    tiers: Option<&'a Tiers>,
+    /// Set when the optimized code is ready (`LaunchCtx::better`).
+    better: Arc<AtomicU32>,
     /// The heap as compiled code sees it (a compiled kernel's stores are
     /// not tracked: dropped, it marks the whole heap written).
     image: offload_heap::RawImage<'a>,
@@ -71,6 +88,8 @@ struct CpuState {
     /// A replay stored a reference to an object of this launch into an
     /// older object (the interpreter's write barrier).
     escaped: bool,
+    /// Workitems the quick tier completed ([`LaunchReport::quick_workitems`]).
+    quick: u64,
 }
 
 impl Compiled for CpuLaunch<'_> {
@@ -120,6 +139,7 @@ impl Compiled for CpuLaunch<'_> {
             slot_words,
             written: Vec::with_capacity(workers),
             escaped: false,
+            quick: 0,
         };
         Ok((state, workers, area))
     }
@@ -161,14 +181,15 @@ impl Compiled for CpuLaunch<'_> {
             young: u64::from(alloc.young_start()),
             nursery: u64::from(env.settings.reclaim && own_tlabs),
             pages: env.heap.pages().as_ptr(),
+            better: Arc::as_ptr(&self.better),
         };
         let per_slot = state.per_slot;
         let outs: Vec<Mutex<Option<SlotResult>>> = (0..workers).map(|_| Mutex::default()).collect();
         let slot_body = |slot: usize| {
-            let mut unit = CpuSlot::new(launch, &ctx, self.ck, slot, per_slot);
+            let mut unit = CpuSlot::new(launch, &ctx, self.ck, self.tiers, slot, per_slot);
             let out = protocol::drive(launch, &mut unit);
             let escaped = unit.replayer.as_ref().is_some_and(Replayer::escaped);
-            let result = out.map(|o| (o, unit.records_high, escaped));
+            let result = out.map(|o| (o, unit.records_high, escaped, unit.quick));
             *outs[slot].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         };
         // The launch team runs the slots, the caller taking slot 0; while
@@ -188,9 +209,10 @@ impl Compiled for CpuLaunch<'_> {
         for (slot, o) in outs.into_iter().enumerate() {
             let first = record::slot_records(slot, per_slot).start;
             match o.into_inner().unwrap_or_else(|e| e.into_inner()) {
-                Some(Ok((out, high, escaped))) => {
+                Some(Ok((out, high, escaped, quick))) => {
                     state.written.push(first..first + high as usize);
                     state.escaped |= escaped;
+                    state.quick += quick;
                     units.push(out);
                 }
                 Some(Err(e)) => return Err(e),
@@ -220,14 +242,16 @@ impl Compiled for CpuLaunch<'_> {
             alloc: alloc_stats,
             version: self.ck.version,
             quick_tier: self.ck.quick,
+            quick_workitems: state.quick,
             ..DeviceFacts::default()
         }
     }
 }
 
 /// What a slot's rounds came to: the protocol's account, the most records
-/// it held at once, and whether a replay let an object escape.
-type SlotResult = Result<(UnitOut, u64, bool), OffloadError>;
+/// it held at once, whether a replay let an object escape, and the
+/// workitems its quick-tier code completed.
+type SlotResult = Result<(UnitOut, u64, bool, u64), OffloadError>;
 
 /// One worker's slot as a unit of the protocol: a round enters the slot
 /// once — to resume one record handed back (the last first), or to run
@@ -236,7 +260,12 @@ type SlotResult = Result<(UnitOut, u64, bool), OffloadError>;
 struct CpuSlot<'a> {
     ctx: &'a LaunchCtx,
     area: &'a SaveArea,
-    ck: &'a CompiledKernel,
+    /// The code the slot runs: the quick tier until the optimized code is
+    /// ready, that after (`CpuSlot::tier_up`).
+    ck: Arc<CompiledKernel>,
+    tiers: Option<&'a Tiers>,
+    /// Workitems the quick tier completed.
+    quick: u64,
     slot: usize,
     /// The slot's first save record.
     first: usize,
@@ -262,7 +291,8 @@ impl<'a> CpuSlot<'a> {
     fn new(
         launch: &'a Launch<'a>,
         ctx: &'a LaunchCtx,
-        ck: &'a CompiledKernel,
+        ck: &Arc<CompiledKernel>,
+        tiers: Option<&'a Tiers>,
         slot: usize,
         per_slot: usize,
     ) -> CpuSlot<'a> {
@@ -270,7 +300,9 @@ impl<'a> CpuSlot<'a> {
         CpuSlot {
             ctx,
             area: launch.area,
-            ck,
+            ck: ck.clone(),
+            tiers,
+            quick: 0,
             slot,
             first: record::slot_records(slot, per_slot).start,
             replayer: Some(Replayer::new(
@@ -304,7 +336,26 @@ impl<'a> CpuSlot<'a> {
         // (or the pool's scope) joins every slot before any of them is
         // freed.
         let code = unsafe { self.ck.run_slot(self.ctx, self.slot) };
-        (code, self.words(|w| w.completed))
+        let completed = self.words(|w| w.completed);
+        if self.ck.quick {
+            self.quick += completed;
+        }
+        (code, completed)
+    }
+
+    /// After an entry of the quick tier that stopped: switch to the
+    /// optimized code if it is ready (the quick tier stops before a claim
+    /// once it is: `LaunchCtx::better`), so that the slot's next entry runs
+    /// it. Both tiers come from one lowering with one deopt metadata, so
+    /// the slot's records and unstarted rest carry over as they are.
+    fn tier_up(&mut self) -> bool {
+        match self.tiers.and_then(Tiers::optimized) {
+            Some(opt) if self.ck.quick => {
+                self.ck = opt.clone();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Read or write the slot's words between its entries.
@@ -376,6 +427,13 @@ impl<'a> Rounds<'a> for CpuSlot<'a> {
         let code = loop {
             let (code, done) = self.enter();
             completed += done;
+            // A stop of the quick tier with the optimized code ready (or a
+            // safepoint's stop that finds it ready): the optimized code goes
+            // on at once from the same words; a safepoint stops it again
+            // before its first workitem.
+            if code == exit::STOPPED && self.tier_up() {
+                continue;
+            }
             if code != exit::RECORDED {
                 break code;
             }

@@ -30,8 +30,23 @@ use crate::executor::{Executor, Unsupported};
 use crate::report::LaunchReport;
 use offload_jit::{CompiledKernel, JitError};
 use std::ops::Range;
-use std::sync::Arc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+/// A first launch of this many workitems or more waits for the optimized
+/// code instead of starting on the quick tier: even the cheapest kernel
+/// runs longer on the quick tier than the optimized compile takes. saxpy,
+/// on the development machine's two workers: the quick tier 3 ns per
+/// workitem, the optimized code 0.24 ns (SIMD groups, no bounds checks);
+/// the quick compile about 1 ms, the optimized one 2.5 ms alone and up to
+/// 7 ms beside two busy workers. Waiting costs about 1.5 ms more than the
+/// quick compile, which the quick tier loses back after about 540,000
+/// workitems (10^6: 4.5 ms against 2.25 ms without tiering); kernels that
+/// are not SIMD groups run about half as fast on the quick tier, so pay
+/// later. Over 10^7 workitems saxpy's first launch took 2.1x as long as
+/// without tiering when it began on the quick tier and switched at its
+/// slots' next claims, 1.0x waiting (5.8x before either).
+pub(crate) const QUICK_TIER_MAX_WORKITEMS: u64 = 1 << 19;
 
 /// The compiled code of one kernel version: the tier its first launch ran
 /// (quick, or optimized when tiering is off), or why it cannot be compiled;
@@ -40,6 +55,9 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) struct Tiers {
     first: Result<Arc<CompiledKernel>, JitError>,
     optimized: OnceLock<Arc<CompiledKernel>>,
+    /// The `better` words of launches running the quick tier, set when the
+    /// optimized code is ready ([`Tiers::watch`]).
+    watching: Mutex<Vec<Weak<AtomicU32>>>,
 }
 
 impl Tiers {
@@ -48,6 +66,39 @@ impl Tiers {
         match self.optimized.get() {
             Some(ck) => Ok(ck.clone()),
             None => self.first.clone(),
+        }
+    }
+
+    /// The optimized code, if it is ready.
+    pub(crate) fn optimized(&self) -> Option<&Arc<CompiledKernel>> {
+        self.optimized.get()
+    }
+
+    /// A launch's `better` word (`offload_abi::cpu::LaunchCtx::better`):
+    /// non-zero once the optimized code is ready — at once if it already
+    /// is, else when [`Tiers::ready`] runs.
+    pub(crate) fn watch(&self) -> Arc<AtomicU32> {
+        let word = Arc::new(AtomicU32::new(0));
+        let mut watching = self.watching.lock().unwrap_or_else(PoisonError::into_inner);
+        // Checked under the lock `ready` takes after it sets the code: the
+        // word is either set here or found in the list there.
+        if self.optimized.get().is_some() {
+            word.store(1, Ordering::Release);
+        } else {
+            watching.retain(|w| w.strong_count() > 0);
+            watching.push(Arc::downgrade(&word));
+        }
+        word
+    }
+
+    /// The optimized code is `ck`: later launches run it, and running
+    /// launches switch to it at their slots' next claims.
+    fn ready(&self, ck: Arc<CompiledKernel>) {
+        let _ = self.optimized.set(ck);
+        let watching =
+            std::mem::take(&mut *self.watching.lock().unwrap_or_else(PoisonError::into_inner));
+        for word in watching.iter().filter_map(Weak::upgrade) {
+            word.store(1, Ordering::Release);
         }
     }
 }
@@ -63,6 +114,9 @@ pub(crate) struct CpuDevice {
     /// Whether versions are compiled quick first, optimized in the
     /// background.
     tiered: bool,
+    /// Whether a launch that began on the quick tier switches to the
+    /// optimized code when it is ready ([`crate::RuntimeBuilder::tier_up`]).
+    tier_up: bool,
     /// The background compiles not yet joined.
     background: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -79,12 +133,14 @@ impl CpuDevice {
         self.compiled.iter().map(|e| e.key().0).collect()
     }
 
-    /// A CPU device that compiles `tiered` or not.
-    pub(crate) fn new(tiered: bool) -> CpuDevice {
+    /// A CPU device that compiles `tiered` or not, and switches running
+    /// launches to the optimized tier (`tier_up`) or not.
+    pub(crate) fn new(tiered: bool, tier_up: bool) -> CpuDevice {
         CpuDevice {
             jit: offload_jit::CpuJit::new(),
             compiled: dashmap::DashMap::new(),
             tiered,
+            tier_up,
             background: Mutex::new(Vec::new()),
         }
     }
@@ -115,24 +171,28 @@ impl CpuDevice {
     }
 
     /// Version `ver` of the closure's kernel (compiled on first use and
-    /// cached), or why it cannot be compiled. With tiering, the first use
-    /// compiles the quick tier and starts the optimized compile on a background
-    /// thread; later uses get the optimized code once it is done. Both tiers
-    /// come from the same lowering, with the same deopt metadata.
+    /// cached), with its tiers, or why it cannot be compiled. With tiering,
+    /// a first use over fewer than [`QUICK_TIER_MAX_WORKITEMS`] workitems
+    /// compiles the quick tier and starts the optimized compile on a
+    /// background thread; later uses get the optimized code once it is
+    /// done, and running launches switch to it at their next claims. Both
+    /// tiers come from the same lowering, with the same deopt metadata.
     pub(crate) fn compiled(
         &self,
         env: &LaunchEnv,
         call: KernelCall<'_>,
         ver: &Version,
-    ) -> Result<Arc<CompiledKernel>, JitError> {
+        workitems: u64,
+    ) -> Result<(Arc<CompiledKernel>, Arc<Tiers>), JitError> {
         // Keyed by the module's id, which a runtime never reuses (an address or a
         // class base could come back for another module).
         let key = (call.module, call.kernel, ver.number);
         if let Some(hit) = self.compiled.get(&key) {
-            return hit.value().best();
+            let tiers = hit.value().clone();
+            return tiers.best().map(|ck| (ck, tiers));
         }
         let opts = offload_jit::CompileOptions {
-            quick: self.tiered,
+            quick: self.tiered && workitems < QUICK_TIER_MAX_WORKITEMS,
             ..env.settings.compile
         };
         let first = self
@@ -142,6 +202,7 @@ impl CpuDevice {
         let tiers = Arc::new(Tiers {
             first: first.clone(),
             optimized: OnceLock::new(),
+            watching: Mutex::new(Vec::new()),
         });
         if let Ok(ck) = &first {
             if ck.quick {
@@ -154,7 +215,7 @@ impl CpuDevice {
                         // The quick tier compiled, so this one does too; if it
                         // did not, launches would keep the quick tier.
                         if let Ok(ck) = jit.compile_speculative(&prog, k, number, opts, &spec) {
-                            let _ = tiers.optimized.set(Arc::new(ck));
+                            tiers.ready(Arc::new(ck));
                         }
                     });
                 // No thread to be had: launches keep the quick tier.
@@ -168,11 +229,11 @@ impl CpuDevice {
                     pending.push(h);
                 }
             } else {
-                let _ = tiers.optimized.set(ck.clone());
+                tiers.ready(ck.clone());
             }
         }
-        self.compiled.insert(key, tiers);
-        first
+        self.compiled.insert(key, tiers.clone());
+        first.map(|ck| (ck, tiers))
     }
 }
 
@@ -185,8 +246,12 @@ impl Executor for CpuDevice {
         range: Range<i64>,
         started: Started,
     ) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
-        match self.compiled(env, call, &plan.version) {
-            Ok(ck) => Ok(launch::run(env, range, call, &ck, plan, started)),
+        let workitems = range.end.wrapping_sub(range.start) as u64;
+        match self.compiled(env, call, &plan.version, workitems) {
+            Ok((ck, tiers)) => {
+                let tiers = self.tier_up.then_some(&*tiers);
+                Ok(launch::run(env, range, call, &ck, tiers, plan, started))
+            }
             Err(why) => Err(Unsupported(why.to_string())),
         }
     }

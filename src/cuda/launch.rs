@@ -241,6 +241,7 @@ impl Compiled for GpuLaunch<'_> {
             alloc: alloc_stats,
             version: self.k.ptx.version,
             quick_tier: false,
+            quick_workitems: 0,
             launches: Some(totals.launches),
             waits: totals.waits,
             gpu: Some(gpu.describe()),

@@ -27,6 +27,7 @@ pub struct RuntimeBuilder {
     warmup: u32,
     spec_cfg: offload_jit::SpecConfig,
     tiered: bool,
+    tier_up: bool,
     /// The policy, or the unknown name asked for (an error at `build`).
     recompile_policy: Result<PolicyFactory, String>,
     rewrite_ptx: Option<PtxRewrite>,
@@ -92,6 +93,7 @@ impl RuntimeBuilder {
             warmup: 0,
             spec_cfg: offload_jit::SpecConfig::default(),
             tiered: true,
+            tier_up: true,
             recompile_policy: PolicyFactory::named("never").ok_or_else(|| "never".to_string()),
             rewrite_ptx: None,
             gc: crate::GcPolicy::default(),
@@ -170,10 +172,24 @@ impl RuntimeBuilder {
     /// first compiled quickly (no Cranelift optimizations, single-pass
     /// register allocation) so that its first launch starts soon, and
     /// compiled again, optimized, on a background thread; launches use the
-    /// optimized code once it is there. Off: every version is compiled
-    /// optimized before its first launch.
+    /// optimized code once it is there — a launch still running then from
+    /// its slots' next claims ([`RuntimeBuilder::tier_up`]). A first
+    /// launch over 2^19 workitems or more waits for the optimized code
+    /// (the quick tier would cost it more than the compile). Off: every
+    /// version is compiled optimized before its first launch.
     pub fn tiered(mut self, on: bool) -> Self {
         self.tiered = on;
+        self
+    }
+
+    /// A launch that began on the quick tier switches to the optimized
+    /// code at its slots' next claims once that is ready (default on;
+    /// [`crate::LaunchReport::quick_workitems`] says how much ran before).
+    /// Off: a launch runs the code it began with to its end — for
+    /// experiments on one tier (the tiers poll at different back-edges:
+    /// the optimized code's unrolled loops poll once per round).
+    pub fn tier_up(mut self, on: bool) -> Self {
+        self.tier_up = on;
         self
     }
 
@@ -467,7 +483,7 @@ impl RuntimeBuilder {
         Ok(Runtime {
             inner: Arc::new(Inner::new(
                 env,
-                CpuDevice::new(self.tiered),
+                CpuDevice::new(self.tiered, self.tier_up),
                 gpu,
                 fallback,
                 policy_factory,

@@ -223,6 +223,28 @@ impl CpuWalker<'_, '_> {
         // once every part is spent. `part` stays on the part that gave
         // the last claim.
         self.backend.builder.switch_to_block(claim);
+        if self.opts.quick {
+            // The quick tier stops before a claim once the optimized code is
+            // ready (`LaunchCtx::better`): its worker enters that for the
+            // rest of the launch. The chunk before is done, so nothing is
+            // left unstarted.
+            let better =
+                self.backend
+                    .builder
+                    .ins()
+                    .load(self.backend.ptr, trusted(), ctx, offsets::BETTER);
+            let ready = self
+                .backend
+                .builder
+                .ins()
+                .atomic_load(types::I32, trusted(), better);
+            let go_on = self.backend.builder.create_block();
+            self.backend
+                .builder
+                .ins()
+                .brif(ready, stopped, &[], go_on, &[]);
+            self.backend.builder.switch_to_block(go_on);
+        }
         let parts =
             self.backend
                 .builder
