@@ -87,9 +87,14 @@ pub fn kernel(input: TokenStream) -> TokenStream {
     let line = line as u32;
     let col = col as u32;
     let names = captures.iter().map(String::as_str);
-    let idents = captures
-        .iter()
-        .map(|c| syn::Ident::new(c, proc_macro2::Span::call_site()));
+    // Each capture named where the body first uses it, so that rustc's
+    // error for a name that is not in scope points at that use (at the
+    // call site, it offered to replace the whole `kernel!(...)`).
+    let body_tokens = quote!(#body);
+    let idents = captures.iter().map(|c| {
+        let span = first_use(body_tokens.clone(), c).unwrap_or_else(proc_macro2::Span::call_site);
+        syn::Ident::new(c, span)
+    });
     quote! {
         {
             static __OFFLOAD_SITE: ::offload::source::ClosureSite = ::offload::source::ClosureSite::new(
@@ -107,6 +112,15 @@ pub fn kernel(input: TokenStream) -> TokenStream {
     .into()
 }
 
+/// The span of the first identifier `name` in `tokens`.
+fn first_use(tokens: proc_macro2::TokenStream, name: &str) -> Option<proc_macro2::Span> {
+    tokens.into_iter().find_map(|t| match t {
+        proc_macro2::TokenTree::Ident(i) if i == name => Some(i.span()),
+        proc_macro2::TokenTree::Group(g) => first_use(g.stream(), name),
+        _ => None,
+    })
+}
+
 /// The body of `kernel!(move |i| BODY)` in the invocation's text: its byte
 /// offset and text.
 fn body_of(call: &str) -> Option<(usize, &str)> {
@@ -121,36 +135,75 @@ fn body_of(call: &str) -> Option<(usize, &str)> {
     Some((start + lead, body))
 }
 
+/// The span of the first token of `tokens` that starts at or after
+/// `(line, column)` (both 1-based): where an error found in the tokens'
+/// text at that position belongs.
+fn token_at(tokens: TokenStream, at: (usize, usize)) -> Option<proc_macro::Span> {
+    use proc_macro::TokenTree;
+    tokens.into_iter().find_map(|t| {
+        let span = match &t {
+            TokenTree::Group(g) => g.span_open(),
+            other => other.span(),
+        };
+        if (span.line(), span.column()) >= at {
+            return Some(span);
+        }
+        match t {
+            TokenTree::Group(g) => {
+                // Inside the group, or at its closing delimiter.
+                let close = g.span_close();
+                token_at(g.stream(), at).or(((close.line(), close.column()) >= at).then_some(close))
+            }
+            _ => None,
+        }
+    })
+}
+
 /// A source module in Rust code: see the `offload` crate's `kernels!`.
 #[proc_macro]
 pub fn kernels(input: TokenStream) -> TokenStream {
     let call = proc_macro::Span::call_site();
-    let text = match call.source_text() {
+    // The text between the braces, and the line and column (1-based) of
+    // its first character in the Rust file.
+    let (text, line, col) = match call.source_text() {
         Some(t) => match (t.find('{'), t.rfind('}')) {
-            (Some(a), Some(b)) if a < b => t[a + 1..b].to_string(),
-            _ => proc_macro2::TokenStream::from(input).to_string(),
+            (Some(a), Some(b)) if a < b => {
+                let before = &t[..=a];
+                let line = call.line() + before.matches('\n').count();
+                let col = match before.rfind('\n') {
+                    Some(nl) => before[nl + 1..].chars().count() + 1,
+                    None => call.column() + before.chars().count(),
+                };
+                (t[a + 1..b].to_string(), line, col)
+            }
+            _ => (input.to_string(), call.line(), call.column()),
         },
-        None => proc_macro2::TokenStream::from(input).to_string(),
+        None => (input.to_string(), call.line(), call.column()),
     };
     // Compiled now: an error in the kernels is an error of the program.
-    if let Err(d) = offload_lang::check_in_macro("kernels!", &text) {
-        let msg =
-            d.0.iter()
-                .map(|d| {
-                    let line = text
-                        .lines()
-                        .nth(d.span.line.saturating_sub(1) as usize)
-                        .unwrap_or("");
-                    format!(
-                        "{}\n  at line {} of this file: {}",
-                        d.detail(),
-                        call.line() as u32 + d.span.line.saturating_sub(1),
-                        line.trim()
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
-        return quote! { ::core::compile_error!(#msg) }.into();
+    // The front end parses the text with proc-macro2's own spans, whose
+    // lines count from the text's start (the compiler's would all be the
+    // invocation's line); each error is put on the token of the Rust
+    // file at its line and column, where rustc shows it.
+    proc_macro2::fallback::force();
+    let checked = offload_lang::check_in_macro("kernels!", &text);
+    proc_macro2::fallback::unforce();
+    if let Err(d) = checked {
+        let errors = d.0.iter().map(|d| {
+            let at_line = line + d.span.line.saturating_sub(1) as usize;
+            let at_col = if d.span.line <= 1 {
+                col + d.span.col.saturating_sub(1) as usize
+            } else {
+                d.span.col as usize
+            };
+            let span = token_at(input.clone(), (at_line, at_col))
+                .map_or_else(proc_macro2::Span::call_site, proc_macro2::Span::from);
+            let msg = format!("kernels!: {}", d.detail());
+            quote::quote_spanned! {span=> ::core::compile_error!(#msg);}
+        });
+        // A value of any type after them (`!`), so that rustc reports
+        // nothing else about the invocation.
+        return quote! { { #(#errors)* ::core::unreachable!() } }.into();
     }
     let line = call.line() as u32;
     quote! {
