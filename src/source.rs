@@ -133,6 +133,11 @@ impl<C: Capture + ?Sized> Capture for &C {
 /// one per runtime and capture types.
 pub struct ClosureSite {
     body: &'static str,
+    /// The whole invocation as written, `kernel!(...)`: shown in place of
+    /// the generated lines when the body does not compile.
+    call: &'static str,
+    /// Where the invocation starts.
+    call_at: (u32, u32),
     file: &'static str,
     line: u32,
     col: u32,
@@ -150,9 +155,14 @@ impl std::fmt::Debug for ClosureSite {
 }
 
 impl ClosureSite {
-    /// A site (what `kernel!` expands to).
+    /// A site (what `kernel!` expands to): the body's text, file, line and
+    /// column, the invocation's text, line and column, the index's name
+    /// and type, and the captures' names.
+    #[allow(clippy::too_many_arguments)]
     pub const fn new(
         body: &'static str,
+        call: &'static str,
+        call_at: (u32, u32),
         file: &'static str,
         line: u32,
         col: u32,
@@ -162,6 +172,8 @@ impl ClosureSite {
     ) -> Self {
         ClosureSite {
             body,
+            call,
+            call_at,
             file,
             line,
             col,
@@ -227,7 +239,10 @@ impl ClosureSite {
             {
                 Some(m) => m,
                 None => {
-                    let m = rt.load_source(self.file, &self.source(&types))?;
+                    let src = self.source(&types);
+                    let m = rt
+                        .load_source(self.file, &src)
+                        .map_err(|e| self.not_compiled(e, &src))?;
                     compiled.push((rt_id, types, m.downgrade()));
                     m
                 }
@@ -236,11 +251,62 @@ impl ClosureSite {
         module.closure(&self.kernel_name(), captures.into_iter().map(|c| c.arg))
     }
 
+    /// A body that did not compile, as the user wrote it: the error names
+    /// the invocation, and its lines are shown from `kernel!` on (the
+    /// generated source has spaces where the invocation's head is, and a
+    /// generated signature on the line before).
+    fn not_compiled(&self, e: OffloadError, generated: &str) -> OffloadError {
+        let OffloadError::Load {
+            mut diagnostics, ..
+        } = e
+        else {
+            return e;
+        };
+        let (line, col) = self.call_at;
+        let mut shown: Vec<String> = generated.lines().map(str::to_string).collect();
+        for (k, text) in self.call.lines().enumerate() {
+            let at = line as usize - 1 + k;
+            if at >= shown.len() {
+                break;
+            }
+            shown[at] = if k == 0 {
+                format!("{}{text}", " ".repeat(col.saturating_sub(1) as usize))
+            } else {
+                text.to_string()
+            };
+        }
+        let shown = shown.join("\n") + "\n";
+        for d in &mut diagnostics.0 {
+            d.span.start = same_place(d.span.start, generated, &shown);
+            d.span.end = same_place(d.span.end, generated, &shown);
+        }
+        OffloadError::Load {
+            name: format!("kernel! at {}:{line}:{col}", self.file),
+            rendered: crate::diagnostics::render_all(&diagnostics.0, &shown),
+            diagnostics,
+        }
+    }
+
     /// The kernel's name in reports and traces: `closure_at_LINE` (its
     /// line in the Rust file).
     pub fn kernel_name(&self) -> String {
         format!("closure_at_{}", self.line)
     }
+}
+
+/// Byte offset `at` of `from` as the same line and byte of the line in
+/// `to` (the end of that line when it is shorter).
+fn same_place(at: u32, from: &str, to: &str) -> u32 {
+    let at = (at as usize).min(from.len());
+    let line = from[..at].matches('\n').count();
+    let in_line = at - from[..at].rfind('\n').map_or(0, |n| n + 1);
+    let start: usize = to.split_inclusive('\n').take(line).map(str::len).sum();
+    let len = to[start..].find('\n').unwrap_or(to.len() - start);
+    let mut x = start + in_line.min(len);
+    while !to.is_char_boundary(x) {
+        x -= 1;
+    }
+    x as u32
 }
 
 /// A `kernels! { ... }` block: a whole source module, compiled when the

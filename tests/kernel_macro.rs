@@ -226,3 +226,58 @@ fn a_dropped_module_releases_its_compiled_code() {
         assert_eq!(rt.read(&v).unwrap(), [1228; 4]);
     }
 }
+
+#[test]
+fn a_kernel_body_that_does_not_compile_is_shown_as_written() {
+    let rt = Runtime::builder()
+        .device(Device::Cpu)
+        .workers(2)
+        .build()
+        .unwrap();
+    let here = std::fs::read_to_string(file!()).unwrap();
+    // The 1-based line and column of `what` in this file.
+    let at = |what: &str| {
+        let (i, l) = here
+            .lines()
+            .enumerate()
+            .find(|(_, l)| l.contains(what))
+            .unwrap();
+        (i + 1, l.find(what).unwrap() + 1, l)
+    };
+    let y = rt.new_array::<f32>(8).unwrap();
+    let a = 2.0f32;
+    let e = par_offload(0..8, kernel!(move |i| y[i] = a * y[i] + !false));
+    let text = e.unwrap_err().to_string();
+    let (line, call_col, src) = at("kernel!(move |i| y[i] = a * y[i] + !");
+    let (_, err_col, _) = at("a * y[i] + !");
+    // The error names the invocation (it began "tests/kernel_macro.rs does
+    // not load"), points at the expression, and shows the line from
+    // `kernel!` on (it showed the body after 60 spaces).
+    let file = file!();
+    assert!(
+        text.starts_with(&format!(
+            "kernel! at {file}:{line}:{call_col} does not load"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{file}:{line}:{err_col}")), "{text}");
+    let call = "kernel!(move |i| y[i] = a * y[i] + !false)";
+    assert!(src.contains(call));
+    assert!(
+        text.contains(&format!("{line} │ {}{call}\n", " ".repeat(call_col - 1))),
+        "{text}"
+    );
+
+    // An exception's trace names the Rust file, line and column.
+    let z = rt.new_array::<i32>(8).unwrap();
+    let r = par_offload(0..8, kernel!(move |i| z[i + 5] = 1));
+    let Err(OffloadError::Exceptions(e)) = r else {
+        panic!("expected exceptions");
+    };
+    let (line, col, _) = at("z[i + 5] = 1");
+    assert!(
+        e.to_string()
+            .contains(&format!("at closure_at_{line} ({file}:{line}:{col}, bci ")),
+        "{e}"
+    );
+}

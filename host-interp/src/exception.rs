@@ -10,8 +10,28 @@ pub struct TraceFrame {
     pub func: String,
     /// Bytecode index.
     pub bci: Bci,
+    /// The file the function's module came from (as it was loaded: a
+    /// path, `kernel!`'s and `kernels!`'s Rust file, `<stdin>`).
+    pub file: std::sync::Arc<str>,
     /// Source line (0 if unknown).
     pub line: u32,
+    /// Source column, in characters (0 if unknown).
+    pub col: u32,
+}
+
+/// `FUNC (FILE:LINE:COL, bci B)`, or `FUNC (bci B)` with no source line.
+impl fmt::Display for TraceFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{} (bci {})", self.func, self.bci)
+        } else {
+            write!(
+                f,
+                "{} ({}:{}:{}, bci {})",
+                self.func, self.file, self.line, self.col, self.bci
+            )
+        }
+    }
 }
 
 /// An exception thrown by a workitem.
@@ -55,7 +75,7 @@ impl fmt::Display for Exception {
             if n > HEAD + TAIL + 1 && (HEAD..n - TAIL).contains(&i) {
                 continue;
             }
-            write!(f, "\n    at {} (bci {}, line {})", t.func, t.bci, t.line)?;
+            write!(f, "\n    at {t}")?;
         }
         Ok(())
     }
@@ -74,7 +94,9 @@ mod tests {
                 .map(|i| TraceFrame {
                     func: format!("f{i}"),
                     bci: 1,
+                    file: "k.ofk".into(),
                     line: 2,
+                    col: 5,
                 })
                 .collect(),
         }
@@ -84,7 +106,7 @@ mod tests {
     fn a_deep_trace_shows_its_ends_and_counts_the_rest() {
         let text = with_frames(513).to_string();
         assert_eq!(text.lines().count(), 1 + 12 + 1 + 4, "{text}");
-        assert!(text.contains("at f0 (bci 1, line 2)"));
+        assert!(text.contains("at f0 (k.ofk:2:5, bci 1)"));
         assert!(text.contains("at f11 "));
         assert!(!text.contains("at f12 "));
         assert!(text.contains("... 497 more frames ..."));

@@ -86,6 +86,8 @@ pub fn kernel(input: TokenStream) -> TokenStream {
     };
     let line = line as u32;
     let col = col as u32;
+    let call_shown = call_text.clone().unwrap_or_default();
+    let (call_line, call_col) = (call_line as u32, call_col as u32);
     let names = captures.iter().map(String::as_str);
     // Each capture named where the body first uses it, so that rustc's
     // error for a name that is not in scope points at that use (at the
@@ -99,6 +101,8 @@ pub fn kernel(input: TokenStream) -> TokenStream {
         {
             static __OFFLOAD_SITE: ::offload::source::ClosureSite = ::offload::source::ClosureSite::new(
                 #text,
+                #call_shown,
+                (#call_line, #call_col),
                 ::core::file!(),
                 #line,
                 #col,

@@ -362,10 +362,13 @@ impl<'a> Interpreter<'a> {
             .rev()
             .map(|fr| {
                 let f = v.func(fr.func);
+                let at = f.span_of(Some(fr.pc));
                 TraceFrame {
                     func: f.name.clone(),
                     bci: fr.pc,
-                    line: f.span_of(Some(fr.pc)).line,
+                    file: v.source.0.clone(),
+                    line: at.line,
+                    col: at.col,
                 }
             })
             .collect();

@@ -149,20 +149,19 @@ impl Session {
         None
     }
 
-    /// Trace lines name lines of the combined source (`line N)`): name the
-    /// definition's file and line instead.
+    /// Trace lines name lines of the combined source (`(FILE:LINE:COL,
+    /// bci B)`): name the definition's file and line instead.
     pub(super) fn source_lines(&self, text: &str) -> String {
         text.lines()
             .map(|l| {
                 if let Some(traced) = self.source_trace_line(l) {
                     return traced;
                 }
-                let Some(at) = l.rfind(", line ") else {
+                let Some(t) = super::source::TraceLine::parse(l) else {
                     return l.to_string();
                 };
-                let num = l[at + 7..].trim_end_matches(')');
-                match num.parse().ok().and_then(|n| self.origin_of(n)) {
-                    Some(o) => format!("{}, {o})", &l[..at]),
+                match self.origin_of(t.line) {
+                    Some(o) => format!("{} ({o}, bci {})", t.head, t.bci),
                     None => l.to_string(),
                 }
             })

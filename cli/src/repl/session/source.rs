@@ -125,17 +125,15 @@ impl Session {
         Ok(())
     }
 
-    /// A trace line `at NAME (bci B, line N)` of a function compiled from
-    /// source, with the source line of bytecode index `B`: `at NAME (bci
-    /// B, FILE:LINE)`. `None` for other lines.
+    /// A trace line `at NAME (FILE:LINE:COL, bci B)` of a function
+    /// compiled from source, with the source line of bytecode index `B`:
+    /// `at NAME (ORIGIN:LINE, bci B)`. `None` for other lines.
     pub(super) fn source_trace_line(&self, l: &str) -> Option<String> {
-        let rest = &l[l.find("at ")? + 3..];
-        let (name, rest) = rest.split_once(" (bci ")?;
-        let (bci, _) = rest.split_once(',')?;
+        let t = TraceLine::parse(l)?;
+        let name = t.head.trim_start().strip_prefix("at ")?;
         let (origin, lines) = self.source_lines.get(name)?;
-        let line = lines.get(bci.trim().parse::<usize>().ok()?)?;
-        let head = &l[..l.find(" (bci ")?];
-        Some(format!("{head} (bci {bci}, {origin}:{line})"))
+        let line = lines.get(t.bci.parse::<usize>().ok()?)?;
+        Some(format!("{} ({origin}:{line}, bci {})", t.head, t.bci))
     }
 
     /// The source entries, for `:defs`: where each came from and what it
@@ -150,5 +148,31 @@ impl Session {
             t.add_row([format!("{}:{}", s.origin, s.line), names.join(", ")]);
         }
         out.push_str(&offload::table::text(&t));
+    }
+}
+
+/// A trace line as `offload_host_interp::TraceFrame` writes it:
+/// `HEAD (FILE:LINE:COL, bci B)`.
+pub(super) struct TraceLine<'a> {
+    /// `    at NAME`.
+    pub(super) head: &'a str,
+    /// The line in the module's source.
+    pub(super) line: u32,
+    /// The bytecode index.
+    pub(super) bci: &'a str,
+}
+
+impl<'a> TraceLine<'a> {
+    pub(super) fn parse(l: &'a str) -> Option<TraceLine<'a>> {
+        let inner = l.strip_suffix(')')?;
+        let open = inner.rfind(" (")?;
+        let (place, bci) = inner[open + 2..].split_once(", bci ")?;
+        let mut parts = place.rsplitn(3, ':');
+        let (_col, line) = (parts.next()?, parts.next()?);
+        Some(TraceLine {
+            head: &l[..open],
+            line: line.parse().ok()?,
+            bci,
+        })
     }
 }
