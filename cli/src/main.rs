@@ -94,7 +94,8 @@ enum Command {
         /// Only this instruction, or those starting with it (`f32.`).
         name: Option<String>,
     },
-    /// Print a file in canonical form.
+    /// Print a bytecode file (`.obc`) in canonical form (source files are
+    /// Rust syntax: rustfmt formats them).
     Fmt {
         /// The files to format (one, unless with --write or --check).
         #[arg(required = true)]
@@ -546,6 +547,16 @@ fn fmt(files: &[PathBuf], write: bool, check: bool) -> Result<(), String> {
     let mut failed = 0;
     for file in files {
         let name = file.display().to_string();
+        if file
+            .extension()
+            .is_some_and(|e| e == offload::lang::EXTENSION)
+        {
+            eprintln!(
+                "error: {name} is source (Rust syntax): `offload fmt` formats bytecode (.obc) files; format source with rustfmt (`rustfmt --edition 2024 {name}`)"
+            );
+            failed += 1;
+            continue;
+        }
         let r = read(file).and_then(|src| {
             let module = ir::parse_module(&name, &src)
                 .map_err(|ds| format!("{}error: cannot format {name}", render_all(&ds.0, &src)))?;

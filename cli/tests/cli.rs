@@ -76,6 +76,18 @@ fn check_of_garbage_or_missing_files_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn fmt_says_that_source_files_are_formatted_by_rustfmt() {
+    // It said "expected `class`, `func` or `kernel`" on a `.ofk` file.
+    let p = temp("k.ofk", "fn a() {}\n");
+    let (code, _, err) = offload(&["fmt", p.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("is source (Rust syntax)") && err.contains("rustfmt"),
+        "{err}"
+    );
+}
+
+#[test]
 fn fmt_prints_canonical_text_and_check_mode_detects_drift() {
     let p = temp(
         "messy.obc",

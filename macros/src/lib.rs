@@ -14,7 +14,7 @@
 use proc_macro::TokenStream;
 use quote::quote;
 
-/// A closure kernel: see the `offload` crate's `kernel!`.
+/// (Expanded by `offload-macros`.)
 #[proc_macro]
 pub fn kernel(input: TokenStream) -> TokenStream {
     // The whole invocation's text and position, for the body's exact text
@@ -163,7 +163,7 @@ fn token_at(tokens: TokenStream, at: (usize, usize)) -> Option<proc_macro::Span>
     })
 }
 
-/// A source module in Rust code: see the `offload` crate's `kernels!`.
+/// (Expanded by `offload-macros`.)
 #[proc_macro]
 pub fn kernels(input: TokenStream) -> TokenStream {
     let call = proc_macro::Span::call_site();

@@ -1,7 +1,8 @@
 //! The smallest honest use of offload: saxpy over a million elements,
 //! written as a Rust closure.
 //!
-//! `cargo run --release -p offload --example quickstart`
+//! `cargo run --release -p offload-quickstart` (a package of its own, so
+//! that it builds offload and none of offload's test dependencies)
 
 use offload::{Runtime, kernel, par_offload};
 
