@@ -183,6 +183,47 @@ pub(crate) fn by_turns<const N: usize>(
     Ok(t.map(middle))
 }
 
+/// The pause before each turn of [`apart`], as `scripts/bench_peers.py`
+/// pauses between contenders.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// Untimed runs at the start of each turn of [`apart`]: the pause left
+/// this side's threads asleep (after one, offload's saxpy over 2^20 took
+/// 0.49, 0.60, 0.51, 0.45, 0.33, then 0.10 ms).
+const TURN_WARM: usize = 3;
+
+/// The medians of `N` measurements that use different thread pools,
+/// taken in turns apart: before each turn a pause lets the last turn's
+/// threads go idle — rayon's spin on after a parallel call, offload's
+/// launch team 200 µs — and untimed runs wake this turn's; `reps` timed
+/// runs each, in up to three turns. Back to back ([`by_turns`]), rayon's
+/// spinning threads shared the cores with offload's next launch: saxpy
+/// over 2^20 read 690–750 µs against 395 µs in a process of its own.
+pub(crate) fn apart<const N: usize>(
+    mut fs: [&mut dyn FnMut() -> Result<(), OffloadError>; N],
+    reps: usize,
+) -> Result<[Duration; N], OffloadError> {
+    let reps = reps.max(1);
+    let turns = reps.min(3);
+    let mut t: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(reps));
+    for turn in 0..turns {
+        // Timed runs of this turn: `reps` in all, spread over the turns.
+        let per = reps / turns + usize::from(turn < reps % turns);
+        for (f, t) in fs.iter_mut().zip(&mut t) {
+            std::thread::sleep(SETTLE);
+            for _ in 0..TURN_WARM {
+                f()?;
+            }
+            for _ in 0..per {
+                let t0 = Instant::now();
+                f()?;
+                t.push(t0.elapsed());
+            }
+        }
+    }
+    Ok(t.map(middle))
+}
+
 /// Run `launch` (a launch on `rt`) once and wait for its kernel's
 /// optimized tier (see [`offload::RuntimeBuilder::tiered`]).
 fn warm(
@@ -195,7 +236,8 @@ fn warm(
 }
 
 /// Medians of `offload` (a launch on `rt`, once its optimized tier is
-/// there) and of its native baseline, timed by turns ([`by_turns`]).
+/// there) and of its native baseline (on rayon's pool), timed in turns
+/// apart ([`apart`]).
 fn paired(
     rt: &Runtime,
     mut offload: impl FnMut() -> Result<(), OffloadError>,
@@ -203,7 +245,7 @@ fn paired(
     reps: usize,
 ) -> Result<(Duration, Duration), OffloadError> {
     warm(rt, &mut offload)?;
-    let [t, b] = by_turns(
+    let [t, b] = apart(
         [&mut offload, &mut || {
             native();
             Ok(())

@@ -89,7 +89,7 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
     let ch = raycast(&by_header, w, h, &specs)?;
     let native = scenes::native_scene(&specs);
     let (mut depth, mut hit) = (vec![0.0; n as usize], vec![0; n as usize]);
-    let [t, tn] = by_turns(
+    let [t, tn] = super::bench::apart(
         [&mut || par_offload(0..n, &c).map(|_| ()), &mut || {
             scenes::raycast_par(w, h, &native, &mut depth, &mut hit);
             Ok(())
@@ -113,7 +113,7 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
     let ca = particles(&by_address, 10, &specs)?;
     let ch = particles(&by_header, 10, &specs)?;
     let mut native = scenes::native_population(&specs);
-    let [t, tn] = by_turns(
+    let [t, tn] = super::bench::apart(
         [&mut || par_offload(0..n, &c).map(|_| ()), &mut || {
             scenes::particles_par(&mut native, 10, 0.001);
             Ok(())
