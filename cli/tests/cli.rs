@@ -235,6 +235,7 @@ fn bench_prints_json_lines_with_ratios() {
         "deopt 1%",
         "compile saxpy (quick)",
         "compile saxpy (optimized)",
+        "saxpy worst of 20, 2 busy threads",
     ] {
         assert!(
             lines

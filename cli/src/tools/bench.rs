@@ -71,7 +71,8 @@ pub struct BenchResult {
     /// What it was compared with, and its median time (`None`: nothing,
     /// the row has a time target).
     pub baseline: Option<(String, Duration)>,
-    /// Median offload time.
+    /// Offload's time: the median of the repetitions, or their worst in
+    /// a row named `worst of N` (whose baseline is a worst too).
     pub offload: Duration,
     /// What the row is held to, if anything.
     pub target: Option<Target>,
@@ -501,6 +502,11 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         // Stopping long workitems: safepoints during a launch against the
         // same launch without them (`bench_stops`).
         for r in crate::tools::bench_stops::rows(rt.workers(), s, reps)? {
+            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+            push(&r.bench, base, r.offload, r.target, r.note);
+        }
+        // Tails under a competing load against rayon's (`bench_load`).
+        for r in crate::tools::bench_load::rows(rt, s)? {
             let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
             push(&r.bench, base, r.offload, r.target, r.note);
         }

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod bench_compile;
 pub mod bench_counters;
 pub mod bench_dispatch;
+pub mod bench_load;
 pub mod bench_peers;
 pub mod bench_source;
 mod bench_stops;
