@@ -2,6 +2,21 @@
 //! devices themselves sit behind `executor.rs`).
 
 /// Where kernels run.
+///
+/// ```
+/// use offload::{Device, Runtime};
+///
+/// // The interpreter runs every kernel: the reference the others match.
+/// let rt = Runtime::builder().device(Device::Interpreter).workers(2).build()?;
+/// assert_eq!(rt.device().name(), "interp");
+/// // `Runtime::new` picks CUDA when a GPU is usable, else the CPU device,
+/// // and says why it fell back.
+/// let rt = Runtime::new()?;
+/// if rt.device() != Device::Cuda {
+///     println!("{}", rt.fallback().unwrap_or("no GPU asked for"));
+/// }
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// The host interpreter on every core (the reference semantics).

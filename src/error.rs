@@ -7,6 +7,25 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Workitems threw exceptions. Every other workitem completed.
+///
+/// ```
+/// use offload::{OffloadError, Runtime, ir::ExceptionKind, kernel, par_offload};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let v = rt.new_array::<i32>(8)?;
+/// // Workitems 5, 6 and 7 index past the end.
+/// match par_offload(0..8, kernel!(move |i| v[i + 3] = 1)) {
+///     Err(OffloadError::Exceptions(e)) => {
+///         assert_eq!(e.count, 3);
+///         assert_eq!(e.workitems, [5, 6, 7]);
+///         assert_eq!(e.first.kind, ExceptionKind::IndexOutOfBounds);
+///         assert_eq!(e.report.completed, 5); // every other workitem ran
+///         println!("{e}"); // the first in full, with its trace
+///     }
+///     other => panic!("expected exceptions, got {other:?}"),
+/// }
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct KernelExceptions {
     /// The exception of the lowest-numbered workitem that threw, in full.
@@ -78,7 +97,20 @@ impl fmt::Display for KernelExceptions {
     }
 }
 
-/// An error of the offload API.
+/// An error of the offload API. Its `Display` is the whole message a user
+/// should see (a source error with its lines, exceptions with the first
+/// one's trace).
+///
+/// ```
+/// use offload::{OffloadError, Runtime};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let e = rt.load_source("bad.ofk", "#[kernel] fn k(i: i32, x: &mut [f32]) { x[i] = y; }");
+/// let Err(OffloadError::Load { name, diagnostics, .. }) = e else { panic!() };
+/// assert_eq!(name, "bad.ofk");
+/// assert_eq!(diagnostics.0[0].span.line, 1);
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum OffloadError {
     /// The module did not parse or verify; the text shows each problem with

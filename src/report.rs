@@ -131,7 +131,29 @@ impl Timings {
     }
 }
 
-/// What a launch did.
+/// What a launch did: where its workitems ran, what deoptimized where and
+/// why, what it allocated, and how long each phase took. Every figure is
+/// defined on its field; its `Display` is the one-line summary the REPL
+/// prints.
+///
+/// ```
+/// use offload::{Runtime, par_offload};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let m = rt.load_file("examples/kernels/saxpy.ofk")?;
+/// let x = rt.array(&[1.0f32; 100])?;
+/// let y = rt.array(&[0.0f32; 100])?;
+/// let r = par_offload(0..100, m.closure("saxpy", [2.0f32.into(), (&x).into(), (&y).into()])?)?;
+/// // The range is partitioned: on the device, replayed, stopped, unstarted.
+/// assert_eq!(r.workitems(), 100);
+/// assert_eq!(r.on_device + r.replayed + r.abandoned + r.not_started(), 100);
+/// assert_eq!(r.completed, 100);
+/// // The phases add up to the total.
+/// let parts: std::time::Duration = r.timings.parts().iter().map(|p| p.1).sum();
+/// assert_eq!(parts, r.timings.total);
+/// println!("{r}");
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct LaunchReport {
     /// The kernel.

@@ -68,6 +68,20 @@ use std::time::Duration;
 
 /// When the runtime collects besides on exhaustion and on request
 /// ([`crate::RuntimeBuilder::gc`]).
+///
+/// ```
+/// use offload::{GcPolicy, Runtime};
+///
+/// // Collect before a launch once the heap holds 4x the live data.
+/// let rt = Runtime::builder()
+///     .gc(GcPolicy { trigger: 4.0, ..GcPolicy::default() })
+///     .build()?;
+/// drop(rt.new_array::<f64>(1 << 20)?);
+/// let st = rt.collect()?;
+/// assert!(st.freed() >= 8 << 20);
+/// assert_eq!(rt.gc_totals().collections, 1);
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct GcPolicy {
     /// Collect before a launch once the heap in use is this many times the

@@ -3,7 +3,26 @@
 use super::*;
 use crate::env::{PtxRewrite, Settings};
 
-/// Configures a [`Runtime`].
+/// Configures a [`Runtime`]: the device, the workers, the heap's sizes,
+/// and the knobs of compilation, allocation and the collector. Each
+/// setting has its default; [`RuntimeBuilder::build`] makes the runtime.
+///
+/// ```
+/// use offload::{Device, Runtime};
+///
+/// let rt = Runtime::builder()
+///     .device(Device::Cpu)
+///     .workers(2)
+///     .initial_heap(16 << 20)
+///     .max_heap(256 << 20)
+///     .launch_deadline(Some(std::time::Duration::from_secs(10)))
+///     .build()?;
+/// assert_eq!((rt.device(), rt.workers()), (Device::Cpu, 2));
+/// // `strict` makes a device that cannot be had an error, not a fallback.
+/// let cuda = Runtime::builder().device(Device::Cuda).strict(true).build();
+/// assert!(cuda.is_ok() || cuda.unwrap_err().to_string().contains("CUDA"));
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct RuntimeBuilder {
     heap: HeapConfig,

@@ -94,12 +94,56 @@ impl Inner {
 
 /// The offload runtime: one managed heap, a pool of workers, a device.
 /// Cloning is cheap and shares everything.
+///
+/// [`Runtime::new`] picks the device (the GPU when one is usable, else
+/// every CPU core); [`Runtime::builder`] configures one. Arrays live in
+/// the runtime's heap: make them from slices, launch kernels over them,
+/// read them back.
+///
+/// ```
+/// use offload::{Device, Runtime, kernel, par_offload};
+///
+/// let rt = Runtime::builder().device(Device::Cpu).workers(2).build()?;
+/// let v = rt.array(&[1i32, 2, 3, 4])?;
+/// par_offload(0..4, kernel!(move |i| v[i] = v[i] * 10))?;
+/// assert_eq!(rt.read(&v)?, [10, 20, 30, 40]);
+/// // Writes into an array, and part of one read back.
+/// rt.write(&v, 1, &[7, 8])?;
+/// let mut first = [0; 3];
+/// rt.read_into(&v, 0, &mut first)?;
+/// assert_eq!(first, [10, 7, 8]);
+/// // A collection keeps what handles reach.
+/// rt.collect()?;
+/// assert_eq!(rt.read(&v)?, [10, 7, 8, 40]);
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
 }
 
-/// A loaded, verified module.
+/// A loaded, verified module: kernels, functions and classes, from source
+/// ([`Runtime::load_source`], `kernels!`), bytecode ([`Runtime::load`]) or
+/// a file of either ([`Runtime::load_file`]). It makes closures of its
+/// kernels and objects of its classes; it and its closures keep its
+/// compiled code alive.
+///
+/// ```
+/// use offload::{Runtime, par_offload};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let m = rt.load_source(
+///     "count.ofk",
+///     "#[kernel] fn count(i: i32, hits: &mut [i32], step: i32) { hits[i] = i * step; }",
+/// )?;
+/// assert_eq!(m.kernels(), ["count"]);
+/// let hits = rt.new_array::<i32>(4)?;
+/// par_offload(0..4, m.closure("count", [(&hits).into(), 3.into()])?)?;
+/// assert_eq!(rt.read(&hits)?, [0, 3, 6, 9]);
+/// // A kernel's arguments are checked against its parameters.
+/// assert!(m.closure("count", [3.into(), (&hits).into()]).is_err());
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Module {
     pub(crate) rt: Runtime,
@@ -171,7 +215,24 @@ impl Module {
     }
 }
 
-/// A kernel with its captured values, type-checked against the signature.
+/// A kernel with its captured values, type-checked against the signature:
+/// what [`crate::par_offload`] launches (as does a `kernel!` closure).
+/// Launch it as often as needed; each launch sees the arrays as they are
+/// then.
+///
+/// ```
+/// use offload::{Runtime, par_offload};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let m = rt.load_file("examples/kernels/saxpy.ofk")?;
+/// let x = rt.array(&[1.0f32; 8])?;
+/// let y = rt.array(&[0.0f32; 8])?;
+/// let saxpy = m.closure("saxpy", [2.0f32.into(), (&x).into(), (&y).into()])?;
+/// par_offload(0..8, &saxpy)?;
+/// par_offload(0..8, &saxpy)?;
+/// assert_eq!(rt.read(&y)?, [4.0; 8]);
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Closure {
     pub(crate) module: Module,

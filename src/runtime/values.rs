@@ -4,7 +4,20 @@
 
 use super::*;
 
-/// A value passed to a kernel.
+/// A value passed to a kernel: a number, or a reference to an array or
+/// object of the runtime's heap. Numbers and handles convert with
+/// `.into()`.
+///
+/// ```
+/// use offload::{Arg, Runtime};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let y = rt.new_array::<f32>(4)?;
+/// let args: [Arg; 3] = [2.0f32.into(), 7i64.into(), (&y).into()];
+/// assert_eq!(args[0], Arg::F32(2.0));
+/// assert_eq!(args[1], Arg::I64(7));
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub enum Arg {
     /// An `i32`.
@@ -139,6 +152,19 @@ impl Element for f64 {
 
 /// A handle to an array of `T` in a runtime's heap. It keeps the array
 /// alive, and stays valid when a collection moves it; clones share it.
+/// `T` is `i32`, `i64`, `f32` or `f64` ([`Element`]).
+///
+/// ```
+/// use offload::Runtime;
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let a = rt.array(&[1.5f64, 2.5])?;       // from a slice
+/// let z = rt.new_array::<i64>(3)?;          // zeroed
+/// assert_eq!((a.len(), z.len()), (2, 3));
+/// rt.collect()?;                            // may move it; the handle follows
+/// assert_eq!(rt.read(&a)?, [1.5, 2.5]);
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Debug)]
 pub struct Array<T: Element> {
     r: Root,
@@ -189,6 +215,18 @@ impl<T: Element> From<Array<T>> for Arg {
 
 /// A handle to an object of one of a module's classes. It keeps the
 /// object alive, and stays valid when a collection moves it.
+///
+/// ```
+/// use offload::Runtime;
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let m = rt.load_source("p.ofk", "struct Point { x: f64, y: f64 }")?;
+/// let p = m.new_object("Point")?;
+/// m.set_field(&p, "x", 1.5f64)?;
+/// assert_eq!(m.get_field::<f64>(&p, "x")?, 1.5);
+/// assert_eq!(p.class_name(), "Point");
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Object {
     pub(crate) r: Root,
@@ -223,7 +261,20 @@ impl From<&Object> for Arg {
 /// A handle to a one-dimensional array of references to one of a module's
 /// classes (`Shape[]`): its elements are null or instances of the class or
 /// its subclasses. It keeps the array alive, and stays valid when a
-/// collection moves it.
+/// collection moves it. A kernel takes it as `&[Option<Shape>]`.
+///
+/// ```
+/// use offload::Runtime;
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let m = rt.load_source("p.ofk", "struct Point { x: f64 }")?;
+/// let ps = m.new_ref_array("Point", 3)?;   // three nulls
+/// let p = m.new_object("Point")?;
+/// m.set_element(&ps, 1, &p)?;
+/// assert!(m.element(&ps, 0)?.is_none());
+/// assert_eq!(m.element(&ps, 1)?.map(|(_, class)| class), Some("Point".to_string()));
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct RefArray {
     pub(crate) r: Root,
