@@ -61,6 +61,16 @@ pub fn render_all(ds: &[Diagnostic], source: &str) -> String {
     ds.iter().map(|d| render(d, source)).collect()
 }
 
+/// `n` and a noun, plural unless `n` is 1: `1 object`, `2 arrays`,
+/// `0 objects`.
+pub fn count_text(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A float as offload prints it everywhere: the shortest text that reads
 /// back to the same value, with a `.0` on whole numbers and an exponent for
 /// very large and very small magnitudes (`1.0`, `0.1`, `1e300`, `NaN`,

@@ -453,5 +453,11 @@ fn a_collections_pause_is_one_figure_wherever_it_is_shown() {
     assert_eq!((totals.pause, totals.max_pause), (st.pause(), st.pause()));
     assert_eq!(st.pause(), st.to_safepoint + st.mark + st.compact);
     assert_eq!(rt.last_collection().map(|l| l.pause()), Some(st.pause()));
+    // Objects and arrays are counted apart, as the heap walk counts them
+    // (`:gc` said "2 objects" where `:heap` said "0 objects, 2 arrays").
+    let walk = rt.verify_heap(&[]).unwrap();
+    assert_eq!(st.live_arrays, walk.arrays);
+    assert_eq!(st.live_objects - st.live_arrays, walk.objects);
+    assert_eq!(st.live_arrays, 1);
     drop(a);
 }

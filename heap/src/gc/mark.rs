@@ -222,6 +222,7 @@ pub(super) fn live_words(
             {
                 live.set_range(u64::from(r), u64::from(r) + size);
                 part.objects += 1;
+                part.arrays += u64::from(matches!(h, Header::Array { .. }));
                 part.words += size;
                 if is_colour_gap(h) {
                     part.gaps.push(r);
@@ -249,6 +250,7 @@ pub(super) fn live_words(
     let mut all = LiveWords::default();
     for (p, first) in parts {
         all.objects += p.objects;
+        all.arrays += p.arrays;
         all.words += p.words;
         all.gaps.extend(p.gaps);
         if let Some((r, tag)) = first
@@ -266,6 +268,8 @@ pub(super) fn live_words(
 #[derive(Default)]
 pub(super) struct LiveWords {
     pub(super) objects: u64,
+    /// Of them, arrays.
+    pub(super) arrays: u64,
     pub(super) words: u64,
     /// The colour gaps kept (see [`Tracer::keep_colour_gap`]), in address
     /// order: a marked filler of exactly this size is one (nothing else

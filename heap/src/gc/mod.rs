@@ -85,6 +85,8 @@ pub struct GcStats {
     /// Objects and arrays that survived (fillers kept as colour gaps are
     /// not counted).
     pub live_objects: u64,
+    /// Of `live_objects`, the arrays (the rest are instances of classes).
+    pub live_arrays: u64,
     /// Bytes of surviving objects that moved.
     pub moved: u64,
     /// Non-null roots visited.
@@ -117,17 +119,18 @@ impl GcStats {
     }
 }
 
-/// `freed F of B bytes (L in use after: N objects, P padding), M moved;
-/// mark X, compact Y`, and `; R bytes of memory given back` when some was.
+/// `freed F of B bytes (L in use after: N objects and A arrays, P
+/// padding), M moved; pause T (to the safepoint S, mark X, compact Y)`, and `; R bytes of memory given back` when some was.
 impl std::fmt::Display for GcStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "freed {} of {} bytes ({} in use after: {} objects, {} bytes of padding), {} moved; pause {} µs (to the safepoint {} µs, mark {} µs, compact {} µs)",
+            "freed {} of {} bytes ({} in use after: {} objects and {} arrays, {} bytes of padding), {} moved; pause {} µs (to the safepoint {} µs, mark {} µs, compact {} µs)",
             self.freed(),
             self.before,
             self.after,
-            self.live_objects,
+            self.live_objects - self.live_arrays,
+            self.live_arrays,
             self.padding,
             self.moved,
             self.pause().as_micros(),
@@ -268,6 +271,7 @@ impl Heap {
         // Colour gaps are marked fillers, not objects: they count as
         // padding.
         st.live_objects = counted.objects - counted.gaps.len() as u64;
+        st.live_arrays = counted.arrays;
         let mut base = Vec::with_capacity(live.len());
         let mut next = HEAP_START_WORDS;
         let mut pads = Vec::with_capacity(counted.gaps.len() + counted.turns.len());

@@ -301,12 +301,13 @@ impl Session {
                 let b = offload::diagnostics::bytes_text;
                 let _ = writeln!(
                     out,
-                    "collected in {}: freed {} of {}; {} in use after ({} objects and arrays in {}, {} padding between pages of different classes), {} moved",
+                    "collected in {}: freed {} of {}; {} in use after ({} and {} in {}, {} padding between pages of different classes), {} moved",
                     offload::diagnostics::duration_text(st.pause()),
                     b(st.freed()),
                     b(st.before),
                     b(st.after),
-                    st.live_objects,
+                    offload::diagnostics::count_text(st.live_objects - st.live_arrays, "object"),
+                    offload::diagnostics::count_text(st.live_arrays, "array"),
                     b(st.after.saturating_sub(st.padding + 16)),
                     b(st.padding),
                     b(st.moved)

@@ -357,10 +357,10 @@ impl Session {
         );
         let _ = writeln!(
             out,
-            "  verified: {} objects, {} arrays, {} fillers ({})",
-            w.objects,
-            w.arrays,
-            w.fillers,
+            "  verified: {}, {}, {} ({})",
+            offload::diagnostics::count_text(w.objects, "object"),
+            offload::diagnostics::count_text(w.arrays, "array"),
+            offload::diagnostics::count_text(w.fillers, "filler"),
             b(w.filler_bytes)
         );
         if heap.is_mirrored() {
