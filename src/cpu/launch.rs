@@ -347,10 +347,11 @@ impl<'a> CpuSlot<'a> {
     /// optimized code if it is ready (the quick tier stops before a claim
     /// once it is: `LaunchCtx::better`), so that the slot's next entry runs
     /// it. Both tiers come from one lowering with one deopt metadata, so
-    /// the slot's records and unstarted rest carry over as they are.
+    /// the slot's records and unstarted rest carry over as they are (and
+    /// the slot keeps its code where the metadata were to differ).
     fn tier_up(&mut self) -> bool {
         match self.tiers.and_then(Tiers::optimized) {
-            Some(opt) if self.ck.quick => {
+            Some(opt) if self.ck.quick && opt.meta == self.ck.meta => {
                 self.ck = opt.clone();
                 true
             }
