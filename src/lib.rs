@@ -300,7 +300,7 @@ pub use offload_macros::kernel;
 pub use offload_macros::kernels;
 pub use report::{DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, SavedValue, Timings};
 pub use runtime::{
-    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView,
+    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView, LaunchHandle,
     MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, RefArray, Runtime, RuntimeBuilder,
 };
 pub use source::{Capture, Launchable, par_offload};

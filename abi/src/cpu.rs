@@ -300,9 +300,10 @@ mod tests {
         assert_eq!(offsets::SLOT_BYTES, 128);
         assert_eq!(align_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
         assert_eq!(offsets::PART_BYTES, 128);
-        assert_eq!(size_of::<LaunchCtx>(), 8 * 17);
+        assert_eq!(size_of::<LaunchCtx>(), 8 * 18);
         assert_eq!(offsets::NURSERY, 120);
         assert_eq!(offsets::PAGES, 128);
+        assert_eq!(offsets::BETTER, 136);
         assert_eq!(offsets::SLOT_HOME, 72);
     }
 }

@@ -236,6 +236,7 @@ fn bench_prints_json_lines_with_ratios() {
         "compile saxpy (quick)",
         "compile saxpy (optimized)",
         "saxpy worst of 20, 2 busy threads",
+        "two half saxpys in flight",
     ] {
         assert!(
             lines

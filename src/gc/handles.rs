@@ -33,6 +33,13 @@ impl Root {
         self.get().byte_offset()
     }
 
+    /// The handle's identity: the same for its clones, different for
+    /// every other cell while this one lives (launches in flight are
+    /// ordered by the arrays they capture, `runtime::inflight`).
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     /// The null reference: no object to keep, and in no table.
     pub(crate) fn null() -> Root {
         Root(Arc::new(AtomicU32::new(0)))

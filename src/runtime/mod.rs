@@ -25,12 +25,14 @@ use std::sync::{Arc, Mutex};
 
 mod builder;
 mod heap_view;
+mod inflight;
 mod module;
 mod values;
 
 pub(crate) use builder::PolicyFactory;
 pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, RuntimeBuilder};
 pub use heap_view::HeapView;
+pub use inflight::LaunchHandle;
 pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};
 
 thread_local! {
@@ -58,6 +60,8 @@ pub(crate) struct Inner {
     /// The adaptive state of every kernel launched, by (module id, kernel).
     kernels: dashmap::DashMap<(u64, FuncId), Arc<Mutex<KernelState>>>,
     next_module: AtomicU64,
+    /// The launches in flight, and the rule that orders them.
+    pub(crate) inflight: inflight::InFlight,
 }
 
 impl Inner {
@@ -88,6 +92,7 @@ impl Inner {
             policy_factory,
             kernels: dashmap::DashMap::new(),
             next_module: AtomicU64::new(0),
+            inflight: inflight::InFlight::default(),
         }
     }
 }
@@ -300,6 +305,17 @@ impl Runtime {
             return Err(OffloadError::InSafepoint { what });
         }
         Ok(())
+    }
+
+    /// Before the host reads or writes the array of numbers `array` (by
+    /// handle identity; `None`: objects and arrays of references): wait
+    /// for the launches in flight that may touch it (`inflight`'s rule) —
+    /// unless this thread runs a safepoint's operation, which sees the
+    /// heap as the stopped launches left it.
+    pub(crate) fn settle(&self, array: Option<usize>) {
+        if !self.in_safepoint() {
+            self.inner.inflight.settle(array);
+        }
     }
 
     /// Count this thread as a running worker, so that no collection starts
@@ -530,7 +546,7 @@ impl Runtime {
                 "the closure belongs to another runtime".into(),
             ));
         }
-        self.launch(range, closure, self.inner.env.settings.deadline)
+        self.launch_in_order(range, closure, self.inner.env.settings.deadline)
     }
 
     /// [`Runtime::par_offload`] with a deadline for this launch (instead of
@@ -550,12 +566,26 @@ impl Runtime {
                 "the closure belongs to another runtime".into(),
             ));
         }
-        self.launch(range, closure, Some(deadline))
+        self.launch_in_order(range, closure, Some(deadline))
+    }
+
+    /// Launch `closure` over `range` within `deadline` and wait for it,
+    /// after the launches in flight it may touch (`inflight`'s rule).
+    fn launch_in_order(
+        &self,
+        range: Range<i64>,
+        closure: &Closure,
+        deadline: Option<std::time::Duration>,
+    ) -> Result<LaunchReport, OffloadError> {
+        self.refuse_in_safepoint("a launch")?;
+        let inflight = &self.inner.inflight;
+        inflight.wait_for(&inflight.before(&inflight::Footprint::of(closure)));
+        self.launch_registered(range, closure, deadline)
     }
 
     /// Launch `closure` over `range` on the runtime's devices, within
-    /// `deadline`.
-    fn launch(
+    /// `deadline` (registered in flight by the caller).
+    fn launch_registered(
         &self,
         range: Range<i64>,
         closure: &Closure,

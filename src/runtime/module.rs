@@ -176,6 +176,7 @@ impl Module {
         name: &str,
         value: impl Into<Arg>,
     ) -> Result<(), OffloadError> {
+        self.rt.settle(None);
         let value = value.into();
         self.rt.hold(|heap| {
             let (off, ty) = self.field_of(o, name)?;
@@ -205,6 +206,7 @@ impl Module {
 
     /// Read a numeric field of an object.
     pub fn get_field<T: Element>(&self, o: &Object, name: &str) -> Result<T, OffloadError> {
+        self.rt.settle(None);
         self.rt.hold(|heap| {
             let (off, ty) = self.field_of(o, name)?;
             if ty != T::ELEM.to_type() {
@@ -285,6 +287,7 @@ impl Module {
         i: usize,
         value: impl Into<Arg>,
     ) -> Result<(), OffloadError> {
+        self.rt.settle(None);
         let value = value.into();
         self.rt.hold(|heap| {
             let off = self.ref_slot(a, i)?;
@@ -313,6 +316,7 @@ impl Module {
     /// Element `i`: `None` for null, else a root of the object and the
     /// name of its runtime class.
     pub fn element(&self, a: &RefArray, i: usize) -> Result<Option<(Root, String)>, OffloadError> {
+        self.rt.settle(None);
         self.rt.hold(|heap| {
             let off = self.ref_slot(a, i)?;
             let r = Ref(heap.load32(off)?);
@@ -329,6 +333,7 @@ impl Module {
     /// Read a reference field of an object, as a root of what it points
     /// at (null's root is null).
     pub fn get_ref_field(&self, o: &Object, name: &str) -> Result<Root, OffloadError> {
+        self.rt.settle(None);
         self.rt.hold(|heap| {
             let (off, ty) = self.field_of(o, name)?;
             if !ty.is_ref() {
@@ -345,6 +350,7 @@ impl Module {
     /// as text: numbers as Rust prints them, references as `null` or
     /// `Type@offset`.
     pub fn fields(&self, o: &Object) -> Result<Vec<(String, String, String)>, OffloadError> {
+        self.rt.settle(None);
         let v = self.prog.verified();
         let mut chain: Vec<ClassId> = v.ancestors(o.class).collect();
         chain.reverse();

@@ -374,13 +374,15 @@ impl Runtime {
         Ok((a.r.byte_offset() + 8 + at * size, size))
     }
 
-    /// Copy `data` into `a` starting at element `at`.
+    /// Copy `data` into `a` starting at element `at` (after the launches
+    /// in flight that may touch `a` have ended: [`Runtime::launch`]).
     pub fn write<T: Element>(
         &self,
         a: &Array<T>,
         at: usize,
         data: &[T],
     ) -> Result<(), OffloadError> {
+        self.settle(Some(a.r.identity()));
         self.hold(|heap| {
             let (base, size) = self.span(a, at, data.len(), "writing")?;
             // What a GPU wrote there comes back in one copy per run of
@@ -404,13 +406,16 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Copy `out.len()` elements starting at `at` into `out`.
+    /// Copy `out.len()` elements starting at `at` into `out` (after the
+    /// launches in flight that may touch `a` have ended:
+    /// [`Runtime::launch`]).
     pub fn read_into<T: Element>(
         &self,
         a: &Array<T>,
         at: usize,
         out: &mut [T],
     ) -> Result<(), OffloadError> {
+        self.settle(Some(a.r.identity()));
         self.hold(|heap| {
             let (base, size) = self.span(a, at, out.len(), "reading")?;
             heap.fetch(base, out.len() * size)?;

@@ -506,7 +506,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             push(&r.bench, base, r.offload, r.target, r.note);
         }
         // Tails under a competing load against rayon's (`bench_load`).
-        for r in crate::tools::bench_load::rows(rt, s)? {
+        for r in crate::tools::bench_load::rows(rt, s, reps)? {
             let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
             push(&r.bench, base, r.offload, r.target, r.note);
         }

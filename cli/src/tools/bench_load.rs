@@ -1,12 +1,13 @@
-//! Launches under a competing load (`offload bench`, CPU device): saxpy's
-//! worst of 20 launches while two other threads keep the cores busy,
-//! against native rayon's worst of 20 in the same process under the same
-//! load. A launch waits for its slowest worker, so a worker the scheduler
+//! Launches beside other work (`offload bench`): saxpy's worst of 20
+//! launches while two other threads keep the cores busy, against native
+//! rayon's worst of 20 in the same process under the same load; and two
+//! half-size launches in flight at once (`Runtime::launch`) against one
+//! full-size launch. A launch waits for its slowest worker, so a worker the scheduler
 //! leaves waiting makes a long tail; the launch team's waiting must not
 //! make it longer than a pool's (issue 50: repetitions of 199–536 ms
 //! against a median of 6.9 ms were seen on an oversubscribed machine).
 
-use super::bench::{BenchResult, Target};
+use super::bench::{BenchResult, Target, by_turns};
 use crate::tools::kernels::example;
 use crate::tools::reference as native;
 use offload::{OffloadError, Runtime, par_offload};
@@ -37,8 +38,9 @@ fn worst_of(
     Ok((t[REPS - 1], t[REPS / 2]))
 }
 
-/// The row: saxpy over 10^7 elements (divided by `shrink`) on `rt`.
-pub fn rows(rt: &Runtime, shrink: usize) -> Result<Vec<BenchResult>, OffloadError> {
+/// The rows: saxpy over 10^7 elements (divided by `shrink`) on `rt`,
+/// medians of `reps` where a row has medians.
+pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
     let n = 10_000_000 / shrink.max(1);
     let x: Vec<f32> = (0..n).map(|i| (i % 100) as f32).collect();
     let mut y = vec![1.0f32; n];
@@ -72,17 +74,46 @@ pub fn rows(rt: &Runtime, shrink: usize) -> Result<Vec<BenchResult>, OffloadErro
         r
     });
     let ((worst, median), (rworst, rmedian)) = timed?;
+    // Two launches in flight, each over half the elements (arrays of
+    // their own), against one launch over all of them.
+    let half = n / 2;
+    let (x1, y1) = (rt.array(&x[..half])?, rt.array(&y[..half])?);
+    let (x2, y2) = (rt.array(&x[half..2 * half])?, rt.array(&y[half..2 * half])?);
+    let c1 = m.closure("saxpy", [2.0f32.into(), (&x1).into(), (&y1).into()])?;
+    let c2 = m.closure("saxpy", [2.0f32.into(), (&x2).into(), (&y2).into()])?;
+    let [two, one] = by_turns(
+        [
+            &mut || {
+                let h1 = rt.launch(0..half as i64, &c1)?;
+                let h2 = rt.launch(0..half as i64, &c2)?;
+                h1.wait()?;
+                h2.wait().map(|_| ())
+            },
+            &mut || par_offload(0..2 * half as i64, &c).map(|_| ()),
+        ],
+        reps,
+    )?;
     let ms = |d: Duration| offload::diagnostics::duration_text(d);
-    Ok(vec![BenchResult {
-        bench: format!("saxpy worst of {REPS}, {LOAD_THREADS} busy threads"),
-        device: rt.device(),
-        baseline: Some((format!("rayon worst of {REPS}"), rworst)),
-        offload: worst,
-        target: Some(Target::Slowdown(2.0)),
-        note: format!(
-            "{n} elements; medians: offload {}, rayon {}",
-            ms(median),
-            ms(rmedian)
-        ),
-    }])
+    Ok(vec![
+        BenchResult {
+            bench: format!("saxpy worst of {REPS}, {LOAD_THREADS} busy threads"),
+            device: rt.device(),
+            baseline: Some((format!("rayon worst of {REPS}"), rworst)),
+            offload: worst,
+            target: Some(Target::Slowdown(2.0)),
+            note: format!(
+                "{n} elements; medians: offload {}, rayon {}",
+                ms(median),
+                ms(rmedian)
+            ),
+        },
+        BenchResult {
+            bench: "two half saxpys in flight".into(),
+            device: rt.device(),
+            baseline: Some(("one full-size launch".into(), one)),
+            offload: two,
+            target: Some(Target::Slowdown(1.0)),
+            note: format!("{half} elements each, Runtime::launch and wait"),
+        },
+    ])
 }
