@@ -57,9 +57,8 @@ impl std::fmt::Display for GcSummary {
         }
         write!(
             f,
-            "{} collection{}, {} pause (longest {}), {} freed",
-            self.collections,
-            if self.collections == 1 { "" } else { "s" },
+            "{}, {} pause (longest {}), {} freed",
+            crate::diagnostics::count_text(self.collections, "collection"),
             crate::diagnostics::duration_text(self.pause),
             crate::diagnostics::duration_text(self.max_pause),
             crate::diagnostics::bytes_text(self.freed)

@@ -243,11 +243,7 @@ impl Runtime {
         range: Range<i64>,
         closure: &Closure,
     ) -> Result<LaunchHandle, OffloadError> {
-        if closure.module.rt.inner.id != self.inner.id {
-            return Err(OffloadError::Handle(
-                "the closure belongs to another runtime".into(),
-            ));
-        }
+        self.owns(closure)?;
         self.refuse_in_safepoint("a launch")?;
         // Registered here, in the order of the calls.
         let (id, before) = self.inner.inflight.begin(Footprint::of(closure));

@@ -541,11 +541,7 @@ impl Runtime {
         range: Range<i64>,
         closure: &Closure,
     ) -> Result<LaunchReport, OffloadError> {
-        if closure.module.rt.inner.id != self.inner.id {
-            return Err(OffloadError::Handle(
-                "the closure belongs to another runtime".into(),
-            ));
-        }
+        self.owns(closure)?;
         self.launch_in_order(range, closure, self.inner.env.settings.deadline)
     }
 
@@ -561,16 +557,24 @@ impl Runtime {
         closure: &Closure,
         deadline: std::time::Duration,
     ) -> Result<LaunchReport, OffloadError> {
+        self.owns(closure)?;
+        self.launch_in_order(range, closure, Some(deadline))
+    }
+
+    /// An error unless `closure` was made by this runtime.
+    fn owns(&self, closure: &Closure) -> Result<(), OffloadError> {
         if closure.module.rt.inner.id != self.inner.id {
             return Err(OffloadError::Handle(
                 "the closure belongs to another runtime".into(),
             ));
         }
-        self.launch_in_order(range, closure, Some(deadline))
+        Ok(())
     }
 
     /// Launch `closure` over `range` within `deadline` and wait for it,
     /// after the launches in flight it may touch (`inflight`'s rule).
+    /// Refused in a safepoint's operation before it waits: the launches
+    /// it would wait for are stopped there.
     fn launch_in_order(
         &self,
         range: Range<i64>,
@@ -584,14 +588,14 @@ impl Runtime {
     }
 
     /// Launch `closure` over `range` on the runtime's devices, within
-    /// `deadline` (registered in flight by the caller).
+    /// `deadline`, now (its callers have ordered it after the launches in
+    /// flight it may touch, and refused it in a safepoint's operation).
     fn launch_registered(
         &self,
         range: Range<i64>,
         closure: &Closure,
         deadline: Option<std::time::Duration>,
     ) -> Result<LaunchReport, OffloadError> {
-        self.refuse_in_safepoint("a launch")?;
         let devices = crate::launch::Devices {
             cpu: &self.inner.cpu,
             gpu: self.inner.gpu.as_ref(),
