@@ -93,12 +93,20 @@ impl LaunchEnv {
         }
     }
 
-    /// An allocator for a launch on `workers` slots, with the runtime's
-    /// policy and the kernel's TLAB size if it has its own.
-    pub(crate) fn allocator(&self, workers: usize, tlab_bytes: Option<u32>) -> Allocator<'_> {
+    /// An allocator for a launch of `call` on `workers` slots, with the
+    /// runtime's policy and the kernel's TLAB size if it has its own, and
+    /// a TLAB per kind of what the kernel allocates, carved from pages of
+    /// that kind (`Program::allocation_kinds`).
+    pub(crate) fn allocator(
+        &self,
+        call: &KernelCall<'_>,
+        workers: usize,
+        tlab_bytes: Option<u32>,
+    ) -> Allocator<'_> {
         let s = &self.settings;
         let mut a = Allocator::new(&self.heap, s.policy, workers)
             .with_buffers(s.alloc_buffers)
+            .with_kinds(call.prog.allocation_kinds(call.kernel))
             .with_exhaustion_every(s.gc.stress);
         if let Some(t) = tlab_bytes {
             a = a.with_tlab_bytes(t);
@@ -182,18 +190,21 @@ impl LaunchEnv {
     }
 }
 
-/// Each slot's TLAB (null for one without).
+/// Each slot's TLABs, one per kind of allocation (`Allocator::kinds`),
+/// slot by slot (null for a slot without): compiled code finds the TLAB
+/// of kind `k` of slot `s` at index `s * kinds + k`.
 pub(crate) fn tlabs_of(alloc: &Allocator<'_>, workers: usize) -> Vec<*const SharedTlab> {
-    (0..workers)
-        .map(|w| {
+    let kinds = alloc.kinds().len();
+    (0..workers * kinds)
+        .map(|i| {
             alloc
-                .tlab_for(w)
+                .tlab_for(i / kinds, i % kinds)
                 .map_or(std::ptr::null(), std::ptr::from_ref)
         })
         .collect()
 }
 
-/// Whether every slot has a TLAB and no two share one.
+/// Whether every slot has TLABs and no two share one.
 pub(crate) fn exclusive(tlabs: &[*const SharedTlab]) -> bool {
     let mut seen: Vec<_> = tlabs.to_vec();
     seen.sort_unstable();

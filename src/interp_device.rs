@@ -51,7 +51,7 @@ pub(crate) fn run(
     let prog = call.prog;
     let n = range.end.wrapping_sub(range.start) as u64;
     let workers = inner.workers;
-    let alloc = env.allocator(workers, plan.tlab_bytes);
+    let alloc = env.allocator(&call, workers, plan.tlab_bytes);
     let chunk = plan.chunk.unwrap_or_else(|| chunk_size(n, workers));
     let profiling = env.settings.profile || plan.warmup;
     let chunks = n.div_ceil(chunk);

@@ -503,7 +503,7 @@ pub(crate) fn run<D: Compiled>(
 ) -> Result<LaunchReport, OffloadError> {
     let t0 = Instant::now();
     let (mut state, slots, area) = dev.prepare(env, call, plan, &range)?;
-    let alloc = env.allocator(env.workers, plan.tlab_bytes);
+    let alloc = env.allocator(&call, env.workers, plan.tlab_bytes);
     // The save area's records (kept there until replayed) and the
     // allocator's TLABs, for collections while the launch runs (a replay
     // that finds eden exhausted asks for one, see `crate::gc`).

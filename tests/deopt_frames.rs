@@ -77,7 +77,9 @@ fn every_compiled_deopt_frame_equals_the_interpreters_frame() {
                 // SAFETY: the interpreter writes the heap as a launch's
                 // does, and no launch runs on `interp` meanwhile.
                 let heap = unsafe { interp.raw_heap() };
-                let alloc = Allocator::new(heap, offload::AllocPolicy::default(), 1);
+                // With the kernel's kinds of allocation, as a launch's.
+                let alloc = Allocator::new(heap, offload::AllocPolicy::default(), 1)
+                    .with_kinds(mi.program().allocation_kinds(kid));
                 let mut it = Interpreter::new(mi.program(), heap, &alloc, 0);
                 let stopped = it.run_to_site(kid, w, &ci.captures(), site.bci, 0);
                 let row = report.deopt_table.iter().find(|r| r.bci == site.bci);

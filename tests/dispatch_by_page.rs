@@ -1,9 +1,9 @@
 //! Virtual calls and class tests that find the receiver's class from the
 //! page it lies on (`offload_heap::pages`): objects the host made (on pages
-//! of their class) and objects a kernel made (on mixed pages, whose tag
-//! sends compiled code to the header) dispatch alike, on every CPU tier and
-//! the interpreter, with dispatch by address on and off, and after a
-//! collection has moved them.
+//! of their class) and objects a kernel made (on pages of their class too,
+//! from a TLAB per kind) dispatch alike, on every CPU tier and the
+//! interpreter, with dispatch by address on and off, and after a collection
+//! has moved them.
 
 use offload::{Device, Runtime};
 
@@ -29,6 +29,16 @@ fn host_and_kernel_objects_dispatch_alike_on_the_cpu() {
             dispatch::check(&rt, 3000, &what);
         }
     }
+}
+
+#[test]
+fn a_launch_allocates_on_pages_of_each_kind() {
+    for tiered in [true, false] {
+        let rt = runtime(Device::Cpu, true, tiered);
+        dispatch::check_kinds(&rt, 3000, true, &format!("cpu, tiered {tiered}"));
+    }
+    let rt = runtime(Device::Interpreter, true, true);
+    dispatch::check_kinds(&rt, 3000, true, "interpreter");
 }
 
 #[test]

@@ -616,6 +616,17 @@ fn virtual_calls_find_classes_from_pages_on_the_gpu() {
 
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_launch_of_one_kind_allocates_on_pages_of_its_kind_on_the_gpu() {
+    // The device eden's pages carry the kernel's one tag (a class, or
+    // arrays), on the host's table and the device's; a kernel of several
+    // kinds allocates on mixed pages.
+    let rt = build(gpu());
+    let n = size(&rt, 3000, 600);
+    dispatch::check_kinds(&rt, n, false, "cuda");
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn the_dispatch_workloads_match_rust_on_the_gpu() {
     // The ray caster and the particles against their trait-object
     // references, bit for bit, with dispatch by address on and off.

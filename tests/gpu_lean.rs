@@ -230,7 +230,8 @@ fn a_kernel_that_allocates_adds_only_its_eden_to_a_warm_launch() {
     assert_eq!(calls(&m, &["cuMemsetD8Async", "cuMemsetD8_v2"]), 2, "{m:?}");
     assert_eq!(calls(&m, &["cuLaunchKernel"]), 2, "{m:?}");
     // Up: the eden's bounds and the scatter kernel's fillers (the context
-    // and the captures are parameters).
+    // and the captures are parameters). No page tags: the kernel's Vec3,
+    // alone in its hierarchy, is allocated on mixed pages.
     let up = ["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoD_v2"];
     assert_eq!(calls(&m, &up), 2, "{m:?}");
     let back = ["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"];

@@ -36,8 +36,10 @@ pub struct LaunchCtx {
     /// next record and goes on with its next workitem; it stops when its
     /// records are full (or at a safepoint). The area stays O(slots).
     pub records_per_slot: u64,
-    /// Per slot, the shared TLAB its fast path allocates from (null: the
-    /// policy has none, every allocation takes the slow path): an
+    /// Per slot, the shared TLABs its fast path allocates from, one per
+    /// kind of what the kernel allocates (`Program::allocation_kinds`):
+    /// slot `s`'s TLAB of kind `k` is at index `s * kinds + k` (null: the
+    /// policy has none, every allocation takes the slow path). Each is an
     /// `offload_heap::SharedTlab`, whose words are laid out as
     /// [`TlabWords`].
     pub tlabs: *const *const TlabWords,

@@ -186,6 +186,10 @@ pub struct Allocator<'h> {
     /// Collector stress ([`Allocator::with_exhaustion_every`]): every
     /// `.0`-th TLAB refill from eden finds it exhausted; `.1` counts them.
     stress: Option<(u64, AtomicU64)>,
+    /// The kinds of allocation, as page tags, each with a TLAB per slot
+    /// and per buffer ([`Allocator::with_kinds`]): `slots` and `buffers`
+    /// hold them kind by kind within each slot and buffer.
+    kinds: Box<[u32]>,
 }
 
 impl<'h> Allocator<'h> {
@@ -220,6 +224,7 @@ impl<'h> Allocator<'h> {
             mark: heap.mark(),
             carves: AtomicU64::new(0),
             stress: None,
+            kinds: Box::new([offload_abi::pages::MIXED]),
         }
         .with_buffers(true)
     }
@@ -243,6 +248,52 @@ impl<'h> Allocator<'h> {
         self
     }
 
+    /// Give every slot and buffer a TLAB per kind of allocation, each
+    /// carved from pages of its tag (`crate::pages`): `kinds` are the page
+    /// tags of everything the launch allocates
+    /// (`offload_program::Program::allocation_kinds`: classes, and arrays),
+    /// so that compiled code finds its objects' class from their
+    /// references; `[MIXED]` (the default) puts everything in one TLAB on
+    /// mixed pages. An object whose tag is not among `kinds` never enters
+    /// these TLABs unless there is a mixed kind ([`Allocator::kind_of`]):
+    /// [`Allocator::alloc`] places it on pages of its own (compiled code
+    /// allocates only what the kernel's instructions say).
+    /// Call it before the first allocation; `kinds` must not be empty.
+    ///
+    /// [`MIXED`]: offload_abi::pages::MIXED
+    pub fn with_kinds(mut self, kinds: &[u32]) -> Self {
+        assert!(!kinds.is_empty(), "an allocator has at least one kind");
+        let groups = self.slots.len();
+        self.kinds = kinds.into();
+        self.slots = (0..groups * kinds.len())
+            .map(|_| SharedTlab::new())
+            .collect();
+        let buffered = self.buffered();
+        self.with_buffers(buffered)
+    }
+
+    /// The kinds of allocation ([`Allocator::with_kinds`]).
+    pub fn kinds(&self) -> &[u32] {
+        &self.kinds
+    }
+
+    /// The one page tag of everything this allocator's TLABs hold: the
+    /// kind's, when there is one kind, else
+    /// [`MIXED`](offload_abi::pages::MIXED).
+    pub fn tag(&self) -> u32 {
+        match *self.kinds {
+            [one] => one,
+            _ => offload_abi::pages::MIXED,
+        }
+    }
+
+    /// The kind (index into [`Allocator::kinds`]) of an object with
+    /// `header`: its tag's, else the mixed kind's; `None` when neither is
+    /// among the kinds.
+    pub fn kind_of(&self, header: Header) -> Option<usize> {
+        kind_of(&self.kinds, crate::pages::tag_for(header))
+    }
+
     /// Refill TLABs with `bytes` (rounded down to words, at least 8 words)
     /// instead of the heap's configured TLAB size — what a recompilation
     /// policy changes for one kernel's launches. Objects above a quarter of
@@ -260,7 +311,11 @@ impl<'h> Allocator<'h> {
     /// Call it before the first allocation.
     pub fn with_buffers(mut self, on: bool) -> Self {
         let want = on && self.group > 1 && !self.slots.is_empty();
-        self.buffers = (0..if want { self.workers } else { 0 })
+        self.buffers = (0..if want {
+            self.workers * self.kinds.len()
+        } else {
+            0
+        })
             .map(|_| SharedTlab::new())
             .collect();
         self
@@ -277,23 +332,28 @@ impl<'h> Allocator<'h> {
         self.tlab_words
     }
 
-    /// The TLAB `worker` bumps, if the policy has TLABs (compiled code runs
+    /// The TLAB `worker` bumps for allocations of `kind` (an index into
+    /// [`Allocator::kinds`]), if the policy has TLABs (compiled code runs
     /// its fast path inline): its allocation buffer when it has one, else
     /// its group's shared TLAB.
-    pub fn tlab_for(&self, worker: usize) -> Option<&SharedTlab> {
+    pub fn tlab_for(&self, worker: usize, kind: usize) -> Option<&SharedTlab> {
+        let k = self.kinds.len();
         if !self.buffers.is_empty() {
-            Some(&self.buffers[worker % self.buffers.len()])
+            let buffers = self.buffers.len() / k;
+            Some(&self.buffers[(worker % buffers) * k + kind % k])
         } else {
-            self.group_tlab(worker)
+            self.group_tlab(worker, kind)
         }
     }
 
-    /// The shared TLAB of `worker`'s group.
-    fn group_tlab(&self, worker: usize) -> Option<&SharedTlab> {
-        if self.slots.is_empty() {
+    /// The shared TLAB of `worker`'s group for `kind`.
+    fn group_tlab(&self, worker: usize, kind: usize) -> Option<&SharedTlab> {
+        let k = self.kinds.len();
+        let groups = self.slots.len() / k;
+        if groups == 0 {
             None
         } else {
-            Some(&self.slots[(worker / self.group) % self.slots.len()])
+            Some(&self.slots[((worker / self.group) % groups) * k + kind % k])
         }
     }
 
@@ -321,21 +381,30 @@ impl<'h> Allocator<'h> {
         old: u64,
     ) -> Result<u32, AllocFailure> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
-        let slot = self.tlab_for(worker).ok_or(AllocFailure::Exhausted)?;
+        // Compiled code allocates only the kinds the kernel's instructions
+        // make, each in its kind's TLAB.
+        let kind = self.kind_of(header);
+        debug_assert!(
+            kind.is_some(),
+            "compiled code allocated {header}, of no kind"
+        );
+        let kind = kind.ok_or(AllocFailure::Exhausted)?;
+        let slot = self.tlab_for(worker, kind).ok_or(AllocFailure::Exhausted)?;
         let w = words(bytes) as u32;
-        let at = self.refill_from(worker, |eden, wait, fault| {
+        let at = self.refill_from(worker, kind, |eden, wait, fault| {
             slot.finish(g, old, w, eden, wait, fault)
         });
         self.placed(at, header)
     }
 
-    /// Eden as this allocator's TLAB refills see it.
-    fn eden(&self) -> SizedEden<'_> {
+    /// Eden as this allocator's TLAB refills of `kind` see it.
+    fn eden(&self, kind: usize) -> SizedEden<'_> {
         SizedEden {
             heap: self.heap,
             words: self.tlab_words,
             carves: &self.carves,
             stress: self.stress.as_ref(),
+            tag: self.kinds[kind],
         }
     }
 
@@ -370,13 +439,17 @@ impl<'h> Allocator<'h> {
     fn refill_from<R>(
         &self,
         worker: usize,
+        kind: usize,
         f: impl FnOnce(&dyn Eden, bool, Option<&RefillFault>) -> R,
     ) -> R {
-        match self.group_tlab(worker).filter(|_| !self.buffers.is_empty()) {
+        match self
+            .group_tlab(worker, kind)
+            .filter(|_| !self.buffers.is_empty())
+        {
             Some(group) => f(
                 &BufferEden {
                     group,
-                    eden: self.eden(),
+                    eden: self.eden(kind),
                     words: self.large_words,
                     wait: self.waits(),
                     fault: self.fault.as_ref(),
@@ -384,7 +457,7 @@ impl<'h> Allocator<'h> {
                 true,
                 None,
             ),
-            None => f(&self.eden(), self.waits(), self.fault.as_ref()),
+            None => f(&self.eden(kind), self.waits(), self.fault.as_ref()),
         }
     }
 
@@ -418,16 +491,24 @@ impl<'h> Allocator<'h> {
     pub fn alloc(&self, worker: usize, header: Header) -> Result<u32, AllocFailure> {
         let bytes = header.size().ok_or(AllocFailure::Exhausted)?;
         let w = words(bytes);
-        let at = match self.tlab_for(worker) {
-            Some(slot) if w <= u64::from(self.large_words) => self
-                .refill_from(worker, |eden, wait, fault| {
+        let kind = self.kind_of(header);
+        let at = match kind.and_then(|k| self.tlab_for(worker, k).map(|t| (k, t))) {
+            Some((kind, slot)) if w <= u64::from(self.large_words) => {
+                self.refill_from(worker, kind, |eden, wait, fault| {
                     slot.allocate_with(w as u32, eden, wait, fault)
-                }),
+                })
+            }
             _ => {
                 self.direct.fetch_add(1, Ordering::Relaxed);
                 self.carves.fetch_add(1, Ordering::Relaxed);
+                // On pages of its kind (mixed ones included), else on
+                // pages of its own tag.
+                let on = kind.map_or_else(
+                    || crate::pages::tag_for(header).unwrap_or(offload_abi::pages::MIXED),
+                    |k| self.kinds[k],
+                );
                 self.heap
-                    .alloc_direct(bytes)
+                    .alloc_direct_on(bytes, on)
                     .map_err(|_| AllocFailure::Exhausted)
             }
         };
@@ -538,9 +619,9 @@ impl<'h> Allocator<'h> {
         self.policy
     }
 
-    /// Number of TLAB slots.
+    /// Number of TLAB slots (slot groups), each with a TLAB per kind.
     pub fn slot_count(&self) -> usize {
-        self.slots.len()
+        self.slots.len() / self.kinds.len()
     }
 
     /// Retire every TLAB (fill their unused tails) and return the counters.
@@ -572,6 +653,14 @@ impl Drop for Allocator<'_> {
             s.retire(self.heap);
         }
     }
+}
+
+/// The kind (an index into `kinds`, page tags) of an allocation of page
+/// tag `tag`: its own, else the mixed kind, if either is there. Compiled
+/// code picks an allocation site's TLAB by the same rule.
+pub fn kind_of(kinds: &[u32], tag: Option<u32>) -> Option<usize> {
+    tag.and_then(|t| kinds.iter().position(|&k| k == t))
+        .or_else(|| kinds.iter().position(|&k| k == offload_abi::pages::MIXED))
 }
 
 /// A group's shared TLAB as its workers' allocation buffers see it: a
@@ -609,6 +698,8 @@ struct SizedEden<'h> {
     /// Collector stress: (every, count); see
     /// [`Allocator::with_exhaustion_every`].
     stress: Option<&'h (u64, AtomicU64)>,
+    /// The tag of the pages refills carve.
+    tag: u32,
 }
 
 impl Eden for SizedEden<'_> {
@@ -620,7 +711,7 @@ impl Eden for SizedEden<'_> {
         }
         self.carves.fetch_add(1, Ordering::Relaxed);
         self.heap
-            .carve_region(min_words, self.words.max(min_words))
+            .carve_region(min_words, self.words.max(min_words), self.tag)
             .ok_or(AllocFailure::Exhausted)
     }
 
@@ -651,6 +742,41 @@ mod tests {
             dims: 1,
             len,
         }
+    }
+
+    #[test]
+    fn a_tagged_allocator_carves_pages_of_its_tag_and_places_other_tags_apart() {
+        use offload_abi::pages::{ARRAYS, MIXED};
+        let h = heap(64 << 20);
+        let point = Header::Object { class: 7, size: 24 };
+        let a = Allocator::new(&h, AllocPolicy::default(), 4).with_kinds(&[7]);
+        let mut points = Vec::new();
+        for w in 0..4 {
+            for _ in 0..500 {
+                points.push(a.alloc(w, point).unwrap());
+            }
+        }
+        // An array, small and large, through the same allocator: never in
+        // the class's TLABs.
+        let small = a.alloc(0, ints(4)).unwrap();
+        let large = a.alloc(1, ints(1 << 16)).unwrap();
+        let other = a.alloc(2, Header::Object { class: 8, size: 16 }).unwrap();
+        a.retire();
+        for &p in &points {
+            assert_eq!(h.pages().tag_of(p), 7, "point at word {p}");
+        }
+        assert_eq!(h.pages().tag_of(small), ARRAYS);
+        assert_eq!(h.pages().tag_of(large), ARRAYS);
+        assert_eq!(h.pages().tag_of(other), 8);
+        h.check_pages().unwrap();
+        // Untagged (several kinds): mixed pages, large objects too.
+        let m = Allocator::new(&h, AllocPolicy::default(), 2);
+        let (x, y) = (m.alloc(0, point).unwrap(), m.alloc(1, ints(4)).unwrap());
+        let big = m.alloc(0, ints(1 << 16)).unwrap();
+        m.retire();
+        assert_eq!((h.pages().tag_of(x), h.pages().tag_of(y)), (MIXED, MIXED));
+        assert_eq!(h.pages().tag_of(big), MIXED);
+        h.check_pages().unwrap();
     }
 
     #[test]
@@ -720,7 +846,9 @@ mod tests {
         let h = heap(16 << 20);
         let a = Allocator::new(&h, AllocPolicy::SharedTlab { group: 2 }, 4);
         assert!(a.buffered());
-        let tl: Vec<_> = (0..4).map(|w| a.tlab_for(w).unwrap() as *const _).collect();
+        let tl: Vec<_> = (0..4)
+            .map(|w| a.tlab_for(w, 0).unwrap() as *const _)
+            .collect();
         assert!(
             tl.iter().enumerate().all(|(i, p)| !tl[..i].contains(p)),
             "one buffer per worker"
@@ -756,7 +884,10 @@ mod tests {
         let h = heap(16 << 20);
         let a = Allocator::new(&h, AllocPolicy::SharedTlab { group: 2 }, 4).with_buffers(false);
         assert!(!a.buffered());
-        assert!(std::ptr::eq(a.tlab_for(0).unwrap(), a.tlab_for(1).unwrap()));
+        assert!(std::ptr::eq(
+            a.tlab_for(0, 0).unwrap(),
+            a.tlab_for(1, 0).unwrap()
+        ));
         let x = a.alloc(0, ints(6)).unwrap();
         let y = a.alloc(1, ints(6)).unwrap();
         assert_eq!(y, x + 4, "both workers bump the same TLAB");

@@ -479,14 +479,16 @@ impl Heap {
     /// `want_words`), growing the heap if needed: the zeroed region a device
     /// allocates from during a launch (its own eden). The caller must leave
     /// it parsable, with objects and a filler over the unused rest
-    /// ([`Eden::fill`]). `None` when not even `min_words` fit.
-    pub fn carve_region(&self, min_words: u32, want_words: u32) -> Option<(u32, u32)> {
+    /// ([`Eden::fill`]). Its pages get `tag` (`crate::pages`): everything
+    /// the caller places there must be of that tag. `None` when not even
+    /// `min_words` fit.
+    pub fn carve_region(&self, min_words: u32, want_words: u32, tag: u32) -> Option<(u32, u32)> {
         self.carve_words(
             u64::from(min_words),
             u64::from(want_words.max(min_words)),
             true,
             false,
-            MIXED,
+            tag,
         )
         .map(|(s, e)| (s as u32, e as u32))
     }
@@ -495,14 +497,20 @@ impl Heap {
     /// host does not zero the region (the device zeroes its copy), and it
     /// is not marked for the device. After the launch the device marks
     /// what it allocated ([`Heap::device_wrote`]) and hands the rest back
-    /// ([`Heap::give_back`]).
-    pub fn carve_device_region(&self, min_words: u32, want_words: u32) -> Option<(u32, u32)> {
+    /// ([`Heap::give_back`]). Its pages get `tag`, as with
+    /// [`Heap::carve_region`].
+    pub fn carve_device_region(
+        &self,
+        min_words: u32,
+        want_words: u32,
+        tag: u32,
+    ) -> Option<(u32, u32)> {
         self.carve_words(
             u64::from(min_words),
             u64::from(want_words.max(min_words)),
             true,
             true,
-            MIXED,
+            tag,
         )
         .map(|(s, e)| (s as u32, e as u32))
     }
@@ -521,15 +529,20 @@ impl Heap {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.started.fetch_add(1, Ordering::SeqCst);
-        let ok = self
-            .top
-            .compare_exchange(
-                pack_top(u64::from(end), MIXED),
-                pack_top(u64::from(start), MIXED),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .is_ok();
+        // Eden's top goes back to `start` with the tag its page had (the
+        // region's own: `start` lies in it, or on its first page).
+        let state = self.top.load(Ordering::SeqCst);
+        let (top, tag) = unpack_top(state);
+        let ok = top == u64::from(end)
+            && self
+                .top
+                .compare_exchange(
+                    state,
+                    pack_top(u64::from(start), tag),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_ok();
         self.finished.fetch_add(1, Ordering::SeqCst);
         ok
     }

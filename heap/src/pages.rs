@@ -43,10 +43,30 @@
 //!   each class has an open run of pages of its own; the rest of a run is
 //!   always one filler, so the heap parses at every moment. Arrays go to
 //!   [`ARRAYS`] pages, packed one after another.
-//! - **Launch allocations are mixed, for now.** TLABs that devices and the
-//!   interpreter bump are carved as [`MIXED`] pages: their objects keep
-//!   header dispatch (compiled code reads the header when the page's tag
-//!   names no class). TLABs per class per slot group are the next step.
+//! - **A launch allocates by kind** (`offload_program::Program::
+//!   allocation_kinds`). Every class a kernel may make (in it or in any
+//!   function it may call) that has a superclass or a subclass is a kind of
+//!   its own: only there can the class a dispatch needs differ between
+//!   objects of one static type. Everything else (arrays, whose tests read
+//!   the header, and classes alone in their hierarchy) shares one mixed
+//!   kind, first in the list. A launch's allocator has a TLAB per kind per
+//!   slot (group) and per worker buffer, each carved from pages of its
+//!   kind's tag ([`crate::Allocator::with_kinds`]); compiled code picks an
+//!   allocation site's TLAB by its kind's position
+//!   (`LaunchCtx::tlabs[slot * kinds + kind]`), the interpreter by the
+//!   object's header, through the one rule [`crate::alloc::kind_of`].
+//!   The mixed kind keeps what a launch had before: the fast path's TLAB
+//!   state in a register and the per-workitem nursery reset; a class kind
+//!   takes the shared protocol's atomic add on its TLAB's memory word,
+//!   and a workitem that makes one is not reset. A kernel that makes only
+//!   mixed-kind things (most do) allocates exactly as before. The GPU
+//!   carves its device eden from pages of the kernel's kind when it has
+//!   one kind, and from mixed pages otherwise (TLABs per kind on the GPU,
+//!   whose refills would tag the device's table, are not built yet). At
+//!   most `offload_program::MAX_ALLOCATION_KINDS` kinds; beyond, one
+//!   mixed kind. An object whose tag is not among the kinds (only a
+//!   large object can be: compiled code makes only what the kernel's
+//!   instructions say) goes to pages of its own tag.
 //! - **The collector keeps the placement** (`Heap::collect`): it slides
 //!   objects down in address order as before, but where the tag of the
 //!   page an object comes from changes it starts a new page, so objects

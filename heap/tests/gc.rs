@@ -434,7 +434,7 @@ fn a_slot_that_saw_eden_exhausted_allocates_again_after_a_reset() {
     while let Ok(x) = a.alloc(0, header(&Kind::Ints(10))) {
         kept.get_or_insert(x);
     }
-    let slot = a.tlab_for(0).unwrap();
+    let slot = a.tlab_for(0, 0).unwrap();
     assert!(slot.failed());
     slot.retire(&heap);
     let mut roots = [kept.unwrap()];

@@ -65,7 +65,9 @@ impl FakeDevice {
         len: u32,
     ) {
         let words = allocs as u32 * (len + 1) + 64;
-        let (es, ee) = heap.carve_device_region(words, words).unwrap();
+        let (es, ee) = heap
+            .carve_device_region(words, words, offload_abi::pages::MIXED)
+            .unwrap();
         {
             let mut dev = self.bytes.lock().unwrap();
             // Whole chunks, as the CUDA device's image.

@@ -16,4 +16,4 @@ mod profile;
 mod program;
 
 pub use profile::{FuncProfile, Profile};
-pub use program::{Layout, Program};
+pub use program::{Layout, MAX_ALLOCATION_KINDS, Program};

@@ -62,6 +62,12 @@ impl Layout {
     }
 }
 
+/// The most kinds a kernel's launches allocate on pages of their own
+/// ([`Program::allocation_kinds`]); a kernel that makes more allocates
+/// them all on mixed pages. Each kind costs a TLAB per slot (group) and,
+/// when the launch ends, the unused rest of each.
+pub const MAX_ALLOCATION_KINDS: usize = 8;
+
 /// A verified module ready to run.
 #[derive(Debug)]
 pub struct Program {
@@ -73,6 +79,8 @@ pub struct Program {
     vtables: Vec<Vec<FuncId>>,
     slot_of: Vec<Option<u32>>,
     analyses: Vec<Option<FuncAnalysis>>,
+    /// [`Program::allocation_kinds`] of each function, once asked for.
+    alloc_tags: Vec<std::sync::OnceLock<Box<[u32]>>>,
 }
 
 impl Program {
@@ -92,6 +100,7 @@ impl Program {
             .collect();
         Program {
             layout: Layout::new(&v),
+            alloc_tags: (0..v.funcs.len()).map(|_| Default::default()).collect(),
             verified: v,
             class_base,
             vtables,
@@ -122,6 +131,75 @@ impl Program {
     pub fn may_allocate(&self, k: FuncId) -> bool {
         self.reaches(k, |_, inst| {
             inst.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES)
+        })
+    }
+
+    /// The page tag (`offload_abi::pages`) of everything kernel (or
+    /// function) `k` may allocate when it is one ([`Program::allocation_kinds`]
+    /// has one kind), else `MIXED`.
+    pub fn allocation_tag(&self, k: FuncId) -> u32 {
+        match *self.allocation_kinds(k) {
+            [one] => one,
+            _ => offload_heap::pages::MIXED,
+        }
+    }
+
+    /// The kinds of what kernel (or function) `k` may allocate, in it or
+    /// in any function it may call, as page tags (`offload_abi::pages`): a
+    /// launch of `k` has a TLAB per kind per slot (group), carved from
+    /// pages of that tag (`offload_heap::pages`), and compiled code picks
+    /// an allocation site's TLAB by the position of its kind here.
+    ///
+    /// Each class it makes that has a superclass or a subclass is a kind
+    /// of its own: only for those can the class a virtual call, a guarded
+    /// inline or a class test needs differ between objects of one static
+    /// type, so only those gain from being found by address (the paper's
+    /// COAL, too, segregates only where it pays). Everything else it makes
+    /// (arrays, whose tests read the header, and classes alone in their
+    /// hierarchy) shares one kind on mixed pages, `MIXED`, which comes
+    /// first: it keeps the fast path's TLAB state in a register and the
+    /// per-workitem nursery reset (`offload_jit::cpu`), which the other
+    /// kinds forgo — and the kernels that make nothing else (most) keep
+    /// every allocation exactly as before. `[MIXED]` when `k` makes more
+    /// than [`MAX_ALLOCATION_KINDS`] kinds, or nothing.
+    pub fn allocation_kinds(&self, k: FuncId) -> &[u32] {
+        use offload_heap::pages::{ARRAYS, MIXED};
+        self.alloc_tags[k.index()].get_or_init(|| {
+            let v = self.verified();
+            let in_hierarchy = |c: ClassId| {
+                v.classes[c.index()].superclass.is_some()
+                    || v.classes.iter().any(|o| o.superclass == Some(c))
+            };
+            // What shares the mixed kind, and the classes of their own.
+            let mut shared = std::collections::BTreeSet::new();
+            let mut own = std::collections::BTreeSet::new();
+            self.reaches(k, |_, inst| {
+                match *inst {
+                    offload_ir::Inst::New { class } if in_hierarchy(class) => {
+                        own.insert(self.global_class(class));
+                    }
+                    offload_ir::Inst::New { class } => {
+                        shared.insert(self.global_class(class));
+                    }
+                    offload_ir::Inst::NewArray { .. } => {
+                        shared.insert(ARRAYS);
+                    }
+                    ref other => {
+                        if other.opcode().hazards().has(offload_ir::isa::hz::ALLOCATES) {
+                            shared.insert(MIXED);
+                        }
+                    }
+                }
+                false
+            });
+            own.retain(|&c| offload_heap::pages::names_class(c));
+            let first = (!shared.is_empty()).then_some(MIXED);
+            let kinds: Vec<u32> = first.into_iter().chain(own).collect();
+            if kinds.is_empty() || kinds.len() > MAX_ALLOCATION_KINDS {
+                Box::new([MIXED])
+            } else {
+                kinds.into()
+            }
         })
     }
 

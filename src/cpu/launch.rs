@@ -156,6 +156,13 @@ impl Compiled for CpuLaunch<'_> {
     ) -> Result<Vec<UnitOut>, OffloadError> {
         let env = launch.env;
         let workers = env.workers;
+        // Compiled code indexes `tlabs` by the kernel's kinds of
+        // allocation: the allocator must have exactly those.
+        if launch.alloc.kinds() != launch.call.prog.allocation_kinds(launch.call.kernel) {
+            return Err(OffloadError::Setup(
+                "the launch's allocator does not have the kernel's kinds of allocation".into(),
+            ));
+        }
         let tlabs = tlabs_of(launch.alloc, workers);
         let own_tlabs = exclusive(&tlabs);
         let alloc = launch.alloc;

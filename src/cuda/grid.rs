@@ -164,11 +164,11 @@ impl<'a> Grid<'a> {
         let min = (tlab_words as u32).max(2).min(want.max(2));
         // No room for the device eden: collect (this thread is a running
         // worker, the device holds no heap image now) and try once more.
-        let carved = match env.heap.carve_device_region(min, want) {
+        let carved = match env.heap.carve_device_region(min, want, launch.alloc.tag()) {
             Some(r) => Some(r),
             None => {
                 env.gc.collect_here(&env.heap, &env.control)?;
-                env.heap.carve_device_region(min, want)
+                env.heap.carve_device_region(min, want, launch.alloc.tag())
             }
         };
         carved.ok_or_else(|| {

@@ -37,7 +37,9 @@ impl Ring { fn area(&self) -> f64 { 6.0 * self.r * self.t } }
 struct Dot {}
 impl Dot { fn area(&self) -> f64 { 0.0 } }
 
-// Odd workitems make their shape here (a launch's objects: mixed pages).
+// Odd workitems make their shape here (a launch's objects: on pages of
+// their class, a TLAB per kind, on the CPU and the interpreter; on mixed
+// pages on the GPU).
 #[kernel]
 fn make(i: i32, shapes: &mut [Option<Shape>]) {
     if i % 2 == 1 {
@@ -52,6 +54,27 @@ fn make(i: i32, shapes: &mut [Option<Shape>]) {
         s.id = i;
         shapes[i] = Some(s);
     }
+}
+
+// Every workitem makes one class only: the launch's TLABs are carved
+// from pages of that class (`Program::allocation_tag`).
+#[kernel]
+fn circles(i: i32, shapes: &mut [Option<Shape>]) {
+    let c = Circle { r: (i % 9 + 1) as f64 };
+    c.id = i;
+    shapes[i] = Some(c);
+}
+
+// A circle and a row: a TLAB for the circles (pages of their class) and
+// one for everything else (mixed pages).
+#[kernel]
+fn circles_and_rows(i: i32, shapes: &mut [Option<Shape>], out: &mut [f64]) {
+    let row = vec![0.0; 3];
+    row[i % 3] = i as f64;
+    let c = Circle { r: (i % 9 + 1) as f64 };
+    c.id = i;
+    shapes[i] = Some(c);
+    out[i] = row[0] + row[1] + row[2];
 }
 
 #[kernel]
@@ -100,6 +123,90 @@ pub fn expected(i: usize) -> (f64, i32) {
         }
     };
     (area, kind * 1000 + i as i32)
+}
+
+/// Where a launch's objects go (`Program::allocation_kinds`): a kernel
+/// that makes instances of one class of a hierarchy (`circles`) places
+/// them on pages of that class on every device; one that also makes arrays
+/// (`circles_and_rows`) or several such classes (`make`) places each class
+/// on pages of its own where `several_by_class` (the CPU device and the
+/// interpreter: a TLAB per kind), else on mixed pages (the GPU), and its
+/// arrays on mixed pages. Virtual calls and class tests over them agree
+/// with Rust, before and after a collection; `what` names the runtime in
+/// failures.
+pub fn check_kinds(rt: &Runtime, n: usize, several_by_class: bool, what: &str) {
+    use offload_abi::pages::MIXED;
+    let m = rt.load_source("shapes.ofk", SHAPES).unwrap();
+    let shapes = m.new_ref_array("Shape", n).unwrap();
+    let circles = m.closure("circles", [Arg::from(&shapes)]).unwrap();
+    rt.par_offload(0..n as i64, &circles).unwrap();
+    let (more, sums) = (
+        m.new_ref_array("Shape", n).unwrap(),
+        rt.new_array::<f64>(n).unwrap(),
+    );
+    let c = m
+        .closure("circles_and_rows", [Arg::from(&more), Arg::from(&sums)])
+        .unwrap();
+    rt.par_offload(0..n as i64, &c).unwrap();
+    let got = rt.read(&sums).unwrap();
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!(*g, i as f64, "{what}: circles_and_rows {i}");
+    }
+    let made = m.new_ref_array("Shape", n).unwrap();
+    let make = m.closure("make", [Arg::from(&made)]).unwrap();
+    rt.par_offload(0..n as i64, &make).unwrap();
+    // `make`'s odd workitems: a circle where i % 6 == 1, a square where
+    // 3, a triangle where 5.
+    let made_of = |r: usize| (0..n).filter(|i| i % 6 == r).count() as u64;
+    let (made_circles, made_all) = (made_of(1), made_of(1) + made_of(3) + made_of(5));
+    let circle = m
+        .program()
+        .global_class(m.program().verified().class_named("Circle").unwrap());
+    for round in 0..2 {
+        // The live objects only (the rows are garbage).
+        rt.collect().unwrap();
+        rt.heap().check_pages().unwrap();
+        let stats = rt.heap().page_stats().unwrap();
+        let objects = |tag: u32| {
+            stats
+                .kinds
+                .iter()
+                .filter(|k| k.tag == tag)
+                .map(|k| k.objects)
+                .sum::<u64>()
+        };
+        let (mixed, circles) = if several_by_class {
+            (0, 2 * n as u64 + made_circles)
+        } else {
+            (n as u64 + made_all, n as u64)
+        };
+        assert_eq!(objects(MIXED), mixed, "{what}, round {round}: {stats:?}");
+        assert_eq!(objects(circle), circles, "{what}, round {round}: {stats:?}");
+        let out = rt.new_array::<f64>(n).unwrap();
+        let kinds = rt.new_array::<i32>(n).unwrap();
+        let c = m
+            .closure(
+                "areas",
+                [Arg::from(&shapes), Arg::from(&out), Arg::from(&kinds)],
+            )
+            .unwrap();
+        let report = rt.par_offload(0..n as i64, &c).unwrap();
+        // Where the lookups are counted (the virtual GPU): every one found
+        // the class from the address, none read a header.
+        if let Some(d) = report.dispatch {
+            assert!(d.lookups >= n as u64, "{what}: {d:?}");
+            assert_eq!(d.header_loads, 0, "{what}, round {round}: {d:?}");
+        }
+        let (got, ks) = (rt.read(&out).unwrap(), rt.read(&kinds).unwrap());
+        for i in 0..n {
+            let x = (i % 9 + 1) as f64;
+            assert_eq!(
+                (got[i], ks[i]),
+                (3.0 * x * x, 1000 + i as i32),
+                "{what}, round {round}: {i}"
+            );
+        }
+    }
 }
 
 /// Make `n` shapes (even ones by the host, odd ones by a kernel), run

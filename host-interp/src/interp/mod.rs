@@ -162,9 +162,11 @@ impl<'a> Interpreter<'a> {
     /// having stored none of its objects into an object outside them, with
     /// no TLAB refill and no object straight from eden meanwhile, made only
     /// objects nothing can reach: they are zeroed and the TLAB's top goes
-    /// back to where the workitem started.
+    /// back to where the workitem started. The TLAB is the worker's one of
+    /// the first kind (`Allocator::kinds`): a workitem that allocates an
+    /// object of another kind is not reset.
     pub fn enable_nursery(&mut self) {
-        self.nursery = self.alloc.tlab_for(self.worker).is_some();
+        self.nursery = self.alloc.tlab_for(self.worker, 0).is_some();
     }
 
     /// Heap words of dead workitem objects handed back since the last
@@ -176,7 +178,7 @@ impl<'a> Interpreter<'a> {
     /// The end of a workitem under the nursery reset (see
     /// [`Interpreter::enable_nursery`]).
     fn nursery_end(&mut self, start: (u32, u32), direct: u64, refills: u64) {
-        let Some(tlab) = self.alloc.tlab_for(self.worker) else {
+        let Some(tlab) = self.alloc.tlab_for(self.worker, 0) else {
             return;
         };
         let (top, end) = tlab.bounds();
@@ -274,7 +276,7 @@ impl<'a> Interpreter<'a> {
             self.checked_kernel = Some((k, captures.len()));
         }
         let nursery = self.nursery.then(|| {
-            let tlab = self.alloc.tlab_for(self.worker);
+            let tlab = self.alloc.tlab_for(self.worker, 0);
             let start = tlab.map_or((0, 0), |t| t.bounds());
             self.item = start;
             self.item_escaped = false;

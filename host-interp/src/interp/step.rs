@@ -491,6 +491,11 @@ impl<'a> Interpreter<'a> {
     /// frames as roots and the allocation is tried again; `OutOfMemory`
     /// only when a collection of this interpreter's own did not make room.
     pub(super) fn allocate(&mut self, header: Header, pc: Bci) -> Result<u32, Trap> {
+        // An object of another kind than the first lies outside the TLAB
+        // the nursery hands back (`Interpreter::enable_nursery`).
+        if self.nursery && self.alloc.kind_of(header) != Some(0) {
+            self.item_escaped = true;
+        }
         // Collections this allocation waited for (another worker's) or
         // ran: a bound, so that workers that keep taking each other's
         // room cannot loop for ever.

@@ -263,12 +263,27 @@ impl CpuWalker<'_, '_> {
         self.backend.builder.switch_to_block(done);
     }
 
-    /// This slot's shared TLAB (null: the policy has none). Loaded where
-    /// it is used — on the allocation paths that leave the slot's own bump
-    /// — rather than kept in a register through every loop that allocates
-    /// (so are [`CpuWalker::own_limit`] and the large-object limit).
+    /// This slot's TLAB of the first kind ([`CpuWalker::tlab_of`]), the
+    /// one whose state [`Env::tlab_state`] keeps.
     pub(super) fn tlab(&mut self) -> Value {
+        self.tlab_of(0)
+    }
+
+    /// This slot's TLAB of `kind` (an index into [`Cpu::alloc_kinds`];
+    /// null: the policy has none), at `LaunchCtx::tlabs[slot * kinds +
+    /// kind]`. Loaded where it is used — on the allocation paths that leave
+    /// the slot's own bump — rather than kept in a register through every
+    /// loop that allocates (so are [`CpuWalker::own_limit`] and the
+    /// large-object limit).
+    pub(super) fn tlab_of(&mut self, kind: usize) -> Value {
         let (ctx, slot, _) = self.base_values();
+        let kinds = self.backend.alloc_kinds.len() as i64;
+        let index = if kinds == 1 {
+            slot
+        } else {
+            let at = self.backend.builder.ins().imul_imm_s(slot, kinds);
+            self.backend.builder.ins().iadd_imm_s(at, kind as i64)
+        };
         let tlabs =
             self.backend
                 .builder
@@ -278,7 +293,7 @@ impl CpuWalker<'_, '_> {
             .backend
             .builder
             .ins()
-            .imul_imm_s(slot, i64::from(self.backend.ptr.bytes()));
+            .imul_imm_s(index, i64::from(self.backend.ptr.bytes()));
         let tat = self.backend.builder.ins().iadd(tlabs, toff);
         self.backend
             .builder
@@ -369,11 +384,26 @@ impl CpuWalker<'_, '_> {
     }
 
     /// Allocate an object with header words `(tag, word1)` of `words` heap
-    /// words (`i64`): the TLAB fast path inline, the slow path in Rust.
-    /// Failure deopts with `AllocationFailure`, a safepoint requested during
-    /// the slow path with `Safepoint` (the frame state is the current one,
-    /// which must be the site's state at `bci`). Returns the reference.
-    pub(super) fn allocate(&mut self, bci: Bci, tag: Value, word1: Value, words: Value) -> Value {
+    /// words (`i64`), whose page tag (`offload_abi::pages`) is `page_tag`:
+    /// the TLAB fast path inline, on the slot's TLAB of that kind, the slow
+    /// path in Rust. Failure deopts with `AllocationFailure`, a safepoint
+    /// requested during the slow path with `Safepoint` (the frame state is
+    /// the current one, which must be the site's state at `bci`). Returns
+    /// the reference.
+    ///
+    /// Only the first kind's TLAB state lives in a register
+    /// ([`Env::tlab_state`]): the others take the shared protocol on their
+    /// memory word, and a workitem that allocates from them is not reset
+    /// by the nursery.
+    pub(super) fn allocate(
+        &mut self,
+        bci: Bci,
+        page_tag: u32,
+        tag: Value,
+        word1: Value,
+        words: Value,
+    ) -> Value {
+        let kind = offload_heap::alloc::kind_of(&self.backend.alloc_kinds, Some(page_tag));
         let (_, slot, heap) = self.base_values();
         let done = self.backend.builder.create_block();
         self.backend.builder.append_block_param(done, types::I32);
@@ -399,18 +429,23 @@ impl CpuWalker<'_, '_> {
         let header = self.backend.builder.ins().bor(t64, w64);
         let shared = self.backend.builder.create_block();
         let own_bump = self.backend.builder.create_block();
-        // One compare decides the common case: a small object and a TLAB
-        // of this slot's own (`LaunchCtx::own_limit`, in memory).
-        let own_limit = self.own_limit();
-        let own = self
-            .backend
-            .builder
-            .ins()
-            .icmp(IntCC::UnsignedLessThanOrEqual, words, own_limit);
-        self.backend
-            .builder
-            .ins()
-            .brif(own, own_bump, &[], shared, &[]);
+        // One compare decides the common case: a small object of the first
+        // kind and a TLAB of this slot's own (`LaunchCtx::own_limit`, in
+        // memory).
+        if kind == Some(0) {
+            let own_limit = self.own_limit();
+            let own =
+                self.backend
+                    .builder
+                    .ins()
+                    .icmp(IntCC::UnsignedLessThanOrEqual, words, own_limit);
+            self.backend
+                .builder
+                .ins()
+                .brif(own, own_bump, &[], shared, &[]);
+        } else {
+            self.backend.builder.ins().jump(shared, &[]);
+        }
 
         // Otherwise a small object goes to the shared protocol, a large
         // one (or any without a TLAB) to the slow path.
@@ -418,7 +453,12 @@ impl CpuWalker<'_, '_> {
         // Both work on the memory word (a large object's slow path may
         // park at a safepoint, and reloads the word when it returns).
         self.tlab_write_back();
-        let tl = self.tlab();
+        // (A site of no kind — never made: the kinds come from the same
+        // instructions — goes to the slow path, which places it apart.)
+        let tl = match kind {
+            Some(k) => self.tlab_of(k),
+            None => self.backend.builder.ins().iconst(self.backend.ptr, 0),
+        };
         let (ctx, _, _) = self.base_values();
         let large =
             self.backend
@@ -577,6 +617,15 @@ impl CpuWalker<'_, '_> {
         self.backend.builder.ins().jump(done, &[res.into()]);
 
         self.backend.builder.switch_to_block(done);
+        // An object of another kind lies outside the first kind's TLAB,
+        // where the nursery cannot hand it back: this workitem will not be
+        // reset, and the write barrier is the launch's from here on.
+        if kind != Some(0)
+            && let Some(nv) = self.backend.env.nursery
+        {
+            let off = self.nursery_off();
+            self.backend.builder.def_var(nv, off);
+        }
         self.backend.builder.block_params(done)[0]
     }
 }

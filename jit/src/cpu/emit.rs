@@ -595,6 +595,7 @@ impl<'f> Backend for Cpu<'f> {
     }
 
     fn new_object(w: &mut CpuWalker<'_, 'f>, bci: Bci, tag: u32, size: u32) -> Value {
+        let class = tag;
         let tag = w.backend.builder.ins().iconst(types::I32, i64::from(tag));
         let word1 = w.backend.builder.ins().iconst(types::I32, i64::from(size));
         let words = w
@@ -602,7 +603,8 @@ impl<'f> Backend for Cpu<'f> {
             .builder
             .ins()
             .iconst(types::I64, i64::from(size / 8));
-        w.allocate(bci, tag, word1, words)
+        // The page tag of an instance is its class's global id.
+        w.allocate(bci, class, tag, word1, words)
     }
 
     fn new_array(w: &mut CpuWalker<'_, 'f>, bci: Bci, tag: u32, esize: u32, len: Value) -> Value {
@@ -616,6 +618,6 @@ impl<'f> Backend for Cpu<'f> {
         let bytes = w.backend.builder.ins().imul_imm_s(len64, i64::from(esize));
         let bytes = w.backend.builder.ins().iadd_imm_s(bytes, 15);
         let words = w.backend.builder.ins().ushr_imm_u(bytes, 3);
-        w.allocate(bci, tag, len, words)
+        w.allocate(bci, offload_abi::pages::ARRAYS, tag, len, words)
     }
 }

@@ -324,6 +324,7 @@ pub(crate) fn compile(
             unchecked: Default::default(),
             loops: Vec::new(),
             allocates,
+            alloc_kinds: prog.allocation_kinds(k).into(),
             resume_copy: None,
             resumable: BTreeSet::new(),
             wide: None,
@@ -498,6 +499,10 @@ pub(crate) struct Cpu<'f> {
     pub(crate) loops: Vec<crate::cpu::opt::PredicatedLoop>,
     /// Whether the kernel may allocate (`plan::may_allocate`).
     pub(crate) allocates: bool,
+    /// The kinds of what the kernel allocates, as page tags
+    /// (`Program::allocation_kinds`): each slot has a TLAB per kind, in
+    /// this order (`LaunchCtx::tlabs`).
+    pub(crate) alloc_kinds: Box<[u32]>,
     /// While lowering the checked item loop of a kernel with re-entry
     /// code: the re-entry copy's entry, where its dispatch sends what it
     /// has no landing for.
