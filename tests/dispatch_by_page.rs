@@ -35,10 +35,10 @@ fn host_and_kernel_objects_dispatch_alike_on_the_cpu() {
 fn a_launch_allocates_on_pages_of_each_kind() {
     for tiered in [true, false] {
         let rt = runtime(Device::Cpu, true, tiered);
-        dispatch::check_kinds(&rt, 3000, true, &format!("cpu, tiered {tiered}"));
+        dispatch::check_kinds(&rt, 3000, &format!("cpu, tiered {tiered}"));
     }
     let rt = runtime(Device::Interpreter, true, true);
-    dispatch::check_kinds(&rt, 3000, true, "interpreter");
+    dispatch::check_kinds(&rt, 3000, "interpreter");
 }
 
 #[test]

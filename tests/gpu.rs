@@ -616,13 +616,13 @@ fn virtual_calls_find_classes_from_pages_on_the_gpu() {
 
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
-fn a_launch_of_one_kind_allocates_on_pages_of_its_kind_on_the_gpu() {
-    // The device eden's pages carry the kernel's one tag (a class, or
-    // arrays), on the host's table and the device's; a kernel of several
-    // kinds allocates on mixed pages.
+fn a_launch_allocates_on_pages_of_each_kind_on_the_gpu() {
+    // The device eden's pages carry the kernel's one kind's class; with
+    // several kinds, the device tags the pages it carves for each class
+    // and the host takes the tags back.
     let rt = build(gpu());
     let n = size(&rt, 3000, 600);
-    dispatch::check_kinds(&rt, n, false, "cuda");
+    dispatch::check_kinds(&rt, n, "cuda");
 }
 
 #[test]

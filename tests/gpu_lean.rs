@@ -238,6 +238,36 @@ fn a_kernel_that_allocates_adds_only_its_eden_to_a_warm_launch() {
     assert_eq!(calls(&m, &back), 2, "{m:?}");
 }
 
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_kernel_of_several_kinds_adds_one_copy_of_its_tags_to_a_warm_launch() {
+    let _one = one_at_a_time();
+    let rt = gpu().build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"));
+    // Circles, rectangles and squares: a TLAB per class per slot group,
+    // on pages the device tags (`offload_heap::pages`).
+    let m = rt
+        .load(
+            "shapes.obc",
+            offload_testkit::kernels::example("shapes.obc"),
+        )
+        .unwrap();
+    let n = 1_000usize;
+    let out = rt.new_array::<f64>(n).unwrap();
+    let c = m.closure("shape_areas", [(&out).into()]).unwrap();
+    let Some(m) = warm_counters(&c, n as i64) else {
+        eprintln!("a real GPU: the driver's calls are counted on the virtual GPU only");
+        return;
+    };
+    // As any allocating kernel's warm launch (above), and the tags of the
+    // pages its eden's carves reached back: no page table goes up (the
+    // host's table then holds what the device's does).
+    let up = ["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoD_v2"];
+    assert_eq!(calls(&m, &up), 2, "{m:?}");
+    let back = ["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoH_v2"];
+    assert_eq!(calls(&m, &back), 3, "{m:?}");
+    rt.heap().check_pages().unwrap();
+}
+
 /// c = a × b for n × n matrices, its inner loop's accesses affine in `k`.
 const MATMUL: &str = include_str!("../examples/kernels/matmul.obc");
 

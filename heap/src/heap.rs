@@ -336,6 +336,19 @@ impl Heap {
         for_device: bool,
         tag: u32,
     ) -> Option<(u64, u64)> {
+        self.carve_words_at(min, want, grow, for_device, tag, false)
+    }
+
+    /// [`Heap::carve_words`], starting on a page boundary when `paged`.
+    fn carve_words_at(
+        &self,
+        min: u64,
+        want: u64,
+        grow: bool,
+        for_device: bool,
+        tag: u32,
+        paged: bool,
+    ) -> Option<(u64, u64)> {
         self.started.fetch_add(1, Ordering::SeqCst);
         let got = loop {
             let state = self.top.load(Ordering::SeqCst);
@@ -347,7 +360,7 @@ impl Heap {
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
                 break None;
             }
-            let start = if top_tag == tag || top_tag == FRESH {
+            let start = if !paged && (top_tag == tag || top_tag == FRESH) {
                 top
             } else {
                 page_up(top)
@@ -498,19 +511,22 @@ impl Heap {
     /// is not marked for the device. After the launch the device marks
     /// what it allocated ([`Heap::device_wrote`]) and hands the rest back
     /// ([`Heap::give_back`]). Its pages get `tag`, as with
-    /// [`Heap::carve_region`].
+    /// [`Heap::carve_region`]; it starts on a page boundary when `paged`
+    /// (a device that carves whole pages from it, and tags some).
     pub fn carve_device_region(
         &self,
         min_words: u32,
         want_words: u32,
         tag: u32,
+        paged: bool,
     ) -> Option<(u32, u32)> {
-        self.carve_words(
+        self.carve_words_at(
             u64::from(min_words),
             u64::from(want_words.max(min_words)),
             true,
             true,
             tag,
+            paged,
         )
         .map(|(s, e)| (s as u32, e as u32))
     }

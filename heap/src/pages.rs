@@ -59,10 +59,14 @@
 //!   state in a register and the per-workitem nursery reset; a class kind
 //!   takes the shared protocol's atomic add on its TLAB's memory word,
 //!   and a workitem that makes one is not reset. A kernel that makes only
-//!   mixed-kind things (most do) allocates exactly as before. The GPU
-//!   carves its device eden from pages of the kernel's kind when it has
-//!   one kind, and from mixed pages otherwise (TLABs per kind on the GPU,
-//!   whose refills would tag the device's table, are not built yet). At
+//!   mixed-kind things (most do) allocates exactly as before. On the GPU
+//!   (`offload_jit::ptx` alloc) each slot group has a TLAB per kind too:
+//!   with one kind the host carves the device eden from pages of its tag;
+//!   with several it carves it from mixed pages starting on a page
+//!   boundary, the device carves whole pages from it, and the carver of
+//!   pages for a class writes the class into the device's copy of the
+//!   table before it publishes them; the host takes those tags back into
+//!   its table after the launch (`DeviceHeap::fetch_pages`). At
 //!   most `offload_program::MAX_ALLOCATION_KINDS` kinds; beyond, one
 //!   mixed kind. An object whose tag is not among the kinds (only a
 //!   large object can be: compiled code makes only what the kernel's
@@ -127,6 +131,22 @@ impl PageTable {
         for t in self.tags.iter().take(last + 1).skip(first) {
             // Racing carves of one page agree on its tag: a plain store
             // where it differs (most pages already have it).
+            if t.load(Ordering::Relaxed) != tag {
+                t.store(tag, Ordering::Release);
+                changed = true;
+            }
+        }
+        if changed {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Set the tags of pages `first..first + tags.len()` (what a device
+    /// wrote into its copy of the table for the pages it carved, taken
+    /// back after its launch).
+    pub fn set_pages(&self, first: usize, tags: &[u32]) {
+        let mut changed = false;
+        for (t, &tag) in self.tags.iter().skip(first).zip(tags) {
             if t.load(Ordering::Relaxed) != tag {
                 t.store(tag, Ordering::Release);
                 changed = true;

@@ -66,7 +66,7 @@ impl FakeDevice {
     ) {
         let words = allocs as u32 * (len + 1) + 64;
         let (es, ee) = heap
-            .carve_device_region(words, words, offload_abi::pages::MIXED)
+            .carve_device_region(words, words, offload_abi::pages::MIXED, false)
             .unwrap();
         {
             let mut dev = self.bytes.lock().unwrap();

@@ -49,7 +49,10 @@ pub(super) fn block_for(
 ) -> Result<Block, OffloadError> {
     let shape = Shape {
         slots: state.slots,
-        tlabs: (state.slots as u64).div_ceil(state.group.max(1)) as usize,
+        // A TLAB per kind of allocation per slot group, as the kernel
+        // indexes them (`offload_jit::ptx` alloc).
+        tlabs: (state.slots as u64).div_ceil(state.group.max(1)) as usize
+            * launch.call.prog.allocation_kinds(launch.call.kernel).len(),
         // The map covers the largest heap, so that an image that grows
         // during the launch needs no new block.
         map_bytes: launch.env.heap.config().max.div_ceil(CHUNK_BYTES),
@@ -164,11 +167,15 @@ impl<'a> Grid<'a> {
         let min = (tlab_words as u32).max(2).min(want.max(2));
         // No room for the device eden: collect (this thread is a running
         // worker, the device holds no heap image now) and try once more.
-        let carved = match env.heap.carve_device_region(min, want, launch.alloc.tag()) {
+        // One kind: pages of its tag. Several: mixed pages from a page
+        // boundary, of which the device tags those it carves for a class
+        // (`offload_jit::ptx` alloc; `read_back` takes the tags back).
+        let (tag, paged) = (launch.alloc.tag(), launch.alloc.kinds().len() > 1);
+        let carved = match env.heap.carve_device_region(min, want, tag, paged) {
             Some(r) => Some(r),
             None => {
                 env.gc.collect_here(&env.heap, &env.control)?;
-                env.heap.carve_device_region(min, want, launch.alloc.tag())
+                env.heap.carve_device_region(min, want, tag, paged)
             }
         };
         carved.ok_or_else(|| {
@@ -219,6 +226,12 @@ impl<'a> Grid<'a> {
         dh.ensure(need)?;
         st.totals.to_device += dh.push(heap, &runs)?;
         st.totals.to_device += dh.send_pages(heap)?;
+        if launch.alloc.kinds().len() > 1 && es < ee {
+            // The kernel tags pages of its eden in the device's table.
+            dh.forget_pages(
+                offload_abi::pages::page_of(es)..offload_abi::pages::page_of(ee - 1) + 1,
+            );
+        }
         if !eden_bytes.is_empty() {
             dh.zero_eden(eden_bytes)?;
         }
@@ -401,6 +414,18 @@ impl<'a> Grid<'a> {
             es
         };
         super::resident::mark_kernel_writes(heap, sum.map, es as usize * 8, eden_top as usize * 8);
+        // The tags the device wrote for the pages it carved for a class
+        // (a kernel of several kinds), into the host's table.
+        if launch.alloc.kinds().len() > 1 && es < ee {
+            use offload_abi::pages::page_of;
+            let forgotten = page_of(es)..page_of(ee - 1) + 1;
+            let carved = if eden_top > es {
+                page_of(es)..page_of(eden_top - 1) + 1
+            } else {
+                0..0
+            };
+            self.state.totals.to_host += self.gpu.resident.fetch_pages(heap, forgotten, carved)?;
+        }
         let d = sum.counters;
         let totals = &mut self.state.totals;
         for (t, c) in totals.counters.iter_mut().zip(d) {

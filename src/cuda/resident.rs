@@ -18,6 +18,11 @@ use offload_heap::{Heap, Mirror};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
+/// What [`DeviceHeap::forget_pages`] notes the device holds for a page it
+/// may have tagged: no page has this tag (its top bit says "no class" and
+/// it is neither `ARRAYS` nor `MIXED`), so the page is sent again.
+const UNKNOWN_TAG: u32 = offload_abi::pages::MIXED - 1;
+
 /// The image, with its device address (taken once, so that copies need
 /// no stream ordering of cudarc's). The image starts `pad` bytes into its
 /// buffer, at a multiple of [`CHUNK_BYTES`]: kernels find a store's chunk
@@ -176,6 +181,67 @@ impl DeviceHeap {
         img.len = need;
         img.version = Some(version);
         Ok(sent)
+    }
+
+    /// Forget what the device's table holds for `pages`, which a kernel
+    /// may tag (a device eden of several kinds): the next
+    /// [`DeviceHeap::send_pages`] sends them unless
+    /// [`DeviceHeap::fetch_pages`] took them back first (a launch that
+    /// failed before it could leaves no tag the host does not know).
+    pub(crate) fn forget_pages(&self, pages: Range<usize>) {
+        let mut img = self
+            .pages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let len = img.held.len();
+        let pages = pages.start.min(len)..pages.end.min(len);
+        // No tag is this: every page differs from it.
+        img.held[pages].fill(UNKNOWN_TAG);
+        img.version = None;
+    }
+
+    /// After a kernel that may tag the pages `forgotten`
+    /// ([`DeviceHeap::forget_pages`]): take the device's tags of `pages`
+    /// (the part of them it carved, where it tagged those it carved for a
+    /// class kind, `offload_jit::ptx` alloc) back into the host's table;
+    /// the rest of `forgotten` holds what the host sent. The device then
+    /// holds what the host does there. Call only under the launch lock,
+    /// after the kernel. Returns the bytes fetched.
+    pub(crate) fn fetch_pages(
+        &self,
+        heap: &Heap,
+        forgotten: Range<usize>,
+        pages: Range<usize>,
+    ) -> Result<u64, OffloadError> {
+        let mut img = self
+            .pages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let len = img.held.len();
+        let table = heap.pages();
+        for p in forgotten.start.min(len)..forgotten.end.min(len) {
+            if !pages.contains(&p) {
+                img.held[p] = table.tag(p);
+            }
+        }
+        let pages = pages.start.min(len)..pages.end.min(len);
+        if img.buf.is_none() || pages.is_empty() {
+            return Ok(0);
+        }
+        let mut tags = vec![0u32; pages.len()];
+        // SAFETY: the range lies inside the table (clamped to its length
+        // above), which no kernel writes now; `tags` is as long.
+        unsafe {
+            super::raw::fetch(
+                &mut tags,
+                img.at + 4 * pages.start as u64,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(cuda_err("page table"))?;
+        heap.pages().set_pages(pages.start, &tags);
+        img.held[pages.clone()].copy_from_slice(&tags);
+        Ok(4 * tags.len() as u64)
     }
 
     /// The page table's device address (0 before the first

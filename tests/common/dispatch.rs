@@ -129,12 +129,10 @@ pub fn expected(i: usize) -> (f64, i32) {
 /// that makes instances of one class of a hierarchy (`circles`) places
 /// them on pages of that class on every device; one that also makes arrays
 /// (`circles_and_rows`) or several such classes (`make`) places each class
-/// on pages of its own where `several_by_class` (the CPU device and the
-/// interpreter: a TLAB per kind), else on mixed pages (the GPU), and its
-/// arrays on mixed pages. Virtual calls and class tests over them agree
-/// with Rust, before and after a collection; `what` names the runtime in
-/// failures.
-pub fn check_kinds(rt: &Runtime, n: usize, several_by_class: bool, what: &str) {
+/// on pages of its own (a TLAB per kind), and its arrays on mixed pages.
+/// Virtual calls and class tests over them agree with Rust, before and
+/// after a collection; `what` names the runtime in failures.
+pub fn check_kinds(rt: &Runtime, n: usize, what: &str) {
     use offload_abi::pages::MIXED;
     let m = rt.load_source("shapes.ofk", SHAPES).unwrap();
     let shapes = m.new_ref_array("Shape", n).unwrap();
@@ -175,13 +173,24 @@ pub fn check_kinds(rt: &Runtime, n: usize, several_by_class: bool, what: &str) {
                 .map(|k| k.objects)
                 .sum::<u64>()
         };
-        let (mixed, circles) = if several_by_class {
-            (0, 2 * n as u64 + made_circles)
-        } else {
-            (n as u64 + made_all, n as u64)
-        };
-        assert_eq!(objects(MIXED), mixed, "{what}, round {round}: {stats:?}");
-        assert_eq!(objects(circle), circles, "{what}, round {round}: {stats:?}");
+        assert_eq!(objects(MIXED), 0, "{what}, round {round}: {stats:?}");
+        assert_eq!(
+            objects(circle),
+            2 * n as u64 + made_circles,
+            "{what}, round {round}: {stats:?}"
+        );
+        // `make`'s squares and triangles on pages of their classes.
+        let others = stats
+            .kinds
+            .iter()
+            .filter(|k| offload_abi::pages::names_class(k.tag) && k.tag != circle)
+            .map(|k| k.objects)
+            .sum::<u64>();
+        assert_eq!(
+            others,
+            made_all - made_circles,
+            "{what}, round {round}: {stats:?}"
+        );
         let out = rt.new_array::<f64>(n).unwrap();
         let kinds = rt.new_array::<i32>(n).unwrap();
         let c = m

@@ -896,7 +896,8 @@ impl Backend for Ptx {
         w.emit(format!("mov.b32 {t}, {tag};"));
         w.emit(format!("mov.b32 {w1}, {size};"));
         w.emit(format!("mov.u64 {words}, {};", size / 8));
-        w.allocate(bci, &t, &w1, &words)
+        // The page tag of an instance is its class's global id.
+        w.allocate(bci, tag, &t, &w1, &words)
     }
 
     fn new_array(w: &mut PtxWalker<'_>, bci: Bci, tag: u32, esize: u32, len: String) -> String {
@@ -907,6 +908,6 @@ impl Backend for Ptx {
         w.emit(format!("mul.wide.u32 {words}, {len}, {esize};"));
         w.emit(format!("add.u64 {words}, {words}, 15;"));
         w.emit(format!("shr.u64 {words}, {words}, 3;"));
-        w.allocate(bci, &t, &len, &words)
+        w.allocate(bci, offload_abi::pages::ARRAYS, &t, &len, &words)
     }
 }

@@ -195,6 +195,7 @@ pub fn compile_speculative(
         copy: 0,
         next_label: L_NEXT,
         allocates: false,
+        alloc_kinds: prog.allocation_kinds(k).into(),
         loops: Vec::new(),
         loop_unchecked: std::collections::BTreeMap::new(),
         loop_hoisted: std::collections::BTreeMap::new(),
@@ -388,6 +389,10 @@ pub(crate) struct Ptx {
     next_label: &'static str,
     /// Some code path allocates from the device eden (`alloc.rs`).
     allocates: bool,
+    /// The kinds of what the kernel allocates, as page tags
+    /// (`Program::allocation_kinds`): each slot group has a TLAB per kind,
+    /// in this order (`DeviceCtx::tlabs`).
+    alloc_kinds: Box<[u32]>,
     /// The kernel's predicated loops (`loops.rs`).
     loops: Vec<crate::cpu::opt::PredicatedLoop>,
     /// While an unchecked copy of a predicated loop is lowered: its

@@ -166,7 +166,8 @@ impl PtxWalker<'_> {
             "ld.param.u64 {LARGE}, [p_ctx+{}];",
             offsets::LARGE_WORDS
         ));
-        // TLAB of this slot: tlabs + (slot / group) * 24, or none.
+        // The TLABs of this slot, one per kind of allocation: tlabs +
+        // (slot / group) * 24 * kinds, or none.
         let group = self.ld_ctx(Cls::B64, offsets::TLAB_GROUP);
         let p = self.t(Cls::Pred);
         let l_tl = self.new_label();
@@ -178,7 +179,7 @@ impl PtxWalker<'_> {
         self.emit(format!("div.u64 {q}, {SLOT}, {group};"));
         self.emit(format!(
             "mad.lo.u64 {TLAB}, {q}, {}, {base};",
-            offload_abi::gpu::TLAB_BYTES
+            offload_abi::gpu::TLAB_BYTES as usize * self.backend.alloc_kinds.len()
         ));
         self.label(&l_tl);
     }
