@@ -23,7 +23,7 @@
 use crate::heap::{Heap, HeapError, HeapMark};
 use crate::layout::{Header, words};
 use crate::tlab::{AllocFailure, Eden, RefillFault, SharedTlab};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Host allocations of at least this many bytes are placed apart from the
 /// one before ([`Allocator::alloc_host`]).
@@ -159,6 +159,16 @@ pub struct AllocStats {
     pub recycled: u64,
 }
 
+/// A class kind's refills (in a launch of several kinds,
+/// [`Allocator::with_kinds`]) start at a page and double with each refill
+/// of the kind up to the mixed kind's size, after this many: a slot has a
+/// TLAB per kind, and the unused rest of each is lost until the next
+/// collection, while a kind that many objects take grows to full TLABs at
+/// once. (Fixed at an eighth, the shape example of BENCHMARKS.md, issue 48
+/// per-kind TLABs, ran 1.08x slower than with full TLABs; full from the
+/// start, it left 32% of a small launch's heap in TLAB rests.)
+pub const CLASS_KIND_DOUBLINGS: u32 = 8;
+
 /// The allocator of one launch. Dropping it (or [`Allocator::retire`]) turns
 /// the unused rest of every TLAB into fillers so that the heap parses.
 #[derive(Debug)]
@@ -190,6 +200,8 @@ pub struct Allocator<'h> {
     /// and per buffer ([`Allocator::with_kinds`]): `slots` and `buffers`
     /// hold them kind by kind within each slot and buffer.
     kinds: Box<[u32]>,
+    /// Refills from eden so far, per kind ([`CLASS_KIND_DOUBLINGS`]).
+    kind_refills: Box<[AtomicU32]>,
 }
 
 impl<'h> Allocator<'h> {
@@ -225,6 +237,7 @@ impl<'h> Allocator<'h> {
             carves: AtomicU64::new(0),
             stress: None,
             kinds: Box::new([offload_abi::pages::MIXED]),
+            kind_refills: Box::new([AtomicU32::new(0)]),
         }
         .with_buffers(true)
     }
@@ -265,6 +278,7 @@ impl<'h> Allocator<'h> {
         assert!(!kinds.is_empty(), "an allocator has at least one kind");
         let groups = self.slots.len();
         self.kinds = kinds.into();
+        self.kind_refills = kinds.iter().map(|_| AtomicU32::new(0)).collect();
         self.slots = (0..groups * kinds.len())
             .map(|_| SharedTlab::new())
             .collect();
@@ -401,10 +415,25 @@ impl<'h> Allocator<'h> {
     fn eden(&self, kind: usize) -> SizedEden<'_> {
         SizedEden {
             heap: self.heap,
-            words: self.tlab_words,
+            words: self.kind_words(kind, self.tlab_words),
             carves: &self.carves,
             stress: self.stress.as_ref(),
             tag: self.kinds[kind],
+            refills: &self.kind_refills[kind],
+        }
+    }
+
+    /// What a refill of `kind` carves where the mixed kind's carves
+    /// `words`: a class kind's start at a page and double with each of
+    /// the kind's refills from eden ([`CLASS_KIND_DOUBLINGS`]).
+    fn kind_words(&self, kind: usize, words: u32) -> u32 {
+        if offload_abi::pages::names_class(self.kinds[kind]) && self.kinds.len() > 1 {
+            let n = self.kind_refills[kind]
+                .load(Ordering::Relaxed)
+                .min(CLASS_KIND_DOUBLINGS);
+            (offload_abi::pages::PAGE_WORDS << n).min(words)
+        } else {
+            words
         }
     }
 
@@ -450,7 +479,7 @@ impl<'h> Allocator<'h> {
                 &BufferEden {
                     group,
                     eden: self.eden(kind),
-                    words: self.large_words,
+                    words: self.kind_words(kind, self.large_words),
                     wait: self.waits(),
                     fault: self.fault.as_ref(),
                 },
@@ -700,6 +729,8 @@ struct SizedEden<'h> {
     stress: Option<&'h (u64, AtomicU64)>,
     /// The tag of the pages refills carve.
     tag: u32,
+    /// The kind's count of its refills from eden.
+    refills: &'h AtomicU32,
 }
 
 impl Eden for SizedEden<'_> {
@@ -710,6 +741,7 @@ impl Eden for SizedEden<'_> {
             return Err(AllocFailure::Exhausted);
         }
         self.carves.fetch_add(1, Ordering::Relaxed);
+        self.refills.fetch_add(1, Ordering::Relaxed);
         self.heap
             .carve_region(min_words, self.words.max(min_words), self.tag)
             .ok_or(AllocFailure::Exhausted)
@@ -776,6 +808,56 @@ mod tests {
         m.retire();
         assert_eq!((h.pages().tag_of(x), h.pages().tag_of(y)), (MIXED, MIXED));
         assert_eq!(h.pages().tag_of(big), MIXED);
+        h.check_pages().unwrap();
+    }
+
+    #[test]
+    fn class_kinds_take_smaller_tlabs_than_the_mixed_kind() {
+        use offload_abi::pages::{MIXED, PAGE_WORDS};
+        // Room for every refill below without growing (a carve at the
+        // heap's end takes what is left).
+        let h = Heap::new(HeapConfig {
+            initial: 1 << 20,
+            max: 64 << 20,
+            tlab_bytes: 1024,
+            grow_step: 1 << 20,
+        })
+        .unwrap();
+        let a = Allocator::new(&h, AllocPolicy::PrivateTlab, 1)
+            .with_tlab_bytes(32 << 10)
+            .with_kinds(&[MIXED, 7]);
+        let p = a.alloc(0, Header::Object { class: 7, size: 24 }).unwrap();
+        let x = a.alloc(0, ints(4)).unwrap();
+        assert_eq!(a.kind_of(Header::Object { class: 9, size: 16 }), Some(0));
+        let span = |kind: usize| {
+            let (top, end) = a.tlab_for(0, kind).unwrap().bounds();
+            end - top
+        };
+        let (class_span, mixed_span) = (span(1) + 3, span(0) + 3);
+        // A page first (a carve may end early, on a page boundary), then
+        // twice as much at each refill of the kind.
+        assert!(
+            class_span <= PAGE_WORDS && class_span > PAGE_WORDS / 2,
+            "{class_span}"
+        );
+        assert!(mixed_span > a.tlab_words() / 2, "{mixed_span}");
+        let mut carved = vec![class_span];
+        for _ in 0..5 {
+            let before = a.tlab_for(0, 1).unwrap().refills();
+            let mut last = 0;
+            while a.tlab_for(0, 1).unwrap().refills() == before {
+                last = a.alloc(0, Header::Object { class: 7, size: 24 }).unwrap();
+            }
+            let (_, end) = a.tlab_for(0, 1).unwrap().bounds();
+            carved.push(end - last);
+        }
+        assert_eq!(
+            carved[1..],
+            [2, 4, 8, 16, 16].map(|n| (n * PAGE_WORDS).min(a.tlab_words())),
+            "{carved:?}"
+        );
+        a.retire();
+        assert_eq!((h.pages().tag_of(p), h.pages().tag_of(x)), (7, MIXED));
         h.check_pages().unwrap();
     }
 

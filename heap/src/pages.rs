@@ -58,7 +58,11 @@
 //!   The mixed kind keeps what a launch had before: the fast path's TLAB
 //!   state in a register and the per-workitem nursery reset; a class kind
 //!   takes the shared protocol's atomic add on its TLAB's memory word,
-//!   and a workitem that makes one is not reset. A kernel that makes only
+//!   and a workitem that makes one is not reset. A class kind's TLABs
+//!   start at a page and double with each refill up to the mixed kind's
+//!   size ([`crate::alloc::CLASS_KIND_DOUBLINGS`]; per kind on the host,
+//!   per TLAB on the GPU), so that the kinds a launch makes few of leave
+//!   little behind in their TLABs' unused rests. A kernel that makes only
 //!   mixed-kind things (most do) allocates exactly as before. On the GPU
 //!   (`offload_jit::ptx` alloc) each slot group has a TLAB per kind too:
 //!   with one kind the host carves the device eden from pages of its tag;

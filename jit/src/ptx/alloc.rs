@@ -156,6 +156,24 @@ impl PtxWalker<'_> {
             "ld.param.u64 {want}, [p_ctx+{}];",
             offsets::TLAB_WORDS
         ));
+        if class_tag.is_some() {
+            // A class kind's TLAB starts at a page and doubles with each of
+            // its refills (`CLASS_KIND_DOUBLINGS`).
+            let n = self.t(Cls::B64);
+            self.emit(format!("ld.u64 {n}, [{tl}+{}];", tlab::REFILLS_OFFSET));
+            self.emit(format!(
+                "min.u64 {n}, {n}, {};",
+                offload_heap::alloc::CLASS_KIND_DOUBLINGS
+            ));
+            let n32 = self.t(Cls::B32);
+            self.emit(format!("cvt.u32.u64 {n32}, {n};"));
+            let grown = self.t(Cls::B64);
+            self.emit(format!(
+                "shl.b64 {grown}, {}, {n32};",
+                offload_abi::pages::PAGE_WORDS
+            ));
+            self.emit(format!("min.u64 {want}, {want}, {grown};"));
+        }
         self.emit(format!("max.u64 {want}, {want}, {words};"));
         if paged {
             self.round_to_pages(&want);
