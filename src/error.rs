@@ -68,10 +68,21 @@ impl KernelExceptions {
 
 impl fmt::Display for KernelExceptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A 2-D or 3-D launch's workitems by their indices.
+        let mut first = self.first.to_string();
+        if let Some(w) = self.first.workitem
+            && self.report.shape.is_some()
+        {
+            first = first.replacen(
+                &format!(" in workitem {w}"),
+                &format!(" in workitem {}", self.report.workitem_name(w)),
+                1,
+            );
+        }
         write!(
             f,
-            "{} workitem(s) of `{}` threw; the first: {}",
-            self.count, self.report.kernel, self.first
+            "{} workitem(s) of `{}` threw; the first: {first}",
+            self.count, self.report.kernel
         )?;
         if self.count > 1 {
             let kinds: Vec<String> = self
@@ -79,7 +90,11 @@ impl fmt::Display for KernelExceptions {
                 .iter()
                 .map(|(k, n)| format!("{} {}", n, k.name()))
                 .collect();
-            let shown: Vec<String> = self.workitems.iter().map(i64::to_string).collect();
+            let shown: Vec<String> = self
+                .workitems
+                .iter()
+                .map(|&w| self.report.workitem_name(w))
+                .collect();
             write!(
                 f,
                 "\n  and {} more ({}); workitems {}{}",

@@ -175,7 +175,9 @@ pub use gc::{GcPolicy, Root};
 pub use offload_heap::{AllocPolicy, GcStats};
 /// A closure kernel: `kernel!(move |i| BODY)` is a kernel over the
 /// workitem index `i` (an `i32`; write `|i: i64|` for an `i64`), ready to
-/// launch with [`par_offload`].
+/// launch with [`par_offload`]. With two or three indices,
+/// `kernel!(move |i, j| BODY)` runs over a 2-D (or 3-D) range:
+/// `par_offload((0..h, 0..w), kernel!(move |i, j| ...))` ([`LaunchRange`]).
 ///
 /// The body is the source language (Rust syntax; docs/LANGUAGE.md in the
 /// repository). Its captures are the closure's free variables, each a
@@ -298,9 +300,11 @@ pub use offload_macros::kernel;
 /// # Ok::<(), offload::OffloadError>(())
 /// ```
 pub use offload_macros::kernels;
-pub use report::{DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, SavedValue, Timings};
+pub use report::{
+    DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, LaunchShape, SavedValue, Timings,
+};
 pub use runtime::{
     Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView, LaunchHandle,
-    MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, RefArray, Runtime, RuntimeBuilder,
+    LaunchRange, MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, RefArray, Runtime, RuntimeBuilder,
 };
 pub use source::{Capture, Launchable, par_offload};

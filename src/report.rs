@@ -11,7 +11,9 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 mod gc;
+mod shape;
 pub use gc::GcSummary;
+pub use shape::LaunchShape;
 
 /// How long each phase of a launch took, as wall-clock time on the host.
 ///
@@ -160,7 +162,8 @@ pub struct LaunchReport {
     pub kernel: String,
     /// Where it ran.
     pub device: Device,
-    /// The range.
+    /// The range it ran over; for a 2-D or 3-D launch, `0..` its
+    /// workitems, numbered row by row ([`LaunchReport::shape`]).
     pub range: Range<i64>,
     /// Workitems that ran to their end on the device without
     /// deoptimizing (on the interpreter device: every workitem that ran to
@@ -244,6 +247,12 @@ pub struct LaunchReport {
     /// The deoptimized workitems, as Sumatra's table shows them (the first
     /// [`LaunchReport::TABLE_ROWS`]).
     pub deopt_table: Vec<DeoptRow>,
+    /// The ranges of a 2-D or 3-D launch (`None` for a 1-D one): the
+    /// report's workitem numbers ([`LaunchReport::range`], a deopt row's
+    /// [`DeoptRow::workitem`], an exception's) count its workitems row by
+    /// row from 0, and [`crate::LaunchShape::coords`] gives their indices
+    /// (the deopt table's text shows them).
+    pub shape: Option<LaunchShape>,
     /// Whether [`crate::Runtime::interrupt`] stopped the launch (it then
     /// returns [`crate::OffloadError::Interrupted`] with this report).
     pub interrupted: bool,
@@ -503,6 +512,7 @@ impl LaunchReport {
             decision: None,
             fallback: None,
             deopt_table: Vec::new(),
+            shape: None,
             interrupted: false,
             abandoned: 0,
             deadline: None,
@@ -530,6 +540,23 @@ impl LaunchReport {
             .saturating_sub(self.on_device + self.replayed + self.abandoned)
     }
 
+    /// The range as the launch was given it: `lo..hi`, or `(0..h, 0..w)`
+    /// for a 2-D or 3-D launch ([`LaunchReport::shape`]).
+    pub fn range_text(&self) -> String {
+        match &self.shape {
+            Some(s) => s.to_string(),
+            None => format!("{}..{}", self.range.start, self.range.end),
+        }
+    }
+
+    /// Workitem `w` of the launch as a user names it: its number, or its
+    /// indices `(i, j)` in a 2-D or 3-D launch ([`LaunchReport::shape`]).
+    pub fn workitem_name(&self, w: i64) -> String {
+        self.shape
+            .as_ref()
+            .map_or_else(|| w.to_string(), |s| s.name(w))
+    }
+
     /// The deopt table as text: a row per workitem in
     /// [`LaunchReport::deopt_table`], its saved values named and typed.
     pub fn deopt_table_text(&self) -> String {
@@ -541,7 +568,7 @@ impl LaunchReport {
                 r.values.iter().map(|v| format!("{v:#x}")).collect()
             };
             t.add_row([
-                r.workitem.to_string(),
+                self.workitem_name(r.workitem),
                 r.action.to_string(),
                 r.bci.to_string(),
                 r.reason.name().to_string(),
@@ -557,10 +584,9 @@ impl fmt::Display for LaunchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} over {}..{} on {} ({} workers, {} chunks): {} completed, {} threw",
+            "{} over {} on {} ({} workers, {} chunks): {} completed, {} threw",
             self.kernel,
-            self.range.start,
-            self.range.end,
+            self.range_text(),
             match &self.gpu {
                 Some(g) => format!("{} ({g})", self.device.name()),
                 None => self.device.name().to_string(),

@@ -57,8 +57,9 @@
 //! compiled when the Rust program is, and loaded once per runtime.
 
 use crate::runtime::WeakModule;
-use crate::{Arg, Array, Closure, Element, LaunchReport, Module, OffloadError, Runtime};
-use std::ops::Range;
+use crate::{
+    Arg, Array, Closure, Element, LaunchRange, LaunchReport, Module, OffloadError, Runtime,
+};
 use std::sync::Mutex;
 
 /// A value a `kernel!` closure can capture: its type in the source
@@ -365,32 +366,32 @@ impl SourceModule {
 /// `kernel!` gives (the closure, or why it could not be made).
 pub trait Launchable {
     /// Run over `range` on the closure's runtime.
-    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError>;
+    fn launch(self, range: LaunchRange) -> Result<LaunchReport, OffloadError>;
 }
 
 /// Run `closure` for every workitem of `range` on its runtime's device:
 /// a [`Closure`] (`&saxpy`), or a `kernel!` closure.
 pub fn par_offload(
-    range: Range<i64>,
+    range: impl Into<LaunchRange>,
     closure: impl Launchable,
 ) -> Result<LaunchReport, OffloadError> {
-    closure.launch(range)
+    closure.launch(range.into())
 }
 
 impl Launchable for &Closure {
-    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
+    fn launch(self, range: LaunchRange) -> Result<LaunchReport, OffloadError> {
         self.module.rt.par_offload(range, self)
     }
 }
 
 impl Launchable for Closure {
-    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
+    fn launch(self, range: LaunchRange) -> Result<LaunchReport, OffloadError> {
         (&self).launch(range)
     }
 }
 
 impl<L: Launchable> Launchable for Result<L, OffloadError> {
-    fn launch(self, range: Range<i64>) -> Result<LaunchReport, OffloadError> {
+    fn launch(self, range: LaunchRange) -> Result<LaunchReport, OffloadError> {
         self?.launch(range)
     }
 }

@@ -26,6 +26,9 @@ mod examples;
 #[path = "common/dispatch.rs"]
 mod dispatch;
 
+#[path = "common/ranges.rs"]
+mod ranges;
+
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
 fn gpu() -> RuntimeBuilder {
@@ -612,6 +615,18 @@ fn virtual_calls_find_classes_from_pages_on_the_gpu() {
         let n = size(&rt, 3000, 600);
         dispatch::check(&rt, n, &format!("cuda, by address {by_address}"));
     }
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn two_and_three_dimensional_launches_match_rust_on_the_gpu() {
+    let rt = build(gpu());
+    let (h, w) = if is_virtual(&rt) {
+        (13, 11)
+    } else {
+        (370, 230)
+    };
+    ranges::check(&rt, h, w, "cuda");
 }
 
 #[test]

@@ -49,6 +49,7 @@ pub mod items;
 pub mod limits;
 pub mod ops;
 pub mod parts;
+pub mod ranges;
 mod stmt;
 pub mod ty;
 
@@ -98,7 +99,9 @@ fn compile_keeping_spans(file: &str, src: &str) -> Result<Module, Diagnostics> {
     let file: Arc<str> = file.into();
     limits::check(src).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
     let parsed = syn::parse_file(src)
-        .map_err(|e| Diagnostics(vec![Error::from(e).diagnostic(&file, None)]))?;
+        .map_err(Error::from)
+        .and_then(ranges::rewrite)
+        .map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
     let decls =
         items::declare(&parsed, &file).map_err(|e| Diagnostics(vec![e.diagnostic(&file, None)]))?;
     let mut module = decls.module.clone();

@@ -110,7 +110,10 @@ pub(crate) fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
     let parse = |k: usize| {
         let r = parts[k].clone();
         let _based = Based::at(r.start as u32, lines_before[k]);
-        syn::parse_file(&src[r]).map_err(|e| fail(Error::from(e)))
+        syn::parse_file(&src[r])
+            .map_err(Error::from)
+            .and_then(crate::ranges::rewrite)
+            .map_err(fail)
     };
     // The classes and methods from every part, the methods without their
     // bodies; then the free functions, a part at a time (in file order,

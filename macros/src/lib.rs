@@ -35,39 +35,55 @@ pub fn kernel(input: TokenStream) -> TokenStream {
             return quote! { ::core::compile_error!(#msg) }.into();
         }
     };
-    if closure.inputs.len() != 1 {
+    // One index, or two or three over a 2-D or 3-D range (the source
+    // kernel then takes them as a tuple, `offload_lang::ranges`).
+    if !(1..=3).contains(&closure.inputs.len()) {
         return quote! {
-            ::core::compile_error!("a kernel! closure takes one parameter, the workitem index: `|i|` (an `i32`) or `|i: i64|`")
+            ::core::compile_error!("a kernel! closure takes the workitem index, `|i|` (an `i32`) or `|i: i64|`, or two or three indices over a 2-D or 3-D range, `|i, j|`")
         }
         .into();
     }
-    let (index, index_ty) = match &closure.inputs[0] {
-        syn::Pat::Ident(p) => (p.ident.to_string(), "i32".to_string()),
-        syn::Pat::Type(t) => match (&*t.pat, &*t.ty) {
-            (syn::Pat::Ident(p), syn::Type::Path(ty))
-                if ty.path.is_ident("i32") || ty.path.is_ident("i64") =>
-            {
-                (
-                    p.ident.to_string(),
-                    ty.path
-                        .get_ident()
-                        .map(|i| i.to_string())
-                        .unwrap_or_default(),
-                )
-            }
+    let mut indices = Vec::new();
+    for input in &closure.inputs {
+        let one = match input {
+            syn::Pat::Ident(p) => (p.ident.to_string(), "i32".to_string()),
+            syn::Pat::Type(t) => match (&*t.pat, &*t.ty) {
+                (syn::Pat::Ident(p), syn::Type::Path(ty))
+                    if ty.path.is_ident("i32") || ty.path.is_ident("i64") =>
+                {
+                    (
+                        p.ident.to_string(),
+                        ty.path
+                            .get_ident()
+                            .map(|i| i.to_string())
+                            .unwrap_or_default(),
+                    )
+                }
+                _ => {
+                    return quote! {
+                        ::core::compile_error!("the workitem index is `i32` or `i64`: `|i: i64|`")
+                    }
+                    .into();
+                }
+            },
             _ => {
                 return quote! {
-                    ::core::compile_error!("the workitem index is `i32` or `i64`: `|i: i64|`")
+                    ::core::compile_error!("the workitem index is a name: `|i|`")
                 }
                 .into();
             }
-        },
-        _ => {
-            return quote! {
-                ::core::compile_error!("the workitem index is a name: `|i|`")
-            }
-            .into();
-        }
+        };
+        indices.push(one);
+    }
+    let (index, index_ty) = if indices.len() == 1 {
+        indices.remove(0)
+    } else {
+        let names: Vec<&str> = indices.iter().map(|(n, _)| n.as_str()).collect();
+        let tys: Vec<&str> = indices.iter().map(|(_, t)| t.as_str()).collect();
+        (
+            format!("({})", names.join(", ")),
+            format!("({})", tys.join(", ")),
+        )
     };
     let captures = offload_lang::free_variables(&closure);
     let body = &closure.body;

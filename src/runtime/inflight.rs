@@ -240,9 +240,10 @@ impl Runtime {
     /// ```
     pub fn launch(
         &self,
-        range: Range<i64>,
+        range: impl Into<LaunchRange>,
         closure: &Closure,
     ) -> Result<LaunchHandle, OffloadError> {
+        let range = range.into();
         self.owns(closure)?;
         self.refuse_in_safepoint("a launch")?;
         // Registered here, in the order of the calls.

@@ -19,7 +19,6 @@ use offload_heap::{AllocPolicy, Allocator, Heap, HeapConfig, Ref};
 use offload_host_interp::Program;
 use offload_ir::{ClassId, Elem, FuncId, Type};
 use std::marker::PhantomData;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,12 +26,14 @@ mod builder;
 mod heap_view;
 mod inflight;
 mod module;
+mod range;
 mod values;
 
 pub(crate) use builder::PolicyFactory;
 pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, RuntimeBuilder};
 pub use heap_view::HeapView;
 pub use inflight::LaunchHandle;
+pub use range::LaunchRange;
 pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};
 
 thread_local! {
@@ -247,6 +248,8 @@ pub struct Closure {
     pub(crate) captures: Vec<u64>,
     /// The captured references: (capture index, root).
     pub(crate) refs: Vec<(usize, Root)>,
+    /// The dimensions of the kernel's range (`offload_lang::ranges`).
+    pub(crate) dims: usize,
 }
 
 impl Runtime {
@@ -535,14 +538,16 @@ impl Runtime {
         }
     }
 
-    /// Run `closure` for every workitem in `range`, on the runtime's device.
+    /// Run `closure` for every workitem in `range`, on the runtime's
+    /// device: `lo..hi`, or a tuple of two or three ranges for a kernel
+    /// over a 2-D or 3-D range ([`LaunchRange`]).
     pub fn par_offload(
         &self,
-        range: Range<i64>,
+        range: impl Into<LaunchRange>,
         closure: &Closure,
     ) -> Result<LaunchReport, OffloadError> {
         self.owns(closure)?;
-        self.launch_in_order(range, closure, self.inner.env.settings.deadline)
+        self.launch_in_order(range.into(), closure, self.inner.env.settings.deadline)
     }
 
     /// [`Runtime::par_offload`] with a deadline for this launch (instead of
@@ -553,12 +558,12 @@ impl Runtime {
     /// returns [`OffloadError::Interrupted`] with its report.
     pub fn par_offload_with_deadline(
         &self,
-        range: Range<i64>,
+        range: impl Into<LaunchRange>,
         closure: &Closure,
         deadline: std::time::Duration,
     ) -> Result<LaunchReport, OffloadError> {
         self.owns(closure)?;
-        self.launch_in_order(range, closure, Some(deadline))
+        self.launch_in_order(range.into(), closure, Some(deadline))
     }
 
     /// An error unless `closure` was made by this runtime.
@@ -577,7 +582,7 @@ impl Runtime {
     /// it would wait for are stopped there.
     fn launch_in_order(
         &self,
-        range: Range<i64>,
+        range: LaunchRange,
         closure: &Closure,
         deadline: Option<std::time::Duration>,
     ) -> Result<LaunchReport, OffloadError> {
@@ -592,10 +597,16 @@ impl Runtime {
     /// flight it may touch, and refused it in a safepoint's operation).
     fn launch_registered(
         &self,
-        range: Range<i64>,
+        range: LaunchRange,
         closure: &Closure,
         deadline: Option<std::time::Duration>,
     ) -> Result<LaunchReport, OffloadError> {
+        // A 2-D or 3-D range runs flattened, its shape in the kernel's
+        // last parameters (`offload_lang::ranges`).
+        let narrowed = closure.module.prog.verified().func(closure.kernel).params()[0].name
+            == offload_lang::ranges::NARROWED_FLAT;
+        let (range, shape_args, shape) =
+            range.flatten(closure.dims, narrowed, closure.kernel_name())?;
         let devices = crate::launch::Devices {
             cpu: &self.inner.cpu,
             gpu: self.inner.gpu.as_ref(),
@@ -618,7 +629,11 @@ impl Runtime {
         // registered as roots of the launch before a collection can move
         // them (this thread is a running worker meanwhile).
         let running = env.control.enter();
-        let captures = closure.capture_cells();
+        let captures: Box<[AtomicU64]> = closure
+            .capture_cells()
+            .into_iter()
+            .chain(shape_args.into_iter().map(AtomicU64::new))
+            .collect();
         let roots = crate::gc::LaunchRoots {
             captures: &captures,
             ref_captures: closure.refs.iter().map(|(i, _)| *i).collect(),
@@ -627,6 +642,10 @@ impl Runtime {
         };
         let _registered = env.gc.launch(&roots);
         drop(running);
+        let shaped = |mut r: LaunchReport| {
+            r.shape = shape.clone();
+            r
+        };
         crate::launch::launch(
             env,
             devices,
@@ -636,6 +655,15 @@ impl Runtime {
             deadline,
             (gc_before, collected),
         )
+        .map(shaped)
+        .map_err(|e| match e {
+            OffloadError::Exceptions(mut x) => {
+                x.report = shaped(x.report);
+                OffloadError::Exceptions(x)
+            }
+            OffloadError::Interrupted(r) => OffloadError::Interrupted(Box::new(shaped(*r))),
+            other => other,
+        })
     }
 
     /// The adaptive state of `closure`'s kernel (created on first use).
@@ -821,6 +849,12 @@ impl Closure {
     /// The kernel.
     pub fn kernel(&self) -> FuncId {
         self.kernel
+    }
+
+    /// The dimensions of the ranges it runs over: 1 (`lo..hi`), or 2 or 3
+    /// for a kernel that takes its indices as a tuple ([`LaunchRange`]).
+    pub fn dims(&self) -> usize {
+        self.dims
     }
     /// The captured values as raw slots (what the interpreter receives);
     /// references as they are now (valid until the next collection).

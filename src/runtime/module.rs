@@ -51,7 +51,11 @@ impl Module {
         let v = self.prog.verified();
         let k = self.kernel_id(kernel)?;
         let f = v.func(k);
-        let params = &f.params()[1..];
+        // The parameters after the index, less those that carry the
+        // shape of a 2-D or 3-D range (bound at each launch).
+        let dims = offload_lang::ranges::dims_of(f.params().iter().map(|p| p.name.as_str()));
+        let hidden = offload_lang::ranges::hidden_names(dims).len();
+        let params = &f.params()[1..f.params().len() - hidden];
         let captures: Vec<Arg> = captures.into_iter().collect();
         let cerr = |problem: String| OffloadError::Capture {
             kernel: kernel.to_string(),
@@ -110,6 +114,7 @@ impl Module {
             kernel: k,
             captures: raw,
             refs,
+            dims,
         })
     }
 

@@ -248,6 +248,23 @@ pub fn matmul_par(n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
         .for_each(|(i, c)| *c = matmul_one(i, n, a, b));
 }
 
+/// One step of `heat.ofk` (the five-point stencil over the interior of
+/// an `h` × `w` grid) into `u`, rows in parallel; the border keeps `t`'s.
+pub fn heat_par(t: &[f32], u: &mut [f32], h: usize, w: usize) {
+    u.par_chunks_mut(w).enumerate().for_each(|(i, row)| {
+        if i == 0 || i == h - 1 {
+            row.copy_from_slice(&t[i * w..(i + 1) * w]);
+            return;
+        }
+        row[0] = t[i * w];
+        row[w - 1] = t[i * w + w - 1];
+        for (j, x) in row.iter_mut().enumerate().take(w - 1).skip(1) {
+            let c = i * w + j;
+            *x = t[c] + 0.1 * (t[c - 1] + t[c + 1] + t[c - w] + t[c + w] - 4.0 * t[c]);
+        }
+    });
+}
+
 /// The bin of a value in `histogram.obc`.
 pub fn bin_of(x: i32, nbins: usize) -> usize {
     ((x & 0x7fff_ffff) % nbins as i32) as usize

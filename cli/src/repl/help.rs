@@ -74,7 +74,9 @@ pub const COMMANDS: &[Cmd] = &[
         about: "Offload KERNEL over the range with the arguments after the index (variables \
                 or literals, which take the parameter's type), and summarize: device, time, \
                 completed on the device, deopts by reason, never-ran, replayed, exceptions \
-                (the first with its bytecode trace). Ctrl-C interrupts it cleanly.",
+                (the first with its bytecode trace). A kernel that takes its indices as a \
+                tuple, `fn k((i, j): (i32, i32), ...)`, runs over a tuple of ranges: \
+                `run k (0..h, 0..w) ...`. Ctrl-C interrupts it cleanly.",
         example: "run saxpy 0..1000 2.0 x y",
     },
     Cmd {

@@ -354,6 +354,29 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     )?;
     push("matmul", Some(("native rayon", b)), t, None, note);
 
+    // A 2-D stencil: one step of heat diffusion over a grid, a kernel
+    // over a 2-D range (`heat.ofk`) against rayon over rows.
+    let (gh, gw) = (2048 / s.min(16), 2048 / s.min(16));
+    let g0: Vec<f32> = (0..gh * gw).map(|x| ((x * 37) % 101) as f32).collect();
+    let m = rt.load_source(
+        "heat.ofk",
+        include_str!("../../../examples/kernels/heat.ofk"),
+    )?;
+    let (ta, ua) = (rt.array(&g0)?, rt.array(&g0)?);
+    let c = m.closure("heat", [(&ta).into(), (&ua).into(), (gw as i32).into()])?;
+    let mut note = String::new();
+    let mut gu = g0.clone();
+    let (t, b) = paired(
+        rt,
+        || par_offload((1..gh as i64 - 1, 1..gw as i64 - 1), &c).map(|r| note = note_of(&r)),
+        || native::heat_par(&g0, &mut gu, gh, gw),
+        reps,
+    )?;
+    if rt.read(&ua)? != gu {
+        note = "WRONG RESULT".into();
+    }
+    push("heat 2-D stencil", Some(("native rayon", b)), t, None, note);
+
     // blackscholes
     let no = 100_000 / s;
     let (sp, st, ty) = native::options(no, 4);

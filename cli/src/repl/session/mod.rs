@@ -797,9 +797,14 @@ impl Session {
         quiet: Option<&mut Vec<LaunchReport>>,
         out: &mut String,
     ) -> Result<()> {
-        let [kernel, range, args @ ..] = words else {
+        let [kernel, rest @ ..] = words else {
             bail!("usage: run KERNEL START..END ARGS... (`:help run`)");
         };
+        // A 2-D or 3-D range is a tuple, `(0..h, 0..w)`, spaces allowed.
+        let (range, args) = parse::split_range(rest).ok_or_else(|| {
+            ReplError::Entry("usage: run KERNEL START..END ARGS... (`:help run`)".into())
+        })?;
+        let range = range.as_str();
         if let Some((_, why)) = self
             .pending
             .iter()
@@ -808,7 +813,7 @@ impl Session {
             bail!("kernel `{kernel}` is not loaded yet: it waits for what it names ({why})");
         }
         let m = self.module()?.clone();
-        let range = parse_range(range, &self.vars)?;
+        let range = parse::parse_launch_range(range, &self.vars)?;
         // Literals take the type of the parameter they are passed to.
         let v = m.program().verified();
         let params: Vec<(String, Type)> = v
@@ -957,10 +962,9 @@ impl Session {
         let first = reps.first().expect("n >= 1");
         let _ = writeln!(
             out,
-            "{} over {}..{} on {}, {n} launches: min {}, median {}, max {} (the first compiled for {})",
+            "{} over {} on {}, {n} launches: min {}, median {}, max {} (the first compiled for {})",
             first.kernel,
-            first.range.start,
-            first.range.end,
+            first.range_text(),
             first.device.name(),
             ms(totals[0]),
             ms(totals[n / 2]),

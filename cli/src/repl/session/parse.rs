@@ -76,6 +76,42 @@ pub(super) fn parse_range(s: &str, vars: &BTreeMap<String, Var>) -> Result<std::
     }
 }
 
+/// The range of `run`'s words after the kernel (a tuple's words joined:
+/// `(0..h,` `0..w)`), and the words after it.
+pub(super) fn split_range<'a, 'w>(words: &'a [&'w str]) -> Option<(String, &'a [&'w str])> {
+    let first = words.first()?;
+    if !first.starts_with('(') {
+        return Some((first.to_string(), &words[1..]));
+    }
+    let end = words.iter().position(|w| w.ends_with(')'))?;
+    Some((words[..=end].join(" "), &words[end + 1..]))
+}
+
+/// `A..B` or `N` (see [`parse_range`]), or a tuple of two or three for a
+/// 2-D or 3-D range, `(0..h, 0..w)`.
+pub(super) fn parse_launch_range(
+    s: &str,
+    vars: &BTreeMap<String, Var>,
+) -> Result<offload::LaunchRange> {
+    let Some(inner) = s.strip_prefix('(').and_then(|t| t.strip_suffix(')')) else {
+        return Ok(parse_range(s, vars)?.into());
+    };
+    let parts: Vec<std::ops::Range<i64>> = inner
+        .split(',')
+        .map(|p| parse_range(p.trim(), vars))
+        .collect::<Result<_>>()?;
+    match <[_; 2]>::try_from(parts.clone()) {
+        Ok([a, b]) => Ok((a, b).into()),
+        Err(_) => match <[_; 3]>::try_from(parts) {
+            Ok([a, b, c]) => Ok((a, b, c).into()),
+            Err(p) => Err(ReplError::Entry(format!(
+                "`{s}`: a range is `lo..hi`, or a tuple of two or three (`(0..h, 0..w)`), not {} ranges",
+                p.len()
+            ))),
+        },
+    }
+}
+
 /// `i32[N]`, `Shape[N]`: the element type and the length.
 pub(super) fn array_head(s: &str) -> Option<(&str, &str)> {
     let (elem, rest) = s.split_once('[')?;

@@ -205,10 +205,9 @@ pub(super) fn summary(last: &Last, out: &mut String) {
     let n = r.range.end - r.range.start;
     let _ = writeln!(
         out,
-        "{} over {}..{} on {}{} ({} workers): {} of {} completed in {}",
+        "{} over {} on {}{} ({} workers): {} of {} completed in {}",
         r.kernel,
-        r.range.start,
-        r.range.end,
+        r.range_text(),
         r.device.name(),
         r.version.map(|v| format!(" v{v}")).unwrap_or_default(),
         r.workers,
