@@ -145,4 +145,15 @@ fn indices_narrowed_to_i32_refuse_a_range_outside_i32() {
         rt.par_offload((big..big + 1, 0..1), &h),
         Err(offload::OffloadError::Exceptions(_))
     ));
+    // Too many workitems to count, or to decode exactly.
+    let e = rt
+        .par_offload((i64::MIN..i64::MAX, 0..2), &h)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("more workitems than an i64 counts"), "{e}");
+    let e = rt
+        .par_offload((0..1 << 30, 0..1 << 30), &h)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at most 2^52"), "{e}");
 }

@@ -297,7 +297,10 @@ mod tests {
                     .filter(|&x| x < MAX_FLAT),
             );
             for k in 0..2000i64 {
-                xs.push((k * 0x9E37_79B9_7F4A_7C15u64 as i64).rem_euclid(MAX_FLAT));
+                xs.push(
+                    k.wrapping_mul(0x9E37_79B9_7F4A_7C15u64 as i64)
+                        .rem_euclid(MAX_FLAT),
+                );
             }
             for x in xs.into_iter().filter(|&x| x >= 0) {
                 assert_eq!(divide(x, n), (x / n, x % n), "{x} / {n}");

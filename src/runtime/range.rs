@@ -117,19 +117,26 @@ impl LaunchRange {
                 end: r.end,
             });
         }
-        let lens: Vec<i64> = self.ranges.iter().map(|r| r.end - r.start).collect();
-        let total = lens
+        let lens: Option<Vec<i64>> = self
+            .ranges
             .iter()
-            .try_fold(1i64, |a, &n| a.checked_mul(n))
+            .map(|r| r.end.checked_sub(r.start))
+            .collect();
+        let total = lens
+            .as_deref()
+            .and_then(|l| l.iter().try_fold(1i64, |a, &n| a.checked_mul(n)))
             .ok_or_else(|| {
+                let r: Vec<String> = self
+                    .ranges
+                    .iter()
+                    .map(|r| format!("{}..{}", r.start, r.end))
+                    .collect();
                 OffloadError::Handle(format!(
-                    "the launch's range has more workitems than an i64 counts ({})",
-                    lens.iter()
-                        .map(i64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(" x ")
+                    "the launch's range ({}) has more workitems than an i64 counts",
+                    r.join(", ")
                 ))
             })?;
+        let lens = lens.unwrap_or_default();
         if total > offload_lang::ranges::MAX_FLAT {
             return Err(OffloadError::Handle(format!(
                 "the launch's range has {total} workitems; a 2-D or 3-D range has at most 2^52"
