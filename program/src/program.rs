@@ -134,16 +134,6 @@ impl Program {
         })
     }
 
-    /// The page tag (`offload_abi::pages`) of everything kernel (or
-    /// function) `k` may allocate when it is one ([`Program::allocation_kinds`]
-    /// has one kind), else `MIXED`.
-    pub fn allocation_tag(&self, k: FuncId) -> u32 {
-        match *self.allocation_kinds(k) {
-            [one] => one,
-            _ => offload_heap::pages::MIXED,
-        }
-    }
-
     /// The kinds of what kernel (or function) `k` may allocate, in it or
     /// in any function it may call, as page tags (`offload_abi::pages`): a
     /// launch of `k` has a TLAB per kind per slot (group), carved from

@@ -40,6 +40,13 @@ fn sector_rotation(firsts: &[(u64, u64)], slots: u64) -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether the launch's kernel tags pages of its device eden in the
+/// device's page table: it allocates several kinds, and carves whole
+/// pages for each class kind (`offload_jit::ptx` alloc).
+fn tags_pages(launch: &Launch<'_>) -> bool {
+    launch.alloc.kinds().len() > 1
+}
+
 /// The block a launch with `state`'s shape needs: the one the GPU kept
 /// from its last launch when it has the room.
 pub(super) fn block_for(
@@ -170,7 +177,7 @@ impl<'a> Grid<'a> {
         // One kind: pages of its tag. Several: mixed pages from a page
         // boundary, of which the device tags those it carves for a class
         // (`offload_jit::ptx` alloc; `read_back` takes the tags back).
-        let (tag, paged) = (launch.alloc.tag(), launch.alloc.kinds().len() > 1);
+        let (tag, paged) = (launch.alloc.tag(), tags_pages(launch));
         let carved = match env.heap.carve_device_region(min, want, tag, paged) {
             Some(r) => Some(r),
             None => {
@@ -226,7 +233,7 @@ impl<'a> Grid<'a> {
         dh.ensure(need)?;
         st.totals.to_device += dh.push(heap, &runs)?;
         st.totals.to_device += dh.send_pages(heap)?;
-        if launch.alloc.kinds().len() > 1 && es < ee {
+        if tags_pages(launch) && es < ee {
             // The kernel tags pages of its eden in the device's table.
             dh.forget_pages(
                 offload_abi::pages::page_of(es)..offload_abi::pages::page_of(ee - 1) + 1,
@@ -416,7 +423,7 @@ impl<'a> Grid<'a> {
         super::resident::mark_kernel_writes(heap, sum.map, es as usize * 8, eden_top as usize * 8);
         // The tags the device wrote for the pages it carved for a class
         // (a kernel of several kinds), into the host's table.
-        if launch.alloc.kinds().len() > 1 && es < ee {
+        if tags_pages(launch) && es < ee {
             use offload_abi::pages::page_of;
             let forgotten = page_of(es)..page_of(ee - 1) + 1;
             let carved = if eden_top > es {

@@ -57,7 +57,7 @@ fn make(i: i32, shapes: &mut [Option<Shape>]) {
 }
 
 // Every workitem makes one class only: the launch's TLABs are carved
-// from pages of that class (`Program::allocation_tag`).
+// from pages of that class (`Program::allocation_kinds`).
 #[kernel]
 fn circles(i: i32, shapes: &mut [Option<Shape>]) {
     let c = Circle { r: (i % 9 + 1) as f64 };
@@ -191,22 +191,13 @@ pub fn check_kinds(rt: &Runtime, n: usize, what: &str) {
             made_all - made_circles,
             "{what}, round {round}: {stats:?}"
         );
-        let out = rt.new_array::<f64>(n).unwrap();
-        let kinds = rt.new_array::<i32>(n).unwrap();
-        let c = m
-            .closure(
-                "areas",
-                [Arg::from(&shapes), Arg::from(&out), Arg::from(&kinds)],
-            )
-            .unwrap();
-        let report = rt.par_offload(0..n as i64, &c).unwrap();
+        let (report, got, ks) = areas(rt, &m, &shapes, n, 1);
         // Where the lookups are counted (the virtual GPU): every one found
         // the class from the address, none read a header.
         if let Some(d) = report.dispatch {
             assert!(d.lookups >= n as u64, "{what}: {d:?}");
             assert_eq!(d.header_loads, 0, "{what}, round {round}: {d:?}");
         }
-        let (got, ks) = (rt.read(&out).unwrap(), rt.read(&kinds).unwrap());
         for i in 0..n {
             let x = (i % 9 + 1) as f64;
             assert_eq!(
@@ -216,6 +207,31 @@ pub fn check_kinds(rt: &Runtime, n: usize, what: &str) {
             );
         }
     }
+}
+
+/// Run `areas` over `shapes` `launches` times into fresh arrays: the last
+/// launch's report, and what it wrote.
+fn areas(
+    rt: &Runtime,
+    m: &offload::Module,
+    shapes: &offload::RefArray,
+    n: usize,
+    launches: usize,
+) -> (offload::LaunchReport, Vec<f64>, Vec<i32>) {
+    let out = rt.new_array::<f64>(n).unwrap();
+    let kinds = rt.new_array::<i32>(n).unwrap();
+    let c = m
+        .closure(
+            "areas",
+            [Arg::from(shapes), Arg::from(&out), Arg::from(&kinds)],
+        )
+        .unwrap();
+    let mut report = None;
+    for _ in 0..launches {
+        report = Some(rt.par_offload(0..n as i64, &c).unwrap());
+    }
+    let report = report.expect("at least one launch");
+    (report, rt.read(&out).unwrap(), rt.read(&kinds).unwrap())
 }
 
 /// Make `n` shapes (even ones by the host, odd ones by a kernel), run
@@ -240,18 +256,7 @@ pub fn check(rt: &Runtime, n: usize, what: &str) {
         m.new_object("Dot").unwrap();
     }
     for round in 0..2 {
-        let out = rt.new_array::<f64>(n).unwrap();
-        let kinds = rt.new_array::<i32>(n).unwrap();
-        let c = m
-            .closure(
-                "areas",
-                [Arg::from(&shapes), Arg::from(&out), Arg::from(&kinds)],
-            )
-            .unwrap();
-        for _ in 0..3 {
-            rt.par_offload(0..n as i64, &c).unwrap();
-        }
-        let (got, ks) = (rt.read(&out).unwrap(), rt.read(&kinds).unwrap());
+        let (_, got, ks) = areas(rt, &m, &shapes, n, 3);
         for i in 0..n {
             assert_eq!((got[i], ks[i]), expected(i), "{what}, round {round}: {i}");
         }
