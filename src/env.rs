@@ -228,12 +228,25 @@ pub(crate) struct KernelCall<'a> {
     /// The module's id in the runtime (never reused: the key of compiled
     /// code).
     pub(crate) module: u64,
+    /// How the launch combines the workitems' values, for a reducing
+    /// kernel (`None` for one that returns nothing).
+    pub(crate) reduce: Option<offload_abi::reduce::Combine>,
 }
 
 impl<'a> KernelCall<'a> {
     /// The kernel's name.
     pub(crate) fn name(&self) -> &str {
         &self.prog.verified().func(self.kernel).name
+    }
+
+    /// What the kernel returns for a reduction: its value type and how the
+    /// launch combines the values (`None` for a kernel that returns
+    /// nothing).
+    pub(crate) fn reduction(
+        &self,
+    ) -> Option<(offload_abi::reduce::Scalar, offload_abi::reduce::Combine)> {
+        let ty = crate::runtime::scalar_of(self.prog.verified().func(self.kernel).ret?)?;
+        Some((ty, self.reduce?))
     }
 
     /// The captures now, as raw slots.

@@ -9,6 +9,7 @@ use crate::error::OffloadError;
 use crate::executor::{Executor, Unsupported};
 use crate::replay::Thrown;
 use crate::report::{DeoptAction, DeoptRow, LaunchReport, Timings};
+use offload_abi::reduce::Builder;
 use offload_host_interp::{Interpreter, Profile};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -77,11 +78,14 @@ pub(crate) fn run(
     // launch is interrupted: an interrupted launch of 2^51 chunks ends at
     // the next claim, not after visiting every chunk.
     let next = std::sync::atomic::AtomicU64::new(0);
-    let (completed, mut cut, thrown, escaped) = inner.pool.install(|| {
+    let reduction = call.reduction();
+    let (completed, mut cut, thrown, escaped, nodes) = inner.pool.install(|| {
         (0..workers)
             .into_par_iter()
             .map(|_| {
-                let mut totals = (0u64, Vec::new(), Thrown::default(), false);
+                let mut totals = (0u64, Vec::new(), Thrown::default(), false, Vec::new());
+                // This worker's values, joined into the tree's nodes.
+                let mut values = reduction.map(|(ty, c)| Builder::new(n, ty, c));
                 let worker = rayon::current_thread_index().unwrap_or(0);
                 let mut it = Interpreter::new(prog, &inner.heap, &alloc, worker);
                 it.set_control(&inner.control, epoch);
@@ -100,7 +104,7 @@ pub(crate) fn run(
                     }
                     let lo = range.start.wrapping_add((c * chunk) as i64);
                     let hi = lo.saturating_add(chunk as i64).min(range.end);
-                    let (done, abandoned, thrown, _) = &mut totals;
+                    let (done, abandoned, thrown, _, _) = &mut totals;
                     let _running = inner.control.enter();
                     for w in lo..hi {
                         inner.control.poll();
@@ -114,7 +118,12 @@ pub(crate) fn run(
                         let r = it.run_kernel(call.kernel, w, &captures);
                         inner.control.workitem_ended();
                         match r {
-                            Ok(()) => *done += 1,
+                            Ok(v) => {
+                                *done += 1;
+                                if let (Some(b), Some(v)) = (values.as_mut(), v) {
+                                    b.push_leaf(w.wrapping_sub(range.start) as u64, v);
+                                }
+                            }
                             // Stopped at a poll: the row shows where (the
                             // interpreter keeps no save-area values).
                             Err(e) if it.take_interrupted() => abandoned.push(DeoptRow {
@@ -142,13 +151,15 @@ pub(crate) fn run(
                     it.drain_profile_into(p);
                 }
                 totals.3 = it.escaped();
+                totals.4 = values.map_or_else(Vec::new, Builder::finish);
                 totals
             })
             .reduce(
-                || (0, Vec::new(), Thrown::default(), false),
-                |mut a, b| {
+                || (0, Vec::new(), Thrown::default(), false, Vec::new()),
+                |mut a, mut b| {
                     a.1.extend(b.1);
-                    (a.0 + b.0, a.1, a.2.merge(b.2), a.3 || b.3)
+                    a.4.append(&mut b.4);
+                    (a.0 + b.0, a.1, a.2.merge(b.2), a.3 || b.3, a.4)
                 },
             )
     });
@@ -182,5 +193,8 @@ pub(crate) fn run(
     report.safepoints = inner.control.count() - safepoints_before;
     report.deopt_table = cut;
     report.abandoned = abandoned;
+    if let Some(r) = reduction.filter(|_| completed == n) {
+        report.reduction = Some(crate::runtime::joined(r, n, nodes)?);
+    }
     thrown.finish(report)
 }

@@ -301,10 +301,12 @@ pub use offload_macros::kernel;
 /// ```
 pub use offload_macros::kernels;
 pub use report::{
-    DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, LaunchShape, SavedValue, Timings,
+    DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, LaunchShape, Reduction, SavedValue,
+    Timings,
 };
 pub use runtime::{
-    Arg, Array, Closure, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView, LaunchHandle,
-    LaunchRange, MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, RefArray, Runtime, RuntimeBuilder,
+    Arg, Array, Closure, Combine, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView,
+    LaunchHandle, LaunchRange, MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, Reduced, Reducible,
+    RefArray, Runtime, RuntimeBuilder, Scalar,
 };
 pub use source::{Capture, Launchable, par_offload};

@@ -294,11 +294,32 @@ pub struct LaunchReport {
     /// where nothing counted them (the CPU device, the interpreter, a real
     /// GPU: counting each would cost the code it measures).
     pub dispatch: Option<Dispatches>,
+    /// What a reducing launch ([`crate::Runtime::par_reduce`]) combined;
+    /// `None` for a kernel that returns nothing.
+    pub reduction: Option<Reduction>,
     /// The collections that ran while the launch was in flight — its own
     /// (eden exhausted, or due before it started) and any another thread
     /// asked for meanwhile, which stopped this launch's workers too. Their
     /// pauses are inside the phase times above, not added to them.
     pub gc: GcSummary,
+}
+
+/// What a reducing launch combined ([`LaunchReport::reduction`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reduction {
+    /// How it combined the values.
+    pub combine: crate::Combine,
+    /// The values' type (the kernel's return type).
+    pub ty: crate::Scalar,
+    /// The result's raw bits (an `i32` or `f32` in the low 32 bits): read
+    /// it typed from [`crate::Reduced::value`].
+    pub(crate) bits: u64,
+    /// Partial results the host joined into the result: the complete
+    /// subtrees of the combine tree ([`offload_abi::reduce`]) that the
+    /// workers handed on — at most one per level for each run of
+    /// consecutive workitems a worker computed — and one leaf per workitem
+    /// whose value the host computed itself (a replayed deopt).
+    pub joined: u64,
 }
 
 /// How a launch's compiled code found the classes of its receivers
@@ -520,6 +541,7 @@ impl LaunchReport {
             to_device_bytes: 0,
             to_host_bytes: 0,
             dispatch: None,
+            reduction: None,
             gc: GcSummary::default(),
         }
     }

@@ -19,6 +19,8 @@
 //!   object's class from its reference;
 //! - [`record`]: which save record a slot writes (one formula, spelled by
 //!   the host and by each emitter through [`record::Arith`]);
+//! - [`reduce`]: the one tree in which a reduction combines its
+//!   workitems' values, whatever device and partition computed them;
 //! - [`tlab`]: a shared TLAB's words and the bit layout of its state and
 //!   generation.
 //!
@@ -42,4 +44,5 @@ pub mod exit;
 pub mod gpu;
 pub mod pages;
 pub mod record;
+pub mod reduce;
 pub mod tlab;

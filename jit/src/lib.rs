@@ -133,6 +133,15 @@ pub enum Refusal {
         /// The function called.
         callee: String,
     },
+    /// A kernel that returns a value for a reduction: the slot loops do not
+    /// combine values yet (the interpreter device runs it).
+    #[error(
+        "the kernel returns `{ty}` for a reduction, which compiled slot loops do not combine yet"
+    )]
+    Reduces {
+        /// The kernel's return type.
+        ty: &'static str,
+    },
     /// A static call of an abstract method.
     #[error("call of abstract `{callee}`")]
     AbstractCall {

@@ -575,10 +575,10 @@ fn declare_fn<'a>(
                 );
             }
         }
-        if ret != Ty::Unit {
+        if !matches!(ret, Ty::Unit | Ty::I32 | Ty::I64 | Ty::F32 | Ty::F64) {
             return err(
                 sp,
-                "a kernel returns nothing: it writes its results to the heap",
+                "a kernel returns nothing (it writes its results to the heap), or a number its launches reduce (`i32`, `i64`, `f32`, `f64`)",
             );
         }
     }

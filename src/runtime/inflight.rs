@@ -255,7 +255,7 @@ impl Runtime {
                 let inflight = &rt.inner.inflight;
                 let _registered = Registered { inflight, id };
                 inflight.wait_for(&before);
-                rt.launch_registered(range, &closure, rt.inner.env.settings.deadline)
+                rt.launch_registered(range, &closure, None, rt.inner.env.settings.deadline)
             });
         match thread {
             Ok(t) => Ok(LaunchHandle { thread: Some(t) }),

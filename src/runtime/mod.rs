@@ -27,6 +27,7 @@ mod heap_view;
 mod inflight;
 mod module;
 mod range;
+mod reduce;
 mod values;
 
 pub(crate) use builder::PolicyFactory;
@@ -34,6 +35,8 @@ pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, Runtime
 pub use heap_view::HeapView;
 pub use inflight::LaunchHandle;
 pub use range::LaunchRange;
+pub use reduce::{Combine, Reduced, Reducible, Scalar};
+pub(crate) use reduce::{joined, scalar_of};
 pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};
 
 thread_local! {
@@ -392,8 +395,13 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .plan(&self.inner.env.settings);
         let captures = self.hold(|_| closure.capture_cells());
-        crate::cuda::load_time(&self.inner.env, gpu, closure.call(&captures), &plan.version)
-            .map_err(OffloadError::Setup)
+        crate::cuda::load_time(
+            &self.inner.env,
+            gpu,
+            closure.call(&captures, None),
+            &plan.version,
+        )
+        .map_err(OffloadError::Setup)
     }
 
     /// The CUDA context and stream of the runtime's GPU (`None` unless
@@ -547,7 +555,12 @@ impl Runtime {
         closure: &Closure,
     ) -> Result<LaunchReport, OffloadError> {
         self.owns(closure)?;
-        self.launch_in_order(range.into(), closure, self.inner.env.settings.deadline)
+        self.launch_in_order(
+            range.into(),
+            closure,
+            None,
+            self.inner.env.settings.deadline,
+        )
     }
 
     /// [`Runtime::par_offload`] with a deadline for this launch (instead of
@@ -563,7 +576,7 @@ impl Runtime {
         deadline: std::time::Duration,
     ) -> Result<LaunchReport, OffloadError> {
         self.owns(closure)?;
-        self.launch_in_order(range.into(), closure, Some(deadline))
+        self.launch_in_order(range.into(), closure, None, Some(deadline))
     }
 
     /// An error unless `closure` was made by this runtime.
@@ -584,23 +597,28 @@ impl Runtime {
         &self,
         range: LaunchRange,
         closure: &Closure,
+        reduce: Option<Combine>,
         deadline: Option<std::time::Duration>,
     ) -> Result<LaunchReport, OffloadError> {
         self.refuse_in_safepoint("a launch")?;
         let inflight = &self.inner.inflight;
         inflight.wait_for(&inflight.before(&inflight::Footprint::of(closure)));
-        self.launch_registered(range, closure, deadline)
+        self.launch_registered(range, closure, reduce, deadline)
     }
 
     /// Launch `closure` over `range` on the runtime's devices, within
     /// `deadline`, now (its callers have ordered it after the launches in
-    /// flight it may touch, and refused it in a safepoint's operation).
+    /// flight it may touch, and refused it in a safepoint's operation);
+    /// `reduce` combines the values of a reducing kernel, and must be given
+    /// exactly for one.
     fn launch_registered(
         &self,
         range: LaunchRange,
         closure: &Closure,
+        reduce: Option<Combine>,
         deadline: Option<std::time::Duration>,
     ) -> Result<LaunchReport, OffloadError> {
+        reduce::check(closure, reduce)?;
         // A 2-D or 3-D range runs flattened, its shape in the kernel's
         // last parameters (`offload_lang::ranges`).
         let narrowed = closure.module.prog.verified().func(closure.kernel).params()[0].name
@@ -649,7 +667,7 @@ impl Runtime {
         crate::launch::launch(
             env,
             devices,
-            closure.call(&captures),
+            closure.call(&captures, reduce),
             &state,
             range,
             deadline,
@@ -826,12 +844,17 @@ impl Runtime {
 impl Closure {
     /// The kernel call a launch of this closure makes, with its captures
     /// as the launch holds them.
-    pub(crate) fn call<'a>(&'a self, captures: &'a [AtomicU64]) -> KernelCall<'a> {
+    pub(crate) fn call<'a>(
+        &'a self,
+        captures: &'a [AtomicU64],
+        reduce: Option<Combine>,
+    ) -> KernelCall<'a> {
         KernelCall {
             prog: &self.module.prog,
             kernel: self.kernel,
             captures,
             module: self.module.id,
+            reduce,
         }
     }
 

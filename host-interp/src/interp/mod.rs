@@ -262,13 +262,15 @@ impl<'a> Interpreter<'a> {
         self.prog.verified()
     }
 
-    /// Run kernel `k` for one workitem with its captures (raw values).
+    /// Run kernel `k` for one workitem with its captures (raw values): the
+    /// value it returns, for a reducing kernel (`None` for one that
+    /// returns nothing).
     pub fn run_kernel(
         &mut self,
         k: FuncId,
         workitem: i64,
         captures: &[u64],
-    ) -> Result<(), Exception> {
+    ) -> Result<Option<u64>, Exception> {
         self.workitem = Some(workitem);
         // Launches run the same kernel for many workitems: check it once.
         if self.checked_kernel != Some((k, captures.len())) {
@@ -290,7 +292,10 @@ impl<'a> Interpreter<'a> {
             k,
             std::iter::once(workitem as u64).chain(captures.iter().copied()),
         );
-        let r = self.exec(None).map(|_| ());
+        let r = self.exec(None).map(|o| match o {
+            Outcome::Finished(v) => v,
+            Outcome::Stopped(_) => None,
+        });
         if let Some((start, direct, refills)) = nursery {
             self.nursery_end(start, direct, refills);
             self.item = (0, 0);

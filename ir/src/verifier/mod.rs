@@ -21,7 +21,8 @@
 //! - **M5** a method that overrides an inherited method has the same parameter
 //!   and return types.
 //! - **M6** a kernel's first parameter is the workitem index, of type `i64`, and
-//!   a kernel returns nothing.
+//!   a kernel returns nothing, or a number (`i32`, `i64`, `f32`, `f64`): a
+//!   *reducing* kernel, whose launches combine the values of its workitems.
 //! - **M7** a method's local 0 is `this`, of its class; abstract methods have no
 //!   body and every other function has one.
 //!

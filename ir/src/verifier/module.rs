@@ -238,11 +238,19 @@ impl<'a> Verifier<'a> {
                             ..self.plain(sp, Some(&f.name), "kernel has no index parameter".into())
                         });
                     }
-                    if let Some(r) = f.ret {
+                    if let Some(r) = f.ret.filter(|r| r.is_ref()) {
                         self.diags.push(Diagnostic {
-                            expected: Some("no return type".into()),
+                            expected: Some(
+                                "no return type, or a number for a reduction (`i32`, `i64`, \
+                                 `f32`, `f64`)"
+                                    .into(),
+                            ),
                             found: Some(self.tn(r)),
-                            ..self.plain(sp, Some(&f.name), "kernels return nothing".into())
+                            ..self.plain(
+                                sp,
+                                Some(&f.name),
+                                "a kernel returns nothing or a number".into(),
+                            )
                         });
                     }
                 }

@@ -401,6 +401,15 @@ impl<'a, B: Backend> Walker<'a, B> {
         let analysis = prog.analysis(k).ok_or_else(|| JitError::Abstract {
             kernel: prog.verified().func(k).name.clone(),
         })?;
+        if let Some(ty) = prog.verified().func(k).ret {
+            return Err(JitError::Unsupported {
+                func: prog.verified().func(k).name.clone(),
+                bci: 0,
+                why: crate::Refusal::Reduces {
+                    ty: ty.kind().name(),
+                },
+            });
+        }
         let meta = DeoptMetadata::new(analysis, k, version);
         plan::check_options(&meta, &opts)?;
         Ok(Walker {
