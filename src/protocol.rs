@@ -131,6 +131,10 @@ pub(crate) struct UnitOut {
     pub(crate) replay_time: Duration,
     /// Kernel time the unit measured, if it did.
     pub(crate) run_time: Option<Duration>,
+    /// For a reducing kernel, the complete nodes of the combine tree
+    /// ([`offload_abi::reduce`]) the unit's device code computed (the
+    /// replayed workitems' values are in `replays`).
+    pub(crate) nodes: Vec<offload_abi::reduce::Node>,
 }
 
 impl UnitOut {
@@ -142,6 +146,7 @@ impl UnitOut {
         self.reentries += o.reentries;
         self.replays = self.replays.merge(o.replays);
         self.replay_time = self.replay_time.max(o.replay_time);
+        self.nodes.extend(o.nodes);
         self.run_time = match (self.run_time, o.run_time) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -535,9 +540,26 @@ pub(crate) fn run<D: Compiled>(
     drop(word);
     drop(registered);
     drop(roots);
-    let out = units.into_iter().reduce(UnitOut::merge).unwrap_or_default();
+    let mut out = units.into_iter().reduce(UnitOut::merge).unwrap_or_default();
     let facts = dev.finish(env, state, area, alloc, safepoints_before);
-    let mut report = LaunchReport::new(call.name(), D::DEVICE, range, slots);
+    let mut report = LaunchReport::new(call.name(), D::DEVICE, range.clone(), slots);
+    let n = range.end.wrapping_sub(range.start) as u64;
+    let values = std::mem::take(&mut out.replays.values);
+    if let Some(r) = call.reduction()
+        && out.on_device + out.replays.replayed == n
+        && out.replays.thrown.count == 0
+    {
+        // Every workitem ran: the device's nodes and the replays' leaves
+        // tile the range.
+        let leaves = values
+            .into_iter()
+            .map(|(w, v)| offload_abi::reduce::Node::leaf(w.wrapping_sub(range.start) as u64, v));
+        let nodes = std::mem::take(&mut out.nodes)
+            .into_iter()
+            .chain(leaves)
+            .collect();
+        report.reduction = Some(crate::runtime::joined(r, n, nodes)?);
+    }
     let thrown = out.replays.finish(call.prog, code.meta, &mut report);
     report.on_device = out.on_device;
     report.never_ran = out.never_ran;

@@ -29,7 +29,7 @@ pub(crate) type Header = (i64, SiteId, Reason);
 
 /// What resuming one record gave: the workitem's end (or its exception),
 /// or why it could not be resumed.
-pub(crate) type Resumed = Result<Result<(), Box<Exception>>, Box<ResumeError>>;
+pub(crate) type Resumed = Result<Result<Option<u64>, Box<Exception>>, Box<ResumeError>>;
 
 /// Resumes records of one kernel version on one worker: an interpreter,
 /// made on the first record, and each site's frames, resolved on its first.
@@ -165,6 +165,9 @@ pub(crate) struct Replays {
     table_cutoff: Option<i64>,
     /// The replays' exceptions.
     pub(crate) thrown: Thrown,
+    /// The values replayed workitems of a reducing kernel returned, with
+    /// their workitems.
+    pub(crate) values: Vec<(i64, u64)>,
 }
 
 impl Replays {
@@ -193,7 +196,12 @@ impl Replays {
         res: Resumed,
     ) -> Result<(), OffloadError> {
         let action = match res {
-            Ok(Ok(())) => DeoptAction::Replayed,
+            Ok(Ok(value)) => {
+                if let Some(v) = value {
+                    self.values.push((h.0, v));
+                }
+                DeoptAction::Replayed
+            }
             Ok(Err(e)) => {
                 self.thrown.add(*e);
                 DeoptAction::ReplayedThrew
@@ -288,6 +296,7 @@ impl Replays {
         }
         self.resumed += other.resumed;
         self.replayed += other.replayed;
+        self.values.extend(other.values);
         self.abandoned += other.abandoned;
         self.table.extend(other.table);
         self.cut_table();

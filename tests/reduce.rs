@@ -3,6 +3,7 @@
 //! device, and the refusals (`tests/common/reduce.rs`).
 
 use offload::{Combine, Device, Runtime};
+use offload_jit::Injection;
 
 #[path = "common/reduce.rs"]
 mod reduce;
@@ -46,5 +47,102 @@ fn a_float_sum_is_the_same_on_every_run() {
             .unwrap()
             .value;
         assert_eq!(again.to_bits(), first.to_bits());
+    }
+}
+
+/// `squares` over `n` values with the runtime `rt`: the sum's bits must be
+/// the tree's whatever deopted; returns the report.
+fn squares_checked(rt: &Runtime, n: usize, what: &str) -> offload::LaunchReport {
+    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let x: Vec<f64> = reduce::awkward(n, 5)
+        .iter()
+        .map(|&v| f64::from(v) * 1e-3)
+        .collect();
+    let xa = rt.array(&x).unwrap();
+    let sq = m.closure("squares", [(&xa).into()]).unwrap();
+    let got = rt
+        .par_reduce::<f64>(0..n as i64, &sq, Combine::Sum)
+        .unwrap();
+    let want = reduce::tree(&reduce::squares(&x), &|a, b| a + b).unwrap();
+    assert_eq!(
+        got.value.to_bits(),
+        want.to_bits(),
+        "{what}: {}",
+        got.report
+    );
+    assert_eq!(got.report.completed, n as u64, "{what}");
+    got.report
+}
+
+#[test]
+fn deopted_workitems_are_counted_once_in_the_trees_place() {
+    let probe = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let m = probe.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let k = m.program().verified().func_named("squares").unwrap();
+    let sites = m.program().analysis(k).unwrap().sites.clone();
+    for (tiered, records, site) in [
+        (false, 1, sites[0].bci),
+        (true, 4, sites[0].bci),
+        (false, 3, sites[sites.len() - 1].bci),
+    ] {
+        let rt = Runtime::builder()
+            .device(Device::Cpu)
+            .workers(2)
+            .tiered(tiered)
+            .deopt_records(records)
+            .inject(Injection {
+                site_bci: site,
+                modulus: 7,
+                remainder: 3,
+                reason: None,
+            })
+            .build()
+            .unwrap();
+        let what = format!("site {site}, tiered {tiered}, {records} records");
+        let r = squares_checked(&rt, 20_011, &what);
+        assert!(r.replayed + r.resumed >= 20_011 / 7, "{what}: {r}");
+    }
+}
+
+#[test]
+fn workitems_resumed_after_injected_safepoints_are_counted_once() {
+    for (tiered, seed) in [(false, None), (true, Some(17)), (false, Some(3))] {
+        let rt = Runtime::builder()
+            .device(Device::Cpu)
+            .workers(2)
+            .tiered(tiered)
+            .inject_safepoints(5, seed)
+            .build()
+            .unwrap();
+        let what = format!("tiered {tiered}, seed {seed:?}");
+        let r = squares_checked(&rt, 30_001, &what);
+        assert!(r.replayed + r.resumed > 0, "{what}: {r}");
+    }
+}
+
+#[test]
+fn a_reduction_is_exact_across_collections_during_its_launch() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        // 128 bytes of garbage per workitem, none reclaimed at its end,
+        // in an 8 MiB heap: it fills many times over.
+        let rt = Runtime::builder()
+            .device(device)
+            .workers(2)
+            .reclaim(false)
+            .max_heap(8 << 20)
+            .build()
+            .unwrap();
+        let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
+        let n: i64 = 200_000;
+        let c = m.closure("churn", [3i64.into()]).unwrap();
+        let got = rt.par_reduce::<i64>(0..n, &c, Combine::Sum).unwrap();
+        assert!(got.report.gc.collections >= 2, "{device:?}: {}", got.report);
+        // a[i % 12] = 3i; the next element is 0, unless 12 divides 1 (never).
+        assert_eq!(got.value, (0..n).map(|i| 3 * i).sum::<i64>(), "{device:?}");
+        let max = rt.par_reduce::<i64>(0..n, &c, Combine::Max).unwrap().value;
+        assert_eq!(max, 3 * (n - 1), "{device:?}");
     }
 }

@@ -74,7 +74,18 @@ pub struct LaunchCtx {
     /// the rest of the launch. Never null; the optimized tier does not read
     /// it.
     pub better: *const AtomicU32,
+    /// For a reducing kernel, per slot [`VALUES_PER_SLOT`] pairs of words
+    /// (workitem, raw value): slot `s`'s pairs start at word `s * 2 *
+    /// VALUES_PER_SLOT`, and [`SlotWords::values`] of them are filled. A
+    /// workitem's `ret` appends its pair; with the buffer full the slot
+    /// leaves ([`crate::exit::VALUES`]) and the host joins the values into
+    /// the combine tree ([`crate::reduce`]) and enters it again. Null for a
+    /// kernel that returns nothing.
+    pub values: *mut u64,
 }
+
+/// Pairs of (workitem, value) in a slot's part of [`LaunchCtx::values`].
+pub const VALUES_PER_SLOT: i64 = 512;
 
 /// The words one slot writes and the host reads between the slot's
 /// entries, on cache lines of their own: each deopt exit writes them, and
@@ -119,6 +130,9 @@ pub struct SlotWords {
     /// [`LaunchCtx::part_count`] (compiled code takes part 0 for anything
     /// else); the host sets it before the launch (see `Part`).
     pub home: u64,
+    /// The pairs filled in the slot's part of [`LaunchCtx::values`] (the
+    /// host empties them after each entry).
+    pub values: u64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -226,6 +240,8 @@ pub mod offsets {
     pub const PAGES: i32 = offset_of!(LaunchCtx, pages) as i32;
     /// [`LaunchCtx::better`].
     pub const BETTER: i32 = offset_of!(LaunchCtx, better) as i32;
+    /// [`LaunchCtx::values`].
+    pub const VALUES: i32 = offset_of!(LaunchCtx, values) as i32;
 
     /// Bytes from one [`Part`] to the next.
     pub const PART_BYTES: i64 = size_of::<Part>() as i64;
@@ -256,6 +272,8 @@ pub mod offsets {
     pub const SLOT_REENTER: i32 = offset_of!(SlotWords, reenter) as i32;
     /// `SlotWords::home`.
     pub const SLOT_HOME: i32 = offset_of!(SlotWords, home) as i32;
+    /// `SlotWords::values`.
+    pub const SLOT_VALUES: i32 = offset_of!(SlotWords, values) as i32;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the
@@ -302,10 +320,11 @@ mod tests {
         assert_eq!(offsets::SLOT_BYTES, 128);
         assert_eq!(align_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
         assert_eq!(offsets::PART_BYTES, 128);
-        assert_eq!(size_of::<LaunchCtx>(), 8 * 18);
+        assert_eq!(size_of::<LaunchCtx>(), 8 * 19);
         assert_eq!(offsets::NURSERY, 120);
         assert_eq!(offsets::PAGES, 128);
         assert_eq!(offsets::BETTER, 136);
         assert_eq!(offsets::SLOT_HOME, 72);
+        assert_eq!(offsets::SLOT_VALUES, 80);
     }
 }

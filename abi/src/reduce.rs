@@ -247,6 +247,29 @@ impl Builder {
         }
     }
 
+    /// Add the values of the workitems at `first`, `first + 1`, … — as
+    /// [`Builder::push_run`], but each aligned block of the run is combined
+    /// in one pass over the values, level by level (the inner loops are
+    /// specialized per type and combine; `values` is overwritten).
+    pub fn push_values(&mut self, first: u64, values: &mut [u64]) {
+        let (mut p, mut rest) = (first, values);
+        while !rest.is_empty() {
+            // The largest aligned block that starts at `p` and fits.
+            let align = if p == 0 { 63 } else { p.trailing_zeros() };
+            let fits = 63 - (rest.len() as u64).leading_zeros();
+            let level = align.min(fits);
+            let (block, tail) = rest.split_at_mut(1 << level);
+            let value = combine_block(self.ty, self.combine, block);
+            self.push(Node {
+                level,
+                index: p >> level,
+                value,
+            });
+            p += 1 << level;
+            rest = tail;
+        }
+    }
+
     /// Add a complete node. A node that does not start where the last one
     /// ended begins a new run: what was pending is given up as complete
     /// nodes (joined later, at the host).
@@ -299,6 +322,40 @@ impl Builder {
     pub fn finish(mut self) -> Vec<Node> {
         self.done.append(&mut self.stack);
         self.done
+    }
+}
+
+/// The tree over `block` (a power of two of values), combined level by
+/// level in place: its root.
+fn combine_block(ty: Scalar, c: Combine, block: &mut [u64]) -> u64 {
+    fn levels(block: &mut [u64], f: impl Fn(u64, u64) -> u64) -> u64 {
+        let mut len = block.len();
+        while len > 1 {
+            len /= 2;
+            for i in 0..len {
+                block[i] = f(block[2 * i], block[2 * i + 1]);
+            }
+        }
+        block[0]
+    }
+    let f32s = |f: fn(f32, f32) -> f32| {
+        move |a: u64, b: u64| {
+            u64::from(f(f32::from_bits(a as u32), f32::from_bits(b as u32)).to_bits())
+        }
+    };
+    let f64s = |f: fn(f64, f64) -> f64| {
+        move |a: u64, b: u64| f(f64::from_bits(a), f64::from_bits(b)).to_bits()
+    };
+    match (ty, c) {
+        (Scalar::F32, Combine::Sum) => levels(block, f32s(|a, b| a + b)),
+        (Scalar::F64, Combine::Sum) => levels(block, f64s(|a, b| a + b)),
+        (Scalar::I32, Combine::Sum) => levels(block, |a, b| {
+            u64::from((a as u32 as i32).wrapping_add(b as u32 as i32) as u32)
+        }),
+        (Scalar::I64, Combine::Sum) => {
+            levels(block, |a, b| (a as i64).wrapping_add(b as i64) as u64)
+        }
+        _ => levels(block, |a, b| c.apply(ty, a, b)),
     }
 }
 

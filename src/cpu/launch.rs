@@ -14,7 +14,8 @@ use crate::protocol::{
 };
 use crate::replay::{Header, Replayer};
 use crate::report::LaunchReport;
-use offload_abi::cpu::{Part, SlotWords};
+use offload_abi::cpu::{Part, SlotWords, VALUES_PER_SLOT};
+use offload_abi::reduce::Builder;
 use offload_abi::{exit, record};
 use offload_deopt::{Reason, SaveArea};
 use offload_heap::Allocator;
@@ -90,6 +91,9 @@ struct CpuState {
     escaped: bool,
     /// Workitems the quick tier completed ([`LaunchReport::quick_workitems`]).
     quick: u64,
+    /// For a reducing kernel, the slots' value buffers
+    /// (`LaunchCtx::values`; empty otherwise).
+    values: Vec<u64>,
 }
 
 impl Compiled for CpuLaunch<'_> {
@@ -99,7 +103,7 @@ impl Compiled for CpuLaunch<'_> {
     fn prepare(
         &self,
         env: &LaunchEnv,
-        _call: KernelCall<'_>,
+        call: KernelCall<'_>,
         plan: &Plan,
         range: &Range<i64>,
     ) -> Result<(CpuState, usize, SaveArea), OffloadError> {
@@ -140,6 +144,11 @@ impl Compiled for CpuLaunch<'_> {
             written: Vec::with_capacity(workers),
             escaped: false,
             quick: 0,
+            values: if call.reduction().is_some() {
+                vec![0; workers * 2 * VALUES_PER_SLOT as usize]
+            } else {
+                Vec::new()
+            },
         };
         Ok((state, workers, area))
     }
@@ -152,9 +161,10 @@ impl Compiled for CpuLaunch<'_> {
         &self,
         launch: &Launch<'_>,
         state: &mut CpuState,
-        _range: &Range<i64>,
+        range: &Range<i64>,
     ) -> Result<Vec<UnitOut>, OffloadError> {
         let env = launch.env;
+        let n = range.end.wrapping_sub(range.start) as u64;
         let workers = env.workers;
         // Compiled code indexes `tlabs` by the kernel's kinds of
         // allocation: the allocator must have exactly those.
@@ -189,14 +199,30 @@ impl Compiled for CpuLaunch<'_> {
             nursery: u64::from(env.settings.reclaim && own_tlabs),
             pages: env.heap.pages().as_ptr(),
             better: Arc::as_ptr(&self.better),
+            values: if state.values.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                state.values.as_mut_ptr()
+            },
         };
         let per_slot = state.per_slot;
         let outs: Vec<Mutex<Option<SlotResult>>> = (0..workers).map(|_| Mutex::default()).collect();
         let slot_body = |slot: usize| {
             let mut unit = CpuSlot::new(launch, &ctx, self.ck, self.tiers, slot, per_slot);
+            unit.values = launch
+                .call
+                .reduction()
+                .map(|(ty, c)| (range.start, Builder::new(n, ty, c)));
             let out = protocol::drive(launch, &mut unit);
             let escaped = unit.replayer.as_ref().is_some_and(Replayer::escaped);
-            let result = out.map(|o| (o, unit.records_high, escaped, unit.quick));
+            let nodes = unit
+                .values
+                .take()
+                .map_or_else(Vec::new, |(_, b)| b.finish());
+            let result = out.map(|mut o| {
+                o.nodes = nodes;
+                (o, unit.records_high, escaped, unit.quick)
+            });
             *outs[slot].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         };
         // The launch team runs the slots, the caller taking slot 0; while
@@ -292,6 +318,9 @@ struct CpuSlot<'a> {
     records_high: u64,
     /// The collector, for `since`.
     gc: &'a crate::gc::Collector,
+    /// For a reducing kernel: the range's start and the slot's values,
+    /// joined into the combine tree as it hands them on.
+    values: Option<(i64, Builder)>,
 }
 
 impl<'a> CpuSlot<'a> {
@@ -328,6 +357,7 @@ impl<'a> CpuSlot<'a> {
             since: 0,
             records_high: 0,
             gc: &env.gc,
+            values: None,
         }
     }
 
@@ -343,6 +373,7 @@ impl<'a> CpuSlot<'a> {
         // (or the pool's scope) joins every slot before any of them is
         // freed.
         let code = unsafe { self.ck.run_slot(self.ctx, self.slot) };
+        self.take_values();
         let completed = self.words(|w| w.completed);
         if self.ck.quick {
             self.quick += completed;
@@ -363,6 +394,43 @@ impl<'a> CpuSlot<'a> {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Join the values the slot's last entry left in its buffer into its
+    /// tree, and empty the buffer.
+    fn take_values(&mut self) {
+        let Some((start, b)) = self.values.as_mut() else {
+            return;
+        };
+        let start = *start;
+        // SAFETY: compiled code for this slot is not running, and the
+        // slot's words are this thread's alone (see `enter`).
+        let words = unsafe { &mut *self.ctx.slots.add(self.slot) };
+        let filled = std::mem::take(&mut words.values).min(VALUES_PER_SLOT as u64) as usize;
+        // SAFETY: `values` holds `VALUES_PER_SLOT` pairs per slot for a
+        // reducing kernel (this one: `self.values` is set), of which this
+        // slot's are written only by its compiled code, which returned.
+        let pairs = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.ctx
+                    .values
+                    .add(self.slot * 2 * VALUES_PER_SLOT as usize),
+                2 * filled,
+            )
+        };
+        // Runs of consecutive workitems, each joined in one pass: the
+        // values move to the front of the pairs they came in.
+        let mut i = 0;
+        while i < filled {
+            let w0 = pairs[2 * i];
+            let mut j = i;
+            while j < filled && pairs[2 * j] == w0.wrapping_add((j - i) as u64) {
+                pairs[i + (j - i)] = pairs[2 * j + 1];
+                j += 1;
+            }
+            b.push_values(w0.wrapping_sub(start as u64), &mut pairs[i..j]);
+            i = j;
         }
     }
 
@@ -442,7 +510,8 @@ impl<'a> Rounds<'a> for CpuSlot<'a> {
             if code == exit::STOPPED && self.tier_up() {
                 continue;
             }
-            if code != exit::RECORDED {
+            // A full values buffer was taken as the slot returned.
+            if code != exit::RECORDED && code != exit::VALUES {
                 break code;
             }
         };

@@ -6,6 +6,19 @@
 
 use offload::{Combine, OffloadError, Runtime};
 
+/// The `squares` kernel's values over `x`, as Rust computes them.
+pub fn squares(x: &[f64]) -> Vec<f64> {
+    x.iter()
+        .map(|&v| {
+            let mut s = 0.0;
+            for k in 0..4 {
+                s += v * v / (k as f64 + 1.0);
+            }
+            s
+        })
+        .collect()
+}
+
 pub const SRC: &str = r#"
 #[kernel]
 fn dot(i: i64, x: &[f32], y: &[f32]) -> f32 {
@@ -47,6 +60,13 @@ fn fill(i: i64, out: &mut [f32]) {
 fn checked(i: i64, x: &[f32]) -> f32 {
     x[i + 1]
 }
+
+#[kernel]
+fn churn(i: i64, k: i64) -> i64 {
+    let mut a = vec![0i64; 12];
+    a[i % 12] = i * k;
+    a[i % 12] + a[(i + 1) % 12]
+}
 "#;
 
 /// The tree's root from its definition: leaves `v`, a node with no right
@@ -83,6 +103,7 @@ pub fn awkward(n: usize, seed: u32) -> Vec<f32> {
 /// Every check on `rt`; `what` names the runtime in failures. Returns the
 /// dot product's bits (for comparisons between runtimes).
 pub fn check(rt: &Runtime, n: usize, what: &str) -> u32 {
+    let device = rt.device();
     let m = rt.load_source("reduce.ofk", SRC).unwrap();
     let x = awkward(n, 7);
     let y = awkward(n, 99);
@@ -106,6 +127,9 @@ pub fn check(rt: &Runtime, n: usize, what: &str) -> u32 {
     assert_eq!((r.combine, r.ty), (Combine::Sum, offload::Scalar::F32));
     assert!(r.joined >= 1, "{what}");
     assert_eq!(got.report.completed, n as u64, "{what}");
+    // It ran where the runtime runs kernels (no fallback).
+    assert_eq!(got.report.device, device, "{what}: {}", got.report);
+    assert_eq!(got.report.fallback, None, "{what}");
     // Min and max.
     let min = rt
         .par_reduce::<f32>(0..n as i64, &dot, Combine::Min)
@@ -141,16 +165,7 @@ pub fn check(rt: &Runtime, n: usize, what: &str) -> u32 {
         .par_reduce::<f64>(0..n as i64, &sq, Combine::Sum)
         .unwrap()
         .value;
-    let per: Vec<f64> = xd
-        .iter()
-        .map(|&v| {
-            let mut s = 0.0;
-            for k in 0..4 {
-                s += v * v / (k as f64 + 1.0);
-            }
-            s
-        })
-        .collect();
+    let per = squares(&xd);
     let want = tree(&per, &|a, b| a + b).unwrap();
     assert_eq!(got.to_bits(), want.to_bits(), "{what}: squares");
 

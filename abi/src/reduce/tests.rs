@@ -116,11 +116,23 @@ fn partitioned(n: u64, cuts: &[u64], holes: &[u64], ty: Scalar, c: Combine, v: &
     let mut replayed = Builder::new(n, ty, c);
     for (k, w) in bounds.windows(2).enumerate().rev() {
         let mut b = Builder::new(n, ty, c);
-        for p in w[0]..w[1] {
-            if holes.contains(&p) {
-                replayed.push_leaf(p, v[p as usize]);
+        // Runs between holes, pushed a leaf at a time or all at once.
+        let mut run: Vec<u64> = Vec::new();
+        let mut run_start = w[0];
+        for p in w[0]..=w[1] {
+            if p == w[1] || holes.contains(&p) {
+                if k % 3 == 0 {
+                    b.push_run(run_start, run.drain(..));
+                } else {
+                    b.push_values(run_start, &mut run);
+                    run.clear();
+                }
+                if p < w[1] {
+                    replayed.push_leaf(p, v[p as usize]);
+                }
+                run_start = p + 1;
             } else {
-                b.push_leaf(p, v[p as usize]);
+                run.push(v[p as usize]);
             }
         }
         // Builders of odd-numbered runs hand nodes on at once, others keep

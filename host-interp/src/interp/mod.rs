@@ -400,9 +400,11 @@ impl<'a> Interpreter<'a> {
     /// Run the current frames to their end, for a workitem whose result
     /// nobody reads (replay): what [`Interpreter::exec`] does without a stop,
     /// returning a pointer-sized result.
-    fn finish(&mut self) -> Result<(), Box<Exception>> {
-        self.run(None)
-            .map_err(|t| Box::new(self.trap_exception(*t)))
+    fn finish(&mut self) -> Result<Option<u64>, Box<Exception>> {
+        match self.run(None) {
+            Ok(()) => Ok(self.result.take()),
+            Err(t) => Err(Box::new(self.trap_exception(*t))),
+        }
     }
 
     /// The exception a trap (other than a stop) raises.

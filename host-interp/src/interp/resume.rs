@@ -290,15 +290,16 @@ impl<'a> Interpreter<'a> {
     }
 
     /// Resume a workitem whose record holds `values` for the site `plan`
-    /// was made for, and run it to its end. (The results are boxed so that
-    /// the whole fits two registers: replay resumes millions of workitems.)
+    /// was made for, and run it to its end: the value it returns, for a
+    /// reducing kernel. (The errors are boxed so that the whole stays a
+    /// few words: replay resumes millions of workitems.)
     #[inline]
     pub fn resume_planned(
         &mut self,
         plan: &ResumePlan,
         workitem: i64,
         values: &[u64],
-    ) -> Result<Result<(), Box<Exception>>, Box<ResumeError>> {
+    ) -> Result<Result<Option<u64>, Box<Exception>>, Box<ResumeError>> {
         if plan.values != values.len() {
             return Err(Box::new(ResumeError::WrongValueCount {
                 func: self.v().func(plan.frames[0].func).name.clone(),
@@ -341,7 +342,7 @@ impl<'a> Interpreter<'a> {
     ) -> Result<Result<(), Exception>, ResumeError> {
         let plan = self.resume_plan(meta, site)?;
         match self.resume_planned(&plan, workitem, values) {
-            Ok(r) => Ok(r.map_err(|e| *e)),
+            Ok(r) => Ok(r.map(|_| ()).map_err(|e| *e)),
             Err(e) => Err(*e),
         }
     }

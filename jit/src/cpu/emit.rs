@@ -311,7 +311,12 @@ impl<'f> Backend for Cpu<'f> {
         next
     }
 
-    fn ret_kernel(w: &mut CpuWalker<'_, 'f>) {
+    const REDUCES: bool = true;
+
+    fn ret_kernel(w: &mut CpuWalker<'_, 'f>, value: Option<Value>) {
+        if let Some(v) = value {
+            w.append_value(v);
+        }
         let next = w.backend.env.next_item.expect("set");
         w.backend.builder.ins().jump(next, &[]);
     }

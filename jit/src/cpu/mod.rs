@@ -138,6 +138,7 @@ mod lockstep;
 mod loops;
 mod math;
 pub(crate) mod opt;
+mod reduce;
 mod reentry;
 pub mod rt;
 mod slot_loop;
@@ -464,6 +465,9 @@ pub(crate) struct Env {
     /// refill, by a few objects; the low half never carries, as `top` is a
     /// word offset below 2^31.)
     pub(crate) tlab_state: Option<Variable>,
+    /// For a reducing kernel: the slot's part of the values buffer and the
+    /// pairs filled in it (`cpu/reduce.rs`).
+    pub(crate) values: Option<(Value, Variable)>,
     /// Injected safepoints: the poll counter or random state.
     pub(crate) polls: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).

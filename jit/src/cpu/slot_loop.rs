@@ -61,6 +61,7 @@ impl CpuWalker<'_, '_> {
             self.backend.builder.def_var(sv, zero);
             self.tlab_reload();
         }
+        self.values_setup();
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw =
                 self.backend
@@ -483,7 +484,11 @@ impl CpuWalker<'_, '_> {
             .ins()
             .icmp(IntCC::SignedGreaterThanOrEqual, wv, hv);
         let check = self.backend.builder.create_block();
+        // A reducing kernel's workitems run one body each (their values
+        // go to the buffer one by one, `cpu/reduce.rs`).
+        let reduces = self.reduces();
         let vector = unroll == opt::UNROLL
+            && !reduces
             && opt::vectorizable(self.v, self.cur.func, &self.backend.unchecked);
         // A vector group is VECTORS_PER_GROUP SIMD bodies of UNROLL lanes.
         let unroll = if vector {
@@ -495,7 +500,7 @@ impl CpuWalker<'_, '_> {
         // workitems while a group's worth is left (`opt::lockstep`), unless
         // the SIMD groups above took them; a group that cannot finish comes
         // back to `check`.
-        let plan = if vector {
+        let plan = if vector || reduces {
             None
         } else {
             opt::lockstep(self.v, self.cur.func, &self.backend.unchecked)
@@ -633,7 +638,7 @@ impl CpuWalker<'_, '_> {
         let wv = self.backend.builder.use_var(w);
         let w1 = self.backend.builder.ins().iadd_imm_s(wv, 1);
         self.backend.builder.def_var(w, w1);
-        self.backend.builder.ins().jump(then, &[]);
+        self.values_full_exit(then);
         Ok(())
     }
 
@@ -772,6 +777,7 @@ impl CpuWalker<'_, '_> {
     /// Store this slot's counters and never-ran range, and return `code`.
     pub(super) fn slot_exit(&mut self, nr_lo: Value, nr_hi: Value, code: u32) {
         self.tlab_write_back();
+        self.values_write_back();
         let at = self.slot_words();
         self.backend
             .builder

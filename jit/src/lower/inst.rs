@@ -288,7 +288,11 @@ impl<B: Backend> Walker<'_, B> {
             }
             Inst::Ret => {
                 match self.cur.ret_to.clone() {
-                    None => B::ret_kernel(self),
+                    None => {
+                        let ret = self.v.func(self.cur.func).ret;
+                        let r = ret.map(|t| self.pop(t.kind()));
+                        B::ret_kernel(self, r);
+                    }
                     Some(join) => {
                         let ret = self.v.func(self.cur.func).ret;
                         let r = ret.map(|t| self.pop(t.kind()));

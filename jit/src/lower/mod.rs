@@ -137,8 +137,12 @@ pub(crate) trait Backend: Sized {
     /// Go on here when condition `cond` holds; otherwise go to the block
     /// returned (not yet started).
     fn guard(w: &mut Walker<'_, Self>, cond: Self::Val) -> Self::Block;
-    /// The kernel's `ret`: the workitem is done.
-    fn ret_kernel(w: &mut Walker<'_, Self>);
+    /// Whether the backend compiles reducing kernels (a kernel that
+    /// returns a number, `offload_abi::reduce`).
+    const REDUCES: bool;
+    /// The kernel's `ret`: the workitem is done, with its value for a
+    /// reducing kernel.
+    fn ret_kernel(w: &mut Walker<'_, Self>, value: Option<Self::Val>);
 
     // --- Inlined calls.
 
@@ -401,7 +405,7 @@ impl<'a, B: Backend> Walker<'a, B> {
         let analysis = prog.analysis(k).ok_or_else(|| JitError::Abstract {
             kernel: prog.verified().func(k).name.clone(),
         })?;
-        if let Some(ty) = prog.verified().func(k).ret {
+        if let Some(ty) = prog.verified().func(k).ret.filter(|_| !B::REDUCES) {
             return Err(JitError::Unsupported {
                 func: prog.verified().func(k).name.clone(),
                 bci: 0,

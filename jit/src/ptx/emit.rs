@@ -504,7 +504,9 @@ impl Backend for Ptx {
         next
     }
 
-    fn ret_kernel(w: &mut PtxWalker<'_>) {
+    const REDUCES: bool = false;
+
+    fn ret_kernel(w: &mut PtxWalker<'_>, _value: Option<Self::Val>) {
         w.emit(format!("bra {};", w.backend.next_label));
     }
 
