@@ -144,6 +144,9 @@ pub struct ClosureSite {
     col: u32,
     index: &'static str,
     index_ty: &'static str,
+    /// The closure's return type for a reducing kernel (`-> f32`), or
+    /// empty.
+    returns: &'static str,
     names: &'static [&'static str],
     /// Per runtime and capture types (not keeping the runtime alive).
     compiled: Mutex<Vec<(u64, Vec<String>, WeakModule)>>,
@@ -158,7 +161,8 @@ impl std::fmt::Debug for ClosureSite {
 impl ClosureSite {
     /// A site (what `kernel!` expands to): the body's text, file, line and
     /// column, the invocation's text, line and column, the index's name
-    /// and type, and the captures' names.
+    /// and type, the return type (empty for none) and the captures'
+    /// names.
     #[allow(clippy::too_many_arguments)]
     pub const fn new(
         body: &'static str,
@@ -169,6 +173,7 @@ impl ClosureSite {
         col: u32,
         index: &'static str,
         index_ty: &'static str,
+        returns: &'static str,
         names: &'static [&'static str],
     ) -> Self {
         ClosureSite {
@@ -180,6 +185,7 @@ impl ClosureSite {
             col,
             index,
             index_ty,
+            returns,
             names,
             compiled: Mutex::new(Vec::new()),
         }
@@ -195,12 +201,17 @@ impl ClosureSite {
             .map(|(n, t)| format!("{n}: {t}"))
             .collect();
         let head = format!(
-            "#[kernel] fn {}({}: {}{}{}) {{",
+            "#[kernel] fn {}({}: {}{}{}){} {{",
             self.kernel_name(),
             self.index,
             self.index_ty,
             if params.is_empty() { "" } else { ", " },
-            params.join(", ")
+            params.join(", "),
+            if self.returns.is_empty() {
+                String::new()
+            } else {
+                format!(" -> {}", self.returns)
+            }
         );
         let pad = "\n".repeat(self.line.saturating_sub(2) as usize);
         let indent = " ".repeat(self.col.saturating_sub(1) as usize);

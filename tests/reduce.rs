@@ -146,3 +146,22 @@ fn a_reduction_is_exact_across_collections_during_its_launch() {
         assert_eq!(max, 3 * (n - 1), "{device:?}");
     }
 }
+
+#[test]
+fn a_kernel_closure_that_returns_a_value_reduces() {
+    let rt = Runtime::builder().workers(2).build().unwrap();
+    let x = rt.array(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let y = rt.array(&[0.5f32, 0.25, 2.0, 1.0]).unwrap();
+    let dot = offload::kernel!(move |i: i64| -> f32 { x[i] * y[i] }).unwrap();
+    let r = rt.par_reduce::<f32>(0..4, &dot, Combine::Sum).unwrap();
+    assert_eq!(r.value, (0.5 + 0.5) + (6.0 + 4.0));
+    assert_eq!(dot.returns(), Some(offload::Scalar::F32));
+    // 2-D, with an i64 result.
+    let w = 7i64;
+    let cells =
+        offload::kernel!(move |i: i64, j: i64| -> i64 { i * w + j + x.len() as i64 * 0 }).unwrap();
+    let r = rt
+        .par_reduce::<i64>((0..5, 0..7), &cells, Combine::Max)
+        .unwrap();
+    assert_eq!(r.value, 34);
+}

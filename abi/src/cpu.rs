@@ -85,7 +85,7 @@ pub struct LaunchCtx {
 }
 
 /// Pairs of (workitem, value) in a slot's part of [`LaunchCtx::values`].
-pub const VALUES_PER_SLOT: i64 = 512;
+pub const VALUES_PER_SLOT: i64 = 2048;
 
 /// The words one slot writes and the host reads between the slot's
 /// entries, on cache lines of their own: each deopt exit writes them, and

@@ -113,6 +113,11 @@ fn transcript_inspect() {
 }
 
 #[test]
+fn transcript_reduce() {
+    transcript("reduce");
+}
+
+#[test]
 fn transcript_errors() {
     transcript("errors");
 }

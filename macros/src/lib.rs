@@ -85,6 +85,11 @@ pub fn kernel(input: TokenStream) -> TokenStream {
             format!("({})", tys.join(", ")),
         )
     };
+    // A reducing kernel's closure names its return type, `|i| -> f32 { ... }`.
+    let returns = match &closure.output {
+        syn::ReturnType::Default => String::new(),
+        syn::ReturnType::Type(_, t) => quote!(#t).to_string(),
+    };
     let captures = offload_lang::free_variables(&closure);
     let body = &closure.body;
     // The body as written, and where it starts; else as tokens print.
@@ -124,6 +129,7 @@ pub fn kernel(input: TokenStream) -> TokenStream {
                 #col,
                 #index,
                 #index_ty,
+                #returns,
                 &[#(#names),*],
             );
             __OFFLOAD_SITE.bind(::std::vec![#(::offload::source::Capture::capture(&#idents)),*])
@@ -141,13 +147,17 @@ fn first_use(tokens: proc_macro2::TokenStream, name: &str) -> Option<proc_macro2
     })
 }
 
-/// The body of `kernel!(move |i| BODY)` in the invocation's text: its byte
-/// offset and text.
+/// The body of `kernel!(move |i| BODY)` (or `move |i| -> T { ... }`) in
+/// the invocation's text: its byte offset and text.
 fn body_of(call: &str) -> Option<(usize, &str)> {
     let first = call.find('|')?;
     let second = first + 1 + call[first + 1..].find('|')?;
     let end = call.rfind(')')?;
-    let start = second + 1;
+    let mut start = second + 1;
+    // `|i| -> f32 { ... }`: the body is the block after the return type.
+    if call.get(start..)?.trim_start().starts_with("->") {
+        start += call[start..].find('{')?;
+    }
     let raw = call.get(start..end)?;
     let lead = raw.len() - raw.trim_start().len();
     let body = raw.trim();

@@ -42,7 +42,7 @@ pub const COMMANDS: &[Cmd] = &[
     },
     Cmd {
         names: &["let"],
-        synopsis: "let NAME = TYPE[LEN] [zero | fill V | range [START [STEP]] | random SEED [LO..HI]]\n       let NAME = CLASS[LEN] [null | new [CLASS]]\n       let NAME = new CLASS [FIELD=VALUE ...]\n       let NAME = LITERAL | NAME",
+        synopsis: "let NAME = TYPE[LEN] [zero | fill V | range [START [STEP]] | random SEED [LO..HI]]\n       let NAME = CLASS[LEN] [null | new [CLASS]]\n       let NAME = new CLASS [FIELD=VALUE ...]\n       let NAME = LITERAL | NAME\n       let NAME = reduce sum|min|max KERNEL RANGE ARGS...",
         about: "Make a host variable: an array of i32, i64, f32, f64 or references to a class, \
                 with an initializer (random: uniform in LO..HI, by default 0..100 for integers \
                 and 0..1 for floats, from the seed); an object; or a number (2 is an i32, 2i64 \
@@ -78,6 +78,16 @@ pub const COMMANDS: &[Cmd] = &[
                 tuple, `fn k((i, j): (i32, i32), ...)`, runs over a tuple of ranges: \
                 `run k (0..h, 0..w) ...`. Ctrl-C interrupts it cleanly.",
         example: "run saxpy 0..1000 2.0 x y",
+    },
+    Cmd {
+        names: &["reduce"],
+        synopsis: "reduce sum|min|max KERNEL START..END ARGS...   (or let NAME = reduce ...)",
+        about: "Offload a reducing kernel (one that returns a number per workitem, \
+                `fn dot(i: i64, x: &[f32], y: &[f32]) -> f32`) over the range and combine \
+                its values: summarize as `run` does, then print the result. The values are \
+                combined in one fixed tree over the range, so a float sum is the same bits \
+                on every run and every device. `let d = reduce sum dot 0..n x y` keeps it.",
+        example: "reduce sum dot 0..1000 x y",
     },
     Cmd {
         names: &[":time"],

@@ -286,7 +286,7 @@ impl Completer for LineHelper {
             pool.extend(help::names().map(String::from));
         } else {
             match prev {
-                "run" | ":clif" | ":ptx" | ":meta" | ":info" => {
+                "run" | "sum" | "min" | "max" | ":clif" | ":ptx" | ":meta" | ":info" => {
                     pool.extend(names.kernels.iter().cloned());
                 }
                 "new" => pool.extend(names.classes.iter().cloned()),

@@ -40,6 +40,7 @@ type Result<T, E = ReplError> = std::result::Result<T, E>;
 
 mod defs;
 mod parse;
+mod reduce;
 mod settings;
 mod source;
 use source::SourceDef;
@@ -252,7 +253,12 @@ impl Session {
                 self.vars_text(out);
                 Ok(())
             }
-            "run" | ":run" => self.run(rest, None, out),
+            "run" | ":run" => self.run(rest, reduce::Launch::ForEach, None, out).map(drop),
+            "reduce" => {
+                let c = reduce::combine(rest.first())?;
+                self.run(&rest[1..], reduce::Launch::Reduce(c), None, out)
+                    .map(drop)
+            }
             ":time" => self.time(rest, out),
             ":safepoint" => self.arm_safepoint(rest, out),
             ":expect" => {
@@ -366,6 +372,13 @@ impl Session {
         };
         let var = if head == "new" {
             self.new_object(&words[1..])?
+        } else if head == "reduce" {
+            let c = reduce::combine(words.get(1))?;
+            let how = reduce::Launch::Reduce(c);
+            match self.run(&words[2..], how, None, out)? {
+                Some(v) => Var::Scalar(v),
+                None => bail!("the reduction gave no value"),
+            }
         } else if let Some((elem, len)) = array_head(head) {
             self.new_array(elem, len, &words[1..])?
         } else if words.len() == 1 {
@@ -791,19 +804,25 @@ impl Session {
 
     /// `run KERNEL RANGE ARGS...`; with `repeat`, quietly, returning the
     /// report.
+    /// `run` (or `reduce`, as `how` says): the reduction's value, if it
+    /// is one that completed.
     fn run(
         &mut self,
         words: &[&str],
+        how: reduce::Launch,
         quiet: Option<&mut Vec<LaunchReport>>,
         out: &mut String,
-    ) -> Result<()> {
+    ) -> Result<Option<Arg>> {
+        let usage = match how {
+            reduce::Launch::ForEach => "usage: run KERNEL START..END ARGS... (`:help run`)",
+            reduce::Launch::Reduce(_) => reduce::USAGE,
+        };
         let [kernel, rest @ ..] = words else {
-            bail!("usage: run KERNEL START..END ARGS... (`:help run`)");
+            bail!("{usage}");
         };
         // A 2-D or 3-D range is a tuple, `(0..h, 0..w)`, spaces allowed.
-        let (range, args) = parse::split_range(rest).ok_or_else(|| {
-            ReplError::Entry("usage: run KERNEL START..END ARGS... (`:help run`)".into())
-        })?;
+        let (range, args) =
+            parse::split_range(rest).ok_or_else(|| ReplError::Entry(usage.into()))?;
         let range = range.as_str();
         if let Some((_, why)) = self
             .pending
@@ -868,7 +887,7 @@ impl Session {
             })
         });
         let t0 = Instant::now();
-        let r = par_offload(range, &closure);
+        let (r, value) = reduce::launch(&self.rt, how, range, &closure);
         let wall = t0.elapsed();
         let _ = stop_tx.send(());
         let sp = timer.and_then(|t| t.join().ok().flatten());
@@ -890,9 +909,12 @@ impl Session {
             if interrupted {
                 bail!("interrupted: the timing stopped");
             }
-            return Ok(());
+            return Ok(value);
         }
         summary(&last, out);
+        if let (reduce::Launch::Reduce(c), Some(v)) = (how, &value) {
+            reduce::value_line(c, v, out);
+        }
         if let Some(delay) = armed {
             match sp {
                 Some((used, tts)) => {
@@ -940,7 +962,7 @@ impl Session {
                 rep.not_started()
             );
         }
-        Ok(())
+        Ok(value)
     }
 
     /// `:time [N] run ...`.
@@ -955,7 +977,12 @@ impl Session {
         let mut reps = Vec::new();
         for _ in 0..n {
             let mut sink = String::new();
-            self.run(&rest[1..], Some(&mut reps), &mut sink)?;
+            self.run(
+                &rest[1..],
+                reduce::Launch::ForEach,
+                Some(&mut reps),
+                &mut sink,
+            )?;
         }
         let mut totals: Vec<Duration> = reps.iter().map(|r| r.timings.total).collect();
         totals.sort();
