@@ -8,7 +8,7 @@
 
 use offload::deopt::Reason;
 use offload::ir::print_module;
-use offload::{Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
+use offload::{Combine, Device, OffloadError, Runtime, RuntimeBuilder, par_offload};
 use offload_jit::Injection;
 use offload_testkit::differential::Differ;
 use offload_testkit::reference::Rng;
@@ -28,6 +28,9 @@ mod dispatch;
 
 #[path = "common/ranges.rs"]
 mod ranges;
+
+#[path = "common/reduce.rs"]
+mod reduce;
 
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
@@ -696,4 +699,37 @@ fn check_dispatches(
             .contains(&format!("{} class lookups", d.lookups)),
         "{rep}"
     );
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_reduction_on_the_cuda_device_runs_on_the_cpu_and_says_so() {
+    // The PTX backend does not compile reducing kernels yet: the launch
+    // falls back to the CPU device with a note (an error in strict mode),
+    // and its value is the combine tree's, as everywhere.
+    let rt = build(gpu().strict(false));
+    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let n = 1000;
+    let x = reduce::awkward(n, 7);
+    let y = reduce::awkward(n, 99);
+    let (xa, ya) = (rt.array(&x).unwrap(), rt.array(&y).unwrap());
+    let dot = m.closure("dot", [(&xa).into(), (&ya).into()]).unwrap();
+    let r = rt
+        .par_reduce::<f32>(0..n as i64, &dot, Combine::Sum)
+        .unwrap();
+    let prods: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a * b).collect();
+    let want = reduce::tree(&prods, &|a, b| a + b).unwrap();
+    assert_eq!(r.value.to_bits(), want.to_bits());
+    assert_eq!(r.report.device, Device::Cpu, "{}", r.report);
+    let note = r.report.fallback.clone().unwrap_or_default();
+    assert!(note.contains("reduction"), "{note}");
+    let strict = build(gpu().strict(true));
+    let m = strict.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let (xa, ya) = (strict.array(&x).unwrap(), strict.array(&y).unwrap());
+    let dot = m.closure("dot", [(&xa).into(), (&ya).into()]).unwrap();
+    let e = strict
+        .par_reduce::<f32>(0..n as i64, &dot, Combine::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`dot`") && e.contains("reduction"), "{e}");
 }

@@ -133,11 +133,10 @@ pub enum Refusal {
         /// The function called.
         callee: String,
     },
-    /// A kernel that returns a value for a reduction: the slot loops do not
-    /// combine values yet (the interpreter device runs it).
-    #[error(
-        "the kernel returns `{ty}` for a reduction, which compiled slot loops do not combine yet"
-    )]
+    /// A kernel that returns a value for a reduction, on a backend that
+    /// does not compile reductions (`Backend::REDUCES`: the PTX backend;
+    /// the launch runs on the next device down).
+    #[error("the kernel returns `{ty}` for a reduction, which this backend does not compile yet")]
     Reduces {
         /// The kernel's return type.
         ty: &'static str,

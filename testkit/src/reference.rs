@@ -248,6 +248,32 @@ pub fn matmul_par(n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
         .for_each(|(i, c)| *c = matmul_one(i, n, a, b));
 }
 
+/// The dot product of `x` and `y` as rayon sums it (`par_iter().map().sum()`:
+/// its split into tasks, and so its float result, varies between runs).
+pub fn dot_par(x: &[f32], y: &[f32]) -> f32 {
+    x.par_iter().zip(y).map(|(a, b)| a * b).sum()
+}
+
+/// The dot product of `x` and `y` summed in offload's combine tree
+/// (`offload_abi::reduce`): pairwise over the positions, a node with no
+/// right half taking its left half's value.
+pub fn dot_tree(x: &[f32], y: &[f32]) -> f32 {
+    fn node(x: &[f32], y: &[f32], lo: usize, size: usize) -> Option<f32> {
+        if lo >= x.len() {
+            return None;
+        }
+        if size == 1 {
+            return Some(x[lo] * y[lo]);
+        }
+        let l = node(x, y, lo, size / 2);
+        match (l, node(x, y, lo + size / 2, size / 2)) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, _) => a,
+        }
+    }
+    node(x, y, 0, x.len().next_power_of_two()).unwrap_or(0.0)
+}
+
 /// One step of `heat.ofk` (the five-point stencil over the interior of
 /// an `h` × `w` grid) into `u`, rows in parallel; the border keeps `t`'s.
 pub fn heat_par(t: &[f32], u: &mut [f32], h: usize, w: usize) {
