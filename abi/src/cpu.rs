@@ -74,18 +74,19 @@ pub struct LaunchCtx {
     /// the rest of the launch. Never null; the optimized tier does not read
     /// it.
     pub better: *const AtomicU32,
-    /// For a reducing kernel, per slot [`VALUES_PER_SLOT`] pairs of words
-    /// (workitem, raw value): slot `s`'s pairs start at word `s * 2 *
-    /// VALUES_PER_SLOT`, and [`SlotWords::values`] of them are filled. A
-    /// workitem's `ret` appends its pair; with the buffer full the slot
-    /// leaves ([`crate::exit::VALUES`]) and the host joins the values into
-    /// the combine tree ([`crate::reduce`]) and enters it again. Null for a
-    /// kernel that returns nothing.
+    /// For a reducing kernel, per slot [`VALUES_PER_SLOT`] raw values of
+    /// consecutive workitems, the first [`SlotWords::values_first`]: slot
+    /// `s`'s start at word `s * VALUES_PER_SLOT`, and
+    /// [`SlotWords::values`] of them are filled. A workitem's `ret`
+    /// appends its value; with the buffer full, or a claim that does not
+    /// continue the run, the slot leaves ([`crate::exit::VALUES`]) and the
+    /// host joins the values into the combine tree ([`crate::reduce`]) and
+    /// enters it again. Null for a kernel that returns nothing.
     pub values: *mut u64,
 }
 
-/// Pairs of (workitem, value) in a slot's part of [`LaunchCtx::values`].
-pub const VALUES_PER_SLOT: i64 = 2048;
+/// Values in a slot's part of [`LaunchCtx::values`].
+pub const VALUES_PER_SLOT: i64 = 4096;
 
 /// The words one slot writes and the host reads between the slot's
 /// entries, on cache lines of their own: each deopt exit writes them, and
@@ -130,9 +131,11 @@ pub struct SlotWords {
     /// [`LaunchCtx::part_count`] (compiled code takes part 0 for anything
     /// else); the host sets it before the launch (see `Part`).
     pub home: u64,
-    /// The pairs filled in the slot's part of [`LaunchCtx::values`] (the
+    /// The values filled in the slot's part of [`LaunchCtx::values`] (the
     /// host empties them after each entry).
     pub values: u64,
+    /// The workitem of the first of them (the rest follow it in order).
+    pub values_first: i64,
 }
 
 // SAFETY: a `LaunchCtx` is shared by the slots of one launch. Everything it
@@ -274,6 +277,8 @@ pub mod offsets {
     pub const SLOT_HOME: i32 = offset_of!(SlotWords, home) as i32;
     /// `SlotWords::values`.
     pub const SLOT_VALUES: i32 = offset_of!(SlotWords, values) as i32;
+    /// `SlotWords::values_first`.
+    pub const SLOT_VALUES_FIRST: i32 = offset_of!(SlotWords, values_first) as i32;
 }
 
 /// The compiled slot loop: run workitems until the range is exhausted or the

@@ -28,8 +28,8 @@ pub const RESUMED: u32 = 0x0E54;
 /// It was entered to resume a record whose site has no landing in this
 /// code (a corrupt record, or a host bug); nothing ran.
 pub const NO_LANDING: u32 = 0x0E55;
-/// Its values buffer ([`crate::cpu::LaunchCtx::values`]) is full: the
-/// workitems of a reducing kernel it completed filled every pair. Its
-/// unstarted rest is in `never_ran`; the host takes the values and enters
-/// it again at once. (CPU only.)
+/// Its values buffer ([`crate::cpu::LaunchCtx::values`]) is full, or it
+/// claimed a chunk that does not continue the buffer's run of workitems.
+/// Its unstarted rest is in `never_ran`; the host takes the values and
+/// enters it again at once. (CPU only.)
 pub const VALUES: u32 = 0x0E56;

@@ -145,7 +145,7 @@ impl Compiled for CpuLaunch<'_> {
             escaped: false,
             quick: 0,
             values: if call.reduction().is_some() {
-                vec![0; workers * 2 * VALUES_PER_SLOT as usize]
+                vec![0; workers * VALUES_PER_SLOT as usize]
             } else {
                 Vec::new()
             },
@@ -408,30 +408,20 @@ impl<'a> CpuSlot<'a> {
         // slot's words are this thread's alone (see `enter`).
         let words = unsafe { &mut *self.ctx.slots.add(self.slot) };
         let filled = std::mem::take(&mut words.values).min(VALUES_PER_SLOT as u64) as usize;
-        // SAFETY: `values` holds `VALUES_PER_SLOT` pairs per slot for a
+        if filled == 0 {
+            return;
+        }
+        let first = words.values_first;
+        // SAFETY: `values` holds `VALUES_PER_SLOT` words per slot for a
         // reducing kernel (this one: `self.values` is set), of which this
         // slot's are written only by its compiled code, which returned.
-        let pairs = unsafe {
+        let values = unsafe {
             std::slice::from_raw_parts_mut(
-                self.ctx
-                    .values
-                    .add(self.slot * 2 * VALUES_PER_SLOT as usize),
-                2 * filled,
+                self.ctx.values.add(self.slot * VALUES_PER_SLOT as usize),
+                filled,
             )
         };
-        // Runs of consecutive workitems, each joined in one pass: the
-        // values move to the front of the pairs they came in.
-        let mut i = 0;
-        while i < filled {
-            let w0 = pairs[2 * i];
-            let mut j = i;
-            while j < filled && pairs[2 * j] == w0.wrapping_add((j - i) as u64) {
-                pairs[i + (j - i)] = pairs[2 * j + 1];
-                j += 1;
-            }
-            b.push_values(w0.wrapping_sub(start as u64), &mut pairs[i..j]);
-            i = j;
-        }
+        b.push_values(first.wrapping_sub(start) as u64, values);
     }
 
     /// Read or write the slot's words between its entries.

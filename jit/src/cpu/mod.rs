@@ -465,9 +465,9 @@ pub(crate) struct Env {
     /// refill, by a few objects; the low half never carries, as `top` is a
     /// word offset below 2^31.)
     pub(crate) tlab_state: Option<Variable>,
-    /// For a reducing kernel: the slot's part of the values buffer and the
-    /// pairs filled in it (`cpu/reduce.rs`).
-    pub(crate) values: Option<(Value, Variable)>,
+    /// For a reducing kernel: the slot's part of the values buffer, the
+    /// values filled in it and the workitem of the first (`cpu/reduce.rs`).
+    pub(crate) values: Option<(Value, Variable, Variable)>,
     /// Injected safepoints: the poll counter or random state.
     pub(crate) polls: Option<Variable>,
     /// Where a deopt exit goes once its record is written (not safepoints).

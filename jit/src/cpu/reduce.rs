@@ -1,16 +1,19 @@
 //! A reducing kernel's values on the CPU (`offload_abi::reduce`): each
-//! workitem's `ret` appends `(workitem, value)` to its slot's buffer
-//! (`LaunchCtx::values`), whose fill count the slot keeps in a variable
-//! and writes back at every exit; with the buffer full the slot leaves
-//! with `exit::VALUES` between two workitems, and the host joins the values
-//! into the combine tree and enters it again.
+//! workitem's `ret` appends its value to its slot's buffer
+//! (`LaunchCtx::values`), which holds the values of consecutive workitems;
+//! the slot keeps the fill count and the run's first workitem in variables
+//! and writes them back at every exit. With the buffer full, or a claim
+//! that does not continue the run, the slot leaves with `exit::VALUES`
+//! between two workitems, and the host joins the run into the combine tree
+//! and enters it again.
 //!
-//! Appending costs two stores and an add per workitem; the host's join, a
-//! few operations per value, runs once per `VALUES_PER_SLOT` workitems on
-//! the slot's own thread. Combining in registers instead would fix the
-//! tree's shape into the code (the tree's nodes are aligned to the range's
-//! start, which the code does not know), and gain little: the values stay
-//! in L1 between the stores and the join.
+//! Appending costs a store, an add and a conditional move per workitem;
+//! the host's join, about one combine per value, runs once per
+//! `VALUES_PER_SLOT` workitems on the slot's own thread. (Appending
+//! `(workitem, value)` pairs instead cost a second store and a pass over
+//! the pairs to find the runs.) Combining in registers would fix the
+//! tree's shape into the code (its nodes are aligned to the range's start,
+//! which the code does not know): the next step.
 
 use super::{CpuWalker, trusted};
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -25,8 +28,9 @@ impl CpuWalker<'_, '_> {
     }
 
     /// At the slot's entry, for a reducing kernel: its part of the values
-    /// buffer, and the pairs already in it (the host empties it between
-    /// entries, so 0 but for a host that did not).
+    /// buffer, the values already in it (the host empties it between
+    /// entries, so 0 but for a host that did not) and the run's first
+    /// workitem.
     pub(super) fn values_setup(&mut self) {
         if !self.reduces() {
             return;
@@ -42,7 +46,7 @@ impl CpuWalker<'_, '_> {
             .backend
             .builder
             .ins()
-            .imul_imm_s(slot, VALUES_PER_SLOT * 16);
+            .imul_imm_s(slot, VALUES_PER_SLOT * 8);
         let base = self.backend.builder.ins().iadd(all, off);
         let at = self.slot_words();
         let n = self
@@ -50,14 +54,21 @@ impl CpuWalker<'_, '_> {
             .builder
             .ins()
             .load(types::I64, trusted(), at, offsets::SLOT_VALUES);
+        let first =
+            self.backend
+                .builder
+                .ins()
+                .load(types::I64, trusted(), at, offsets::SLOT_VALUES_FIRST);
         let var = self.var(types::I64);
         self.backend.builder.def_var(var, n);
-        self.backend.env.values = Some((base, var));
+        let fv = self.var(types::I64);
+        self.backend.builder.def_var(fv, first);
+        self.backend.env.values = Some((base, var, fv));
     }
 
-    /// The kernel's `ret` with value `v`: append `(w, v)` to the buffer.
+    /// The kernel's `ret` with value `v`: append it to the buffer.
     pub(crate) fn append_value(&mut self, v: Value) {
-        let Some((base, var)) = self.backend.env.values else {
+        let Some((base, var, fv)) = self.backend.env.values else {
             return;
         };
         let kind = self
@@ -68,22 +79,54 @@ impl CpuWalker<'_, '_> {
             .kind();
         let raw = self.pack_raw(kind, v);
         let n = self.backend.builder.use_var(var);
-        let off = self.backend.builder.ins().imul_imm_s(n, 16);
+        let off = self.backend.builder.ins().imul_imm_s(n, 8);
         let at = self.backend.builder.ins().iadd(base, off);
+        self.backend.builder.ins().store(trusted(), raw, at, 0);
+        // The first value of a run names its workitem.
         let w = self
             .backend
             .builder
             .use_var(self.backend.env.w.expect("set"));
-        self.backend.builder.ins().store(trusted(), w, at, 0);
-        self.backend.builder.ins().store(trusted(), raw, at, 8);
+        let empty = self.backend.builder.ins().icmp_imm_s(IntCC::Equal, n, 0);
+        let first = self.backend.builder.use_var(fv);
+        let first = self.backend.builder.ins().select(empty, w, first);
+        self.backend.builder.def_var(fv, first);
         let n1 = self.backend.builder.ins().iadd_imm_s(n, 1);
         self.backend.builder.def_var(var, n1);
+    }
+
+    /// After a claim of `[lo, hi)`: go on to `then`, or, when the buffer
+    /// holds a run that `lo` does not continue, leave with the chunk
+    /// unstarted (the host takes the run first).
+    pub(super) fn values_claim_exit(&mut self, lo: Value, hi: Value, then: Block) {
+        let Some((_, var, fv)) = self.backend.env.values else {
+            self.backend.builder.ins().jump(then, &[]);
+            return;
+        };
+        let n = self.backend.builder.use_var(var);
+        let first = self.backend.builder.use_var(fv);
+        let next = self.backend.builder.ins().iadd(first, n);
+        let apart = self.backend.builder.ins().icmp(IntCC::NotEqual, lo, next);
+        let some = self
+            .backend
+            .builder
+            .ins()
+            .icmp_imm_s(IntCC::SignedGreaterThan, n, 0);
+        let leave_now = self.backend.builder.ins().band(apart, some);
+        let leave = self.backend.builder.create_block();
+        self.backend.builder.set_cold_block(leave);
+        self.backend
+            .builder
+            .ins()
+            .brif(leave_now, leave, &[], then, &[]);
+        self.backend.builder.switch_to_block(leave);
+        self.slot_exit(lo, hi, EXIT_VALUES);
     }
 
     /// After a workitem (its `w` advanced): go on to `then`, or, with the
     /// buffer full, leave with the rest of the chunk unstarted.
     pub(super) fn values_full_exit(&mut self, then: Block) {
-        let Some((_, var)) = self.backend.env.values else {
+        let Some((_, var, _)) = self.backend.env.values else {
             self.backend.builder.ins().jump(then, &[]);
             return;
         };
@@ -108,15 +151,21 @@ impl CpuWalker<'_, '_> {
         self.slot_exit(w, hi, EXIT_VALUES);
     }
 
-    /// At every exit: the buffer's fill count back to the slot's words.
+    /// At every exit: the buffer's fill count and first workitem back to
+    /// the slot's words.
     pub(super) fn values_write_back(&mut self) {
-        if let Some((_, var)) = self.backend.env.values {
+        if let Some((_, var, fv)) = self.backend.env.values {
             let n = self.backend.builder.use_var(var);
+            let first = self.backend.builder.use_var(fv);
             let at = self.slot_words();
             self.backend
                 .builder
                 .ins()
                 .store(trusted(), n, at, offsets::SLOT_VALUES);
+            self.backend
+                .builder
+                .ins()
+                .store(trusted(), first, at, offsets::SLOT_VALUES_FIRST);
         }
     }
 }

@@ -340,7 +340,7 @@ impl CpuWalker<'_, '_> {
         let h = self.backend.builder.ins().smin(lo_chunk, end);
         self.backend.builder.def_var(hi, h);
         self.backend.builder.def_var(w, lo);
-        self.backend.builder.ins().jump(pick.unwrap_or(item), &[]);
+        self.values_claim_exit(lo, h, pick.unwrap_or(item));
 
         if let (Some(re), Some(resume)) = (resume_entry, reentry)
             && !hot
