@@ -74,9 +74,10 @@ pub struct LaunchCtx {
     /// the rest of the launch. Never null; the optimized tier does not read
     /// it.
     pub better: *const AtomicU32,
-    /// For a reducing kernel, per slot [`VALUES_PER_SLOT`] raw values of
-    /// consecutive workitems, the first [`SlotWords::values_first`]: slot
-    /// `s`'s start at word `s * VALUES_PER_SLOT`, and
+    /// For a reducing kernel, per slot [`VALUES_PER_SLOT`] values of
+    /// consecutive workitems, the first [`SlotWords::values_first`], each
+    /// in its type's size (4 bytes for `i32` and `f32`, else 8): slot `s`'s
+    /// start at word `s * VALUES_PER_SLOT`, and
     /// [`SlotWords::values`] of them are filled. A workitem's `ret`
     /// appends its value; with the buffer full, or a claim that does not
     /// continue the run, the slot leaves ([`crate::exit::VALUES`]) and the

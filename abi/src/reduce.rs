@@ -235,6 +235,11 @@ impl Builder {
         }
     }
 
+    /// The values' type.
+    pub fn ty(&self) -> Scalar {
+        self.ty
+    }
+
     /// Add the value of the workitem at `position`.
     pub fn push_leaf(&mut self, position: u64, value: u64) {
         self.push(Node::leaf(position, value));
@@ -252,6 +257,20 @@ impl Builder {
     /// in one pass over the values, level by level (the inner loops are
     /// specialized per type and combine; `values` is overwritten).
     pub fn push_values(&mut self, first: u64, values: &mut [u64]) {
+        let (ty, c) = (self.ty, self.combine);
+        self.push_blocks(first, values, |b| combine_block(ty, c, b));
+    }
+
+    /// [`Builder::push_values`] for a 32-bit type (`i32`, `f32`), each
+    /// value in 4 bytes.
+    pub fn push_values32(&mut self, first: u64, values: &mut [u32]) {
+        let (ty, c) = (self.ty, self.combine);
+        self.push_blocks(first, values, |b| combine_block32(ty, c, b));
+    }
+
+    /// Cut the run of `values` from position `first` into the largest
+    /// aligned blocks and push each one's root, from `root`.
+    fn push_blocks<T>(&mut self, first: u64, values: &mut [T], root: impl Fn(&mut [T]) -> u64) {
         let (mut p, mut rest) = (first, values);
         while !rest.is_empty() {
             // The largest aligned block that starts at `p` and fits.
@@ -259,7 +278,7 @@ impl Builder {
             let fits = 63 - (rest.len() as u64).leading_zeros();
             let level = align.min(fits);
             let (block, tail) = rest.split_at_mut(1 << level);
-            let value = combine_block(self.ty, self.combine, block);
+            let value = root(block);
             self.push(Node {
                 level,
                 index: p >> level,
@@ -325,59 +344,49 @@ impl Builder {
     }
 }
 
-/// `f32`s the first level of [`combine_block`]'s fast path holds.
-const F32_SCRATCH: usize = 4096;
-
 /// The tree over `block` (a power of two of values), combined level by
 /// level in place: its root.
-fn combine_block(ty: Scalar, c: Combine, block: &mut [u64]) -> u64 {
-    fn levels(block: &mut [u64], f: impl Fn(u64, u64) -> u64) -> u64 {
-        let mut len = block.len();
-        while len > 1 {
-            len /= 2;
-            for i in 0..len {
-                block[i] = f(block[2 * i], block[2 * i + 1]);
-            }
+fn levels<T: Copy>(block: &mut [T], f: impl Fn(T, T) -> T) -> T {
+    let mut len = block.len();
+    while len > 1 {
+        len /= 2;
+        for i in 0..len {
+            block[i] = f(block[2 * i], block[2 * i + 1]);
         }
-        block[0]
     }
-    let f32s = |f: fn(f32, f32) -> f32| {
-        move |a: u64, b: u64| {
-            u64::from(f(f32::from_bits(a as u32), f32::from_bits(b as u32)).to_bits())
-        }
-    };
-    let f64s = |f: fn(f64, f64) -> f64| {
-        move |a: u64, b: u64| f(f64::from_bits(a), f64::from_bits(b)).to_bits()
-    };
+    block[0]
+}
+
+/// [`levels`] over raw 64-bit words of `ty`s (the inner loops specialized
+/// per type and combine).
+fn combine_block(ty: Scalar, c: Combine, block: &mut [u64]) -> u64 {
     match (ty, c) {
-        // The hot case (a float dot product): the first level narrows the
-        // words to `f32`s, and the rest run over half the bytes, which the
-        // compiler vectorizes.
-        (Scalar::F32, Combine::Sum) if block.len() >= 2 && block.len() <= 2 * F32_SCRATCH => {
-            let mut s = [0f32; F32_SCRATCH];
-            let mut len = block.len() / 2;
-            for (i, out) in s.iter_mut().enumerate().take(len) {
-                *out =
-                    f32::from_bits(block[2 * i] as u32) + f32::from_bits(block[2 * i + 1] as u32);
-            }
-            while len > 1 {
-                len /= 2;
-                for i in 0..len {
-                    s[i] = s[2 * i] + s[2 * i + 1];
-                }
-            }
-            u64::from(s[0].to_bits())
-        }
-        (Scalar::F32, Combine::Sum) => levels(block, f32s(|a, b| a + b)),
-        (Scalar::F64, Combine::Sum) => levels(block, f64s(|a, b| a + b)),
-        (Scalar::I32, Combine::Sum) => levels(block, |a, b| {
-            u64::from((a as u32 as i32).wrapping_add(b as u32 as i32) as u32)
+        (Scalar::F64, Combine::Sum) => levels(block, |a, b| {
+            (f64::from_bits(a) + f64::from_bits(b)).to_bits()
         }),
         (Scalar::I64, Combine::Sum) => {
             levels(block, |a, b| (a as i64).wrapping_add(b as i64) as u64)
         }
+        (Scalar::I32 | Scalar::F32, _) => {
+            let mut narrow: Vec<u32> = block.iter().map(|&v| v as u32).collect();
+            combine_block32(ty, c, &mut narrow)
+        }
         _ => levels(block, |a, b| c.apply(ty, a, b)),
     }
+}
+
+/// [`levels`] over the 4-byte values of a 32-bit `ty`.
+fn combine_block32(ty: Scalar, c: Combine, block: &mut [u32]) -> u64 {
+    u64::from(match (ty, c) {
+        // The hot case (a float dot product), which the compiler vectorizes.
+        (Scalar::F32, Combine::Sum) => levels(block, |a, b| {
+            (f32::from_bits(a) + f32::from_bits(b)).to_bits()
+        }),
+        (Scalar::I32, Combine::Sum) => {
+            levels(block, |a, b| (a as i32).wrapping_add(b as i32) as u32)
+        }
+        _ => levels(block, |a, b| c.apply(ty, u64::from(a), u64::from(b)) as u32),
+    })
 }
 
 /// The result of a whole range from the complete nodes every executor gave

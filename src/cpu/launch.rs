@@ -15,7 +15,7 @@ use crate::protocol::{
 use crate::replay::{Header, Replayer};
 use crate::report::LaunchReport;
 use offload_abi::cpu::{Part, SlotWords, VALUES_PER_SLOT};
-use offload_abi::reduce::Builder;
+use offload_abi::reduce::{Builder, Scalar};
 use offload_abi::{exit, record};
 use offload_deopt::{Reason, SaveArea};
 use offload_heap::Allocator;
@@ -412,16 +412,24 @@ impl<'a> CpuSlot<'a> {
             return;
         }
         let first = words.values_first;
-        // SAFETY: `values` holds `VALUES_PER_SLOT` words per slot for a
-        // reducing kernel (this one: `self.values` is set), of which this
-        // slot's are written only by its compiled code, which returned.
-        let values = unsafe {
-            std::slice::from_raw_parts_mut(
-                self.ctx.values.add(self.slot * VALUES_PER_SLOT as usize),
-                filled,
-            )
-        };
-        b.push_values(first.wrapping_sub(start) as u64, values);
+        let at = self
+            .ctx
+            .values
+            .wrapping_add(self.slot * VALUES_PER_SLOT as usize);
+        let p = first.wrapping_sub(start) as u64;
+        if matches!(b.ty(), Scalar::I32 | Scalar::F32) {
+            // 4 bytes each (`LaunchCtx::values`).
+            // SAFETY: as below, in half the slot's bytes.
+            let values = unsafe { std::slice::from_raw_parts_mut(at.cast::<u32>(), filled) };
+            b.push_values32(p, values);
+        } else {
+            // SAFETY: `values` holds `VALUES_PER_SLOT` words per slot for
+            // a reducing kernel (this one: `self.values` is set), of which
+            // this slot's are written only by its compiled code, which
+            // returned.
+            let values = unsafe { std::slice::from_raw_parts_mut(at, filled) };
+            b.push_values(p, values);
+        }
     }
 
     /// Read or write the slot's words between its entries.

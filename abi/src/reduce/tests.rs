@@ -123,6 +123,9 @@ fn partitioned(n: u64, cuts: &[u64], holes: &[u64], ty: Scalar, c: Combine, v: &
             if p == w[1] || holes.contains(&p) {
                 if k % 3 == 0 {
                     b.push_run(run_start, run.drain(..));
+                } else if k % 3 == 1 && matches!(ty, Scalar::I32 | Scalar::F32) {
+                    let mut narrow: Vec<u32> = run.drain(..).map(|v| v as u32).collect();
+                    b.push_values32(run_start, &mut narrow);
                 } else {
                     b.push_values(run_start, &mut run);
                     run.clear();

@@ -7,7 +7,8 @@
 //! between two workitems, and the host joins the run into the combine tree
 //! and enters it again.
 //!
-//! Appending costs a store, an add and a conditional move per workitem;
+//! Appending costs a store (of the value's own size), an add and a
+//! conditional move per workitem;
 //! the host's join, about one combine per value, runs once per
 //! `VALUES_PER_SLOT` workitems on the slot's own thread. (Appending
 //! `(workitem, value)` pairs instead cost a second store and a pass over
@@ -20,6 +21,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{Block, InstBuilder, Value, types};
 use offload_abi::cpu::{VALUES_PER_SLOT, offsets};
 use offload_abi::exit::VALUES as EXIT_VALUES;
+use offload_ir::Kind;
 
 impl CpuWalker<'_, '_> {
     /// Whether the kernel returns a value for a reduction.
@@ -77,11 +79,15 @@ impl CpuWalker<'_, '_> {
             .ret
             .expect("a reducing kernel")
             .kind();
-        let raw = self.pack_raw(kind, v);
+        // In its own size: 4 bytes for an `i32` or `f32`.
+        let size = match kind {
+            Kind::I32 | Kind::F32 => 4,
+            _ => 8,
+        };
         let n = self.backend.builder.use_var(var);
-        let off = self.backend.builder.ins().imul_imm_s(n, 8);
+        let off = self.backend.builder.ins().imul_imm_s(n, size);
         let at = self.backend.builder.ins().iadd(base, off);
-        self.backend.builder.ins().store(trusted(), raw, at, 0);
+        self.backend.builder.ins().store(trusted(), v, at, 0);
         // The first value of a run names its workitem.
         let w = self
             .backend
