@@ -7,8 +7,9 @@
 //! between two workitems, and the host joins the run into the combine tree
 //! and enters it again.
 //!
-//! Appending costs a store (of the value's own size), an add and a
-//! conditional move per workitem;
+//! Appending costs a store (of the value's own size) and an add per
+//! workitem (the run's first workitem is set where the slot starts and at
+//! its claims);
 //! the host's join, about one combine per value, runs once per
 //! `VALUES_PER_SLOT` workitems on the slot's own thread. (Appending
 //! `(workitem, value)` pairs instead cost a second store and a pass over
@@ -70,7 +71,7 @@ impl CpuWalker<'_, '_> {
 
     /// The kernel's `ret` with value `v`: append it to the buffer.
     pub(crate) fn append_value(&mut self, v: Value) {
-        let Some((base, var, fv)) = self.backend.env.values else {
+        let Some((base, var, _)) = self.backend.env.values else {
             return;
         };
         let kind = self
@@ -88,17 +89,17 @@ impl CpuWalker<'_, '_> {
         let off = self.backend.builder.ins().imul_imm_s(n, size);
         let at = self.backend.builder.ins().iadd(base, off);
         self.backend.builder.ins().store(trusted(), v, at, 0);
-        // The first value of a run names its workitem.
-        let w = self
-            .backend
-            .builder
-            .use_var(self.backend.env.w.expect("set"));
-        let empty = self.backend.builder.ins().icmp_imm_s(IntCC::Equal, n, 0);
-        let first = self.backend.builder.use_var(fv);
-        let first = self.backend.builder.ins().select(empty, w, first);
-        self.backend.builder.def_var(fv, first);
         let n1 = self.backend.builder.ins().iadd_imm_s(n, 1);
         self.backend.builder.def_var(var, n1);
+    }
+
+    /// Where the slot starts its workitems at `w` (its entry, a resumed
+    /// record's workitem): the buffer is empty there (the host empties it
+    /// between entries), so its run starts at `w`.
+    pub(super) fn values_start_at(&mut self, w: Value) {
+        if let Some((_, _, fv)) = self.backend.env.values {
+            self.backend.builder.def_var(fv, w);
+        }
     }
 
     /// After a claim of `[lo, hi)`: go on to `then`, or, when the buffer
@@ -119,6 +120,9 @@ impl CpuWalker<'_, '_> {
             .ins()
             .icmp_imm_s(IntCC::SignedGreaterThan, n, 0);
         let leave_now = self.backend.builder.ins().band(apart, some);
+        // An empty buffer's run starts at the claim.
+        let first = self.backend.builder.ins().select(some, first, lo);
+        self.backend.builder.def_var(fv, first);
         let leave = self.backend.builder.create_block();
         self.backend.builder.set_cold_block(leave);
         self.backend

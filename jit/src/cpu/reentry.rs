@@ -130,6 +130,7 @@ impl CpuWalker<'_, '_> {
         let wv = self.record_word(rec, SaveLayout::WORKITEM_WORD);
         let site = self.record_site(rec);
         self.backend.builder.def_var(w, wv);
+        self.values_start_at(wv);
         let w1 = self.backend.builder.ins().iadd_imm_s(wv, 1);
         self.backend.builder.def_var(hi, w1);
         let zero = self.backend.builder.ins().iconst(types::I64, 0);

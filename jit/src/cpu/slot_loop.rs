@@ -169,6 +169,7 @@ impl CpuWalker<'_, '_> {
                 .ins()
                 .load(types::I64, trusted(), at, offsets::SLOT_NEVER_RAN_HI);
         self.backend.builder.def_var(w, rest_lo);
+        self.values_start_at(rest_lo);
         self.backend.builder.def_var(hi, rest_hi);
         let has_rest = self
             .backend
@@ -353,6 +354,7 @@ impl CpuWalker<'_, '_> {
             let rec = self.record_address();
             let wv = self.record_word(rec, offload_deopt::SaveLayout::WORKITEM_WORD);
             self.backend.builder.def_var(w, wv);
+            self.values_start_at(wv);
             let w1 = self.backend.builder.ins().iadd_imm_s(wv, 1);
             self.backend.builder.def_var(hi, w1);
             self.backend.builder.ins().jump(pick.unwrap_or(item), &[]);
