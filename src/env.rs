@@ -245,7 +245,7 @@ impl<'a> KernelCall<'a> {
     pub(crate) fn reduction(
         &self,
     ) -> Option<(offload_abi::reduce::Scalar, offload_abi::reduce::Combine)> {
-        let ty = crate::runtime::scalar_of(self.prog.verified().func(self.kernel).ret?)?;
+        let ty = crate::reduction::scalar_of(self.prog.verified().func(self.kernel).ret?)?;
         Some((ty, self.reduce?))
     }
 

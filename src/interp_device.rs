@@ -194,7 +194,7 @@ pub(crate) fn run(
     report.deopt_table = cut;
     report.abandoned = abandoned;
     if let Some(r) = reduction.filter(|_| completed == n) {
-        report.reduction = Some(crate::runtime::joined(r, n, nodes)?);
+        report.reduction = Some(crate::reduction::joined(r, n, nodes)?);
     }
     thrown.finish(report)
 }

@@ -161,6 +161,7 @@ mod interp_device;
 mod launch;
 pub mod policy;
 mod protocol;
+mod reduction;
 mod replay;
 mod report;
 mod runtime;

@@ -558,7 +558,7 @@ pub(crate) fn run<D: Compiled>(
             .into_iter()
             .chain(leaves)
             .collect();
-        report.reduction = Some(crate::runtime::joined(r, n, nodes)?);
+        report.reduction = Some(crate::reduction::joined(r, n, nodes)?);
     }
     let thrown = out.replays.finish(call.prog, code.meta, &mut report);
     report.on_device = out.on_device;

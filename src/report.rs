@@ -308,9 +308,9 @@ pub struct LaunchReport {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reduction {
     /// How it combined the values.
-    pub combine: crate::Combine,
+    pub combine: offload_abi::reduce::Combine,
     /// The values' type (the kernel's return type).
-    pub ty: crate::Scalar,
+    pub ty: offload_abi::reduce::Scalar,
     /// The result's raw bits (an `i32` or `f32` in the low 32 bits): read
     /// it typed from [`crate::Reduced::value`].
     pub(crate) bits: u64,

@@ -36,7 +36,6 @@ pub use heap_view::HeapView;
 pub use inflight::LaunchHandle;
 pub use range::LaunchRange;
 pub use reduce::{Combine, Reduced, Reducible, Scalar};
-pub(crate) use reduce::{joined, scalar_of};
 pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};
 
 thread_local! {
