@@ -307,7 +307,7 @@ pub use report::{
 };
 pub use runtime::{
     Arg, Array, Closure, Combine, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView,
-    LaunchHandle, LaunchRange, MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, Reduced, Reducible,
-    RefArray, Runtime, RuntimeBuilder, Scalar,
+    LaunchHandle, LaunchRange, MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, ReduceHandle,
+    Reduced, Reducible, RefArray, Runtime, RuntimeBuilder, Scalar,
 };
 pub use source::{Capture, Launchable, par_offload};

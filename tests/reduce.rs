@@ -165,3 +165,23 @@ fn a_kernel_closure_that_returns_a_value_reduces() {
         .unwrap();
     assert_eq!(r.value, 34);
 }
+
+#[test]
+fn reductions_in_flight_are_ordered_by_what_they_capture() {
+    for (device, inject) in [
+        (Device::Cpu, false),
+        (Device::Cpu, true),
+        (Device::Interpreter, false),
+    ] {
+        let mut b = Runtime::builder().device(device).workers(2);
+        if inject {
+            b = b.inject_safepoints(7, Some(5));
+        }
+        let rt = b.build().unwrap();
+        reduce::check_in_flight(
+            &rt,
+            30_000,
+            &format!("{}, injected {inject}", device.name()),
+        );
+    }
+}

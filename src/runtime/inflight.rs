@@ -200,6 +200,27 @@ impl LaunchHandle {
     }
 }
 
+/// A reduction in flight ([`Runtime::launch_reduce`]): dropping it waits
+/// for it, as [`LaunchHandle`] does.
+#[derive(Debug)]
+#[must_use = "a reduction in flight is waited for when its handle drops; `wait` gives its value"]
+pub struct ReduceHandle<T> {
+    launch: LaunchHandle,
+    ty: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Reducible> ReduceHandle<T> {
+    /// Wait for the reduction: its value and report, or its error.
+    pub fn wait(self) -> Result<Reduced<T>, OffloadError> {
+        reduce::reduced(self.launch.wait()?)
+    }
+
+    /// Whether the launch has ended.
+    pub fn is_finished(&self) -> bool {
+        self.launch.is_finished()
+    }
+}
+
 impl Drop for LaunchHandle {
     fn drop(&mut self) {
         if self.thread.is_some() {
@@ -243,7 +264,50 @@ impl Runtime {
         range: impl Into<LaunchRange>,
         closure: &Closure,
     ) -> Result<LaunchHandle, OffloadError> {
-        let range = range.into();
+        self.launch_in_flight(range.into(), closure, None)
+    }
+
+    /// [`Runtime::launch`] of a reducing kernel: [`Runtime::par_reduce`]
+    /// without blocking. The handle's [`ReduceHandle::wait`] gives the
+    /// combined value and the report; ordered against other launches as
+    /// [`Runtime::launch`] orders them.
+    ///
+    /// ```
+    /// use offload::{Combine, Runtime};
+    ///
+    /// let rt = Runtime::builder().workers(2).build()?;
+    /// let m = rt.load_source("sq.ofk", "
+    ///     #[kernel]
+    ///     fn sq(i: i64, x: &[f64]) -> f64 { x[i] * x[i] }
+    /// ")?;
+    /// let x = rt.array(&[1.0f64, 2.0, 3.0])?;
+    /// let sq = m.closure("sq", [(&x).into()])?;
+    /// let h = rt.launch_reduce::<f64>(0..3, &sq, Combine::Sum)?;
+    /// let host_work = 2.0 * 21.0; // meanwhile
+    /// assert_eq!(h.wait()?.value + host_work, 56.0);
+    /// # Ok::<(), offload::OffloadError>(())
+    /// ```
+    pub fn launch_reduce<T: Reducible>(
+        &self,
+        range: impl Into<LaunchRange>,
+        closure: &Closure,
+        combine: Combine,
+    ) -> Result<ReduceHandle<T>, OffloadError> {
+        reduce::check_type::<T>(closure)?;
+        Ok(ReduceHandle {
+            launch: self.launch_in_flight(range.into(), closure, Some(combine))?,
+            ty: std::marker::PhantomData,
+        })
+    }
+
+    /// A launch in flight of `closure` over `range`, combined with
+    /// `reduce` for a reducing kernel.
+    fn launch_in_flight(
+        &self,
+        range: LaunchRange,
+        closure: &Closure,
+        reduce: Option<Combine>,
+    ) -> Result<LaunchHandle, OffloadError> {
         self.owns(closure)?;
         self.refuse_in_safepoint("a launch")?;
         // Registered here, in the order of the calls.
@@ -255,7 +319,7 @@ impl Runtime {
                 let inflight = &rt.inner.inflight;
                 let _registered = Registered { inflight, id };
                 inflight.wait_for(&before);
-                rt.launch_registered(range, &closure, None, rt.inner.env.settings.deadline)
+                rt.launch_registered(range, &closure, reduce, rt.inner.env.settings.deadline)
             });
         match thread {
             Ok(t) => Ok(LaunchHandle { thread: Some(t) }),

@@ -33,7 +33,7 @@ mod values;
 pub(crate) use builder::PolicyFactory;
 pub use builder::{DEFAULT_DEOPT_RECORDS, MAX_DEOPT_RECORDS, MAX_WORKERS, RuntimeBuilder};
 pub use heap_view::HeapView;
-pub use inflight::LaunchHandle;
+pub use inflight::{LaunchHandle, ReduceHandle};
 pub use range::LaunchRange;
 pub use reduce::{Combine, Reduced, Reducible, Scalar};
 pub use values::{Arg, Array, Element, HeapRef, Object, RefArray};

@@ -119,29 +119,40 @@ impl Runtime {
         combine: Combine,
     ) -> Result<Reduced<T>, OffloadError> {
         self.owns(closure)?;
-        if let Some(ty) = closure.returns().filter(|&ty| ty != T::SCALAR) {
-            return Err(OffloadError::Capture {
-                kernel: closure.kernel_name().to_string(),
-                problem: format!(
-                    "it returns `{}`, not the `{}` the reduction asks for",
-                    ty.name(),
-                    T::SCALAR.name()
-                ),
-            });
-        }
-        let report = self.launch_in_order(
+        check_type::<T>(closure)?;
+        reduced(self.launch_in_order(
             range.into(),
             closure,
             Some(combine),
             self.inner.env.settings.deadline,
-        )?;
-        let bits = report
-            .reduction
-            .map(|r| r.bits)
-            .ok_or_else(|| OffloadError::Setup("the reducing launch combined no value".into()))?;
-        Ok(Reduced {
-            value: T::from_bits(bits),
-            report,
-        })
+        )?)
     }
+}
+
+/// An error unless `closure`'s kernel returns a `T` (or nothing: the
+/// launch says so then).
+pub(super) fn check_type<T: Reducible>(closure: &Closure) -> Result<(), OffloadError> {
+    match closure.returns().filter(|&ty| ty != T::SCALAR) {
+        Some(ty) => Err(OffloadError::Capture {
+            kernel: closure.kernel_name().to_string(),
+            problem: format!(
+                "it returns `{}`, not the `{}` the reduction asks for",
+                ty.name(),
+                T::SCALAR.name()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The value a reducing launch's report holds, typed.
+pub(super) fn reduced<T: Reducible>(report: LaunchReport) -> Result<Reduced<T>, OffloadError> {
+    let bits = report
+        .reduction
+        .map(|r| r.bits)
+        .ok_or_else(|| OffloadError::Setup("the reducing launch combined no value".into()))?;
+    Ok(Reduced {
+        value: T::from_bits(bits),
+        report,
+    })
 }

@@ -262,3 +262,40 @@ fn refusals(rt: &Runtime, m: &offload::Module, what: &str) {
     // Nothing ran.
     assert_eq!(rt.read(&out).unwrap(), vec![0.0; 4], "{what}");
 }
+
+/// Reductions in flight with a launch they depend on: each value as the
+/// launches run one after another would give it.
+pub fn check_in_flight(rt: &Runtime, n: usize, what: &str) {
+    let m = rt.load_source("reduce.ofk", SRC).unwrap();
+    let x = awkward(n, 11);
+    let y = awkward(n, 12);
+    let (xa, ya) = (rt.array(&x).unwrap(), rt.array(&y).unwrap());
+    let ones = rt.new_array::<f32>(n).unwrap();
+    let dot = m.closure("dot", [(&xa).into(), (&ya).into()]).unwrap();
+    let fill = m.closure("fill", [(&ones).into()]).unwrap();
+    let total = m.closure("dot", [(&ones).into(), (&ones).into()]).unwrap();
+    let h1 = rt
+        .launch_reduce::<f32>(0..n as i64, &dot, Combine::Sum)
+        .unwrap();
+    let h2 = rt.launch(0..n as i64, &fill).unwrap();
+    // Reads what `fill` writes: it waits for it.
+    let h3 = rt
+        .launch_reduce::<f32>(0..n as i64, &total, Combine::Sum)
+        .unwrap();
+    let h4 = rt
+        .launch_reduce::<f32>(0..n as i64, &dot, Combine::Max)
+        .unwrap();
+    let prods: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a * b).collect();
+    let want = tree(&prods, &|a, b| a + b).unwrap();
+    assert_eq!(h1.wait().unwrap().value.to_bits(), want.to_bits(), "{what}");
+    h2.wait().unwrap();
+    assert_eq!(h3.wait().unwrap().value, n as f32, "{what}");
+    let max = prods.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    assert_eq!(h4.wait().unwrap().value, max, "{what}");
+    // A wrong type is refused before anything is launched.
+    let e = rt
+        .launch_reduce::<i64>(0..n as i64, &dot, Combine::Sum)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("returns `f32`, not the `i64`"), "{what}: {e}");
+}
