@@ -115,6 +115,14 @@ def blackscholes(r, v, s, x, t, call, put):
         put[j] = disc * (f32(1.0) - cnd(d2)) - s[j] * (f32(1.0) - cnd(d1))
 
 
+@nb.njit(**JIT)
+def dot(x, y):
+    s = f32(0.0)
+    for i in nb.prange(x.shape[0]):
+        s += x[i] * y[i]
+    return s
+
+
 def numba_case(kernel, n, rng):
     """A no-argument function running kernel `kernel` at size `n` in Numba,
     after checking its result against NumPy where the arithmetic is exact."""
@@ -124,6 +132,15 @@ def numba_case(kernel, n, rng):
         saxpy(f32(2.0), x, y)
         assert np.array_equal(y, f32(2.0) * x + f32(1.0)), "Numba's saxpy is wrong"
         return lambda: saxpy(f32(2.0), x, y)
+    if kernel == "dot":
+        # A reduction (`prange` with `+=`); its order of additions is
+        # Numba's, so the check allows rounding.
+        i = np.arange(n)
+        x = ((i * 7) % 1000).astype(f32) * f32(1e-3)
+        y = ((i * 13) % 777).astype(f32) * f32(1e-3)
+        want = float(np.dot(x.astype(np.float64), y.astype(np.float64)))
+        assert abs(float(dot(x, y)) - want) <= 1e-3 * abs(want), "Numba's dot is wrong"
+        return lambda: dot(x, y)
     if kernel == "mandelbrot":
         w = int(math.isqrt(n))
         out = np.zeros(w * w, dtype=np.int32)
@@ -206,7 +223,8 @@ def main():
     cases = [("saxpy", 1 << 20, True), ("mandelbrot", 256 * 256, True),
              ("nbody", 512, True), ("matmul", 128, True),
              ("blackscholes", 100_000, True),
-             ("saxpy", 1 << 24, False), ("saxpy", 1 << 26, False)]
+             ("saxpy", 1 << 24, False), ("saxpy", 1 << 26, False),
+             ("dot", 1 << 24, False)]
     rounds, per = args.rounds, args.per_turn
     if args.quick:
         cases = [(k, max(n // 64, 16) if k != "matmul" else 16, g) for k, n, g in cases]

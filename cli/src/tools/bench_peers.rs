@@ -5,8 +5,9 @@
 //! request per line on standard input; each gets one JSON reply per line:
 //!
 //! - `{"op": "setup", "kernel": K, "n": N}`: build kernel `K` (`saxpy`,
-//!   `mandelbrot`, `nbody`, `matmul`, `blackscholes`) at size `N` (its
-//!   workitems: elements, pixels, bodies, matrix side, options), launch it
+//!   `mandelbrot`, `nbody`, `matmul`, `blackscholes`, or `dot`, a
+//!   reduction) at size `N` (its workitems: elements, pixels, bodies,
+//!   matrix side, options, elements), launch it
 //!   once, wait for its optimized tier, and check one launch against the
 //!   native Rust reference bit for bit. Reply `{"ok": true, "check": "ok",
 //!   "workitems": W, "bytes": B}` (`bytes`: what one launch must read and
@@ -27,7 +28,7 @@
 //! An error is `{"ok": false, "error": TEXT}`; the server goes on.
 
 use crate::tools::reference as native;
-use offload::{Closure, OffloadError, Runtime, par_offload};
+use offload::{Closure, Combine, OffloadError, Runtime, par_offload};
 use rayon::prelude::*;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -200,6 +201,36 @@ fn setup(rt: &Runtime, kernel: &str, n: usize) -> Result<(Case, String, usize, u
             };
             Ok((case, "ok".into(), n, 12 * n as u64))
         }
+        "dot" => {
+            // A reduction: `par_reduce` of `dot.ofk`, checked bit for bit
+            // against the combine tree; rayon's `sum` adds in another order.
+            let x: Vec<f32> = (0..n).map(|i| ((i * 7) % 1000) as f32 * 1e-3).collect();
+            let y: Vec<f32> = (0..n).map(|i| ((i * 13) % 777) as f32 * 1e-3).collect();
+            let m = rt
+                .load_source("dot.ofk", include_str!("../../../examples/kernels/dot.ofk"))
+                .map_err(e)?;
+            let (xa, ya) = (rt.array(&x).map_err(e)?, rt.array(&y).map_err(e)?);
+            let c = m.closure("dot", [(&xa).into(), (&ya).into()]).map_err(e)?;
+            let got = rt
+                .par_reduce::<f32>(0..n as i64, &c, Combine::Sum)
+                .map_err(e)?
+                .value;
+            if got.to_bits() != native::dot_tree(&x, &y).to_bits() {
+                return Err(mismatch("sum"));
+            }
+            rt.finish_compiles();
+            let rt2 = rt.clone();
+            let case = Case {
+                offload: Box::new(move || {
+                    rt2.par_reduce::<f32>(0..n as i64, &c, Combine::Sum)
+                        .map(|_| ())
+                }),
+                rayon: Box::new(move || {
+                    std::hint::black_box(native::dot_par(&x, &y));
+                }),
+            };
+            Ok((case, "ok".into(), n, 8 * n as u64))
+        }
         "mandelbrot" => {
             let (w, it) = ((n as f64).sqrt() as i32, 256);
             let px = (w * w) as usize;
@@ -331,6 +362,7 @@ mod tests {
             ("nbody", 64),
             ("matmul", 16),
             ("blackscholes", 1000),
+            ("dot", 5000),
         ] {
             req += &format!("{{\"op\":\"setup\",\"kernel\":\"{k}\",\"n\":{n}}}\n");
             for what in ["offload", "rayon"] {
@@ -341,10 +373,10 @@ mod tests {
         }
         req += "{\"op\":\"copy\",\"n\":100000,\"reps\":2,\"warm\":1}\n";
         let got = ask(&rt, &req);
-        assert_eq!(got.len(), 5 * 3 + 1);
+        assert_eq!(got.len(), 6 * 3 + 1);
         for (i, v) in got.iter().enumerate() {
             assert_eq!(v["ok"], true, "reply {i}: {v}");
-            if i % 3 == 0 && i < 15 {
+            if i % 3 == 0 && i < 18 {
                 assert_eq!(v["check"], "ok", "{v}");
             } else {
                 let ns = v["ns"].as_array().unwrap();
@@ -357,6 +389,7 @@ mod tests {
         assert_eq!(got[0]["bytes"], 12 * 4096);
         assert_eq!(got[3]["workitems"], 1024);
         assert_eq!(got[9]["workitems"], 16 * 16);
+        assert_eq!(got[15]["bytes"], 8 * 5000);
     }
 
     #[test]
