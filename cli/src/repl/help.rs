@@ -91,7 +91,7 @@ pub const COMMANDS: &[Cmd] = &[
     },
     Cmd {
         names: &[":time"],
-        synopsis: ":time [N] run KERNEL RANGE ARGS...",
+        synopsis: ":time [N] run KERNEL RANGE ARGS...   (or :time [N] reduce COMBINE KERNEL ...)",
         about: "Run a launch N times (5 by default) and show the min, median and max time.",
         example: ":time 10 run saxpy 0..1000 2.0 x y",
     },

@@ -172,18 +172,20 @@ impl Session {
             Some(Ok(n)) => (n, &words[1..]),
             _ => (5, words),
         };
-        if n == 0 || rest.first() != Some(&"run") {
-            bail!("usage: :time [N] run KERNEL RANGE ARGS...");
-        }
+        let usage = "usage: :time [N] run KERNEL RANGE ARGS... | :time [N] reduce sum|min|max KERNEL RANGE ARGS...";
+        let (how, launch) = match rest.first() {
+            _ if n == 0 => bail!("{usage}"),
+            Some(&"run") => (reduce::Launch::ForEach, &rest[1..]),
+            Some(&"reduce") => (
+                reduce::Launch::Reduce(reduce::combine(rest.get(1))?),
+                rest.get(2..).unwrap_or(&[]),
+            ),
+            _ => bail!("{usage}"),
+        };
         let mut reps = Vec::new();
         for _ in 0..n {
             let mut sink = String::new();
-            self.run(
-                &rest[1..],
-                reduce::Launch::ForEach,
-                Some(&mut reps),
-                &mut sink,
-            )?;
+            self.run(launch, how, Some(&mut reps), &mut sink)?;
         }
         let mut totals: Vec<Duration> = reps.iter().map(|r| r.timings.total).collect();
         totals.sort();
