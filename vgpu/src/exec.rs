@@ -3,7 +3,8 @@
 
 use crate::alu;
 use crate::inst::{
-    Addr, AtomOp, Base, BoolOp, Inst, Op, Opnd, Scope, Sem, Space, Sreg, Ty, TyKind,
+    Addr, AtomOp, Base, BoolOp, Inst, Op, Opnd, Scope, Sem, ShflMode, Space, Sreg, Ty, TyKind,
+    VoteMode,
 };
 use crate::mem::{self, Fault, Kind, MemMap};
 use crate::module::Module;
@@ -51,10 +52,36 @@ pub(crate) enum Event {
     Next,
     /// Yields its turn (`nanosleep`).
     Yield,
+    /// Waits for its warp's lanes at a `shfl.sync` or `vote.sync`
+    /// (`crate::grid` writes the result into the destination register).
+    Warp(WarpReq),
     /// Waits at barrier `n`.
     Barrier(u32),
     /// Finished.
     Exit,
+}
+
+/// A lane's part in a warp-wide instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WarpReq {
+    /// What the instruction does.
+    pub(crate) kind: WarpKind,
+    /// The destination register (in the lane's current frame).
+    pub(crate) d: u32,
+    /// The value the lane offers (`shfl`'s `a`; `vote`'s predicate, 0 or 1).
+    pub(crate) value: u64,
+    /// `shfl`'s `b` and `c`.
+    pub(crate) b: u32,
+    pub(crate) c: u32,
+    /// The lanes taking part.
+    pub(crate) mask: u32,
+}
+
+/// A warp-wide instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WarpKind {
+    Shfl(ShflMode),
+    Vote(VoteMode),
 }
 
 /// Why a thread stopped with an error.
@@ -438,6 +465,44 @@ impl Thread {
                 })
             }
             Op::Nanosleep(_) => return Ok(Event::Yield),
+            Op::Shfl {
+                mode,
+                d,
+                a,
+                b,
+                c,
+                mask,
+            } => {
+                return Ok(Event::Warp(WarpReq {
+                    kind: WarpKind::Shfl(*mode),
+                    d: *d,
+                    value: rd(self, a) & 0xffff_ffff,
+                    b: rd(self, b) as u32,
+                    c: rd(self, c) as u32,
+                    mask: rd(self, mask) as u32,
+                }));
+            }
+            Op::Vote {
+                mode,
+                d,
+                p,
+                neg,
+                mask,
+            } => {
+                let on = (self.frames[depth].regs[*p as usize] != 0) != *neg;
+                return Ok(Event::Warp(WarpReq {
+                    kind: WarpKind::Vote(*mode),
+                    d: *d,
+                    value: u64::from(on),
+                    b: 0,
+                    c: 0,
+                    mask: rd(self, mask) as u32,
+                }));
+            }
+            Op::ActiveMask(d) => {
+                let lane = self.place.lane;
+                self.frames[depth].regs[*d as usize] = 1u64 << lane;
+            }
             Op::Bar(n) => return Ok(Event::Barrier(rd(self, n) as u32)),
             Op::Bra(t) => self.frames[depth].pc = *t,
             Op::Call { func, rets, args } => {

@@ -239,6 +239,11 @@ fn run(
     let mut waiting: Vec<Vec<u32>> = vec![Vec::new(); blocks as usize];
     let quantum = u64::from(opts.quantum.max(1));
     let mut model = Model::new(module, threads.len(), per_block as u32);
+    // Lanes waiting at `shfl.sync`/`vote.sync`, and the threads that exited
+    // (a warp-wide instruction does not wait for those).
+    let mut warps = crate::warp::Rendezvous::default();
+    let mut exited = vec![false; threads.len()];
+    let mut released: Vec<u32> = Vec::new();
     while !live.is_empty() {
         let i = rng.below(live.len() as u64) as usize;
         let t = live[i] as usize;
@@ -254,6 +259,14 @@ fn run(
             match step {
                 Ok(Event::Next) => {}
                 Ok(Event::Yield) => break,
+                Ok(Event::Warp(req)) => {
+                    remove = true;
+                    match warps.arrive(threads, &exited, t as u32, req) {
+                        Ok(r) => released = r,
+                        Err(detail) => return Err(warp_fault(module, &threads[t], detail, opts)),
+                    }
+                    break;
+                }
                 Ok(Event::Barrier(_)) => {
                     let b = threads[t].place.block as usize;
                     waiting[b].push(t as u32);
@@ -263,6 +276,11 @@ fn run(
                 Ok(Event::Exit) => {
                     alive[threads[t].place.block as usize] -= 1;
                     remove = true;
+                    exited[t] = true;
+                    match warps.exited(threads, &exited, t as u32) {
+                        Ok(r) => released = r,
+                        Err(detail) => return Err(warp_fault(module, &threads[t], detail, opts)),
+                    }
                     break;
                 }
                 Err(stop) => return Err(fault_of(module, &threads[t], stop, opts)),
@@ -274,6 +292,7 @@ fn run(
             if !waiting[b].is_empty() && waiting[b].len() as u32 == alive[b] {
                 live.append(&mut waiting[b]);
             }
+            live.append(&mut released);
         }
         if stats.instructions > opts.max_steps {
             return Err(Error::Launch(Box::new(LaunchFault {
@@ -289,6 +308,21 @@ fn run(
                 detail: format!("{} instructions without finishing", opts.max_steps),
             })));
         }
+    }
+    if let Some((t, detail)) = warps.stuck(threads) {
+        let t = &threads[t as usize];
+        return Err(Error::Launch(Box::new(LaunchFault {
+            kind: FaultKind::Deadlock,
+            kernel: kernel_name(module, t),
+            line: 0,
+            text: String::new(),
+            block: t.place.ctaid,
+            thread: t.place.tid,
+            addr: 0,
+            size: 0,
+            seed: opts.seed,
+            detail,
+        })));
     }
     if let Some((b, w)) = waiting.iter().enumerate().find(|(_, w)| !w.is_empty()) {
         let t = &threads[w[0] as usize];
@@ -310,6 +344,36 @@ fn run(
     }
     stats.costs = model.finish();
     Ok(())
+}
+
+/// A warp-wide instruction used as PTX leaves undefined (`crate::warp`),
+/// reported at thread `t`'s instruction.
+fn warp_fault(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> Error {
+    let pc_line = t
+        .frames
+        .last()
+        .and_then(|f| {
+            module.funcs[f.func as usize]
+                .code
+                .get(f.pc.saturating_sub(1) as usize)
+        })
+        .map_or(0, |i| i.line);
+    Error::Launch(Box::new(LaunchFault {
+        kind: FaultKind::Trap,
+        kernel: kernel_name(module, t),
+        line: pc_line,
+        text: module
+            .text
+            .lines()
+            .nth(pc_line.saturating_sub(1) as usize)
+            .map_or_else(String::new, |l| l.trim().to_string()),
+        block: t.place.ctaid,
+        thread: t.place.tid,
+        addr: 0,
+        size: 0,
+        seed: opts.seed,
+        detail,
+    }))
 }
 
 fn kernel_name(module: &Module, t: &Thread) -> String {

@@ -576,6 +576,41 @@ pub enum Op {
     },
     /// `nanosleep.u32 t`: ends the thread's turn.
     Nanosleep(Opnd),
+    /// `shfl.sync.MODE.b32 d, a, b, c, membermask`: `d` takes `a` of
+    /// another lane of the warp (`crate::grid` holds the lanes of
+    /// `membermask` until every one that has not exited arrives).
+    Shfl {
+        /// `.up`, `.down`, `.bfly` or `.idx`.
+        mode: ShflMode,
+        /// Destination.
+        d: u32,
+        /// The value this lane offers.
+        a: Opnd,
+        /// The lane offset (or index, for `.idx`).
+        b: Opnd,
+        /// The clamp (bits 0–4) and segment mask (bits 8–12).
+        c: Opnd,
+        /// The lanes taking part.
+        mask: Opnd,
+    },
+    /// `vote.sync.MODE.pred d, p, membermask` (`.all`, `.any`, `.uni`) and
+    /// `vote.sync.ballot.b32 d, p, membermask`.
+    Vote {
+        /// The vote.
+        mode: VoteMode,
+        /// Destination.
+        d: u32,
+        /// The predicate register voted, and whether it is negated (`!p`).
+        p: u32,
+        /// `!p`.
+        neg: bool,
+        /// The lanes taking part.
+        mask: Opnd,
+    },
+    /// `activemask.b32 d`: this lane's bit alone. Threads run one at a
+    /// time here, so no other lane is known to execute the instruction
+    /// with it: the most adversarial answer hardware may give.
+    ActiveMask(u32),
     /// `bar.sync` / `barrier.sync` (with its barrier number).
     Bar(Opnd),
     /// `bra[.uni] L`.
@@ -595,6 +630,32 @@ pub enum Op {
     Exit,
     /// `trap`.
     Trap,
+}
+
+/// A `shfl.sync` mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ShflMode {
+    /// From `lane - b`.
+    Up,
+    /// From `lane + b`.
+    Down,
+    /// From `lane ^ b`.
+    Bfly,
+    /// From lane `b` (of the segment).
+    Idx,
+}
+
+/// A `vote.sync` mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum VoteMode {
+    /// True on every lane.
+    All,
+    /// True on some lane.
+    Any,
+    /// The same on every lane.
+    Uni,
+    /// The lanes where it is true, as a mask.
+    Ballot,
 }
 
 /// An instruction: an operation, its guard and its PTX line.

@@ -54,8 +54,11 @@
 //!   scheduler explores are the only source of races.
 //! - **Warps** are scheduled thread by thread (sm_70's independent thread
 //!   scheduling at its most adversarial); there is no lockstep execution,
-//!   so no divergence cost and no warp-synchronous behaviour. Warp-level
-//!   instructions (`shfl`, `vote`, `activemask`) are not modelled.
+//!   so no divergence cost and no warp-synchronous behaviour. `shfl.sync`
+//!   and `vote.sync` are modelled as rendezvous of the lanes of their
+//!   member mask that have not exited (`warp.rs`); `activemask` gives the
+//!   lane's own bit (no other lane is known to run with it); `shfl`'s
+//!   predicate destination, and the non-`.sync` forms, are not modelled.
 //! - **NaN payloads**: float arithmetic returns the host's NaN (a quieted
 //!   operand), where hardware may return the canonical NaN.
 //! - **Integer division by zero** (unspecified in PTX): the quotient is all
@@ -85,6 +88,7 @@ mod lex;
 pub mod mem;
 pub mod module;
 mod parse;
+mod warp;
 
 pub use grid::{Dims, LaunchStats, SimOptions, launch};
 pub use module::Module;
