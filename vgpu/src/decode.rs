@@ -5,11 +5,13 @@
 
 use crate::Error;
 use crate::inst::{
-    Addr, AtomOp, Base, BinOp, BoolOp, Cmp, Op, Opnd, Rnd, Scope as MemScope, Sem, ShflMode, Space,
-    Sreg, Ty, TyKind, UnOp, VoteMode,
+    Addr, AtomOp, Base, BinOp, BoolOp, Cmp, Op, Opnd, Rnd, Scope as MemScope, Sem, Space, Sreg, Ty,
+    TyKind, UnOp,
 };
 use crate::lex::{float_literal, int_literal};
 use crate::parse::Scope;
+
+mod warp;
 
 /// An operand as parsed, before it is resolved against the function.
 #[derive(Clone, Debug)]
@@ -853,98 +855,9 @@ pub(crate) fn decode(
             cx.count(&ops, 1)?;
             Op::Nanosleep(cx.src(&ops[0], ty)?)
         }
-        "shfl" => {
-            if !q.has("sync") {
-                return Err(cx.err("only `shfl.sync` is modelled"));
-            }
-            let mode = match q.take(&["up", "down", "bfly", "idx"]) {
-                Some("up") => ShflMode::Up,
-                Some("down") => ShflMode::Down,
-                Some("bfly") => ShflMode::Bfly,
-                Some(_) => ShflMode::Idx,
-                None => return Err(cx.err("needs `.up`, `.down`, `.bfly` or `.idx`")),
-            };
-            let b32 = Ty {
-                kind: TyKind::B,
-                bits: 32,
-            };
-            if one_type(&cx, &mut q)? != b32 {
-                return Err(cx.err("takes `.b32`"));
-            }
-            cx.count(&ops, 5)?;
-            if matches!(ops[0], Raw::Pair(..)) {
-                return Err(cx.err("a predicate destination `d|p` is not modelled"));
-            }
-            Op::Shfl {
-                mode,
-                d: cx.reg(&ops[0])?,
-                a: cx.src(&ops[1], b32)?,
-                b: cx.src(&ops[2], b32)?,
-                c: cx.src(&ops[3], b32)?,
-                mask: cx.src(&ops[4], b32)?,
-            }
-        }
-        "vote" => {
-            if !q.has("sync") {
-                return Err(cx.err("only `vote.sync` is modelled"));
-            }
-            let mode = match q.take(&["all", "any", "uni", "ballot"]) {
-                Some("all") => VoteMode::All,
-                Some("any") => VoteMode::Any,
-                Some("uni") => VoteMode::Uni,
-                Some(_) => VoteMode::Ballot,
-                None => return Err(cx.err("needs `.all`, `.any`, `.uni` or `.ballot`")),
-            };
-            let want = if mode == VoteMode::Ballot {
-                Ty {
-                    kind: TyKind::B,
-                    bits: 32,
-                }
-            } else {
-                Ty {
-                    kind: TyKind::Pred,
-                    bits: 1,
-                }
-            };
-            if one_type(&cx, &mut q)? != want {
-                return Err(cx.err(format!("takes `{want}` here")));
-            }
-            cx.count(&ops, 3)?;
-            let d = if mode == VoteMode::Ballot {
-                cx.reg(&ops[0])?
-            } else {
-                cx.pred(&ops[0])?
-            };
-            let (p, neg) = match &ops[1] {
-                Raw::Not(r) => (cx.pred(r)?, true),
-                r => (cx.pred(r)?, false),
-            };
-            let mask = cx.src(
-                &ops[2],
-                Ty {
-                    kind: TyKind::B,
-                    bits: 32,
-                },
-            )?;
-            Op::Vote {
-                mode,
-                d,
-                p,
-                neg,
-                mask,
-            }
-        }
-        "activemask" => {
-            let b32 = Ty {
-                kind: TyKind::B,
-                bits: 32,
-            };
-            if one_type(&cx, &mut q)? != b32 {
-                return Err(cx.err("takes `.b32`"));
-            }
-            cx.count(&ops, 1)?;
-            Op::ActiveMask(cx.reg(&ops[0])?)
-        }
+        "shfl" => warp::shfl(&cx, &mut q, &ops)?,
+        "vote" => warp::vote(&cx, &mut q, &ops)?,
+        "activemask" => warp::activemask(&cx, &mut q, &ops)?,
         "bar" | "barrier" => {
             if !q.has("sync") {
                 return Err(cx.err("only `bar.sync` is modelled"));

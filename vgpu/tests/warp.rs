@@ -197,11 +197,15 @@ done:
     for bad in [
         "shfl.down.b32 %r1, %r0, 1, 31;",
         "shfl.sync.down.b32 %r1|%p0, %r0, 1, 31, 0xffffffff;",
+        "shfl.sync.down.wide.b32 %r1, %r0, 1, 31, 0xffffffff;",
+        "vote.sync.ballot.pred %p1, %p0, 0xffffffff;",
+        "activemask.b64 %r1;",
     ] {
         let src = format!(
             ".visible .entry k(.param .u64 p)\n{{\n.reg .b32 %r<3>;\n.reg .pred %p<2>;\n{bad}\nret;\n}}\n"
         );
         let e = parse(&format!("{HEAD}{src}")).unwrap_err().to_string();
-        assert!(e.contains("shfl"), "{e}");
+        let op = bad.split(' ').next().unwrap();
+        assert!(e.contains(op), "{bad}: {e}");
     }
 }
