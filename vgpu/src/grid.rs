@@ -310,63 +310,26 @@ fn run(
         }
     }
     if let Some((t, detail)) = warps.stuck(threads) {
-        let t = &threads[t as usize];
-        return Err(Error::Launch(Box::new(LaunchFault {
-            kind: FaultKind::Deadlock,
-            kernel: kernel_name(module, t),
-            line: 0,
-            text: String::new(),
-            block: t.place.ctaid,
-            thread: t.place.tid,
-            addr: 0,
-            size: 0,
-            seed: opts.seed,
-            detail,
-        })));
+        return Err(deadlock(module, &threads[t as usize], detail, opts));
     }
     if let Some((b, w)) = waiting.iter().enumerate().find(|(_, w)| !w.is_empty()) {
-        let t = &threads[w[0] as usize];
-        return Err(Error::Launch(Box::new(LaunchFault {
-            kind: FaultKind::Deadlock,
-            kernel: kernel_name(module, t),
-            line: 0,
-            text: String::new(),
-            block: t.place.ctaid,
-            thread: t.place.tid,
-            addr: 0,
-            size: 0,
-            seed: opts.seed,
-            detail: format!(
-                "{} thread(s) of block {b} wait at a barrier that the others never reach",
-                w.len()
-            ),
-        })));
+        let detail = format!(
+            "{} thread(s) of block {b} wait at a barrier that the others never reach",
+            w.len()
+        );
+        return Err(deadlock(module, &threads[w[0] as usize], detail, opts));
     }
     stats.costs = model.finish();
     Ok(())
 }
 
-/// A warp-wide instruction used as PTX leaves undefined (`crate::warp`),
-/// reported at thread `t`'s instruction.
-fn warp_fault(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> Error {
-    let pc_line = t
-        .frames
-        .last()
-        .and_then(|f| {
-            module.funcs[f.func as usize]
-                .code
-                .get(f.pc.saturating_sub(1) as usize)
-        })
-        .map_or(0, |i| i.line);
+/// Threads that wait for others that never come, reported at thread `t`.
+fn deadlock(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> Error {
     Error::Launch(Box::new(LaunchFault {
-        kind: FaultKind::Trap,
+        kind: FaultKind::Deadlock,
         kernel: kernel_name(module, t),
-        line: pc_line,
-        text: module
-            .text
-            .lines()
-            .nth(pc_line.saturating_sub(1) as usize)
-            .map_or_else(String::new, |l| l.trim().to_string()),
+        line: 0,
+        text: String::new(),
         block: t.place.ctaid,
         thread: t.place.tid,
         addr: 0,
@@ -374,6 +337,42 @@ fn warp_fault(module: &Module, t: &Thread, detail: String, opts: &SimOptions) ->
         seed: opts.seed,
         detail,
     }))
+}
+
+/// A warp-wide instruction used as PTX leaves undefined (`crate::warp`),
+/// reported at thread `t`'s instruction.
+fn warp_fault(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> Error {
+    let (line, text, _) = last_run(module, t);
+    Error::Launch(Box::new(LaunchFault {
+        kind: FaultKind::Trap,
+        kernel: kernel_name(module, t),
+        line,
+        text,
+        block: t.place.ctaid,
+        thread: t.place.tid,
+        addr: 0,
+        size: 0,
+        seed: opts.seed,
+        detail,
+    }))
+}
+
+/// The instruction thread `t` ran last (the one just before its pc): its
+/// line, text and function.
+fn last_run(module: &Module, t: &Thread) -> (u32, String, String) {
+    t.frames
+        .last()
+        .and_then(|fr| {
+            let f = &module.funcs[fr.func as usize];
+            let i = f.code.get(fr.pc.checked_sub(1)? as usize)?;
+            let text = module
+                .text
+                .lines()
+                .nth(i.line as usize - 1)
+                .map_or_else(String::new, |l| l.trim().to_string());
+            Some((i.line, text, f.name.clone()))
+        })
+        .unwrap_or_default()
 }
 
 fn kernel_name(module: &Module, t: &Thread) -> String {
@@ -390,20 +389,7 @@ fn current_text(module: &Module, t: &Thread) -> String {
 
 pub(crate) fn fault_of(module: &Module, t: &Thread, stop: Stop, opts: &SimOptions) -> Error {
     // The instruction that failed is the one just before the pc.
-    let (line, text, func) = t
-        .frames
-        .last()
-        .and_then(|fr| {
-            let f = &module.funcs[fr.func as usize];
-            let i = f.code.get(fr.pc.checked_sub(1)? as usize)?;
-            let text = module
-                .text
-                .lines()
-                .nth(i.line as usize - 1)
-                .map_or_else(String::new, |l| l.trim().to_string());
-            Some((i.line, text, f.name.clone()))
-        })
-        .unwrap_or_default();
+    let (line, text, func) = last_run(module, t);
     let (kind, addr, size, detail) = match stop {
         Stop::Mem(Fault::Illegal, a, s) => (
             FaultKind::IllegalAddress,
