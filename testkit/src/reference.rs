@@ -255,23 +255,30 @@ pub fn dot_par(x: &[f32], y: &[f32]) -> f32 {
 }
 
 /// The dot product of `x` and `y` summed in offload's combine tree
-/// (`offload_abi::reduce`): pairwise over the positions, a node with no
-/// right half taking its left half's value.
+/// ([`combine_tree`]).
 pub fn dot_tree(x: &[f32], y: &[f32]) -> f32 {
-    fn node(x: &[f32], y: &[f32], lo: usize, size: usize) -> Option<f32> {
-        if lo >= x.len() {
+    let products: Vec<f32> = x.iter().zip(y).map(|(a, b)| a * b).collect();
+    combine_tree(&products, &|a, b| a + b).unwrap_or(0.0)
+}
+
+/// The root of offload's combine tree over `v` (`offload_abi::reduce`),
+/// written out from its definition: pairwise over the positions, a node
+/// with no right half taking its left half's value; `None` for no values.
+pub fn combine_tree<T: Copy>(v: &[T], f: &impl Fn(T, T) -> T) -> Option<T> {
+    fn node<T: Copy>(v: &[T], lo: usize, size: usize, f: &impl Fn(T, T) -> T) -> Option<T> {
+        if lo >= v.len() {
             return None;
         }
         if size == 1 {
-            return Some(x[lo] * y[lo]);
+            return Some(v[lo]);
         }
-        let l = node(x, y, lo, size / 2);
-        match (l, node(x, y, lo + size / 2, size / 2)) {
-            (Some(a), Some(b)) => Some(a + b),
+        let l = node(v, lo, size / 2, f);
+        match (l, node(v, lo + size / 2, size / 2, f)) {
+            (Some(a), Some(b)) => Some(f(a, b)),
             (a, _) => a,
         }
     }
-    node(x, y, 0, x.len().next_power_of_two()).unwrap_or(0.0)
+    node(v, 0, v.len().next_power_of_two(), f)
 }
 
 /// One step of `heat.ofk` (the five-point stencil over the interior of

@@ -69,24 +69,9 @@ fn churn(i: i64, k: i64) -> i64 {
 }
 "#;
 
-/// The tree's root from its definition: leaves `v`, a node with no right
-/// half is its left half.
-pub fn tree<T: Copy>(v: &[T], f: &impl Fn(T, T) -> T) -> Option<T> {
-    fn node<T: Copy>(v: &[T], lo: usize, size: usize, f: &impl Fn(T, T) -> T) -> Option<T> {
-        if lo >= v.len() {
-            return None;
-        }
-        if size == 1 {
-            return Some(v[lo]);
-        }
-        let l = node(v, lo, size / 2, f);
-        match (l, node(v, lo + size / 2, size / 2, f)) {
-            (Some(a), Some(b)) => Some(f(a, b)),
-            (a, _) => a,
-        }
-    }
-    node(v, 0, v.len().next_power_of_two(), f)
-}
+/// The tree's root from its definition (`offload_testkit`'s, written out
+/// apart from the runtime's).
+pub use offload_testkit::reference::combine_tree as tree;
 
 /// Values whose sum depends on the order: large and small of both signs.
 pub fn awkward(n: usize, seed: u32) -> Vec<f32> {
