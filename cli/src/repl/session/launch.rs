@@ -34,47 +34,7 @@ impl Session {
         }
         let m = self.module()?.clone();
         let range = parse::parse_launch_range(range, &self.vars)?;
-        // Literals take the type of the parameter they are passed to.
-        let v = m.program().verified();
-        let params: Vec<(String, Type)> = v
-            .func_named(kernel)
-            .map(|k| {
-                v.func(k).params()[1..]
-                    .iter()
-                    .map(|l| (l.name.clone(), l.ty))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut captures = Vec::new();
-        for (i, a) in args.iter().enumerate() {
-            let param = params.get(i);
-            let numeric = |t: Type| matches!(t, Type::I32 | Type::I64 | Type::F32 | Type::F64);
-            captures.push(match self.vars.get(*a) {
-                Some(var) => var.arg(),
-                // A reference parameter takes a variable or `null`.
-                None if *a != "null" && param.is_some_and(|p| !numeric(p.1)) => {
-                    let (name, ty) = param.expect("checked");
-                    bail!(
-                        "argument {} of `{kernel}`: `{a}` is no variable, and parameter `{name}` is {} {} (pass a variable holding one, or null){}",
-                        i + 1,
-                        article(&v.type_name(*ty)),
-                        v.type_name(*ty),
-                        self.did_you_mean_var(a)
-                    );
-                }
-                None => self
-                    .literal(a, param.map(|p| p.1))
-                    .map_err(|e| {
-                        ReplError::Entry(format!(
-                            "argument {} of `{kernel}`{}: {} (and no variable has that name){}",
-                            i + 1,
-                            param.map_or(String::new(), |(n, _)| format!(" (`{n}`)")),
-                            e,
-                            self.did_you_mean_var(a)
-                        ))
-                    })?,
-            });
-        }
+        let captures = self.captures(&m, kernel, args)?;
         let closure = m.closure(kernel, captures)?;
         // A safepoint armed with `:safepoint`: requested from another
         // thread after its delay, unless the launch ends first.
@@ -166,7 +126,54 @@ impl Session {
         Ok(value)
     }
 
-    /// `:time [N] run ...`.
+    /// The captures of a launch of `kernel` of `m` from the words `args`:
+    /// variables, `null`, or literals (which take the type of the
+    /// parameter they are passed to).
+    fn captures(&self, m: &Module, kernel: &str, args: &[&str]) -> Result<Vec<Arg>> {
+        let v = m.program().verified();
+        let params: Vec<(String, Type)> = v
+            .func_named(kernel)
+            .map(|k| {
+                v.func(k).params()[1..]
+                    .iter()
+                    .map(|l| (l.name.clone(), l.ty))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut captures = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            let param = params.get(i);
+            let numeric = |t: Type| matches!(t, Type::I32 | Type::I64 | Type::F32 | Type::F64);
+            captures.push(match self.vars.get(*a) {
+                Some(var) => var.arg(),
+                // A reference parameter takes a variable or `null`.
+                None if *a != "null" && param.is_some_and(|p| !numeric(p.1)) => {
+                    let (name, ty) = param.expect("checked");
+                    bail!(
+                        "argument {} of `{kernel}`: `{a}` is no variable, and parameter `{name}` is {} {} (pass a variable holding one, or null){}",
+                        i + 1,
+                        article(&v.type_name(*ty)),
+                        v.type_name(*ty),
+                        self.did_you_mean_var(a)
+                    );
+                }
+                None => self
+                    .literal(a, param.map(|p| p.1))
+                    .map_err(|e| {
+                        ReplError::Entry(format!(
+                            "argument {} of `{kernel}`{}: {} (and no variable has that name){}",
+                            i + 1,
+                            param.map_or(String::new(), |(n, _)| format!(" (`{n}`)")),
+                            e,
+                            self.did_you_mean_var(a)
+                        ))
+                    })?,
+            });
+        }
+        Ok(captures)
+    }
+
+    /// `:time [N] run ...` and `:time [N] reduce COMBINE ...`.
     pub(super) fn time(&mut self, words: &[&str], out: &mut String) -> Result<()> {
         let (n, rest) = match words.first().map(|w| w.parse::<usize>()) {
             Some(Ok(n)) => (n, &words[1..]),
