@@ -5,6 +5,12 @@ use super::{Cx, Quals, Raw, one_type};
 use crate::Error;
 use crate::inst::{Op, ShflMode, Ty, TyKind, VoteMode};
 
+/// `.b32`, the type of every operand here but `vote`'s predicates.
+const B32: Ty = Ty {
+    kind: TyKind::B,
+    bits: 32,
+};
+
 /// `shfl.sync.MODE.b32 d, a, b, c, membermask`.
 pub(super) fn shfl(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
     if !q.has("sync") {
@@ -17,11 +23,7 @@ pub(super) fn shfl(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
         Some(_) => ShflMode::Idx,
         None => return Err(cx.err("needs `.up`, `.down`, `.bfly` or `.idx`")),
     };
-    let b32 = Ty {
-        kind: TyKind::B,
-        bits: 32,
-    };
-    if one_type(cx, q)? != b32 {
+    if one_type(cx, q)? != B32 {
         return Err(cx.err("takes `.b32`"));
     }
     cx.count(ops, 5)?;
@@ -31,10 +33,10 @@ pub(super) fn shfl(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
     Ok(Op::Shfl {
         mode,
         d: cx.reg(&ops[0])?,
-        a: cx.src(&ops[1], b32)?,
-        b: cx.src(&ops[2], b32)?,
-        c: cx.src(&ops[3], b32)?,
-        mask: cx.src(&ops[4], b32)?,
+        a: cx.src(&ops[1], B32)?,
+        b: cx.src(&ops[2], B32)?,
+        c: cx.src(&ops[3], B32)?,
+        mask: cx.src(&ops[4], B32)?,
     })
 }
 
@@ -51,10 +53,7 @@ pub(super) fn vote(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
         None => return Err(cx.err("needs `.all`, `.any`, `.uni` or `.ballot`")),
     };
     let want = if mode == VoteMode::Ballot {
-        Ty {
-            kind: TyKind::B,
-            bits: 32,
-        }
+        B32
     } else {
         Ty {
             kind: TyKind::Pred,
@@ -74,13 +73,7 @@ pub(super) fn vote(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
         Raw::Not(r) => (cx.pred(r)?, true),
         r => (cx.pred(r)?, false),
     };
-    let mask = cx.src(
-        &ops[2],
-        Ty {
-            kind: TyKind::B,
-            bits: 32,
-        },
-    )?;
+    let mask = cx.src(&ops[2], B32)?;
     Ok(Op::Vote {
         mode,
         d,
@@ -92,11 +85,7 @@ pub(super) fn vote(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
 
 /// `activemask.b32 d`.
 pub(super) fn activemask(cx: &Cx, q: &mut Quals, ops: &[Raw]) -> Result<Op, Error> {
-    let b32 = Ty {
-        kind: TyKind::B,
-        bits: 32,
-    };
-    if one_type(cx, q)? != b32 {
+    if one_type(cx, q)? != B32 {
         return Err(cx.err("takes `.b32`"));
     }
     cx.count(ops, 1)?;
