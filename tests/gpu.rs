@@ -703,33 +703,119 @@ fn check_dispatches(
 
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
-fn a_reduction_on_the_cuda_device_runs_on_the_cpu_and_says_so() {
-    // The PTX backend does not compile reducing kernels yet: the launch
-    // falls back to the CPU device with a note (an error in strict mode),
-    // and its value is the combine tree's, as everywhere.
-    let rt = build(gpu().strict(false));
-    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
-    let n = 1000;
-    let x = reduce::awkward(n, 7);
-    let y = reduce::awkward(n, 99);
-    let (xa, ya) = (rt.array(&x).unwrap(), rt.array(&y).unwrap());
-    let dot = m.closure("dot", [(&xa).into(), (&ya).into()]).unwrap();
-    let r = rt
-        .par_reduce::<f32>(0..n as i64, &dot, Combine::Sum)
+fn reductions_on_the_cuda_device_give_the_cpus_bits() {
+    // Every type and combine, 2-D, sub-ranges, empty ranges, exceptions,
+    // the refusals, and reductions in flight.
+    let rt = build(gpu());
+    let n = size(&rt, 1 << 20, 10_007);
+    let bits = reduce::check(&rt, n, "cuda");
+    let cpu = Runtime::builder()
+        .device(Device::Cpu)
+        .workers(2)
+        .build()
         .unwrap();
-    let prods: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a * b).collect();
-    let want = reduce::tree(&prods, &|a, b| a + b).unwrap();
-    assert_eq!(r.value.to_bits(), want.to_bits());
-    assert_eq!(r.report.device, Device::Cpu, "{}", r.report);
-    let note = r.report.fallback.clone().unwrap_or_default();
-    assert!(note.contains("reduction"), "{note}");
-    let strict = build(gpu().strict(true));
-    let m = strict.load_source("reduce.ofk", reduce::SRC).unwrap();
-    let (xa, ya) = (strict.array(&x).unwrap(), strict.array(&y).unwrap());
-    let dot = m.closure("dot", [(&xa).into(), (&ya).into()]).unwrap();
-    let e = strict
-        .par_reduce::<f32>(0..n as i64, &dot, Combine::Sum)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("`dot`") && e.contains("reduction"), "{e}");
+    assert_eq!(bits, reduce::check(&cpu, n, "cpu"));
+    reduce::check_in_flight(&rt, n, "cuda, in flight");
+    // The warps' float min and max: signed zeros ordered, the leftmost
+    // NaN kept with its payload, as the CPU's.
+    let mut v = reduce::awkward(4096, 5);
+    for (i, x) in [(3, -0.0), (40, 0.0), (77, -0.0)] {
+        v[i] = x;
+    }
+    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let mc = cpu.load_source("reduce.ofk", reduce::SRC).unwrap();
+    for nans in [
+        vec![],
+        vec![
+            (700, 0x7fc0_0007u32),
+            (70, 0x7fc0_0003),
+            (2000, 0xffc0_0009),
+        ],
+    ] {
+        let mut v = v.clone();
+        for &(i, b) in &nans {
+            v[i] = f32::from_bits(b);
+        }
+        for c in [Combine::Min, Combine::Max] {
+            let (a, ac) = (rt.array(&v).unwrap(), cpu.array(&v).unwrap());
+            let get = m.closure("get", [(&a).into()]).unwrap();
+            let getc = mc.closure("get", [(&ac).into()]).unwrap();
+            let g = rt.par_reduce::<f32>(0..4096, &get, c).unwrap().value;
+            let want = cpu.par_reduce::<f32>(0..4096, &getc, c).unwrap().value;
+            assert_eq!(g.to_bits(), want.to_bits(), "{c:?}, NaNs {nans:?}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn gpu_reductions_count_deopted_and_stopped_workitems_once() {
+    let probe = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let m = probe.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let k = m.program().verified().func_named("squares").unwrap();
+    let sites = m.program().analysis(k).unwrap().sites.clone();
+    // Injected deopts at the first and the last site: the deopted lanes
+    // leave their warps, whose other lanes' values come back as leaves;
+    // the device resumes the records it lands at, the host replays the
+    // rest.
+    for site in [sites[0].bci, sites[sites.len() - 1].bci] {
+        let rt = build(gpu().inject(Injection {
+            site_bci: site,
+            modulus: 61,
+            remainder: 5,
+            reason: None,
+        }));
+        let n = size(&rt, 1 << 20, 20_011);
+        let what = format!("cuda, deopts at {site}");
+        let r = reduce::squares_checked(&rt, n, &what);
+        assert!(r.replayed + r.resumed >= (n / 61) as u64, "{what}: {r}");
+    }
+    // Injected safepoints: every request stops a reducing kernel.
+    for seed in [None, Some(17)] {
+        let rt = build(gpu().inject_safepoints(5, seed));
+        let what = format!("cuda, safepoints, seed {seed:?}");
+        let n = size(&rt, 1 << 20, 30_001);
+        let r = reduce::squares_checked(&rt, n, &what);
+        assert!(r.replayed + r.resumed + r.never_ran > 0, "{what}: {r}");
+    }
+    // Collections during the launch (a kernel that allocates).
+    let rt = build(gpu().reclaim(false).max_heap(8 << 20));
+    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
+    let n: i64 = size(&rt, 400_000, 100_000) as i64;
+    let c = m.closure("churn", [3i64.into()]).unwrap();
+    let got = rt.par_reduce::<i64>(0..n, &c, Combine::Sum).unwrap();
+    assert!(got.report.gc.collections >= 1, "{}", got.report);
+    assert_eq!(got.value, (0..n).map(|i| 3 * i).sum::<i64>());
+    let max = rt.par_reduce::<i64>(0..n, &c, Combine::Max).unwrap().value;
+    assert_eq!(max, 3 * (n - 1));
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_reduction_on_the_cuda_device_runs_there_with_the_trees_value() {
+    // Warps combine tiles of 32 positions with shuffles; the range's tail
+    // comes back as leaves; the value is the combine tree's, bit for bit.
+    let rt = build(gpu().strict(true));
+    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
+    for n in [1000usize, 4099, 31, 0] {
+        let x = reduce::awkward(n, 7);
+        let y = reduce::awkward(n, 99);
+        let (xa, ya) = (rt.array(&x).unwrap(), rt.array(&y).unwrap());
+        let dot = m.closure("dot", [(&xa).into(), (&ya).into()]).unwrap();
+        let r = rt
+            .par_reduce::<f32>(0..n as i64, &dot, Combine::Sum)
+            .unwrap();
+        let prods: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a * b).collect();
+        let want = reduce::tree(&prods, &|a, b| a + b).unwrap_or(0.0);
+        assert_eq!(r.value.to_bits(), want.to_bits(), "n = {n}");
+        assert_eq!(r.report.device, Device::Cuda, "{}", r.report);
+        assert!(r.report.fallback.is_none(), "{}", r.report);
+        // The host joined a node per full tile and a leaf per workitem of
+        // the tail: no warp fell back to leaves.
+        let joined = r.report.reduction.as_ref().map_or(0, |r| r.joined);
+        assert_eq!(joined as usize, n / 32 + n % 32, "n = {n}");
+    }
 }

@@ -50,30 +50,6 @@ fn a_float_sum_is_the_same_on_every_run() {
     }
 }
 
-/// `squares` over `n` values with the runtime `rt`: the sum's bits must be
-/// the tree's whatever deopted; returns the report.
-fn squares_checked(rt: &Runtime, n: usize, what: &str) -> offload::LaunchReport {
-    let m = rt.load_source("reduce.ofk", reduce::SRC).unwrap();
-    let x: Vec<f64> = reduce::awkward(n, 5)
-        .iter()
-        .map(|&v| f64::from(v) * 1e-3)
-        .collect();
-    let xa = rt.array(&x).unwrap();
-    let sq = m.closure("squares", [(&xa).into()]).unwrap();
-    let got = rt
-        .par_reduce::<f64>(0..n as i64, &sq, Combine::Sum)
-        .unwrap();
-    let want = reduce::tree(&reduce::squares(&x), &|a, b| a + b).unwrap();
-    assert_eq!(
-        got.value.to_bits(),
-        want.to_bits(),
-        "{what}: {}",
-        got.report
-    );
-    assert_eq!(got.report.completed, n as u64, "{what}");
-    got.report
-}
-
 #[test]
 fn deopted_workitems_are_counted_once_in_the_trees_place() {
     let probe = Runtime::builder()
@@ -102,7 +78,7 @@ fn deopted_workitems_are_counted_once_in_the_trees_place() {
             .build()
             .unwrap();
         let what = format!("site {site}, tiered {tiered}, {records} records");
-        let r = squares_checked(&rt, 20_011, &what);
+        let r = reduce::squares_checked(&rt, 20_011, &what);
         assert!(r.replayed + r.resumed >= 20_011 / 7, "{what}: {r}");
     }
 }
@@ -118,7 +94,7 @@ fn workitems_resumed_after_injected_safepoints_are_counted_once() {
             .build()
             .unwrap();
         let what = format!("tiered {tiered}, seed {seed:?}");
-        let r = squares_checked(&rt, 30_001, &what);
+        let r = reduce::squares_checked(&rt, 30_001, &what);
         assert!(r.replayed + r.resumed > 0, "{what}: {r}");
     }
 }

@@ -29,7 +29,8 @@ pub const RESUMED: u32 = 0x0E54;
 /// code (a corrupt record, or a host bug); nothing ran.
 pub const NO_LANDING: u32 = 0x0E55;
 /// Its values buffer ([`crate::cpu::LaunchCtx::values`]) is full, or it
-/// claimed a chunk that does not continue the buffer's run of workitems.
+/// claimed a chunk that does not continue the buffer's run of workitems
+/// (CPU); its leaves ([`crate::gpu::DeviceCtx::leaves`]) are full (GPU).
 /// Its unstarted rest is in `never_ran`; the host takes the values and
-/// enters it again at once. (CPU only.)
+/// enters it again.
 pub const VALUES: u32 = 0x0E56;

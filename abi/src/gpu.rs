@@ -126,8 +126,38 @@ device_ctx! {
         /// the image ([`crate::pages`]), from which the kernel reads an
         /// object's class without its header.
         pages: u64,
+        /// For a reducing kernel ([`crate::reduce`]): per tile of
+        /// [`TILE`] positions of the range (tile `t`: positions
+        /// `[t * TILE, (t + 1) * TILE)`), the raw bits (`u64`) of the
+        /// tile's node of the combine tree, written by the warp whose 32
+        /// lanes ran the tile's workitems together; 0 otherwise.
+        tiles: u64,
+        /// Per tile, a byte: 1 once [`DeviceCtx::tiles`] holds its node
+        /// (the host zeroes them at a launch's first run); 0 otherwise.
+        tile_flags: u64,
+        /// For a reducing kernel: per slot, [`LEAVES_PER_SLOT`] leaves of
+        /// [`LEAF_BYTES`] each — the position and raw value of a workitem
+        /// whose value did not go into a tile's node; 0 otherwise.
+        leaves: u64,
+        /// Per slot, a `u32`: the leaves its last run wrote (stored at
+        /// its exit); 0 for a kernel that does not reduce.
+        leaf_counts: u64,
+        /// For a reducing kernel, how its values combine: [`crate::reduce::Combine::code`].
+        combine: u64,
     }
 }
+
+/// Positions in a tile of a reduction ([`DeviceCtx::tiles`]): a warp's
+/// lanes; its node is the tree's node of level [`TILE_LEVEL`].
+pub const TILE: u64 = 32;
+/// The level of a tile's node in the combine tree (`TILE = 2^TILE_LEVEL`).
+pub const TILE_LEVEL: u32 = 5;
+/// Leaves a slot holds ([`DeviceCtx::leaves`]) before it exits with
+/// [`crate::exit::VALUES`] for the host to take them.
+pub const LEAVES_PER_SLOT: u64 = 32;
+/// Bytes of one leaf: the workitem's position (`u64`), then its value's raw
+/// bits (`u64`).
+pub const LEAF_BYTES: u64 = 16;
 
 /// The word of the device eden ([`DeviceCtx::eden`]) holding its top: the
 /// next word a carve takes (past the limit once a carve failed).
@@ -152,8 +182,11 @@ pub mod counter {
     /// Slots that exited with work left (stopped, records full, or
     /// resuming).
     pub const SLOTS_STOPPED: usize = 4;
+    /// Slots of a reducing kernel that left leaves
+    /// ([`super::DeviceCtx::leaves`]).
+    pub const LEAF_SLOTS: usize = 5;
     /// Counters in all.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
 
     /// The byte offset of counter `c` from the counters' start.
     pub const fn byte(c: usize) -> usize {
@@ -188,15 +221,16 @@ pub const NEVER_RAN_HI: i32 = std::mem::offset_of!(NeverRan, hi) as i32;
 pub const EXITED: u8 = 0x80;
 
 /// The exit codes a GPU slot leaves, each told by its low four bits.
-const GPU_EXITS: [u32; 4] = [
+const GPU_EXITS: [u32; 5] = [
     crate::exit::DONE,
     crate::exit::STOPPED,
     crate::exit::DEOPT,
     crate::exit::NO_LANDING,
+    crate::exit::VALUES,
 ];
 
 /// The byte a GPU slot stores for exit code `code` (one of [`crate::exit`]'s
-/// GPU codes: `DONE`, `STOPPED`, `DEOPT`, `NO_LANDING`): [`EXITED`] with the
+/// GPU codes: `DONE`, `STOPPED`, `DEOPT`, `NO_LANDING`, `VALUES`): [`EXITED`] with the
 /// code's low four bits. A byte per slot keeps the exits of a warp in one
 /// 32-byte sector.
 pub const fn exit_byte(code: u32) -> u8 {
@@ -270,6 +304,16 @@ pub mod offsets {
     pub const ROTATE: u32 = offset_of!(DeviceCtx, rotate) as u32;
     /// [`DeviceCtx::pages`].
     pub const PAGES: u32 = offset_of!(DeviceCtx, pages) as u32;
+    /// [`DeviceCtx::tiles`].
+    pub const TILES: u32 = offset_of!(DeviceCtx, tiles) as u32;
+    /// [`DeviceCtx::tile_flags`].
+    pub const TILE_FLAGS: u32 = offset_of!(DeviceCtx, tile_flags) as u32;
+    /// [`DeviceCtx::leaves`].
+    pub const LEAVES: u32 = offset_of!(DeviceCtx, leaves) as u32;
+    /// [`DeviceCtx::leaf_counts`].
+    pub const LEAF_COUNTS: u32 = offset_of!(DeviceCtx, leaf_counts) as u32;
+    /// [`DeviceCtx::combine`].
+    pub const COMBINE: u32 = offset_of!(DeviceCtx, combine) as u32;
 }
 
 #[cfg(test)]
@@ -302,6 +346,11 @@ mod tests {
             fresh: 23,
             rotate: 24,
             pages: 25,
+            tiles: 26,
+            tile_flags: 27,
+            leaves: 28,
+            leaf_counts: 29,
+            combine: 30,
         };
         let words = ctx.to_words();
         let at = |off: u32| words[off as usize / 8];
@@ -318,7 +367,10 @@ mod tests {
             assert_eq!(exit_code(exit_byte(c)), Some(c));
         }
         assert_eq!(exit_code(0), None);
-        assert_eq!(words.len(), 22);
+        assert_eq!(at(offsets::LEAF_COUNTS), 29);
+        assert_eq!(at(offsets::COMBINE), 30);
+        assert_eq!(words.len(), 27);
+        assert_eq!(1 << TILE_LEVEL, TILE);
         // Kernel parameters: the context and the captures fit 4 KiB.
         const { assert!(DEVICE_CTX_WORDS * 8 + MAX_CAPTURES * 16 <= PARAM_BYTES) };
         const { assert!(DEVICE_CTX_WORDS * 8 + (MAX_CAPTURES + 1) * 16 > PARAM_BYTES) };

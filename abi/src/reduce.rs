@@ -112,6 +112,32 @@ impl Combine {
         }
     }
 
+    /// A result as every device gives it: a float sum that is NaN is
+    /// `f32::NAN` or `f64::NAN` (processors differ in which NaN an
+    /// addition gives — the CPU keeps an operand's payload, the GPU
+    /// gives its own — and a NaN in a sum makes the sum NaN whatever the
+    /// order); everything else unchanged (`min` and `max` only choose, so
+    /// the NaN they keep is the leftmost value's, on every device).
+    pub fn canonical(self, ty: Scalar, bits: u64) -> u64 {
+        match (self, ty) {
+            (Combine::Sum, Scalar::F32) if f32::from_bits(bits as u32).is_nan() => {
+                u64::from(f32::NAN.to_bits())
+            }
+            (Combine::Sum, Scalar::F64) if f64::from_bits(bits).is_nan() => f64::NAN.to_bits(),
+            _ => bits,
+        }
+    }
+
+    /// The combine's number in a GPU launch's context
+    /// ([`crate::gpu::DeviceCtx::combine`]): 0, 1, 2 for sum, min, max.
+    pub fn code(self) -> u64 {
+        match self {
+            Combine::Sum => 0,
+            Combine::Min => 1,
+            Combine::Max => 2,
+        }
+    }
+
     /// `a ⊕ b` on the raw bits of two `ty` values (an `i32` or `f32` in the
     /// low 32 bits, the high bits 0), `a` the left subtree's value.
     pub fn apply(self, ty: Scalar, a: u64, b: u64) -> u64 {
@@ -429,7 +455,7 @@ pub fn join(len: u64, ty: Scalar, combine: Combine, mut nodes: Vec<Node>) -> Res
         ));
     }
     match b.finish().as_slice() {
-        [root] => Ok(root.value),
+        [root] => Ok(combine.canonical(ty, root.value)),
         _ => Err("the values do not join into one tree".into()),
     }
 }

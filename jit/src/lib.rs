@@ -133,14 +133,6 @@ pub enum Refusal {
         /// The function called.
         callee: String,
     },
-    /// A kernel that returns a value for a reduction, on a backend that
-    /// does not compile reductions (`Backend::REDUCES`: the PTX backend;
-    /// the launch runs on the next device down).
-    #[error("the kernel returns `{ty}` for a reduction, which this backend does not compile yet")]
-    Reduces {
-        /// The kernel's return type.
-        ty: &'static str,
-    },
     /// A static call of an abstract method.
     #[error("call of abstract `{callee}`")]
     AbstractCall {

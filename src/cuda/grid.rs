@@ -98,6 +98,8 @@ pub(super) struct Grid<'a> {
     fairness: Fairness,
     trace: super::trace::Trace,
     safepoints_before: u64,
+    /// A reducing kernel's tiles and leaves (made at the first run).
+    reducing: Option<super::reduce::Reducing>,
 }
 
 /// Save records per slot on the GPU: a slot that deoptimizes leaves the
@@ -141,7 +143,20 @@ impl<'a> Grid<'a> {
             fairness: Fairness::default(),
             trace,
             safepoints_before: launch.env.control.count(),
+            reducing: None,
         }
+    }
+
+    /// A reducing kernel's nodes, once the launch's rounds are over: the
+    /// tiles its warps combined and the leaves of its runs (none for a
+    /// kernel that does not reduce).
+    pub(super) fn take_nodes(&mut self) -> Result<Vec<offload_abi::reduce::Node>, OffloadError> {
+        let Some(r) = self.reducing.take() else {
+            return Ok(Vec::new());
+        };
+        let (nodes, got) = r.nodes(self.gpu.stream.cu_stream())?;
+        self.state.totals.to_host += got;
+        Ok(nodes)
     }
 
     /// The block, for the GPU to keep for its next launch.
@@ -249,7 +264,7 @@ impl<'a> Grid<'a> {
     fn context(&self, launch: &Launch<'_>) -> DeviceCtx {
         let (b, st) = (&self.block, &*self.state);
         let l = b.layout;
-        DeviceCtx {
+        let mut ctx = DeviceCtx {
             heap_base: self.gpu.resident.heap_at(),
             start: self.range.start,
             end: self.range.end,
@@ -277,7 +292,12 @@ impl<'a> Grid<'a> {
             fresh: u64::from(st.totals.launches == 1),
             rotate: self.rotate(),
             pages: self.gpu.resident.pages_at(),
+            ..DeviceCtx::default()
+        };
+        if let Some(r) = &self.reducing {
+            r.fill(&mut ctx);
         }
+        ctx
     }
 
     /// [`DeviceCtx::rotate`]: the slot thread 0 runs, chosen so that the
@@ -288,8 +308,9 @@ impl<'a> Grid<'a> {
     fn rotate(&self) -> u64 {
         let streams = &self.k.ptx.streams;
         // Slots share TLABs by number (`DeviceCtx::tlab_group`): those of a
-        // kernel that allocates stay with their warps.
-        if streams.is_empty() || self.k.ptx.allocates {
+        // kernel that allocates stay with their warps. A reducing kernel's
+        // warps run aligned tiles of positions (`reduce.rs`).
+        if streams.is_empty() || self.k.ptx.allocates || self.reducing.is_some() {
             return 0;
         }
         // Each access's element `start`.
@@ -439,6 +460,11 @@ impl<'a> Grid<'a> {
             *t += c;
         }
         totals.to_host += self.block.summary_bytes();
+        if d[counter::LEAF_SLOTS] > 0
+            && let Some(r) = &mut self.reducing
+        {
+            totals.to_host += r.take_leaves(self.gpu.stream.cu_stream())?;
+        }
         if d[counter::EDEN_FAILURES] > 0 && launch.env.settings.fail_refills.is_none() {
             // A round that exhausted its eden doubles the next launch's.
             let cap = DEVICE_EDEN_BYTES / 8;
@@ -609,6 +635,16 @@ impl<'r> Rounds<'r> for Grid<'_> {
         // The records handed back are resumed by this round.
         let resumed = std::mem::take(&mut self.handed);
         let eden = self.carve(launch)?;
+        if let (Some((_, combine)), None) = (launch.call.reduction(), &self.reducing) {
+            let len = self.range.end.saturating_sub(self.range.start).max(0) as u64;
+            self.reducing = Some(super::reduce::Reducing::new(
+                self.gpu,
+                combine,
+                len,
+                self.state.slots,
+                self.gpu.stream.cu_stream(),
+            )?);
+        }
         if n <= 20 || n.is_multiple_of(100) {
             let (used, sp) = (
                 launch.env.heap.used(),

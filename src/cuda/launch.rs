@@ -187,6 +187,10 @@ impl Compiled for GpuLaunch<'_> {
         let block = block_for(self.gpu, launch, state)?;
         let mut grid = Grid::new(self.gpu, self.k, launch, state, block, range.clone());
         let out = protocol::drive(launch, &mut grid);
+        let nodes = match &out {
+            Ok(_) => grid.take_nodes(),
+            Err(_) => Ok(Vec::new()),
+        };
         // The block serves the next launch (after an error too: every run
         // is over, or its kernel failed).
         *self
@@ -194,7 +198,9 @@ impl Compiled for GpuLaunch<'_> {
             .block
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(grid.into_block());
-        Ok(vec![out?])
+        let mut out = out?;
+        out.nodes = nodes?;
+        Ok(vec![out])
     }
 
     fn finish(

@@ -84,6 +84,7 @@ mod block;
 mod grid;
 mod launch;
 mod raw;
+mod reduce;
 pub(crate) mod resident;
 mod trace;
 mod wait;

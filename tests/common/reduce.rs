@@ -52,6 +52,11 @@ fn cells((i, j): (i64, i64), w: i64) -> i64 {
 }
 
 #[kernel]
+fn get(i: i64, x: &[f32]) -> f32 {
+    x[i]
+}
+
+#[kernel]
 fn fill(i: i64, out: &mut [f32]) {
     out[i] = 1.0;
 }
@@ -246,6 +251,27 @@ fn refusals(rt: &Runtime, m: &offload::Module, what: &str) {
     assert!(e.contains("returns `i32`, not the `f64`"), "{what}: {e}");
     // Nothing ran.
     assert_eq!(rt.read(&out).unwrap(), vec![0.0; 4], "{what}");
+}
+
+/// `squares` over `n` values with the runtime `rt`: the sum's bits must be
+/// the tree's whatever deopted; returns the report.
+pub fn squares_checked(rt: &Runtime, n: usize, what: &str) -> offload::LaunchReport {
+    let m = rt.load_source("reduce.ofk", SRC).unwrap();
+    let x: Vec<f64> = awkward(n, 5).iter().map(|&v| f64::from(v) * 1e-3).collect();
+    let xa = rt.array(&x).unwrap();
+    let sq = m.closure("squares", [(&xa).into()]).unwrap();
+    let got = rt
+        .par_reduce::<f64>(0..n as i64, &sq, Combine::Sum)
+        .unwrap();
+    let want = tree(&squares(&x), &|a, b| a + b).unwrap();
+    assert_eq!(
+        got.value.to_bits(),
+        want.to_bits(),
+        "{what}: {}",
+        got.report
+    );
+    assert_eq!(got.report.completed, n as u64, "{what}");
+    got.report
 }
 
 /// Reductions in flight with a launch they depend on: each value as the

@@ -103,6 +103,41 @@ fn min_and_max_order_signed_zeros_and_keep_the_first_nan() {
     );
 }
 
+#[test]
+fn a_float_sum_that_is_nan_is_the_same_nan_on_every_device() {
+    let leaf = Node::leaf;
+    // An operand's payload (what an x86 addition keeps) or a negative NaN
+    // (what it makes of inf - inf) both become `NAN`.
+    let nan1 = u64::from(f32::from_bits(0x7fc0_0001).to_bits());
+    let sum = join(
+        3,
+        Scalar::F32,
+        Combine::Sum,
+        vec![
+            leaf(0, nan1),
+            leaf(1, u64::from(1f32.to_bits())),
+            leaf(2, 0),
+        ],
+    );
+    assert_eq!(sum, Ok(u64::from(f32::NAN.to_bits())));
+    let (inf, ninf) = (f64::INFINITY.to_bits(), f64::NEG_INFINITY.to_bits());
+    let sum = join(
+        2,
+        Scalar::F64,
+        Combine::Sum,
+        vec![leaf(0, inf), leaf(1, ninf)],
+    );
+    assert_eq!(sum, Ok(f64::NAN.to_bits()));
+    // Min and max choose: the payload stays.
+    let min = join(
+        2,
+        Scalar::F32,
+        Combine::Min,
+        vec![leaf(0, nan1), leaf(1, 0)],
+    );
+    assert_eq!(min, Ok(nan1));
+}
+
 /// A partition of `0..n` into runs, each cut further by holes (leaves pushed
 /// on their own, like deopted workitems), pushed by several builders in an
 /// order that is not the range's.

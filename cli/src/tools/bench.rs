@@ -381,9 +381,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     // (`dot.ofk`, `par_reduce` with `Combine::Sum`) against rayon's
     // `par_iter().map().sum()`; checked bit for bit against the combine
     // tree computed here.
-    // Not on the CUDA device: its backend does not compile reductions yet
-    // (such a launch runs on the CPU, which the CPU device's row times).
-    if device != Device::Cuda {
+    {
         let nd = (1 << 24) / s;
         let dx: Vec<f32> = (0..nd).map(|i| ((i * 7) % 1000) as f32 * 1e-3).collect();
         let dy: Vec<f32> = (0..nd).map(|i| ((i * 13) % 777) as f32 * 1e-3).collect();

@@ -175,7 +175,7 @@ fn driver(m: &BTreeMap<String, u64>, out: &mut BTreeMap<String, f64>) {
 }
 
 /// The cost model's counters of a warm launch, per item and iteration.
-fn simulated(
+pub(crate) fn simulated(
     m: &BTreeMap<String, u64>,
     items: i64,
     iterations: Option<u64>,
@@ -210,7 +210,7 @@ fn simulated(
 }
 
 /// Counts `launch` (one warm launch): the simulator's counters around it.
-fn counted(
+pub(crate) fn counted(
     mut launch: impl FnMut() -> Result<(), OffloadError>,
 ) -> Result<Option<BTreeMap<String, u64>>, OffloadError> {
     if !vgpu_counters::reset() {
@@ -223,14 +223,14 @@ fn counted(
 
 /// `ptxas -v`'s registers and spills of each entry of `ptx` for sm_90
 /// (none when ptxas is not found or rejects it).
-fn resources(ptx: &str) -> BTreeMap<String, Resources> {
+pub(crate) fn resources(ptx: &str) -> BTreeMap<String, Resources> {
     offload_jit::ptxas::find()
         .and_then(|ptxas| offload_jit::ptxas::resources(&ptxas, ptx, "sm_90"))
         .unwrap_or_default()
 }
 
 /// An entry's `registers` and `spill_bytes` counters, if it was assembled.
-fn put_resources(r: Option<&Resources>, out: &mut BTreeMap<String, f64>) {
+pub(crate) fn put_resources(r: Option<&Resources>, out: &mut BTreeMap<String, f64>) {
     if let Some(r) = r {
         out.insert("registers".into(), f64::from(r.registers));
         out.insert("spill_bytes".into(), f64::from(r.spill_bytes));
@@ -381,6 +381,7 @@ pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(
         ));
     }
     let mut rows = run(rt, shrink, reps).map_err(|e| e.to_string())?;
+    rows.extend(crate::tools::bench_reduce::counter_rows(rt, shrink).map_err(|e| e.to_string())?);
     let dispatch =
         crate::tools::bench_dispatch::counter_rows(rt, shrink).map_err(|e| e.to_string())?;
     if json {

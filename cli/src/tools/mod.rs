@@ -11,6 +11,7 @@ pub mod bench_counters;
 pub mod bench_dispatch;
 pub mod bench_load;
 pub mod bench_peers;
+pub mod bench_reduce;
 pub mod bench_source;
 mod bench_stops;
 pub mod cuda_c;

@@ -311,8 +311,6 @@ impl<'f> Backend for Cpu<'f> {
         next
     }
 
-    const REDUCES: bool = true;
-
     fn ret_kernel(w: &mut CpuWalker<'_, 'f>, value: Option<Value>) {
         if let Some(v) = value {
             w.append_value(v);

@@ -137,9 +137,6 @@ pub(crate) trait Backend: Sized {
     /// Go on here when condition `cond` holds; otherwise go to the block
     /// returned (not yet started).
     fn guard(w: &mut Walker<'_, Self>, cond: Self::Val) -> Self::Block;
-    /// Whether the backend compiles reducing kernels (a kernel that
-    /// returns a number, `offload_abi::reduce`).
-    const REDUCES: bool;
     /// The kernel's `ret`: the workitem is done, with its value for a
     /// reducing kernel.
     fn ret_kernel(w: &mut Walker<'_, Self>, value: Option<Self::Val>);
@@ -405,15 +402,6 @@ impl<'a, B: Backend> Walker<'a, B> {
         let analysis = prog.analysis(k).ok_or_else(|| JitError::Abstract {
             kernel: prog.verified().func(k).name.clone(),
         })?;
-        if let Some(ty) = prog.verified().func(k).ret.filter(|_| !B::REDUCES) {
-            return Err(JitError::Unsupported {
-                func: prog.verified().func(k).name.clone(),
-                bci: 0,
-                why: crate::Refusal::Reduces {
-                    ty: ty.kind().name(),
-                },
-            });
-        }
         let meta = DeoptMetadata::new(analysis, k, version);
         plan::check_options(&meta, &opts)?;
         Ok(Walker {

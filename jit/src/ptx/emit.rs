@@ -504,10 +504,14 @@ impl Backend for Ptx {
         next
     }
 
-    const REDUCES: bool = false;
-
-    fn ret_kernel(w: &mut PtxWalker<'_>, _value: Option<Self::Val>) {
-        w.emit(format!("bra {};", w.backend.next_label));
+    fn ret_kernel(w: &mut PtxWalker<'_>, value: Option<Self::Val>) {
+        match (value, w.reduces()) {
+            (Some(v), Some(k)) => {
+                w.emit(format!("mov.{} {}, {v};", mov_ty(k), super::reduce::RV));
+                w.emit(format!("bra {};", super::reduce::L_REDUCE));
+            }
+            _ => w.emit(format!("bra {};", w.backend.next_label)),
+        }
     }
 
     fn join(w: &mut PtxWalker<'_>, ret: Option<Kind>, virtual_call: bool, n: u32) -> Self::Join {
@@ -558,11 +562,14 @@ impl Backend for Ptx {
         // Off the common path: wait in place if asked, then see whether a
         // stop is asked.
         w.emit(format!("@!{p} bra {done};"));
-        w.wait_in_place(&cw);
-        w.emit(format!(
-            "and.b32 {cw}, {cw}, {};",
-            offload_abi::control::SAFEPOINT
-        ));
+        if w.reduces().is_none() {
+            w.wait_in_place(&cw);
+            w.emit(format!(
+                "and.b32 {cw}, {cw}, {};",
+                offload_abi::control::SAFEPOINT
+            ));
+        }
+        // (A reducing kernel stops at every request: `reduce.rs`.)
         w.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         w.label(&done);
         if let Some(si) = w.opts.safepoints {

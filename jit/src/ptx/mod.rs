@@ -85,6 +85,7 @@ mod emit;
 mod float;
 mod loops;
 mod opt;
+mod reduce;
 mod scatter;
 mod slot_loop;
 mod unchecked;
@@ -194,6 +195,7 @@ pub fn compile_speculative(
         premarked: BTreeSet::new(),
         copy: 0,
         next_label: L_NEXT,
+        reduces: None,
         allocates: false,
         alloc_kinds: prog.allocation_kinds(k).into(),
         loops: Vec::new(),
@@ -387,6 +389,8 @@ pub(crate) struct Ptx {
     copy: u32,
     /// Where a workitem's `ret` goes.
     next_label: &'static str,
+    /// The kind of a reducing kernel's value (`reduce.rs`).
+    reduces: Option<Kind>,
     /// Some code path allocates from the device eden (`alloc.rs`).
     allocates: bool,
     /// The kinds of what the kernel allocates, as page tags

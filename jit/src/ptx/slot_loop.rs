@@ -36,6 +36,11 @@ impl PtxWalker<'_> {
             self.named(n.into(), ty);
         }
         self.slot_prologue();
+        let reduces = self.v.func(self.cur.func).ret.map(|t| t.kind());
+        self.backend.reduces = reduces;
+        if let Some(k) = reduces {
+            self.reduce_prologue(k);
+        }
         let captures = self.captures();
         let proven = self.proven();
         if let Some(pr) = &proven {
@@ -65,6 +70,9 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.ge.s64 {p}, {W}, {HI};"));
         let exhausted = if reentry { L_MORE } else { L_DONE };
         self.emit(format!("@{p} bra {exhausted};"));
+        if reduces.is_some() {
+            self.leaves_room();
+        }
         let cw = self.t(Cls::B32);
         self.emit(format!("ld.relaxed.gpu.u32 {cw}, [{CONTROL}];"));
         let p = self.t(Cls::Pred);
@@ -106,6 +114,9 @@ impl PtxWalker<'_> {
         };
         // next_item
         self.next_item(L_NEXT, L_BODY);
+        if let Some(k) = reduces {
+            self.reduce_block(k);
+        }
         if let Some(pr) = proven {
             self.unchecked_body(pr, &captures)?;
         }
@@ -120,10 +131,17 @@ impl PtxWalker<'_> {
         self.slot_exit(Some((W, HI)), offload_abi::exit::DEOPT);
         self.label(L_DONE);
         self.slot_exit(None, offload_abi::exit::DONE);
+        if reduces.is_some() {
+            self.label(super::reduce::L_LEAVES_FULL);
+            self.slot_exit(Some((W, HI)), offload_abi::exit::VALUES);
+        }
         // The control word was set before a workitem: wait in place if
         // asked; stop if asked (or still asked after waiting).
         self.label(&l_asked);
-        self.wait_in_place(&cw);
+        if reduces.is_none() {
+            // (A reducing kernel stops instead: `reduce.rs`.)
+            self.wait_in_place(&cw);
+        }
         let p = self.t(Cls::Pred);
         self.emit(format!("setp.ne.u32 {p}, {cw}, 0;"));
         self.emit(format!("@{p} bra {L_STOPPED};"));
@@ -455,6 +473,9 @@ impl PtxWalker<'_> {
         // writes before it; the host counts a slot with a code as gone).
         // No atomic: a run in which every slot finishes touches no shared
         // word, and a warp's exits share one sector.
+        if self.reduces().is_some() {
+            self.leaves_at_exit(&slot);
+        }
         let (ex, at) = (self.ld_ctx(Cls::B64, offsets::EXITS), self.t(Cls::B64));
         self.emit(format!("add.u64 {at}, {ex}, {slot};"));
         let c = self.t(Cls::B32);
