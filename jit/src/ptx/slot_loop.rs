@@ -70,9 +70,6 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.ge.s64 {p}, {W}, {HI};"));
         let exhausted = if reentry { L_MORE } else { L_DONE };
         self.emit(format!("@{p} bra {exhausted};"));
-        if reduces.is_some() {
-            self.leaves_room();
-        }
         let cw = self.t(Cls::B32);
         self.emit(format!("ld.relaxed.gpu.u32 {cw}, [{CONTROL}];"));
         let p = self.t(Cls::Pred);
@@ -85,11 +82,15 @@ impl PtxWalker<'_> {
         // arithmetic: w < hi here, and hi - w may exceed i64::MAX.
         // (The run's length is computed here, once a run: a register kept
         // for it would be live across the whole body.)
-        let (left, run) = (self.t(Cls::B64), self.t(Cls::B64));
-        self.emit(format!("sub.s64 {left}, {HI}, {W};"));
-        self.emit(format!("mul.lo.u64 {run}, {STRIDE}, {ITEMS_PER_POLL};"));
-        self.emit(format!("min.u64 {left}, {left}, {run};"));
-        self.emit(format!("add.s64 {LIM}, {W}, {left};"));
+        // (A reducing kernel's workitems each come back here from
+        // `$reduce`: it has no run.)
+        if reduces.is_none() {
+            let (left, run) = (self.t(Cls::B64), self.t(Cls::B64));
+            self.emit(format!("sub.s64 {left}, {HI}, {W};"));
+            self.emit(format!("mul.lo.u64 {run}, {STRIDE}, {ITEMS_PER_POLL};"));
+            self.emit(format!("min.u64 {left}, {left}, {run};"));
+            self.emit(format!("add.s64 {LIM}, {W}, {left};"));
+        }
         if proven.is_some() {
             self.emit(format!(
                 "@{} bra {};",
@@ -378,6 +379,9 @@ impl PtxWalker<'_> {
         self.slot_exit(Some((W, HI)), offload_abi::exit::NO_LANDING);
         self.label(L_MORE);
         self.emit(format!("@!{RESTP} bra {L_DONE};"));
+        if self.reduces().is_some() {
+            self.not_synced();
+        }
         let empty = self.t(Cls::B64);
         self.emit(format!("mov.b64 {empty}, -1;"));
         self.emit(format!(

@@ -38,6 +38,10 @@
 //! 9. **selects** ([`select`]): a diamond whose arms each compute one
 //!    register, the same, is the one arm and the other under the guard.
 //!
+//! A `mov` with a vector of parts (`mov.b64 {lo, hi}, x`, `mov.b64 x, {lo,
+//! hi}`: a reduction's 64-bit shuffles) is an instruction that writes or
+//! reads each part, never a copy; any other brace leaves the body as it is.
+//!
 //! Each step is repeated until nothing changes (a copy of a copy takes two
 //! rounds). The text is the backend's own, in one regular shape — one
 //! instruction or label per line, no nested `{ }` scopes — which [`parse`]
@@ -236,7 +240,10 @@ fn parse(body: &str) -> Option<Vec<Line>> {
             None => (l, None),
         };
         let l = l.strip_suffix(';')?;
-        if l.contains(['{', '}', ';']) || l.starts_with('.') {
+        // Braces only as a `mov`'s vector of parts (`mov.b64 {lo, hi}, x`:
+        // an instruction that writes or reads each part, and no copy).
+        let vector = l.starts_with("mov.") && l.matches('{').count() == 1;
+        if l.contains(';') || (l.contains(['{', '}']) && !vector) || l.starts_with('.') {
             return None;
         }
         let (guard, rest) = match l.strip_prefix('@') {

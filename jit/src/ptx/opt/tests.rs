@@ -278,3 +278,20 @@ fn an_instructions_note_stays_with_it_and_the_body_is_still_cleaned() {
         "ld.global.u32 %r2, [%rd1]; // @count dispatch.page\nsetp.lt.s32 %p1, %r2, 0;\n@%p1 ld.u32 %r2, [%rd2]; // @count dispatch.header\nadd.s32 %r3, %r2, %r0;\nst.u32 [%rd3], %r3;\nret;"
     );
 }
+
+#[test]
+fn a_vector_mov_writes_and_reads_its_parts_and_the_rest_is_cleaned() {
+    // The unpacked halves are read by the pack; the copy before the
+    // unpack is read through; an unused unpack goes; a branch to the next
+    // line goes. Any other brace leaves the body alone.
+    let body = "\tmov.b64 %rd1, %rd0;\n\tmov.b64 {%r0, %r1}, %rd1;\n\tmov.b64 {%r2, %r3}, %rd1;\n\tmov.b64 %rd2, {%r1, %r0};\n\tbra $a;\n$a:\n\tst.u64 [%rd4], %rd2;\n\tret;\n";
+    assert_eq!(
+        opt(body),
+        "mov.b64 {%r0, %r1}, %rd0;\nmov.b64 %rd2, {%r1, %r0};\nst.u64 [%rd4], %rd2;\nret;"
+    );
+    let other = "\tbra $a;\n$a:\n\t{ ret; }\n";
+    assert_eq!(
+        opt(other),
+        other.lines().map(str::trim).collect::<Vec<_>>().join("\n")
+    );
+}
