@@ -160,13 +160,17 @@ impl Drop for Registered<'_> {
 }
 
 /// A launch that does not block ([`Runtime::launch`]): it runs on a thread
-/// of its own, ordered after the earlier launches it may touch (module
-/// docs). [`LaunchHandle::wait`] gives its report; dropping the handle
-/// waits for the launch too, so no launch outlives the arrays it uses.
+/// of its own (kept by the runtime between launches, `launchers.rs`),
+/// ordered after the earlier launches it may touch (module docs).
+/// [`LaunchHandle::wait`] gives its report; dropping the handle waits for
+/// the launch too, so no launch outlives the arrays it uses.
 #[derive(Debug)]
 #[must_use = "dropping the handle waits for the launch"]
 pub struct LaunchHandle {
-    thread: Option<std::thread::JoinHandle<Result<LaunchReport, OffloadError>>>,
+    /// Where the launch's outcome comes (`None` once taken).
+    outcome: Option<std::sync::mpsc::Receiver<Result<LaunchReport, OffloadError>>>,
+    /// Set once the launch has ended, before its outcome is sent.
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LaunchHandle {
@@ -178,20 +182,18 @@ impl LaunchHandle {
     /// Whether the launch has ended (its [`LaunchHandle::wait`] returns at
     /// once).
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+        self.ended.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn join(&mut self) -> Result<LaunchReport, OffloadError> {
-        match self.thread.take() {
-            Some(t) => t.join().unwrap_or_else(|p| {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Err(OffloadError::Setup(format!(
-                    "the launch's thread panicked: {what}"
-                )))
+        match self.outcome.take() {
+            // The launch's thread sends its outcome, a panic's included
+            // (`launch_in_flight`); a closed channel is a thread that died
+            // without one.
+            Some(rx) => rx.recv().unwrap_or_else(|_| {
+                Err(OffloadError::Setup(
+                    "the launch's thread ended without an outcome".into(),
+                ))
             }),
             None => Err(OffloadError::Setup(
                 "the launch was already waited for".into(),
@@ -223,7 +225,7 @@ impl<T: Reducible> ReduceHandle<T> {
 
 impl Drop for LaunchHandle {
     fn drop(&mut self) {
-        if self.thread.is_some() {
+        if self.outcome.is_some() {
             let _ = self.join();
         }
     }
@@ -313,16 +315,37 @@ impl Runtime {
         // Registered here, in the order of the calls.
         let (id, before) = self.inner.inflight.begin(Footprint::of(closure));
         let (rt, closure) = (self.clone(), closure.clone());
-        let thread = std::thread::Builder::new()
-            .name("offload-launch".into())
-            .spawn(move || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::clone(&ended);
+        let job = move || {
+            let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let inflight = &rt.inner.inflight;
                 let _registered = Registered { inflight, id };
                 inflight.wait_for(&before);
                 rt.launch_registered(range, &closure, reduce, rt.inner.env.settings.deadline)
+            }));
+            let outcome = launched.unwrap_or_else(|p| {
+                let what = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(OffloadError::Setup(format!(
+                    "the launch's thread panicked: {what}"
+                )))
             });
-        match thread {
-            Ok(t) => Ok(LaunchHandle { thread: Some(t) }),
+            // The runtime and the closure go before the handle hears of
+            // the end (a last handle dropped after `wait` finds them gone).
+            drop((rt, closure));
+            done.store(true, std::sync::atomic::Ordering::Release);
+            let _ = tx.send(outcome);
+        };
+        match self.inner.launchers.run(Box::new(job)) {
+            Ok(()) => Ok(LaunchHandle {
+                outcome: Some(rx),
+                ended,
+            }),
             Err(e) => {
                 self.inner.inflight.end(id);
                 Err(OffloadError::Setup(format!(

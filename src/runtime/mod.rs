@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 mod builder;
 mod heap_view;
 mod inflight;
+mod launchers;
 mod module;
 mod range;
 mod reduce;
@@ -65,6 +66,8 @@ pub(crate) struct Inner {
     next_module: AtomicU64,
     /// The launches in flight, and the rule that orders them.
     pub(crate) inflight: inflight::InFlight,
+    /// The threads that run them.
+    launchers: launchers::Launchers,
 }
 
 impl Inner {
@@ -96,6 +99,7 @@ impl Inner {
             kernels: dashmap::DashMap::new(),
             next_module: AtomicU64::new(0),
             inflight: inflight::InFlight::default(),
+            launchers: launchers::Launchers::default(),
         }
     }
 }
