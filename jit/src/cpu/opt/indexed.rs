@@ -26,7 +26,8 @@ enum Sym {
 /// version of the body without their checks. The analysis is a forward
 /// walk of the operand stack within each basic block (a value crossing a
 /// block boundary is unknown), and a local counts as the workitem number
-/// only when every store to it stores that number and nothing increments it
+/// (or that number as `i32`) only when every store to it stores that
+/// number and nothing increments it
 /// (the verifier's definite assignment rules out a read before the first
 /// store). A reference local counts as a parameter's array when every store
 /// to it stores that parameter, loaded just before ([`param_copies`]: the
@@ -58,16 +59,33 @@ pub(crate) fn workitem_indexed(
     let mut wi32: Vec<bool> = (0..f.locals.len())
         .map(|l| l >= params && f.locals[l].ty.kind() == Kind::I32)
         .collect();
+    // The same for "holds the workitem number": non-parameter i64 locals
+    // (the source language copies an `i64` index into one before it
+    // narrows it for an access: `wide = i; narrow = wide as i32; if narrow
+    // as i64 != wide { throw }; a[narrow]`).
+    let mut wi64: Vec<bool> = (0..f.locals.len())
+        .map(|l| l >= params && f.locals[l].ty.kind() == Kind::I64)
+        .collect();
+    let blocks = &a.cfg.blocks;
     loop {
         out.clear();
         let mut changed = false;
         let mut stack: Vec<Sym> = Vec::new();
+        // Per block, the stack after its last instruction (once walked).
+        let mut exits: Vec<Option<Vec<Sym>>> = vec![None; blocks.len()];
         for (bci, &inst) in f.body.iter().enumerate() {
             let Some(frame) = frames[bci].as_ref() else {
                 continue;
             };
             let depth = frame.stack.len();
-            if leaders.contains(&(bci as Bci)) || stack.len() != depth {
+            if leaders.contains(&(bci as Bci)) {
+                // What every predecessor left, where they agree (a
+                // predecessor not yet walked, a back edge's, is unknown):
+                // an array parameter loaded before a bounds test's branch
+                // is still that parameter after it.
+                let b = a.cfg.block_of[bci] as usize;
+                stack = entry(&blocks[b].preds, &exits, b, depth);
+            } else if stack.len() != depth {
                 stack.clear();
                 stack.resize(depth, Sym::Other);
             }
@@ -83,7 +101,7 @@ pub(crate) fn workitem_indexed(
             match inst {
                 Inst::Load { local } => {
                     let l = local.index();
-                    stack.push(if l == 0 {
+                    stack.push(if l == 0 || wi64[l] {
                         Sym::Workitem
                     } else if wi32[l] {
                         Sym::WorkitemI32
@@ -97,14 +115,20 @@ pub(crate) fn workitem_indexed(
                 }
                 Inst::Store { local } => {
                     let s = pop(&mut stack);
-                    if wi32[local.index()] && s != Sym::WorkitemI32 {
-                        wi32[local.index()] = false;
+                    let l = local.index();
+                    if wi32[l] && s != Sym::WorkitemI32 {
+                        wi32[l] = false;
+                        changed = true;
+                    }
+                    if wi64[l] && s != Sym::Workitem {
+                        wi64[l] = false;
                         changed = true;
                     }
                 }
                 Inst::Inc { local, .. } => {
-                    if wi32[local.index()] {
-                        wi32[local.index()] = false;
+                    let l = local.index();
+                    if wi32[l] || wi64[l] {
+                        (wi32[l], wi64[l]) = (false, false);
                         changed = true;
                     }
                 }
@@ -128,11 +152,41 @@ pub(crate) fn workitem_indexed(
                     stack.resize(after, Sym::Other);
                 }
             }
+            let b = a.cfg.block_of[bci] as usize;
+            if blocks[b].end as usize == bci + 1 {
+                exits[b] = Some(stack.clone());
+            }
         }
         if !changed {
             return out;
         }
     }
+}
+
+/// The symbolic stack at the start of block `b` (of `depth` values): each
+/// entry that every predecessor's exit agrees on, `Other` elsewhere; all
+/// `Other` when a predecessor is not walked yet (a back edge) or left
+/// another depth.
+fn entry(preds: &[u32], exits: &[Option<Vec<Sym>>], b: usize, depth: usize) -> Vec<Sym> {
+    let mut out: Option<Vec<Sym>> = None;
+    for &p in preds {
+        let p = p as usize;
+        let known = if p < b { exits[p].as_ref() } else { None };
+        match known {
+            Some(e) if e.len() == depth => match &mut out {
+                None => out = Some(e.clone()),
+                Some(o) => {
+                    for (x, y) in o.iter_mut().zip(e) {
+                        if *x != *y {
+                            *x = Sym::Other;
+                        }
+                    }
+                }
+            },
+            _ => return vec![Sym::Other; depth],
+        }
+    }
+    out.unwrap_or_else(|| vec![Sym::Other; depth])
 }
 
 /// Per local, the reference parameter it is a copy of: a non-parameter
@@ -249,10 +303,10 @@ mod tests {
     }
 
     #[test]
-    fn values_do_not_cross_block_boundaries() {
-        // The index is pushed before a branch target; the access after it
-        // does not know what is on the stack.
-        let src = "kernel k(i: i64, a: i32[]) {
+    fn values_cross_a_block_boundary_where_every_predecessor_agrees() {
+        // The array and index pushed before a branch whose two edges meet
+        // at the access: both carry them.
+        let agree = "kernel k(i: i64, a: i32[]) {
     load a
     load i
     i64.to_i32
@@ -265,6 +319,65 @@ mod tests {
     pop
     ret
 }";
-        assert!(indexed(src).is_empty());
+        assert_eq!(indexed(agree), BTreeMap::from([(7, 1)]));
+        // One edge brings the workitem number, the other a constant.
+        let disagree = "kernel k(i: i64, a: i32[]) {
+    load a
+    load i
+    i64.const 0
+    i64.lt
+    br_if other
+    load i
+    i64.to_i32
+    br join
+  other:
+    i32.const 0
+  join:
+    i32.aload
+    pop
+    ret
+}";
+        assert!(indexed(disagree).is_empty());
+        // A loop's head: its back edge is not known when it is reached.
+        let looped = "kernel k(i: i64, a: i32[]) {
+    local n: i32
+    i32.const 0
+    store n
+    load a
+  head:
+    dup
+    load i
+    i64.to_i32
+    i32.aload
+    pop
+    inc n 1
+    load n
+    i32.const 3
+    i32.lt
+    br_if head
+    pop
+    ret
+}";
+        assert!(indexed(looped).is_empty());
+    }
+
+    #[test]
+    fn an_i64_copy_of_the_workitem_number_narrowed_counts() {
+        // The source language's `a[i]` with an `i64` index: copied, then
+        // narrowed and tested before the access.
+        let k = |body: &str| {
+            indexed(&format!(
+                "kernel k(i: i64, a: i32[]) {{\n local w: i64\n local n: i32\n{body}\n ret\n}}"
+            ))
+        };
+        let copied = k(
+            "load a\n load i\n store w\n load w\n i64.to_i32\n store n\n load n\n i32.to_i64\n load w\n i64.eq\n br_if ok\n throw IndexOutOfBounds\n ok:\n load n\n i32.aload\n pop",
+        );
+        assert_eq!(copied, BTreeMap::from([(13, 1)]));
+        // A copy that is also assigned another value does not.
+        let other = k(
+            "load i\n store w\n i64.const 5\n store w\n load a\n load w\n i64.to_i32\n i32.aload\n pop",
+        );
+        assert!(other.is_empty());
     }
 }
