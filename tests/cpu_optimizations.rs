@@ -145,6 +145,82 @@ fn chunks_inside_the_arrays_and_chunks_past_their_end_agree_with_the_interpreter
     }
 }
 
+/// The source language's access with an `i64` index (`wide = i; narrow =
+/// wide as i32; if narrow as i64 != wide { throw }; a[narrow]`), whose test
+/// the unchecked chunks skip and whose SIMD groups take (`opt::indexed`,
+/// `opt::lanes`): inside the arrays, past their end, below 0 and past
+/// `i32::MAX` (where the narrowing changes the number), the CPU device
+/// gives the interpreter's results and exceptions, in both tiers.
+#[test]
+fn an_i64_index_tested_after_its_narrowing_agrees_with_the_interpreter() {
+    const SAXPY64: &str = "kernel s(i: i64, a: f32, x: f32[], y: f32[]) {
+    local w: i64
+    local n: i32
+    load i
+    store w
+    load w
+    i64.to_i32
+    store n
+    load n
+    i32.to_i64
+    load w
+    i64.eq
+    br_if ok
+    throw IndexOutOfBounds
+  ok:
+    load y
+    load n
+    load a
+    load x
+    load n
+    f32.aload
+    f32.mul
+    f32.astore
+    ret
+}";
+    let len = 3000usize;
+    let run = |rt: &Runtime, range: std::ops::Range<i64>, warm: bool| {
+        let m = rt.load("s.obc", SAXPY64).unwrap();
+        let x: Vec<f32> = (0..len).map(|i| i as f32 * 0.5).collect();
+        let xa = rt.array(&x).unwrap();
+        if warm {
+            let y = rt.new_array::<f32>(len).unwrap();
+            let c = m
+                .closure("s", [3.0f32.into(), (&xa).into(), (&y).into()])
+                .unwrap();
+            par_offload(0..len as i64, &c).unwrap();
+            rt.finish_compiles();
+        }
+        let y = rt.new_array::<f32>(len).unwrap();
+        let c = m
+            .closure("s", [3.0f32.into(), (&xa).into(), (&y).into()])
+            .unwrap();
+        let thrown = match par_offload(range, &c) {
+            Ok(_) => (0, Vec::new()),
+            Err(OffloadError::Exceptions(e)) => (
+                e.by_kind
+                    .get(&ExceptionKind::IndexOutOfBounds)
+                    .copied()
+                    .unwrap_or(0),
+                e.workitems.clone(),
+            ),
+            Err(e) => panic!("{e}"),
+        };
+        (thrown, rt.read(&y).unwrap())
+    };
+    let interp = interpreter(2);
+    let big = i64::from(i32::MAX) - 5;
+    for range in [0..len as i64, 0..2999, 100..3100, -7..50, big..big + 12] {
+        let (want_thrown, want) = run(&interp, range.clone(), false);
+        for warm in [false, true] {
+            let rt = cpu(2);
+            let (thrown, got) = run(&rt, range.clone(), warm);
+            assert_eq!(got, want, "{range:?}, warm {warm}");
+            assert_eq!(thrown, want_thrown, "{range:?}, warm {warm}");
+        }
+    }
+}
+
 /// Loops whose accesses the optimized tier checks once at entry
 /// (`plan::loop_predicates`): where the check holds, where it fails because
 /// an array is short, the start is negative, or the counter would wrap past

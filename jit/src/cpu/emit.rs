@@ -311,6 +311,10 @@ impl<'f> Backend for Cpu<'f> {
         next
     }
 
+    fn known_compare(w: &CpuWalker<'_, 'f>, bci: Bci) -> Option<i32> {
+        w.backend.known.get(&bci).copied()
+    }
+
     fn ret_kernel(w: &mut CpuWalker<'_, 'f>, value: Option<Value>) {
         if let Some(v) = value {
             w.append_value(v);

@@ -144,6 +144,7 @@ impl CpuWalker<'_, '_> {
     ) -> Result<(), JitError> {
         let f = self.v.func(self.cur.func);
         let lanes = i64::from(opt::UNROLL);
+        let known = std::mem::take(&mut self.backend.known);
         let mut body = ClBody {
             lw: self,
             wv,
@@ -152,7 +153,9 @@ impl CpuWalker<'_, '_> {
             at: (j * lanes * 4) as i32,
             bases,
         };
-        opt::lanes::walk(f, None, &mut body).map_err(|bci| {
+        let walked = opt::lanes::walk(f, None, &known, &mut body);
+        body.lw.backend.known = known;
+        walked.map_err(|bci| {
             JitError::Codegen(format!("vector body: unexpected operands at bci {bci}"))
         })
     }

@@ -323,6 +323,7 @@ pub(crate) fn compile(
             math: HashMap::new(),
             exits: HashMap::new(),
             unchecked: Default::default(),
+            known: Default::default(),
             loops: Vec::new(),
             allocates,
             alloc_kinds: prog.allocation_kinds(k).into(),
@@ -372,7 +373,13 @@ fn define_wide(
     k: FuncId,
     name: &str,
 ) -> Result<Option<(ClFuncId, Vec<wide::WideArg>)>, JitError> {
-    let Some(wl) = wide::compile(prog.verified(), k) else {
+    // The tests of an `i64` index that the proven chunk makes known (the
+    // wide loop runs only there).
+    let known = prog
+        .analysis(k)
+        .map(|a| opt::workitem_tests(prog.verified(), k, a))
+        .unwrap_or_default();
+    let Some(wl) = wide::compile(prog.verified(), k, &known) else {
         return Ok(None);
     };
     let ptr = module.target_config().pointer_type();
@@ -498,6 +505,9 @@ pub(crate) struct Cpu<'f> {
     /// While lowering the unchecked version of the body: the kernel's
     /// array accesses that cannot fail in this chunk.
     pub(crate) unchecked: BTreeSet<Bci>,
+    /// While lowering the unchecked version of the body: the compares
+    /// known there (`opt::workitem_tests`), with their values.
+    pub(crate) known: std::collections::BTreeMap<Bci, i32>,
     /// The kernel's loops whose accesses are checked once at entry, in a
     /// version of the loop of their own (optimized tier).
     pub(crate) loops: Vec<crate::cpu::opt::PredicatedLoop>,

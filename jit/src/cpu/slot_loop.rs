@@ -396,6 +396,7 @@ impl CpuWalker<'_, '_> {
                 .brif(ok, fast_item, &[], item, &[]);
             let fast_next = self.backend.builder.create_block();
             self.backend.unchecked = unchecked.into_keys().collect();
+            self.backend.known = opt::workitem_tests(self.v, self.cur.func, self.cur.analysis);
             self.inliner.next_version();
             let unroll = opt::unroll_factor(self.v, self.cur.func);
             self.backend.resume_copy = fallback.filter(|_| hot && unroll == 1);
@@ -403,6 +404,7 @@ impl CpuWalker<'_, '_> {
             self.backend.resume_copy = None;
             fast?;
             self.backend.unchecked.clear();
+            self.backend.known.clear();
         }
 
         // after_deopt: the record is written; leave the slot function, to
@@ -491,7 +493,12 @@ impl CpuWalker<'_, '_> {
         let reduces = self.reduces();
         let vector = unroll == opt::UNROLL
             && !reduces
-            && opt::vectorizable(self.v, self.cur.func, &self.backend.unchecked);
+            && opt::vectorizable(
+                self.v,
+                self.cur.func,
+                &self.backend.unchecked,
+                &self.backend.known,
+            );
         // A vector group is VECTORS_PER_GROUP SIMD bodies of UNROLL lanes.
         let unroll = if vector {
             unroll * opt::VECTORS_PER_GROUP

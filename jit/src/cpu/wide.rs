@@ -131,14 +131,18 @@ fn ymm(i: usize) -> AsmRegisterYmm {
 /// The wide loop for kernel `k`, whose item loop runs SIMD groups; `None`
 /// when this module cannot encode it (more arrays or live vector values
 /// than registers), and the 128-bit groups run it instead.
-pub(crate) fn compile(v: &Verified, k: FuncId) -> Option<WideLoop> {
+pub(crate) fn compile(
+    v: &Verified,
+    k: FuncId,
+    known: &std::collections::BTreeMap<offload_ir::Bci, i32>,
+) -> Option<WideLoop> {
     // Each uniform value the body broadcasts goes to a register of its
     // own before the loop (from ymm15 down) when the body still fits in
     // the rest: a broadcast from the table in every body is one load more
     // per body, and at saxpy's speed the loop is bound by its loads and
     // stores (in-process, alternating with the per-body broadcast, 0.85x
     // its time over 2^20 elements).
-    let (plain, used) = encode(v, k, &[])?;
+    let (plain, used) = encode(v, k, &[], known)?;
     if used.is_empty() || used.len() > MAX_PINNED {
         return Some(plain);
     }
@@ -147,7 +151,7 @@ pub(crate) fn compile(v: &Verified, k: FuncId) -> Option<WideLoop> {
         .enumerate()
         .map(|(i, &u)| (u, ymm(15 - i)))
         .collect();
-    Some(encode(v, k, &pinned).map_or(plain, |(wl, _)| wl))
+    Some(encode(v, k, &pinned, known).map_or(plain, |(wl, _)| wl))
 }
 
 /// The most uniform values kept in registers for the whole loop.
@@ -160,6 +164,7 @@ fn encode(
     v: &Verified,
     k: FuncId,
     pinned: &[(WideArg, AsmRegisterYmm)],
+    known: &std::collections::BTreeMap<offload_ir::Bci, i32>,
 ) -> Option<(WideLoop, Vec<WideArg>)> {
     let f = v.func(k);
     let params = f.param_count as usize;
@@ -214,7 +219,7 @@ fn encode(
             uniform: &mut uniform,
             next: [false; 16],
         };
-        walk(f, None, &mut body).ok()?;
+        walk(f, None, known, &mut body).ok()?;
     }
     a.add(rsi, GROUP as i32).ok()?;
     a.jmp(top).ok()?;
@@ -361,7 +366,7 @@ mod tests {
 
     fn wide(src: &str) -> Option<super::WideLoop> {
         let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
-        compile(&v, FuncId::new(0))
+        compile(&v, FuncId::new(0), &Default::default())
     }
 
     #[test]

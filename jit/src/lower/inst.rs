@@ -97,6 +97,13 @@ impl<B: Backend> Walker<'_, B> {
             Op::Compare(k, op) => {
                 let b = self.pop(k);
                 let a = self.pop(k);
+                if self.outer.is_empty()
+                    && let Some(c) = B::known_compare(self, bci)
+                {
+                    self.push_const(I32, super::Const::I32(c));
+                    self.cur.known_branch = Some((bci + 1, c));
+                    return Ok(false);
+                }
                 let r = B::compare(self, op, k, a, b);
                 self.push(I32, r);
                 return Ok(false);
@@ -166,6 +173,20 @@ impl<B: Backend> Walker<'_, B> {
                 };
                 let x = self.pop(k);
                 let jumps = matches!(inst, Inst::BrIf { .. } | Inst::BrNonNull { .. });
+                if let Some((at, c)) = self.cur.known_branch.take()
+                    && at == bci
+                    && k == I32
+                {
+                    // Its condition is a known compare's (the value just
+                    // pushed): one way only.
+                    let to = if (c != 0) == jumps {
+                        self.edge(bci, target.0)
+                    } else {
+                        self.cur.blocks[&(bci + 1)].clone()
+                    };
+                    B::jump(self, &to);
+                    return Ok(true);
+                }
                 if self.cur.stays == Some(bci) {
                     // A loop test known to stay in the loop (an unrolled
                     // copy whose round was tested at its start).

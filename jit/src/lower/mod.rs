@@ -151,6 +151,14 @@ pub(crate) trait Backend: Sized {
         false
     }
 
+    /// The value the compare at `bci` of the kernel's own body is known to
+    /// have where the body is lowered now, if it is: in the unchecked
+    /// version, the test that an `i64` index survives its narrowing
+    /// ([`crate::cpu::opt::workitem_tests`]).
+    fn known_compare(_w: &Walker<'_, Self>, _bci: Bci) -> Option<i32> {
+        None
+    }
+
     /// Where call number `n` (an inlined `call`, or a `callvirt` when
     /// `virtual_call`) returns to, with a result of kind `ret`.
     fn join(w: &mut Walker<'_, Self>, ret: Option<Kind>, virtual_call: bool, n: u32) -> Self::Join;
@@ -323,6 +331,9 @@ pub(crate) struct Frame<'a, B: Backend> {
     /// (`predicated.rs`: the header test of an unrolled loop's copies,
     /// whose whole round was tested at its start).
     pub(crate) stays: Option<Bci>,
+    /// A conditional branch whose condition a known compare just before
+    /// it gave (`Backend::known_compare`), with that condition's value.
+    pub(crate) known_branch: Option<(Bci, i32)>,
     /// While lowering a copy of an unrolled loop other than the last:
     /// its header, whose back-edges go to the next copy without a poll.
     pub(crate) poll_free_header: Option<Bci>,
@@ -344,6 +355,7 @@ impl<'a, B: Backend> Frame<'a, B> {
             blocks: HashMap::new(),
             pending_polls: Vec::new(),
             stays: None,
+            known_branch: None,
             poll_free_header: None,
             ret_to: None,
             instance,

@@ -399,6 +399,10 @@ impl Backend for Ptx {
         w.backend.copy == 1
     }
 
+    fn known_compare(w: &PtxWalker<'_>, bci: Bci) -> Option<i32> {
+        w.backend.known.get(&bci).copied()
+    }
+
     fn local_var(w: &mut PtxWalker<'_>, instance: u32, index: usize, kind: Kind) -> String {
         w.named(format!("%l{instance}_{index}"), reg_type(kind))
     }

@@ -191,6 +191,7 @@ pub fn compile_speculative(
         math: BTreeSet::new(),
         reentry: false,
         unchecked: std::collections::BTreeMap::new(),
+        known: std::collections::BTreeMap::new(),
         ebase: std::collections::BTreeMap::new(),
         premarked: BTreeSet::new(),
         copy: 0,
@@ -379,6 +380,9 @@ pub(crate) struct Ptx {
     /// While the unchecked copy of the body is lowered (`unchecked.rs`):
     /// its proven accesses (bytecode index → array parameter).
     unchecked: std::collections::BTreeMap<Bci, u32>,
+    /// While the unchecked copy of the body is lowered: the compares known
+    /// there (`crate::cpu::opt::workitem_tests`), with their values.
+    known: std::collections::BTreeMap<Bci, i32>,
     /// Per proven array parameter, the register with its element 0.
     ebase: std::collections::BTreeMap<u32, String>,
     /// Addresses whose chunk the prologue marked dirty: a store through

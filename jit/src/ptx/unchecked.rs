@@ -143,6 +143,8 @@ impl PtxWalker<'_> {
         self.label(L_BODY_FAST);
         self.workitem_entry(captures);
         self.backend.unchecked = proven.accesses;
+        self.backend.known =
+            crate::cpu::opt::workitem_tests(self.v, self.cur.func, self.cur.analysis);
         self.backend.copy = 1;
         self.backend.next_label = L_NEXT_FAST;
         self.inliner.next_version();
@@ -151,6 +153,7 @@ impl PtxWalker<'_> {
         self.emit(format!("bra {first};"));
         let body = self.kernel_body();
         self.backend.unchecked.clear();
+        self.backend.known.clear();
         self.backend.proven_at.clear();
         self.backend.loaded.clear();
         self.call_results.clear();

@@ -38,6 +38,38 @@ pub(crate) fn workitem_indexed(
     k: FuncId,
     a: &FuncAnalysis,
 ) -> std::collections::BTreeMap<Bci, u32> {
+    walk(v, k, a).0
+}
+
+/// The `i64` compares of kernel `k` whose result is known wherever
+/// [`workitem_indexed`]'s accesses are proven (a chunk inside `[0,
+/// length)` of an array, so inside `i32`): by bytecode index, the value
+/// (1 or 0) of each `i64.eq` or `i64.ne` of the workitem number with
+/// itself — the source language's test that an `i64` index survives its
+/// narrowing to `i32` (`narrow as i64 == wide`), which the unchecked
+/// version of the body need not make. Empty when no access is proven.
+pub(crate) fn workitem_tests(
+    v: &offload_ir::Verified,
+    k: FuncId,
+    a: &FuncAnalysis,
+) -> std::collections::BTreeMap<Bci, i32> {
+    let (accesses, tests) = walk(v, k, a);
+    if accesses.is_empty() {
+        return Default::default();
+    }
+    tests
+}
+
+/// [`workitem_indexed`] and [`workitem_tests`] in one walk.
+fn walk(
+    v: &offload_ir::Verified,
+    k: FuncId,
+    a: &FuncAnalysis,
+) -> (
+    std::collections::BTreeMap<Bci, u32>,
+    std::collections::BTreeMap<Bci, i32>,
+) {
+    use offload_ir::isa::{CmpOp, Op};
     use offload_ir::{Inst, Kind};
     let f = v.func(k);
     let frames = &v.types(k).frames;
@@ -49,8 +81,9 @@ pub(crate) fn workitem_indexed(
         }
     }
     let mut out = std::collections::BTreeMap::new();
+    let mut tests = std::collections::BTreeMap::new();
     if params == 0 || assigned[0] || f.locals[0].ty.kind() != Kind::I64 {
-        return out;
+        return (out, tests);
     }
     let leaders: std::collections::HashSet<Bci> = a.cfg.blocks.iter().map(|b| b.start).collect();
     let copies = param_copies(v, k, &leaders);
@@ -69,6 +102,7 @@ pub(crate) fn workitem_indexed(
     let blocks = &a.cfg.blocks;
     loop {
         out.clear();
+        tests.clear();
         let mut changed = false;
         let mut stack: Vec<Sym> = Vec::new();
         // Per block, the stack after its last instruction (once walked).
@@ -140,6 +174,28 @@ pub(crate) fn workitem_indexed(
                         Sym::Other
                     });
                 }
+                // Widened again, the narrowed number is the number (in a
+                // proven chunk: inside `i32`).
+                Inst::I32ToI64 => {
+                    let s = pop(&mut stack);
+                    stack.push(if s == Sym::WorkitemI32 {
+                        Sym::Workitem
+                    } else {
+                        Sym::Other
+                    });
+                }
+                _ if matches!(
+                    inst.opcode().op(),
+                    Op::Compare(Kind::I64, CmpOp::Eq | CmpOp::Ne)
+                ) =>
+                {
+                    let (b, a) = (pop(&mut stack), pop(&mut stack));
+                    if (a, b) == (Sym::Workitem, Sym::Workitem) {
+                        let eq = matches!(inst.opcode().op(), Op::Compare(_, CmpOp::Eq));
+                        tests.insert(bci as Bci, i32::from(eq));
+                    }
+                    stack.push(Sym::Other);
+                }
                 _ if shared_step(&mut stack, inst, Sym::Other, |s| access(s, bci, &mut out)) => {}
                 _ => {
                     // Any other instruction pops its operands and pushes at
@@ -158,7 +214,7 @@ pub(crate) fn workitem_indexed(
             }
         }
         if !changed {
-            return out;
+            return (out, tests);
         }
     }
 }

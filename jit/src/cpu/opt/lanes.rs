@@ -85,10 +85,15 @@ pub(crate) trait LaneEmit {
 /// A body is one basic block ending in `ret`, its values are `i32` or
 /// `f32` (and the workitem number and the arrays), its arithmetic is
 /// [`simd_op`]'s, and each array access reads or writes the lane's own
-/// element of an array parameter.
+/// element of an array parameter. A compare of `known`
+/// ([`super::workitem_tests`]: an `i64` index's test that it survives its
+/// narrowing) followed by a branch on it is one way only, so the body
+/// may hold such tests and the throws behind them: the walk goes where the
+/// branch goes.
 pub(crate) fn walk<E: LaneEmit>(
     f: &Function,
     unchecked: Option<&BTreeSet<Bci>>,
+    known: &std::collections::BTreeMap<Bci, i32>,
     e: &mut E,
 ) -> Result<(), Bci> {
     let params = f.param_count as usize;
@@ -110,11 +115,15 @@ pub(crate) fn walk<E: LaneEmit>(
     }
     let mut stack: Vec<Lane<E::V, E::A>> = Vec::new();
     let lane_kind = |k: Kind| matches!(k, Kind::I32 | Kind::F32);
-    for (i, &inst) in f.body.iter().enumerate() {
+    // A known compare's value, for the branch right after it.
+    let mut branch: Option<(Bci, i32)> = None;
+    let mut i = 0;
+    while let Some(&inst) = f.body.get(i) {
         let bci = i as Bci;
         let last = i + 1 == f.body.len();
         let access = unchecked.is_none_or(|u| u.contains(&bci));
         e.before(&stack, &env);
+        i += 1;
         match inst {
             Inst::Load { local } => stack.push(*env.get(local.index()).ok_or(bci)?),
             Inst::Store { local } => {
@@ -144,6 +153,35 @@ pub(crate) fn walk<E: LaneEmit>(
                 Some(Lane::Idx) => stack.push(Lane::Idx32),
                 _ => return Err(bci),
             },
+            // Widened again (in a proven chunk, inside `i32`): the number.
+            Inst::I32ToI64 => match stack.pop() {
+                Some(Lane::Idx32) => stack.push(Lane::Idx),
+                _ => return Err(bci),
+            },
+            _ if known.contains_key(&bci) => {
+                let (Some(Lane::Idx), Some(Lane::Idx)) = (stack.pop(), stack.pop()) else {
+                    return Err(bci);
+                };
+                let c = known[&bci];
+                let v = e.constant(Kind::I32, c as u32).ok_or(bci)?;
+                stack.push(Lane::Uniform(v, Kind::I32));
+                branch = Some((bci + 1, c));
+            }
+            Inst::BrIf { target } | Inst::BrUnless { target } => {
+                let Some((at, c)) = branch.take().filter(|&(at, _)| at == bci) else {
+                    return Err(bci);
+                };
+                debug_assert_eq!(at, bci);
+                stack.pop().ok_or(bci)?;
+                let jumps = matches!(inst, Inst::BrIf { .. });
+                if (c != 0) == jumps {
+                    // Forward only: the walk never repeats an instruction.
+                    if target.0 <= bci {
+                        return Err(bci);
+                    }
+                    i = target.0 as usize;
+                }
+            }
             _ if simd_op(inst).is_some() => {
                 let (k, op) = simd_op(inst).ok_or(bci)?;
                 let (b, a) = (stack.pop().ok_or(bci)?, stack.pop().ok_or(bci)?);
@@ -237,7 +275,12 @@ mod tests {
     /// The walk of `src`'s first function, trusting its accesses.
     fn check(src: &str) -> Result<(), u32> {
         let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
-        walk(v.func(FuncId::new(0)), None, &mut Check)
+        walk(
+            v.func(FuncId::new(0)),
+            None,
+            &Default::default(),
+            &mut Check,
+        )
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub(crate) mod lockstep;
 pub(crate) mod loops;
 pub(crate) mod vector;
 
-pub(crate) use indexed::workitem_indexed;
+pub(crate) use indexed::{workitem_indexed, workitem_tests};
 pub(crate) use lockstep::{LKind, Lockstep, lockstep};
 pub(crate) use loops::{Inv, PredicatedLoop, loop_predicates, loop_unroll};
 pub(crate) use vector::{UNROLL, VECTORS_PER_GROUP, unroll_factor, vectorizable};

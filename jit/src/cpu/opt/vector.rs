@@ -60,8 +60,9 @@ pub(crate) fn vectorizable(
     v: &offload_ir::Verified,
     k: FuncId,
     unchecked: &std::collections::BTreeSet<Bci>,
+    known: &std::collections::BTreeMap<Bci, i32>,
 ) -> bool {
-    super::lanes::walk(v.func(k), Some(unchecked), &mut super::lanes::Check).is_ok()
+    super::lanes::walk(v.func(k), Some(unchecked), known, &mut super::lanes::Check).is_ok()
 }
 
 /// SIMD bodies per control-word check when the item loop is vectorized
@@ -87,7 +88,7 @@ mod tests {
         let k = offload_ir::FuncId::new(0);
         let a = offload_ir::analysis::analyze(&v, k);
         let unchecked = workitem_indexed(&v, k, &a).into_keys().collect();
-        super::vectorizable(&v, k, &unchecked)
+        super::vectorizable(&v, k, &unchecked, &Default::default())
     }
 
     #[test]
@@ -119,6 +120,47 @@ mod tests {
         assert!(!k(
             "load y\n load j\n load x\n load j\n f32.aload\n f32.sqrt\n f32.astore"
         ));
+    }
+
+    #[test]
+    fn an_i64_index_tested_after_its_narrowing_vectorizes() {
+        // The source language's `y[i] = a * x[i]` with `i: i64`: each
+        // access behind `narrow as i64 == wide`, a branch around a throw,
+        // which the proven chunk decides.
+        let src = "kernel k(i: i64, a: f32, x: f32[], y: f32[]) {
+ local w: i64
+ local n: i32
+ load i
+ store w
+ load w
+ i64.to_i32
+ store n
+ load n
+ i32.to_i64
+ load w
+ i64.eq
+ br_if ok
+ throw IndexOutOfBounds
+ok:
+ load y
+ load n
+ load a
+ load x
+ load n
+ f32.aload
+ f32.mul
+ f32.astore
+ ret
+}";
+        let v = verify(parse_module("t.obc", src).unwrap()).unwrap();
+        let k = offload_ir::FuncId::new(0);
+        let a = offload_ir::analysis::analyze(&v, k);
+        let unchecked = workitem_indexed(&v, k, &a).into_keys().collect();
+        let known = crate::cpu::opt::workitem_tests(&v, k, &a);
+        assert_eq!(known, std::collections::BTreeMap::from([(8, 1)]));
+        assert!(super::vectorizable(&v, k, &unchecked, &known));
+        // Without what the chunk proves, the branch keeps it scalar.
+        assert!(!super::vectorizable(&v, k, &unchecked, &Default::default()));
     }
 
     /// `unroll_factor` of the first function of `src`.
