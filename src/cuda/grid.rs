@@ -154,7 +154,7 @@ impl<'a> Grid<'a> {
         let Some(r) = self.reducing.take() else {
             return Ok(Vec::new());
         };
-        let (nodes, got) = r.nodes(self.gpu.stream.cu_stream())?;
+        let (nodes, got) = r.nodes(self.gpu, self.gpu.stream.cu_stream())?;
         self.state.totals.to_host += got;
         Ok(nodes)
     }

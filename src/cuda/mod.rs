@@ -149,6 +149,8 @@ pub(crate) struct Gpu {
     scratch: Mutex<Option<launch::Scratch>>,
     /// The last launch's device block (`block.rs`), kept for the next.
     block: Mutex<Option<block::Block>>,
+    /// The last reduction's device memory (`reduce.rs`), kept for the next.
+    reduce_mem: Mutex<Option<reduce::Memory>>,
     /// Words of device eden the next launch carves (see
     /// [`FIRST_EDEN_BYTES`]).
     eden_words: AtomicU32,
@@ -225,6 +227,7 @@ fn probe_driver() -> Result<Gpu, String> {
         launch_lock: Mutex::new(()),
         scratch: Mutex::new(None),
         block: Mutex::new(None),
+        reduce_mem: Mutex::new(None),
         eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
         resident,
         virtual_gpu: crate::vgpu::now().is_some(),

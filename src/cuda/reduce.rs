@@ -6,9 +6,11 @@
 //! deoptimized or stopped), and the tiles once, after the launch's last
 //! run; `protocol.rs` joins them with the replayed workitems' values.
 //!
-//! The device memory is the launch's own: the tiles' words and flags
-//! (`n / 32` of each, 9 bytes per 32 workitems) and the slots' leaves and
-//! counts (about 0.5 KiB per slot), freed when the launch ends.
+//! The device memory — the tiles' words and flags (9 bytes per 32
+//! workitems) and the slots' leaves and counts (about 0.5 KiB per slot) —
+//! is kept by the GPU for the next reduction ([`Memory`]), and made again
+//! only when a launch needs more: a warm reduction allocates nothing, and
+//! clears its tiles' flags with one memset.
 
 use super::raw::{self, DeviceMem};
 use super::{Gpu, cuda_err};
@@ -17,16 +19,20 @@ use cudarc::driver::sys;
 use offload_abi::gpu::{self, DeviceCtx, LEAF_BYTES, LEAVES_PER_SLOT, TILE, TILE_LEVEL};
 use offload_abi::reduce::{Combine, Node};
 
+/// A reduction's device memory, kept between launches: the tiles' words
+/// then their flags, and the slots' leaves then their counts (`u32`).
+pub(super) struct Memory {
+    tile_mem: DeviceMem,
+    leaf_mem: DeviceMem,
+}
+
 /// A reduction's device state during a launch, and the leaves taken so far.
 pub(super) struct Reducing {
     combine: Combine,
     /// Full tiles of the range: `n / TILE`.
     tiles: usize,
-    /// The tiles' words, then their flags.
-    tile_mem: DeviceMem,
     slots: usize,
-    /// The slots' leaves, then their counts (`u32`).
-    leaf_mem: DeviceMem,
+    mem: Memory,
     /// The leaves taken from the runs so far.
     leaves: Vec<Node>,
 }
@@ -43,29 +49,47 @@ impl Reducing {
     ) -> Result<Reducing, OffloadError> {
         // (A range's length is below 2^64, so its tiles below 2^59.)
         let tiles = (len / TILE) as usize;
-        let tile_mem = DeviceMem::new(&gpu.ctx, tiles * 9).map_err(cuda_err("reduction tiles"))?;
-        // SAFETY: the flags, the last `tiles` bytes of the allocation.
-        unsafe { raw::memset(tile_mem.at() + 8 * tiles as u64, 0, tiles, stream) }
-            .map_err(cuda_err("reduction tiles"))?;
         let per = (LEAVES_PER_SLOT * LEAF_BYTES) as usize;
-        let leaf_mem =
-            DeviceMem::new(&gpu.ctx, slots * (per + 4)).map_err(cuda_err("reduction leaves"))?;
+        // (This thread may not have run a launch yet: a launch in flight.)
+        gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
+        let kept = gpu
+            .reduce_mem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let (tile_mem, leaf_mem) =
+            kept.map_or((None, None), |m| (Some(m.tile_mem), Some(m.leaf_mem)));
+        // What is kept serves when it is large enough; else it is freed
+        // before its successor is made.
+        let fit = |m: Option<DeviceMem>, bytes: usize, what: &'static str| match m
+            .filter(|m| m.bytes() >= bytes)
+        {
+            Some(m) => Ok(m),
+            None => DeviceMem::new(&gpu.ctx, bytes).map_err(cuda_err(what)),
+        };
+        let tile_mem = fit(tile_mem, tiles * 9, "reduction tiles")?;
+        let leaf_mem = fit(leaf_mem, slots * (per + 4), "reduction leaves")?;
+        if tiles > 0 {
+            // SAFETY: the flags, `tiles` bytes after the words, inside the
+            // allocation (at least `9 * tiles` bytes).
+            unsafe { raw::memset(tile_mem.at() + 8 * tiles as u64, 0, tiles, stream) }
+                .map_err(cuda_err("reduction tiles"))?;
+        }
         Ok(Reducing {
             combine,
             tiles,
-            tile_mem,
             slots,
-            leaf_mem,
+            mem: Memory { tile_mem, leaf_mem },
             leaves: Vec::new(),
         })
     }
 
     /// The context's reduction fields.
     pub(super) fn fill(&self, ctx: &mut DeviceCtx) {
-        ctx.tiles = self.tile_mem.at();
-        ctx.tile_flags = self.tile_mem.at() + 8 * self.tiles as u64;
-        ctx.leaves = self.leaf_mem.at();
-        ctx.leaf_counts = self.leaves_bytes() as u64 + self.leaf_mem.at();
+        ctx.tiles = self.mem.tile_mem.at();
+        ctx.tile_flags = self.mem.tile_mem.at() + 8 * self.tiles as u64;
+        ctx.leaves = self.mem.leaf_mem.at();
+        ctx.leaf_counts = self.leaves_bytes() as u64 + self.mem.leaf_mem.at();
         ctx.combine = self.combine.code();
     }
 
@@ -78,7 +102,7 @@ impl Reducing {
     /// the first slot with any to the last. Returns the bytes copied.
     pub(super) fn take_leaves(&mut self, stream: sys::CUstream) -> Result<u64, OffloadError> {
         let mut counts = vec![0u32; self.slots];
-        let at = self.leaf_mem.at() + self.leaves_bytes() as u64;
+        let at = self.mem.leaf_mem.at() + self.leaves_bytes() as u64;
         // SAFETY: the counts, the allocation's last `4 * slots` bytes.
         unsafe { raw::fetch(&mut counts, at, stream) }.map_err(cuda_err("reduction leaves"))?;
         let mut got = 4 * counts.len() as u64;
@@ -93,7 +117,7 @@ impl Reducing {
         unsafe {
             raw::fetch(
                 &mut words,
-                self.leaf_mem.at() + (first * per * 8) as u64,
+                self.mem.leaf_mem.at() + (first * per * 8) as u64,
                 stream,
             )
         }
@@ -109,10 +133,23 @@ impl Reducing {
     }
 
     /// Every node the launch's runs computed on the device: the tiles a
-    /// warp combined and the leaves. Returns them and the bytes copied.
-    pub(super) fn nodes(mut self, stream: sys::CUstream) -> Result<(Vec<Node>, u64), OffloadError> {
+    /// warp combined and the leaves. Returns them and the bytes copied;
+    /// the memory goes back to `gpu` for the next reduction.
+    pub(super) fn nodes(
+        mut self,
+        gpu: &Gpu,
+        stream: sys::CUstream,
+    ) -> Result<(Vec<Node>, u64), OffloadError> {
+        let nodes = self.tile_nodes(stream);
+        *gpu.reduce_mem
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.mem);
+        nodes
+    }
+
+    fn tile_nodes(&mut self, stream: sys::CUstream) -> Result<(Vec<Node>, u64), OffloadError> {
         let mut flags = vec![0u8; self.tiles];
-        let at = self.tile_mem.at();
+        let at = self.mem.tile_mem.at();
         // SAFETY: the flags, the allocation's last `tiles` bytes.
         unsafe { raw::fetch(&mut flags, at + 8 * self.tiles as u64, stream) }
             .map_err(cuda_err("reduction tiles"))?;
@@ -135,7 +172,7 @@ impl Reducing {
                     }),
             );
         }
-        Ok((self.leaves, got))
+        Ok((std::mem::take(&mut self.leaves), got))
     }
 }
 
