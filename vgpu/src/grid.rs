@@ -295,18 +295,17 @@ fn run(
             live.append(&mut released);
         }
         if stats.instructions > opts.max_steps {
-            return Err(Error::Launch(Box::new(LaunchFault {
-                kind: FaultKind::Timeout,
-                kernel: kernel_name(module, &threads[t]),
-                line: threads[t].current(module).map_or(0, |(_, i)| i.line),
-                text: current_text(module, &threads[t]),
-                block: threads[t].place.ctaid,
-                thread: threads[t].place.tid,
-                addr: 0,
-                size: 0,
-                seed: opts.seed,
-                detail: format!("{} instructions without finishing", opts.max_steps),
-            })));
+            let th = &threads[t];
+            let at = th.current(module).map_or(0, |(_, i)| i.line);
+            return Err(thread_fault(
+                module,
+                th,
+                FaultKind::Timeout,
+                (at, current_text(module, th)),
+                (0, 0),
+                format!("{} instructions without finishing", opts.max_steps),
+                opts,
+            ));
         }
     }
     if let Some((t, detail)) = warps.stuck(threads) {
@@ -325,15 +324,38 @@ fn run(
 
 /// Threads that wait for others that never come, reported at thread `t`.
 fn deadlock(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> Error {
+    let nowhere = (0, String::new());
+    thread_fault(
+        module,
+        t,
+        FaultKind::Deadlock,
+        nowhere,
+        (0, 0),
+        detail,
+        opts,
+    )
+}
+
+/// A fault of kind `kind` at thread `t`: its PTX `line` and `text`, the
+/// access's `addr` and `size` (zero for none), and the `detail`.
+fn thread_fault(
+    module: &Module,
+    t: &Thread,
+    kind: FaultKind,
+    (line, text): (u32, String),
+    (addr, size): (u64, u64),
+    detail: String,
+    opts: &SimOptions,
+) -> Error {
     Error::Launch(Box::new(LaunchFault {
-        kind: FaultKind::Deadlock,
+        kind,
         kernel: kernel_name(module, t),
-        line: 0,
-        text: String::new(),
+        line,
+        text,
         block: t.place.ctaid,
         thread: t.place.tid,
-        addr: 0,
-        size: 0,
+        addr,
+        size,
         seed: opts.seed,
         detail,
     }))
@@ -343,18 +365,15 @@ fn deadlock(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> E
 /// reported at thread `t`'s instruction.
 fn warp_fault(module: &Module, t: &Thread, detail: String, opts: &SimOptions) -> Error {
     let (line, text, _) = last_run(module, t);
-    Error::Launch(Box::new(LaunchFault {
-        kind: FaultKind::Trap,
-        kernel: kernel_name(module, t),
-        line,
-        text,
-        block: t.place.ctaid,
-        thread: t.place.tid,
-        addr: 0,
-        size: 0,
-        seed: opts.seed,
+    thread_fault(
+        module,
+        t,
+        FaultKind::Trap,
+        (line, text),
+        (0, 0),
         detail,
-    }))
+        opts,
+    )
 }
 
 /// The instruction thread `t` ran last (the one just before its pc): its
@@ -405,22 +424,10 @@ pub(crate) fn fault_of(module: &Module, t: &Thread, stop: Stop, opts: &SimOption
         ),
         Stop::Trap => (FaultKind::Trap, 0, 0, "`trap` executed".to_string()),
     };
-    let kernel = kernel_name(module, t);
-    let detail = if func != kernel && !func.is_empty() {
+    let detail = if func != kernel_name(module, t) && !func.is_empty() {
         format!("{detail} (in `{func}`)")
     } else {
         detail
     };
-    Error::Launch(Box::new(LaunchFault {
-        kind,
-        kernel,
-        line,
-        text,
-        block: t.place.ctaid,
-        thread: t.place.tid,
-        addr,
-        size,
-        seed: opts.seed,
-        detail,
-    }))
+    thread_fault(module, t, kind, (line, text), (addr, size), detail, opts)
 }

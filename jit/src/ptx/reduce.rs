@@ -154,28 +154,9 @@ impl PtxWalker<'_> {
         self.emit(format!("setp.ne.u32 {part}, {ballot}, 0xffffffff;"));
         self.emit(format!("@{part} bra {L_LEAF};"));
         // The same tile in each (lane 0's base)?
-        let (blo, bhi, b0lo, b0hi) = (
-            self.t(Cls::B32),
-            self.t(Cls::B32),
-            self.t(Cls::B32),
-            self.t(Cls::B32),
-        );
-        self.emit(format!("mov.b64 {{{blo}, {bhi}}}, {base};"));
-        self.emit(format!(
-            "shfl.sync.idx.b32 {b0lo}, {blo}, 0, 0x1f, 0xffffffff;"
-        ));
-        self.emit(format!(
-            "shfl.sync.idx.b32 {b0hi}, {bhi}, 0, 0x1f, 0xffffffff;"
-        ));
-        let (e1, e2, same, all) = (
-            self.t(Cls::Pred),
-            self.t(Cls::Pred),
-            self.t(Cls::Pred),
-            self.t(Cls::Pred),
-        );
-        self.emit(format!("setp.eq.u32 {e1}, {blo}, {b0lo};"));
-        self.emit(format!("setp.eq.u32 {e2}, {bhi}, {b0hi};"));
-        self.emit(format!("and.pred {same}, {e1}, {e2};"));
+        let b0 = self.shfl64("idx", &base, 0, Cls::B64);
+        let (same, all) = (self.t(Cls::Pred), self.t(Cls::Pred));
+        self.emit(format!("setp.eq.u64 {same}, {base}, {b0};"));
         self.emit(format!("vote.sync.all.pred {all}, {same}, 0xffffffff;"));
         self.emit(format!("@!{all} bra {L_LEAF};"));
         self.emit(format!("setp.eq.u64 {SYNC}, {base}, {base};"));
@@ -248,29 +229,37 @@ impl PtxWalker<'_> {
     fn tile_tree(&mut self, k: Kind, combine: Combine) {
         let wide = matches!(k, Kind::I64 | Kind::F64);
         for off in [1, 2, 4, 8, 16] {
-            let other = self.t(cls(k));
-            if wide {
-                let (lo, hi, olo, ohi) = (
-                    self.t(Cls::B32),
-                    self.t(Cls::B32),
-                    self.t(Cls::B32),
-                    self.t(Cls::B32),
-                );
-                self.emit(format!("mov.b64 {{{lo}, {hi}}}, {RV};"));
-                self.emit(format!(
-                    "shfl.sync.down.b32 {olo}, {lo}, {off}, 0x1f, 0xffffffff;"
-                ));
-                self.emit(format!(
-                    "shfl.sync.down.b32 {ohi}, {hi}, {off}, 0x1f, 0xffffffff;"
-                ));
-                self.emit(format!("mov.b64 {other}, {{{olo}, {ohi}}};"));
+            let other = if wide {
+                self.shfl64("down", RV, off, cls(k))
             } else {
+                let other = self.t(cls(k));
                 self.emit(format!(
                     "shfl.sync.down.b32 {other}, {RV}, {off}, 0x1f, 0xffffffff;"
                 ));
-            }
+                other
+            };
             self.combine_into(k, combine, &other);
         }
+    }
+
+    /// `shfl.sync.MODE` of the 64-bit `x` (`b` the lane or offset), a
+    /// half at a time, into a new register of class `c`.
+    fn shfl64(&mut self, mode: &str, x: &str, b: u32, c: Cls) -> String {
+        let (lo, hi, slo, shi) = (
+            self.t(Cls::B32),
+            self.t(Cls::B32),
+            self.t(Cls::B32),
+            self.t(Cls::B32),
+        );
+        self.emit(format!("mov.b64 {{{lo}, {hi}}}, {x};"));
+        for (d, a) in [(&slo, &lo), (&shi, &hi)] {
+            self.emit(format!(
+                "shfl.sync.{mode}.b32 {d}, {a}, {b}, 0x1f, 0xffffffff;"
+            ));
+        }
+        let r = self.t(c);
+        self.emit(format!("mov.b64 {r}, {{{slo}, {shi}}};"));
+        r
     }
 
     /// `%rv`'s raw bits in a `b64` register.

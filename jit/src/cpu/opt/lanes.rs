@@ -168,10 +168,9 @@ pub(crate) fn walk<E: LaneEmit>(
                 branch = Some((bci + 1, c));
             }
             Inst::BrIf { target } | Inst::BrUnless { target } => {
-                let Some((at, c)) = branch.take().filter(|&(at, _)| at == bci) else {
+                let Some((_, c)) = branch.take().filter(|&(at, _)| at == bci) else {
                     return Err(bci);
                 };
-                debug_assert_eq!(at, bci);
                 stack.pop().ok_or(bci)?;
                 let jumps = matches!(inst, Inst::BrIf { .. });
                 if (c != 0) == jumps {
