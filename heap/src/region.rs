@@ -257,6 +257,29 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(off), len) }
     }
 
+    /// Move the `n` 8-byte words at word offset `from` down or up to word
+    /// offset `to` (the two ranges may overlap), inside committed memory:
+    /// one `memmove`, for the collector's slide.
+    ///
+    /// # Safety
+    ///
+    /// No other thread may access either range while this runs.
+    pub(crate) unsafe fn move_words(&self, from: usize, to: usize, n: usize) {
+        let end = from.max(to).checked_add(n).and_then(|e| e.checked_mul(8));
+        assert!(
+            end.is_some_and(|e| e <= self.committed()),
+            "moving {n} words from {from:#x} to {to:#x} outside committed memory"
+        );
+        // SAFETY: both ranges are inside committed, writable memory (checked
+        // above; the base is page-aligned, so 8-byte aligned), `ptr::copy`
+        // allows them to overlap, and by the caller's contract nobody else
+        // touches them now.
+        unsafe {
+            let base = self.base.as_ptr().cast::<u64>();
+            std::ptr::copy(base.add(from), base.add(to), n);
+        }
+    }
+
     /// Zero the `len` bytes at byte offset `off` (inside committed memory).
     ///
     /// # Safety

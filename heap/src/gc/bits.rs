@@ -28,21 +28,10 @@ impl Bits {
         self.words[w].fetch_or(b, Ordering::Relaxed) & b == 0
     }
 
-    /// Set bits `[a, b)`.
-    pub(super) fn set_range(&self, a: u64, b: u64) {
-        let mut i = a;
-        while i < b {
-            let w = (i >> 6) as usize;
-            let lo = i & 63;
-            let hi = (b - (i - lo)).min(64);
-            let mask = if hi - lo == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (hi - lo)) - 1) << lo
-            };
-            self.words[w].fetch_or(mask, Ordering::Relaxed);
-            i = i - lo + hi;
-        }
+    /// Set the bits of `bits` in word `w`.
+    #[inline]
+    pub(super) fn or_word(&self, w: usize, bits: u64) {
+        self.words[w].fetch_or(bits, Ordering::Relaxed);
     }
 
     /// The 64 bits of word `w` (bits `64w ..`).
@@ -72,15 +61,38 @@ impl Bits {
     }
 }
 
+/// Bits `[a, b)` as (word, mask) pairs, in order: one per word they
+/// touch.
+pub(super) fn range_words(a: u64, b: u64) -> impl Iterator<Item = (usize, u64)> {
+    let mut i = a;
+    std::iter::from_fn(move || {
+        if i >= b {
+            return None;
+        }
+        let lo = i & 63;
+        let hi = (b - (i - lo)).min(64);
+        let mask = if hi - lo == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (hi - lo)) - 1) << lo
+        };
+        let w = (i >> 6) as usize;
+        i = i - lo + hi;
+        Some((w, mask))
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Bits;
+    use super::{Bits, range_words};
 
     #[test]
     fn ranges_across_words_set_exactly_their_bits() {
         for (a, b) in [(0, 1), (3, 64), (60, 70), (64, 128), (5, 200), (127, 129)] {
             let bits = Bits::new(256);
-            bits.set_range(a, b);
+            for (w, mask) in range_words(a, b) {
+                bits.or_word(w, mask);
+            }
             let got: Vec<u32> = bits.ones(0, bits.len()).collect();
             let want: Vec<u32> = (a as u32..b as u32).collect();
             assert_eq!(got, want, "[{a}, {b})");

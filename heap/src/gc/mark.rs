@@ -1,7 +1,7 @@
 //! Marking on every worker, and the passes over marked objects (their live
 //! words, their references).
 
-use super::bits::Bits;
+use super::bits::{Bits, range_words};
 use crate::heap::{ClassShape, HeapError};
 use crate::layout::{HEAP_START_WORDS, Header, array_elem_kind};
 use offload_ir::Kind;
@@ -218,9 +218,23 @@ pub(super) fn live_words(
             // The tag of the page the last object started on, read once
             // per page.
             let mut seen: Option<(u32, u32)> = None;
+            // The bitmap word being filled: objects come in address order,
+            // so each word is written once (an atomic or, as the chunks
+            // before and after may fill its other bits).
+            let mut word: Option<(usize, u64)> = None;
+            let flush = |w: Option<(usize, u64)>| {
+                if let Some((w, bits)) = w {
+                    live.or_word(w, bits);
+                }
+            };
             for (r, h, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
             {
-                live.set_range(u64::from(r), u64::from(r) + size);
+                for (w, bits) in range_words(u64::from(r), u64::from(r) + size) {
+                    match &mut word {
+                        Some((cur, acc)) if *cur == w => *acc |= bits,
+                        _ => flush(word.replace((w, bits))),
+                    }
+                }
                 part.objects += 1;
                 part.arrays += u64::from(matches!(h, Header::Array { .. }));
                 part.words += size;
@@ -243,6 +257,7 @@ pub(super) fn live_words(
                 }
                 part.last_tag = Some(tag);
             }
+            flush(word);
             (part, first)
         })
         .collect();

@@ -13,7 +13,7 @@
 //! them allocated side by side stays side by side). So: **mark** everything
 //! reachable from the roots; **compute** each live object's new address;
 //! **update** every reference (in live objects and in the roots); **slide**
-//! each live object down to its new address, in address order.
+//! the live words down to their new addresses.
 //!
 //! * Marking sets a bit per live object start in a side bitmap, and runs on
 //!   every worker of the calling rayon pool: each task traces from a stack
@@ -25,6 +25,10 @@
 //!   table holds, per 64 heap words, where the first live word among them
 //!   goes. An object's new address is that entry plus the live words before
 //!   it in its 64 — one popcount (the "Compressor" scheme).
+//! * The slide copies runs of adjacent live objects with one `memmove`
+//!   each, in chunks that run on every worker in waves: a chunk waits only
+//!   for the earlier chunks whose live words lie where it copies to
+//!   (`slide.rs`).
 //! * Objects that are already in place (the dense prefix of long-lived
 //!   data below the first hole) are not copied.
 //! * Afterwards eden's top is the end of the live data; the memory above it
@@ -43,10 +47,11 @@
 
 mod bits;
 mod mark;
+mod slide;
 
 use crate::alloc::aligned_pad;
 use crate::heap::{ClassShape, FRESH, Heap, HeapError, pack_top};
-use crate::layout::{HEAP_START_WORDS, Header};
+use crate::layout::HEAP_START_WORDS;
 use crate::pages::page_up;
 use bits::Bits;
 use std::sync::atomic::Ordering;
@@ -143,14 +148,6 @@ impl std::fmt::Display for GcStats {
         }
         Ok(())
     }
-}
-
-/// A colour gap's move: from word `at` to `to + words`, behind a filler of
-/// `words` (none when zero).
-struct Pad {
-    at: u32,
-    to: u32,
-    words: u32,
 }
 
 /// A live object before which the slide may pad: a colour gap, an
@@ -302,34 +299,28 @@ impl Heap {
                     }
                 }
                 debug_assert!(to + pad <= p.at);
-                pads.push(Pad {
-                    at: p.at,
-                    to,
-                    words: pad,
-                });
+                if pad > 0 {
+                    pads.push((p.at, pad));
+                }
                 next += pad;
             }
             next += word.count_ones();
         }
-        let padding: u64 = pads.iter().map(|p| u64::from(p.words)).sum();
+        let padding: u64 = pads.iter().map(|&(_, words)| u64::from(words)).sum();
         st.padding = (padding + counted.gaps.len() as u64 * u64::from(mark::GAP_WORDS)) * 8;
         debug_assert_eq!(
             u64::from(next),
             u64::from(HEAP_START_WORDS) + counted.words + padding
         );
         let padded = Bits::new(live.len() as u64);
-        for p in pads.iter().filter(|p| p.words > 0) {
-            padded.test_and_set(p.at >> 6);
+        for &(at, _) in &pads {
+            padded.test_and_set(at >> 6);
         }
         let fwd = Forwarding {
             live,
             base,
             padded,
-            pads: pads
-                .iter()
-                .filter(|p| p.words > 0)
-                .map(|p| (p.at, p.words))
-                .collect(),
+            pads,
         };
 
         // Update every reference in live objects, then the roots.
@@ -340,14 +331,8 @@ impl Heap {
             }
         });
 
-        // Slide, in address order: every object goes down (or stays), so a
-        // copy never overwrites an object not yet moved.
-        let words64 = self
-            .region
-            .u64_cells(top as usize)
-            .ok_or(HeapError::OutOfRange(top as usize * 8))?;
-        // The dense prefix (every word live from the heap's start) stays
-        // where it is: sliding starts at its end.
+        // Slide. The dense prefix (every word live from the heap's start)
+        // stays where it is: sliding starts at its end.
         let mut prefix = 0usize;
         while prefix < fwd.live.len() {
             let w = fwd.live.word(prefix) | if prefix == 0 { 0b11 } else { 0 };
@@ -367,38 +352,16 @@ impl Heap {
             .chain(counted.turns.iter().copied())
             .map(|r| (u64::from(fwd.of(r)), self.pages.tag_of(r)))
             .collect();
-        let mut pads = pads.into_iter().peekable();
-        for at in marks.ones(prefix, marks.len()) {
-            let to = fwd.of(at);
-            // Gaps and turns in the dense prefix stay (their padding is zero).
-            while pads.next_if(|p| p.at < at).is_some() {}
-            if let Some(p) = pads.next_if(|p| p.at == at) {
-                debug_assert_eq!(to, p.to + p.words);
-                if p.words > 0 {
-                    // Below every object not yet moved (`to <= at`).
-                    let (a, b) = Header::Filler { size: p.words * 8 }
-                        .encode()
-                        .expect("a filler's header encodes");
-                    cells[p.to as usize * 2].store(a, Ordering::Relaxed);
-                    cells[p.to as usize * 2 + 1].store(b, Ordering::Relaxed);
-                }
-            }
-            if to == at {
-                // In place (past the dense prefix, behind padding that
-                // fills exactly what lay below it): nothing moves.
-                continue;
-            }
-            let (a, b) = (
-                cells[at as usize * 2].load(Ordering::Relaxed),
-                cells[at as usize * 2 + 1].load(Ordering::Relaxed),
-            );
-            let size = Header::decode(a, b).and_then(Header::size).unwrap_or(8) / 8;
-            for i in 0..size as usize {
-                let v = words64[at as usize + i].load(Ordering::Relaxed);
-                words64[to as usize + i].store(v, Ordering::Relaxed);
-            }
-            st.moved += size * 8;
-        }
+        let slide = slide::Slide {
+            region: &self.region,
+            cells,
+            fwd: &fwd,
+            from_block: prefix,
+            end: u64::from(next),
+        };
+        // SAFETY: the caller has the heap to itself, and every reference
+        // (in live objects and roots) holds its new address.
+        st.moved = unsafe { slide.run() } * 8;
         // Each run's pages get its tag; no page holds the starts of two
         // runs (a turn starts a page).
         for (i, &(start, tag)) in runs.iter().enumerate() {
