@@ -454,7 +454,9 @@ fn a_slot_that_saw_eden_exhausted_allocates_again_after_a_reset() {
 /// other array dead (the slide's waves double), one in fifty dead (each
 /// chunk waits for the one before), the first half dead (everything
 /// slides down whole, one wave), a random third dead — slide on four
-/// workers to exactly their places, in order, every word intact.
+/// workers to exactly their places, in order, every word intact, and the
+/// reference arrays among them (some long enough to run across chunks)
+/// point at their targets' new places.
 #[test]
 fn live_data_slides_in_parallel_chunks_with_every_word_intact() {
     type Keep = fn(usize, &mut Rng) -> bool;
@@ -471,16 +473,39 @@ fn live_data_slides_in_parallel_chunks_with_every_word_intact() {
     for (name, keep) in patterns {
         let heap = heap(64 << 20);
         let mut rng = Rng(0x5eed);
-        let mut kept = Vec::new();
+        // (index, kind, old address); a reference array's elements are the
+        // indices in `kept` of arrays kept before it.
+        let mut kept: Vec<(usize, Kind, u32)> = Vec::new();
+        let mut targets: Vec<Vec<usize>> = Vec::new();
         for i in 0..120_000usize {
-            let len = 1 + (i * 7919) % 40;
-            let r = Allocator::alloc_host(&heap, header(&Kind::Ints(len as u32))).unwrap();
-            for e in 0..len {
-                heap.store32(r as usize * 8 + 8 + 4 * e, (i * 31 + e) as u32)
-                    .unwrap();
+            let kind = match i % 5 {
+                3 => Kind::RefArray(1 + (i % 9) as u32 + if i % 1001 == 3 { 300 } else { 0 }),
+                _ => Kind::Ints(1 + (i * 7919 % 40) as u32 + if i % 997 == 0 { 600 } else { 0 }),
+            };
+            let r = Allocator::alloc_host(&heap, header(&kind)).unwrap();
+            let mut to = Vec::new();
+            match kind {
+                Kind::Ints(len) => {
+                    for e in 0..len as usize {
+                        heap.store32(r as usize * 8 + 8 + 4 * e, (i * 31 + e) as u32)
+                            .unwrap();
+                    }
+                }
+                Kind::RefArray(len) => {
+                    for e in 0..len as usize {
+                        if kept.is_empty() {
+                            break;
+                        }
+                        let k = rng.below(kept.len() as u64) as usize;
+                        heap.store32(r as usize * 8 + 8 + 4 * e, kept[k].2).unwrap();
+                        to.push(k);
+                    }
+                }
+                Kind::Obj(_) => unreachable!(),
             }
             if keep(i, &mut rng) {
-                kept.push((i, len, r));
+                kept.push((i, kind, r));
+                targets.push(to);
             }
         }
         let mut roots: Vec<u32> = kept.iter().map(|&(_, _, r)| r).collect();
@@ -494,28 +519,36 @@ fn live_data_slides_in_parallel_chunks_with_every_word_intact() {
                 }
             })
             .unwrap();
-        let live: u64 = kept
-            .iter()
-            .map(|&(_, len, _)| size_of(&Kind::Ints(len as u32)))
-            .sum();
+        let live: u64 = kept.iter().map(|(_, k, _)| size_of(k)).sum();
         assert!(live > 4 << 20, "{name}: several chunks of live data");
         assert_eq!(st.after, 16 + live + st.padding, "{name}");
         assert_eq!(st.live_objects, kept.len() as u64, "{name}");
         let mut next = 2u32;
-        for (&(i, len, _), &r) in kept.iter().zip(&roots) {
+        // In the order of their old addresses (arrays of references and of
+        // ints lie on pages of their own).
+        let mut order: Vec<usize> = (0..kept.len()).collect();
+        order.sort_by_key(|&k| kept[k].2);
+        for k in order {
+            let ((i, kind, _), r) = (&kept[k], roots[k]);
             let h = heap.header(offload_heap::Ref(r)).unwrap();
             // Survivors keep their order, side by side (a class's page run
             // may start a page: padding).
             assert!(r >= next, "{name}: array {i} at {r} below {next}");
-            assert_eq!(h, header(&Kind::Ints(len as u32)), "{name}: array {i}");
-            for e in 0..len {
+            assert_eq!(h, header(kind), "{name}: array {i}");
+            for (e, want) in match kind {
+                Kind::Ints(len) => (0..*len as usize).map(|e| (i * 31 + e) as u32).collect(),
+                _ => targets[k].iter().map(|&t| roots[t]).collect::<Vec<_>>(),
+            }
+            .into_iter()
+            .enumerate()
+            {
                 assert_eq!(
                     heap.load32(r as usize * 8 + 8 + 4 * e).unwrap(),
-                    (i * 31 + e) as u32,
+                    want,
                     "{name}: array {i} element {e}"
                 );
             }
-            next = r + (size_of(&Kind::Ints(len as u32)) / 8) as u32;
+            next = r + (size_of(kind) / 8) as u32;
         }
         assert_eq!(
             u64::from(next) * 8,

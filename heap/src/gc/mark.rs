@@ -4,10 +4,11 @@
 use super::bits::{Bits, range_words};
 use crate::heap::{ClassShape, HeapError};
 use crate::layout::{HEAP_START_WORDS, Header, array_elem_kind};
+use crate::pages::PAGE_WORDS;
 use offload_ir::Kind;
 use rayon::prelude::*;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A task's stack longer than this gives half of it to a new task.
 const SPLIT: usize = 1024;
@@ -15,19 +16,25 @@ const SPLIT: usize = 1024;
 /// words, 2 MiB).
 const CHUNK: usize = 4096;
 
-/// What marking reads: the heap's cells up to its top, the class shapes,
-/// and the mark bitmap it fills.
+/// What marking reads (the heap's cells up to its top, the class shapes)
+/// and fills: a bit per live object start, a bit per live word, and the
+/// counts of [`LiveWords`].
 pub(super) struct Tracer<'a> {
     pub(super) cells: &'a [AtomicU32],
     pub(super) shapes: &'a [ClassShape],
-    pub(super) marks: Bits,
     /// Eden's top, in words.
     pub(super) top: u32,
+    pub(super) marks: Bits,
+    pub(super) live: Bits,
+    objects: AtomicU64,
+    arrays: AtomicU64,
+    words: AtomicU64,
+    gaps: Mutex<Vec<u32>>,
 }
 
 /// The header of the object at word `r`, if it decodes.
 #[inline]
-fn header(cells: &[AtomicU32], r: u32) -> Option<Header> {
+pub(super) fn header(cells: &[AtomicU32], r: u32) -> Option<Header> {
     let i = r as usize * 2;
     Header::decode(
         cells[i].load(Ordering::Relaxed),
@@ -73,8 +80,26 @@ fn ref_slots(
     Ok(())
 }
 
+impl<'a> Tracer<'a> {
+    /// A tracer of the heap's `top` words (`cells`), nothing marked.
+    pub(super) fn new(cells: &'a [AtomicU32], shapes: &'a [ClassShape], top: u32) -> Self {
+        Tracer {
+            cells,
+            shapes,
+            top,
+            marks: Bits::new(u64::from(top)),
+            live: Bits::new(u64::from(top)),
+            objects: AtomicU64::new(0),
+            arrays: AtomicU64::new(0),
+            words: AtomicU64::new(0),
+            gaps: Mutex::new(Vec::new()),
+        }
+    }
+}
+
 impl Tracer<'_> {
-    /// Mark everything the roots reach; the number of non-null roots.
+    /// Mark everything the roots reach, and every word of it live; the
+    /// number of non-null roots.
     pub(super) fn mark(&self, roots: &mut dyn super::Roots) -> Result<u64, HeapError> {
         let mut start = Vec::new();
         let mut count = 0u64;
@@ -122,6 +147,7 @@ impl Tracer<'_> {
             let mut slot = err.lock().unwrap_or_else(|e| e.into_inner());
             slot.get_or_insert(e);
         };
+        let (mut objects, mut arrays, mut words) = (0u64, 0u64, 0u64);
         while let Some(r) = stack.pop() {
             let Some(h) = header(self.cells, r) else {
                 return fail(HeapError::Corrupt {
@@ -136,6 +162,10 @@ impl Tracer<'_> {
                     what: format!("{h} runs past eden's top (word {})", self.top),
                 });
             }
+            self.set_live(u64::from(r), end);
+            objects += 1;
+            words += end - u64::from(r);
+            arrays += u64::from(matches!(h, Header::Array { .. }));
             self.keep_colour_gap(r, h);
             let mut out_of_range = None;
             let res = ref_slots(self.shapes, r, h, |cell| {
@@ -163,6 +193,46 @@ impl Tracer<'_> {
                 s.spawn(move |s| self.trace(s, half, err));
             }
         }
+        self.objects.fetch_add(objects, Ordering::Relaxed);
+        self.arrays.fetch_add(arrays, Ordering::Relaxed);
+        self.words.fetch_add(words, Ordering::Relaxed);
+    }
+
+    /// Set the live bits of words `[a, b)`, a bitmap word at a time.
+    fn set_live(&self, a: u64, b: u64) {
+        for (w, bits) in range_words(a, b) {
+            self.live.or_word(w, bits);
+        }
+    }
+
+    /// What marking counted, with the turns between pages of different
+    /// tags (`pages`) read from the mark bitmap: a page's objects share its
+    /// tag, so only a page's first marked object can start a turn.
+    pub(super) fn counted(self, pages: &crate::pages::PageTable) -> (Bits, Bits, LiveWords) {
+        let mut gaps = self.gaps.into_inner().unwrap_or_else(|e| e.into_inner());
+        gaps.sort_unstable();
+        let mut counted = LiveWords {
+            objects: self.objects.into_inner() + gaps.len() as u64,
+            arrays: self.arrays.into_inner(),
+            words: self.words.into_inner() + u64::from(GAP_WORDS) * gaps.len() as u64,
+            gaps,
+            turns: Vec::new(),
+            last_tag: None,
+        };
+        let per_page = (PAGE_WORDS / 64) as usize;
+        for (p, first) in (0..self.marks.len()).step_by(per_page).enumerate() {
+            let end = (first + per_page).min(self.marks.len());
+            let Some(w) = (first..end).find(|&w| self.marks.word(w) != 0) else {
+                continue;
+            };
+            let r = (w as u32) << 6 | self.marks.word(w).trailing_zeros();
+            let tag = pages.tag(p);
+            if counted.last_tag.is_some_and(|t| t != tag) {
+                counted.turns.push(r);
+            }
+            counted.last_tag = Some(tag);
+        }
+        (self.marks, self.live, counted)
     }
 }
 
@@ -180,8 +250,9 @@ impl Tracer<'_> {
             return;
         }
         let f = r - GAP_WORDS;
-        if header(self.cells, f).is_some_and(is_colour_gap) {
-            self.marks.test_and_set(f);
+        if header(self.cells, f).is_some_and(is_colour_gap) && self.marks.test_and_set(f) {
+            self.set_live(u64::from(f), u64::from(r));
+            self.gaps.lock().unwrap_or_else(|e| e.into_inner()).push(f);
         }
     }
 }
@@ -201,90 +272,13 @@ fn marked(
     })
 }
 
-/// Set a bit in `live` for every word of every marked object; the number
-/// of objects and of words, the colour gaps, and the objects whose page
-/// tag (`tag_of`, `crate::pages`) differs from the marked object's before.
-pub(super) fn live_words(
-    cells: &[AtomicU32],
-    marks: &Bits,
-    live: &Bits,
-    pages: &crate::pages::PageTable,
-) -> LiveWords {
-    let parts: Vec<(LiveWords, Option<(u32, u32)>)> = (0..marks.len().div_ceil(CHUNK))
-        .into_par_iter()
-        .map(|c| {
-            let mut part = LiveWords::default();
-            let mut first = None;
-            // The tag of the page the last object started on, read once
-            // per page.
-            let mut seen: Option<(u32, u32)> = None;
-            // The bitmap word being filled: objects come in address order,
-            // so each word is written once (an atomic or, as the chunks
-            // before and after may fill its other bits).
-            let mut word: Option<(usize, u64)> = None;
-            let flush = |w: Option<(usize, u64)>| {
-                if let Some((w, bits)) = w {
-                    live.or_word(w, bits);
-                }
-            };
-            for (r, h, size) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len()))
-            {
-                for (w, bits) in range_words(u64::from(r), u64::from(r) + size) {
-                    match &mut word {
-                        Some((cur, acc)) if *cur == w => *acc |= bits,
-                        _ => flush(word.replace((w, bits))),
-                    }
-                }
-                part.objects += 1;
-                part.arrays += u64::from(matches!(h, Header::Array { .. }));
-                part.words += size;
-                if is_colour_gap(h) {
-                    part.gaps.push(r);
-                }
-                let page = r >> offload_abi::pages::PAGE_SHIFT;
-                let tag = match seen {
-                    Some((p, t)) if p == page => t,
-                    _ => {
-                        let t = pages.tag_of(r);
-                        seen = Some((page, t));
-                        t
-                    }
-                };
-                match part.last_tag {
-                    None => first = Some((r, tag)),
-                    Some(t) if t != tag => part.turns.push(r),
-                    Some(_) => {}
-                }
-                part.last_tag = Some(tag);
-            }
-            flush(word);
-            (part, first)
-        })
-        .collect();
-    // In address order: the chunks are, and so is each chunk's list.
-    let mut all = LiveWords::default();
-    for (p, first) in parts {
-        all.objects += p.objects;
-        all.arrays += p.arrays;
-        all.words += p.words;
-        all.gaps.extend(p.gaps);
-        if let Some((r, tag)) = first
-            && all.last_tag.is_some_and(|t| t != tag)
-        {
-            all.turns.push(r);
-        }
-        all.turns.extend(p.turns);
-        all.last_tag = p.last_tag.or(all.last_tag);
-    }
-    all
-}
-
-/// What [`live_words`] counted.
+/// What marking counted ([`Tracer::counted`]).
 #[derive(Default)]
 pub(super) struct LiveWords {
     pub(super) objects: u64,
     /// Of them, arrays.
     pub(super) arrays: u64,
+    /// Live words (colour gaps' included).
     pub(super) words: u64,
     /// The colour gaps kept (see [`Tracer::keep_colour_gap`]), in address
     /// order: a marked filler of exactly this size is one (nothing else
@@ -309,24 +303,37 @@ fn is_colour_gap(h: Header) -> bool {
     }
 }
 
-/// Replace every non-null reference in a marked object by `fwd` of it.
+/// Replace every non-null reference in the marked objects that start
+/// below bitmap word `to` by `fwd` of it.
 pub(super) fn update_refs(
     cells: &[AtomicU32],
     shapes: &[ClassShape],
     marks: &Bits,
+    to: usize,
     fwd: &(dyn Fn(u32) -> u32 + Sync),
 ) {
-    (0..marks.len().div_ceil(CHUNK))
-        .into_par_iter()
-        .for_each(|c| {
-            for (r, h, _) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(marks.len())) {
-                // Marking checked every marked object's shape.
-                let _ = ref_slots(shapes, r, h, |cell| {
-                    let v = cells[cell].load(Ordering::Relaxed);
-                    if v != 0 {
-                        cells[cell].store(fwd(v), Ordering::Relaxed);
-                    }
-                });
-            }
-        });
+    (0..to.div_ceil(CHUNK)).into_par_iter().for_each(|c| {
+        for (r, h, _) in marked(cells, marks, c * CHUNK, ((c + 1) * CHUNK).min(to)) {
+            update_object(cells, shapes, r, h, fwd);
+        }
+    });
+}
+
+/// Replace every non-null reference in the object at `r` (header `h`) by
+/// `fwd` of it.
+#[inline]
+pub(super) fn update_object<F: Fn(u32) -> u32 + ?Sized>(
+    cells: &[AtomicU32],
+    shapes: &[ClassShape],
+    r: u32,
+    h: Header,
+    fwd: &F,
+) {
+    // Marking checked every marked object's shape.
+    let _ = ref_slots(shapes, r, h, |cell| {
+        let v = cells[cell].load(Ordering::Relaxed);
+        if v != 0 {
+            cells[cell].store(fwd(v), Ordering::Relaxed);
+        }
+    });
 }

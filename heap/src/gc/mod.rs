@@ -53,7 +53,6 @@ use crate::alloc::aligned_pad;
 use crate::heap::{ClassShape, FRESH, Heap, HeapError, pack_top};
 use crate::layout::HEAP_START_WORDS;
 use crate::pages::page_up;
-use bits::Bits;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -103,9 +102,11 @@ pub struct GcStats {
     /// (set by the runtime that stopped them; zero for a collection of a
     /// heap no one else uses).
     pub to_safepoint: Duration,
-    /// Time to mark.
+    /// Time to mark, with the live-word bitmap and the counts marking
+    /// fills as it goes.
     pub mark: Duration,
-    /// Time to compute new addresses, update references and move objects.
+    /// Time to compute new addresses, update references and move objects
+    /// (references in moved objects are updated as they land).
     pub compact: Duration,
 }
 
@@ -175,28 +176,51 @@ fn merge_points<'a>(gaps: &'a [u32], turns: &'a [u32]) -> impl Iterator<Item = P
     })
 }
 
-/// Where live objects go: the live-word bitmap and, per 64 words, the new
-/// address of the first live word among them (colour gaps' padding
-/// included: see `Heap::collect`).
+/// Where live objects go: per 64 heap words, which of them are live and
+/// the new address of the first live one (colour gaps' padding included:
+/// see `Heap::collect`).
 struct Forwarding {
-    live: Bits,
-    base: Vec<u32>,
-    /// A bit per 64 words: some object among them has padding before it
-    /// (a colour gap or a turn, `Point`).
-    padded: Bits,
+    blocks: Vec<Block>,
     /// The padded objects, in address order, with their padding: an object
     /// at or after one in the same 64 words goes that much further.
     pads: Vec<(u32, u32)>,
 }
 
+/// 64 heap words: a bit per live word, and the new address of the first;
+/// side by side, so that finding a new address reads one cache line.
+#[derive(Clone, Copy)]
+struct Block {
+    live: u64,
+    base: u32,
+    /// Some object among them has padding before it (a colour gap or a
+    /// turn, `Point`).
+    padded: bool,
+}
+
 impl Forwarding {
-    /// The new address of the live object at `r`.
+    /// The live bits of block `w`.
+    #[inline(always)]
+    fn word(&self, w: usize) -> u64 {
+        self.blocks[w].live
+    }
+
+    /// The new address of block `w`'s first live word (the end of the live
+    /// data for the block past the last).
+    fn base(&self, w: usize, end: u64) -> u64 {
+        self.blocks.get(w).map_or(end, |b| u64::from(b.base))
+    }
+
+    /// The number of blocks.
+    fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The new address of the live word at `r`.
     #[inline(always)]
     fn of(&self, r: u32) -> u32 {
-        let w = (r >> 6) as usize;
-        let below = self.live.word(w) & ((1u64 << (r & 63)) - 1);
-        let to = self.base[w] + below.count_ones();
-        if self.padded.word(w >> 6) >> (w & 63) & 1 == 0 {
+        let b = self.blocks[(r >> 6) as usize];
+        let to = b.base + (b.live & ((1u64 << (r & 63)) - 1)).count_ones();
+        if !b.padded {
             return to;
         }
         to + self.padding_before(r)
@@ -251,31 +275,28 @@ impl Heap {
             before: top * 8,
             ..GcStats::default()
         };
-        let tracer = mark::Tracer {
-            cells,
-            shapes,
-            marks: Bits::new(top),
-            top: top as u32,
-        };
+        let tracer = mark::Tracer::new(cells, shapes, top as u32);
         st.roots = tracer.mark(roots)?;
-        let marks = tracer.marks;
+        let (marks, live, counted) = tracer.counted(&self.pages);
         let t_mark = Instant::now();
         st.mark = t_mark - t0;
 
-        // Live words and the new address of each block of 64 words.
-        let live = Bits::new(top);
-        let counted = mark::live_words(cells, &marks, &live, &self.pages);
         // Colour gaps are marked fillers, not objects: they count as
         // padding.
         st.live_objects = counted.objects - counted.gaps.len() as u64;
         st.live_arrays = counted.arrays;
-        let mut base = Vec::with_capacity(live.len());
+        // The new address of each block of 64 words.
+        let mut blocks = Vec::with_capacity(live.len());
         let mut next = HEAP_START_WORDS;
         let mut pads = Vec::with_capacity(counted.gaps.len() + counted.turns.len());
         let mut points = merge_points(&counted.gaps, &counted.turns).peekable();
         for w in 0..live.len() {
-            base.push(next);
             let word = live.word(w);
+            blocks.push(Block {
+                live: word,
+                base: next,
+                padded: false,
+            });
             while let Some(p) = points.next_if(|p| (p.at >> 6) as usize == w) {
                 let to = next + (word & ((1u64 << (p.at & 63)) - 1)).count_ones();
                 // An object whose page tag differs from the one before
@@ -312,35 +333,30 @@ impl Heap {
             u64::from(next),
             u64::from(HEAP_START_WORDS) + counted.words + padding
         );
-        let padded = Bits::new(live.len() as u64);
         for &(at, _) in &pads {
-            padded.test_and_set(at >> 6);
+            blocks[(at >> 6) as usize].padded = true;
         }
-        let fwd = Forwarding {
-            live,
-            base,
-            padded,
-            pads,
-        };
+        drop(live);
+        let fwd = Forwarding { blocks, pads };
 
-        // Update every reference in live objects, then the roots.
-        mark::update_refs(cells, shapes, &marks, &|r| fwd.of(r));
+        // The dense prefix (every word live from the heap's start) stays
+        // where it is: its references are updated in place, the rest's as
+        // they slide; then the roots.
+        let mut prefix = 0usize;
+        while prefix < fwd.len() {
+            let w = fwd.word(prefix) | if prefix == 0 { 0b11 } else { 0 };
+            if w != u64::MAX {
+                break;
+            }
+            prefix += 1;
+        }
+        mark::update_refs(cells, shapes, &marks, prefix, &|r| fwd.of(r));
         roots.visit(&mut |r| {
             if *r != 0 {
                 *r = fwd.of(*r);
             }
         });
 
-        // Slide. The dense prefix (every word live from the heap's start)
-        // stays where it is: sliding starts at its end.
-        let mut prefix = 0usize;
-        while prefix < fwd.live.len() {
-            let w = fwd.live.word(prefix) | if prefix == 0 { 0b11 } else { 0 };
-            if w != u64::MAX {
-                break;
-            }
-            prefix += 1;
-        }
         // Where each run of one tag will lie, read before anything moves:
         // the first live object's and each turn's new address, with the
         // tag of the page it comes from. The pages of a run get its tag
@@ -355,12 +371,14 @@ impl Heap {
         let slide = slide::Slide {
             region: &self.region,
             cells,
+            shapes,
+            marks: &marks,
             fwd: &fwd,
             from_block: prefix,
             end: u64::from(next),
         };
-        // SAFETY: the caller has the heap to itself, and every reference
-        // (in live objects and roots) holds its new address.
+        // SAFETY: the caller has the heap to itself; the roots and the
+        // dense prefix hold new addresses, nothing past it does yet.
         st.moved = unsafe { slide.run() } * 8;
         // Each run's pages get its tag; no page holds the starts of two
         // runs (a turn starts a page).

@@ -1,13 +1,16 @@
 //! The slide: every live word moves down to its new address, on every
-//! worker of the calling rayon pool.
+//! worker of the calling rayon pool, and the references in each object
+//! moved are updated where it lands (while it is still in cache).
 //!
 //! Sliding one object at a time in address order never overwrites an
 //! object not yet moved (each goes down or stays), but it is serial and
 //! pays a header decode and a loop per object. Here the live words are cut
 //! into *chunks* of about [`CHUNK_WORDS`] live words (at bitmap-word
-//! boundaries), and a chunk moves its *pieces* — runs of adjacent live
-//! words, split where padding goes before an object — with one `memmove`
-//! each, in address order.
+//! boundaries where no object runs across), and a chunk moves its
+//! *pieces* — runs of adjacent live objects, split where padding goes
+//! before an object — with one `memmove` each, in address order, then
+//! walks the piece's objects at their new place to update their
+//! references (a piece holds whole objects, so its walk parses).
 //!
 //! Chunk `k` writes only its destination `[D_k, E_k)`, which lies at or
 //! below its own live words; a later chunk's live words all lie above
@@ -35,6 +38,9 @@
 //! every live word goes.
 
 use super::Forwarding;
+use super::bits::Bits;
+use super::mark::{header, update_object};
+use crate::heap::ClassShape;
 use crate::layout::Header;
 use crate::region::Region;
 use rayon::prelude::*;
@@ -56,10 +62,23 @@ struct Chunk {
     wave: usize,
 }
 
+/// The bits of bitmap word `w` for words at or past `from` (all of them
+/// past `from`'s word).
+fn at_or_past(w: usize, from: u32) -> u64 {
+    match (w as u32).cmp(&(from >> 6)) {
+        std::cmp::Ordering::Less => 0,
+        std::cmp::Ordering::Equal => !0u64 << (from & 63),
+        std::cmp::Ordering::Greater => !0,
+    }
+}
+
 /// The slide of one collection: what it reads and writes.
 pub(super) struct Slide<'a> {
     pub(super) region: &'a Region,
     pub(super) cells: &'a [AtomicU32],
+    pub(super) shapes: &'a [ClassShape],
+    /// A bit per live object start.
+    pub(super) marks: &'a Bits,
     pub(super) fwd: &'a Forwarding,
     /// The first bitmap word past the dense prefix (which stays).
     pub(super) from_block: usize,
@@ -68,14 +87,14 @@ pub(super) struct Slide<'a> {
 }
 
 impl Slide<'_> {
-    /// Move every live word past the dense prefix to its new address and
-    /// write the fillers of the padding before objects; the number of
-    /// words that moved.
+    /// Move every live word past the dense prefix to its new address,
+    /// update the references in the objects there, and write the fillers
+    /// of the padding before objects; the number of words that moved.
     ///
     /// # Safety
     ///
-    /// The caller has the heap to itself (see `Heap::collect`), and every
-    /// reference already holds its new address.
+    /// The caller has the heap to itself (see `Heap::collect`), and no
+    /// object past the dense prefix has had its references updated.
     pub(super) unsafe fn run(&self) -> u64 {
         let chunks = self.chunks();
         let waves = chunks.iter().map(|c| c.wave + 1).max().unwrap_or(0);
@@ -105,25 +124,37 @@ impl Slide<'_> {
     /// The chunks past the dense prefix that hold live words, with their
     /// waves.
     fn chunks(&self) -> Vec<Chunk> {
-        let live = &self.fwd.live;
+        let live = self.fwd;
         let mut chunks: Vec<Chunk> = Vec::new();
+        // The first object that starts past the dense prefix: the words
+        // before it are the end of the prefix's last object, in place.
+        let Some(begin) = self.marks.ones(self.from_block, live.len()).next() else {
+            return chunks;
+        };
         let mut w = self.from_block;
         while w < live.len() {
             let start = w;
             let mut words = 0u64;
             let (mut lo, mut hi) = (None, 0u64);
             while w < live.len() && words < CHUNK_WORDS {
-                let bits = live.word(w);
+                let bits = live.word(w) & at_or_past(w, begin);
                 if bits != 0 {
                     lo.get_or_insert((w as u64) << 6 | u64::from(bits.trailing_zeros()));
                     hi = ((w as u64 + 1) << 6) - u64::from(bits.leading_zeros());
                     words += u64::from(bits.count_ones());
                 }
                 w += 1;
+                // An object running across the chunk's end goes with it.
+                while w < live.len() && w > start && self.runs_across(w) {
+                    let bits = live.word(w);
+                    hi = ((w as u64 + 1) << 6) - u64::from(bits.leading_zeros());
+                    words += u64::from(bits.count_ones());
+                    w += 1;
+                }
             }
             let Some(lo) = lo else { break };
-            let dest = u64::from(self.fwd.base[start]);
-            let dest_end = self.fwd.base.get(w).map_or(self.end, |&b| u64::from(b));
+            let dest = self.fwd.base(start, self.end);
+            let dest_end = self.fwd.base(w, self.end);
             // The earlier chunks with live words in this one's destination
             // (their `hi` grows with their index).
             let wave = chunks
@@ -146,6 +177,12 @@ impl Slide<'_> {
         chunks
     }
 
+    /// Whether an object runs from bitmap word `w - 1` into word `w`: the
+    /// first word of `w` is live but starts no object.
+    fn runs_across(&self, w: usize) -> bool {
+        self.fwd.word(w) & 1 != 0 && self.marks.word(w) & 1 == 0
+    }
+
     /// Move one chunk's pieces, in address order; the words moved.
     ///
     /// # Safety
@@ -153,7 +190,7 @@ impl Slide<'_> {
     /// No other thread reads or writes the chunk's live words or its
     /// destination while this runs.
     unsafe fn move_chunk(&self, c: &Chunk) -> u64 {
-        let live = &self.fwd.live;
+        let live = self.fwd;
         let pads = &self.fwd.pads;
         let (lo, hi) = ((c.blocks.start as u32) << 6, (c.blocks.end as u32) << 6);
         let first = pads.partition_point(|&(at, _)| at < lo);
@@ -164,7 +201,7 @@ impl Slide<'_> {
         let mut moved = 0;
         let mut piece: Option<(u32, u32)> = None;
         for w in c.blocks.clone() {
-            let mut bits = live.word(w);
+            let mut bits = live.word(w) & at_or_past(w, c.lo as u32);
             while bits != 0 {
                 let s = bits.trailing_zeros();
                 let len = (!(bits >> s)).trailing_zeros().min(64 - s);
@@ -224,6 +261,7 @@ impl Slide<'_> {
                     };
                     moved += u64::from(until - from);
                 }
+                self.update(to, to + (until - from));
             }
             if until == b {
                 return moved;
@@ -240,5 +278,20 @@ impl Slide<'_> {
             self.cells[to as usize * 2 + 1].store(h1, Ordering::Relaxed);
             from = at;
         }
+    }
+
+    /// Update the references in the objects that now lie in `[a, b)`
+    /// (whole objects, side by side).
+    fn update(&self, a: u32, b: u32) {
+        let fwd = |r| self.fwd.of(r);
+        let mut r = a;
+        while r < b {
+            // Marking decoded every marked header; the default never
+            // happens.
+            let h = header(self.cells, r).unwrap_or(Header::Filler { size: 8 });
+            update_object(self.cells, self.shapes, r, h, &fwd);
+            r += h.size().map_or(1, |s| s.div_ceil(8).max(1)) as u32;
+        }
+        debug_assert_eq!(r, b, "a piece holds whole objects");
     }
 }
