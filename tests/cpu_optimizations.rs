@@ -221,6 +221,134 @@ fn an_i64_index_tested_after_its_narrowing_agrees_with_the_interpreter() {
     }
 }
 
+/// A kernel with a uniform loop and an `i64` index, as the source language
+/// writes it (the store's array loaded before the index's narrowing test):
+/// its lockstep groups (`opt::lockstep`, which take the test as known in a
+/// proven chunk and never enter its `throw`) give the interpreter's
+/// results and exceptions inside the arrays, past their end, below 0 and
+/// past `i32::MAX`, in both tiers.
+#[test]
+fn lockstep_groups_with_an_i64_index_agree_with_the_interpreter() {
+    const MATMUL64: &str = "
+        #[kernel]
+        fn matmul(i: i64, n: i32, a: &[f32], b: &[f32], c: &mut [f32]) {
+            let row = i as i32 / n;
+            let col = i as i32 % n;
+            let mut acc = 0.0;
+            for k in 0..n {
+                acc += a[row * n + k] * b[k * n + col];
+            }
+            c[i] = acc;
+        }
+    ";
+    let n = 24usize;
+    let run = |rt: &Runtime, range: std::ops::Range<i64>, warm: bool| {
+        let m = rt.load_source("m.ofk", MATMUL64).unwrap();
+        let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 2.5).collect();
+        let b: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.25).collect();
+        let (aa, ba) = (rt.array(&a).unwrap(), rt.array(&b).unwrap());
+        let closure = |c: &offload::Array<f32>| {
+            m.closure(
+                "matmul",
+                [(n as i32).into(), (&aa).into(), (&ba).into(), c.into()],
+            )
+            .unwrap()
+        };
+        if warm {
+            let c = rt.new_array::<f32>(n * n).unwrap();
+            par_offload(0..(n * n) as i64, closure(&c)).unwrap();
+            rt.finish_compiles();
+        }
+        let c = rt.new_array::<f32>(n * n).unwrap();
+        let thrown = match par_offload(range, closure(&c)) {
+            Ok(_) => (0, Vec::new()),
+            Err(OffloadError::Exceptions(e)) => (
+                e.by_kind
+                    .get(&ExceptionKind::IndexOutOfBounds)
+                    .copied()
+                    .unwrap_or(0),
+                e.workitems.clone(),
+            ),
+            Err(e) => panic!("{e}"),
+        };
+        (thrown, rt.read(&c).unwrap())
+    };
+    let interp = interpreter(2);
+    let big = i64::from(i32::MAX) - 5;
+    let all = (n * n) as i64;
+    for range in [0..all, 0..all - 3, 5..all + 9, -7..50, big..big + 12] {
+        let (want_thrown, want) = run(&interp, range.clone(), false);
+        for warm in [false, true] {
+            let rt = cpu(2);
+            let (thrown, got) = run(&rt, range.clone(), warm);
+            assert_eq!(got, want, "{range:?}, warm {warm}");
+            assert_eq!(thrown, want_thrown, "{range:?}, warm {warm}");
+        }
+    }
+}
+
+/// The n-body kick with an `i64` index, as the source language writes it:
+/// each `px[b]` in the loop tests the index after the uniform `px[j]` was
+/// loaded (a value carried into the block after the test), and
+/// `vx[b] += ...` three times tests it again after the first store. Its
+/// lockstep groups give the interpreter's results and exceptions.
+#[test]
+fn lockstep_groups_testing_an_i64_index_after_a_store_agree_with_the_interpreter() {
+    let src =
+        include_str!("../examples/kernels/nbody.ofk").replacen("    b: i32,", "    b: i64,", 1);
+    let n = 40usize;
+    let run = |rt: &Runtime, range: std::ops::Range<i64>, warm: bool| {
+        let m = rt.load_source("nbody.ofk", &src).unwrap();
+        // Positions, masses and velocities, fresh for each launch (the
+        // kick updates the velocities).
+        let bodies = || -> Vec<offload::Array<f32>> {
+            (0..7)
+                .map(|k| {
+                    let v: Vec<f32> = (0..n)
+                        .map(|i| ((i * (k + 3)) % 11) as f32 * 0.3 + 1.0)
+                        .collect();
+                    rt.array(&v).unwrap()
+                })
+                .collect()
+        };
+        let closure = |arrays: &[offload::Array<f32>]| {
+            let mut args: Vec<offload::Arg> =
+                vec![(n as i32).into(), 0.01f32.into(), 0.1f32.into()];
+            args.extend(arrays.iter().map(offload::Arg::from));
+            m.closure("nbody", args).unwrap()
+        };
+        if warm {
+            par_offload(0..n as i64, closure(&bodies())).unwrap();
+            rt.finish_compiles();
+        }
+        let arrays = bodies();
+        let thrown = match par_offload(range, closure(&arrays)) {
+            Ok(_) => (0, Vec::new()),
+            Err(OffloadError::Exceptions(e)) => (
+                e.by_kind
+                    .get(&ExceptionKind::IndexOutOfBounds)
+                    .copied()
+                    .unwrap_or(0),
+                e.workitems.clone(),
+            ),
+            Err(e) => panic!("{e}"),
+        };
+        let v: Vec<Vec<f32>> = arrays[4..].iter().map(|a| rt.read(a).unwrap()).collect();
+        (thrown, v)
+    };
+    let interp = interpreter(2);
+    let big = i64::from(i32::MAX) - 5;
+    for range in [0..n as i64, 3..n as i64 + 9, -7..20, big..big + 12] {
+        let (want_thrown, want) = run(&interp, range.clone(), false);
+        for warm in [false, true] {
+            let rt = cpu(2);
+            let (thrown, got) = run(&rt, range.clone(), warm);
+            assert_eq!(got, want, "{range:?}, warm {warm}");
+            assert_eq!(thrown, want_thrown, "{range:?}, warm {warm}");
+        }
+    }
+}
+
 /// Loops whose accesses the optimized tier checks once at entry
 /// (`plan::loop_predicates`): where the check holds, where it fails because
 /// an array is short, the start is negative, or the counter would wrap past

@@ -184,6 +184,8 @@ impl CpuWalker<'_, '_> {
         // instruction, so an earlier result dominates the rest of the
         // block; a new block starts afresh.
         let mut calls: HashMap<(FuncId, Vec<Value>), Value> = HashMap::new();
+        // In a block no group reaches (`Lockstep::dead`).
+        let mut dead = false;
         for (bci, &inst) in f.body.iter().enumerate() {
             if bci > 0 && plan.leaders.contains(&(bci as Bci)) {
                 if !terminated {
@@ -192,6 +194,16 @@ impl CpuWalker<'_, '_> {
                 self.backend.builder.switch_to_block(blocks[&(bci as Bci)]);
                 terminated = false;
                 calls.clear();
+                dead = plan.dead.contains(&(bci as Bci));
+                if dead {
+                    // Never entered; should it be, the scalar path runs
+                    // the group's workitems.
+                    self.backend.builder.ins().jump(abandon, &[]);
+                    terminated = true;
+                }
+            }
+            if dead {
+                continue;
             }
             let pop = |stack: &mut Vec<(LV, Kind)>| stack.pop().ok_or_else(|| unexpected(bci));
             match inst {
@@ -216,7 +228,9 @@ impl CpuWalker<'_, '_> {
                     let l = local.index();
                     let (x, k) = pop(&mut stack)?;
                     match (plan.local(l), x, vars[l]) {
-                        (LKind::Idx32, LV::Idx32, _) | (LKind::Arr, LV::Arr(_), _) => {}
+                        (LKind::Idx32, LV::Idx32, _)
+                        | (LKind::Idx, LV::Idx, _)
+                        | (LKind::Arr, LV::Arr(_), _) => {}
                         (LKind::Aff, LV::Aff(b), Some(v)) => self.backend.builder.def_var(v, b),
                         (LKind::V(_), LV::U(s), Some(v)) => {
                             let s = self.backend.builder.ins().splat(vector_type(k), s);
@@ -458,11 +472,24 @@ impl CpuWalker<'_, '_> {
                         };
                         stack.push((r, k));
                     }
-                    Op::Convert(from, to) => {
-                        let (LV::U(a), _) = pop(&mut stack)? else {
-                            return Err(unexpected(bci));
-                        };
-                        stack.push((LV::U(Cpu::convert(self, from, to, a)), to));
+                    Op::Convert(from, to) => match pop(&mut stack)? {
+                        // The narrowed workitem number widened: the number
+                        // (a proven chunk's numbers fit `i32`).
+                        (LV::Idx32, _) if to == Kind::I64 => stack.push((LV::Idx, to)),
+                        (LV::U(a), _) => {
+                            stack.push((LV::U(Cpu::convert(self, from, to, a)), to));
+                        }
+                        _ => return Err(unexpected(bci)),
+                    },
+                    Op::Compare(_, _) if plan.known.contains_key(&(bci as Bci)) => {
+                        pop(&mut stack)?;
+                        pop(&mut stack)?;
+                        let c = self
+                            .backend
+                            .builder
+                            .ins()
+                            .iconst(types::I32, i64::from(plan.known[&(bci as Bci)]));
+                        stack.push((LV::U(c), Kind::I32));
                     }
                     Op::Compare(k, op) => {
                         let (LV::U(b), _) = pop(&mut stack)? else {

@@ -512,7 +512,12 @@ impl CpuWalker<'_, '_> {
         let plan = if vector || reduces {
             None
         } else {
-            opt::lockstep(self.v, self.cur.func, &self.backend.unchecked)
+            opt::lockstep(
+                self.v,
+                self.cur.func,
+                &self.backend.unchecked,
+                &self.backend.known,
+            )
         };
         if unroll > 1 && plan.is_none() {
             let group = self.backend.builder.create_block();

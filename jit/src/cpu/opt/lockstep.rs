@@ -19,7 +19,7 @@
 
 use offload_ir::isa::{BinOp, Op};
 use offload_ir::{Bci, FuncId, Inst, Kind};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// What the lockstep lowering knows of a value or a local: the same for
 /// every lane (`U`, a scalar), one per lane (`V`, a vector), consecutive
@@ -62,6 +62,13 @@ pub(crate) struct Lockstep {
     /// and the lanes do not straddle a multiple of the divisor — then the
     /// quotient is uniform and the remainders consecutive.
     pub(crate) run_divs: HashSet<Bci>,
+    /// `i64` compares whose result is known where the group runs (the
+    /// source language's test that an `i64` index survives its narrowing,
+    /// `super::workitem_tests`), with the result.
+    pub(crate) known: HashMap<Bci, i32>,
+    /// Blocks no group reaches: after a branch on a known compare, the
+    /// side not taken (the test's `throw`).
+    pub(crate) dead: BTreeSet<Bci>,
 }
 
 /// What [`lockstep`]'s interpretation collects about instructions.
@@ -74,6 +81,10 @@ struct Facts {
     runs: HashSet<Bci>,
     divs: HashSet<Bci>,
     run_divs: HashSet<Bci>,
+    known: HashMap<Bci, i32>,
+    /// The group runs in a chunk proven inside every unchecked access's
+    /// array (so its workitem numbers fit `i32`).
+    proven: bool,
 }
 
 impl Lockstep {
@@ -113,11 +124,18 @@ fn join(a: LKind, b: LKind) -> Option<LKind> {
 /// the group is abandoned when any is out of bounds); array stores indexed
 /// by the
 /// workitem number, all after the last branch and checked load; locals
-/// holding the narrowed workitem number written once, before any branch.
+/// holding the workitem number (`i64` copies of it, or it narrowed to
+/// `i32`), every store to one storing it. In a chunk where `unchecked`
+/// holds (its indices inside `[0, length)`, so inside `i32`), the
+/// narrowed number widened again is the number, and the compares of
+/// `known` have their known result: a branch on one goes one way only,
+/// and its other side (the `throw` of the source language's `i64` index
+/// test) is a dead block no group enters.
 pub(crate) fn lockstep(
     v: &offload_ir::Verified,
     k: FuncId,
     unchecked: &BTreeSet<Bci>,
+    known: &BTreeMap<Bci, i32>,
 ) -> Option<Lockstep> {
     let f = v.func(k);
     let n = f.body.len();
@@ -146,9 +164,23 @@ pub(crate) fn lockstep(
         .iter()
         .position(|i| matches!(i, Inst::I32AStore | Inst::F32AStore))
         .unwrap_or(n);
+    // The compares known where the group runs: only in a chunk proven
+    // inside the arrays of the unchecked accesses.
+    let known: HashMap<Bci, i32> = if unchecked.is_empty() {
+        HashMap::new()
+    } else {
+        known.iter().map(|(&b, &x)| (b, x)).collect()
+    };
     for (bci, inst) in f.body.iter().enumerate() {
         if let Some(t) = inst.target() {
-            if bci >= first_store || t as usize > first_store {
+            // A branch on a known compare goes one way: after the first
+            // store too (`a[i] += x; b[i] += y` with an `i64` index tests
+            // the index before each).
+            let decided = matches!(inst, Inst::BrIf { .. } | Inst::BrUnless { .. })
+                && bci
+                    .checked_sub(1)
+                    .is_some_and(|c| known.contains_key(&(c as Bci)));
+            if !decided && (bci >= first_store || t as usize > first_store) {
                 return None;
             }
             leaders.insert(t);
@@ -168,10 +200,11 @@ pub(crate) fn lockstep(
             arrays[l] = Some(p as usize);
         }
     }
-    // Locals of the kernel's own are lane values, `i32` or `f32`, or copies
-    // of an array parameter.
+    // Locals of the kernel's own are lane values, `i32` or `f32`, copies
+    // of an array parameter, or `i64` copies of the workitem number (every
+    // store to one stores it: `step`).
     if (params..kinds.len())
-        .any(|l| !matches!(kinds[l], Kind::I32 | Kind::F32) && arrays[l].is_none())
+        .any(|l| !matches!(kinds[l], Kind::I32 | Kind::F32 | Kind::I64) && arrays[l].is_none())
     {
         return None;
     }
@@ -179,14 +212,37 @@ pub(crate) fn lockstep(
         params,
         ..Facts::default()
     };
+    facts.proven = !unchecked.is_empty();
+    facts.known = known;
+    let edges = live_edges(&f.body, &leaders, &facts.known);
+    let dead: BTreeSet<Bci> = leaders
+        .iter()
+        .copied()
+        .filter(|b| !edges.contains_key(b))
+        .collect();
+    // A block may leave values on the operand stack (the source language
+    // loads the array of `a[i] = x`, and the left operand of `x[j] - x[i]`,
+    // before the test of an `i64` index) for its one successor a group
+    // takes, when that block is the next one the lowering walks to and has
+    // no other predecessor: the lowering's walk carries them in, and the
+    // block that computed them dominates the one that uses them. Their
+    // stack, by leader.
+    let mut preds: HashMap<Bci, usize> = HashMap::new();
+    for t in edges.values().flatten() {
+        *preds.entry(*t).or_default() += 1;
+    }
+    let mut entry: HashMap<Bci, Vec<LKind>> = HashMap::new();
     // Abstract interpretation to a fixed point: each block from an empty
     // stack (required at every block boundary) with what the locals hold.
     loop {
         let before = locals.clone();
         let starts: Vec<usize> = leaders.iter().map(|&b| b as usize).collect();
         for (i, &s) in starts.iter().enumerate() {
+            if dead.contains(&(s as Bci)) {
+                continue;
+            }
             let end = starts.get(i + 1).copied().unwrap_or(n);
-            let mut stack: Vec<LKind> = Vec::new();
+            let mut stack: Vec<LKind> = entry.get(&(s as Bci)).cloned().unwrap_or_default();
             for bci in s..end {
                 let inst = f.body[bci];
                 if !step(
@@ -204,7 +260,18 @@ pub(crate) fn lockstep(
                 }
             }
             if !stack.is_empty() {
-                return None;
+                let next = starts[i + 1..]
+                    .iter()
+                    .map(|&b| b as Bci)
+                    .find(|b| !dead.contains(b));
+                let carried = matches!(
+                    (edges[&(s as Bci)].as_slice(), next),
+                    ([t], Some(u)) if *t == u && preds[t] == 1
+                );
+                if !carried {
+                    return None;
+                }
+                entry.insert(next.expect("checked"), stack);
             }
         }
         if locals == before {
@@ -222,7 +289,53 @@ pub(crate) fn lockstep(
         runs: facts.runs,
         divs: facts.divs,
         run_divs: facts.run_divs,
+        known: facts.known,
+        dead,
     })
+}
+
+/// The successors of each block (by leader) that a group can take: both
+/// sides of a branch, but only the decided side of a branch right after a
+/// compare of `known`. Blocks no path from the entry reaches are absent.
+fn live_edges(
+    body: &[Inst],
+    leaders: &BTreeSet<Bci>,
+    known: &HashMap<Bci, i32>,
+) -> BTreeMap<Bci, Vec<Bci>> {
+    let block_end = |s: Bci| {
+        leaders
+            .range(s + 1..)
+            .next()
+            .map_or(body.len(), |&e| e as usize)
+    };
+    let mut edges = BTreeMap::new();
+    let mut work = vec![0 as Bci];
+    while let Some(s) = work.pop() {
+        if edges.contains_key(&s) {
+            continue;
+        }
+        let last = block_end(s) - 1;
+        let inst = body[last];
+        let decided = last
+            .checked_sub(1)
+            .and_then(|c| known.get(&(c as Bci)))
+            .map(|&x| (x != 0) == matches!(inst, Inst::BrIf { .. }));
+        let mut next = Vec::new();
+        match inst {
+            Inst::Br { target } => next.push(target.0),
+            Inst::BrIf { target } | Inst::BrUnless { target } => match decided {
+                Some(true) => next.push(target.0),
+                Some(false) => next.push(last as Bci + 1),
+                None => next.extend([target.0, last as Bci + 1]),
+            },
+            Inst::Ret | Inst::Throw { .. } => {}
+            _ => next.push(last as Bci + 1),
+        }
+        next.retain(|&t| (t as usize) < body.len());
+        work.extend(&next);
+        edges.insert(s, next);
+    }
+    edges
 }
 
 /// One instruction of [`lockstep`]'s interpretation; false when the kernel
@@ -257,6 +370,14 @@ fn step(
         Inst::Store { local } => {
             let l = local.index();
             let Some(x) = stack.pop() else { return false };
+            // An `i64` copy of the workitem number.
+            if x == Idx && l >= facts.params && kinds[l] == Kind::I64 {
+                if !matches!(locals[l], Unset | Idx) {
+                    return false;
+                }
+                locals[l] = Idx;
+                return true;
+            }
             // The index, arrays and narrowed index are written only as
             // the kernel starts (an `Idx32` local once, in the entry block).
             let fits = match x {
@@ -407,6 +528,20 @@ fn step(
                 }
                 stack.push(U(to));
             }
+            // The narrowed workitem number widened again: the number, in
+            // a chunk proven inside `[0, length)`.
+            Op::Convert(Kind::I32, Kind::I64) if facts.proven => {
+                if stack.pop() != Some(Idx32) {
+                    return false;
+                }
+                stack.push(Idx);
+            }
+            Op::Compare(Kind::I64, _) if facts.known.contains_key(&(bci as Bci)) => {
+                if (stack.pop(), stack.pop()) != (Some(Idx), Some(Idx)) {
+                    return false;
+                }
+                stack.push(U(Kind::I32));
+            }
             Op::Compare(k @ (Kind::I32 | Kind::F32), _) => {
                 let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
                     return false;
@@ -453,7 +588,8 @@ mod tests {
         let k = FuncId::new(k);
         let a = offload_ir::analysis::analyze(&v, k);
         let unchecked = workitem_indexed(&v, k, &a).into_keys().collect();
-        lockstep(&v, k, &unchecked)
+        let known = crate::cpu::opt::workitem_tests(&v, k, &a);
+        lockstep(&v, k, &unchecked, &known)
     }
 
     const SUM: &str = "kernel sum(i: i64, n: i32, a: f32[], out: f32[]) {
@@ -491,6 +627,76 @@ mod tests {
     f32.astore
     ret
 }";
+
+    /// `SUM` as the source language writes it with an `i64` index: the
+    /// store's index is an `i64` copy of the workitem number, narrowed and
+    /// tested to survive the narrowing (`throw` if not), with the array
+    /// loaded before the test.
+    const WIDE_SUM: &str = "kernel sum(i: i64, n: i32, a: f32[], out: f32[]) {
+    local j: i32
+    local b: i32
+    local acc: f32
+    local wide: i64
+    local narrow: i32
+    load i
+    i64.to_i32
+    store b
+    i32.const 0
+    store j
+    f32.const 0.0
+    store acc
+  loop:
+    load j
+    load n
+    i32.ge
+    br_if done
+    load acc
+    load a
+    load j
+    f32.aload
+    load a
+    load b
+    f32.aload
+    f32.mul
+    f32.add
+    store acc
+    inc j 1
+    br loop
+  done:
+    load out
+    load i
+    store wide
+    load wide
+    i64.to_i32
+    store narrow
+    load narrow
+    i32.to_i64
+    load wide
+    i64.eq
+    br_if fits
+    throw IndexOutOfBounds
+  fits:
+    load narrow
+    load acc
+    f32.astore
+    ret
+}";
+
+    #[test]
+    fn an_i64_index_tested_after_its_narrowing_runs_in_lockstep() {
+        let p = plan(WIDE_SUM).expect("lockstep");
+        assert_eq!(p.locals[7..].to_vec(), [LKind::Idx, LKind::Idx32]);
+        // The test (bci 32) is known to hold; the `throw` after its branch
+        // is a block no group enters.
+        assert_eq!(p.known.get(&32), Some(&1));
+        assert_eq!(p.dead.iter().copied().collect::<Vec<_>>(), [34]);
+        // Checked without the proof (no unchecked access), it is not.
+        let v = verify(parse_module("t.obc", WIDE_SUM).unwrap()).unwrap();
+        let k = FuncId::new(0);
+        let a = offload_ir::analysis::analyze(&v, k);
+        let known = crate::cpu::opt::workitem_tests(&v, k, &a);
+        assert!(lockstep(&v, k, &BTreeSet::new(), &known).is_none());
+    }
 
     #[test]
     fn a_uniform_loop_runs_in_lockstep_and_says_what_each_local_holds() {
