@@ -455,8 +455,9 @@ fn a_slot_that_saw_eden_exhausted_allocates_again_after_a_reset() {
 /// chunk waits for the one before), the first half dead (everything
 /// slides down whole, one wave), a random third dead — slide on four
 /// workers to exactly their places, in order, every word intact, and the
-/// reference arrays among them (some long enough to run across chunks)
-/// point at their targets' new places.
+/// reference arrays among them (some long enough to run across chunks, one
+/// long enough to be updated on every worker) point at their targets' new
+/// places.
 #[test]
 fn live_data_slides_in_parallel_chunks_with_every_word_intact() {
     type Keep = fn(usize, &mut Rng) -> bool;
@@ -479,6 +480,8 @@ fn live_data_slides_in_parallel_chunks_with_every_word_intact() {
         let mut targets: Vec<Vec<usize>> = Vec::new();
         for i in 0..120_000usize {
             let kind = match i % 5 {
+                // One longer than a worker updates alone.
+                3 if i == 72_343 => Kind::RefArray(40_000),
                 3 => Kind::RefArray(1 + (i % 9) as u32 + if i % 1001 == 3 { 300 } else { 0 }),
                 _ => Kind::Ints(1 + (i * 7919 % 40) as u32 + if i % 997 == 0 { 600 } else { 0 }),
             };

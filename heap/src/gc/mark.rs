@@ -1,5 +1,5 @@
-//! Marking on every worker, and the passes over marked objects (their live
-//! words, their references).
+//! Marking on every worker (a bit per live object and one per live word,
+//! filled as it traces), and the updating of an object's references.
 
 use super::bits::{Bits, range_words};
 use crate::heap::{ClassShape, HeapError};
@@ -319,16 +319,37 @@ pub(super) fn update_refs(
     });
 }
 
+/// Reference arrays longer than this have their elements updated on
+/// every worker, in pieces of this many (a ring of 100,000 references
+/// held one worker for 0.3 ms of a 3 ms collection).
+const SPLIT_ARRAY: usize = 16_384;
+
 /// Replace every non-null reference in the object at `r` (header `h`) by
 /// `fwd` of it.
 #[inline]
-pub(super) fn update_object<F: Fn(u32) -> u32 + ?Sized>(
+pub(super) fn update_object<F: Fn(u32) -> u32 + Sync + ?Sized>(
     cells: &[AtomicU32],
     shapes: &[ClassShape],
     r: u32,
     h: Header,
     fwd: &F,
 ) {
+    if let Header::Array { elem, dims, len } = h
+        && len as usize > SPLIT_ARRAY
+        && array_elem_kind(elem, dims) == Kind::Ref
+    {
+        let first = r as usize * 2 + 2;
+        (first..first + len as usize)
+            .into_par_iter()
+            .with_min_len(SPLIT_ARRAY)
+            .for_each(|cell| {
+                let v = cells[cell].load(Ordering::Relaxed);
+                if v != 0 {
+                    cells[cell].store(fwd(v), Ordering::Relaxed);
+                }
+            });
+        return;
+    }
     // Marking checked every marked object's shape.
     let _ = ref_slots(shapes, r, h, |cell| {
         let v = cells[cell].load(Ordering::Relaxed);
