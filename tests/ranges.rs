@@ -22,6 +22,14 @@ fn two_and_three_dimensional_launches_match_rust() {
             .build()
             .unwrap();
         ranges::check(&rt, 37, 23, &format!("{device:?}, tiered {tiered}"));
+        // Rows shorter than a SIMD body, and a long narrow grid.
+        ranges::check(&rt, 11, 5, &format!("{device:?}, tiered {tiered}, 11 x 5"));
+        ranges::check(
+            &rt,
+            300,
+            6,
+            &format!("{device:?}, tiered {tiered}, 300 x 6"),
+        );
     }
 }
 
@@ -134,6 +142,16 @@ fn indices_narrowed_to_i32_refuse_a_range_outside_i32() {
         }
         other => panic!("expected IndexRange, got {other:?}"),
     }
+    // Each index fits `i32`, but not the number of workitems: with `i32`
+    // indices the prologue decodes the flat number as an `i32`.
+    let e = rt
+        .par_offload((0..1 << 16, 0..1 << 16), &c)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("at most 2^31 workitems") && e.contains("take `i64` indices"),
+        "{e}"
+    );
     // `heat` takes i64 indices: nothing to refuse (its arrays are short,
     // so the workitems throw instead).
     let t = rt.new_array::<f32>(4).unwrap();

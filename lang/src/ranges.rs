@@ -20,8 +20,10 @@
 //! fn heat(__range_flat32: i64, t: &[f32], u: &mut [f32], w: i32,
 //!         __range_lo0: i64, __range_lo1: i64, __range_n1: i64, __range_inv1: f64) {
 //!     // q, r: the flat number's quotient and remainder by __range_n1
-//!     let i: i32 = (__range_lo0 + q) as i32;
-//!     let j: i32 = (__range_lo1 + r) as i32;
+//!     // (as `i32`s, with `i32` indices: the launch then has at most
+//!     // 2^31 workitems; through the `f64` reciprocal otherwise)
+//!     let i: i32 = (__range_lo0 as i32) + q;
+//!     let j: i32 = (__range_lo1 as i32) + r;
 //!     ...
 //! }
 //! ```
@@ -93,6 +95,11 @@ pub fn hidden_params(dims: usize) -> Vec<(&'static str, &'static str)> {
 /// quotients go through an `f64`): a multi-dimensional launch has at most
 /// this many workitems.
 pub const MAX_FLAT: i64 = 1 << 52;
+
+/// The most workitems of a multi-dimensional launch of a kernel with an
+/// `i32` index ([`NARROWED_FLAT`]): its prologue divides the flat number
+/// as an `i32`.
+pub const MAX_NARROWED_FLAT: i64 = 1 << 31;
 
 /// Rewrite every kernel of `file` whose first parameter is a tuple of
 /// indices (see the module docs).
@@ -171,9 +178,8 @@ fn rewrite_kernel(f: &mut syn::ItemFn) -> R<()> {
     // length's reciprocal (an `f64` the runtime binds), truncated, and
     // corrected by one either way without a branch: exact while the flat
     // number is below 2^52 ([`MAX_FLAT`], which the runtime checks), as
-    // the product's error is then below one. (On the CPU device both
-    // cost alike: what a 2-D kernel loses there against a 1-D one is
-    // that its accesses are not affine in the workitem number, BENCHMARKS.md.)
+    // the product's error is then below one. (Kernels with `i32` indices
+    // decode with `i32` arithmetic instead: `divide32` below.)
     let divide = |x: &str, n: &str, inv: &str, q: &str, r: &str| {
         format!(
             "let {q}0: i64 = (({x} as f64) * {inv}) as i64; \
@@ -182,8 +188,48 @@ fn rewrite_kernel(f: &mut syn::ItemFn) -> R<()> {
              let {r}: i64 = {x} - {q} * {n};"
         )
     };
+    // With `i32` indices the launch has at most 2^31 workitems
+    // ([`MAX_NARROWED_FLAT`], which the runtime checks) and every start
+    // fits `i32`: `i32` division and remainder then decode exactly, and
+    // the CPU's lockstep groups see them as what they are — the row the
+    // same for a group's lanes and the column consecutive (a 2-D stencil
+    // runs four workitems to a SIMD body there).
+    let divide32 = |x: &str, n: &str, q: &str, r: &str| {
+        format!("let {q}: i32 = {x} / {n}; let {r}: i32 = {x} % {n};")
+    };
+    let narrowed = flat_name == NARROWED_FLAT;
     let mut prologue = String::from("{");
-    let coords: Vec<String> = if dims == 2 {
+    let coords: Vec<String> = if narrowed {
+        prologue.push_str(&format!("let __range_f: i32 = {flat_name} as i32;"));
+        if dims == 2 {
+            prologue.push_str("let __range_m1: i32 = __range_n1 as i32;");
+            prologue.push_str(&divide32(
+                "__range_f",
+                "__range_m1",
+                "__range_q",
+                "__range_r",
+            ));
+            vec!["__range_q".into(), "__range_r".into()]
+        } else {
+            prologue.push_str(
+                "let __range_m2: i32 = __range_n2 as i32; \
+                 let __range_m12: i32 = (__range_n1 * __range_n2) as i32;",
+            );
+            prologue.push_str(&divide32(
+                "__range_f",
+                "__range_m12",
+                "__range_q",
+                "__range_r",
+            ));
+            prologue.push_str(&divide32(
+                "__range_r",
+                "__range_m2",
+                "__range_s",
+                "__range_t",
+            ));
+            vec!["__range_q".into(), "__range_s".into(), "__range_t".into()]
+        }
+    } else if dims == 2 {
         prologue.push_str(&divide(
             flat_name,
             "__range_n1",
@@ -210,11 +256,11 @@ fn rewrite_kernel(f: &mut syn::ItemFn) -> R<()> {
         vec!["__range_q".into(), "__range_s".into(), "__range_t".into()]
     };
     for (d, (name, ty)) in names.iter().zip(&types).enumerate() {
-        let value = format!("__range_lo{d} + {}", coords[d]);
-        let value = if ty == "i64" {
-            value
-        } else {
-            format!("({value}) as {ty}")
+        let value = match (narrowed, ty.as_str()) {
+            (true, "i64") => format!("__range_lo{d} + {} as i64", coords[d]),
+            (true, _) => format!("(__range_lo{d} as i32) + {}", coords[d]),
+            (false, "i64") => format!("__range_lo{d} + {}", coords[d]),
+            (false, _) => format!("(__range_lo{d} + {}) as {ty}", coords[d]),
         };
         prologue.push_str(&format!("let {name}: {ty} = {value};"));
     }

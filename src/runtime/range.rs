@@ -142,6 +142,12 @@ impl LaunchRange {
                 "the launch's range has {total} workitems; a 2-D or 3-D range has at most 2^52"
             )));
         }
+        if narrowed && total > offload_lang::ranges::MAX_NARROWED_FLAT {
+            return Err(OffloadError::Handle(format!(
+                "kernel `{name}` takes `i32` indices, so its {}-D range may hold at most 2^31 workitems, and this one holds {total}: take `i64` indices for a larger range",
+                self.dims()
+            )));
+        }
         // Each dimension's start, the length of each but the first, and
         // the reciprocals the kernel's prologue divides by
         // (`offload_lang::ranges::hidden_params`).

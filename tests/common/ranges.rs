@@ -25,6 +25,12 @@ fn heat((i, j): (i64, i64), t: &[f32], u: &mut [f32], w: i32) {
 }
 
 #[kernel]
+fn heat32((i, j): (i32, i32), t: &[f32], u: &mut [f32], w: i32) {
+    let c = i * w + j;
+    u[c] = t[c] + 0.1 * (t[c - 1] + t[c + 1] + t[c - w] + t[c + w] - 4.0 * t[c]);
+}
+
+#[kernel]
 fn thrower((i, j): (i32, i32), out: &mut [i32], w: i32, zero: i32) {
     if i == 2 && j == 3 {
         out[i * w + j] = 7 / zero;
@@ -109,6 +115,19 @@ pub fn check(rt: &Runtime, h: usize, w: usize, what: &str) {
     rt.par_offload((1..h as i64 - 1, 1..w as i64 - 1), &ch)
         .unwrap();
     assert_eq!(rt.read(&u).unwrap(), heat_native(&t0, h, w), "{what}: heat");
+    // With `i32` indices (decoded by `i32` division: on the CPU, lockstep
+    // groups whose row is the same for every lane, and the rest scalar).
+    let u = rt.array(&t0).unwrap();
+    let ch = m
+        .closure("heat32", [Arg::from(&t), Arg::from(&u), Arg::I32(w as i32)])
+        .unwrap();
+    rt.par_offload((1..h as i64 - 1, 1..w as i64 - 1), &ch)
+        .unwrap();
+    assert_eq!(
+        rt.read(&u).unwrap(),
+        heat_native(&t0, h, w),
+        "{what}: heat32"
+    );
 
     // An exception names its workitem by its indices.
     let o = rt.new_array::<i32>(h * w).unwrap();

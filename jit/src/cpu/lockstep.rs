@@ -220,6 +220,10 @@ impl CpuWalker<'_, '_> {
                         (LKind::V(_), Some(v)) => LV::V(self.backend.builder.use_var(v)),
                         (LKind::Aff, Some(v)) => LV::Aff(self.backend.builder.use_var(v)),
                         (_, Some(v)) => LV::U(self.backend.builder.use_var(v)),
+                        // An `i64` parameter, read to be narrowed.
+                        (LKind::Unset, None) if k == Kind::I64 && (1..params).contains(&l) => {
+                            LV::U(self.backend.env.captures[l - 1])
+                        }
                         _ => return Err(unexpected(bci)),
                     };
                     stack.push((x, k));
@@ -273,6 +277,10 @@ impl CpuWalker<'_, '_> {
                 }
                 Inst::I64ToI32 => match pop(&mut stack)? {
                     (LV::Idx, _) => stack.push((LV::Idx32, Kind::I32)),
+                    (LV::U(x), _) => {
+                        let n = self.backend.builder.ins().ireduce(types::I32, x);
+                        stack.push((LV::U(n), Kind::I32));
+                    }
                     _ => return Err(unexpected(bci)),
                 },
                 Inst::Br { target } => {
@@ -355,9 +363,7 @@ impl CpuWalker<'_, '_> {
                 }
                 Inst::I32AStore | Inst::F32AStore => {
                     let (x, k) = pop(&mut stack)?;
-                    let (LV::Idx32, _) = pop(&mut stack)? else {
-                        return Err(unexpected(bci));
-                    };
+                    let (idx, _) = pop(&mut stack)?;
                     let (LV::Arr(r), _) = pop(&mut stack)? else {
                         return Err(unexpected(bci));
                     };
@@ -368,8 +374,19 @@ impl CpuWalker<'_, '_> {
                         _ => return Err(unexpected(bci)),
                     };
                     let base = self.obj_addr(r);
-                    let off = self.backend.builder.ins().ishl_imm_u(wv, 2);
-                    let a = self.backend.builder.ins().iadd(base, off);
+                    let a = match idx {
+                        _ if plan.run_stores.contains(&(bci as Bci)) => {
+                            let LV::Aff(first) = self.as_aff(idx, wv) else {
+                                return Err(unexpected(bci));
+                            };
+                            self.run_addr(base, first, abandon)
+                        }
+                        LV::Idx32 => {
+                            let off = self.backend.builder.ins().ishl_imm_u(wv, 2);
+                            self.backend.builder.ins().iadd(base, off)
+                        }
+                        _ => return Err(unexpected(bci)),
+                    };
                     self.backend.builder.ins().store(flags, x, a, 8);
                 }
                 Inst::Dup => {
@@ -640,6 +657,18 @@ impl CpuWalker<'_, '_> {
     /// vector; any of them out of bounds (or a null array, of length 0)
     /// goes to `abandon`.
     fn run_load(&mut self, k: Kind, base: Value, first: Value, abandon: Block) -> Value {
+        let a = self.run_addr(base, first, abandon);
+        self.backend
+            .builder
+            .ins()
+            .load(vector_type(k), MemFlagsData::new().with_notrap(), a, 8)
+    }
+
+    /// The address (less the header's 8 bytes) of elements `first ..
+    /// first + LANES` of the array whose header is at `base`, abandoning
+    /// the group unless all are in bounds (a null array's length reads as
+    /// 0).
+    fn run_addr(&mut self, base: Value, first: Value, abandon: Block) -> Value {
         let len = self.array_len(base);
         let len = self.backend.builder.ins().uextend(types::I64, len);
         let f = self.backend.builder.ins().sextend(types::I64, first);
@@ -657,10 +686,6 @@ impl CpuWalker<'_, '_> {
         let bad = self.backend.builder.ins().bor(neg, past);
         self.abandon_if(bad, abandon);
         let off = self.backend.builder.ins().ishl_imm_u(f, 2);
-        let a = self.backend.builder.ins().iadd(base, off);
-        self.backend
-            .builder
-            .ins()
-            .load(vector_type(k), MemFlagsData::new().with_notrap(), a, 8)
+        self.backend.builder.ins().iadd(base, off)
     }
 }

@@ -62,6 +62,11 @@ pub(crate) struct Lockstep {
     /// and the lanes do not straddle a multiple of the divisor — then the
     /// quotient is uniform and the remainders consecutive.
     pub(crate) run_divs: HashSet<Bci>,
+    /// The first store, when its index is consecutive lanes but not the
+    /// proven workitem number (`c = i * w + j` of a 2-D kernel): one
+    /// vector store, checked as a run — out of bounds, the group is
+    /// abandoned, having written nothing yet.
+    pub(crate) run_stores: HashSet<Bci>,
     /// `i64` compares whose result is known where the group runs (the
     /// source language's test that an `i64` index survives its narrowing,
     /// `super::workitem_tests`), with the result.
@@ -77,11 +82,14 @@ struct Facts {
     /// The kernel's parameter count (copies of arrays are the locals past
     /// them).
     params: usize,
+    /// Loads of a parameter right before an `i64.to_i32`.
+    narrowing_loads: HashSet<Bci>,
     uniform_loads: HashSet<Bci>,
     runs: HashSet<Bci>,
     divs: HashSet<Bci>,
     run_divs: HashSet<Bci>,
     known: HashMap<Bci, i32>,
+    run_stores: HashSet<Bci>,
     /// The group runs in a chunk proven inside every unchecked access's
     /// array (so its workitem numbers fit `i32`).
     proven: bool,
@@ -123,7 +131,10 @@ fn join(a: LKind, b: LKind) -> Option<LKind> {
 /// bounds for the chunk), by a uniform index or by one per lane (checked:
 /// the group is abandoned when any is out of bounds); array stores indexed
 /// by the
-/// workitem number, all after the last branch and checked load; locals
+/// workitem number, all after the last branch and checked load, and a
+/// first store at consecutive indices (checked as a run before anything is
+/// written); `i64` parameters read only to be narrowed to `i32` (a range's
+/// shape); locals
 /// holding the workitem number (`i64` copies of it, or it narrowed to
 /// `i32`), every store to one storing it. In a chunk where `unchecked`
 /// holds (its indices inside `[0, length)`, so inside `i32`), the
@@ -210,6 +221,15 @@ pub(crate) fn lockstep(
     }
     let mut facts = Facts {
         params,
+        narrowing_loads: f
+            .body
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| {
+                matches!(w, [Inst::Load { local }, Inst::I64ToI32] if local.index() < params)
+            })
+            .map(|(b, _)| b as Bci)
+            .collect(),
         ..Facts::default()
     };
     facts.proven = !unchecked.is_empty();
@@ -278,6 +298,22 @@ pub(crate) fn lockstep(
             break;
         }
     }
+    // A store checked as a run writes its lanes' elements before any lane
+    // goes on, so another lane's later access there would see them early
+    // (`u[i - 1] = x; y = u[i]`): a race between workitems, which may see
+    // each other's writes in any order, but a group keeps to what one
+    // workitem after another would see here — the run store is the
+    // kernel's last access.
+    if !facts.run_stores.is_empty()
+        && f.body[first_store + 1..].iter().any(|i| {
+            matches!(
+                i,
+                Inst::I32ALoad | Inst::F32ALoad | Inst::I32AStore | Inst::F32AStore
+            )
+        })
+    {
+        return None;
+    }
     // A local holding the narrowed workitem number holds only it: every
     // store to it stores it (`join`), and the verifier's definite
     // assignment rules out a read before the first.
@@ -290,6 +326,7 @@ pub(crate) fn lockstep(
         divs: facts.divs,
         run_divs: facts.run_divs,
         known: facts.known,
+        run_stores: facts.run_stores,
         dead,
     })
 }
@@ -362,7 +399,11 @@ fn step(
     match inst {
         Inst::Load { local } => {
             let x = read(local.index(), locals);
-            if matches!(x, U(Kind::I64 | Kind::F64 | Kind::Ref)) {
+            // An `i64` parameter (never assigned: a store of an `i64`
+            // value is refused) is read only to narrow it (a range's
+            // shape, `offload_lang::ranges`).
+            let narrowed_param = x == U(Kind::I64) && facts.narrowing_loads.contains(&(bci as Bci));
+            if matches!(x, U(Kind::I64 | Kind::F64 | Kind::Ref)) && !narrowed_param {
                 return false;
             }
             stack.push(x);
@@ -381,7 +422,7 @@ fn step(
             // The index, arrays and narrowed index are written only as
             // the kernel starts (an `Idx32` local once, in the entry block).
             let fits = match x {
-                U(k) | V(k) => k == kinds[l],
+                U(k) | V(k) => k == kinds[l] && matches!(k, Kind::I32 | Kind::F32),
                 Aff => kinds[l] == Kind::I32,
                 Idx32 => kinds[l] == Kind::I32,
                 _ => false,
@@ -409,6 +450,7 @@ fn step(
         Inst::F32Const { .. } => stack.push(U(Kind::F32)),
         Inst::I64ToI32 => match stack.pop() {
             Some(Idx) => stack.push(Idx32),
+            Some(U(Kind::I64)) => stack.push(U(Kind::I32)),
             _ => return false,
         },
         Inst::Br { .. } => {}
@@ -445,10 +487,19 @@ fn step(
             } else {
                 Kind::F32
             };
-            let (Some(x), Some(Idx32), Some(Arr)) = (stack.pop(), stack.pop(), stack.pop()) else {
+            let (Some(x), Some(idx), Some(Arr)) = (stack.pop(), stack.pop(), stack.pop()) else {
                 return false;
             };
-            if !unchecked.contains(&(bci as Bci)) || !num(x, k) {
+            match idx {
+                Idx32 if unchecked.contains(&(bci as Bci)) => {}
+                // Consecutive elements, checked as a run — by the first
+                // store only, before the group has written anything.
+                Aff | Idx32 if bci == first_store => {
+                    facts.run_stores.insert(bci as Bci);
+                }
+                _ => return false,
+            }
+            if !num(x, k) {
                 return false;
             }
         }
@@ -698,6 +749,73 @@ mod tests {
         assert!(lockstep(&v, k, &BTreeSet::new(), &known).is_none());
     }
 
+    /// A 2-D kernel with `i32` indices as the front end writes it
+    /// (`offload_lang::ranges`): the flat number decoded by `i32`
+    /// division by a narrowed `i64` shape parameter, then `u[i * w + j]`.
+    const ROWS: &str = "kernel k(f: i64, t: f32[], u: f32[], w: i32, lo0: i64, lo1: i64, n1: i64) {
+    local ff: i32
+    local m: i32
+    local q: i32
+    local r: i32
+    local c: i32
+    load f
+    i64.to_i32
+    store ff
+    load n1
+    i64.to_i32
+    store m
+    load ff
+    load m
+    i32.div
+    store q
+    load ff
+    load m
+    i32.rem
+    store r
+    load lo0
+    i64.to_i32
+    load q
+    i32.add
+    load w
+    i32.mul
+    load lo1
+    i64.to_i32
+    load r
+    i32.add
+    i32.add
+    store c
+    load u
+    load c
+    load t
+    load c
+    i32.const 1
+    i32.sub
+    f32.aload
+    f32.astore
+    ret
+}";
+
+    #[test]
+    fn a_2d_decode_runs_in_lockstep_with_its_store_checked_as_a_run() {
+        let p = plan(ROWS).expect("lockstep");
+        // The row is the same for every lane, the column consecutive.
+        assert_eq!(
+            p.locals[9..].to_vec(),
+            [LKind::U(Kind::I32), LKind::Aff, LKind::Aff]
+        );
+        assert_eq!(p.run_divs, HashSet::from([8, 12]));
+        // `t[c - 1]` (bci 32) is a checked run; so is the store (bci 33),
+        // the first and only one.
+        assert_eq!(p.runs, HashSet::from([32]));
+        assert_eq!(p.run_stores, HashSet::from([33]));
+        // An `i64` parameter read for anything but narrowing is refused.
+        let wide = ROWS.replace(
+            "    load lo1\n    i64.to_i32\n",
+            "    load lo1\n    load lo1\n    i64.add\n    i64.to_i32\n",
+        );
+        assert!(plan(&wide).is_none());
+    }
+
     #[test]
     fn a_uniform_loop_runs_in_lockstep_and_says_what_each_local_holds() {
         let p = plan(SUM).expect("lockstep");
@@ -766,10 +884,29 @@ mod tests {
         );
         assert_ne!(strided, SUM);
         assert!(plan(&strided).is_none());
-        // A lane index stored to: a scatter.
-        let scatter = SUM.replace(
+        // Consecutive indices stored to, `b + 1`: one checked vector store
+        // (the first store).
+        let shifted_store = SUM.replace(
             "    load out\n    load b\n    load acc\n    f32.astore",
             "    load out\n    load b\n    i32.const 1\n    i32.add\n    load acc\n    f32.astore",
+        );
+        assert_ne!(shifted_store, SUM);
+        assert_eq!(
+            plan(&shifted_store).expect("consecutive").run_stores.len(),
+            1
+        );
+        // ... when it is the kernel's last access: a later one could see
+        // another lane's element stored early (`u[i - 1] = x; y = u[i]`).
+        let then_load = shifted_store.replace(
+            "    f32.astore\n    ret",
+            "    f32.astore\n    load out\n    load b\n    load a\n    load b\n    f32.aload\n    f32.astore\n    ret",
+        );
+        assert_ne!(then_load, shifted_store);
+        assert!(plan(&then_load).is_none());
+        // Any other lane index stored to: a scatter.
+        let scatter = SUM.replace(
+            "    load out\n    load b\n    load acc\n    f32.astore",
+            "    load out\n    load b\n    load b\n    i32.mul\n    load acc\n    f32.astore",
         );
         assert!(plan(&scatter).is_none());
         // A division by a lane value (each lane could throw alone).
