@@ -508,8 +508,10 @@ impl CpuWalker<'_, '_> {
         // Kernels with uniform branches, or none, run lockstep groups of
         // workitems while a group's worth is left (`opt::lockstep`), unless
         // the SIMD groups above took them; a group that cannot finish comes
-        // back to `check`.
-        let plan = if vector || reduces {
+        // back to `check`. Not with injected safepoints: a group's
+        // back-edge polls read the control word only, and the injected
+        // ones are the scalar polls' (`SafepointInjection`).
+        let plan = if vector || reduces || self.opts.safepoints.is_some() {
             None
         } else {
             opt::lockstep(
