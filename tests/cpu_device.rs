@@ -650,7 +650,11 @@ fn a_launch_that_began_on_the_quick_tier_switches_to_the_optimized_code_once_it_
     // tier). With injected safepoint stops, records written by one tier
     // are resumed or replayed after the switch: each workitem still counts
     // to `iters` exactly once.
-    for inject in [None, Some(50)] {
+    // About 0.7 s of optimized code on two workers either way: longer than
+    // the optimized compile even in an unoptimized build of the runtime.
+    // (Injected safepoints take the lockstep groups away, so that run has
+    // scalar code and fewer iterations; 100 stops a workitem.)
+    for (inject, iters) in [(None, 1_000_000), (Some(500), 50_000)] {
         let mut b = Runtime::builder().workers(2).device(Device::Cpu);
         if let Some(every) = inject {
             b = b.inject_safepoints(every, Some(7));
@@ -660,9 +664,6 @@ fn a_launch_that_began_on_the_quick_tier_switches_to_the_optimized_code_once_it_
             .load("spin.obc", include_str!("../examples/kernels/spin.obc"))
             .unwrap();
         let n = 4096;
-        // About 0.7 s of optimized code on two workers: longer than the
-        // optimized compile even in an unoptimized build of the runtime.
-        let iters = 1_000_000;
         let out = rt.new_array::<i32>(n).unwrap();
         let c = m.closure("spin", [iters.into(), (&out).into()]).unwrap();
         let r = std::thread::scope(|s| {
