@@ -334,6 +334,12 @@ pub(super) fn update_object<F: Fn(u32) -> u32 + Sync + ?Sized>(
     h: Header,
     fwd: &F,
 ) {
+    let update = |cell: usize| {
+        let v = cells[cell].load(Ordering::Relaxed);
+        if v != 0 {
+            cells[cell].store(fwd(v), Ordering::Relaxed);
+        }
+    };
     if let Header::Array { elem, dims, len } = h
         && len as usize > SPLIT_ARRAY
         && array_elem_kind(elem, dims) == Kind::Ref
@@ -342,19 +348,9 @@ pub(super) fn update_object<F: Fn(u32) -> u32 + Sync + ?Sized>(
         (first..first + len as usize)
             .into_par_iter()
             .with_min_len(SPLIT_ARRAY)
-            .for_each(|cell| {
-                let v = cells[cell].load(Ordering::Relaxed);
-                if v != 0 {
-                    cells[cell].store(fwd(v), Ordering::Relaxed);
-                }
-            });
+            .for_each(update);
         return;
     }
     // Marking checked every marked object's shape.
-    let _ = ref_slots(shapes, r, h, |cell| {
-        let v = cells[cell].load(Ordering::Relaxed);
-        if v != 0 {
-            cells[cell].store(fwd(v), Ordering::Relaxed);
-        }
-    });
+    let _ = ref_slots(shapes, r, h, update);
 }

@@ -136,7 +136,9 @@ impl Slide<'_> {
             let start = w;
             let mut words = 0u64;
             let (mut lo, mut hi) = (None, 0u64);
-            while w < live.len() && words < CHUNK_WORDS {
+            // Past its size, a chunk still takes the words of an object
+            // running across its end.
+            while w < live.len() && (words < CHUNK_WORDS || (w > start && self.runs_across(w))) {
                 let bits = live.word(w) & at_or_past(w, begin);
                 if bits != 0 {
                     lo.get_or_insert((w as u64) << 6 | u64::from(bits.trailing_zeros()));
@@ -144,13 +146,6 @@ impl Slide<'_> {
                     words += u64::from(bits.count_ones());
                 }
                 w += 1;
-                // An object running across the chunk's end goes with it.
-                while w < live.len() && w > start && self.runs_across(w) {
-                    let bits = live.word(w);
-                    hi = ((w as u64 + 1) << 6) - u64::from(bits.leading_zeros());
-                    words += u64::from(bits.count_ones());
-                    w += 1;
-                }
             }
             let Some(lo) = lo else { break };
             let dest = self.fwd.base(start, self.end);
