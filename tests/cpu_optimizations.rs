@@ -13,6 +13,22 @@ mod runtimes;
 
 use runtimes::{cpu, injected, interpreter, optimized};
 
+/// How many workitems of a launch threw `IndexOutOfBounds`, and which
+/// workitems threw (none when it ran through); any other error panics.
+fn out_of_bounds(launch: Result<offload::LaunchReport, OffloadError>) -> (u64, Vec<i64>) {
+    match launch {
+        Ok(_) => (0, Vec::new()),
+        Err(OffloadError::Exceptions(e)) => (
+            e.by_kind
+                .get(&ExceptionKind::IndexOutOfBounds)
+                .copied()
+                .unwrap_or(0),
+            e.workitems.clone(),
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// One compare checks an array access for both null and bounds (null reads
 /// as an array of length 0); the record still names the right reason, and
 /// the replay throws the right exception, in both tiers.
@@ -195,17 +211,7 @@ fn an_i64_index_tested_after_its_narrowing_agrees_with_the_interpreter() {
         let c = m
             .closure("s", [3.0f32.into(), (&xa).into(), (&y).into()])
             .unwrap();
-        let thrown = match par_offload(range, &c) {
-            Ok(_) => (0, Vec::new()),
-            Err(OffloadError::Exceptions(e)) => (
-                e.by_kind
-                    .get(&ExceptionKind::IndexOutOfBounds)
-                    .copied()
-                    .unwrap_or(0),
-                e.workitems.clone(),
-            ),
-            Err(e) => panic!("{e}"),
-        };
+        let thrown = out_of_bounds(par_offload(range, &c));
         (thrown, rt.read(&y).unwrap())
     };
     let interp = interpreter(2);
@@ -260,17 +266,7 @@ fn lockstep_groups_with_an_i64_index_agree_with_the_interpreter() {
             rt.finish_compiles();
         }
         let c = rt.new_array::<f32>(n * n).unwrap();
-        let thrown = match par_offload(range, closure(&c)) {
-            Ok(_) => (0, Vec::new()),
-            Err(OffloadError::Exceptions(e)) => (
-                e.by_kind
-                    .get(&ExceptionKind::IndexOutOfBounds)
-                    .copied()
-                    .unwrap_or(0),
-                e.workitems.clone(),
-            ),
-            Err(e) => panic!("{e}"),
-        };
+        let thrown = out_of_bounds(par_offload(range, closure(&c)));
         (thrown, rt.read(&c).unwrap())
     };
     let interp = interpreter(2);
@@ -322,17 +318,7 @@ fn lockstep_groups_testing_an_i64_index_after_a_store_agree_with_the_interpreter
             rt.finish_compiles();
         }
         let arrays = bodies();
-        let thrown = match par_offload(range, closure(&arrays)) {
-            Ok(_) => (0, Vec::new()),
-            Err(OffloadError::Exceptions(e)) => (
-                e.by_kind
-                    .get(&ExceptionKind::IndexOutOfBounds)
-                    .copied()
-                    .unwrap_or(0),
-                e.workitems.clone(),
-            ),
-            Err(e) => panic!("{e}"),
-        };
+        let thrown = out_of_bounds(par_offload(range, closure(&arrays)));
         let v: Vec<Vec<f32>> = arrays[4..].iter().map(|a| rt.read(a).unwrap()).collect();
         (thrown, v)
     };
