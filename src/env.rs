@@ -231,6 +231,21 @@ pub(crate) struct KernelCall<'a> {
     /// How the launch combines the workitems' values, for a reducing
     /// kernel (`None` for one that returns nothing).
     pub(crate) reduce: Option<offload_abi::reduce::Combine>,
+    /// The copies table of a kernel with parameters a launch may sum into
+    /// (`offload_ir::summed`; the runtime's `runtime/summed.rs`), `None`
+    /// for one without.
+    pub(crate) copies: Option<CopyTable<'a>>,
+}
+
+/// A launch's copies table: `rows` rows of one raw slot per parameter of
+/// the kernel a launch may sum into, in parameter order; a group of slots
+/// (a CPU slot, a GPU block) takes those parameters from row
+/// `group % rows`. The cells are roots of the launch (references, updated
+/// by a collection), so devices read them from here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CopyTable<'a> {
+    pub(crate) cells: &'a [AtomicU64],
+    pub(crate) rows: usize,
 }
 
 impl<'a> KernelCall<'a> {
@@ -266,6 +281,7 @@ impl<'a> KernelCall<'a> {
         crate::gc::LaunchRoots {
             captures: &[],
             ref_captures: Vec::new(),
+            copies: &[],
             area,
             alloc: Some(alloc),
         }

@@ -310,4 +310,4 @@ pub use runtime::{
     LaunchHandle, LaunchRange, MAX_DEOPT_RECORDS, MAX_WORKERS, Module, Object, ReduceHandle,
     Reduced, Reducible, RefArray, Runtime, RuntimeBuilder, Scalar,
 };
-pub use source::{Capture, Launchable, par_offload};
+pub use source::{Capture, Launchable, Summed, par_offload};

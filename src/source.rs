@@ -79,13 +79,15 @@ pub struct Captured {
     pub arg: Arg,
     /// The runtime a heap value belongs to.
     pub runtime: Option<u64>,
+    /// Whether the launch sums into it ([`Summed`]).
+    pub summed: bool,
 }
 
 macro_rules! scalar_capture {
     ($($t:ty => $name:literal),*) => {$(
         impl Capture for $t {
             fn capture(&self) -> Captured {
-                Captured { ty: $name.into(), arg: (*self).into(), runtime: None }
+                Captured { ty: $name.into(), arg: (*self).into(), runtime: None, summed: false }
             }
         }
     )*};
@@ -98,6 +100,7 @@ impl Capture for bool {
             ty: "bool".into(),
             arg: Arg::I32(i32::from(*self)),
             runtime: None,
+            summed: false,
         }
     }
 }
@@ -119,6 +122,45 @@ impl<T: Element> Capture for Array<T> {
             ty: format!("&mut [{elem}]"),
             arg,
             runtime,
+            summed: false,
+        }
+    }
+}
+
+/// A `kernel!` capture of an integer array the launch sums into
+/// ([`Closure::summed`]): each group of slots adds to a zeroed copy of it
+/// with `atomic_add`, and the copies are added into it when the launch
+/// ends. Made by [`Array::summed`].
+///
+/// ```
+/// use offload::{Runtime, kernel, par_offload};
+///
+/// let rt = Runtime::builder().workers(2).build()?;
+/// let data = rt.array(&(0..4096).map(|i| i * 7).collect::<Vec<i32>>())?;
+/// let counts = rt.new_array::<i32>(16)?;
+/// let bins = counts.summed();
+/// par_offload(0..4096, kernel!(move |i| {
+///     atomic_add(&mut bins[data[i] % bins.len()], 1);
+/// }))?;
+/// assert_eq!(rt.read(&counts)?, vec![256; 16]);
+/// # Ok::<(), offload::OffloadError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Summed<'a, T: Element>(&'a Array<T>);
+
+impl<T: Element> Array<T> {
+    /// This array as a `kernel!` capture the launch sums into
+    /// ([`Summed`]).
+    pub fn summed(&self) -> Summed<'_, T> {
+        Summed(self)
+    }
+}
+
+impl<T: Element> Capture for Summed<'_, T> {
+    fn capture(&self) -> Captured {
+        Captured {
+            summed: true,
+            ..self.0.capture()
         }
     }
 }
@@ -260,7 +302,18 @@ impl ClosureSite {
                 }
             }
         };
-        module.closure(&self.kernel_name(), captures.into_iter().map(|c| c.arg))
+        let summed: Vec<&str> = captures
+            .iter()
+            .zip(self.names)
+            .filter(|(c, _)| c.summed)
+            .map(|(_, n)| *n)
+            .collect();
+        let mut closure =
+            module.closure(&self.kernel_name(), captures.into_iter().map(|c| c.arg))?;
+        for name in summed {
+            closure = closure.summed(name)?;
+        }
+        Ok(closure)
     }
 
     /// A body that did not compile, as the user wrote it: the error names

@@ -32,6 +32,9 @@ mod ranges;
 #[path = "common/reduce.rs"]
 mod reduce;
 
+#[path = "common/summed.rs"]
+mod summed;
+
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
 fn gpu() -> RuntimeBuilder {
@@ -818,4 +821,62 @@ fn a_reduction_on_the_cuda_device_runs_there_with_the_trees_value() {
         let joined = r.report.reduction.as_ref().map_or(0, |r| r.joined);
         assert_eq!(joined as usize, n / 32 + n % 32, "n = {n}");
     }
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn histograms_summed_into_per_block_copies_are_exact() {
+    // Per-block copies on the GPU: the counts exact (with the array's old
+    // contents, i64 bins, a 2-D range, under a collection forced between
+    // runs by a safepoint, the refusals), and on the virtual GPU the
+    // longest chain of atomics on one address shorter than with every
+    // workitem adding to the array itself.
+    let rt = build(gpu());
+    let n = size(&rt, 1 << 22, 60_000);
+    summed::check(&rt, n, "cuda");
+    let m = rt.load_source("summed.ofk", summed::SRC).unwrap();
+    let d = summed::data(n, 21);
+    let data = rt.array(&d).unwrap();
+    let bins = rt.new_array::<i32>(256).unwrap();
+    let plain = m.closure("hist", [(&data).into(), (&bins).into()]).unwrap();
+    let summed_hist = plain.clone().summed("bins").unwrap();
+    let mut chains = Vec::new();
+    for c in [&plain, &summed_hist] {
+        par_offload(0..n as i64, c).unwrap();
+        let counted = offload::vgpu::reset();
+        par_offload(0..n as i64, c).unwrap();
+        if counted {
+            let k = offload::vgpu::counters().unwrap_or_default();
+            chains.push(k.get("atomic_chain").copied().unwrap_or(0));
+        }
+    }
+    let mut want = summed::counted(&d, &[0; 256]);
+    for _ in 0..3 {
+        want = summed::counted(&d, &want);
+    }
+    assert_eq!(rt.read(&bins).unwrap(), want);
+    if let [plain, by_block] = chains[..] {
+        // Three quarters of the workitems fall in bins 0..3; with a copy
+        // per block, a bin's chain is its block's share (the virtual GPU
+        // runs this launch in 4 blocks: 3,880 against 15,236).
+        assert!(plain as usize >= n / 5, "{plain}");
+        assert!(by_block * 3 <= plain, "{by_block} vs {plain}");
+    }
+    // Safepoints raised while the kernel runs: the copies hold what the
+    // stopped runs added, the collection moves them.
+    let again = rt.new_array::<i64>(64).unwrap();
+    let w = m
+        .closure("weighted", [(&data).into(), (&again).into()])
+        .unwrap()
+        .summed("bins")
+        .unwrap();
+    std::thread::scope(|s| {
+        let launch = s.spawn(|| par_offload(0..n as i64, &w).unwrap());
+        while !launch.is_finished() {
+            rt.collect().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        launch.join().unwrap();
+    });
+    assert_eq!(rt.read(&again).unwrap(), summed::weighted(&d, &[0; 64]));
 }

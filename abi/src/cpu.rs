@@ -84,6 +84,15 @@ pub struct LaunchCtx {
     /// host joins the values into the combine tree ([`crate::reduce`]) and
     /// enters it again. Null for a kernel that returns nothing.
     pub values: *mut u64,
+    /// For a kernel with parameters a launch may sum into
+    /// (`offload_ir::summed`): `copy_rows` rows of one raw slot per such
+    /// parameter, in parameter order; slot `s` takes those parameters from
+    /// row `s % copy_rows` instead of [`LaunchCtx::captures`] (a summed
+    /// array's row holds a copy of it, another parameter's its capture).
+    /// Null for a kernel without such parameters.
+    pub copies: *const u64,
+    /// Rows at [`LaunchCtx::copies`], at least 1 when it is not null.
+    pub copy_rows: u64,
 }
 
 /// Values in a slot's part of [`LaunchCtx::values`].
@@ -246,6 +255,10 @@ pub mod offsets {
     pub const BETTER: i32 = offset_of!(LaunchCtx, better) as i32;
     /// [`LaunchCtx::values`].
     pub const VALUES: i32 = offset_of!(LaunchCtx, values) as i32;
+    /// [`LaunchCtx::copies`].
+    pub const COPIES: i32 = offset_of!(LaunchCtx, copies) as i32;
+    /// [`LaunchCtx::copy_rows`].
+    pub const COPY_ROWS: i32 = offset_of!(LaunchCtx, copy_rows) as i32;
 
     /// Bytes from one [`Part`] to the next.
     pub const PART_BYTES: i64 = size_of::<Part>() as i64;
@@ -326,10 +339,11 @@ mod tests {
         assert_eq!(offsets::SLOT_BYTES, 128);
         assert_eq!(align_of::<SlotWords>() as i64, offsets::SLOT_BYTES);
         assert_eq!(offsets::PART_BYTES, 128);
-        assert_eq!(size_of::<LaunchCtx>(), 8 * 19);
+        assert_eq!(size_of::<LaunchCtx>(), 8 * 21);
         assert_eq!(offsets::NURSERY, 120);
         assert_eq!(offsets::PAGES, 128);
         assert_eq!(offsets::BETTER, 136);
+        assert_eq!((offsets::COPIES, offsets::COPY_ROWS), (152, 160));
         assert_eq!(offsets::SLOT_HOME, 72);
         assert_eq!(offsets::SLOT_VALUES, 80);
     }

@@ -144,6 +144,17 @@ device_ctx! {
         leaf_counts: u64,
         /// For a reducing kernel, how its values combine: [`crate::reduce::Combine::code`].
         combine: u64,
+        /// For a kernel with parameters a launch may sum into
+        /// (`offload_ir::summed`): `copy_rows` rows, each holding per such
+        /// parameter (in parameter order) its raw word (`u64`) then its
+        /// element 0's address (`u64`); the threads of block `b` take
+        /// those parameters from row `b % copy_rows` instead of the
+        /// kernel's parameters (a summed array's row holds a copy of it,
+        /// another parameter's its capture). 0 for a kernel without such
+        /// parameters.
+        copies: u64,
+        /// Rows at [`DeviceCtx::copies`], at least 1 when it is not 0.
+        copy_rows: u64,
     }
 }
 
@@ -314,6 +325,10 @@ pub mod offsets {
     pub const LEAF_COUNTS: u32 = offset_of!(DeviceCtx, leaf_counts) as u32;
     /// [`DeviceCtx::combine`].
     pub const COMBINE: u32 = offset_of!(DeviceCtx, combine) as u32;
+    /// [`DeviceCtx::copies`].
+    pub const COPIES: u32 = offset_of!(DeviceCtx, copies) as u32;
+    /// [`DeviceCtx::copy_rows`].
+    pub const COPY_ROWS: u32 = offset_of!(DeviceCtx, copy_rows) as u32;
 }
 
 #[cfg(test)]
@@ -351,6 +366,8 @@ mod tests {
             leaves: 28,
             leaf_counts: 29,
             combine: 30,
+            copies: 31,
+            copy_rows: 32,
         };
         let words = ctx.to_words();
         let at = |off: u32| words[off as usize / 8];
@@ -369,7 +386,8 @@ mod tests {
         assert_eq!(exit_code(0), None);
         assert_eq!(at(offsets::LEAF_COUNTS), 29);
         assert_eq!(at(offsets::COMBINE), 30);
-        assert_eq!(words.len(), 27);
+        assert_eq!(at(offsets::COPY_ROWS), 32);
+        assert_eq!(words.len(), 29);
         assert_eq!(1 << TILE_LEVEL, TILE);
         // Kernel parameters: the context and the captures fit 4 KiB.
         const { assert!(DEVICE_CTX_WORDS * 8 + MAX_CAPTURES * 16 <= PARAM_BYTES) };

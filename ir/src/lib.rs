@@ -46,6 +46,7 @@ pub mod printer;
 pub mod reference;
 pub mod refs;
 pub mod semantics;
+pub mod summed;
 pub mod types;
 pub mod verifier;
 

@@ -204,6 +204,11 @@ impl Compiled for CpuLaunch<'_> {
             } else {
                 state.values.as_mut_ptr()
             },
+            copies: launch
+                .call
+                .copies
+                .map_or(std::ptr::null(), |t| t.cells.as_ptr().cast::<u64>()),
+            copy_rows: launch.call.copies.map_or(0, |t| t.rows as u64),
         };
         let per_slot = state.per_slot;
         let outs: Vec<Mutex<Option<SlotResult>>> = (0..workers).map(|_| Mutex::default()).collect();

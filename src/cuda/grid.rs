@@ -7,7 +7,7 @@
 
 use super::block::{Block, Shape};
 use super::launch::GpuState;
-use super::raw;
+use super::raw::{self, DeviceMem};
 use super::wait::{Fairness, Waiting};
 use super::{DEVICE_EDEN_BYTES, Gpu, Loaded, cuda_err};
 use crate::error::OffloadError;
@@ -100,6 +100,9 @@ pub(super) struct Grid<'a> {
     safepoints_before: u64,
     /// A reducing kernel's tiles and leaves (made at the first run).
     reducing: Option<super::reduce::Reducing>,
+    /// The device copy of the launch's copies table
+    /// (`DeviceCtx::copies`, made at the first run, sent at every run).
+    copies: Option<DeviceMem>,
 }
 
 /// Save records per slot on the GPU: a slot that deoptimizes leaves the
@@ -144,6 +147,7 @@ impl<'a> Grid<'a> {
             trace,
             safepoints_before: launch.env.control.count(),
             reducing: None,
+            copies: None,
         }
     }
 
@@ -300,6 +304,43 @@ impl<'a> Grid<'a> {
         ctx
     }
 
+    /// Send the launch's copies table (`crate::env::CopyTable`), as the
+    /// raw word and element 0's address of each cell, and point `ctx` at
+    /// it; nothing for a kernel without one. Sent at every run: a
+    /// collection between runs moves the copies.
+    fn send_copies(
+        &mut self,
+        launch: &Launch<'_>,
+        ctx: &mut DeviceCtx,
+        s: cudarc::driver::sys::CUstream,
+    ) -> Result<(), OffloadError> {
+        let Some(t) = launch.call.copies else {
+            return Ok(());
+        };
+        let heap = self.gpu.resident.heap_at();
+        let words: Vec<u64> = t
+            .cells
+            .iter()
+            .flat_map(|c| {
+                let raw = c.load(std::sync::atomic::Ordering::Acquire);
+                [raw, gpu::elem0(heap, raw)]
+            })
+            .collect();
+        let bytes = 8 * words.len();
+        let mem = match self.copies.take() {
+            Some(m) => m,
+            None => DeviceMem::new(&self.gpu.ctx, bytes).map_err(cuda_err("copies table"))?,
+        };
+        // SAFETY: the table, `bytes` long, at the start of its allocation
+        // of exactly that size; the copy is staged before the call returns.
+        unsafe { raw::send(mem.at(), &words, s) }.map_err(cuda_err("copies table"))?;
+        self.state.totals.to_device += bytes as u64;
+        ctx.copies = mem.at();
+        ctx.copy_rows = t.rows as u64;
+        self.copies = Some(mem);
+        Ok(())
+    }
+
     /// [`DeviceCtx::rotate`]: the slot thread 0 runs, chosen so that the
     /// most of the kernel's array accesses (all indexed by the workitem
     /// number: `PtxKernel::streams`) start a warp's 32 workitems on a
@@ -363,7 +404,9 @@ impl<'a> Grid<'a> {
         }
         elems.clear();
         elems.extend(caps.iter().map(|&raw| gpu::elem0(heap, raw)));
-        let mut ctx = self.context(launch).to_words();
+        let mut ctx = self.context(launch);
+        self.send_copies(launch, &mut ctx, s)?;
+        let mut ctx = ctx.to_words();
         let (caps, elems) = (&mut self.params.0, &mut self.params.1);
         self.state.totals.to_device += 8 * (ctx.len() + caps.len() + elems.len()) as u64;
         // SAFETY: the kernel takes three byte arrays, its `DeviceCtx`'s

@@ -126,6 +126,10 @@ struct Loaded {
     grid: u32,
 }
 
+/// Threads a multiprocessor holds at once (every GPU offload runs on, sm_70
+/// on): with [`BLOCK`], the blocks it runs together.
+const THREADS_PER_SM: u32 = 2048;
+
 /// Loaded kernel versions by (module id, kernel, version), or why not.
 type ModuleCache = HashMap<(u64, FuncId, u32), Result<Arc<Loaded>, String>>;
 
@@ -235,6 +239,12 @@ fn probe_driver() -> Result<Gpu, String> {
 }
 
 impl Gpu {
+    /// The blocks this GPU runs at once: the rows of a launch's copies
+    /// table worth making for it (`runtime/summed.rs`).
+    pub(crate) fn copy_rows(&self) -> usize {
+        (self.sms * (THREADS_PER_SM / BLOCK)) as usize
+    }
+
     /// Drop the loaded versions of module `id` (its last handle is gone).
     pub(crate) fn forget_module(&self, id: u64) {
         self.modules

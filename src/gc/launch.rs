@@ -16,6 +16,9 @@ pub(crate) struct LaunchRoots<'a> {
     pub(crate) captures: &'a [AtomicU64],
     /// Which captures are references.
     pub(crate) ref_captures: Vec<usize>,
+    /// The launch's copies table (`crate::env::CopyTable`): every cell a
+    /// reference.
+    pub(crate) copies: &'a [AtomicU64],
     /// The save area and the metadata of the version that writes it.
     pub(crate) area: Option<(&'a SaveArea, &'a DeoptMetadata)>,
     /// The launch's allocator (a device registers it with its save area;
@@ -28,6 +31,11 @@ impl LaunchRoots<'_> {
     pub(crate) fn visit(&self, f: &mut dyn FnMut(&mut u32)) {
         for &i in &self.ref_captures {
             let cell = &self.captures[i];
+            let mut r = cell.load(Ordering::Acquire) as u32;
+            f(&mut r);
+            cell.store(u64::from(r), Ordering::Release);
+        }
+        for cell in self.copies {
             let mut r = cell.load(Ordering::Acquire) as u32;
             f(&mut r);
             cell.store(u64::from(r), Ordering::Release);

@@ -29,6 +29,7 @@ mod launchers;
 mod module;
 mod range;
 mod reduce;
+mod summed;
 mod values;
 
 pub(crate) use builder::PolicyFactory;
@@ -256,6 +257,9 @@ pub struct Closure {
     pub(crate) refs: Vec<(usize, Root)>,
     /// The dimensions of the kernel's range (`offload_lang::ranges`).
     pub(crate) dims: usize,
+    /// The captures its launches sum into ([`Closure::summed`]), by
+    /// capture index.
+    pub(crate) summed: Vec<usize>,
 }
 
 impl Runtime {
@@ -401,7 +405,7 @@ impl Runtime {
         crate::cuda::load_time(
             &self.inner.env,
             gpu,
-            closure.call(&captures, None),
+            closure.call(&captures, None, None),
             &plan.version,
         )
         .map_err(OffloadError::Setup)
@@ -646,6 +650,8 @@ impl Runtime {
         } else {
             std::time::Duration::ZERO
         };
+        // The copies of the arrays it sums into (`summed.rs`).
+        let copies = self.copies(closure, range.end.wrapping_sub(range.start) as u64)?;
         // The launch's captures, read from the closure's roots and
         // registered as roots of the launch before a collection can move
         // them (this thread is a running worker meanwhile).
@@ -655,9 +661,13 @@ impl Runtime {
             .into_iter()
             .chain(shape_args.into_iter().map(AtomicU64::new))
             .collect();
+        if let Some(c) = &copies {
+            c.fill(&captures);
+        }
         let roots = crate::gc::LaunchRoots {
             captures: &captures,
             ref_captures: closure.refs.iter().map(|(i, _)| *i).collect(),
+            copies: copies.as_ref().map_or(&[], |c| &c.cells),
             area: None,
             alloc: None,
         };
@@ -667,24 +677,31 @@ impl Runtime {
             r.shape = shape.clone();
             r
         };
-        crate::launch::launch(
+        let r = crate::launch::launch(
             env,
             devices,
-            closure.call(&captures, reduce),
+            closure.call(&captures, reduce, copies.as_ref().map(|c| c.table())),
             &state,
             range,
             deadline,
             (gc_before, collected),
-        )
-        .map(shaped)
-        .map_err(|e| match e {
-            OffloadError::Exceptions(mut x) => {
-                x.report = shaped(x.report);
-                OffloadError::Exceptions(x)
-            }
-            OffloadError::Interrupted(r) => OffloadError::Interrupted(Box::new(shaped(*r))),
-            other => other,
-        })
+        );
+        // What the workitems added to the copies goes into the arrays,
+        // whatever the launch's outcome (an interrupted or throwing launch
+        // ran some workitems).
+        let added = copies
+            .as_ref()
+            .map_or(Ok(()), |c| c.add_into(self, closure));
+        r.and_then(|rep| added.map(|()| rep))
+            .map(shaped)
+            .map_err(|e| match e {
+                OffloadError::Exceptions(mut x) => {
+                    x.report = shaped(x.report);
+                    OffloadError::Exceptions(x)
+                }
+                OffloadError::Interrupted(r) => OffloadError::Interrupted(Box::new(shaped(*r))),
+                other => other,
+            })
     }
 
     /// The adaptive state of `closure`'s kernel (created on first use).
@@ -851,6 +868,7 @@ impl Closure {
         &'a self,
         captures: &'a [AtomicU64],
         reduce: Option<Combine>,
+        copies: Option<crate::env::CopyTable<'a>>,
     ) -> KernelCall<'a> {
         KernelCall {
             prog: &self.module.prog,
@@ -858,6 +876,7 @@ impl Closure {
             captures,
             module: self.module.id,
             reduce,
+            copies,
         }
     }
 

@@ -115,6 +115,7 @@ impl Module {
             captures: raw,
             refs,
             dims,
+            summed: Vec::new(),
         })
     }
 

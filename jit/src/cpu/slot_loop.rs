@@ -62,12 +62,20 @@ impl CpuWalker<'_, '_> {
             self.tlab_reload();
         }
         self.values_setup();
+        // Parameters a launch may sum into come from the slot's row of
+        // the copies table (`LaunchCtx::copies`).
+        let summable = offload_ir::summed::summable_params(self.v, self.cur.func);
+        let row = (!summable.is_empty()).then(|| self.copies_row(ctx, slot, summable.len()));
         for (i, p) in f.params().iter().enumerate().skip(1) {
-            let raw =
-                self.backend
-                    .builder
-                    .ins()
-                    .load(types::I64, trusted(), caps, ((i - 1) * 8) as i32);
+            let (base, at) = match (row, summable.iter().position(|&s| s as usize == i)) {
+                (Some(row), Some(j)) => (row, j * 8),
+                _ => (caps, (i - 1) * 8),
+            };
+            let raw = self
+                .backend
+                .builder
+                .ins()
+                .load(types::I64, trusted(), base, at as i32);
             let val = self.unpack_raw(p.ty.kind(), raw);
             self.backend.env.captures.push(val);
         }
@@ -750,6 +758,22 @@ impl CpuWalker<'_, '_> {
     }
 
     /// A raw 64-bit slot as a value of kind `k`.
+    /// The address of slot `slot`'s row of the copies table, of `per_row`
+    /// raw slots: row `slot % copy_rows`.
+    fn copies_row(&mut self, ctx: Value, slot: Value, per_row: usize) -> Value {
+        let b = &mut self.backend.builder;
+        let table = b.ins().load(types::I64, trusted(), ctx, offsets::COPIES);
+        let rows = b.ins().load(types::I64, trusted(), ctx, offsets::COPY_ROWS);
+        let slot = if b.func.dfg.value_type(slot) == types::I64 {
+            slot
+        } else {
+            b.ins().uextend(types::I64, slot)
+        };
+        let r = b.ins().urem(slot, rows);
+        let off = b.ins().imul_imm_s(r, (per_row * 8) as i64);
+        b.ins().iadd(table, off)
+    }
+
     pub(super) fn unpack_raw(&mut self, k: Kind, raw: Value) -> Value {
         match k {
             Kind::I64 => raw,

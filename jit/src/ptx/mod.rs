@@ -193,6 +193,7 @@ pub fn compile_speculative(
         unchecked: std::collections::BTreeMap::new(),
         known: std::collections::BTreeMap::new(),
         ebase: std::collections::BTreeMap::new(),
+        copy_entry: std::collections::BTreeMap::new(),
         premarked: BTreeSet::new(),
         copy: 0,
         next_label: L_NEXT,
@@ -385,6 +386,10 @@ pub(crate) struct Ptx {
     known: std::collections::BTreeMap<Bci, i32>,
     /// Per proven array parameter, the register with its element 0.
     ebase: std::collections::BTreeMap<u32, String>,
+    /// Per parameter a launch may sum into (`offload_ir::summed`), the
+    /// address of its entry in the block's row of the copies table
+    /// (`DeviceCtx::copies`): its raw word, then its element 0.
+    copy_entry: std::collections::BTreeMap<u32, String>,
     /// Addresses whose chunk the prologue marked dirty: a store through
     /// one marks nothing.
     premarked: BTreeSet<String>,

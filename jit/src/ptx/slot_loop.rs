@@ -204,13 +204,37 @@ impl PtxWalker<'_> {
     }
 
     /// The captures, from the kernel's second parameter, each in a named
-    /// register of its kind.
+    /// register of its kind; those a launch may sum into from the block's
+    /// row of the copies table (`DeviceCtx::copies`).
     fn captures(&mut self) -> Vec<String> {
         let f = self.v.func(self.cur.func);
+        let summable = offload_ir::summed::summable_params(self.v, self.cur.func);
+        if !summable.is_empty() {
+            let (table, rows) = (
+                self.ld_ctx(Cls::B64, offsets::COPIES),
+                self.ld_ctx(Cls::B64, offsets::COPY_ROWS),
+            );
+            let (b32, b, row) = (self.t(Cls::B32), self.t(Cls::B64), self.t(Cls::B64));
+            self.emit(format!("mov.u32 {b32}, %ctaid.x;"));
+            self.emit(format!("cvt.u64.u32 {b}, {b32};"));
+            self.emit(format!("rem.u64 {b}, {b}, {rows};"));
+            self.emit(format!(
+                "mad.lo.u64 {row}, {b}, {}, {table};",
+                summable.len() * 16
+            ));
+            for (j, &p) in summable.iter().enumerate() {
+                let e = self.t(Cls::B64);
+                self.emit(format!("add.u64 {e}, {row}, {};", j * 16));
+                self.backend.copy_entry.insert(p, e);
+            }
+        }
         let mut captures = Vec::new();
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let raw = self.t(Cls::B64);
-            self.emit(format!("ld.param.u64 {raw}, [p_caps+{}];", (i - 1) * 8));
+            match self.backend.copy_entry.get(&(i as u32)) {
+                Some(e) => self.emit(format!("ld.global.u64 {raw}, [{e}];")),
+                None => self.emit(format!("ld.param.u64 {raw}, [p_caps+{}];", (i - 1) * 8)),
+            }
             let name = self.named(format!("%cap{i}"), reg_type(p.ty.kind()));
             self.unpack_raw(p.ty.kind(), &raw, &name);
             captures.push(name);

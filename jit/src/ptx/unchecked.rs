@@ -95,7 +95,11 @@ impl PtxWalker<'_> {
             // from the constant bank where it is used, so no register
             // holds it while the slot runs.
             let eb = self.named(format!("%ebase{p}"), ".b64");
-            self.emit(format!("ld.param.u64 {eb}, [p_elems+{}];", (p - 1) * 8));
+            match self.backend.copy_entry.get(&p) {
+                // An array a launch may sum into: its row's copy.
+                Some(e) => self.emit(format!("ld.global.u64 {eb}, [{e}+8];")),
+                None => self.emit(format!("ld.param.u64 {eb}, [p_elems+{}];", (p - 1) * 8)),
+            }
             let (len, len64) = (self.t(Cls::B32), self.t(Cls::B64));
             self.emit(format!("ld.u32 {len}, [{eb}+-4];"));
             self.emit(format!("cvt.u64.u32 {len64}, {len};"));

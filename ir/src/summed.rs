@@ -1,0 +1,308 @@
+//! Which of a kernel's array parameters a launch may *sum into*: give each
+//! group of slots a zeroed copy of the array to update, and add the copies
+//! into the array when the launch ends (a histogram without every
+//! workitem's atomic on the same few words; the runtime's `Arg::Sum`).
+//!
+//! That is only the same as updating the array itself when the kernel
+//! does nothing with the array but add to its elements atomically: it may
+//! `atomic_add` to an element (the old value it gets back is the group's
+//! partial count, which it should not rely on), read its length, test it
+//! against null, and copy it between locals and the operand stack. Any
+//! other use — reading or storing an element, passing it to a function,
+//! storing it in a field or another array, returning it — would see or
+//! leak the copy, so it makes the parameter not summable. Integers only:
+//! integer addition is associative and commutative (wrapping), so the sum
+//! does not depend on which copy an update went to, or on the order the
+//! copies are added in; a float sum would.
+//!
+//! The check is a forward may-analysis over the bytecode: which operand
+//! stack slots and locals may hold the parameter's value.
+
+use crate::isa::{Effect, Inst};
+use crate::types::{Bci, Elem, FuncId, Type};
+use crate::verifier::Verified;
+
+/// Why a parameter cannot be summed: where and what the kernel does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotSummable {
+    /// The instruction that uses the array otherwise (`None`: the
+    /// parameter's type is not `i32[]` or `i64[]`).
+    pub at: Option<Bci>,
+    /// What it does, as a phrase ("reads an element").
+    pub what: String,
+}
+
+/// The parameters of `func` (by local index, the index parameter 0 never
+/// among them) a launch may sum into: `i32[]` and `i64[]` parameters the
+/// kernel only adds to atomically ([`check`]).
+pub fn summable_params(v: &Verified, func: FuncId) -> Vec<u32> {
+    let f = v.func(func);
+    (1..f.param_count)
+        .filter(|&p| check(v, func, p).is_ok())
+        .collect()
+}
+
+/// Whether parameter `param` of `func` may be summed into, or the first
+/// use that forbids it.
+pub fn check(v: &Verified, func: FuncId, param: u32) -> Result<(), NotSummable> {
+    let f = v.func(func);
+    match f.locals.get(param as usize).map(|l| l.ty) {
+        Some(Type::Array(Elem::I32 | Elem::I64, 1)) => {}
+        _ => {
+            return Err(NotSummable {
+                at: None,
+                what: "is not an array of `i32` or `i64`".into(),
+            });
+        }
+    }
+    let types = v.types(func);
+    let n = f.body.len();
+    let depth = |b: usize| {
+        types
+            .frames
+            .get(b)
+            .and_then(Option::as_ref)
+            .map(|fr| fr.stack.len())
+    };
+    let mut locals = vec![false; f.locals.len()];
+    locals[param as usize] = true;
+    let mut at: Vec<Option<State>> = vec![None; n];
+    if n == 0 {
+        return Ok(());
+    }
+    at[0] = Some(State {
+        stack: vec![false; depth(0).unwrap_or(0)],
+        locals,
+    });
+    let mut work = vec![0usize];
+    while let Some(bci) = work.pop() {
+        let Some(st) = at[bci].clone() else { continue };
+        let inst = f.body[bci];
+        let out = step(v, inst, st).map_err(|what| NotSummable {
+            at: Some(bci as Bci),
+            what,
+        })?;
+        for s in inst.successors(bci as Bci) {
+            let s = s as usize;
+            let Some(d) = depth(s).filter(|_| s < n) else {
+                continue;
+            };
+            let mut o = out.clone();
+            o.stack.resize(d, false);
+            let changed = match &mut at[s] {
+                Some(cur) => cur.join(&o),
+                slot @ None => {
+                    *slot = Some(o);
+                    true
+                }
+            };
+            if changed {
+                work.push(s);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Which stack slots (bottom first) and locals may hold the parameter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct State {
+    stack: Vec<bool>,
+    locals: Vec<bool>,
+}
+
+impl State {
+    /// Join `o` into `self`; whether anything changed.
+    fn join(&mut self, o: &State) -> bool {
+        let mut changed = false;
+        for (a, b) in self
+            .stack
+            .iter_mut()
+            .chain(self.locals.iter_mut())
+            .zip(o.stack.iter().chain(o.locals.iter()))
+        {
+            changed |= *b && !*a;
+            *a |= *b;
+        }
+        changed
+    }
+
+    /// Pop `k` values; an error naming `what` if one may be the array.
+    fn take(&mut self, k: usize, what: &str) -> Result<(), String> {
+        let from = self.stack.len().saturating_sub(k);
+        if self.stack[from..].iter().any(|&x| x) {
+            return Err(what.to_string());
+        }
+        self.stack.truncate(from);
+        Ok(())
+    }
+
+    fn push(&mut self, k: usize) {
+        self.stack.extend(std::iter::repeat_n(false, k));
+    }
+}
+
+/// The state after `inst`, or what the instruction does with the array.
+fn step(v: &Verified, inst: Inst, mut st: State) -> Result<State, String> {
+    let top = |st: &State, i: usize| st.stack.len().checked_sub(i + 1).map(|k| st.stack[k]);
+    match inst {
+        Inst::Load { local } => {
+            let x = st.locals.get(local.index()).copied().unwrap_or(false);
+            st.stack.push(x);
+        }
+        Inst::Store { local } => {
+            let x = st.stack.pop().unwrap_or(false);
+            if let Some(l) = st.locals.get_mut(local.index()) {
+                *l = x;
+            }
+        }
+        Inst::Dup => {
+            let x = top(&st, 0).unwrap_or(false);
+            st.stack.push(x);
+        }
+        Inst::Swap => {
+            let d = st.stack.len();
+            if d >= 2 {
+                st.stack.swap(d - 1, d - 2);
+            }
+        }
+        // Dropped, measured, tested against null or a type: harmless.
+        Inst::Pop | Inst::BrNull { .. } | Inst::BrNonNull { .. } => {
+            st.stack.pop();
+        }
+        Inst::ArrayLen | Inst::InstanceOf { .. } => {
+            st.stack.pop();
+            st.push(1);
+        }
+        Inst::CheckCast { .. } => {}
+        // An atomic add: the array is the operand below the index and
+        // the value (both numbers).
+        Inst::I32ArrayAtomicAdd | Inst::I64ArrayAtomicAdd => {
+            st.take(2, "adds it to another array")?;
+            st.stack.pop();
+            st.push(1);
+        }
+        Inst::Call { func } | Inst::CallVirt { method: func } => {
+            let callee = v.func(func);
+            st.take(
+                callee.param_count as usize,
+                &format!("passes it to `{}`", callee.name),
+            )?;
+            st.push(usize::from(callee.ret.is_some()));
+        }
+        Inst::Ret => st.take(st.stack.len(), "returns it")?,
+        Inst::PutField { .. } => st.take(2, "stores it in a field")?,
+        Inst::RefAStore => st.take(3, "stores it in an array")?,
+        Inst::RefALoad | Inst::GetField { .. } | Inst::NewArray { .. } => {
+            let pops = match inst {
+                Inst::RefALoad => 2,
+                _ => 1,
+            };
+            st.take(pops, "uses it")?;
+            st.push(1);
+        }
+        Inst::RefNull | Inst::New { .. } => st.push(1),
+        Inst::Inc { .. } | Inst::Throw { .. } => {}
+        _ => match inst.opcode().effect() {
+            Effect::Fixed { pops, pushes } => {
+                let what = match inst {
+                    Inst::I32ALoad | Inst::I64ALoad => "reads an element".to_string(),
+                    Inst::I32AStore | Inst::I64AStore => "stores an element".to_string(),
+                    _ => format!("uses it in `{}`", inst.opcode().mnemonic()),
+                };
+                st.take(pops.len(), &what)?;
+                st.push(pushes.len());
+            }
+            // Every special instruction is matched above; one added
+            // later counts as a use until it is.
+            Effect::Special(_) => {
+                if st.stack.iter().any(|&x| x) {
+                    return Err(format!("uses it in `{}`", inst.opcode().mnemonic()));
+                }
+            }
+        },
+    }
+    Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdicts(src: &str) -> Vec<(u32, Result<(), NotSummable>)> {
+        let v = crate::load("t.obc", src).expect("valid");
+        let k = v.func_named("k").expect("kernel");
+        (1..v.func(k).param_count)
+            .map(|p| (p, check(&v, k, p)))
+            .collect()
+    }
+
+    #[test]
+    fn an_array_only_added_to_atomically_is_summable() {
+        let src = "
+kernel k(i: i64, data: i32[], bins: i32[]) {
+    load bins
+    load data
+    load i
+    i64.to_i32
+    i32.aload
+    load bins
+    array.len
+    i32.rem
+    i32.const 1
+    i32.array_atomic_add
+    pop
+    ret
+}";
+        let v = verdicts(src);
+        assert_eq!(v[1], (2, Ok(())));
+        // `data` is read: not summable.
+        let e = v[0].1.clone().unwrap_err();
+        assert_eq!(e.what, "reads an element");
+        assert_eq!(e.at, Some(4));
+    }
+
+    #[test]
+    fn a_copy_through_a_local_is_followed() {
+        let src = "
+kernel k(i: i64, bins: i64[]) {
+    local b: i64[]
+    load bins
+    store b
+    load b
+    i32.const 0
+    i64.const 1
+    i64.array_atomic_add
+    pop
+    load b
+    i32.const 1
+    i64.const 5
+    i64.astore
+    ret
+}";
+        let e = verdicts(src)[0].1.clone().unwrap_err();
+        assert_eq!(e.what, "stores an element");
+        assert_eq!(e.at, Some(10));
+    }
+
+    #[test]
+    fn floats_calls_and_reads_are_refused() {
+        let src = "
+func g(a: i32[]) {
+    ret
+}
+kernel k(i: i64, f: f32[], a: i32[], r: i32[]) {
+    load a
+    call g
+    load r
+    i32.const 0
+    i32.aload
+    pop
+    ret
+}";
+        let v = verdicts(src);
+        assert_eq!(v[0].1.clone().unwrap_err().at, None);
+        assert_eq!(v[1].1.clone().unwrap_err().what, "passes it to `g`");
+        assert_eq!(v[2].1.clone().unwrap_err().what, "reads an element");
+    }
+}
