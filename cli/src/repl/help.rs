@@ -76,7 +76,11 @@ pub const COMMANDS: &[Cmd] = &[
                 completed on the device, deopts by reason, never-ran, replayed, exceptions \
                 (the first with its bytecode trace). A kernel that takes its indices as a \
                 tuple, `fn k((i, j): (i32, i32), ...)`, runs over a tuple of ranges: \
-                `run k (0..h, 0..w) ...`. Ctrl-C interrupts it cleanly.",
+                `run k (0..h, 0..w) ...`. An integer array the kernel only `atomic_add`s \
+                to can be summed into, `sum(bins)`: each CPU slot or GPU block adds to a \
+                copy of its own, and the copies are added into it at the end (a \
+                histogram without every workitem on the same few words). Ctrl-C \
+                interrupts it cleanly.",
         example: "run saxpy 0..1000 2.0 x y",
     },
     Cmd {

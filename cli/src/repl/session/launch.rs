@@ -34,8 +34,31 @@ impl Session {
         }
         let m = self.module()?.clone();
         let range = parse::parse_launch_range(range, &self.vars)?;
-        let captures = self.captures(&m, kernel, args)?;
-        let closure = m.closure(kernel, captures)?;
+        // `sum(bins)`: an array the launch sums into.
+        let summed: Vec<usize> = (0..args.len())
+            .filter(|&i| args[i].starts_with("sum(") && args[i].ends_with(')'))
+            .collect();
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| {
+                a.strip_prefix("sum(")
+                    .and_then(|a| a.strip_suffix(')'))
+                    .unwrap_or(a)
+            })
+            .collect();
+        let captures = self.captures(&m, kernel, &args)?;
+        let mut closure = m.closure(kernel, captures)?;
+        let v = m.program().verified();
+        for i in summed {
+            let Some(k) = v.func_named(kernel) else { break };
+            let name = v.func(k).params()[i + 1].name.clone();
+            closure = closure.summed(&name).map_err(|e| {
+                let at = offload::ir::summed::check(v, k, i as u32 + 1)
+                    .err()
+                    .and_then(|n| n.at);
+                self.summed_error(e, kernel, at)
+            })?;
+        }
         // A safepoint armed with `:safepoint`: requested from another
         // thread after its delay, unless the launch ends first.
         let armed = self.safepoint_after.take();
@@ -226,5 +249,27 @@ impl Session {
             ms(delay)
         );
         Ok(())
+    }
+}
+
+impl Session {
+    /// A refused `sum(NAME)` with the line it names in the definition's
+    /// own file and line (the runtime names a line of the session's
+    /// combined source).
+    fn summed_error(&self, e: OffloadError, kernel: &str, at: Option<u32>) -> ReplError {
+        let text = e.to_string();
+        let mapped = at.and_then(|b| {
+            let (origin, lines) = self.source_lines.get(kernel)?;
+            let line = lines.get(b as usize)?;
+            let cut = text.find(" at line ")?;
+            let rest = &text[cut + " at line ".len()..];
+            let end = rest.find(',').unwrap_or(rest.len());
+            Some(format!(
+                "{} at {origin}:{line}{}",
+                &text[..cut],
+                &rest[end..]
+            ))
+        });
+        ReplError::Entry(mapped.unwrap_or(text))
     }
 }
