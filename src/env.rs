@@ -246,6 +246,11 @@ pub(crate) struct KernelCall<'a> {
 pub(crate) struct CopyTable<'a> {
     pub(crate) cells: &'a [AtomicU64],
     pub(crate) rows: usize,
+    /// The summed parameters (bit `p` for parameter `p`) whose copies
+    /// are each a CPU slot's own (`rows` at least the CPU's slots):
+    /// compiled CPU code adds to them without atomics
+    /// (`offload_jit::CompileOptions::private_sums`).
+    pub(crate) private_sums: u64,
 }
 
 impl<'a> KernelCall<'a> {

@@ -21,6 +21,7 @@
 use crate::isa::{Effect, Inst};
 use crate::types::{Bci, Elem, FuncId, Type};
 use crate::verifier::Verified;
+use std::collections::BTreeSet;
 
 /// Why a parameter cannot be summed: where and what the kernel does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +56,53 @@ pub fn check(v: &Verified, func: FuncId, param: u32) -> Result<(), NotSummable> 
             });
         }
     }
+    analyze(v, func, &[param], |_, _| {}).map_err(|(bci, what)| NotSummable {
+        at: Some(bci),
+        what,
+    })
+}
+
+/// The atomic adds of `func` whose array is certainly one of `params`
+/// (each summable): where a launch that gives every slot a copy of those
+/// arrays of its own may add without an atomic instruction. Empty if one
+/// of `params` is not summable.
+pub fn private_atomics(v: &Verified, func: FuncId, params: &[u32]) -> BTreeSet<Bci> {
+    if params.iter().any(|&p| check(v, func, p).is_err()) {
+        return BTreeSet::new();
+    }
+    let mut at = BTreeSet::new();
+    let mut maybe_not = BTreeSet::new();
+    let r = analyze(v, func, params, |bci, array| {
+        if array == SUMMED {
+            at.insert(bci);
+        } else {
+            maybe_not.insert(bci);
+        }
+    });
+    if r.is_err() {
+        return BTreeSet::new();
+    }
+    // An atomic reached once with another array is not private.
+    at.retain(|b| !maybe_not.contains(b));
+    at
+}
+
+/// A value may be one of the summed arrays.
+const SUMMED: u8 = 1;
+/// A value may be something else.
+const OTHER: u8 = 2;
+
+/// The forward may-analysis: which stack slots and locals may hold one of
+/// `params` ([`SUMMED`]) or something else ([`OTHER`]); `atomic` sees the
+/// bits of each atomic add's array operand (at every visit). An error
+/// names the first instruction that uses one of `params` otherwise.
+fn analyze(
+    v: &Verified,
+    func: FuncId,
+    params: &[u32],
+    mut atomic: impl FnMut(Bci, u8),
+) -> Result<(), (Bci, String)> {
+    let f = v.func(func);
     let types = v.types(func);
     let n = f.body.len();
     let depth = |b: usize| {
@@ -64,31 +112,37 @@ pub fn check(v: &Verified, func: FuncId, param: u32) -> Result<(), NotSummable> 
             .and_then(Option::as_ref)
             .map(|fr| fr.stack.len())
     };
-    let mut locals = vec![false; f.locals.len()];
-    locals[param as usize] = true;
-    let mut at: Vec<Option<State>> = vec![None; n];
     if n == 0 {
         return Ok(());
     }
+    let mut locals = vec![OTHER; f.locals.len()];
+    for &p in params {
+        locals[p as usize] = SUMMED;
+    }
+    let mut at: Vec<Option<State>> = vec![None; n];
     at[0] = Some(State {
-        stack: vec![false; depth(0).unwrap_or(0)],
+        stack: vec![OTHER; depth(0).unwrap_or(0)],
         locals,
     });
     let mut work = vec![0usize];
     while let Some(bci) = work.pop() {
         let Some(st) = at[bci].clone() else { continue };
         let inst = f.body[bci];
-        let out = step(v, inst, st).map_err(|what| NotSummable {
-            at: Some(bci as Bci),
-            what,
-        })?;
+        if matches!(inst, Inst::I32ArrayAtomicAdd | Inst::I64ArrayAtomicAdd) {
+            let d = st.stack.len();
+            atomic(
+                bci as Bci,
+                st.stack.get(d.wrapping_sub(3)).copied().unwrap_or(OTHER),
+            );
+        }
+        let out = step(v, inst, st).map_err(|what| (bci as Bci, what))?;
         for s in inst.successors(bci as Bci) {
             let s = s as usize;
             let Some(d) = depth(s).filter(|_| s < n) else {
                 continue;
             };
             let mut o = out.clone();
-            o.stack.resize(d, false);
+            o.stack.resize(d, OTHER);
             let changed = match &mut at[s] {
                 Some(cur) => cur.join(&o),
                 slot @ None => {
@@ -104,11 +158,12 @@ pub fn check(v: &Verified, func: FuncId, param: u32) -> Result<(), NotSummable> 
     Ok(())
 }
 
-/// Which stack slots (bottom first) and locals may hold the parameter.
+/// What each stack slot (bottom first) and local may hold: [`SUMMED`],
+/// [`OTHER`] or both.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct State {
-    stack: Vec<bool>,
-    locals: Vec<bool>,
+    stack: Vec<u8>,
+    locals: Vec<u8>,
 }
 
 impl State {
@@ -121,16 +176,17 @@ impl State {
             .chain(self.locals.iter_mut())
             .zip(o.stack.iter().chain(o.locals.iter()))
         {
-            changed |= *b && !*a;
+            changed |= *b & !*a != 0;
             *a |= *b;
         }
         changed
     }
 
-    /// Pop `k` values; an error naming `what` if one may be the array.
+    /// Pop `k` values; an error naming `what` if one may be a summed
+    /// array.
     fn take(&mut self, k: usize, what: &str) -> Result<(), String> {
         let from = self.stack.len().saturating_sub(k);
-        if self.stack[from..].iter().any(|&x| x) {
+        if self.stack[from..].iter().any(|&x| x & SUMMED != 0) {
             return Err(what.to_string());
         }
         self.stack.truncate(from);
@@ -138,26 +194,25 @@ impl State {
     }
 
     fn push(&mut self, k: usize) {
-        self.stack.extend(std::iter::repeat_n(false, k));
+        self.stack.extend(std::iter::repeat_n(OTHER, k));
     }
 }
 
 /// The state after `inst`, or what the instruction does with the array.
 fn step(v: &Verified, inst: Inst, mut st: State) -> Result<State, String> {
-    let top = |st: &State, i: usize| st.stack.len().checked_sub(i + 1).map(|k| st.stack[k]);
     match inst {
         Inst::Load { local } => {
-            let x = st.locals.get(local.index()).copied().unwrap_or(false);
+            let x = st.locals.get(local.index()).copied().unwrap_or(OTHER);
             st.stack.push(x);
         }
         Inst::Store { local } => {
-            let x = st.stack.pop().unwrap_or(false);
+            let x = st.stack.pop().unwrap_or(OTHER);
             if let Some(l) = st.locals.get_mut(local.index()) {
                 *l = x;
             }
         }
         Inst::Dup => {
-            let x = top(&st, 0).unwrap_or(false);
+            let x = st.stack.last().copied().unwrap_or(OTHER);
             st.stack.push(x);
         }
         Inst::Swap => {
@@ -216,7 +271,7 @@ fn step(v: &Verified, inst: Inst, mut st: State) -> Result<State, String> {
             // Every special instruction is matched above; one added
             // later counts as a use until it is.
             Effect::Special(_) => {
-                if st.stack.iter().any(|&x| x) {
+                if st.stack.iter().any(|&x| x & SUMMED != 0) {
                     return Err(format!("uses it in `{}`", inst.opcode().mnemonic()));
                 }
             }
@@ -304,5 +359,39 @@ kernel k(i: i64, f: f32[], a: i32[], r: i32[]) {
         assert_eq!(v[0].1.clone().unwrap_err().at, None);
         assert_eq!(v[1].1.clone().unwrap_err().what, "passes it to `g`");
         assert_eq!(v[2].1.clone().unwrap_err().what, "reads an element");
+    }
+
+    #[test]
+    fn only_atomics_certainly_on_a_summed_array_are_private() {
+        let src = "
+kernel k(i: i64, a: i32[], b: i32[], c: i32) {
+    local x: i32[]
+    load a
+    i32.const 0
+    i32.const 1
+    i32.array_atomic_add
+    pop
+    load b
+    store x
+    load c
+    br_if other
+    load a
+    store x
+  other:
+    load x
+    i32.const 0
+    i32.const 1
+    i32.array_atomic_add
+    pop
+    ret
+}";
+        let v = crate::load("t.obc", src).expect("valid");
+        let k = v.func_named("k").unwrap();
+        // `a` summed: the first add is private; the second may be on `b`.
+        assert_eq!(private_atomics(&v, k, &[1]), BTreeSet::from([3]));
+        // Both summed: both adds are private.
+        assert_eq!(private_atomics(&v, k, &[1, 2]), BTreeSet::from([3, 14]));
+        // None summed: none.
+        assert!(private_atomics(&v, k, &[]).is_empty());
     }
 }

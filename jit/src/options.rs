@@ -91,4 +91,10 @@ pub struct CompileOptions {
     /// slower to run. The same lowering, deopt sites and metadata as the
     /// optimized tier, so records from either decode the same way.
     pub quick: bool,
+    /// The parameters (bit `p` for parameter `p`) a launch sums into with
+    /// a copy each slot has to itself (`offload_ir::summed`; the CPU
+    /// device, whose slots run one workitem at a time): an atomic add
+    /// certainly on one of them is a plain load, add and store. 0: every
+    /// atomic is atomic.
+    pub private_sums: u64,
 }

@@ -108,9 +108,10 @@ impl Tiers {
 #[derive(Debug)]
 pub(crate) struct CpuDevice {
     jit: offload_jit::CpuJit,
-    /// Compiled kernel versions by (module id, kernel, version), in their
+    /// Compiled kernel versions by (module id, kernel, version, the
+    /// parameters summed into privately), in their
     /// tiers, or why the kernel could not be compiled.
-    compiled: dashmap::DashMap<(u64, offload_ir::FuncId, u32), Arc<Tiers>>,
+    compiled: dashmap::DashMap<(u64, offload_ir::FuncId, u32, u64), Arc<Tiers>>,
     /// Whether versions are compiled quick first, optimized in the
     /// background.
     tiered: bool,
@@ -186,13 +187,17 @@ impl CpuDevice {
     ) -> Result<(Arc<CompiledKernel>, Arc<Tiers>), JitError> {
         // Keyed by the module's id, which a runtime never reuses (an address or a
         // class base could come back for another module).
-        let key = (call.module, call.kernel, ver.number);
+        // Code that adds to a slot's own copy of a summed array without
+        // atomics is another compile (`runtime/summed.rs`).
+        let private_sums = call.copies.map_or(0, |t| t.private_sums);
+        let key = (call.module, call.kernel, ver.number, private_sums);
         if let Some(hit) = self.compiled.get(&key) {
             let tiers = hit.value().clone();
             return tiers.best().map(|ck| (ck, tiers));
         }
         let opts = offload_jit::CompileOptions {
             quick: self.tiered && workitems < QUICK_TIER_MAX_WORKITEMS,
+            private_sums,
             ..env.settings.compile
         };
         let first = self
@@ -207,7 +212,11 @@ impl CpuDevice {
         if let Ok(ck) = &first {
             if ck.quick {
                 let (tiers, prog, spec) = (tiers.clone(), call.prog.clone(), ver.spec.clone());
-                let (k, number, opts) = (call.kernel, ver.number, env.settings.compile);
+                let (k, number) = (call.kernel, ver.number);
+                let opts = offload_jit::CompileOptions {
+                    private_sums,
+                    ..env.settings.compile
+                };
                 let job = std::thread::Builder::new()
                     .name("offload-compile".into())
                     .spawn(move || {

@@ -574,6 +574,14 @@ impl<'f> Backend for Cpu<'f> {
             .atomic_rmw(cl_type(k), trusted(), AtomicRmwOp::Add, addr, x)
     }
 
+    fn private_add(w: &mut CpuWalker<'_, 'f>, k: Kind, addr: Value, x: Value) -> Value {
+        let b = &mut w.backend.builder;
+        let old = b.ins().load(cl_type(k), trusted(), addr, 0);
+        let new = b.ins().iadd(old, x);
+        b.ins().store(trusted(), new, addr, 0);
+        old
+    }
+
     fn cmpxchg(
         w: &mut CpuWalker<'_, 'f>,
         _k: Kind,

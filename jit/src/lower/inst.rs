@@ -273,7 +273,13 @@ impl<B: Backend> Walker<'_, B> {
                 self.cur.depth += 3;
                 let a = B::elem_addr(self, r, idx, size, bci, 2);
                 self.cur.depth -= 3;
-                let old = B::atomic_add(self, k, a, x);
+                // An add to the slot's own copy of a summed array (in the
+                // kernel itself: such an array is passed to no function).
+                let old = if self.outer.is_empty() && self.private_adds.contains(&bci) {
+                    B::private_add(self, k, a, x)
+                } else {
+                    B::atomic_add(self, k, a, x)
+                };
                 self.push(k, old);
             }
             Inst::I32ArrayCmpxchg | Inst::I64ArrayCmpxchg => {

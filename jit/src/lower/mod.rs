@@ -259,6 +259,12 @@ pub(crate) trait Backend: Sized {
     fn write_barrier(w: &mut Walker<'_, Self>, r: Self::Val, x: Self::Val);
     /// Atomically add `x` to the `k` at `addr`; the old value.
     fn atomic_add(w: &mut Walker<'_, Self>, k: Kind, addr: Self::Val, x: Self::Val) -> Self::Val;
+    /// Add `x` to the `k` at `addr`, which no other thread touches
+    /// meanwhile ([`CompileOptions::private_sums`]); the old value. A
+    /// backend without a cheaper way adds atomically.
+    fn private_add(w: &mut Walker<'_, Self>, k: Kind, addr: Self::Val, x: Self::Val) -> Self::Val {
+        Self::atomic_add(w, k, addr, x)
+    }
     /// Atomically replace the `k` at `addr` by `new` if it is `expected`;
     /// the old value.
     fn cmpxchg(
@@ -398,6 +404,9 @@ pub(crate) struct Walker<'a, B: Backend> {
     pub(crate) landings: Option<Vec<(SiteId, B::Block)>>,
     /// Which re-entry points get landings while `landings` is set.
     pub(crate) landing_scope: reentry::Scope,
+    /// The kernel's atomic adds on arrays each slot has a copy of to
+    /// itself ([`CompileOptions::private_sums`]): plain adds.
+    pub(crate) private_adds: std::collections::BTreeSet<offload_ir::Bci>,
 }
 
 impl<'a, B: Backend> Walker<'a, B> {
@@ -416,6 +425,14 @@ impl<'a, B: Backend> Walker<'a, B> {
         })?;
         let meta = DeoptMetadata::new(analysis, k, version);
         plan::check_options(&meta, &opts)?;
+        let private: Vec<u32> = (0..64)
+            .filter(|p| opts.private_sums >> p & 1 == 1)
+            .collect();
+        let private_adds = if private.is_empty() {
+            std::collections::BTreeSet::new()
+        } else {
+            offload_ir::summed::private_atomics(prog.verified(), k, &private)
+        };
         Ok(Walker {
             backend,
             v: prog.verified(),
@@ -430,6 +447,7 @@ impl<'a, B: Backend> Walker<'a, B> {
             call_results: Vec::new(),
             landings: None,
             landing_scope: reentry::Scope::Every,
+            private_adds,
         })
     }
 
