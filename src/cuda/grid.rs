@@ -101,8 +101,50 @@ pub(super) struct Grid<'a> {
     /// A reducing kernel's tiles and leaves (made at the first run).
     reducing: Option<super::reduce::Reducing>,
     /// The device copy of the launch's copies table
-    /// (`DeviceCtx::copies`, made at the first run, sent at every run).
-    copies: Option<DeviceMem>,
+    /// (`DeviceCtx::copies`, taken at the first run, sent at every run).
+    copies: KeptCopies<'a>,
+}
+
+/// The device memory of a launch's copies table: taken from the GPU's
+/// (`Gpu::copies_mem`) when large enough, else made, and given back to it
+/// for the next launch when the launch ends — a warm launch allocates
+/// nothing.
+struct KeptCopies<'a> {
+    gpu: &'a Gpu,
+    mem: Option<DeviceMem>,
+}
+
+impl KeptCopies<'_> {
+    /// Device memory of at least `bytes`.
+    fn at_least(&mut self, bytes: usize) -> Result<u64, OffloadError> {
+        if self.mem.as_ref().is_none_or(|m| m.bytes() < bytes) {
+            let kept = self
+                .gpu
+                .copies_mem
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+                .filter(|m| m.bytes() >= bytes);
+            self.mem = Some(match kept {
+                Some(m) => m,
+                // (What was kept and too small is freed first.)
+                None => DeviceMem::new(&self.gpu.ctx, bytes).map_err(cuda_err("copies table"))?,
+            });
+        }
+        Ok(self.mem.as_ref().map_or(0, DeviceMem::at))
+    }
+}
+
+impl Drop for KeptCopies<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.mem.take() {
+            *self
+                .gpu
+                .copies_mem
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(m);
+        }
+    }
 }
 
 /// Save records per slot on the GPU: a slot that deoptimizes leaves the
@@ -147,7 +189,7 @@ impl<'a> Grid<'a> {
             trace,
             safepoints_before: launch.env.control.count(),
             reducing: None,
-            copies: None,
+            copies: KeptCopies { gpu, mem: None },
         }
     }
 
@@ -327,17 +369,15 @@ impl<'a> Grid<'a> {
             })
             .collect();
         let bytes = 8 * words.len();
-        let mem = match self.copies.take() {
-            Some(m) => m,
-            None => DeviceMem::new(&self.gpu.ctx, bytes).map_err(cuda_err("copies table"))?,
-        };
-        // SAFETY: the table, `bytes` long, at the start of its allocation
-        // of exactly that size; the copy is staged before the call returns.
-        unsafe { raw::send(mem.at(), &words, s) }.map_err(cuda_err("copies table"))?;
+        let at = self.copies.at_least(bytes)?;
+        // SAFETY: the table, `bytes` long, at the start of an allocation
+        // of at least that size that this launch holds (later launches
+        // take it only once this one has given it back, its runs done);
+        // the copy is staged before the call returns.
+        unsafe { raw::send(at, &words, s) }.map_err(cuda_err("copies table"))?;
         self.state.totals.to_device += bytes as u64;
-        ctx.copies = mem.at();
+        ctx.copies = at;
         ctx.copy_rows = t.rows as u64;
-        self.copies = Some(mem);
         Ok(())
     }
 

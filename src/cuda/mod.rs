@@ -155,6 +155,9 @@ pub(crate) struct Gpu {
     block: Mutex<Option<block::Block>>,
     /// The last reduction's device memory (`reduce.rs`), kept for the next.
     reduce_mem: Mutex<Option<reduce::Memory>>,
+    /// The last copies table's device memory (`grid.rs`), kept for the
+    /// next.
+    copies_mem: Mutex<Option<raw::DeviceMem>>,
     /// Words of device eden the next launch carves (see
     /// [`FIRST_EDEN_BYTES`]).
     eden_words: AtomicU32,
@@ -232,6 +235,7 @@ fn probe_driver() -> Result<Gpu, String> {
         scratch: Mutex::new(None),
         block: Mutex::new(None),
         reduce_mem: Mutex::new(None),
+        copies_mem: Mutex::new(None),
         eden_words: AtomicU32::new(FIRST_EDEN_BYTES / 8),
         resident,
         virtual_gpu: crate::vgpu::now().is_some(),

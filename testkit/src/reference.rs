@@ -254,6 +254,28 @@ pub fn dot_par(x: &[f32], y: &[f32]) -> f32 {
     x.par_iter().zip(y).map(|(a, b)| a * b).sum()
 }
 
+/// [`histogram`] as rayon makes it best: a private histogram per task,
+/// added up. `bins` is not a constant to the compiler (the kernel's
+/// `% bins.len()` is a division too).
+pub fn histogram_per_task(data: &[i32], bins: usize) -> Vec<i32> {
+    let nb = std::hint::black_box(bins);
+    data.par_iter()
+        .fold(
+            || vec![0i32; bins],
+            |mut h, &x| {
+                h[bin_of(x, nb)] += 1;
+                h
+            },
+        )
+        .reduce(
+            || vec![0i32; bins],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        )
+}
+
 /// The dot product of `x` and `y` summed in offload's combine tree
 /// ([`combine_tree`]).
 pub fn dot_tree(x: &[f32], y: &[f32]) -> f32 {

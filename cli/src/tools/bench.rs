@@ -416,6 +416,47 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         );
     }
 
+    // A reduction of a small array: the histogram of 2^24 values into 256
+    // bins (`histogram.ofk`, its bins summed into: a copy per slot)
+    // against rayon with a histogram per task; the bins zeroed before
+    // each launch.
+    {
+        let nh = (1 << 24) / s;
+        let data: Vec<i32> = (0..nh as u64)
+            .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33) as i32 % 1024)
+            .collect();
+        let m = rt.load_source(
+            "histogram.ofk",
+            include_str!("../../../examples/kernels/histogram.ofk"),
+        )?;
+        let (da, bins) = (rt.array(&data)?, rt.new_array::<i32>(256)?);
+        let c = m
+            .closure("histogram", [(&da).into(), (&bins).into()])?
+            .summed("bins")?;
+        let mut note = String::new();
+        let (t, b) = paired(
+            rt,
+            || {
+                rt.write(&bins, 0, &[0; 256])?;
+                par_offload(0..nh as i64, &c).map(|r| note = note_of(&r))
+            },
+            || {
+                std::hint::black_box(native::histogram_per_task(&data, 256));
+            },
+            reps,
+        )?;
+        if rt.read(&bins)? != native::histogram_per_task(&data, 256) {
+            note = "WRONG RESULT".into();
+        }
+        push(
+            "histogram (bins summed)",
+            Some(("native rayon", b)),
+            t,
+            None,
+            note,
+        );
+    }
+
     // blackscholes
     let no = 100_000 / s;
     let (sp, st, ty) = native::options(no, 4);

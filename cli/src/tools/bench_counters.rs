@@ -384,8 +384,9 @@ pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(
     rows.extend(crate::tools::bench_reduce::counter_rows(rt, shrink).map_err(|e| e.to_string())?);
     let dispatch =
         crate::tools::bench_dispatch::counter_rows(rt, shrink).map_err(|e| e.to_string())?;
+    let summed = crate::tools::bench_summed::counter_rows(rt, shrink).map_err(|e| e.to_string())?;
     if json {
-        for r in rows.iter().chain(&dispatch) {
+        for r in rows.iter().chain(&dispatch).chain(&summed) {
             println!("{}", r.json());
         }
     } else {
@@ -400,8 +401,15 @@ pub fn command(rt: &Runtime, shrink: usize, reps: usize, json: bool) -> Result<(
             );
             print!("{}", table(&dispatch, "by header"));
         }
+        if !summed.is_empty() {
+            println!(
+                "arrays summed into: one warm launch each, the histogram's bins summed into (a copy per block) against atomics on the bins (ratio = summed ÷ atomics)"
+            );
+            print!("{}", table(&summed, "atomics"));
+        }
     }
     rows.extend(dispatch);
+    rows.extend(summed);
     let missed: Vec<String> = rows
         .iter()
         .flat_map(|r| {

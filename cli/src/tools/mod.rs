@@ -14,6 +14,7 @@ pub mod bench_peers;
 pub mod bench_reduce;
 pub mod bench_source;
 mod bench_stops;
+pub mod bench_summed;
 pub mod cuda_c;
 pub mod cuda_cases;
 pub mod experiment_out;
