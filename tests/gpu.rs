@@ -879,4 +879,40 @@ fn histograms_summed_into_per_block_copies_are_exact() {
         launch.join().unwrap();
     });
     assert_eq!(rt.read(&again).unwrap(), summed::weighted(&d, &[0; 64]));
+    // Injected deopts and safepoints: workitems resumed on the device or
+    // finished by the interpreter add once, to some copy.
+    let probe = Runtime::builder()
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let pm = probe.load_source("summed.ofk", summed::SRC).unwrap();
+    let k = pm.program().verified().func_named("weighted").unwrap();
+    let sites = pm.program().analysis(k).unwrap().sites.clone();
+    for (site, safepoints) in [(sites[0].bci, false), (sites[sites.len() / 2].bci, true)] {
+        let mut b = gpu().inject(Injection {
+            site_bci: site,
+            modulus: 5,
+            remainder: 2,
+            reason: None,
+        });
+        if safepoints {
+            b = b.inject_safepoints(3, Some(11));
+        }
+        let rt = build(b);
+        let m = rt.load_source("summed.ofk", summed::SRC).unwrap();
+        let data = rt.array(&d).unwrap();
+        let bins = rt.new_array::<i64>(64).unwrap();
+        let w = m
+            .closure("weighted", [(&data).into(), (&bins).into()])
+            .unwrap()
+            .summed("bins")
+            .unwrap();
+        let r = par_offload(0..n as i64, &w).unwrap();
+        assert!(r.replayed + r.resumed >= n as u64 / 5, "site {site}: {r}");
+        assert_eq!(
+            rt.read(&bins).unwrap(),
+            summed::weighted(&d, &[0; 64]),
+            "site {site}, safepoints {safepoints}: {r}"
+        );
+    }
 }
