@@ -37,8 +37,9 @@
 use super::*;
 use offload_ir::summed::NotSummable;
 
-/// The most workitems per copy of a summed array (a short launch makes
-/// fewer copies).
+/// Workitems per GPU block's copy of a summed array, at least: a short
+/// launch makes fewer copies than the GPU runs blocks (never fewer than
+/// the CPU's slots).
 const WORKITEMS_PER_COPY: u64 = 4096;
 
 impl Closure {
