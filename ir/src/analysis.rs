@@ -190,6 +190,9 @@ pub struct FuncAnalysis {
     /// What is known of references at the entry of each bytecode index
     /// (`None` where unreachable): see [`crate::refs`].
     pub refs: Vec<Option<crate::refs::RefState>>,
+    /// For a kernel, the parameters a launch may sum into
+    /// ([`crate::summed::summable_params`]); empty for other functions.
+    pub summable: Vec<u32>,
 }
 
 impl FuncAnalysis {
@@ -308,6 +311,11 @@ pub fn analyze(v: &Verified, func: FuncId) -> FuncAnalysis {
         sites,
         max_frame,
         refs: crate::refs::ref_facts(v, func),
+        summable: if f.kind == crate::module::FuncKind::Kernel {
+            crate::summed::summable_params(v, func)
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -235,8 +235,12 @@ impl Runtime {
     /// where a collection may run (it allocates), and [`Copies::fill`] it
     /// where none can.
     pub(super) fn copies(&self, closure: &Closure, n: u64) -> Result<Option<Copies>, OffloadError> {
-        let v = closure.module.prog.verified();
-        let summable = offload_ir::summed::summable_params(v, closure.kernel);
+        let summable = closure
+            .module
+            .prog
+            .analysis(closure.kernel)
+            .map(|a| a.summable.clone())
+            .unwrap_or_default();
         if summable.is_empty() {
             return Ok(None);
         }

@@ -64,7 +64,7 @@ impl CpuWalker<'_, '_> {
         self.values_setup();
         // Parameters a launch may sum into come from the slot's row of
         // the copies table (`LaunchCtx::copies`).
-        let summable = offload_ir::summed::summable_params(self.v, self.cur.func);
+        let summable = self.cur.analysis.summable.clone();
         let row = (!summable.is_empty()).then(|| self.copies_row(ctx, slot, summable.len()));
         for (i, p) in f.params().iter().enumerate().skip(1) {
             let (base, at) = match (row, summable.iter().position(|&s| s as usize == i)) {

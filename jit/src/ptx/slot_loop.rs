@@ -208,7 +208,7 @@ impl PtxWalker<'_> {
     /// row of the copies table (`DeviceCtx::copies`).
     fn captures(&mut self) -> Vec<String> {
         let f = self.v.func(self.cur.func);
-        let summable = offload_ir::summed::summable_params(self.v, self.cur.func);
+        let summable = self.cur.analysis.summable.clone();
         if !summable.is_empty() {
             let (table, rows) = (
                 self.ld_ctx(Cls::B64, offsets::COPIES),
