@@ -21,64 +21,7 @@ impl CpuWalker<'_, '_> {
     /// resume (none: it has no re-entry code).
     pub(super) fn build(&mut self) -> Result<BTreeSet<SiteId>, JitError> {
         let f = self.v.func(self.cur.func);
-        let entry = self.backend.builder.create_block();
-        self.backend
-            .builder
-            .append_block_params_for_function_params(entry);
-        self.backend.builder.switch_to_block(entry);
-        let ctx = self.backend.builder.block_params(entry)[0];
-        let slot = self.backend.builder.block_params(entry)[1];
-        let heap =
-            self.backend
-                .builder
-                .ins()
-                .load(self.backend.ptr, trusted(), ctx, offsets::HEAP_BASE);
-        let caps =
-            self.backend
-                .builder
-                .ins()
-                .load(self.backend.ptr, trusted(), ctx, offsets::CAPTURES);
-        // The page table, for dispatch by address (removed when unused).
-        let pages = self.backend.builder.ins().load(
-            self.backend.ptr,
-            super::invariant(),
-            ctx,
-            offsets::PAGES,
-        );
-        self.backend.env.ctx = Some(ctx);
-        self.backend.env.slot = Some(slot);
-        self.backend.env.heap = Some(heap);
-        self.backend.env.pages = Some(pages);
-        if self.backend.allocates {
-            let nv = self.var(types::I64);
-            let off = self.nursery_off();
-            self.backend.builder.def_var(nv, off);
-            self.backend.env.nursery = Some(nv);
-            let zero = self.backend.builder.ins().iconst(types::I64, 0);
-            // The TLAB state, from memory when the slot owns its TLAB.
-            let sv = self.var(types::I64);
-            self.backend.env.tlab_state = Some(sv);
-            self.backend.builder.def_var(sv, zero);
-            self.tlab_reload();
-        }
-        self.values_setup();
-        // Parameters a launch may sum into come from the slot's row of
-        // the copies table (`LaunchCtx::copies`).
-        let summable = self.cur.analysis.summable.clone();
-        let row = (!summable.is_empty()).then(|| self.copies_row(ctx, slot, summable.len()));
-        for (i, p) in f.params().iter().enumerate().skip(1) {
-            let (base, at) = match (row, summable.iter().position(|&s| s as usize == i)) {
-                (Some(row), Some(j)) => (row, j * 8),
-                _ => (caps, (i - 1) * 8),
-            };
-            let raw = self
-                .backend
-                .builder
-                .ins()
-                .load(types::I64, trusted(), base, at as i32);
-            let val = self.unpack_raw(p.ty.kind(), raw);
-            self.backend.env.captures.push(val);
-        }
+        let (ctx, slot) = self.entry();
         let w = self.var(types::I64);
         let hi = self.var(types::I64);
         let done = self.var(types::I64);
@@ -758,6 +701,72 @@ impl CpuWalker<'_, '_> {
     }
 
     /// A raw 64-bit slot as a value of kind `k`.
+    /// The slot function's entry block: the context and slot number (its
+    /// parameters), and from the context the heap base, the page table,
+    /// the TLAB state and reduction buffer where the kernel has them, and
+    /// the captures (those a launch may sum into from the slot's row of
+    /// the copies table, `LaunchCtx::copies`).
+    fn entry(&mut self) -> (Value, Value) {
+        let f = self.v.func(self.cur.func);
+        let entry = self.backend.builder.create_block();
+        self.backend
+            .builder
+            .append_block_params_for_function_params(entry);
+        self.backend.builder.switch_to_block(entry);
+        let ctx = self.backend.builder.block_params(entry)[0];
+        let slot = self.backend.builder.block_params(entry)[1];
+        let heap =
+            self.backend
+                .builder
+                .ins()
+                .load(self.backend.ptr, trusted(), ctx, offsets::HEAP_BASE);
+        let caps =
+            self.backend
+                .builder
+                .ins()
+                .load(self.backend.ptr, trusted(), ctx, offsets::CAPTURES);
+        // The page table, for dispatch by address (removed when unused).
+        let pages = self.backend.builder.ins().load(
+            self.backend.ptr,
+            super::invariant(),
+            ctx,
+            offsets::PAGES,
+        );
+        self.backend.env.ctx = Some(ctx);
+        self.backend.env.slot = Some(slot);
+        self.backend.env.heap = Some(heap);
+        self.backend.env.pages = Some(pages);
+        if self.backend.allocates {
+            let nv = self.var(types::I64);
+            let off = self.nursery_off();
+            self.backend.builder.def_var(nv, off);
+            self.backend.env.nursery = Some(nv);
+            let zero = self.backend.builder.ins().iconst(types::I64, 0);
+            // The TLAB state, from memory when the slot owns its TLAB.
+            let sv = self.var(types::I64);
+            self.backend.env.tlab_state = Some(sv);
+            self.backend.builder.def_var(sv, zero);
+            self.tlab_reload();
+        }
+        self.values_setup();
+        let summable = self.cur.analysis.summable.clone();
+        let row = (!summable.is_empty()).then(|| self.copies_row(ctx, slot, summable.len()));
+        for (i, p) in f.params().iter().enumerate().skip(1) {
+            let (base, at) = match (row, summable.iter().position(|&s| s as usize == i)) {
+                (Some(row), Some(j)) => (row, j * 8),
+                _ => (caps, (i - 1) * 8),
+            };
+            let raw = self
+                .backend
+                .builder
+                .ins()
+                .load(types::I64, trusted(), base, at as i32);
+            let val = self.unpack_raw(p.ty.kind(), raw);
+            self.backend.env.captures.push(val);
+        }
+        (ctx, slot)
+    }
+
     /// The address of slot `slot`'s row of the copies table, of `per_row`
     /// raw slots: row `slot % copy_rows`.
     fn copies_row(&mut self, ctx: Value, slot: Value, per_row: usize) -> Value {
