@@ -244,7 +244,14 @@ impl Runtime {
         if summable.is_empty() {
             return Ok(None);
         }
-        let rows = if closure.summed.is_empty() {
+        // The interpreter device adds to the arrays themselves (its
+        // workers' atomics): no copies to make.
+        let sums: &[usize] = if self.inner.env.settings.device == Device::Interpreter {
+            &[]
+        } else {
+            &closure.summed
+        };
+        let rows = if sums.is_empty() {
             1
         } else {
             // A row per CPU slot, so that each adds to its copy without
@@ -257,13 +264,13 @@ impl Runtime {
         let mut summed = Vec::new();
         let mut spacers = Vec::new();
         // (Parameter bits: `CompileOptions::private_sums`.)
-        if closure.summed.iter().any(|&c| c + 1 >= 64) {
+        if sums.iter().any(|&c| c + 1 >= 64) {
             return Err(OffloadError::Capture {
                 kernel: closure.kernel_name().to_string(),
                 problem: "only its first 63 captures can be summed into".into(),
             });
         }
-        for &c in &closure.summed {
+        for &c in sums {
             let col = summable
                 .iter()
                 .position(|&p| p as usize == c + 1)
