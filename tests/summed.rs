@@ -242,3 +242,40 @@ fn summed_launches_in_flight_agree_with_launches_in_turn() {
         );
     }
 }
+
+#[test]
+fn a_reducing_kernel_can_sum_into_an_array_too() {
+    for device in [Device::Cpu, Device::Interpreter] {
+        let rt = Runtime::builder()
+            .device(device)
+            .workers(2)
+            .build()
+            .unwrap();
+        let m = rt
+            .load_source(
+                "both.ofk",
+                "#[kernel]
+                fn both(i: i64, bins: &mut [i32]) -> i64 {
+                    atomic_add(&mut bins[(i % 4) as i32], 1);
+                    i
+                }",
+            )
+            .unwrap();
+        let bins = rt.new_array::<i32>(4).unwrap();
+        let c = m
+            .closure("both", [(&bins).into()])
+            .unwrap()
+            .summed("bins")
+            .unwrap();
+        let n = 100_003i64;
+        let r = rt
+            .par_reduce::<i64>(0..n, &c, offload::Combine::Sum)
+            .unwrap();
+        assert_eq!(r.value, n * (n - 1) / 2, "{device:?}");
+        assert_eq!(
+            rt.read(&bins).unwrap(),
+            vec![25_001, 25_001, 25_001, 25_000],
+            "{device:?}"
+        );
+    }
+}
