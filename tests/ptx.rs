@@ -165,25 +165,43 @@ fn generated_programs_assemble_and_share_the_cpu_metadata() {
         .build()
         .unwrap();
     let mut rng = Rng::new(505);
-    let (mut ok, mut refused) = (0, 0);
-    for case in 0..120 {
-        let Some(module) = programs::generate(&mut rng) else {
-            continue;
-        };
-        let text = print_module(&module);
-        // One arch per program keeps the run short; the examples cover all three.
-        let arch = ptxas::ARCHES[case % 3];
-        let (o, r) = check_module(
-            &rt,
-            &format!("case{case}.obc"),
-            &text,
-            CompileOptions::default(),
-            &ptxas,
-            &[arch],
-        );
-        ok += o;
-        refused += r.len();
-    }
+    // The programs first (the generator's stream), then checked on every
+    // core: ptxas takes most of the time (two threads: 174 s -> about
+    // half on the 2-core CI machine).
+    let cases: Vec<(usize, String)> = (0..120)
+        .filter_map(|case| programs::generate(&mut rng).map(|m| (case, print_module(&m))))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let (ok, refused) = std::thread::scope(|s| {
+        let (rt, ptxas, cases) = (&rt, &ptxas, &cases);
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let (mut ok, mut refused) = (0, 0);
+                    for (case, text) in cases.iter().skip(t).step_by(threads) {
+                        // One arch per program keeps the run short; the
+                        // examples cover all three.
+                        let arch = ptxas::ARCHES[case % 3];
+                        let (o, r) = check_module(
+                            rt,
+                            &format!("case{case}.obc"),
+                            text,
+                            CompileOptions::default(),
+                            ptxas,
+                            &[arch],
+                        );
+                        ok += o;
+                        refused += r.len();
+                    }
+                    (ok, refused)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .fold((0, 0), |(a, b), (o, r)| (a + o, b + r))
+    });
     eprintln!("{ok} generated kernels assembled");
     assert_eq!(
         refused, 0,
