@@ -4,38 +4,17 @@
 //! launched with the bins *summed into* (`Closure::summed`) each CPU slot
 //! or GPU block adds to a zeroed copy of its own, the copies added into
 //! the bins when the launch ends. Both are checked against a native Rust
-//! histogram (rayon, a private histogram per thread), and timed.
+//! histogram (rayon, a private histogram per task:
+//! `offload_testkit::reference::histogram_per_task`), and timed.
 //!
 //! `cargo run --release --example histogram` (the CPU device), or
 //! `cargo run --release --example histogram -- cuda` (the GPU).
 
 use offload::{Device, Runtime, par_offload};
-use rayon::prelude::*;
+use offload_testkit::reference::histogram_per_task;
 use std::time::{Duration, Instant};
 
 const BINS: usize = 256;
-
-/// The histogram in plain Rust: per rayon task a private histogram, then
-/// added up. The bin count is not a constant (as in the kernel, whose
-/// `% bins.len()` is a division).
-fn native(data: &[i32]) -> Vec<i32> {
-    let bins = std::hint::black_box(BINS) as i32;
-    data.par_iter()
-        .fold(
-            || vec![0i32; BINS],
-            |mut h, &x| {
-                h[((x & 0x7fff_ffff) % bins) as usize] += 1;
-                h
-            },
-        )
-        .reduce(
-            || vec![0i32; BINS],
-            |mut a, b| {
-                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-                a
-            },
-        )
-}
 
 /// The median of `reps` runs of `f` (after one run that warms it up).
 fn median(reps: usize, mut f: impl FnMut()) -> Duration {
@@ -74,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bins = rt.new_array::<i32>(BINS)?;
     let atomics = m.closure("histogram", [(&d).into(), (&bins).into()])?;
     let summed = atomics.clone().summed("bins")?;
-    let want = native(&data);
+    let want = histogram_per_task(&data, BINS);
 
     let mut times = Vec::new();
     for (name, c) in [
@@ -89,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         times.push((name, t));
     }
     let t_native = median(5, || {
-        std::hint::black_box(native(&data));
+        std::hint::black_box(histogram_per_task(&data, BINS));
     });
     println!(
         "histogram of {n} values into {BINS} bins on {} (median of 5, the bins' reset included):",

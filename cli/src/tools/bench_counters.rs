@@ -117,6 +117,21 @@ impl CounterRow {
     }
 }
 
+/// `offload ÷ baseline` for every counter both sides have, the
+/// baseline's not zero ([`CounterRow::ratios`]).
+pub(crate) fn ratios(
+    offload: &BTreeMap<String, f64>,
+    baseline: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    offload
+        .iter()
+        .filter_map(|(k, o)| {
+            let b = *baseline.get(k)?;
+            (b != 0.0).then(|| (k.clone(), o / b))
+        })
+        .collect()
+}
+
 /// The driver-call counters from the shim's calls by name.
 fn driver(m: &BTreeMap<String, u64>, out: &mut BTreeMap<String, f64>) {
     let sum = |names: &[&str]| -> f64 {
@@ -354,13 +369,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<CounterRow>, 
             }
         }
 
-        for (k, o) in &row.offload {
-            if let Some(b) = row.baseline.get(k)
-                && *b != 0.0
-            {
-                row.ratios.insert(k.clone(), o / b);
-            }
-        }
+        row.ratios = ratios(&row.offload, &row.baseline);
         let warps = row.offload.get("warps").copied().unwrap_or(0.0);
         row.targets = targets(&case, warps);
         rows.push(row);

@@ -8,7 +8,7 @@
 //! On the virtual GPU, [`counter_rows`] counts what each dispatch loads.
 
 use super::bench::{BenchResult, Target, by_turns};
-use super::bench_counters::{CounterRow, Goal};
+use super::bench_counters::{CounterRow, Goal, ratios};
 use offload::{Closure, OffloadError, Runtime, par_offload};
 use offload_testkit::kernels::example;
 use offload_testkit::scenes;
@@ -209,13 +209,7 @@ pub fn counter_rows(rt: &Runtime, shrink: usize) -> Result<Vec<CounterRow>, Offl
         ) else {
             return Ok(Vec::new());
         };
-        let ratios = offload
-            .iter()
-            .filter_map(|(k, o)| {
-                let b = baseline.get(k)?;
-                (*b != 0.0).then(|| (k.clone(), o / b))
-            })
-            .collect();
+        let ratios = ratios(&offload, &baseline);
         rows.push(CounterRow {
             bench: bench.into(),
             offload,

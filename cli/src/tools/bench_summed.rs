@@ -10,7 +10,7 @@
 //! threads' adds only).
 
 use crate::tools::bench_counters::{
-    CounterRow, Goal, counted, put_resources, resources, simulated,
+    CounterRow, Goal, counted, put_resources, ratios, resources, simulated,
 };
 use offload::{OffloadError, Runtime, par_offload};
 use std::collections::BTreeMap;
@@ -67,13 +67,7 @@ pub fn counter_rows(rt: &Runtime, shrink: usize) -> Result<Vec<CounterRow>, Offl
         sides.push(side);
     }
     let (offload, baseline) = (sides.remove(0), sides.remove(0));
-    let ratios = offload
-        .iter()
-        .filter_map(|(k, o)| {
-            let b = *baseline.get(k)?;
-            (b != 0.0).then(|| (k.clone(), o / b))
-        })
-        .collect();
+    let ratios = ratios(&offload, &baseline);
     Ok(vec![CounterRow {
         bench: "histogram (summed)".into(),
         offload,
