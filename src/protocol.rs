@@ -476,6 +476,8 @@ pub(crate) struct DeviceFacts {
     pub(crate) launches: Option<u64>,
     /// [`LaunchReport::waits`].
     pub(crate) waits: u64,
+    /// [`LaunchReport::runs_beside`].
+    pub(crate) runs_beside: u64,
     /// [`LaunchReport::gpu`].
     pub(crate) gpu: Option<String>,
     /// [`LaunchReport::to_device_bytes`].
@@ -571,6 +573,7 @@ pub(crate) fn run<D: Compiled>(
     report.quick_tier = facts.quick_tier;
     report.quick_workitems = facts.quick_workitems;
     report.waits = facts.waits;
+    report.runs_beside = facts.runs_beside;
     report.gpu = facts.gpu;
     report.to_device_bytes = facts.to_device_bytes;
     report.to_host_bytes = facts.to_host_bytes;

@@ -195,6 +195,13 @@ pub struct LaunchReport {
     /// without leaving the grid (`RuntimeBuilder::gpu_wait_in_place`; 0 off
     /// the CUDA device). The others stopped the slots that were running.
     pub waits: u64,
+    /// Of the launch's runs on the GPU ([`LaunchReport::launches`]), those
+    /// that started while another launch held the GPU beside it — its
+    /// kernel running, or its replays between runs — on a stream of their
+    /// own ([`crate::Runtime::launch`]; launches whose arrays of numbers
+    /// lie in different heap chunks share the GPU, docs/DESIGN.md
+    /// "Launches in flight"). 0 off the CUDA device.
+    pub runs_beside: u64,
     /// Workitems that deoptimized and were resumed in the interpreter,
     /// which ran them to their end.
     pub replayed: u64,
@@ -519,6 +526,7 @@ impl LaunchReport {
             profile: None,
             safepoints: 0,
             waits: 0,
+            runs_beside: 0,
             replayed: 0,
             resumed: 0,
             never_ran: 0,
@@ -646,6 +654,13 @@ impl fmt::Display for LaunchReport {
                 crate::diagnostics::bytes_text(self.to_device_bytes),
                 crate::diagnostics::bytes_text(self.to_host_bytes)
             )?;
+            if self.runs_beside > 0 {
+                write!(
+                    f,
+                    "; {} of {} runs beside other launches",
+                    self.runs_beside, self.launches
+                )?;
+            }
         }
         if let Some(d) = self.dispatch.filter(|d| d.lookups > 0) {
             write!(

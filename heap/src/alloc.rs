@@ -33,7 +33,13 @@ pub const COLOUR_MIN_BYTES: u64 = 1 << 20;
 /// machine (an AMD EPYC, two threads streaming `y = 2x + y` over 2^26
 /// floats, `x` and `y` 2^28 + d bytes apart): 20–30 ms for d below 4 KiB,
 /// 16 ms from 4 to 7 KiB, 9 ms from 8 KiB to 80 KiB (BENCHMARKS.md).
-pub const COLOUR_GAP_BYTES: u64 = 16 << 10;
+/// 80 KiB, more than a coherence chunk ([`crate::resident::CHUNK_BYTES`]):
+/// such an array shares no chunk with the object before it, so launches
+/// over two such arrays can share a GPU (the CUDA device's `share.rs`);
+/// its distance from the one before is still 16 KiB past a multiple of
+/// 64 KiB, as with the 16 KiB gap first measured. At most 8% of the
+/// array.
+pub const COLOUR_GAP_BYTES: u64 = 80 << 10;
 
 /// Room for the padding that puts a placed array's elements on a cache
 /// line ([`aligned_pad`]).

@@ -164,6 +164,8 @@ pub struct Heap {
     reclaim_lock: Mutex<()>,
     /// Bytes reclaimed so far.
     reclaimed: AtomicU64,
+    /// Times eden's top came down ([`Heap::top_lowered`]).
+    pub(crate) lowered: AtomicU64,
     /// The device copy's coherence state ([`crate::resident`]).
     pub(crate) res: Residency,
     /// Why the last carve failed when a fetch from the device did.
@@ -228,6 +230,7 @@ impl Heap {
             high_water: AtomicU64::new(u64::from(HEAP_START_WORDS)),
             reclaim_lock: Mutex::new(()),
             reclaimed: AtomicU64::new(0),
+            lowered: AtomicU64::new(0),
             res: Residency::new(cfg.max),
             carve_error: Mutex::new(None),
         })
@@ -478,9 +481,21 @@ impl Heap {
             .top
             .compare_exchange(cur, mark.state, Ordering::SeqCst, Ordering::SeqCst)
             .map_or(0, |_| ((cur & TOP_MASK) - u64::from(mark.top)) * 8);
+        if freed > 0 {
+            self.lowered.fetch_add(1, Ordering::SeqCst);
+        }
         self.finished.fetch_add(1, Ordering::SeqCst);
         self.reclaimed.fetch_add(freed, Ordering::Relaxed);
         freed
+    }
+
+    /// How many times eden's top has come down — a collection, a
+    /// [`Heap::reclaim`], a [`Heap::give_back`] — the only ways memory
+    /// below it is used again. While this is unchanged, an address names
+    /// the object it named before (so facts about it, its size say, stay
+    /// true).
+    pub fn top_lowered(&self) -> u64 {
+        self.lowered.load(Ordering::SeqCst)
     }
 
     /// Bytes [`Heap::reclaim`] has freed so far.
@@ -559,6 +574,9 @@ impl Heap {
                     Ordering::SeqCst,
                 )
                 .is_ok();
+        if ok {
+            self.lowered.fetch_add(1, Ordering::SeqCst);
+        }
         self.finished.fetch_add(1, Ordering::SeqCst);
         ok
     }
@@ -607,6 +625,26 @@ impl Heap {
         self.fetch(off, 8)?;
         let a = self.cell32(off)?.load(Ordering::Relaxed);
         let b = self.cell32(off + 4)?.load(Ordering::Relaxed);
+        Header::decode(a, b).ok_or_else(|| HeapError::Corrupt {
+            at: r.0,
+            what: format!("bad header {a:#x} {b:#x}"),
+        })
+    }
+
+    /// The header of the object at `r`, without fetching the chunk that
+    /// holds it: where a device wrote the chunk, its 8 bytes are read from
+    /// the device's image (one small copy) and the chunk stays host-stale.
+    /// For a launch that sizes its arrays while another kernel may be
+    /// writing beside them (the device's `share.rs`).
+    pub fn peek_header(&self, r: Ref) -> Result<Header, HeapError> {
+        let off = r.byte_offset();
+        let (a, b) = match self.peek_device(off)? {
+            Some(w) => (w as u32, (w >> 32) as u32),
+            None => (
+                self.cell32(off)?.load(Ordering::Relaxed),
+                self.cell32(off + 4)?.load(Ordering::Relaxed),
+            ),
+        };
         Header::decode(a, b).ok_or_else(|| HeapError::Corrupt {
             at: r.0,
             what: format!("bad header {a:#x} {b:#x}"),

@@ -26,9 +26,13 @@
 //! one copy, so a large array moves at bus speed however it is chunked.
 //!
 //! Host writes that race a kernel writing the same chunk are a data race
-//! at chunk granularity (the device's copy wins when fetched); the runtime
-//! keeps the host out of the heap while a GPU launch runs except at its
-//! safepoints, where the device is stopped.
+//! at chunk granularity (the device's copy wins when fetched). A GPU
+//! launch's own host work (replays, a safepoint's operation) writes while
+//! its kernel is stopped or waiting; a launch beside it on the same GPU
+//! holds chunks disjoint from its own ([`Heap::take_device_stale_in`]
+//! sends only those; the CUDA device's `share.rs`). Host code of another
+//! thread that writes an array in a chunk a running kernel writes, with
+//! no launch ordering the two, is such a race.
 
 use crate::heap::{Heap, HeapError};
 use std::ops::Range;
@@ -352,6 +356,23 @@ impl Heap {
         Ok(moved)
     }
 
+    /// The 8 bytes at `at` (8-aligned) as the device holds them, when its
+    /// chunk is host-stale; `None` when the host's bytes are current.
+    pub(crate) fn peek_device(&self, at: usize) -> Result<Option<u64>, HeapError> {
+        let Some(mirror) = self.res.mirror.get() else {
+            return Ok(None);
+        };
+        if !self.res.host_stale.get(at / CHUNK_BYTES) {
+            return Ok(None);
+        }
+        let mut b = [0u8; 8];
+        mirror.fetch(at, &mut b).map_err(|e| HeapError::Device {
+            bytes: at..at + 8,
+            message: e,
+        })?;
+        Ok(Some(u64::from_le_bytes(b)))
+    }
+
     /// Before the host writes `[at, at + len)`: fetch what the device
     /// wrote there, and mark it for the device.
     #[inline]
@@ -421,6 +442,36 @@ impl Heap {
                     if bytes.start < bytes.end {
                         send.push(bytes);
                     }
+                }
+            }
+        }
+        if both.is_empty() {
+            return send;
+        }
+        send.into_iter()
+            .flat_map(|r| split_around(r, &both))
+            .collect()
+    }
+
+    /// [`Heap::take_device_stale`] for the chunks `chunks` only (sorted,
+    /// disjoint runs of chunk numbers): a launch that shares the device
+    /// with others sends the stale chunks of its own arrays, and leaves
+    /// the rest stale for the launches that touch them.
+    pub fn take_device_stale_in(&self, chunks: &[Range<usize>]) -> Vec<Range<usize>> {
+        let limit = self.committed();
+        let mut send = Vec::new();
+        let mut both = Vec::new();
+        for want in chunks {
+            for run in self.res.device_stale.runs(want.clone()) {
+                for c in run.clone() {
+                    self.res.device_stale.clear(c);
+                    if self.res.host_stale.get(c) {
+                        both.push(c);
+                    }
+                }
+                let bytes = run.start * CHUNK_BYTES..(run.end * CHUNK_BYTES).min(limit);
+                if bytes.start < bytes.end {
+                    send.push(bytes);
                 }
             }
         }

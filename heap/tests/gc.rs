@@ -347,6 +347,10 @@ fn large_arrays_keep_their_colour_gap_and_cache_line_through_compaction() {
             size: COLOUR_GAP_BYTES as u32,
         };
         assert_eq!(heap.header(Ref(y - gap)).unwrap(), gap_header);
+        // Each large array starts in a coherence chunk no object before it
+        // reaches (launches over such arrays share a GPU).
+        let chunk = |word: u32| word as usize * 8 / offload_heap::resident::CHUNK_BYTES;
+        assert!(chunk(y) > chunk(small.max(between) + 4), "y at {y}");
         let last = y as usize * 8 + 8 + (COLOUR_MIN_BYTES as usize - 4);
         heap.store32(y as usize * 8 + 8, 77).unwrap();
         heap.store32(last, 78).unwrap();
@@ -367,6 +371,7 @@ fn large_arrays_keep_their_colour_gap_and_cache_line_through_compaction() {
         assert_eq!(heap.header(Ref(y2 - gap)).unwrap(), gap_header);
         assert_eq!(small2, between2 + 3, "the run's arrays stay together");
         assert!(y2 - gap - (small2 + 4) < 8, "padding before the gap");
+        assert!(chunk(y2) > chunk(small2 + 4), "y2 at {y2}");
         assert!(y2 < y, "garbage {garbage_len}: y slid");
         assert_eq!(heap.load32(y2 as usize * 8 + 8).unwrap(), 77);
         let last2 = y2 as usize * 8 + 8 + (COLOUR_MIN_BYTES as usize - 4);

@@ -191,6 +191,30 @@ impl Control {
         Running(self)
     }
 
+    /// Run `f` out of the running set, for a running worker that must
+    /// block on something other than a safepoint (another launch's end,
+    /// say): safepoints go on without it meanwhile, and it returns once no
+    /// safepoint is in progress, counted as running again. The worker must
+    /// hold no reference a collection would have to update while `f` runs
+    /// (what it holds in registered roots is updated as usual).
+    pub fn outside<R>(&self, f: impl FnOnce() -> R) -> R {
+        {
+            let mut st = self.lock();
+            st.running -= 1;
+            if st.requested || st.room_waiters > 0 {
+                st.progress += 1;
+                self.cv.notify_all();
+            }
+        }
+        let r = f();
+        let mut st = self.lock();
+        while st.requested {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.running += 1;
+        r
+    }
+
     /// Register the control word of a compiled launch: while it is
     /// registered, a safepoint request sets `stop_bits` in it (at once if one
     /// is already in progress), so its slots leave at their next poll, and

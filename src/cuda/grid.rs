@@ -6,8 +6,10 @@
 //! never-ran rests and exit codes when a slot left work behind.
 
 use super::block::{Block, Shape};
+use super::lane::Lane;
 use super::launch::GpuState;
 use super::raw::{self, DeviceMem};
+use super::share::Footprint;
 use super::wait::{Fairness, Waiting};
 use super::{DEVICE_EDEN_BYTES, Gpu, Loaded, cuda_err};
 use crate::error::OffloadError;
@@ -75,6 +77,13 @@ pub(super) fn block_for(
 /// The grid as a unit of the launch protocol.
 pub(super) struct Grid<'a> {
     gpu: &'a Gpu,
+    /// The launch's stream and control word (`lane.rs`).
+    lane: &'a Lane,
+    /// The launch's number for the GPU's holds (`share.rs`).
+    ticket: u64,
+    /// What the current run holds: the chunks of its arrays (shared), or
+    /// `None` (the GPU alone).
+    footprint: Option<Footprint>,
     k: &'a Loaded,
     state: &'a mut GpuState,
     block: Block,
@@ -156,7 +165,7 @@ type Eden = (u32, u32);
 
 impl<'a> Grid<'a> {
     pub(super) fn new(
-        gpu: &'a Gpu,
+        (gpu, lane, ticket): (&'a Gpu, &'a Lane, u64),
         k: &'a Loaded,
         launch: &Launch<'_>,
         state: &'a mut GpuState,
@@ -176,6 +185,9 @@ impl<'a> Grid<'a> {
         });
         Grid {
             gpu,
+            lane,
+            ticket,
+            footprint: None,
             k,
             state,
             block,
@@ -200,9 +212,25 @@ impl<'a> Grid<'a> {
         let Some(r) = self.reducing.take() else {
             return Ok(Vec::new());
         };
-        let (nodes, got) = r.nodes(self.gpu, self.gpu.stream.cu_stream())?;
+        let (nodes, got) = r.nodes(self.gpu, self.lane.cu_stream())?;
         self.state.totals.to_host += got;
         Ok(nodes)
+    }
+
+    /// Hold the GPU for the next run (`share.rs`): shared, with the
+    /// chunks of the kernel's arrays, or alone; waits out of the running
+    /// set of safepoints until it may.
+    fn hold(&mut self, launch: &Launch<'_>) -> Result<(), OffloadError> {
+        let (gpu, env, allocates) = (self.gpu, launch.env, self.k.ptx.allocates);
+        let admitted = gpu.share.hold(
+            self.ticket,
+            &mut || super::share::want(launch, allocates, gpu.resident.cap(), &gpu.sizes),
+            &|| env.gc.collections(),
+            &|f| env.control.outside(f),
+        )?;
+        self.state.totals.runs_beside += u64::from(admitted.beside > 0);
+        self.footprint = admitted.footprint;
+        Ok(())
     }
 
     /// The block, for the GPU to keep for its next launch.
@@ -268,7 +296,7 @@ impl<'a> Grid<'a> {
                 raw::send(
                     st.area_dev.at(),
                     area_words(launch.area),
-                    gpu.stream.cu_stream(),
+                    self.lane.cu_stream(),
                 )
             }
             .map_err(cuda_err("save area"))?;
@@ -277,7 +305,7 @@ impl<'a> Grid<'a> {
             if !self.rests.is_empty() {
                 let l = self.block.layout;
                 // SAFETY: the rests are the block's never-ran part, whole.
-                unsafe { raw::send(self.block.at(l.never), &self.rests, gpu.stream.cu_stream()) }
+                unsafe { raw::send(self.block.at(l.never), &self.rests, self.lane.cu_stream()) }
                     .map_err(cuda_err("never_ran"))?;
                 st.totals.to_device += 8 * self.rests.len() as u64;
             }
@@ -288,6 +316,14 @@ impl<'a> Grid<'a> {
         // nothing else crosses the bus.
         let heap = &launch.env.heap;
         let dh = &gpu.resident;
+        if let Some(fp) = &self.footprint {
+            // A shared run (`share.rs`): the stale chunks of its own arrays,
+            // which the image holds (its hold was taken so); other kernels
+            // may be running, and nothing else of theirs is touched.
+            let runs = heap.take_device_stale_in(fp);
+            st.totals.to_device += dh.push(heap, &runs)?;
+            return Ok(());
+        }
         let eden_bytes = es as usize * 8..ee as usize * 8;
         let runs = heap.take_device_stale(eden_bytes.clone());
         let need = runs.iter().map(|r| r.end).fold(eden_bytes.end, usize::max);
@@ -303,6 +339,11 @@ impl<'a> Grid<'a> {
         if !eden_bytes.is_empty() {
             dh.zero_eden(eden_bytes)?;
         }
+        if self.lane.number != 0 {
+            // The image's stream is lane 0's: its kernel does not wait for
+            // what was queued there.
+            dh.settle()?;
+        }
         Ok(())
     }
 
@@ -314,7 +355,7 @@ impl<'a> Grid<'a> {
             heap_base: self.gpu.resident.heap_at(),
             start: self.range.start,
             end: self.range.end,
-            control: self.gpu.control_dev,
+            control: self.lane.control_at(),
             save_area: st.area_dev.at(),
             record_words: u64::from(launch.meta.layout.record_words),
             never_ran: b.at(l.never),
@@ -414,7 +455,7 @@ impl<'a> Grid<'a> {
     /// summary's copy back and the event behind it.
     fn start(&mut self, launch: &Launch<'_>, (es, ee): Eden) -> Result<(), OffloadError> {
         let gpu = self.gpu;
-        let s = gpu.stream.cu_stream();
+        let s = self.lane.cu_stream();
         gpu.ctx.bind_to_thread().map_err(cuda_err("context"))?;
         let first = self.state.totals.launches == 1;
         if first && !self.state.area_clean {
@@ -431,7 +472,7 @@ impl<'a> Grid<'a> {
             .block
             .begin(first, allocates.then_some(bounds), s)
             .map_err(cuda_err("launch block"))?;
-        gpu.set_control(0)?;
+        self.lane.set_control(&gpu.resident, 0)?;
         // The kernel's parameters, by value: the captures' words and their
         // elements' addresses (at least one each, as the PTX declares),
         // then the context (whose rotation reads those addresses).
@@ -455,7 +496,7 @@ impl<'a> Grid<'a> {
         // what they point at (the block, the area, the image) lives until
         // the round's event is done (the grid owns the block, and the
         // stream orders any later launch's use of it after this one; the
-        // image is replaced only under the launch lock this launch holds).
+        // image is replaced only under a hold of the GPU alone, `share.rs`).
         unsafe {
             raw::launch(
                 self.k.func.cu_function(),
@@ -484,6 +525,8 @@ impl<'a> Grid<'a> {
         let waiting = Waiting {
             env: launch.env,
             gpu: self.gpu,
+            lane: self.lane,
+            footprint: self.footprint.as_deref(),
             slots: self.state.slots,
             eden,
             eden_at: b.at(l.eden),
@@ -546,7 +589,7 @@ impl<'a> Grid<'a> {
         if d[counter::LEAF_SLOTS] > 0
             && let Some(r) = &mut self.reducing
         {
-            totals.to_host += r.take_leaves(self.gpu.stream.cu_stream())?;
+            totals.to_host += r.take_leaves(self.lane.cu_stream())?;
         }
         if d[counter::EDEN_FAILURES] > 0 && launch.env.settings.fail_refills.is_none() {
             // A round that exhausted its eden doubles the next launch's.
@@ -596,7 +639,7 @@ impl<'a> Grid<'a> {
     /// device's copy of the area replaces the host's), every slot's
     /// never-ran rest and exit.
     fn came_back(&mut self, launch: &Launch<'_>, round: &mut Round) -> Result<(), OffloadError> {
-        let (s, l) = (self.gpu.stream.cu_stream(), self.block.layout);
+        let (s, l) = (self.lane.cu_stream(), self.block.layout);
         let given = self.pending;
         let st = &mut *self.state;
         let slots = st.slots;
@@ -686,7 +729,7 @@ impl<'a> Grid<'a> {
         if refilled {
             tl = vec![0u8; l.exits - l.tlabs];
             // SAFETY: the block's TLABs, whole, into a buffer as long.
-            unsafe { raw::fetch(&mut tl, self.block.at(l.tlabs), self.gpu.stream.cu_stream()) }
+            unsafe { raw::fetch(&mut tl, self.block.at(l.tlabs), self.lane.cu_stream()) }
                 .map_err(cuda_err("TLABs"))?;
             totals.to_host += tl.len() as u64;
         }
@@ -715,6 +758,7 @@ impl<'r> Rounds<'r> for Grid<'_> {
     fn run(&mut self, launch: &Launch<'_>) -> Result<Round, OffloadError> {
         self.state.totals.launches += 1;
         let n = self.state.totals.launches;
+        self.hold(launch)?;
         // The records handed back are resumed by this round.
         let resumed = std::mem::take(&mut self.handed);
         let eden = self.carve(launch)?;
@@ -725,7 +769,7 @@ impl<'r> Rounds<'r> for Grid<'_> {
                 combine,
                 len,
                 self.state.slots,
-                self.gpu.stream.cu_stream(),
+                self.lane.cu_stream(),
             )?);
         }
         if n <= 20 || n.is_multiple_of(100) {

@@ -5,6 +5,7 @@
 //! ([`super::resident`]).
 
 use super::grid::{Grid, RECORDS_PER_SLOT, block_for};
+use super::lane::Lane;
 use super::raw::DeviceMem;
 use super::{BLOCK, Gpu, Loaded, WARP, cuda_err};
 use crate::adaptive::Plan;
@@ -29,13 +30,20 @@ pub(super) fn run(
     plan: &Plan,
     started: Started,
 ) -> Result<LaunchReport, OffloadError> {
-    // One launch at a time uses the GPU: the image, its dirty map and the
-    // chunk bits have one owner while a kernel runs.
-    let _one = gpu
-        .launch_lock
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let dev = GpuLaunch { gpu, k };
+    // The launch's stream and control word; each run holds the GPU,
+    // shared or alone (`share.rs`), from its start to the next run's.
+    let lane = gpu.lanes.take(&gpu.ctx, &gpu.resident)?;
+    let held = Held {
+        gpu,
+        ticket: gpu.share.launch(),
+        lane: Some(lane),
+    };
+    let dev = GpuLaunch {
+        gpu,
+        k,
+        lane: held.lane.as_ref().expect("taken above"),
+        ticket: held.ticket,
+    };
     let code = Code {
         meta: &k.ptx.meta,
         landings: &k.ptx.resumes,
@@ -43,10 +51,31 @@ pub(super) fn run(
     protocol::run(&dev, env, call, code, plan, range, started)
 }
 
+/// A launch's lane and hold on the GPU, given back when it ends however
+/// it ends.
+struct Held<'a> {
+    gpu: &'a Gpu,
+    ticket: u64,
+    lane: Option<Lane>,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.gpu.share.release(self.ticket);
+        if let Some(lane) = self.lane.take() {
+            self.gpu.lanes.put(lane);
+        }
+    }
+}
+
 /// The GPU's side of one launch of `k`.
 struct GpuLaunch<'a> {
     gpu: &'a Gpu,
     k: &'a Loaded,
+    /// The launch's stream and control word.
+    lane: &'a Lane,
+    /// Its number for the GPU's holds (`share.rs`).
+    ticket: u64,
 }
 
 /// The GPU's state for one launch: its shape, the device half of the
@@ -78,6 +107,9 @@ pub(super) struct GridTotals {
     pub(super) launches: u64,
     /// Safepoints passed with the slots waiting in place.
     pub(super) waits: u64,
+    /// Runs that started beside another launch's hold
+    /// ([`LaunchReport::runs_beside`]).
+    pub(super) runs_beside: u64,
     /// Bytes sent to the device.
     pub(super) to_device: u64,
     /// Bytes brought back (besides what host code fetched).
@@ -88,7 +120,7 @@ pub(super) struct GridTotals {
     /// What host code had fetched from the device image when the launch
     /// started (what it fetches during the launch counts as brought back).
     pub(super) fetched_before: u64,
-    /// The virtual GPU's noted counters of the launch stream when the
+    /// The virtual GPU's noted counters of the launch's stream when the
     /// launch started (`None` on a real GPU).
     pub(super) noted_before: Option<std::collections::BTreeMap<String, u64>>,
 }
@@ -163,7 +195,7 @@ impl Compiled for GpuLaunch<'_> {
             totals: GridTotals {
                 counters: [0; counter::COUNT],
                 fetched_before: env.heap.residency().fetched_bytes,
-                noted_before: gpu.noted_counters(),
+                noted_before: gpu.noted_counters(self.lane),
                 ..GridTotals::default()
             },
         };
@@ -185,7 +217,14 @@ impl Compiled for GpuLaunch<'_> {
         range: &Range<i64>,
     ) -> Result<Vec<UnitOut>, OffloadError> {
         let block = block_for(self.gpu, launch, state)?;
-        let mut grid = Grid::new(self.gpu, self.k, launch, state, block, range.clone());
+        let mut grid = Grid::new(
+            (self.gpu, self.lane, self.ticket),
+            self.k,
+            launch,
+            state,
+            block,
+            range.clone(),
+        );
         let out = protocol::drive(launch, &mut grid);
         let nodes = match &out {
             Ok(_) => grid.take_nodes(),
@@ -227,10 +266,10 @@ impl Compiled for GpuLaunch<'_> {
             area_dev,
             area_clean,
         });
-        // The launch holds the GPU (`launch_lock`) and every run has
-        // finished: what its stream counted since the start is its own.
+        // Every run has finished, and no other launch used the lane
+        // meanwhile: what its stream counted since the start is its own.
         let dispatch = totals.noted_before.as_ref().and_then(|before| {
-            let after = gpu.noted_counters()?;
+            let after = gpu.noted_counters(self.lane)?;
             Some(crate::report::Dispatches::between(
                 before,
                 &after,
@@ -250,6 +289,7 @@ impl Compiled for GpuLaunch<'_> {
             quick_workitems: 0,
             launches: Some(totals.launches),
             waits: totals.waits,
+            runs_beside: totals.runs_beside,
             gpu: Some(gpu.describe()),
             to_device_bytes: totals.to_device,
             to_host_bytes: totals.to_host

@@ -11,7 +11,7 @@
 //!    launch, then only what host code changed) and zero the eden on the
 //!    device (references are 32-bit word offsets, so the same offsets mean
 //!    the same objects on both sides);
-//! 2. on the launch stream, with no allocation and no event made: one
+//! 2. on the launch's stream (its lane, `lane.rs`), with no allocation and no event made: one
 //!    memset of the launch block kept from the last launch (`block.rs`:
 //!    counters, dirty map, TLABs, exits), one copy of the launch context,
 //!    captures and eden bounds into it, the grid — a slot (thread) per 16
@@ -77,15 +77,21 @@
 //! save area is one record per slot (the Sumatra bound: O(resident
 //! threads), never O(range)).
 //!
-//! One launch at a time per runtime uses the GPU (a lock): the image, its
-//! dirty map and the chunk bits have one owner while a kernel runs.
+//! **Launches in flight share the GPU** where their arrays allow
+//! (`share.rs`): a run of a kernel that allocates nothing and touches
+//! only arrays of numbers holds the chunks of those arrays, and runs on a
+//! stream of its own (`lane.rs`) beside other runs whose chunks differ;
+//! any other run holds the GPU alone — the image, its dirty map and the
+//! chunk bits have one owner while its kernel runs.
 
 mod block;
 mod grid;
+mod lane;
 mod launch;
 mod raw;
 mod reduce;
 pub(crate) mod resident;
+mod share;
 mod trace;
 mod wait;
 
@@ -94,13 +100,13 @@ use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
 use crate::executor::{Executor, Unsupported};
 use crate::report::LaunchReport;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, sys};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, sys};
 use offload_ir::FuncId;
 use offload_jit::ptx::PtxKernel;
 use resident::DeviceHeap;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -140,13 +146,13 @@ pub(crate) struct Gpu {
     name: String,
     cc: (i32, i32),
     pub(crate) sms: u32,
-    /// The control word the kernels poll, in device memory, its address,
-    /// and the value last written to it.
-    _control: CudaSlice<u32>,
-    control_dev: u64,
-    control_last: AtomicU32,
     modules: Mutex<ModuleCache>,
-    launch_lock: Mutex<()>,
+    /// The streams and control words of launches in flight (`lane.rs`).
+    lanes: lane::Lanes,
+    /// Which launches hold the GPU, shared or alone (`share.rs`).
+    share: share::Share,
+    /// The sizes of captured arrays, for the holds' footprints.
+    sizes: share::Sizes,
     /// The save area of the last launch, host and device halves, kept for
     /// the next launch of the same slot count and record width (see
     /// [`launch::Scratch`]).
@@ -213,25 +219,19 @@ fn probe_driver() -> Result<Gpu, String> {
     let stream = ctx
         .new_stream()
         .map_err(|e| format!("CUDA stream: {}", driver_error(&e)))?;
-    let control: CudaSlice<u32> = stream
-        .alloc_zeros(1)
-        .map_err(|e| format!("CUDA control word: {}", driver_error(&e)))?;
-    stream
-        .synchronize()
-        .map_err(|e| format!("CUDA control word: {}", driver_error(&e)))?;
-    let control_dev = control.device_ptr(&stream).0;
     let resident = Arc::new(DeviceHeap::new(stream.clone())?);
+    let lanes = lane::Lanes::first(&ctx, stream.clone(), &resident)
+        .map_err(|e| format!("CUDA control word: {e}"))?;
     Ok(Gpu {
         ctx,
         stream,
         name,
         cc,
         sms,
-        _control: control,
-        control_dev,
-        control_last: AtomicU32::new(0),
         modules: Mutex::new(HashMap::new()),
-        launch_lock: Mutex::new(()),
+        lanes,
+        share: share::Share::default(),
+        sizes: share::Sizes::default(),
         scratch: Mutex::new(None),
         block: Mutex::new(None),
         reduce_mem: Mutex::new(None),
@@ -257,31 +257,13 @@ impl Gpu {
             .retain(|k, _| k.0 != id);
     }
 
-    /// The virtual GPU's noted counters of this GPU's launch stream
+    /// The virtual GPU's noted counters of `lane`'s stream
     /// ([`crate::vgpu::stream_counters`]); `None` on a real GPU.
-    fn noted_counters(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+    fn noted_counters(&self, lane: &lane::Lane) -> Option<std::collections::BTreeMap<String, u64>> {
         if !self.virtual_gpu {
             return None;
         }
-        crate::vgpu::stream_counters(self.stream.cu_stream() as usize)
-    }
-
-    /// Set the control word the running kernel polls (a copy on the heap's
-    /// copy stream, which runs beside the kernel; skipped when the word
-    /// already holds `v`).
-    fn set_control(&self, v: u32) -> Result<(), OffloadError> {
-        if self.control_last.swap(v, Ordering::AcqRel) == v {
-            return Ok(());
-        }
-        self.resident.write_raw(self.control_dev, &[v])
-    }
-
-    /// The control word as the device sees it (one read on the copy
-    /// stream).
-    fn control_word(&self) -> Result<u32, OffloadError> {
-        let mut w = [0u32];
-        self.resident.read_raw(self.control_dev, &mut w)?;
-        Ok(w[0])
+        crate::vgpu::stream_counters(lane.cu_stream() as usize)
     }
 
     /// Whether this is offload's virtual GPU (the PTX simulator's driver

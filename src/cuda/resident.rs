@@ -7,7 +7,7 @@
 //! The host heap decides what moves (`offload_heap::resident`: chunk
 //! bits); this module only holds the device memory and moves bytes. The
 //! image grows with the heap (a new buffer, the old one copied over on the
-//! device) and is replaced only under the GPU's launch lock, so the
+//! device) and is replaced only under a hold of the GPU alone (`share.rs`), so the
 //! addresses a running kernel holds stay valid.
 
 use super::{cuda_err, driver_error};
@@ -38,13 +38,14 @@ struct Image {
 
 /// The heap's image on one GPU.
 pub(crate) struct DeviceHeap {
-    /// The launches' stream: allocation, zeroing, the scatter kernel.
+    /// Lane 0's stream (`lane.rs`): allocation, zeroing, the page table,
+    /// the scatter kernel.
     stream: Arc<CudaStream>,
     /// The stream of every copy between the image and the host, with raw
     /// addresses (cudarc's per-buffer event tracking would order them
     /// after the running kernel): host code fetches and sends chunks while
     /// a kernel waits in place at a safepoint. Each copy is synchronized
-    /// before the call returns, so the launches' stream sees it done.
+    /// before the call returns, so every lane's stream sees it done.
     copy: Arc<CudaStream>,
     image: Mutex<Image>,
     /// The heap's page table (`offload_heap::pages`) as kernels read it.
@@ -99,7 +100,7 @@ impl DeviceHeap {
     /// Make the image hold at least `bytes` (whole chunks; at least double
     /// the old size when it grows, so growth is rare), keeping what it
     /// holds (copied on the device, not over the bus). Call only under the
-    /// launch lock.
+    /// hold of the GPU alone (`share.rs`).
     pub(crate) fn ensure(&self, bytes: usize) -> Result<(), OffloadError> {
         let s = &self.stream;
         let mut img = self.image();
@@ -134,9 +135,9 @@ impl DeviceHeap {
     /// maximum, set to [`MIXED`](offload_abi::pages::MIXED) at the first
     /// launch (one allocation and one memset); after that only tags that
     /// differ from what the device holds are sent (one copy on the
-    /// launches' stream, ordered before the next kernel), and nothing while
+    /// image's stream, ordered before the next kernel), and nothing while
     /// the host's table is unchanged and covers the pages. Call only under
-    /// the launch lock. Returns the bytes sent.
+    /// a hold of the GPU alone. Returns the bytes sent.
     pub(crate) fn send_pages(&self, heap: &Heap) -> Result<u64, OffloadError> {
         let table = heap.pages();
         let need = (offload_abi::pages::page_of(heap.top_words() as u32) + 1).min(table.len());
@@ -205,7 +206,7 @@ impl DeviceHeap {
     /// (the part of them it carved, where it tagged those it carved for a
     /// class kind, `offload_jit::ptx` alloc) back into the host's table;
     /// the rest of `forgotten` holds what the host sent. The device then
-    /// holds what the host does there. Call only under the launch lock,
+    /// holds what the host does there. Call only under a hold alone,
     /// after the kernel. Returns the bytes fetched.
     pub(crate) fn fetch_pages(
         &self,
@@ -251,6 +252,19 @@ impl DeviceHeap {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .at
+    }
+
+    /// Bytes of heap the image holds now (it grows only under a hold of
+    /// the GPU alone, `share.rs`).
+    pub(crate) fn cap(&self) -> usize {
+        self.image().cap
+    }
+
+    /// Wait for what is queued on the image's stream (lane 0's: growth,
+    /// the page table, a device eden's zeroing), for a launch whose
+    /// kernel runs on another stream.
+    pub(crate) fn settle(&self) -> Result<(), OffloadError> {
+        self.stream.synchronize().map_err(cuda_err("heap image"))
     }
 
     /// The image's device address (valid until the next

@@ -49,8 +49,9 @@ impl Waiting<'_> {
             if trace.on() {
                 let parked_at = self.parked_at;
                 trace.tick(|| {
-                    let word = gpu
-                        .control_word()
+                    let word = self
+                        .lane
+                        .control_word(&gpu.resident)
                         .map_or_else(|e| e.to_string(), |w| format!("{w:#x}"));
                     let mut n = [0u32];
                     let parked = match gpu.resident.read_raw(parked_at, &mut n) {
@@ -81,7 +82,7 @@ impl Waiting<'_> {
             if cw != 0 && fair.asked.is_none() {
                 fair.asked = Some(Instant::now());
             }
-            gpu.set_control(cw | stop)?;
+            self.lane.set_control(&gpu.resident, cw | stop)?;
             pause(run_from);
         }
         Ok((sent, got, waits))
@@ -106,6 +107,10 @@ fn pause(since: Instant) {
 pub(super) struct Waiting<'a> {
     pub(super) env: &'a LaunchEnv,
     pub(super) gpu: &'a Gpu,
+    /// The launch's stream and control word.
+    pub(super) lane: &'a super::lane::Lane,
+    /// The run's footprint when it shares the GPU (`share.rs`).
+    pub(super) footprint: Option<&'a [std::ops::Range<usize>]>,
     pub(super) slots: usize,
     /// The run's device eden, in heap words.
     pub(super) eden: (u32, u32),
@@ -134,7 +139,7 @@ impl Waiting<'_> {
     ) -> Result<(u64, u64), OffloadError> {
         let (gpu, heap) = (self.gpu, &self.env.heap);
         let dh = &gpu.resident;
-        gpu.set_control(offload_abi::control::WAIT)?;
+        self.lane.set_control(dh, offload_abi::control::WAIT)?;
         let mut n = [0u32];
         let mut got = 0u64;
         // Slots gone (exited: a code in their exit word), counted when the
@@ -186,14 +191,19 @@ impl Waiting<'_> {
         got += map.len() as u64;
         // The safepoint's operation runs while this launch is parked.
         self.env.control.poll();
-        let runs = heap.take_device_stale(es as usize * 8..ee as usize * 8);
+        // A run that shares the GPU sends only its own arrays' chunks: the
+        // other kernels waiting beside it send theirs (`share.rs`).
+        let runs = match self.footprint {
+            Some(fp) => heap.take_device_stale_in(fp),
+            None => heap.take_device_stale(es as usize * 8..ee as usize * 8),
+        };
         let sent = dh.push(heap, &runs)?;
         let next = if self.env.control.interrupted_since(self.epoch) {
             offload_abi::control::SAFEPOINT
         } else {
             0
         };
-        gpu.set_control(next)?;
+        self.lane.set_control(dh, next)?;
         Ok((sent, got))
     }
 }

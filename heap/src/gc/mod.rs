@@ -391,6 +391,7 @@ impl Heap {
         // The collection counts as a carve for every `HeapMark` taken
         // before it, so no reclaim rolls back across it.
         self.started.fetch_add(1, Ordering::SeqCst);
+        self.lowered.fetch_add(1, Ordering::SeqCst);
         self.top.store(
             pack_top(u64::from(next), counted.last_tag.unwrap_or(FRESH)),
             Ordering::SeqCst,

@@ -257,6 +257,13 @@ pub(super) fn summary(last: &Last, out: &mut String) {
         if r.waits > 0 {
             let _ = write!(line, " · {} safepoints passed waiting in place", r.waits);
         }
+        if r.runs_beside > 0 {
+            let _ = write!(
+                line,
+                " · {} of {} runs beside other launches",
+                r.runs_beside, r.launches
+            );
+        }
         if let Some(d) = r.dispatch.filter(|d| d.lookups > 0) {
             let _ = write!(
                 line,
