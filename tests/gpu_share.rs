@@ -36,6 +36,17 @@ fn fill(i: i32, out: &mut [i64], iters: i32, k: i64) {
 }
 
 #[kernel]
+fn grow_spin(i: i32, out: &mut [i64], iters: i32) {
+    let t = vec![0i64; 2];
+    let mut s = 0;
+    while s < iters {
+        t[0] = t[0] + 1;
+        s = s + 1;
+    }
+    out[i] = t[0];
+}
+
+#[kernel]
 fn grow(i: i32, out: &mut [i64]) {
     let t = vec![0i64; 3];
     t[1] = (i as i64) * 7;
@@ -214,4 +225,35 @@ fn launches_sharing_the_gpu_are_exact_under_safepoints_deopts_and_a_collection()
         assert_eq!(rt.read(&c).unwrap(), rt.read(&a).unwrap(), "{what}");
     }
     assert!(beside > 0, "no run shared the GPU");
+}
+
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_deadline_passes_while_a_launch_waits_for_the_gpu() {
+    use offload::OffloadError;
+    let rt = build(gpu());
+    let m = rt.load_source("share.ofk", SRC).unwrap();
+    let (a, b) = (apart(&rt, 4096), apart(&rt, 4096));
+    warm(&rt, &b);
+    // A long launch that allocates: it holds the GPU alone.
+    let long = m.closure("grow_spin", [(&a).into(), 400.into()]).unwrap();
+    let h = rt.launch(0..1024, &long).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let fill = m
+        .closure("fill", [(&b).into(), 10.into(), 1i64.into()])
+        .unwrap();
+    let e = rt
+        .par_offload_with_deadline(0..4096, &fill, std::time::Duration::from_millis(30))
+        .unwrap_err();
+    let OffloadError::Interrupted(r) = e else {
+        panic!("not interrupted: {e}");
+    };
+    // It gave up waiting: the long launch had not finished, and nothing of
+    // this one ran.
+    assert!(!h.is_finished(), "the deadline waited for the other launch");
+    assert_eq!((r.completed, r.launches), (0, 0), "{r}");
+    assert!(r.deadline.is_some(), "{r}");
+    let done = h.wait().unwrap();
+    assert_eq!(done.completed, 1024);
+    assert!(rt.read(&a).unwrap()[..1024].iter().all(|&v| v == 400));
 }

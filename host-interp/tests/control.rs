@@ -103,3 +103,43 @@ fn a_safepoint_completes_when_a_running_worker_leaves_without_polling() {
         .expect("the worker's leaving did not wake the safepoint's requester");
     assert_eq!(c.count(), 1);
 }
+
+#[test]
+fn a_worker_outside_does_not_hold_up_a_safepoint_and_returns_after_it() {
+    let c = Control::new();
+    let (inside, release, done) = (
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    );
+    std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let _running = c.enter();
+            // Blocked on something else (another launch's end, say).
+            c.outside(|| {
+                inside.store(true, Ordering::Release);
+                while !release.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+            });
+            done.store(true, Ordering::Release);
+        });
+        while !inside.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // The safepoint completes though the worker never polls; the
+        // worker, released during the operation, comes back only after it.
+        let ((), _) = c.safepoint(|| {
+            release.store(true, Ordering::Release);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(
+                !done.load(Ordering::Acquire),
+                "came back during the operation"
+            );
+        });
+        w.join().unwrap();
+        assert!(done.load(Ordering::Acquire));
+        // Counted as running again, then gone: a later safepoint completes.
+        let ((), _) = c.safepoint(|| ());
+    });
+}

@@ -220,17 +220,23 @@ impl<'a> Grid<'a> {
     /// Hold the GPU for the next run (`share.rs`): shared, with the
     /// chunks of the kernel's arrays, or alone; waits out of the running
     /// set of safepoints until it may.
-    fn hold(&mut self, launch: &Launch<'_>) -> Result<(), OffloadError> {
+    /// Whether it holds it: not when the launch was interrupted while it
+    /// waited.
+    fn hold(&mut self, launch: &Launch<'_>) -> Result<bool, OffloadError> {
         let (gpu, env, allocates) = (self.gpu, launch.env, self.k.ptx.allocates);
         let admitted = gpu.share.hold(
             self.ticket,
             &mut || super::share::want(launch, allocates, gpu.resident.cap(), &gpu.sizes),
             &|| env.gc.collections(),
             &|f| env.control.outside(f),
+            &|| launch.interrupted(),
         )?;
+        let Some(admitted) = admitted else {
+            return Ok(false);
+        };
         self.state.totals.runs_beside += u64::from(admitted.beside > 0);
         self.footprint = admitted.footprint;
-        Ok(())
+        Ok(true)
     }
 
     /// The block, for the GPU to keep for its next launch.
@@ -756,9 +762,13 @@ impl<'a> Grid<'a> {
 
 impl<'r> Rounds<'r> for Grid<'_> {
     fn run(&mut self, launch: &Launch<'_>) -> Result<Round, OffloadError> {
+        if !self.hold(launch)? {
+            // Interrupted while it waited for the GPU: nothing ran (the
+            // protocol sees the interrupt and abandons the rest).
+            return Ok(Round::default());
+        }
         self.state.totals.launches += 1;
         let n = self.state.totals.launches;
-        self.hold(launch)?;
         // The records handed back are resumed by this round.
         let resumed = std::mem::take(&mut self.handed);
         let eden = self.carve(launch)?;

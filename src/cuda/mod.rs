@@ -407,7 +407,8 @@ pub fn cuda_error_text(e: &cudarc::driver::DriverError) -> String {
 pub struct GpuHandles {
     /// The CUDA context.
     pub context: Arc<CudaContext>,
-    /// The stream offload launches on.
+    /// The stream offload launches on when one launch runs at a time (its
+    /// lane 0; launches in flight beside it take streams of their own).
     pub stream: Arc<CudaStream>,
     /// Streaming multiprocessors.
     pub sms: u32,

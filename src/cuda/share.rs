@@ -240,16 +240,22 @@ impl Share {
     /// while waiting moves the arrays a footprint names) — waits until the
     /// round may start, through `outside` (the running worker leaving the
     /// safepoints' running set while it waits). `collections()` counts
-    /// the collections so far.
+    /// the collections so far. `None`, holding nothing, once `give_up()`
+    /// says so while it waits (the launch was interrupted: its deadline
+    /// passed behind another launch).
     pub(super) fn hold(
         &self,
         launch: u64,
         want: &mut dyn FnMut() -> Result<Want, OffloadError>,
         collections: &dyn Fn() -> u64,
         outside: &dyn Fn(&mut dyn FnMut()),
-    ) -> Result<Admitted, OffloadError> {
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<Option<Admitted>, OffloadError> {
         self.release(launch);
         loop {
+            if give_up() {
+                return Ok(None);
+            }
             let w = want()?;
             let n = collections();
             {
@@ -265,7 +271,7 @@ impl Share {
                         footprint: footprint.clone(),
                         collections: n,
                     });
-                    return Ok(Admitted { beside, footprint });
+                    return Ok(Some(Admitted { beside, footprint }));
                 }
             }
             outside(&mut || {
@@ -281,7 +287,7 @@ impl Share {
                         .wait_timeout(st, std::time::Duration::from_millis(5))
                         .unwrap_or_else(PoisonError::into_inner);
                     st = g;
-                    if timeout.timed_out() && collections() != n {
+                    if timeout.timed_out() && (collections() != n || give_up()) {
                         break;
                     }
                 }
@@ -372,8 +378,9 @@ mod tests {
         let (a, b) = (share.launch(), share.launch());
         let plain = |f: &mut dyn FnMut()| f();
         let none = || 0;
+        let no = || false;
         share
-            .hold(a, &mut || Ok(shared(&[0..4])), &none, &plain)
+            .hold(a, &mut || Ok(shared(&[0..4])), &none, &plain, &no)
             .unwrap();
         let s2 = share.clone();
         let waiter = std::thread::spawn(move || {
@@ -382,7 +389,9 @@ mod tests {
                 &mut || Ok(shared(&[2..6])),
                 &|| 0,
                 &|f: &mut dyn FnMut()| f(),
+                &|| false,
             )
+            .unwrap()
             .unwrap()
         });
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -393,8 +402,21 @@ mod tests {
         // Disjoint: admitted at once, beside the one hold there is.
         let c = share.launch();
         let got = share
-            .hold(c, &mut || Ok(shared(&[8..9])), &none, &plain)
+            .hold(c, &mut || Ok(shared(&[8..9])), &none, &plain, &no)
+            .unwrap()
             .unwrap();
         assert_eq!((got.beside, got.footprint), (1, Some(vec![8..9])));
+        // A round that gives up while it waits holds nothing.
+        let d = share.launch();
+        let asked = std::sync::atomic::AtomicBool::new(false);
+        let got = share
+            .hold(d, &mut || Ok(Want::Alone), &none, &plain, &|| {
+                asked.swap(true, std::sync::atomic::Ordering::Relaxed)
+            })
+            .unwrap();
+        assert!(got.is_none());
+        share.release(c);
+        share.release(b);
+        assert!(share.lock().holds.is_empty());
     }
 }

@@ -517,6 +517,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         }
     }
 
+    if device == Device::Cuda {
+        // Launches in flight sharing the GPU (`bench_load`).
+        let r = crate::tools::bench_load::gpu_halves(rt, s, reps)?;
+        let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+        push(&r.bench, base, r.offload, r.target, r.note);
+    }
+
     // Deopt rates: `inc` with every 1000th / 100th / 10th workitem forced to
     // deopt at its store, against no deopts, on fresh runtimes of this device,
     // timed by turns. The baseline carries the same injected test
