@@ -88,7 +88,7 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
                 ms(rmedian)
             ),
         },
-        halves(rt, (&x, &y), &c, reps)?,
+        halves(rt, &m, (&x, &y), &c, reps)?,
     ])
 }
 
@@ -102,21 +102,22 @@ pub fn gpu_halves(rt: &Runtime, shrink: usize, reps: usize) -> Result<BenchResul
     let (xa, ya) = (rt.array(&x)?, rt.array(&y)?);
     let full = m.closure("saxpy", [2.0f32.into(), (&xa).into(), (&ya).into()])?;
     par_offload(0..n as i64, &full)?;
-    halves(rt, (&x, &y), &full, reps)
+    halves(rt, &m, (&x, &y), &full, reps)
 }
 
-/// Two saxpy launches in flight at once (`Runtime::launch`), each over
-/// half of `x` and `y` (arrays of their own), against `full`, one launch
-/// over all of them; by turns, medians of `reps`. On the GPU the two share
+/// Two saxpy launches (of `m`'s `saxpy`) in flight at once
+/// (`Runtime::launch`), each over half of `x` and `y` (arrays of their
+/// own), against `full`, one launch over all of them; by turns, medians of
+/// `reps`. On the GPU the two share
 /// the device, each on a stream of its own (their arrays lie in different
 /// heap chunks); the target (no slower) is the CPU device's.
 pub fn halves(
     rt: &Runtime,
+    m: &offload::Module,
     (x, y): (&[f32], &[f32]),
     full: &offload::Closure,
     reps: usize,
 ) -> Result<BenchResult, OffloadError> {
-    let m = rt.load("saxpy.obc", example("saxpy.obc"))?;
     let half = x.len() / 2;
     let (x1, y1) = (rt.array(&x[..half])?, rt.array(&y[..half])?);
     let (x2, y2) = (rt.array(&x[half..2 * half])?, rt.array(&y[half..2 * half])?);
