@@ -92,6 +92,11 @@ pub fn rows(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>
     ])
 }
 
+/// Repetitions of [`halves`] at least: two launches in flight on two
+/// cores vary from pair to pair (a 41-rep program saw its 75th percentile
+/// 1.5x its median), and 7 left the median on either side of 1.0x.
+const HALVES_REPS: usize = 21;
+
 /// On the GPU: [`halves`] of saxpy over 10^7 elements (divided by
 /// `shrink`).
 pub fn gpu_halves(rt: &Runtime, shrink: usize, reps: usize) -> Result<BenchResult, OffloadError> {
@@ -135,7 +140,7 @@ pub fn halves(
             },
             &mut || par_offload(0..2 * half as i64, full).map(|_| ()),
         ],
-        reps,
+        reps.max(HALVES_REPS),
     )?;
     let gpu = rt.device() == offload::Device::Cuda;
     Ok(BenchResult {
