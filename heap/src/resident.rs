@@ -421,36 +421,7 @@ impl Heap {
         let total = self.res.device_stale.0.len() * 64;
         let (first, past) = (skip.start.div_ceil(CHUNK_BYTES), skip.end / CHUNK_BYTES);
         let inside = if first < past { first..past } else { 0..0 };
-        let limit = self.committed();
-        let mut send = Vec::new();
-        // A chunk stale on both sides (host code wrote it while a kernel
-        // did: a race at chunk granularity) keeps the device's bytes; the
-        // host's are not sent.
-        let mut both = Vec::new();
-        for run in self.res.device_stale.runs(0..total) {
-            for c in run.clone() {
-                self.res.device_stale.clear(c);
-                if self.res.host_stale.get(c) {
-                    both.push(c);
-                }
-            }
-            let (a, b) = (run.start, run.end);
-            // The part of the run outside `inside`, as up to two runs.
-            for part in [a..b.min(inside.start), a.max(inside.end)..b] {
-                if part.start < part.end {
-                    let bytes = part.start * CHUNK_BYTES..(part.end * CHUNK_BYTES).min(limit);
-                    if bytes.start < bytes.end {
-                        send.push(bytes);
-                    }
-                }
-            }
-        }
-        if both.is_empty() {
-            return send;
-        }
-        send.into_iter()
-            .flat_map(|r| split_around(r, &both))
-            .collect()
+        self.take_stale(std::slice::from_ref(&(0..total)), inside)
     }
 
     /// [`Heap::take_device_stale`] for the chunks `chunks` only (sorted,
@@ -458,6 +429,15 @@ impl Heap {
     /// with others sends the stale chunks of its own arrays, and leaves
     /// the rest stale for the launches that touch them.
     pub fn take_device_stale_in(&self, chunks: &[Range<usize>]) -> Vec<Range<usize>> {
+        self.take_stale(chunks, 0..0)
+    }
+
+    /// Clear the device-stale bits in `chunks` and return the byte runs to
+    /// send: those chunks less the ones in `inside` (cleared, not sent)
+    /// and less any chunk stale on both sides (host code wrote it while a
+    /// kernel did: a race at chunk granularity), which keeps the device's
+    /// bytes.
+    fn take_stale(&self, chunks: &[Range<usize>], inside: Range<usize>) -> Vec<Range<usize>> {
         let limit = self.committed();
         let mut send = Vec::new();
         let mut both = Vec::new();
@@ -469,9 +449,13 @@ impl Heap {
                         both.push(c);
                     }
                 }
-                let bytes = run.start * CHUNK_BYTES..(run.end * CHUNK_BYTES).min(limit);
-                if bytes.start < bytes.end {
-                    send.push(bytes);
+                let (a, b) = (run.start, run.end);
+                // The part of the run outside `inside`, as up to two runs.
+                for part in [a..b.min(inside.start), a.max(inside.end)..b] {
+                    let bytes = part.start * CHUNK_BYTES..(part.end * CHUNK_BYTES).min(limit);
+                    if part.start < part.end && bytes.start < bytes.end {
+                        send.push(bytes);
+                    }
                 }
             }
         }
