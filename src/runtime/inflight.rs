@@ -338,8 +338,12 @@ impl Runtime {
             // The runtime and the closure go before the handle hears of
             // the end (a last handle dropped after `wait` finds them gone).
             drop((rt, closure));
-            done.store(true, std::sync::atomic::Ordering::Release);
-            let _ = tx.send(outcome);
+            // Told once the thread is back among the launch threads
+            // (`launchers`).
+            Box::new(move || {
+                done.store(true, std::sync::atomic::Ordering::Release);
+                let _ = tx.send(outcome);
+            }) as launchers::Tell
         };
         match self.inner.launchers.run(Box::new(job)) {
             Ok(()) => Ok(LaunchHandle {

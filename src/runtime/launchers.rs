@@ -11,6 +11,15 @@
 //! (at most [`IDLE`] wait; more end), and a launch takes a waiting one or
 //! makes one.
 //!
+//! A thread is back in the idle list before its launch's handle hears of
+//! the end: a job returns what tells the handle ([`Tell`]), and the thread
+//! lists itself first. Told first, a caller that launches again at once —
+//! a loop of `launch(..).wait()` — found the list empty and made a thread
+//! each time, and its launches alternated between threads: two half-size
+//! saxpys over 5·10^6 elements launched and waited for in turn took
+//! 1.37–1.46x one full-size launch in one process of two, 1.01–1.04x with
+//! the thread listed first.
+//!
 //! A waiting thread holds the receiving end of a channel whose sender is
 //! in the idle list, and nothing of the runtime: when the runtime's last
 //! handle goes, the list goes with it, each channel closes, and the
@@ -22,8 +31,13 @@ use std::sync::{Arc, Mutex, Weak};
 /// The most threads kept waiting for a launch.
 const IDLE: usize = 8;
 
-/// What a launch thread runs.
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
+/// What a launch thread runs: the launch, which returns how to tell its
+/// handle of the end.
+pub(crate) type Job = Box<dyn FnOnce() -> Tell + Send>;
+
+/// Tells a launch's handle of the launch's end: run by the launch's thread
+/// once it is back in the idle list (or is ending).
+pub(crate) type Tell = Box<dyn FnOnce() + Send>;
 
 /// The runtime's launch threads.
 #[derive(Debug, Default)]
@@ -58,24 +72,27 @@ impl Launchers {
     }
 }
 
-/// A launch thread: runs `job`, then waits in the idle list for the next
-/// while the runtime lives and the list has room.
+/// A launch thread: runs `job`, lists itself in the idle list while the
+/// runtime lives and the list has room, tells the job's handle, and waits
+/// for the next job if it listed itself.
 fn serve(first: Job, idle: &Weak<Mutex<Vec<Sender<Job>>>>) {
     let mut job = first;
     loop {
-        job();
+        let tell = job();
         let (tx, rx) = channel();
-        {
-            let Some(list) = idle.upgrade() else {
-                return;
-            };
+        let listed = idle.upgrade().is_some_and(|list| {
             let mut l = list
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if l.len() >= IDLE {
-                return;
+            let room = l.len() < IDLE;
+            if room {
+                l.push(tx);
             }
-            l.push(tx);
+            room
+        });
+        tell();
+        if !listed {
+            return;
         }
         match rx.recv() {
             Ok(next) => job = next,
@@ -94,25 +111,17 @@ mod tests {
     fn a_thread_that_ended_a_job_runs_the_next() {
         let l = Launchers::default();
         let (tx, rx) = sync_channel(4);
-        let t = tx.clone();
-        l.run(Box::new(move || {
-            t.send(std::thread::current().id()).unwrap()
-        }))
-        .unwrap();
+        let job = |t: std::sync::mpsc::SyncSender<_>| -> Job {
+            Box::new(move || Box::new(move || t.send(std::thread::current().id()).unwrap()))
+        };
+        l.run(job(tx.clone())).unwrap();
         let first = rx.recv().unwrap();
-        // Wait until the thread waits in the list.
-        while l.idle.lock().unwrap().is_empty() {
-            std::thread::yield_now();
-        }
-        let t = tx.clone();
-        l.run(Box::new(move || {
-            t.send(std::thread::current().id()).unwrap()
-        }))
-        .unwrap();
+        // Told of the end, the thread is already in the list: the next job
+        // goes to it, with no wait.
+        assert_eq!(l.idle.lock().unwrap().len(), 1);
+        l.run(job(tx.clone())).unwrap();
         assert_eq!(rx.recv().unwrap(), first, "the same thread");
-        while l.idle.lock().unwrap().is_empty() {
-            std::thread::yield_now();
-        }
+        assert_eq!(l.idle.lock().unwrap().len(), 1);
         let weak = Arc::downgrade(&l.idle);
         drop(l);
         assert!(weak.upgrade().is_none());
