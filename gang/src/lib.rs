@@ -2,6 +2,9 @@
 //! (slot 0) and `workers - 1` helper threads, dispatched and joined in
 //! microseconds.
 //!
+//! (And [`kept`]: threads kept between jobs, for launches in flight and the
+//! source front end.)
+//!
 //! A launch on a thread pool pays to hand the work over: the caller
 //! injects a job, a sleeping worker wakes (a futex wake, then the
 //! scheduler), it spawns the slots, a second worker wakes to steal one,
@@ -31,6 +34,7 @@
 //! slot's claimed generation and succeeds only if it was lower: a helper
 //! runs only the newest dispatch, and only while it is in flight.
 
+pub mod kept;
 mod placement;
 mod sync;
 

@@ -67,8 +67,9 @@ pub const EXTENSION: &str = "ofk";
 /// [`compile_verified`]). Every function is compiled; every function's
 /// first error is reported.
 pub fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
-    limits::on_big_stack(|| {
-        let r = parts::compile(file, src);
+    let (file, src) = (file.to_string(), src.to_string());
+    limits::on_big_stack(move || {
+        let r = parts::compile(&file, &src);
         // The spans are all in the module and the diagnostics now: let
         // proc-macro2 forget this file's text (it keeps every parsed
         // file's for the thread's lifetime otherwise).
@@ -248,8 +249,9 @@ fn lower(
 /// in order; a syntax error is a diagnostic. For tools that keep
 /// definitions by name (the REPL).
 pub fn item_names(file: &str, src: &str) -> Result<Vec<(String, u32)>, Diagnostics> {
-    limits::on_big_stack(|| {
-        let r = item_names_keeping_spans(file, src);
+    let (file, src) = (file.to_string(), src.to_string());
+    limits::on_big_stack(move || {
+        let r = item_names_keeping_spans(&file, &src);
         proc_macro2::extra::invalidate_current_thread_spans();
         r
     })

@@ -5,6 +5,7 @@
 use crate::error::{Based, Error};
 use crate::limits::Cursor;
 use offload_ir::{Diagnostics, Module};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// The least a part of [`split`] holds, in bytes of text: large enough that
@@ -80,7 +81,9 @@ pub fn split(src: &str) -> Vec<std::ops::Range<usize>> {
 /// Parse `src` (after checking it against the limits) and lower it, a part
 /// of whole items at a time ([`split`]): the classes and methods of every
 /// part that has any first, then each part's functions, then each part's
-/// bodies, parsing a part again for each step. A syntax tree takes ~13 KB
+/// bodies, parsing a part again for each step (a file of one part is
+/// parsed once: for the kernels of `examples/kernels`, compiling took
+/// 1.5–2x as long parsed for each step). A syntax tree takes ~13 KB
 /// for a three-line kernel (~5 KB for its signature alone), so a file of
 /// 60,000 kernels held at once needed ~900 MB (now ~400 MB, mostly the
 /// module and its verification; parsing twice costs about half as much
@@ -115,6 +118,20 @@ pub(crate) fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
             .and_then(crate::ranges::rewrite)
             .map_err(fail)
     };
+    // A file of one part is parsed once, and its tree kept for every step
+    // (a part's tree is a few megabytes at most); a file of many parts is
+    // parsed again for each step.
+    let single = if parts.len() == 1 {
+        Some(parse(0)?)
+    } else {
+        None
+    };
+    let part_at = |k: usize| -> Result<Cow<'_, syn::File>, Diagnostics> {
+        match &single {
+            Some(f) => Ok(Cow::Borrowed(f)),
+            None => parse(k).map(Cow::Owned),
+        }
+    };
     // The classes and methods from every part, the methods without their
     // bodies; then the free functions, a part at a time (in file order,
     // after the methods, as `crate::items::declare` numbers them).
@@ -130,8 +147,18 @@ pub(crate) fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
         if !text.contains("struct") && !text.contains("impl") {
             continue;
         }
-        let mut part = parse(k)?;
-        for mut item in part.items.drain(..) {
+        let (items, attrs): (Vec<syn::Item>, Vec<syn::Attribute>) = match part_at(k)? {
+            Cow::Owned(p) => (p.items, p.attrs),
+            Cow::Borrowed(p) => (
+                p.items
+                    .iter()
+                    .filter(|i| !matches!(i, syn::Item::Fn(_)))
+                    .cloned()
+                    .collect(),
+                p.attrs.clone(),
+            ),
+        };
+        for mut item in items {
             match &mut item {
                 syn::Item::Fn(_) => continue,
                 syn::Item::Impl(i) => {
@@ -145,18 +172,18 @@ pub(crate) fn compile(file: &str, src: &str) -> Result<Module, Diagnostics> {
             }
             skeleton.items.push(item);
         }
-        skeleton.attrs.append(&mut part.attrs);
+        skeleton.attrs.extend(attrs);
     }
     let mut decls = crate::items::declare(&skeleton, &file).map_err(fail)?;
     for k in 0..parts.len() {
-        let part = parse(k)?;
+        let part = part_at(k)?;
         let _based = Based::at(parts[k].start as u32, lines_before[k]);
         crate::items::declare_fns(&mut decls, &part).map_err(fail)?;
     }
     let mut module = decls.module.clone();
     let mut errors = Vec::new();
     for (k, r) in parts.iter().enumerate() {
-        let part = parse(k)?;
+        let part = part_at(k)?;
         let _based = Based::at(r.start as u32, lines_before[k]);
         for (name, body) in bodies(&part) {
             let Some(&f) = decls.by_name.get(&name) else {

@@ -160,7 +160,7 @@ impl Drop for Registered<'_> {
 }
 
 /// A launch that does not block ([`Runtime::launch`]): it runs on a thread
-/// of its own (kept by the runtime between launches, `launchers.rs`),
+/// of its own (kept by the runtime between launches, `offload_gang::kept`),
 /// ordered after the earlier launches it may touch (module docs).
 /// [`LaunchHandle::wait`] gives its report; dropping the handle waits for
 /// the launch too, so no launch outlives the arrays it uses.
@@ -339,11 +339,11 @@ impl Runtime {
             // the end (a last handle dropped after `wait` finds them gone).
             drop((rt, closure));
             // Told once the thread is back among the launch threads
-            // (`launchers`).
+            // (`offload_gang::kept`).
             Box::new(move || {
                 done.store(true, std::sync::atomic::Ordering::Release);
                 let _ = tx.send(outcome);
-            }) as launchers::Tell
+            }) as offload_gang::kept::Tell
         };
         match self.inner.launchers.run(Box::new(job)) {
             Ok(()) => Ok(LaunchHandle {
