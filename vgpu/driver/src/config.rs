@@ -2,10 +2,11 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
+//! | `OFFLOAD_VGPU_DEVICES` | devices the driver reports (at most [`MAX_DEVICES`]), each with the settings below, its own memory, primary context and streams | 1 |
 //! | `OFFLOAD_VGPU_SMS` | SM count | 2 |
 //! | `OFFLOAD_VGPU_THREADS_PER_SM` | resident threads per SM | 512 |
 //! | `OFFLOAD_VGPU_CC` | compute capability, `major.minor` | 7.0 |
-//! | `OFFLOAD_VGPU_MEMORY_MB` | device memory in MiB | 4096 |
+//! | `OFFLOAD_VGPU_MEMORY_MB` | each device's memory in MiB | 4096 |
 //! | `OFFLOAD_VGPU_MEMORY_POOLS` | `1`: stream-ordered allocation (`cuMemAllocAsync`/`cuMemFreeAsync`), as on sm_70+ GPUs with current drivers; `0`: only synchronous `cuMemAlloc`/`cuMemFree` | 1 |
 //! | `OFFLOAD_VGPU_SEED` | scheduler seed, or `random` | 1 |
 //! | `OFFLOAD_VGPU_QUANTUM` | most instructions a thread runs per turn | 32 |
@@ -17,9 +18,13 @@
 
 use std::sync::OnceLock;
 
+/// The most devices the driver reports.
+pub(crate) const MAX_DEVICES: usize = 16;
+
 /// The settings.
 #[derive(Debug)]
 pub(crate) struct Config {
+    pub(crate) devices: usize,
     pub(crate) sms: u32,
     pub(crate) threads_per_sm: u32,
     pub(crate) cc: (u32, u32),
@@ -62,6 +67,7 @@ impl Config {
                 None => 1,
             };
             Config {
+                devices: var("OFFLOAD_VGPU_DEVICES", 1usize).clamp(1, MAX_DEVICES),
                 sms: var("OFFLOAD_VGPU_SMS", 2u32).clamp(1, 1024),
                 threads_per_sm: var("OFFLOAD_VGPU_THREADS_PER_SM", 512u32).clamp(32, 4096),
                 cc,

@@ -25,13 +25,13 @@ fn init_check() -> Result<(), CUresult> {
     }
 }
 
-fn device_check(dev: c_int) -> Result<(), CUresult> {
+/// Device ordinal `dev` as an index, if the driver reports it.
+fn device_check(dev: c_int) -> Result<usize, CUresult> {
     init_check()?;
-    if dev == 0 {
-        Ok(())
-    } else {
-        Err(err::INVALID_DEVICE)
-    }
+    usize::try_from(dev)
+        .ok()
+        .filter(|&d| d < Config::get().devices)
+        .ok_or(err::INVALID_DEVICE)
 }
 
 macro_rules! tri {
@@ -72,7 +72,7 @@ unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
     guard("cuDeviceGetCount", || {
         tri!(init_check());
         // SAFETY: as above.
-        unsafe { put(n, 1) }
+        unsafe { put(n, Config::get().devices as c_int) }
     })
 }
 
@@ -84,7 +84,7 @@ unsafe extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> CUresult {
     guard("cuDeviceGet", || {
         tri!(device_check(ordinal));
         // SAFETY: as above.
-        unsafe { put(dev, 0) }
+        unsafe { put(dev, ordinal) }
     })
 }
 
@@ -175,9 +175,12 @@ unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> CUres
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> CUresult {
     guard("cuDeviceGetUuid", || {
-        tri!(device_check(dev));
+        let d = tri!(device_check(dev));
+        let mut id = *b"offload-vgpu-000";
+        id[14] = b'0' + (d / 10) as u8;
+        id[15] = b'0' + (d % 10) as u8;
         // SAFETY: as above.
-        unsafe { put(uuid, *b"offload-vgpu-000") }
+        unsafe { put(uuid, id) }
     })
 }
 
@@ -198,16 +201,16 @@ unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> CUre
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: c_int) -> CUresult {
     guard("cuDevicePrimaryCtxRetain", || {
-        tri!(device_check(dev));
+        let d = tri!(device_check(dev));
         let mut s = state();
-        let h = match s.ctx {
+        let h = match s.ctx[d] {
             Some((h, n)) => {
-                s.ctx = Some((h, n + 1));
+                s.ctx[d] = Some((h, n + 1));
                 h
             }
             None => {
                 let h = s.handle();
-                s.ctx = Some((h, 1));
+                s.ctx[d] = Some((h, 1));
                 h
             }
         };
@@ -218,26 +221,27 @@ unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut Handle, dev: c_int) -> 
 
 fn release(dev: c_int) -> CUresult {
     guard("cuDevicePrimaryCtxRelease", || {
-        tri!(device_check(dev));
+        let d = tri!(device_check(dev));
         let mut s = state();
-        match s.ctx {
-            Some((h, n)) if n > 1 => s.ctx = Some((h, n - 1)),
+        match s.ctx[d] {
+            Some((h, n)) if n > 1 => s.ctx[d] = Some((h, n - 1)),
             Some(_) => {
                 // The last reference: the context is destroyed, with its
-                // modules and its sticky error.
-                s.ctx = None;
-                s.modules.clear();
-                s.funcs.clear();
-                for st in s.all_streams() {
+                // modules, streams, events, device memory and sticky
+                // error (other devices' stay).
+                s.ctx[d] = None;
+                s.modules.retain(|_, l| l.dev != d);
+                s.funcs.retain(|_, (l, _)| l.dev != d);
+                for st in s.all_streams(d) {
                     st.close();
                 }
-                s.streams.clear();
-                s.default_stream = None;
-                s.events.clear();
+                s.streams.retain(|_, st| st.dev != d);
+                s.default_stream[d] = None;
+                s.events.retain(|_, e| e.dev != d);
                 s.mem
-                    .retain(|_, a| a.kind == offload_vgpu::mem::Kind::HostMapped);
-                s.device_bytes = 0;
-                STICKY.store(0, Ordering::Release);
+                    .retain(|_, a| a.dev != d || a.kind == offload_vgpu::mem::Kind::HostMapped);
+                s.device_bytes[d] = 0;
+                STICKY[d].store(0, Ordering::Release);
             }
             None => return err::INVALID_CONTEXT,
         }
@@ -265,8 +269,8 @@ unsafe extern "C" fn cuDevicePrimaryCtxGetState(
     active: *mut c_int,
 ) -> CUresult {
     guard("cuDevicePrimaryCtxGetState", || {
-        tri!(device_check(dev));
-        let on = c_int::from(state().ctx.is_some());
+        let d = tri!(device_check(dev));
+        let on = c_int::from(state().ctx[d].is_some());
         // SAFETY: as above.
         let r = unsafe { put(flags, 0) };
         if r != err::SUCCESS {
@@ -285,18 +289,19 @@ extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, _flags: c_uint) -> CUres
     })
 }
 
-/// Whether the calling thread has the live context current, as the driver
-/// requires of memory operations (a thread that never bound it, or bound
-/// one since destroyed, gets `CUDA_ERROR_INVALID_CONTEXT`).
-pub(crate) fn current_ok() -> bool {
+/// The device whose context the calling thread has current, as the
+/// driver requires of memory operations, module loads, streams and
+/// launches (a thread that never bound one, or bound one since destroyed,
+/// gets `CUDA_ERROR_INVALID_CONTEXT`).
+pub(crate) fn current() -> Result<usize, CUresult> {
     let cur = CURRENT.with(Cell::get);
-    cur != 0 && state().ctx.map(|c| c.0) == Some(cur)
+    state().device_of(cur).ok_or(err::INVALID_CONTEXT)
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
     guard("cuCtxSetCurrent", || {
-        if ctx != 0 && state().ctx.map(|c| c.0) != Some(ctx) {
+        if ctx != 0 && state().device_of(ctx).is_none() {
             return err::INVALID_CONTEXT;
         }
         CURRENT.with(|c| c.set(ctx));
@@ -311,10 +316,13 @@ extern "C" fn cuCtxSetCurrent(ctx: Handle) -> CUresult {
 unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut Handle) -> CUresult {
     guard("cuCtxGetCurrent", || {
         tri!(init_check());
-        let live = state().ctx.map(|c| c.0);
         let cur = CURRENT.with(Cell::get);
         // A destroyed context is no longer current.
-        let cur = if Some(cur) == live { cur } else { 0 };
+        let cur = if state().device_of(cur).is_some() {
+            cur
+        } else {
+            0
+        };
         // SAFETY: as above.
         unsafe { put(pctx, cur) }
     })
@@ -346,11 +354,9 @@ unsafe extern "C" fn cuCtxPopCurrent_v2(pctx: *mut Handle) -> CUresult {
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
     guard("cuCtxGetDevice", || {
-        if state().ctx.is_none() {
-            return err::INVALID_CONTEXT;
-        }
+        let d = tri!(current());
         // SAFETY: as above.
-        unsafe { put(dev, 0) }
+        unsafe { put(dev, d as c_int) }
     })
 }
 
@@ -385,11 +391,12 @@ unsafe extern "C" fn cuCtxGetStreamPriorityRange(
 #[unsafe(no_mangle)]
 extern "C" fn cuCtxSynchronize() -> CUresult {
     guard("cuCtxSynchronize", || {
-        let streams = state().all_streams();
+        let d = tri!(current());
+        let streams = state().all_streams(d);
         for s in streams {
             s.drain();
         }
-        crate::state::sticky().unwrap_or(err::SUCCESS)
+        crate::state::sticky(d).unwrap_or(err::SUCCESS)
     })
 }
 

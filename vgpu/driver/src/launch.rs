@@ -25,6 +25,7 @@ unsafe fn load(image: *const c_void) -> Result<Handle, (CUresult, String)> {
     let text = text
         .to_str()
         .map_err(|_| (err::INVALID_PTX, "the PTX text is not UTF-8".to_string()))?;
+    let dev = crate::device::current().map_err(|c| (c, "no current context".to_string()))?;
     let module = offload_vgpu::parse(text).map_err(|e| (err::INVALID_PTX, e.to_string()))?;
     let mut s = state();
     let data = if module.data_bytes > 0 {
@@ -36,6 +37,7 @@ unsafe fn load(image: *const c_void) -> Result<Handle, (CUresult, String)> {
             crate::state::Alloc {
                 backing: b.clone(),
                 kind: Kind::ModuleData,
+                dev,
             },
         );
         Some(b)
@@ -47,6 +49,7 @@ unsafe fn load(image: *const c_void) -> Result<Handle, (CUresult, String)> {
     s.modules.insert(
         h,
         Arc::new(Loaded {
+            dev,
             module,
             data,
             notes,
@@ -316,14 +319,16 @@ unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     guard("cuLaunchKernel", || {
-        if let Some(e) = sticky() {
+        let dev = tri!(crate::device::current());
+        if let Some(e) = sticky(dev) {
             return e;
         }
         if !extra.is_null() {
             return err::NOT_SUPPORTED;
         }
         let mut s = state();
-        let Some((l, i)) = s.funcs.get(&f).cloned() else {
+        // A function of another device's module is no function here.
+        let Some((l, i)) = s.funcs.get(&f).filter(|(l, _)| l.dev == dev).cloned() else {
             return err::INVALID_HANDLE;
         };
         let func = &l.module.funcs[i as usize];
@@ -347,17 +352,18 @@ unsafe extern "C" fn cuLaunchKernel(
             let v = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), p.bytes as usize) };
             buf[p.offset as usize..(p.offset + p.bytes) as usize].copy_from_slice(v);
         }
-        let Some(st) = s.stream(stream) else {
+        let Some(st) = s.stream(stream, dev) else {
             return err::INVALID_HANDLE;
         };
         let c = Config::get();
         s.launches += 1;
         let regions = s
-            .regions()
+            .regions(dev)
             .into_iter()
             .filter(|r| r.kind != Kind::ModuleData)
             .collect();
         let job = Job {
+            dev,
             loaded: l.clone(),
             func: i,
             dims: Dims {
@@ -386,12 +392,10 @@ unsafe extern "C" fn cuLaunchKernel(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuStreamCreate(h: *mut Handle, _flags: c_uint) -> CUresult {
     guard("cuStreamCreate", || {
+        let dev = tri!(crate::device::current());
         let mut s = state();
-        if s.ctx.is_none() {
-            return err::INVALID_CONTEXT;
-        }
         let k = s.handle();
-        s.streams.insert(k, Stream::new());
+        s.streams.insert(k, Stream::new(dev));
         // SAFETY: as above.
         unsafe { put(h, k) }
     })
@@ -424,15 +428,22 @@ extern "C" fn cuStreamDestroy_v2(h: Handle) -> CUresult {
     })
 }
 
+/// The stream for handle `h`: a created stream of any device, or the
+/// default stream of the current context's.
 fn stream_of(h: Handle) -> Result<Arc<Stream>, CUresult> {
-    state().stream(h).ok_or(err::INVALID_HANDLE)
+    if h <= 2 {
+        let dev = crate::device::current()?;
+        return state().stream(h, dev).ok_or(err::INVALID_HANDLE);
+    }
+    state().streams.get(&h).cloned().ok_or(err::INVALID_HANDLE)
 }
 
 #[unsafe(no_mangle)]
 extern "C" fn cuStreamSynchronize(h: Handle) -> CUresult {
     guard("cuStreamSynchronize", || {
-        tri!(stream_of(h)).drain();
-        sticky().unwrap_or(err::SUCCESS)
+        let st = tri!(stream_of(h));
+        st.drain();
+        sticky(st.dev).unwrap_or(err::SUCCESS)
     })
 }
 
@@ -440,7 +451,7 @@ extern "C" fn cuStreamSynchronize(h: Handle) -> CUresult {
 extern "C" fn cuStreamQuery(h: Handle) -> CUresult {
     guard("cuStreamQuery", || {
         let st = tri!(stream_of(h));
-        if let Some(e) = sticky() {
+        if let Some(e) = sticky(st.dev) {
             return e;
         }
         let seq = crate::state::lock(&st.progress).submitted;
@@ -474,9 +485,10 @@ extern "C" fn cuStreamWaitEvent(h: Handle, ev: Handle, _flags: c_uint) -> CUresu
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuEventCreate(h: *mut Handle, _flags: c_uint) -> CUresult {
     guard("cuEventCreate", || {
+        let dev = tri!(crate::device::current());
         let mut s = state();
         let k = s.handle();
-        s.events.insert(k, Event { at: None });
+        s.events.insert(k, Event { dev, at: None });
         // SAFETY: as above.
         unsafe { put(h, k) }
     })
@@ -485,8 +497,12 @@ unsafe extern "C" fn cuEventCreate(h: *mut Handle, _flags: c_uint) -> CUresult {
 #[unsafe(no_mangle)]
 extern "C" fn cuEventRecord(ev: Handle, stream: Handle) -> CUresult {
     guard("cuEventRecord", || {
+        let Some(dev) = state().events.get(&ev).map(|e| e.dev) else {
+            return err::INVALID_HANDLE;
+        };
         let mut s = state();
-        let Some(st) = s.stream(stream) else {
+        // The event and the stream are of one context.
+        let Some(st) = s.stream(stream, dev) else {
             return err::INVALID_HANDLE;
         };
         let seq = crate::state::lock(&st.progress).submitted;
@@ -511,7 +527,7 @@ extern "C" fn cuEventQuery(ev: Handle) -> CUresult {
         let Some(e) = state().events.get(&ev).cloned() else {
             return err::INVALID_HANDLE;
         };
-        if let Some(code) = sticky() {
+        if let Some(code) = sticky(e.dev) {
             return code;
         }
         match e.at {
@@ -530,7 +546,7 @@ extern "C" fn cuEventSynchronize(ev: Handle) -> CUresult {
         if let Some((st, seq)) = e.at {
             st.wait_for(seq);
         }
-        sticky().unwrap_or(err::SUCCESS)
+        sticky(e.dev).unwrap_or(err::SUCCESS)
     })
 }
 

@@ -11,10 +11,14 @@
 //!
 //! # The API subset
 //!
-//! Initialization and versions; one device (ordinal 0) with its
-//! attributes (SM count, threads per SM and compute capability from the
-//! environment: see the `config` module), name, UUID and memory; the primary
-//! context (retain, release, flags, current context); streams and events;
+//! Initialization and versions; one device, or as many as
+//! `OFFLOAD_VGPU_DEVICES` says, each with its attributes (SM count, threads
+//! per SM and compute capability from the environment: see the `config`
+//! module), name, UUID and memory; each device's primary context (retain,
+//! release, flags, the calling thread's current context: memory, modules,
+//! streams, events and launches belong to the current context's device,
+//! and a kernel reaches only its device's memory and mapped host memory);
+//! streams and events;
 //! device memory (alloc, free, memset, synchronous and asynchronous copies
 //! in every direction, memory info); pinned host memory mapped for the
 //! device and its device pointer; modules from PTX text (with the JIT

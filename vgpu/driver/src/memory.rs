@@ -1,7 +1,9 @@
 //! Device memory, pinned mapped host memory, copies and memsets. Device
 //! addresses are the host addresses of the simulator's allocations; a copy
 //! is checked against them and refused (`CUDA_ERROR_INVALID_VALUE`) when
-//! its device range is not inside one allocation.
+//! its device range is not inside one allocation. An allocation belongs
+//! to the device whose context is current when it is made; a copy may
+//! name any device's memory (unified addressing, as with peer access).
 
 use crate::config::Config;
 use crate::device::tri;
@@ -14,26 +16,40 @@ use std::sync::Arc;
 
 type DevPtr = u64;
 
-fn alloc(s: &mut State, bytes: usize, kind: Kind) -> Result<u64, CUresult> {
+/// An allocation of `bytes` of `kind` in the calling thread's current
+/// context.
+fn alloc(bytes: usize, kind: Kind) -> Result<u64, CUresult> {
+    let dev = crate::device::current()?;
+    let mut s = state();
     if kind == Kind::Device {
-        if s.device_bytes + bytes as u64 > Config::get().memory {
+        if s.device_bytes[dev] + bytes as u64 > Config::get().memory {
             return Err(err::OUT_OF_MEMORY);
         }
-        s.device_bytes += bytes as u64;
+        s.device_bytes[dev] += bytes as u64;
     }
-    let b = Backing::new(bytes).ok_or(err::OUT_OF_MEMORY)?;
+    let Some(b) = Backing::new(bytes) else {
+        if kind == Kind::Device {
+            s.device_bytes[dev] -= bytes as u64;
+        }
+        return Err(err::OUT_OF_MEMORY);
+    };
     let a = b.addr();
-    s.mem.insert(a, Alloc { backing: b, kind });
+    s.mem.insert(
+        a,
+        Alloc {
+            backing: b,
+            kind,
+            dev,
+        },
+    );
     Ok(a)
 }
 
 /// Frees the device allocation `b` if it is still live.
 pub(crate) fn free_exact(s: &mut State, b: &Arc<Backing>) {
-    if s.mem
-        .get(&b.addr())
-        .is_some_and(|a| Arc::ptr_eq(&a.backing, b))
-    {
-        s.device_bytes -= b.len() as u64;
+    if let Some(a) = s.mem.get(&b.addr()).filter(|a| Arc::ptr_eq(&a.backing, b)) {
+        let dev = a.dev;
+        s.device_bytes[dev] -= b.len() as u64;
         s.mem.remove(&b.addr());
     }
 }
@@ -43,7 +59,8 @@ fn free(s: &mut State, p: u64, kind: Kind) -> CUresult {
     match s.mem.get(&p) {
         Some(a) if a.kind == kind => {
             if kind == Kind::Device {
-                s.device_bytes -= a.backing.len() as u64;
+                let dev = a.dev;
+                s.device_bytes[dev] -= a.backing.len() as u64;
             }
             s.mem.remove(&p);
             err::SUCCESS
@@ -61,7 +78,7 @@ unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytes: usize) -> CUresult 
         if bytes == 0 {
             return err::INVALID_VALUE;
         }
-        let a = tri!(alloc(&mut state(), bytes, Kind::Device));
+        let a = tri!(alloc(bytes, Kind::Device));
         // SAFETY: the caller's pointer, checked for null by `put`.
         unsafe { put(dptr, a) }
     })
@@ -79,8 +96,15 @@ unsafe extern "C" fn cuMemAllocAsync(dptr: *mut DevPtr, bytes: usize, _stream: H
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFree_v2(p: DevPtr) -> CUresult {
     guard("cuMemFree_v2", || {
-        // A launch still running may use the memory: wait for every stream.
-        let streams = state().all_streams();
+        // A launch still running may use the memory: wait for every stream
+        // of its device.
+        let streams = {
+            let s = state();
+            match s.mem.get(&p) {
+                Some(a) => s.all_streams(a.dev),
+                None => Vec::new(),
+            }
+        };
         for s in streams {
             s.drain();
         }
@@ -93,12 +117,13 @@ extern "C" fn cuMemFree_v2(p: DevPtr) -> CUresult {
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFreeAsync(p: DevPtr, stream: Handle) -> CUresult {
     guard("cuMemFreeAsync", || {
+        let dev = tri!(crate::device::current());
         let mut s = state();
         let b = match s.mem.get(&p) {
             Some(a) if a.kind == Kind::Device => a.backing.clone(),
             _ => return err::INVALID_VALUE,
         };
-        let Some(st) = s.stream(stream) else {
+        let Some(st) = s.stream(stream, dev) else {
             return err::INVALID_HANDLE;
         };
         drop(s);
@@ -113,8 +138,9 @@ extern "C" fn cuMemFreeAsync(p: DevPtr, stream: Handle) -> CUresult {
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuMemGetInfo_v2(free_b: *mut usize, total: *mut usize) -> CUresult {
     guard("cuMemGetInfo_v2", || {
+        let dev = tri!(crate::device::current());
         let t = Config::get().memory;
-        let used = state().device_bytes;
+        let used = state().device_bytes[dev];
         // SAFETY: as above.
         let r = unsafe { put(free_b, t.saturating_sub(used) as usize) };
         if r != err::SUCCESS {
@@ -135,7 +161,7 @@ unsafe extern "C" fn cuMemHostAlloc(
     _flags: c_uint,
 ) -> CUresult {
     guard("cuMemHostAlloc", || {
-        let a = tri!(alloc(&mut state(), bytes, Kind::HostMapped));
+        let a = tri!(alloc(bytes, Kind::HostMapped));
         // SAFETY: as above.
         unsafe { put(pp, a as *mut c_void) }
     })
@@ -155,7 +181,8 @@ unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -> CU
 #[unsafe(no_mangle)]
 extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     guard("cuMemFreeHost", || {
-        let streams = state().all_streams();
+        // Every device's launches may use mapped host memory.
+        let streams = state().every_stream();
         for s in streams {
             s.drain();
         }
@@ -188,23 +215,22 @@ unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     })
 }
 
-/// Waits for `stream`'s launches (all streams for the default one).
+/// Waits for `stream`'s launches (all the current device's streams for
+/// the default one).
 fn order(stream: Handle) -> Result<(), CUresult> {
-    if !crate::device::current_ok() {
-        return Err(err::INVALID_CONTEXT);
-    }
+    let dev = crate::device::current()?;
     let st = {
         let mut s = state();
         if stream <= 2 {
-            s.all_streams()
+            s.all_streams(dev)
         } else {
-            vec![s.stream(stream).ok_or(err::INVALID_HANDLE)?]
+            vec![s.stream(stream, dev).ok_or(err::INVALID_HANDLE)?]
         }
     };
     for s in st {
         s.drain();
     }
-    match sticky() {
+    match sticky(dev) {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -255,8 +281,9 @@ unsafe fn dtoh(dst: *mut c_void, src: DevPtr, n: usize, stream: Handle) -> CUres
                 .map(|(base, a)| (a.backing.clone(), (dst as u64 - base) as usize))
         };
         if let Some(to) = pinned {
+            let dev = tri!(crate::device::current());
             let from = tri!(device_range(src, n));
-            let Some(st) = state().stream(stream) else {
+            let Some(st) = state().stream(stream, dev) else {
                 return err::INVALID_HANDLE;
             };
             st.submit(crate::state::Work::Copy { from, to, n });

@@ -1,6 +1,10 @@
-//! The driver's state: the one virtual device and its primary context,
+//! The driver's state: the virtual devices and their primary contexts,
 //! allocations, loaded modules and functions, streams (each a worker thread
-//! that runs its kernel launches in order) and events.
+//! that runs its kernel launches in order) and events. Each module,
+//! stream, event and device allocation belongs to the device whose context
+//! was current when it was made; a kernel reaches its device's allocations
+//! and every mapped host allocation (unified addressing: every address is
+//! unique across devices, and a copy may name any device's memory).
 //!
 //! Only kernel launches are asynchronous. Every other stream operation
 //! (copies, memsets, frees) first waits for the stream's earlier launches
@@ -8,7 +12,7 @@
 //! semantics and lets a copy from pageable host memory read its source
 //! before the call returns, as CUDA's staging does.
 
-use crate::config::Config;
+use crate::config::{Config, MAX_DEVICES};
 use crate::err::{self, CUresult};
 use offload_vgpu::mem::{Backing, Kind, Region};
 use offload_vgpu::{Dims, Module, SimOptions};
@@ -21,6 +25,8 @@ use std::time::Instant;
 /// A module loaded into the context.
 #[derive(Debug)]
 pub(crate) struct Loaded {
+    /// The device it was loaded on.
+    pub(crate) dev: usize,
     pub(crate) module: Module,
     /// Its `.global`/`.const` data, if it has any.
     pub(crate) data: Option<Arc<Backing>>,
@@ -34,6 +40,9 @@ pub(crate) struct Loaded {
 pub(crate) struct Alloc {
     pub(crate) backing: Arc<Backing>,
     pub(crate) kind: Kind,
+    /// The device whose context made it (a mapped host allocation is
+    /// reachable from every device).
+    pub(crate) dev: usize,
 }
 
 /// Work a stream runs in order on its thread.
@@ -57,6 +66,8 @@ pub(crate) enum Work {
 
 /// A kernel launch waiting on a stream.
 pub(crate) struct Job {
+    /// The device it runs on.
+    pub(crate) dev: usize,
     pub(crate) loaded: Arc<Loaded>,
     pub(crate) func: u32,
     pub(crate) dims: Dims,
@@ -75,6 +86,8 @@ pub(crate) struct Progress {
 /// A stream: a worker thread running its launches in order.
 #[derive(Debug)]
 pub(crate) struct Stream {
+    /// The device whose work it runs.
+    pub(crate) dev: usize,
     pub(crate) progress: Mutex<Progress>,
     pub(crate) done: Condvar,
     tx: Mutex<Option<mpsc::Sender<Work>>>,
@@ -84,9 +97,11 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn new() -> Arc<Stream> {
+    /// A stream of device `dev`, with its worker thread.
+    pub(crate) fn new(dev: usize) -> Arc<Stream> {
         let (tx, rx) = mpsc::channel::<Work>();
         let s = Arc::new(Stream {
+            dev,
             progress: Mutex::new(Progress::default()),
             done: Condvar::new(),
             tx: Mutex::new(Some(tx)),
@@ -94,7 +109,7 @@ impl Stream {
         });
         let me = Arc::downgrade(&s);
         std::thread::Builder::new()
-            .name("vgpu-stream".into())
+            .name(format!("vgpu{dev}-stream"))
             .spawn(move || {
                 for work in rx {
                     match work {
@@ -163,6 +178,8 @@ impl Stream {
 /// An event: a point in a stream.
 #[derive(Clone, Debug)]
 pub(crate) struct Event {
+    /// The device whose context made it.
+    pub(crate) dev: usize,
     pub(crate) at: Option<(Arc<Stream>, u64)>,
 }
 
@@ -171,17 +188,18 @@ pub(crate) struct Event {
 pub(crate) struct State {
     pub(crate) initialized: bool,
     next: usize,
-    /// The primary context's handle and reference count.
-    pub(crate) ctx: Option<(usize, u32)>,
+    /// Per device, the primary context's handle and reference count.
+    pub(crate) ctx: [Option<(usize, u32)>; MAX_DEVICES],
     /// Allocations by address.
     pub(crate) mem: BTreeMap<u64, Alloc>,
-    pub(crate) device_bytes: u64,
+    /// Per device, the bytes of its device allocations.
+    pub(crate) device_bytes: [u64; MAX_DEVICES],
     pub(crate) modules: HashMap<usize, Arc<Loaded>>,
     pub(crate) funcs: HashMap<usize, (Arc<Loaded>, u32)>,
     pub(crate) streams: HashMap<usize, Arc<Stream>>,
     pub(crate) events: HashMap<usize, Event>,
-    /// The NULL (legacy default) stream.
-    pub(crate) default_stream: Option<Arc<Stream>>,
+    /// Per device, the NULL (legacy default) stream.
+    pub(crate) default_stream: [Option<Arc<Stream>>; MAX_DEVICES],
     /// Launches made, for the per-launch seed.
     pub(crate) launches: u64,
 }
@@ -200,28 +218,51 @@ impl State {
         (addr + len <= base + a.backing.len() as u64).then_some((base, a))
     }
 
-    /// The stream for a handle (0, 1 and 2 are the default stream).
-    pub(crate) fn stream(&mut self, h: usize) -> Option<Arc<Stream>> {
-        if h <= 2 {
-            return Some(self.default_stream.get_or_insert_with(Stream::new).clone());
-        }
-        self.streams.get(&h).cloned()
+    /// The device whose live primary context is `ctx`.
+    pub(crate) fn device_of(&self, ctx: usize) -> Option<usize> {
+        (ctx != 0)
+            .then(|| self.ctx.iter().position(|c| c.is_some_and(|c| c.0 == ctx)))
+            .flatten()
     }
 
-    /// Every stream, the default one included.
-    pub(crate) fn all_streams(&self) -> Vec<Arc<Stream>> {
+    /// The stream for a handle in device `dev`'s context (0, 1 and 2 are
+    /// its default stream); a stream of another device is no stream there.
+    pub(crate) fn stream(&mut self, h: usize, dev: usize) -> Option<Arc<Stream>> {
+        if h <= 2 {
+            return Some(
+                self.default_stream[dev]
+                    .get_or_insert_with(|| Stream::new(dev))
+                    .clone(),
+            );
+        }
+        self.streams.get(&h).filter(|s| s.dev == dev).cloned()
+    }
+
+    /// Every stream of device `dev`, its default one included.
+    pub(crate) fn all_streams(&self, dev: usize) -> Vec<Arc<Stream>> {
         self.streams
             .values()
-            .chain(self.default_stream.iter())
+            .filter(|s| s.dev == dev)
+            .chain(self.default_stream[dev].iter())
             .cloned()
             .collect()
     }
 
-    /// The memory a launch may reach now: every device and mapped host
-    /// allocation.
-    pub(crate) fn regions(&self) -> Vec<Region> {
+    /// Every stream of every device.
+    pub(crate) fn every_stream(&self) -> Vec<Arc<Stream>> {
+        self.streams
+            .values()
+            .chain(self.default_stream.iter().flatten())
+            .cloned()
+            .collect()
+    }
+
+    /// The memory a launch on device `dev` may reach now: the device's
+    /// allocations and every mapped host allocation.
+    pub(crate) fn regions(&self, dev: usize) -> Vec<Region> {
         self.mem
             .values()
+            .filter(|a| a.dev == dev || a.kind == Kind::HostMapped)
             .map(|a| Region {
                 kind: a.kind,
                 backing: a.backing.clone(),
@@ -236,13 +277,13 @@ pub(crate) fn state() -> MutexGuard<'static, State> {
     lock(S.get_or_init(|| Mutex::new(State::default())))
 }
 
-/// The context's sticky error: once a launch fails, the context is
-/// unusable (as on a GPU) until it is destroyed.
-pub(crate) static STICKY: AtomicU64 = AtomicU64::new(0);
+/// Per device, its context's sticky error: once a launch fails, the
+/// context is unusable (as on a GPU) until it is destroyed.
+pub(crate) static STICKY: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
-/// The sticky error, if any.
-pub(crate) fn sticky() -> Option<CUresult> {
-    match STICKY.load(Ordering::Acquire) {
+/// Device `dev`'s sticky error, if any.
+pub(crate) fn sticky(dev: usize) -> Option<CUresult> {
+    match STICKY[dev].load(Ordering::Acquire) {
         0 => None,
         c => Some(c as CUresult),
     }
@@ -255,7 +296,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Runs a launch; returns its noted counters (`crate::stats::noted`),
 /// empty when it did not run or failed.
 fn run_job(job: Job) -> BTreeMap<String, u64> {
-    if sticky().is_some() {
+    if sticky(job.dev).is_some() {
         return BTreeMap::new();
     }
     let f = &job.loaded.module.funcs[job.func as usize];
@@ -273,7 +314,8 @@ fn run_job(job: Job) -> BTreeMap<String, u64> {
         Ok(stats) => {
             if Config::get().trace > 0 {
                 eprintln!(
-                    "offload-vgpu: `{}` grid {:?} block {:?}: {} instructions in {:.3} s ({:.1} M/s, seed {})",
+                    "offload-vgpu{}: `{}` grid {:?} block {:?}: {} instructions in {:.3} s ({:.1} M/s, seed {})",
+                    job.dev,
                     f.name,
                     job.dims.grid,
                     job.dims.block,
@@ -310,9 +352,9 @@ fn run_job(job: Job) -> BTreeMap<String, u64> {
                 _ => err::LAUNCH_FAILED,
             };
             let msg = e.to_string();
-            eprintln!("offload-vgpu: {msg}");
+            eprintln!("offload-vgpu{}: {msg}", job.dev);
             err::set_detail(code, msg);
-            STICKY.store(u64::from(code), Ordering::Release);
+            STICKY[job.dev].store(u64::from(code), Ordering::Release);
             BTreeMap::new()
         }
     }

@@ -195,7 +195,8 @@ unsafe fn write_lines(counters: &BTreeMap<String, u64>, buf: *mut u8, cap: usize
 /// Writes the noted counters of the launches stream `stream` (a
 /// `CUstream`; null for the default stream) has finished, as
 /// `offload_vgpu_counters` writes its counters, and returns their length;
-/// `usize::MAX` when there is no such stream.
+/// `usize::MAX` when there is no such stream (the default stream needs a
+/// current context).
 ///
 /// # Safety
 ///
@@ -206,7 +207,16 @@ pub unsafe extern "C" fn offload_vgpu_stream_counters(
     buf: *mut u8,
     cap: usize,
 ) -> usize {
-    let Some(st) = crate::state::state().stream(stream) else {
+    // A created stream of any device; the default stream of the current
+    // context's device.
+    let st = if stream <= 2 {
+        crate::device::current()
+            .ok()
+            .and_then(|dev| crate::state::state().stream(stream, dev))
+    } else {
+        crate::state::state().streams.get(&stream).cloned()
+    };
+    let Some(st) = st else {
         return usize::MAX;
     };
     // SAFETY: the caller's contract is `write_lines`'s.
