@@ -54,5 +54,5 @@ pub use heap::{
 };
 pub use layout::{Header, Ref};
 pub use pages::{PageKind, PageStats, PageTable};
-pub use resident::{Mirror, RawImage, ResidencyStats};
+pub use resident::{MAX_MIRRORS, Mirror, MirrorId, RawImage, ResidencyStats};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};

@@ -1,15 +1,30 @@
-//! Residency: the heap's image on a device, kept coherent with the host's
+//! Residency: the heap's images on devices, kept coherent with the host's
 //! chunk by chunk.
 //!
-//! A runtime with a GPU keeps a copy of the heap on the device across
-//! launches (the device's [`Mirror`]). The heap is cut into chunks of
-//! [`CHUNK_BYTES`], and each chunk has two bits:
+//! A runtime with GPUs keeps a copy of the heap on each across launches
+//! (each device's [`Mirror`], up to [`MAX_MIRRORS`], named by the
+//! [`MirrorId`] [`Heap::attach_mirror`] gives it). The heap is cut into
+//! chunks of [`CHUNK_BYTES`], and each chunk has
 //!
-//! * **host-stale**: the device wrote it since the host last had it; a
-//!   host access fetches it first ([`Heap::fetch`], called by every typed
-//!   load and store; [`Heap::sync_host`] fetches them all at once);
-//! * **device-stale**: the host wrote it since the device last had it; the
-//!   next launch sends it ([`Heap::take_device_stale`]).
+//! * **host-stale**, with its **owners**: devices wrote it since the host
+//!   last had it, and the owners are which; a host access fetches it first
+//!   ([`Heap::fetch`], called by every typed load and store;
+//!   [`Heap::sync_host`] fetches them all at once);
+//! * **device-stale**, per device: the host (or another device) wrote it
+//!   since this device last had it; the device's next launch sends it
+//!   ([`Heap::take_device_stale`]), fetching it first from the devices that
+//!   own it.
+//!
+//! **Several owners** (two devices wrote one chunk, e.g. different
+//! elements of one array in a launch split between them): each owner's
+//! image differs from the host's bytes — the version all of them started
+//! from, since a device is sent every stale chunk it may write before its
+//! kernel runs and the host cannot write a host-stale chunk without
+//! fetching it — exactly where that device wrote. A fetch merges: every
+//! byte an owner changed takes that owner's value, so writes of different
+//! elements all land (as a multiple-writer distributed shared memory
+//! merges a page's twins). Two devices writing the same byte differently
+//! is a race in the program; the later owner in [`MirrorId`] order wins.
 //!
 //! Bytes of a chunk where neither bit is set are equal on both sides
 //! below eden's top; above the top, nothing is meaningful on either side
@@ -26,7 +41,8 @@
 //! one copy, so a large array moves at bus speed however it is chunked.
 //!
 //! Host writes that race a kernel writing the same chunk are a data race
-//! at chunk granularity (the device's copy wins when fetched). A GPU
+//! at chunk granularity (the device's copy wins when fetched; with one
+//! owner the fetch copies the chunk whole). A GPU
 //! launch's own host work (replays, a safepoint's operation) writes while
 //! its kernel is stopped or waiting; a launch beside it on the same GPU
 //! holds chunks disjoint from its own ([`Heap::take_device_stale_in`]
@@ -36,7 +52,7 @@
 
 use crate::heap::{Heap, HeapError};
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Bytes per coherence chunk.
@@ -46,7 +62,30 @@ pub const CHUNK_BYTES: usize = 1 << CHUNK_SHIFT;
 /// `b >> CHUNK_SHIFT`.
 pub const CHUNK_SHIFT: u32 = 16;
 
-/// The device's copy of the heap, as the host sees it: where host-stale
+/// The most devices whose images of one heap are kept coherent (a DGX has
+/// eight GPUs; a chunk's owners are a byte of bits).
+pub const MAX_MIRRORS: usize = 8;
+
+/// One device's image of the heap: its number among the heap's mirrors,
+/// in the order they were attached ([`Heap::attach_mirror`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MirrorId(u8);
+
+impl MirrorId {
+    /// The first mirror attached (a runtime with one GPU has only it).
+    pub const FIRST: MirrorId = MirrorId(0);
+
+    /// Its number, `0..MAX_MIRRORS`.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
+    fn bit(self) -> u8 {
+        1 << self.0
+    }
+}
+
+/// A device's copy of the heap, as the host sees it: where host-stale
 /// chunks come from.
 pub trait Mirror: Send + Sync {
     /// Copy the device's bytes `[at, at + dst.len())` of the heap image into
@@ -144,11 +183,21 @@ impl Bits {
     }
 }
 
-/// Coherence state of a heap with a device copy (see the module docs).
+/// Coherence state of a heap with device copies (see the module docs).
 pub(crate) struct Residency {
-    mirror: OnceLock<Arc<dyn Mirror>>,
+    /// The devices' images, in attach order; `attached` of them are set.
+    mirrors: [OnceLock<Arc<dyn Mirror>>; MAX_MIRRORS],
+    /// Per mirror, its device-stale bits (made when it is attached).
+    device_stale: [OnceLock<Bits>; MAX_MIRRORS],
+    attached: AtomicUsize,
+    /// Serializes attaching.
+    attach_lock: Mutex<()>,
+    chunks: usize,
     host_stale: Bits,
-    device_stale: Bits,
+    /// Per chunk, the mirrors holding bytes newer than the host's (a bit
+    /// per [`MirrorId`]): set before the chunk's host-stale bit, cleared
+    /// by the fetch.
+    owners: Box<[AtomicU8]>,
     /// Host-stale chunks now: the fast path of every host access is one
     /// load of this.
     stale: AtomicU64,
@@ -162,7 +211,7 @@ pub(crate) struct Residency {
 impl std::fmt::Debug for Residency {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Residency")
-            .field("mirrored", &self.mirror.get().is_some())
+            .field("mirrors", &self.attached)
             .field("stale", &self.stale)
             .finish_non_exhaustive()
     }
@@ -172,9 +221,13 @@ impl Residency {
     pub(crate) fn new(max_bytes: usize) -> Residency {
         let chunks = max_bytes.div_ceil(CHUNK_BYTES);
         Residency {
-            mirror: OnceLock::new(),
+            mirrors: std::array::from_fn(|_| OnceLock::new()),
+            device_stale: std::array::from_fn(|_| OnceLock::new()),
+            attached: AtomicUsize::new(0),
+            attach_lock: Mutex::new(()),
+            chunks,
             host_stale: Bits::new(chunks),
-            device_stale: Bits::new(chunks),
+            owners: (0..chunks).map(|_| AtomicU8::new(0)).collect(),
             stale: AtomicU64::new(0),
             fetch_lock: Mutex::new(()),
             fetched: AtomicU64::new(0),
@@ -183,7 +236,21 @@ impl Residency {
 
     #[inline]
     pub(crate) fn mirrored(&self) -> bool {
-        self.mirror.get().is_some()
+        self.attached.load(Ordering::Acquire) != 0
+    }
+
+    /// The mirrors attached, with their device-stale bits.
+    fn each(&self) -> impl Iterator<Item = (MirrorId, &Bits)> {
+        let n = self.attached.load(Ordering::Acquire);
+        self.device_stale[..n]
+            .iter()
+            .enumerate()
+            .filter_map(|(k, b)| Some((MirrorId(k as u8), b.get()?)))
+    }
+
+    /// Mirror `m`'s device-stale bits (none before it is attached).
+    fn stale_on(&self, m: MirrorId) -> Option<&Bits> {
+        self.device_stale.get(m.index())?.get()
     }
 
     #[inline]
@@ -225,7 +292,8 @@ fn split_around(r: Range<usize>, holes: &[usize]) -> Vec<Range<usize>> {
 pub struct ResidencyStats {
     /// Chunks the device holds newer bytes of.
     pub host_stale_chunks: u64,
-    /// Chunks the host holds newer bytes of.
+    /// Chunks the host holds newer bytes of than a device, summed over the
+    /// devices (a chunk two devices lack counts twice).
     pub device_stale_chunks: u64,
     /// Bytes fetched from the device so far (by host reads and writes,
     /// [`Heap::fetch`] and [`Heap::sync_host`]).
@@ -234,16 +302,30 @@ pub struct ResidencyStats {
 
 impl Heap {
     /// Keep a copy of this heap on a device from now on: every chunk below
-    /// eden's top is device-stale (the device has nothing yet), and host
-    /// accesses to chunks the device writes fetch them from `mirror`.
-    /// Returns false (and changes nothing) when a mirror is attached
-    /// already.
-    pub fn attach_mirror(&self, mirror: Arc<dyn Mirror>) -> bool {
-        if self.res.mirror.set(mirror).is_err() {
-            return false;
+    /// eden's top is device-stale for it (the device has nothing yet), and
+    /// host accesses to chunks the device writes fetch them from `mirror`.
+    /// Its name for the calls that concern one device; `None` (and nothing
+    /// changes) when [`MAX_MIRRORS`] are attached already.
+    pub fn attach_mirror(&self, mirror: Arc<dyn Mirror>) -> Option<MirrorId> {
+        let _one = self
+            .res
+            .attach_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let k = self.res.attached.load(Ordering::Acquire);
+        if k == MAX_MIRRORS {
+            return None;
         }
-        self.host_wrote(0, self.used() as usize);
-        true
+        let id = MirrorId(k as u8);
+        let bits = Bits::new(self.res.chunks);
+        for c in chunks_of(0, self.used() as usize) {
+            bits.set(c);
+        }
+        // Set before `attached` counts it: every reader finds both.
+        let _ = self.res.mirrors[k].set(mirror);
+        let _ = self.res.device_stale[k].set(bits);
+        self.res.attached.store(k + 1, Ordering::Release);
+        Some(id)
     }
 
     /// Whether a device keeps a copy of this heap.
@@ -256,7 +338,7 @@ impl Heap {
     pub fn residency(&self) -> ResidencyStats {
         ResidencyStats {
             host_stale_chunks: self.res.stale.load(Ordering::Relaxed),
-            device_stale_chunks: self.res.device_stale.count(),
+            device_stale_chunks: self.res.each().map(|(_, b)| b.count()).sum(),
             fetched_bytes: self.res.fetched.load(Ordering::Relaxed),
         }
     }
@@ -319,62 +401,126 @@ impl Heap {
 
     #[cold]
     fn fetch_chunks(&self, chunks: Range<usize>) -> Result<u64, HeapError> {
-        let Some(mirror) = self.res.mirror.get() else {
+        if !self.res.mirrored() {
             return Ok(0);
-        };
+        }
         let _one = self
             .res
             .fetch_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Memory above the high-water mark must stay zero (carves do not
-        // zero it), and nothing the device wrote lies there.
+        // zero it), and nothing a device wrote lies there.
         let limit = (self.high_water() as usize * 8).min(self.committed());
         let mut moved = 0u64;
         for run in self.res.host_stale.runs(chunks) {
-            let start = run.start * CHUNK_BYTES;
-            let end = (run.end * CHUNK_BYTES).min(limit);
-            if start < end {
-                // SAFETY: `[start, end)` is committed (below `limit`). Its
-                // chunks are host-stale, so no host code reads or writes
-                // them until their bits clear below: every accessor fetches
-                // first, and fetches are serialized by `fetch_lock`.
-                let dst = unsafe { self.region.bytes_mut(start, end - start) };
-                mirror.fetch(start, dst).map_err(|e| HeapError::Device {
-                    bytes: start..end,
-                    message: e,
-                })?;
-                moved += (end - start) as u64;
-            }
-            for c in run {
-                if self.res.host_stale.clear(c) {
-                    self.res.stale.fetch_sub(1, Ordering::AcqRel);
+            // Runs of chunks with the same owners: one copy each when one
+            // device owns them, a merge per chunk otherwise.
+            let mut c = run.start;
+            while c < run.end {
+                let own = self.res.owners[c].load(Ordering::Acquire);
+                let mut e = c + 1;
+                while e < run.end && self.res.owners[e].load(Ordering::Acquire) == own {
+                    e += 1;
                 }
+                let (start, end) = (c * CHUNK_BYTES, (e * CHUNK_BYTES).min(limit));
+                if start < end {
+                    moved += self.fetch_owned(own, start..end)?;
+                }
+                for k in c..e {
+                    self.fetched_chunk(k, own);
+                }
+                c = e;
             }
         }
         self.res.fetched.fetch_add(moved, Ordering::Relaxed);
         Ok(moved)
     }
 
-    /// The 8 bytes at `at` (8-aligned) as the device holds them, when its
-    /// chunk is host-stale; `None` when the host's bytes are current.
-    pub(crate) fn peek_device(&self, at: usize) -> Result<Option<u64>, HeapError> {
-        let Some(mirror) = self.res.mirror.get() else {
-            return Ok(None);
+    /// Bring bytes `run` (committed, host-stale chunks whose owners are
+    /// `own`) from their owners: a copy from the one owner, or each
+    /// owner's bytes merged over the host's (module docs). Returns the
+    /// bytes moved.
+    fn fetch_owned(&self, own: u8, run: Range<usize>) -> Result<u64, HeapError> {
+        let owners: Vec<(MirrorId, &Arc<dyn Mirror>)> = (0..MAX_MIRRORS)
+            .filter(|k| own & (1 << k) != 0)
+            .filter_map(|k| Some((MirrorId(k as u8), self.res.mirrors[k].get()?)))
+            .collect();
+        let failed = |e: String| HeapError::Device {
+            bytes: run.clone(),
+            message: e,
         };
-        if !self.res.host_stale.get(at / CHUNK_BYTES) {
+        // SAFETY: `run` is committed (below the high-water mark). Its
+        // chunks are host-stale, so no host code reads or writes them until
+        // their bits clear: every accessor fetches first, and fetches are
+        // serialized by `fetch_lock`.
+        let dst = unsafe { self.region.bytes_mut(run.start, run.len()) };
+        match owners.as_slice() {
+            [] => Ok(0),
+            [(_, m)] => {
+                m.fetch(run.start, dst).map_err(failed)?;
+                Ok(run.len() as u64)
+            }
+            several => {
+                let base = dst.to_vec();
+                let mut theirs = vec![0u8; run.len()];
+                for (_, m) in several {
+                    // Bytes the owner's image does not reach are the base.
+                    theirs.copy_from_slice(&base);
+                    m.fetch(run.start, &mut theirs).map_err(failed)?;
+                    for ((d, &t), &b) in dst.iter_mut().zip(&theirs).zip(&base) {
+                        if t != b {
+                            *d = t;
+                        }
+                    }
+                }
+                Ok((run.len() * several.len()) as u64)
+            }
+        }
+    }
+
+    /// Chunk `c`'s bytes from owners `own` are on the host now: those
+    /// owners are no longer ahead of it, and it is current on the host
+    /// unless another device wrote it meanwhile.
+    fn fetched_chunk(&self, c: usize, own: u8) {
+        let left = self.res.owners[c].fetch_and(!own, Ordering::AcqRel) & !own;
+        if left == 0 && self.res.host_stale.clear(c) {
+            self.res.stale.fetch_sub(1, Ordering::AcqRel);
+            // A device that marked it between the two steps set its owner
+            // bit first: the chunk stays host-stale for it.
+            if self.res.owners[c].load(Ordering::Acquire) != 0 && self.res.host_stale.set(c) {
+                self.res.stale.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// The 8 bytes at `at` (8-aligned) as the devices hold them, when its
+    /// chunk is host-stale; `None` when the host's bytes are current
+    /// (after a fetch of the chunk, when several devices wrote it).
+    pub(crate) fn peek_device(&self, at: usize) -> Result<Option<u64>, HeapError> {
+        let c = at / CHUNK_BYTES;
+        if !self.res.mirrored() || !self.res.host_stale.get(c) {
             return Ok(None);
         }
+        let own = self.res.owners[c].load(Ordering::Acquire);
+        let m = match own.count_ones() {
+            1 => self.res.mirrors[own.trailing_zeros() as usize].get(),
+            _ => None,
+        };
+        let Some(m) = m else {
+            self.fetch_chunks(c..c + 1)?;
+            return Ok(None);
+        };
         let mut b = [0u8; 8];
-        mirror.fetch(at, &mut b).map_err(|e| HeapError::Device {
+        m.fetch(at, &mut b).map_err(|e| HeapError::Device {
             bytes: at..at + 8,
             message: e,
         })?;
         Ok(Some(u64::from_le_bytes(b)))
     }
 
-    /// Before the host writes `[at, at + len)`: fetch what the device
-    /// wrote there, and mark it for the device.
+    /// Before the host writes `[at, at + len)`: fetch what the devices
+    /// wrote there, and mark it for them.
     #[inline]
     pub(crate) fn writable(&self, at: usize, len: usize) -> Result<(), HeapError> {
         if self.res.mirrored() {
@@ -385,68 +531,104 @@ impl Heap {
     }
 
     /// The host wrote bytes `[start, end)` (their chunks must not be
-    /// host-stale): the next launch sends them. Code that writes the heap
-    /// without [`Heap`]'s accessors (a compiled CPU kernel) calls this
-    /// after, over what it may have written.
+    /// host-stale): each device's next launch sends them. Code that writes
+    /// the heap without [`Heap`]'s accessors (a compiled CPU kernel) calls
+    /// this after, over what it may have written.
     pub fn host_wrote(&self, start: usize, end: usize) {
         if !self.res.mirrored() {
             return;
         }
-        for c in chunks_of(start, end) {
-            self.res.device_stale.set(c);
+        for (_, bits) in self.res.each() {
+            for c in chunks_of(start, end) {
+                bits.set(c);
+            }
         }
     }
 
-    /// The device wrote bytes `[start, end)` (below the top it leaves):
+    /// Device `m` wrote bytes `[start, end)` (below the top it leaves):
     /// host accesses fetch them first.
-    pub fn device_wrote(&self, start: usize, end: usize) {
+    pub fn device_wrote(&self, m: MirrorId, start: usize, end: usize) {
         for c in chunks_of(start, end) {
-            self.device_wrote_chunk(c);
+            self.device_wrote_chunk(m, c);
         }
     }
 
-    /// The device wrote chunk `c` (a device's dirty map, byte `c`).
-    pub fn device_wrote_chunk(&self, c: usize) {
-        if self.res.mirrored() && self.res.host_stale.set(c) {
+    /// Device `m` wrote chunk `c` (its dirty map, byte `c`): the host
+    /// fetches it before touching it, and every other device's copy of it
+    /// is old.
+    pub fn device_wrote_chunk(&self, m: MirrorId, c: usize) {
+        if !self.res.mirrored() || c >= self.res.chunks {
+            return;
+        }
+        self.res.owners[c].fetch_or(m.bit(), Ordering::AcqRel);
+        if self.res.host_stale.set(c) {
             self.res.stale.fetch_add(1, Ordering::AcqRel);
+        }
+        for (k, bits) in self.res.each() {
+            if k != m {
+                bits.set(c);
+            }
         }
     }
 
     /// The runs of chunks (as byte ranges, clamped to committed memory)
-    /// that the host wrote and the device has not seen: a launch sends
-    /// exactly these. Their bits clear, and so do those of the chunks
-    /// wholly inside `skip` without being sent (the launch's device eden,
-    /// which it zeroes on the device).
-    pub fn take_device_stale(&self, skip: Range<usize>) -> Vec<Range<usize>> {
-        let total = self.res.device_stale.0.len() * 64;
+    /// that device `m` has not seen the latest bytes of: its launch sends
+    /// exactly these (the chunks other devices wrote are fetched from them
+    /// first). Their bits clear, and so do those of the chunks wholly
+    /// inside `skip` without being sent (the launch's device eden, which
+    /// it zeroes on the device).
+    pub fn take_device_stale(
+        &self,
+        m: MirrorId,
+        skip: Range<usize>,
+    ) -> Result<Vec<Range<usize>>, HeapError> {
+        let total = self.res.chunks;
         let (first, past) = (skip.start.div_ceil(CHUNK_BYTES), skip.end / CHUNK_BYTES);
         let inside = if first < past { first..past } else { 0..0 };
-        self.take_stale(std::slice::from_ref(&(0..total)), inside)
+        self.take_stale(m, std::slice::from_ref(&(0..total)), inside)
     }
 
     /// [`Heap::take_device_stale`] for the chunks `chunks` only (sorted,
     /// disjoint runs of chunk numbers): a launch that shares the device
     /// with others sends the stale chunks of its own arrays, and leaves
     /// the rest stale for the launches that touch them.
-    pub fn take_device_stale_in(&self, chunks: &[Range<usize>]) -> Vec<Range<usize>> {
-        self.take_stale(chunks, 0..0)
+    pub fn take_device_stale_in(
+        &self,
+        m: MirrorId,
+        chunks: &[Range<usize>],
+    ) -> Result<Vec<Range<usize>>, HeapError> {
+        self.take_stale(m, chunks, 0..0)
     }
 
-    /// Clear the device-stale bits in `chunks` and return the byte runs to
-    /// send: those chunks less the ones in `inside` (cleared, not sent)
-    /// and less any chunk stale on both sides (host code wrote it while a
-    /// kernel did: a race at chunk granularity), which keeps the device's
-    /// bytes.
-    fn take_stale(&self, chunks: &[Range<usize>], inside: Range<usize>) -> Vec<Range<usize>> {
+    /// Clear device `m`'s stale bits in `chunks` and return the byte runs
+    /// to send: those chunks less the ones in `inside` (cleared, not sent)
+    /// and less any chunk `m` itself wrote since the host wrote it (host
+    /// code wrote it while `m`'s kernel did: a race at chunk granularity),
+    /// which keeps `m`'s bytes. A chunk another device wrote is fetched
+    /// first (the host's bytes are then the newest).
+    fn take_stale(
+        &self,
+        m: MirrorId,
+        chunks: &[Range<usize>],
+        inside: Range<usize>,
+    ) -> Result<Vec<Range<usize>>, HeapError> {
+        let Some(bits) = self.res.stale_on(m) else {
+            return Ok(Vec::new());
+        };
         let limit = self.committed();
         let mut send = Vec::new();
         let mut both = Vec::new();
+        let mut fetch = Vec::new();
         for want in chunks {
-            for run in self.res.device_stale.runs(want.clone()) {
+            for run in bits.runs(want.clone()) {
                 for c in run.clone() {
-                    self.res.device_stale.clear(c);
+                    bits.clear(c);
                     if self.res.host_stale.get(c) {
-                        both.push(c);
+                        if self.res.owners[c].load(Ordering::Acquire) & m.bit() != 0 {
+                            both.push(c);
+                        } else {
+                            fetch.push(c);
+                        }
                     }
                 }
                 let (a, b) = (run.start, run.end);
@@ -459,12 +641,24 @@ impl Heap {
                 }
             }
         }
-        if both.is_empty() {
-            return send;
+        for &c in &fetch {
+            if let Err(e) = self.fetch_chunks(c..c + 1) {
+                // Nothing is sent: the chunks stay stale for `m`.
+                for r in &send {
+                    for c in chunks_of(r.start, r.end) {
+                        bits.set(c);
+                    }
+                }
+                return Err(e);
+            }
         }
-        send.into_iter()
+        if both.is_empty() {
+            return Ok(send);
+        }
+        Ok(send
+            .into_iter()
             .flat_map(|r| split_around(r, &both))
-            .collect()
+            .collect())
     }
 
     /// Before a carve moves eden's top from `top` words: the chunk that
@@ -480,8 +674,9 @@ impl Heap {
         self.res.host_stale.get(c)
     }
 
-    /// Whether chunk `c` is device-stale (for tests and checks).
-    pub fn is_device_stale(&self, c: usize) -> bool {
-        self.res.device_stale.get(c)
+    /// Whether chunk `c` is device-stale for device `m` (for tests and
+    /// checks).
+    pub fn is_device_stale(&self, m: MirrorId, c: usize) -> bool {
+        self.res.stale_on(m).is_some_and(|b| b.get(c))
     }
 }

@@ -326,12 +326,12 @@ impl<'a> Grid<'a> {
             // A shared run (`share.rs`): the stale chunks of its own arrays,
             // which the image holds (its hold was taken so); other kernels
             // may be running, and nothing else of theirs is touched.
-            let runs = heap.take_device_stale_in(fp);
+            let runs = heap.take_device_stale_in(dh.id(), fp)?;
             st.totals.to_device += dh.push(heap, &runs)?;
             return Ok(());
         }
         let eden_bytes = es as usize * 8..ee as usize * 8;
-        let runs = heap.take_device_stale(eden_bytes.clone());
+        let runs = heap.take_device_stale(dh.id(), eden_bytes.clone())?;
         let need = runs.iter().map(|r| r.end).fold(eden_bytes.end, usize::max);
         dh.ensure(need)?;
         st.totals.to_device += dh.push(heap, &runs)?;
@@ -573,7 +573,13 @@ impl<'a> Grid<'a> {
         } else {
             es
         };
-        super::resident::mark_kernel_writes(heap, sum.map, es as usize * 8, eden_top as usize * 8);
+        super::resident::mark_kernel_writes(
+            heap,
+            &self.gpu.resident,
+            sum.map,
+            es as usize * 8,
+            eden_top as usize * 8,
+        );
         // The tags the device wrote for the pages it carved for a class
         // (a kernel of several kinds), into the host's table.
         if tags_pages(launch) && es < ee {
@@ -750,7 +756,11 @@ impl<'a> Grid<'a> {
             .collect();
         if eden_top < ee && !heap.give_back(eden_top, ee) {
             fillers.push(filler(eden_top, ee));
-            heap.device_wrote(eden_top as usize * 8, eden_top as usize * 8 + 8);
+            heap.device_wrote(
+                self.gpu.resident.id(),
+                eden_top as usize * 8,
+                eden_top as usize * 8 + 8,
+            );
         }
         totals.to_device +=
             self.gpu

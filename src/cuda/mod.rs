@@ -278,6 +278,11 @@ impl Gpu {
         self.resident.clone()
     }
 
+    /// The heap attached this GPU's image as mirror `id`.
+    pub(crate) fn attached(&self, id: offload_heap::MirrorId) {
+        self.resident.attached(id);
+    }
+
     /// `name (sm_XY, N SMs)`.
     pub(crate) fn describe(&self) -> String {
         format!(

@@ -14,7 +14,7 @@ use super::{cuda_err, driver_error};
 use crate::error::OffloadError;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use offload_heap::resident::CHUNK_BYTES;
-use offload_heap::{Heap, Mirror};
+use offload_heap::{Heap, Mirror, MirrorId};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -51,6 +51,8 @@ pub(crate) struct DeviceHeap {
     /// The heap's page table (`offload_heap::pages`) as kernels read it.
     pages: Mutex<PageImage>,
     scatter: CudaFunction,
+    /// The heap's name for this image, once attached.
+    id: std::sync::OnceLock<MirrorId>,
 }
 
 /// The page table on the device: a `u32` tag per page of the heap's
@@ -88,7 +90,18 @@ impl DeviceHeap {
             image: Mutex::new(Image::default()),
             pages: Mutex::new(PageImage::default()),
             scatter,
+            id: std::sync::OnceLock::new(),
         })
+    }
+
+    /// This image is the heap's mirror `id` ([`Heap::attach_mirror`]).
+    pub(crate) fn attached(&self, id: MirrorId) {
+        let _ = self.id.set(id);
+    }
+
+    /// The heap's name for this image (the first mirror until attached).
+    pub(crate) fn id(&self) -> MirrorId {
+        self.id.get().copied().unwrap_or(MirrorId::FIRST)
     }
 
     fn image(&self) -> std::sync::MutexGuard<'_, Image> {
@@ -428,12 +441,18 @@ impl DeviceHeap {
 /// Mark what a kernel wrote for host reads: the chunks its dirty map
 /// `map` names below byte `top` (the device eden's top), and the eden it
 /// allocated in, `[start, top)`.
-pub(crate) fn mark_kernel_writes(heap: &Heap, map: &[u8], start: usize, top: usize) {
-    let below = top.div_ceil(CHUNK_BYTES).min(map.len());
+pub(crate) fn mark_kernel_writes(
+    heap: &Heap,
+    dh: &DeviceHeap,
+    map: &[u8],
+    start: usize,
+    top: usize,
+) {
+    let (m, below) = (dh.id(), top.div_ceil(CHUNK_BYTES).min(map.len()));
     for (c, _) in map[..below].iter().enumerate().filter(|(_, d)| **d != 0) {
-        heap.device_wrote_chunk(c);
+        heap.device_wrote_chunk(m, c);
     }
-    heap.device_wrote(start, top);
+    heap.device_wrote(m, start, top);
 }
 
 impl Mirror for DeviceHeap {

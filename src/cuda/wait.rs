@@ -187,15 +187,15 @@ impl Waiting<'_> {
         if !map.is_empty() {
             dh.read_raw(self.dirty_at, &mut map)?;
         }
-        super::resident::mark_kernel_writes(heap, &map, es as usize * 8, top);
+        super::resident::mark_kernel_writes(heap, dh, &map, es as usize * 8, top);
         got += map.len() as u64;
         // The safepoint's operation runs while this launch is parked.
         self.env.control.poll();
         // A run that shares the GPU sends only its own arrays' chunks: the
         // other kernels waiting beside it send theirs (`share.rs`).
         let runs = match self.footprint {
-            Some(fp) => heap.take_device_stale_in(fp),
-            None => heap.take_device_stale(es as usize * 8..ee as usize * 8),
+            Some(fp) => heap.take_device_stale_in(dh.id(), fp)?,
+            None => heap.take_device_stale(dh.id(), es as usize * 8..ee as usize * 8)?,
         };
         let sent = dh.push(heap, &runs)?;
         let next = if self.env.control.interrupted_since(self.epoch) {

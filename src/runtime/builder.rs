@@ -496,8 +496,10 @@ impl RuntimeBuilder {
         let env = LaunchEnv::new(Heap::new(heap)?, pool, gang, workers, settings);
         // The heap's image lives on the GPU from now on; host accesses
         // fetch what kernels wrote (`offload_heap::resident`).
-        if let Some(g) = &gpu {
-            env.heap.attach_mirror(g.mirror());
+        if let Some(g) = &gpu
+            && let Some(id) = env.heap.attach_mirror(g.mirror())
+        {
+            g.attached(id);
         }
         Ok(Runtime {
             inner: Arc::new(Inner::new(
