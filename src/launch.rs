@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Devices<'a> {
     pub(crate) cpu: &'a CpuDevice,
-    /// The GPU, if the runtime has one.
-    pub(crate) gpu: Option<&'a Gpu>,
+    /// The GPUs (none unless the device is CUDA).
+    pub(crate) gpus: &'a [Gpu],
 }
 
 /// Run `call` over `range` on `devices` as the kernel's `state` plans it,
@@ -186,7 +186,11 @@ fn launch_on(
         return interp(range);
     }
     let mut cuda_note = None;
-    if let Some(gpu) = devices.gpu.filter(|_| plan.device == Device::Cuda) {
+    let gpu = (plan.device == Device::Cuda)
+        .then(|| crate::cuda::pick(devices.gpus))
+        .flatten();
+    if let Some(gpu) = gpu {
+        let _running = gpu.running();
         match try_on(gpu, env, call, plan, &range, started) {
             Ok(r) => return r,
             Err(Unsupported(why)) => {

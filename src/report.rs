@@ -272,8 +272,9 @@ pub struct LaunchReport {
     /// not replayed (what they wrote before stays written; every object is
     /// whole).
     pub abandoned: u64,
-    /// The GPU that ran the launch, as `name (sm_XY, N SMs)` (`None` off
-    /// the CUDA device). offload's virtual GPU names itself so: a report
+    /// The GPU that ran the launch, as `name (sm_XY, N SMs)`, or
+    /// `GPU k: name (sm_XY, N SMs)` in a runtime of several GPUs (`None`
+    /// off the CUDA device). offload's virtual GPU names itself so: a report
     /// never passes a simulation off as hardware.
     pub gpu: Option<String>,
     /// Bytes the launch moved from host to device memory, every relaunch

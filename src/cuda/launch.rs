@@ -290,7 +290,7 @@ impl Compiled for GpuLaunch<'_> {
             launches: Some(totals.launches),
             waits: totals.waits,
             runs_beside: totals.runs_beside,
-            gpu: Some(gpu.describe()),
+            gpu: Some(gpu.label()),
             to_device_bytes: totals.to_device,
             to_host_bytes: totals.to_host
                 + env

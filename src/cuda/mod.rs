@@ -139,8 +139,16 @@ const THREADS_PER_SM: u32 = 2048;
 /// Loaded kernel versions by (module id, kernel, version), or why not.
 type ModuleCache = HashMap<(u64, FuncId, u32), Result<Arc<Loaded>, String>>;
 
-/// The GPU of a runtime.
+/// A GPU of a runtime.
 pub(crate) struct Gpu {
+    /// The driver's number for it.
+    pub(crate) ordinal: usize,
+    /// Launches running on it now (a launch takes the GPU with the fewest:
+    /// [`pick`]).
+    busy: std::sync::atomic::AtomicUsize,
+    /// Whether the runtime has other GPUs besides: reports then name it
+    /// with its number ([`Gpu::label`]).
+    numbered: std::sync::atomic::AtomicBool,
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     name: String,
@@ -184,29 +192,48 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-/// Why no GPU can be used, or the GPU.
-pub(crate) fn probe() -> Result<Gpu, String> {
+/// Why no GPU can be used, or the GPUs: those numbered `wanted` (in that
+/// order), or every GPU the driver reports.
+pub(crate) fn probe(wanted: Option<&[usize]>) -> Result<Vec<Gpu>, String> {
     // SAFETY: only tries to load the driver library.
     if !unsafe { sys::is_culib_present() } {
         return Err("no CUDA driver: libcuda could not be loaded".into());
     }
     // cudarc panics on some driver failures; a panic is a missing GPU.
-    std::panic::catch_unwind(probe_driver)
+    std::panic::catch_unwind(|| probe_driver(wanted))
         .unwrap_or_else(|_| Err("the CUDA driver failed during start-up".into()))
 }
 
-fn probe_driver() -> Result<Gpu, String> {
+fn probe_driver(wanted: Option<&[usize]>) -> Result<Vec<Gpu>, String> {
     let n =
         CudaContext::device_count().map_err(|e| format!("CUDA driver: {}", driver_error(&e)))?;
     if n < 1 {
         return Err("the CUDA driver reports no GPU".into());
     }
-    let ctx =
-        CudaContext::new(0).map_err(|e| format!("CUDA context on GPU 0: {}", driver_error(&e)))?;
+    let n = n as usize;
+    let ordinals: Vec<usize> = match wanted {
+        Some(w) => {
+            if let Some(&bad) = w.iter().find(|&&k| k >= n) {
+                return Err(format!(
+                    "GPU {bad} asked for; the CUDA driver reports {n} (numbered 0 to {})",
+                    n - 1
+                ));
+            }
+            w.to_vec()
+        }
+        None => (0..n).collect(),
+    };
+    ordinals.into_iter().map(open).collect()
+}
+
+/// GPU `ordinal`, with its context, stream, heap image and lanes.
+fn open(ordinal: usize) -> Result<Gpu, String> {
+    let ctx = CudaContext::new(ordinal)
+        .map_err(|e| format!("CUDA context on GPU {ordinal}: {}", driver_error(&e)))?;
     let cc = ctx
         .compute_capability()
         .map_err(|e| format!("CUDA: {}", driver_error(&e)))?;
-    let name = ctx.name().unwrap_or_else(|_| "GPU 0".into());
+    let name = ctx.name().unwrap_or_else(|_| format!("GPU {ordinal}"));
     if cc.0 < 7 {
         return Err(format!(
             "{name} is sm_{}{}; offload needs sm_70 or newer (independent thread scheduling)",
@@ -223,6 +250,9 @@ fn probe_driver() -> Result<Gpu, String> {
     let lanes = lane::Lanes::first(&ctx, stream.clone(), &resident)
         .map_err(|e| format!("CUDA control word: {e}"))?;
     Ok(Gpu {
+        ordinal,
+        busy: std::sync::atomic::AtomicUsize::new(0),
+        numbered: std::sync::atomic::AtomicBool::new(false),
         ctx,
         stream,
         name,
@@ -242,7 +272,44 @@ fn probe_driver() -> Result<Gpu, String> {
     })
 }
 
+/// The GPUs, described: one as [`Gpu::describe`] says, several each with
+/// its number, joined by `; `.
+pub(crate) fn describe_all(gpus: &[Gpu]) -> String {
+    match gpus {
+        [one] => one.describe(),
+        several => several
+            .iter()
+            .map(Gpu::describe_numbered)
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// The GPU a launch runs on: the one with the fewest launches running,
+/// the first of those (one launch at a time runs on the first GPU).
+pub(crate) fn pick(gpus: &[Gpu]) -> Option<&Gpu> {
+    gpus.iter()
+        .min_by_key(|g| g.busy.load(std::sync::atomic::Ordering::Acquire))
+}
+
+/// A launch running on a GPU, counted in its `busy` until dropped.
+pub(crate) struct Running<'a>(&'a Gpu);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 impl Gpu {
+    /// Count a launch running on this GPU until the guard drops.
+    pub(crate) fn running(&self) -> Running<'_> {
+        self.busy.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Running(self)
+    }
+
     /// The blocks this GPU runs at once: the rows of a launch's copies
     /// table worth making for it (`runtime/summed.rs`).
     pub(crate) fn copy_rows(&self) -> usize {
@@ -278,9 +345,22 @@ impl Gpu {
         self.resident.clone()
     }
 
-    /// The heap attached this GPU's image as mirror `id`.
-    pub(crate) fn attached(&self, id: offload_heap::MirrorId) {
+    /// The heap attached this GPU's image as mirror `id`; `several`:
+    /// the runtime has other GPUs besides.
+    pub(crate) fn attached(&self, id: offload_heap::MirrorId, several: bool) {
         self.resident.attached(id);
+        self.numbered
+            .store(several, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What a launch's report calls this GPU: [`Gpu::describe`], with its
+    /// number when the runtime has several.
+    pub(crate) fn label(&self) -> String {
+        if self.numbered.load(std::sync::atomic::Ordering::Relaxed) {
+            self.describe_numbered()
+        } else {
+            self.describe()
+        }
     }
 
     /// `name (sm_XY, N SMs)`.
@@ -289,6 +369,12 @@ impl Gpu {
             "{} (sm_{}{}, {} SMs)",
             self.name, self.cc.0, self.cc.1, self.sms
         )
+    }
+
+    /// [`Gpu::describe`] with the GPU's number, for a runtime of several:
+    /// `GPU 1: name (sm_XY, N SMs)`.
+    pub(crate) fn describe_numbered(&self) -> String {
+        format!("GPU {}: {}", self.ordinal, self.describe())
     }
 
     /// The loaded version of the closure's kernel (compiled, loaded and

@@ -457,7 +457,26 @@ pub(crate) fn mark_kernel_writes(
 
 impl Mirror for DeviceHeap {
     fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
+        // Any thread fetches, in the middle of work on another GPU (a
+        // launch's replay reading what a kernel on this one wrote): it gets
+        // its context back after the copy.
+        let before = cudarc::driver::result::ctx::get_current().map_err(|e| driver_error(&e))?;
         self.bind().map_err(|e| driver_error(&e))?;
+        let r = self.fetch_bound(at, dst);
+        if let Some(ctx) = before {
+            // SAFETY: `ctx` was current on this thread just above: a live
+            // context (every context offload makes lives as long as its
+            // runtime, which this fetch is part of).
+            unsafe { cudarc::driver::result::ctx::set_current(ctx) }
+                .map_err(|e| driver_error(&e))?;
+        }
+        r
+    }
+}
+
+impl DeviceHeap {
+    /// [`Mirror::fetch`] with this GPU's context current.
+    fn fetch_bound(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
         let img = self.image();
         if img.heap.is_none() {
             return Ok(());

@@ -32,6 +32,8 @@ pub struct RuntimeBuilder {
     workers: Option<usize>,
     /// `None`: CUDA when a GPU is present, else the CPU (reported).
     device: Option<Device>,
+    /// The GPUs to use, by the driver's numbers (`None`: every GPU).
+    gpus: Option<Vec<usize>>,
     strict: bool,
     deadline: Option<std::time::Duration>,
     device_slots: Option<usize>,
@@ -98,6 +100,7 @@ impl RuntimeBuilder {
             initial_heap_set: false,
             workers: None,
             device: None,
+            gpus: None,
             strict: false,
             deadline: None,
             device_slots: None,
@@ -291,6 +294,33 @@ impl RuntimeBuilder {
         self.device = Some(d);
         self
     }
+    /// Use the GPUs numbered `ordinals` (the driver's numbers, as
+    /// `nvidia-smi` lists them) instead of every GPU the driver reports.
+    /// Each keeps its own image of the heap, coherent per 64 KiB chunk
+    /// with the host's and the others'; a launch runs on the GPU with the
+    /// fewest launches running (the first of them when one runs at a
+    /// time). A number the driver does not report makes
+    /// [`RuntimeBuilder::build`] fall back to the CPU (reported; an error
+    /// in strict mode); an empty list is none.
+    ///
+    /// ```
+    /// use offload::{Device, Runtime};
+    ///
+    /// // The first GPU only (the CPU device where there is none).
+    /// let rt = Runtime::builder().gpus([0]).build()?;
+    /// assert!(rt.device() == Device::Cuda || rt.fallback().is_some());
+    /// # Ok::<(), offload::OffloadError>(())
+    /// ```
+    pub fn gpus(mut self, ordinals: impl IntoIterator<Item = usize>) -> Self {
+        let mut v: Vec<usize> = Vec::new();
+        for k in ordinals {
+            if !v.contains(&k) {
+                v.push(k);
+            }
+        }
+        self.gpus = Some(v);
+        self
+    }
     /// Run CUDA launches with at most `n` slots (device threads) instead
     /// of the default — one per 16 workitems of the range, at least a
     /// block per multiprocessor, at most the device's resident capacity —
@@ -435,19 +465,23 @@ impl RuntimeBuilder {
             .map_err(|e| OffloadError::Setup(e.to_string()))?;
         let gang = offload_gang::Gang::new(workers, |i| format!("offload-slot-{i}"))
             .map_err(|e| OffloadError::Setup(format!("starting the CPU device's threads: {e}")))?;
-        let (device, gpu, fallback) = match self.device {
-            Some(d @ (Device::Cpu | Device::Interpreter)) => (d, None, None),
-            want => match crate::cuda::probe() {
-                Ok(g) => {
+        let probed = match &self.gpus {
+            Some(none) if none.is_empty() => Err("no GPU asked for (an empty list)".to_string()),
+            wanted => crate::cuda::probe(wanted.as_deref()),
+        };
+        let (device, gpus, fallback) = match self.device {
+            Some(d @ (Device::Cpu | Device::Interpreter)) => (d, Vec::new(), None),
+            want => match probed {
+                Ok(gs) => {
                     // Not a fallback, but as plain to see: the CUDA device
                     // is a simulation.
-                    let note = g.is_virtual().then(|| {
+                    let note = gs.iter().any(crate::cuda::Gpu::is_virtual).then(|| {
                         format!(
                             "the CUDA device is {}: offload's virtual GPU, a PTX simulator found on the library path, not hardware (its timings say nothing about a GPU's)",
-                            g.describe()
+                            crate::cuda::describe_all(&gs)
                         )
                     });
-                    (Device::Cuda, Some(g), note)
+                    (Device::Cuda, gs, note)
                 }
                 Err(why) if self.strict => {
                     return Err(OffloadError::Strict {
@@ -463,7 +497,7 @@ impl RuntimeBuilder {
                     };
                     (
                         Device::Cpu,
-                        None,
+                        Vec::new(),
                         Some(format!(
                             "the {asked} CUDA device is unavailable ({why}); using the CPU device"
                         )),
@@ -496,19 +530,30 @@ impl RuntimeBuilder {
         let env = LaunchEnv::new(Heap::new(heap)?, pool, gang, workers, settings);
         // The heap's image lives on the GPU from now on; host accesses
         // fetch what kernels wrote (`offload_heap::resident`).
-        if let Some(g) = &gpu
-            && let Some(id) = env.heap.attach_mirror(g.mirror())
-        {
-            g.attached(id);
+        for g in &gpus {
+            match env.heap.attach_mirror(g.mirror()) {
+                Some(id) => g.attached(id, gpus.len() > 1),
+                None => {
+                    return Err(OffloadError::Config {
+                        setting: "gpus",
+                        problem: format!(
+                            "{} GPUs; one heap keeps at most {} images coherent",
+                            gpus.len(),
+                            offload_heap::MAX_MIRRORS
+                        ),
+                    });
+                }
+            }
         }
         Ok(Runtime {
             inner: Arc::new(Inner::new(
                 env,
                 CpuDevice::new(self.tiered, self.tier_up),
-                gpu,
+                gpus,
                 fallback,
                 policy_factory,
             )),
+            pinned: None,
         }
         .register())
     }

@@ -56,7 +56,8 @@ pub(crate) struct Inner {
     /// The CPU device: its JIT and compiled code.
     cpu: CpuDevice,
     /// The CUDA device, when a usable GPU was found.
-    gpu: Option<Gpu>,
+    /// The GPUs (none unless the device is CUDA).
+    gpus: Vec<Gpu>,
     /// Why the runtime runs on another device than asked (or a note that
     /// the GPU is a simulation).
     fallback: Option<String>,
@@ -81,7 +82,7 @@ impl Inner {
     fn forget_module(&self, id: u64) {
         self.kernels.retain(|k, _| k.0 != id);
         self.cpu.forget_module(id);
-        if let Some(g) = &self.gpu {
+        for g in &self.gpus {
             g.forget_module(id);
         }
     }
@@ -89,7 +90,7 @@ impl Inner {
     pub(crate) fn new(
         env: LaunchEnv,
         cpu: CpuDevice,
-        gpu: Option<Gpu>,
+        gpus: Vec<Gpu>,
         fallback: Option<String>,
         policy_factory: PolicyFactory,
     ) -> Inner {
@@ -98,7 +99,7 @@ impl Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             env,
             cpu,
-            gpu,
+            gpus,
             fallback,
             policy_factory,
             kernels: dashmap::DashMap::new(),
@@ -137,6 +138,9 @@ impl Inner {
 #[derive(Clone, Debug)]
 pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
+    /// The GPU this handle's launches run on ([`Runtime::on_gpu`]), by its
+    /// place in `inner.gpus`; `None`: the one with the fewest running.
+    pub(crate) pinned: Option<usize>,
 }
 
 /// A loaded, verified module: kernels, functions and classes, from source
@@ -207,6 +211,7 @@ impl WeakModule {
         Some(Module {
             rt: Runtime {
                 inner: self.life.rt.upgrade()?,
+                pinned: None,
             },
             prog: self.prog.clone(),
             name: self.name.clone(),
@@ -399,7 +404,7 @@ impl Runtime {
     /// took. An error when the device is not CUDA or the kernel cannot run
     /// on it.
     pub fn gpu_load_time(&self, closure: &Closure) -> Result<std::time::Duration, OffloadError> {
-        let gpu = self.inner.gpu.as_ref().ok_or_else(|| OffloadError::NoGpu)?;
+        let gpu = self.inner.gpus.first().ok_or_else(|| OffloadError::NoGpu)?;
         let plan = self
             .kernel_state(closure)
             .lock()
@@ -415,25 +420,73 @@ impl Runtime {
         .map_err(OffloadError::Setup)
     }
 
-    /// The CUDA context and stream of the runtime's GPU (`None` unless
-    /// the device is CUDA), for tools that run kernels of their own beside
-    /// offload's.
+    /// The CUDA context and stream of the runtime's first GPU (`None`
+    /// unless the device is CUDA), for tools that run kernels of their own
+    /// beside offload's.
     pub fn gpu_handles(&self) -> Option<crate::GpuHandles> {
-        self.inner.gpu.as_ref().map(Gpu::handles)
+        self.inner.gpus.first().map(Gpu::handles)
     }
 
-    /// The GPU, described (`None` unless the device is CUDA).
+    /// The GPU, described (`None` unless the device is CUDA); several,
+    /// each with its number (`GPU 0: …; GPU 1: …`).
     pub fn gpu(&self) -> Option<String> {
-        self.inner.gpu.as_ref().map(crate::cuda::Gpu::describe)
+        (!self.inner.gpus.is_empty()).then(|| crate::cuda::describe_all(&self.inner.gpus))
+    }
+
+    /// The driver's numbers of the GPUs the runtime uses (empty unless the
+    /// device is CUDA).
+    pub fn gpu_ordinals(&self) -> Vec<usize> {
+        self.inner.gpus.iter().map(|g| g.ordinal).collect()
+    }
+
+    /// This runtime, with its launches on GPU `ordinal` (the driver's
+    /// number, one of [`Runtime::gpu_ordinals`]) instead of the GPU with
+    /// the fewest launches running: everything else — heap, modules,
+    /// arrays, closures, launches in flight — is shared with `self`.
+    /// Launches made through other handles are placed as before.
+    ///
+    /// ```
+    /// use offload::{Device, Runtime, kernel};
+    ///
+    /// let rt = Runtime::builder().build()?;
+    /// if rt.device() == Device::Cuda {
+    ///     let first = rt.on_gpu(rt.gpu_ordinals()[0])?;
+    ///     let v = rt.new_array::<f32>(4)?;
+    ///     first.par_offload(0..4, &kernel!(move |i| v[i] = 1.0)?)?;
+    ///     assert_eq!(rt.read(&v)?, [1.0; 4]);
+    /// } else {
+    ///     assert!(rt.on_gpu(0).is_err());
+    /// }
+    /// # Ok::<(), offload::OffloadError>(())
+    /// ```
+    pub fn on_gpu(&self, ordinal: usize) -> Result<Runtime, OffloadError> {
+        match self.inner.gpus.iter().position(|g| g.ordinal == ordinal) {
+            Some(k) => Ok(Runtime {
+                inner: self.inner.clone(),
+                pinned: Some(k),
+            }),
+            None => Err(OffloadError::Config {
+                setting: "gpu",
+                problem: if self.inner.gpus.is_empty() {
+                    format!("GPU {ordinal} asked for; the runtime has no GPU")
+                } else {
+                    format!(
+                        "GPU {ordinal} is not one of the runtime's (it uses {})",
+                        self.gpu_ordinals()
+                            .iter()
+                            .map(|k| k.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                },
+            }),
+        }
     }
 
     /// Whether the runtime's GPU is offload's virtual GPU (the PTX
     /// simulator's driver shim, `vgpu/driver`), not hardware.
     pub fn gpu_is_virtual(&self) -> bool {
-        self.inner
-            .gpu
-            .as_ref()
-            .is_some_and(crate::cuda::Gpu::is_virtual)
+        self.inner.gpus.iter().any(crate::cuda::Gpu::is_virtual)
     }
 
     /// Number of workers.
@@ -638,7 +691,10 @@ impl Runtime {
             range.flatten(closure.dims, narrowed, closure.kernel_name())?;
         let devices = crate::launch::Devices {
             cpu: &self.inner.cpu,
-            gpu: self.inner.gpu.as_ref(),
+            gpus: match self.pinned {
+                Some(k) => &self.inner.gpus[k..=k],
+                None => &self.inner.gpus,
+            },
         };
         let state = self.kernel_state(closure);
         let env = &self.inner.env;
@@ -940,7 +996,10 @@ impl Runtime {
     pub fn by_id(id: u64) -> Option<Runtime> {
         LIVE.get(&id)
             .and_then(|w| w.upgrade())
-            .map(|inner| Runtime { inner })
+            .map(|inner| Runtime {
+                inner,
+                pinned: None,
+            })
     }
 
     /// This runtime's id (unique in the process; what its arrays and

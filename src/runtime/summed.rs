@@ -257,7 +257,13 @@ impl Runtime {
             // A row per CPU slot, so that each adds to its copy without
             // atomics; on a GPU a row per block that runs at once, fewer
             // for a short launch.
-            let gpu = self.inner.gpu.as_ref().map_or(1, |g| g.copy_rows());
+            let gpu = self
+                .inner
+                .gpus
+                .iter()
+                .map(|g| g.copy_rows())
+                .max()
+                .unwrap_or(1);
             let gpu = (n / WORKITEMS_PER_COPY).clamp(1, gpu as u64) as usize;
             self.inner.env.workers.max(gpu)
         };
