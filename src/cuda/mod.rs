@@ -348,7 +348,7 @@ impl Gpu {
     /// The heap attached this GPU's image as mirror `id`; `several`:
     /// the runtime has other GPUs besides.
     pub(crate) fn attached(&self, id: offload_heap::MirrorId, several: bool) {
-        self.resident.attached(id);
+        self.resident.attached(id, several);
         self.numbered
             .store(several, std::sync::atomic::Ordering::Relaxed);
     }

@@ -53,6 +53,8 @@ pub(crate) struct DeviceHeap {
     scatter: CudaFunction,
     /// The heap's name for this image, once attached.
     id: std::sync::OnceLock<MirrorId>,
+    /// Whether the runtime has other GPUs besides this one.
+    several: std::sync::atomic::AtomicBool,
 }
 
 /// The page table on the device: a `u32` tag per page of the heap's
@@ -91,12 +93,16 @@ impl DeviceHeap {
             pages: Mutex::new(PageImage::default()),
             scatter,
             id: std::sync::OnceLock::new(),
+            several: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
-    /// This image is the heap's mirror `id` ([`Heap::attach_mirror`]).
-    pub(crate) fn attached(&self, id: MirrorId) {
+    /// This image is the heap's mirror `id` ([`Heap::attach_mirror`]);
+    /// `several`: other GPUs' images are besides it.
+    pub(crate) fn attached(&self, id: MirrorId, several: bool) {
         let _ = self.id.set(id);
+        self.several
+            .store(several, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The heap's name for this image (the first mirror until attached).
@@ -458,9 +464,14 @@ pub(crate) fn mark_kernel_writes(
 impl Mirror for DeviceHeap {
     fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
         // Any thread fetches, in the middle of work on another GPU (a
-        // launch's replay reading what a kernel on this one wrote): it gets
-        // its context back after the copy.
-        let before = cudarc::driver::result::ctx::get_current().map_err(|e| driver_error(&e))?;
+        // launch's replay reading what a kernel on this one wrote): with
+        // several GPUs it gets its context back after the copy (two more
+        // driver calls; with one GPU, every context is this one).
+        let before = if self.several.load(std::sync::atomic::Ordering::Relaxed) {
+            cudarc::driver::result::ctx::get_current().map_err(|e| driver_error(&e))?
+        } else {
+            None
+        };
         self.bind().map_err(|e| driver_error(&e))?;
         let r = self.fetch_bound(at, dst);
         if let Some(ctx) = before {
