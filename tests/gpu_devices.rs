@@ -230,3 +230,29 @@ fn two_gpus_writing_one_chunk_at_once_both_land() {
         assert_eq!(ran_on(&r), 0);
     }
 }
+
+/// One heap keeps at most eight images coherent: a machine of more GPUs
+/// gives a runtime its first eight, and naming more is an error. Checked
+/// on nine virtual GPUs (`scripts/gpu-tests` runs it with
+/// `OFFLOAD_VGPU_DEVICES=9`); elsewhere it says so and checks nothing.
+#[test]
+#[ignore = "needs nine virtual GPUs: run scripts/gpu-tests"]
+fn a_runtime_takes_at_most_eight_gpus() {
+    let nine = std::env::var("OFFLOAD_VGPU_DEVICES")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|n| n >= 9);
+    if !nine {
+        eprintln!("fewer than nine GPUs here: the limit is not checked");
+        return;
+    }
+    let rt = gpus()
+        .build()
+        .unwrap_or_else(|e| panic!("{NEEDS_GPUS}: {e}"));
+    assert_eq!(rt.gpu_ordinals(), (0..8).collect::<Vec<_>>());
+    let e = gpus().gpus(0..9).build().unwrap_err().to_string();
+    assert!(e.contains("at most 8"), "{e}");
+    // Eight named ones, the ninth among them, are fine.
+    let rt = gpus().gpus(1..9).build().unwrap();
+    assert_eq!(rt.gpu_ordinals(), (1..9).collect::<Vec<_>>());
+}

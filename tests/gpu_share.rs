@@ -12,8 +12,14 @@ use offload_jit::Injection;
 
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
+/// One GPU (the first), however many the machine has: these launches
+/// share one device's image (on several, launches in flight would go to
+/// different GPUs: `tests/gpu_devices.rs`).
 fn gpu() -> RuntimeBuilder {
-    Runtime::builder().device(Device::Cuda).strict(true)
+    Runtime::builder()
+        .device(Device::Cuda)
+        .strict(true)
+        .gpus([0])
 }
 
 fn build(b: RuntimeBuilder) -> Runtime {

@@ -193,7 +193,8 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// Why no GPU can be used, or the GPUs: those numbered `wanted` (in that
-/// order), or every GPU the driver reports.
+/// order), or every GPU the driver reports (the first
+/// [`offload_heap::MAX_MIRRORS`] of them).
 pub(crate) fn probe(wanted: Option<&[usize]>) -> Result<Vec<Gpu>, String> {
     // SAFETY: only tries to load the driver library.
     if !unsafe { sys::is_culib_present() } {
@@ -221,7 +222,9 @@ fn probe_driver(wanted: Option<&[usize]>) -> Result<Vec<Gpu>, String> {
             }
             w.to_vec()
         }
-        None => (0..n).collect(),
+        // One heap keeps at most MAX_MIRRORS images coherent: the first
+        // of a bigger machine's GPUs (naming more is an error at build).
+        None => (0..n.min(offload_heap::MAX_MIRRORS)).collect(),
     };
     ordinals.into_iter().map(open).collect()
 }

@@ -295,7 +295,9 @@ impl RuntimeBuilder {
         self
     }
     /// Use the GPUs numbered `ordinals` (the driver's numbers, as
-    /// `nvidia-smi` lists them) instead of every GPU the driver reports.
+    /// `nvidia-smi` lists them) instead of every GPU the driver reports
+    /// (the first eight of them, `offload_heap::MAX_MIRRORS`: more is an
+    /// error at build).
     /// Each keeps its own image of the heap, coherent per 64 KiB chunk
     /// with the host's and the others'; a launch runs on the GPU with the
     /// fewest launches running (the first of them when one runs at a
