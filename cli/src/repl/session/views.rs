@@ -369,10 +369,20 @@ impl Session {
             offload::diagnostics::count_text(w.fillers, "filler"),
             b(w.filler_bytes)
         );
-        if heap.is_mirrored() {
+        let gpus = self.rt.gpu_ordinals().len();
+        if heap.is_mirrored() && gpus <= 1 {
             let _ = writeln!(
                 out,
                 "  on the GPU: {} chunks of {} newer there, {} newer here; {} fetched by host reads so far",
+                res.host_stale_chunks,
+                b(offload_heap::resident::CHUNK_BYTES as u64),
+                res.device_stale_chunks,
+                b(res.fetched_bytes)
+            );
+        } else if heap.is_mirrored() {
+            let _ = writeln!(
+                out,
+                "  on {gpus} GPUs: {} chunks of {} newer on a GPU than here, {} newer here than on a GPU (counted once per GPU); {} fetched by host reads so far",
                 res.host_stale_chunks,
                 b(offload_heap::resident::CHUNK_BYTES as u64),
                 res.device_stale_chunks,
