@@ -1,8 +1,8 @@
 //! A runtime over several GPUs (issue 52, first part): each GPU has its own
 //! context, streams, compiled kernels and image of the heap, coherent per
 //! chunk with the host's and the other GPUs' (`offload_heap::resident`). A
-//! launch on one GPU reads what a launch on another wrote; two GPUs writing
-//! different arrays of one chunk at once both land (the chunk's merge);
+//! launch on one GPU reads what a launch on another wrote; two GPUs take
+//! turns on arrays of one chunk and run at once on different chunks;
 //! collections, injected safepoints and deopts between and during them
 //! keep every value exact. Ignored in the ordinary run (no GPU);
 //! `scripts/gpu-tests --virtual` runs them on two virtual GPUs
@@ -161,13 +161,15 @@ fn a_launch_on_one_gpu_reads_what_another_wrote() {
     }
 }
 
-/// Two launches in flight, one on each GPU, write two arrays that share a
-/// heap chunk (one chunk holds both): both GPUs own the chunk, and every
-/// element of both lands — under injected deopts; and an allocating
-/// kernel on one GPU after.
+/// Two launches in flight, one on each GPU: over two arrays of one heap
+/// chunk they take turns (one set of holds for both GPUs: `share.rs`), and
+/// a read of the first array while the second launch may run, then of
+/// both, finds every element; over arrays of different chunks they run at
+/// once. Under injected deopts too; and an allocating kernel on one GPU
+/// after.
 #[test]
 #[ignore = "needs two GPUs, real or virtual: run scripts/gpu-tests"]
-fn two_gpus_writing_one_chunk_at_once_both_land() {
+fn two_gpus_take_turns_on_one_chunk_and_share_different_ones() {
     let probe = Runtime::builder()
         .device(Device::Interpreter)
         .build()
@@ -176,6 +178,7 @@ fn two_gpus_writing_one_chunk_at_once_both_land() {
     let k = pm.program().verified().func_named("fill").unwrap();
     let sites = pm.program().analysis(k).unwrap().sites.clone();
     let site = sites[sites.len() / 2].bci;
+    let mut beside = 0;
     for inject in [false, true] {
         let mut b = gpus();
         if inject {
@@ -189,36 +192,61 @@ fn two_gpus_writing_one_chunk_at_once_both_land() {
         let Some(rt) = build(b) else { return };
         let (g0, g1) = (rt.on_gpu(0).unwrap(), rt.on_gpu(1).unwrap());
         let m = rt.load_source("devices.ofk", SRC).unwrap();
-        // Two arrays of 2,000 i64s back to back: 32 KB together, within
-        // one or two chunks, with a chunk they share.
+        let what = format!("deopts {inject}");
+        // Two arrays of 2,000 i64s back to back (32 KB together: a chunk
+        // holds both, or its end the first's tail and the second's head).
         let n = 2000;
         let (a, bb) = (
             rt.new_array::<i64>(n).unwrap(),
             rt.new_array::<i64>(n).unwrap(),
         );
         assert!(2 * n * 8 < CHUNK_BYTES);
-        let fa = m
-            .closure("fill", [(&a).into(), 300.into(), 5i64.into()])
-            .unwrap();
-        let fb = m
-            .closure("fill", [(&bb).into(), 300.into(), 9i64.into()])
-            .unwrap();
+        // And two more a chunk apart from each other and from those.
+        let spacer = || std::mem::forget(rt.new_array::<i32>(CHUNK_BYTES / 4).unwrap());
+        spacer();
+        let c = rt.new_array::<i64>(n).unwrap();
+        spacer();
+        let d = rt.new_array::<i64>(n).unwrap();
+        let fill = |x: &offload::Array<i64>, k: i64| {
+            m.closure("fill", [x.into(), 300.into(), k.into()]).unwrap()
+        };
+        // One GPU's kernels first: both images then hold every array.
+        rt.par_offload(0..n as i64, &fill(&c, 1)).unwrap();
+        g1.par_offload(0..n as i64, &fill(&d, 1)).unwrap();
+        let (fa, fb) = (fill(&a, 5), fill(&bb, 9));
         let (ha, hb) = (
             g0.launch(0..n as i64, &fa).unwrap(),
             g1.launch(0..n as i64, &fb).unwrap(),
         );
-        let (ra, rb) = (ha.wait().unwrap(), hb.wait().unwrap());
+        let ra = ha.wait().unwrap();
+        // Read while the other GPU's launch may still run.
+        assert_eq!(rt.read(&a).unwrap(), want(n, 300, 5), "{what}");
+        let rb = hb.wait().unwrap();
         assert_eq!((ran_on(&ra), ran_on(&rb)), (0, 1));
         assert_eq!((ra.completed, rb.completed), (n as u64, n as u64));
+        assert_eq!(
+            (ra.runs_beside, rb.runs_beside),
+            (0, 0),
+            "one chunk: in turn\n{ra}\n{rb}"
+        );
         if inject {
             assert!(ra.replayed + ra.resumed > 0, "no deopt\n{ra}");
         }
-        let what = format!("deopts {inject}");
         assert_eq!(rt.read(&a).unwrap(), want(n, 300, 5), "{what}");
         assert_eq!(rt.read(&bb).unwrap(), want(n, 300, 9), "{what}");
+        // Different chunks: at once.
+        let (fc, fd) = (fill(&c, 3), fill(&d, 4));
+        let (hc, hd) = (
+            g0.launch(0..n as i64, &fc).unwrap(),
+            g1.launch(0..n as i64, &fd).unwrap(),
+        );
+        let (rc, rd) = (hc.wait().unwrap(), hd.wait().unwrap());
+        beside += rc.runs_beside + rd.runs_beside;
+        assert_eq!(rt.read(&c).unwrap(), want(n, 300, 3), "{what}");
+        assert_eq!(rt.read(&d).unwrap(), want(n, 300, 4), "{what}");
         if !inject {
             // A kernel that allocates (the injection's site is `fill`'s),
-            // on GPU 1, over a: b keeps GPU 1's values.
+            // on GPU 1, over a: b keeps its values.
             let grow = m.closure("grow", [(&a).into()]).unwrap();
             g1.par_offload(0..n as i64, &grow).unwrap();
             let grown: Vec<i64> = (0..n as i64).map(|i| i * 7 + 3).collect();
@@ -229,6 +257,10 @@ fn two_gpus_writing_one_chunk_at_once_both_land() {
         let r = rt.par_offload(0..n as i64, &fb).unwrap();
         assert_eq!(ran_on(&r), 0);
     }
+    assert!(
+        beside > 0,
+        "launches over different chunks never ran at once"
+    );
 }
 
 /// One heap keeps at most eight images coherent: a machine of more GPUs

@@ -157,8 +157,9 @@ pub(crate) struct Gpu {
     modules: Mutex<ModuleCache>,
     /// The streams and control words of launches in flight (`lane.rs`).
     lanes: lane::Lanes,
-    /// Which launches hold the GPU, shared or alone (`share.rs`).
-    share: share::Share,
+    /// Which launches hold the GPUs, shared or alone (`share.rs`): one for
+    /// every GPU of the runtime.
+    share: Arc<share::Share>,
     /// The sizes of captured arrays, for the holds' footprints.
     sizes: share::Sizes,
     /// The save area of the last launch, host and device halves, kept for
@@ -226,11 +227,18 @@ fn probe_driver(wanted: Option<&[usize]>) -> Result<Vec<Gpu>, String> {
         // of a bigger machine's GPUs (naming more is an error at build).
         None => (0..n.min(offload_heap::MAX_MIRRORS)).collect(),
     };
-    ordinals.into_iter().map(open).collect()
+    // One set of holds for every GPU: two GPUs' kernels never write one
+    // chunk at once (`share.rs`).
+    let share = Arc::new(share::Share::default());
+    ordinals
+        .into_iter()
+        .map(|k| open(k, share.clone()))
+        .collect()
 }
 
-/// GPU `ordinal`, with its context, stream, heap image and lanes.
-fn open(ordinal: usize) -> Result<Gpu, String> {
+/// GPU `ordinal`, with its context, stream, heap image and lanes, and the
+/// runtime's holds `share`.
+fn open(ordinal: usize, share: Arc<share::Share>) -> Result<Gpu, String> {
     let ctx = CudaContext::new(ordinal)
         .map_err(|e| format!("CUDA context on GPU {ordinal}: {}", driver_error(&e)))?;
     let cc = ctx
@@ -263,7 +271,7 @@ fn open(ordinal: usize) -> Result<Gpu, String> {
         sms,
         modules: Mutex::new(HashMap::new()),
         lanes,
-        share: share::Share::default(),
+        share,
         sizes: share::Sizes::default(),
         scratch: Mutex::new(None),
         block: Mutex::new(None),

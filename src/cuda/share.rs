@@ -25,6 +25,15 @@
 //! round starts beside a stale hold. A stale hold ends at its launch's
 //! next round, which takes the footprint anew.
 //!
+//! **Several GPUs** share one set of holds: a round on one GPU and a
+//! round on another hold chunks as two rounds on one GPU do. Each GPU
+//! writes only its own image, and the heap merges the chunks two GPUs
+//! wrote when one fetch finds both (`offload_heap::resident`); but a fetch
+//! between the two GPUs' marks would copy the first GPU's chunk, and the
+//! second's, fetched later, would undo it — the merge needs the version
+//! the second started from, which the heap does not keep yet. So two GPUs'
+//! kernels never write one chunk at once.
+//!
 //! A round waits for its hold out of the running set of the runtime's
 //! safepoints (`Control::outside`): the launch it waits for may need a
 //! safepoint to finish. It takes the hold running, so that no collection
