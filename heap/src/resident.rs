@@ -183,12 +183,17 @@ impl Bits {
     }
 }
 
+/// An attached device's image: where its chunks come from, and which of
+/// them it lacks.
+struct Image {
+    mirror: Arc<dyn Mirror>,
+    device_stale: Bits,
+}
+
 /// Coherence state of a heap with device copies (see the module docs).
 pub(crate) struct Residency {
     /// The devices' images, in attach order; `attached` of them are set.
-    mirrors: [OnceLock<Arc<dyn Mirror>>; MAX_MIRRORS],
-    /// Per mirror, its device-stale bits (made when it is attached).
-    device_stale: [OnceLock<Bits>; MAX_MIRRORS],
+    images: [OnceLock<Image>; MAX_MIRRORS],
     attached: AtomicUsize,
     /// Serializes attaching.
     attach_lock: Mutex<()>,
@@ -221,8 +226,7 @@ impl Residency {
     pub(crate) fn new(max_bytes: usize) -> Residency {
         let chunks = max_bytes.div_ceil(CHUNK_BYTES);
         Residency {
-            mirrors: std::array::from_fn(|_| OnceLock::new()),
-            device_stale: std::array::from_fn(|_| OnceLock::new()),
+            images: std::array::from_fn(|_| OnceLock::new()),
             attached: AtomicUsize::new(0),
             attach_lock: Mutex::new(()),
             chunks,
@@ -242,15 +246,20 @@ impl Residency {
     /// The mirrors attached, with their device-stale bits.
     fn each(&self) -> impl Iterator<Item = (MirrorId, &Bits)> {
         let n = self.attached.load(Ordering::Acquire);
-        self.device_stale[..n]
+        self.images[..n]
             .iter()
             .enumerate()
-            .filter_map(|(k, b)| Some((MirrorId(k as u8), b.get()?)))
+            .filter_map(|(k, i)| Some((MirrorId(k as u8), &i.get()?.device_stale)))
     }
 
     /// Mirror `m`'s device-stale bits (none before it is attached).
     fn stale_on(&self, m: MirrorId) -> Option<&Bits> {
-        self.device_stale.get(m.index())?.get()
+        Some(&self.images.get(m.index())?.get()?.device_stale)
+    }
+
+    /// Mirror number `k`'s image (none before it is attached).
+    fn mirror(&self, k: usize) -> Option<&Arc<dyn Mirror>> {
+        Some(&self.images.get(k)?.get()?.mirror)
     }
 
     #[inline]
@@ -321,9 +330,11 @@ impl Heap {
         for c in chunks_of(0, self.used() as usize) {
             bits.set(c);
         }
-        // Set before `attached` counts it: every reader finds both.
-        let _ = self.res.mirrors[k].set(mirror);
-        let _ = self.res.device_stale[k].set(bits);
+        // Set before `attached` counts it.
+        let _ = self.res.images[k].set(Image {
+            mirror,
+            device_stale: bits,
+        });
         self.res.attached.store(k + 1, Ordering::Release);
         Some(id)
     }
@@ -444,7 +455,7 @@ impl Heap {
     fn fetch_owned(&self, own: u8, run: Range<usize>) -> Result<u64, HeapError> {
         let owners: Vec<(MirrorId, &Arc<dyn Mirror>)> = (0..MAX_MIRRORS)
             .filter(|k| own & (1 << k) != 0)
-            .filter_map(|k| Some((MirrorId(k as u8), self.res.mirrors[k].get()?)))
+            .filter_map(|k| Some((MirrorId(k as u8), self.res.mirror(k)?)))
             .collect();
         let failed = |e: String| HeapError::Device {
             bytes: run.clone(),
@@ -504,7 +515,7 @@ impl Heap {
         }
         let own = self.res.owners[c].load(Ordering::Acquire);
         let m = match own.count_ones() {
-            1 => self.res.mirrors[own.trailing_zeros() as usize].get(),
+            1 => self.res.mirror(own.trailing_zeros() as usize),
             _ => None,
         };
         let Some(m) = m else {
@@ -618,7 +629,7 @@ impl Heap {
         let limit = self.committed();
         let mut send = Vec::new();
         let mut both = Vec::new();
-        let mut fetch = Vec::new();
+        let mut fetch: Vec<Range<usize>> = Vec::new();
         for want in chunks {
             for run in bits.runs(want.clone()) {
                 for c in run.clone() {
@@ -627,7 +638,10 @@ impl Heap {
                         if self.res.owners[c].load(Ordering::Acquire) & m.bit() != 0 {
                             both.push(c);
                         } else {
-                            fetch.push(c);
+                            match fetch.last_mut() {
+                                Some(r) if r.end == c => r.end = c + 1,
+                                _ => fetch.push(c..c + 1),
+                            }
                         }
                     }
                 }
@@ -641,8 +655,8 @@ impl Heap {
                 }
             }
         }
-        for &c in &fetch {
-            if let Err(e) = self.fetch_chunks(c..c + 1) {
+        for run in fetch {
+            if let Err(e) = self.fetch_chunks(run) {
                 // Nothing is sent: the chunks stay stale for `m`.
                 for r in &send {
                     for c in chunks_of(r.start, r.end) {

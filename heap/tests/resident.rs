@@ -183,6 +183,33 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Run `op` on `heap` (a launch on `dev`), keeping `model` in step; a host
+/// read must find the model's value.
+fn apply(heap: &Heap, model: &mut Model, dev: &FakeDevice, op: Op) -> Result<(), TestCaseError> {
+    match op {
+        Op::HostWrite(a, i, v) if !model.is_empty() => {
+            let a = a % model.len();
+            let (at, vals) = &mut model[a];
+            let i = i % vals.len();
+            vals[i] = v;
+            heap.store64(*at as usize * 8 + 8 + 8 * i, v).unwrap();
+        }
+        Op::HostRead(a, i) if !model.is_empty() => {
+            let (at, vals) = &model[a % model.len()];
+            let i = i % vals.len();
+            prop_assert_eq!(heap.load64(*at as usize * 8 + 8 + 8 * i).unwrap(), vals[i]);
+        }
+        Op::HostAlloc(len) => {
+            let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
+            heap.write_header(at, longs(len)).unwrap();
+            model.push((at, vec![0; len as usize]));
+        }
+        Op::Launch(writes, allocs, len) => dev.launch(heap, model, &writes, allocs, len),
+        _ => {}
+    }
+    Ok(())
+}
+
 fn check(heap: &Heap, model: &Model) {
     for (at, vals) in model {
         for (i, v) in vals.iter().enumerate() {
@@ -204,29 +231,7 @@ proptest! {
         dev.attach(&heap);
         let mut model: Model = Vec::new();
         for op in ops {
-            match op {
-                Op::HostWrite(a, i, v) if !model.is_empty() => {
-                    let a = a % model.len();
-                    let (at, vals) = &mut model[a];
-                    let i = i % vals.len();
-                    vals[i] = v;
-                    heap.store64(*at as usize * 8 + 8 + 8 * i, v).unwrap();
-                }
-                Op::HostRead(a, i) if !model.is_empty() => {
-                    let (at, vals) = &model[a % model.len()];
-                    let i = i % vals.len();
-                    prop_assert_eq!(heap.load64(*at as usize * 8 + 8 + 8 * i).unwrap(), vals[i]);
-                }
-                Op::HostAlloc(len) => {
-                    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
-                    heap.write_header(at, longs(len)).unwrap();
-                    model.push((at, vec![0; len as usize]));
-                }
-                Op::Launch(writes, allocs, len) => {
-                    dev.launch(&heap, &mut model, &writes, allocs, len);
-                }
-                _ => {}
-            }
+            apply(&heap, &mut model, &dev, op)?;
         }
         check(&heap, &model);
         // And the device's image, once the host's writes are sent, holds
@@ -262,29 +267,7 @@ proptest! {
         }
         let mut model: Model = Vec::new();
         for (op, k) in ops {
-            match op {
-                Op::HostWrite(a, i, v) if !model.is_empty() => {
-                    let a = a % model.len();
-                    let (at, vals) = &mut model[a];
-                    let i = i % vals.len();
-                    vals[i] = v;
-                    heap.store64(*at as usize * 8 + 8 + 8 * i, v).unwrap();
-                }
-                Op::HostRead(a, i) if !model.is_empty() => {
-                    let (at, vals) = &model[a % model.len()];
-                    let i = i % vals.len();
-                    prop_assert_eq!(heap.load64(*at as usize * 8 + 8 + 8 * i).unwrap(), vals[i]);
-                }
-                Op::HostAlloc(len) => {
-                    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
-                    heap.write_header(at, longs(len)).unwrap();
-                    model.push((at, vec![0; len as usize]));
-                }
-                Op::Launch(writes, allocs, len) => {
-                    devs[k].launch(&heap, &mut model, &writes, allocs, len);
-                }
-                _ => {}
-            }
+            apply(&heap, &mut model, &devs[k], op)?;
         }
         check(&heap, &model);
         let top = heap.used() as usize;
