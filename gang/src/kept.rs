@@ -162,13 +162,10 @@ impl Serve {
     /// The next job, or `None` when the owner is gone or the thread waited
     /// its `linger` (and took itself off the list).
     fn next(&self, rx: &Receiver<Job>) -> Option<Job> {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < self.spin {
-            match rx.try_recv() {
-                Ok(job) => return Some(job),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) => std::hint::spin_loop(),
-            }
+        match try_recv_for(rx, self.spin) {
+            Ok(job) => return Some(job),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
         }
         let Some(linger) = self.linger else {
             return rx.recv().ok();
@@ -192,6 +189,19 @@ impl Serve {
                     }
                 }
             }
+        }
+    }
+}
+
+/// What `rx` receives within `spin`, looking for it without sleeping (a
+/// hand-off that comes meanwhile costs no wake-up); `Empty` when nothing
+/// came in that time.
+pub fn try_recv_for<T>(rx: &Receiver<T>, spin: Duration) -> Result<T, TryRecvError> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match rx.try_recv() {
+            Err(TryRecvError::Empty) if t0.elapsed() < spin => std::hint::spin_loop(),
+            r => return r,
         }
     }
 }

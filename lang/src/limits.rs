@@ -71,16 +71,10 @@ pub fn on_big_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
     // The compile is short (tens to hundreds of microseconds) and this
     // thread has nothing else to do: look for the result a while before
     // sleeping on it (a sleeper's wake-up took 2–60 µs on a 2-core VM).
-    let t0 = std::time::Instant::now();
-    let out = loop {
-        match rx.try_recv() {
-            Ok(out) => break Ok(out),
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => break Err(()),
-            Err(std::sync::mpsc::TryRecvError::Empty) if t0.elapsed() < WAIT_SPIN => {
-                std::hint::spin_loop();
-            }
-            Err(std::sync::mpsc::TryRecvError::Empty) => break rx.recv().map_err(drop),
-        }
+    let out = match offload_gang::kept::try_recv_for(&rx, WAIT_SPIN) {
+        Ok(out) => Ok(out),
+        Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(()),
+        Err(std::sync::mpsc::TryRecvError::Empty) => rx.recv().map_err(drop),
     };
     match out {
         Ok(Ok(v)) => v,
