@@ -146,9 +146,6 @@ pub(crate) struct Gpu {
     /// Launches running on it now (a launch takes the GPU with the fewest:
     /// [`pick`]).
     busy: std::sync::atomic::AtomicUsize,
-    /// Whether the runtime has other GPUs besides: reports then name it
-    /// with its number ([`Gpu::label`]).
-    numbered: std::sync::atomic::AtomicBool,
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     name: String,
@@ -263,7 +260,6 @@ fn open(ordinal: usize, share: Arc<share::Share>) -> Result<Gpu, String> {
     Ok(Gpu {
         ordinal,
         busy: std::sync::atomic::AtomicUsize::new(0),
-        numbered: std::sync::atomic::AtomicBool::new(false),
         ctx,
         stream,
         name,
@@ -360,14 +356,12 @@ impl Gpu {
     /// the runtime has other GPUs besides.
     pub(crate) fn attached(&self, id: offload_heap::MirrorId, several: bool) {
         self.resident.attached(id, several);
-        self.numbered
-            .store(several, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What a launch's report calls this GPU: [`Gpu::describe`], with its
     /// number when the runtime has several.
     pub(crate) fn label(&self) -> String {
-        if self.numbered.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.resident.several() {
             self.describe_numbered()
         } else {
             self.describe()

@@ -105,6 +105,11 @@ impl DeviceHeap {
             .store(several, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Whether other GPUs' images are besides this one.
+    pub(crate) fn several(&self) -> bool {
+        self.several.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The heap's name for this image (the first mirror until attached).
     pub(crate) fn id(&self) -> MirrorId {
         self.id.get().copied().unwrap_or(MirrorId::FIRST)
@@ -467,7 +472,7 @@ impl Mirror for DeviceHeap {
         // launch's replay reading what a kernel on this one wrote): with
         // several GPUs it gets its context back after the copy (two more
         // driver calls; with one GPU, every context is this one).
-        let before = if self.several.load(std::sync::atomic::Ordering::Relaxed) {
+        let before = if self.several() {
             cudarc::driver::result::ctx::get_current().map_err(|e| driver_error(&e))?
         } else {
             None
