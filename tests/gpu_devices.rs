@@ -12,6 +12,9 @@
 use offload::{Device, LaunchReport, Runtime, RuntimeBuilder};
 use offload_heap::resident::CHUNK_BYTES;
 use offload_jit::Injection;
+#[path = "common/spin.rs"]
+mod spin;
+use spin::{SRC, apart, loop_site, want};
 
 const NEEDS_GPUS: &str = "needs two GPUs, real or virtual: run scripts/gpu-tests";
 
@@ -32,37 +35,6 @@ fn build(b: RuntimeBuilder) -> Option<Runtime> {
     );
     eprintln!("one GPU here: the tests of several GPUs check nothing");
     None
-}
-
-/// `fill` spins `iters` times per workitem and stores `i * k + iters`;
-/// `twice` stores twice what it reads; `grow` allocates per workitem.
-const SRC: &str = "
-#[kernel]
-fn fill(i: i32, out: &mut [i64], iters: i32, k: i64) {
-    let mut acc = 0i64;
-    let mut s = 0;
-    while s < iters {
-        acc = acc + 1;
-        s = s + 1;
-    }
-    out[i] = (i as i64) * k + acc;
-}
-
-#[kernel]
-fn twice(i: i32, src: &[i64], out: &mut [i64]) {
-    out[i] = src[i] * 2;
-}
-
-#[kernel]
-fn grow(i: i32, out: &mut [i64]) {
-    let t = vec![0i64; 3];
-    t[1] = (i as i64) * 7;
-    out[i] = t[1] + (t.len() as i64);
-}
-";
-
-fn want(n: usize, iters: i64, k: i64) -> Vec<i64> {
-    (0..n as i64).map(|i| i * k + iters).collect()
 }
 
 /// The GPU a launch's report names (`GPU k: …`).
@@ -143,8 +115,8 @@ fn a_launch_on_one_gpu_reads_what_another_wrote() {
             drop(rt.new_array::<i64>(1000).unwrap());
         }
         rt.collect().unwrap();
-        let twice = m.closure("twice", [(&x).into(), (&y).into()]).unwrap();
-        let r = g1.par_offload(0..n as i64, &twice).unwrap();
+        let double = m.closure("double", [(&x).into(), (&y).into()]).unwrap();
+        let r = g1.par_offload(0..n as i64, &double).unwrap();
         assert_eq!((ran_on(&r), r.completed), (1, n as u64), "{r}");
         let doubled: Vec<i64> = want(n, 20, 3).iter().map(|v| v * 2).collect();
         assert_eq!(
@@ -153,7 +125,7 @@ fn a_launch_on_one_gpu_reads_what_another_wrote() {
             "wait in place {wait_in_place}"
         );
         // And back: GPU 0 reads what GPU 1 wrote.
-        let back = m.closure("twice", [(&y).into(), (&x).into()]).unwrap();
+        let back = m.closure("double", [(&y).into(), (&x).into()]).unwrap();
         let r = g0.par_offload(0..n as i64, &back).unwrap();
         assert_eq!(ran_on(&r), 0);
         let quad: Vec<i64> = doubled.iter().map(|v| v * 2).collect();
@@ -170,14 +142,7 @@ fn a_launch_on_one_gpu_reads_what_another_wrote() {
 #[test]
 #[ignore = "needs two GPUs, real or virtual: run scripts/gpu-tests"]
 fn two_gpus_take_turns_on_one_chunk_and_share_different_ones() {
-    let probe = Runtime::builder()
-        .device(Device::Interpreter)
-        .build()
-        .unwrap();
-    let pm = probe.load_source("devices.ofk", SRC).unwrap();
-    let k = pm.program().verified().func_named("fill").unwrap();
-    let sites = pm.program().analysis(k).unwrap().sites.clone();
-    let site = sites[sites.len() / 2].bci;
+    let site = loop_site();
     let mut beside = 0;
     for inject in [false, true] {
         let mut b = gpus();
@@ -196,17 +161,10 @@ fn two_gpus_take_turns_on_one_chunk_and_share_different_ones() {
         // Two arrays of 2,000 i64s back to back (32 KB together: a chunk
         // holds both, or its end the first's tail and the second's head).
         let n = 2000;
-        let (a, bb) = (
-            rt.new_array::<i64>(n).unwrap(),
-            rt.new_array::<i64>(n).unwrap(),
-        );
-        assert!(2 * n * 8 < CHUNK_BYTES);
         // And two more a chunk apart from each other and from those.
-        let spacer = || std::mem::forget(rt.new_array::<i32>(CHUNK_BYTES / 4).unwrap());
-        spacer();
-        let c = rt.new_array::<i64>(n).unwrap();
-        spacer();
-        let d = rt.new_array::<i64>(n).unwrap();
+        let (a, bb) = (rt.new_array::<i64>(n).unwrap(), apart(&rt, n));
+        assert!(2 * n * 8 < CHUNK_BYTES);
+        let (c, d) = (apart(&rt, n), rt.new_array::<i64>(n).unwrap());
         let fill = |x: &offload::Array<i64>, k: i64| {
             m.closure("fill", [x.into(), 300.into(), k.into()]).unwrap()
         };

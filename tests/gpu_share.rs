@@ -9,6 +9,9 @@
 use offload::{Array, Device, LaunchReport, Runtime, RuntimeBuilder, par_offload};
 use offload_heap::resident::CHUNK_BYTES;
 use offload_jit::Injection;
+#[path = "common/spin.rs"]
+mod spin;
+use spin::{SRC, apart, loop_site, want};
 
 const NEEDS_GPU: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
@@ -26,48 +29,6 @@ fn build(b: RuntimeBuilder) -> Runtime {
     b.build().unwrap_or_else(|e| panic!("{NEEDS_GPU}: {e}"))
 }
 
-/// `fill` spins `iters` times per workitem and stores `i * k + iters`;
-/// `grow` allocates an array per workitem (a kernel that needs the GPU
-/// alone).
-const SRC: &str = "
-#[kernel]
-fn fill(i: i32, out: &mut [i64], iters: i32, k: i64) {
-    let mut acc = 0i64;
-    let mut s = 0;
-    while s < iters {
-        acc = acc + 1;
-        s = s + 1;
-    }
-    out[i] = (i as i64) * k + acc;
-}
-
-#[kernel]
-fn grow_spin(i: i32, out: &mut [i64], iters: i32) {
-    let t = vec![0i64; 2];
-    let mut s = 0;
-    while s < iters {
-        t[0] = t[0] + 1;
-        s = s + 1;
-    }
-    out[i] = t[0];
-}
-
-#[kernel]
-fn grow(i: i32, out: &mut [i64]) {
-    let t = vec![0i64; 3];
-    t[1] = (i as i64) * 7;
-    out[i] = t[1] + (t.len() as i64);
-}
-";
-
-/// `n` i64s, then a spacer of a chunk: the next array made lies in other
-/// chunks than this one.
-fn apart(rt: &Runtime, n: usize) -> Array<i64> {
-    let a = rt.new_array::<i64>(n).unwrap();
-    std::mem::forget(rt.new_array::<i32>(CHUNK_BYTES / 4).unwrap());
-    a
-}
-
 /// One launch that writes `a`: the heap's image on the GPU holds every
 /// array made so far.
 fn warm(rt: &Runtime, a: &Array<i64>) {
@@ -76,10 +37,6 @@ fn warm(rt: &Runtime, a: &Array<i64>) {
         .closure("fill", [a.into(), 1.into(), 1i64.into()])
         .unwrap();
     par_offload(0..a.len() as i64, &c).unwrap();
-}
-
-fn want(n: usize, iters: i64, k: i64) -> Vec<i64> {
-    (0..n as i64).map(|i| i * k + iters).collect()
 }
 
 /// Two `fill` launches in flight over `0..n` of `a` and `b`; a collection
@@ -178,18 +135,6 @@ fn launches_that_share_a_chunk_or_allocate_take_turns() {
     assert_eq!(rt.read(&c).unwrap(), want(4096, 400, 3));
     let grown: Vec<i64> = (0..4096).map(|i| i * 7 + 3).collect();
     assert_eq!(rt.read(&d).unwrap(), grown);
-}
-
-/// A deopt site in the middle of `fill`'s sites (its loop).
-fn loop_site() -> u32 {
-    let probe = Runtime::builder()
-        .device(Device::Interpreter)
-        .build()
-        .unwrap();
-    let m = probe.load_source("share.ofk", SRC).unwrap();
-    let k = m.program().verified().func_named("fill").unwrap();
-    let sites = m.program().analysis(k).unwrap().sites.clone();
-    sites[sites.len() / 2].bci
 }
 
 #[test]

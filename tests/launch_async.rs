@@ -3,6 +3,9 @@
 //! on the CPU device and the interpreter.
 
 use offload::{Device, Runtime, kernel, par_offload};
+#[path = "common/spin.rs"]
+mod spin;
+use spin::SRC;
 
 fn runtimes(inject: bool) -> Vec<Runtime> {
     [Device::Cpu, Device::Interpreter]
@@ -17,30 +20,11 @@ fn runtimes(inject: bool) -> Vec<Runtime> {
         .collect()
 }
 
-/// `n` workitems that each spin `iters` times and store `f(i)`.
-const SPIN: &str = "
-#[kernel]
-fn fill(i: i32, out: &mut [i64], iters: i32, k: i64) {
-    let mut acc = 0i64;
-    let mut s = 0;
-    while s < iters {
-        acc = acc + 1;
-        s = s + 1;
-    }
-    out[i] = (i as i64) * k + acc;
-}
-
-#[kernel]
-fn double(i: i32, from: &[i64], to: &mut [i64]) {
-    to[i] = from[i] * 2;
-}
-";
-
 #[test]
 fn launches_in_flight_give_the_results_of_launches_one_after_the_other() {
     for inject in [false, true] {
         for rt in runtimes(inject) {
-            let m = rt.load_source("spin.ofk", SPIN).unwrap();
+            let m = rt.load_source("spin.ofk", SRC).unwrap();
             let n = 2000;
             let (a, b) = (
                 rt.new_array::<i64>(n).unwrap(),
@@ -81,7 +65,7 @@ fn launches_in_flight_give_the_results_of_launches_one_after_the_other() {
 #[test]
 fn a_launch_that_reads_what_an_earlier_one_writes_waits_for_it() {
     for rt in runtimes(true) {
-        let m = rt.load_source("spin.ofk", SPIN).unwrap();
+        let m = rt.load_source("spin.ofk", SRC).unwrap();
         let n = 3000;
         let (a, b) = (
             rt.new_array::<i64>(n).unwrap(),
