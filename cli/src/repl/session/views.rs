@@ -369,20 +369,18 @@ impl Session {
             offload::diagnostics::count_text(w.fillers, "filler"),
             b(w.filler_bytes)
         );
-        let gpus = self.rt.gpu_ordinals().len();
-        if heap.is_mirrored() && gpus <= 1 {
+        if heap.is_mirrored() {
+            let (place, there, here) = match self.rt.gpu_ordinals().len() {
+                0 | 1 => ("the GPU".to_string(), "there", "here"),
+                n => (
+                    format!("{n} GPUs"),
+                    "on a GPU than here",
+                    "here than on a GPU (counted once per GPU)",
+                ),
+            };
             let _ = writeln!(
                 out,
-                "  on the GPU: {} chunks of {} newer there, {} newer here; {} fetched by host reads so far",
-                res.host_stale_chunks,
-                b(offload_heap::resident::CHUNK_BYTES as u64),
-                res.device_stale_chunks,
-                b(res.fetched_bytes)
-            );
-        } else if heap.is_mirrored() {
-            let _ = writeln!(
-                out,
-                "  on {gpus} GPUs: {} chunks of {} newer on a GPU than here, {} newer here than on a GPU (counted once per GPU); {} fetched by host reads so far",
+                "  on {place}: {} chunks of {} newer {there}, {} newer {here}; {} fetched by host reads so far",
                 res.host_stale_chunks,
                 b(offload_heap::resident::CHUNK_BYTES as u64),
                 res.device_stale_chunks,
