@@ -613,10 +613,11 @@ impl Heap {
 
     /// Clear device `m`'s stale bits in `chunks` and return the byte runs
     /// to send: those chunks less the ones in `inside` (cleared, not sent)
-    /// and less any chunk `m` itself wrote since the host wrote it (host
-    /// code wrote it while `m`'s kernel did: a race at chunk granularity),
-    /// which keeps `m`'s bytes. A chunk another device wrote is fetched
-    /// first (the host's bytes are then the newest).
+    /// and less any chunk only `m` itself wrote since the host wrote it
+    /// (host code wrote it while `m`'s kernel did: a race at chunk
+    /// granularity), which keeps `m`'s bytes. A chunk another device wrote
+    /// is fetched first (the host's bytes are then the newest: a merge
+    /// with `m`'s own writes where `m` wrote it too).
     fn take_stale(
         &self,
         m: MirrorId,
@@ -635,7 +636,11 @@ impl Heap {
                 for c in run.clone() {
                     bits.clear(c);
                     if self.res.host_stale.get(c) {
-                        if self.res.owners[c].load(Ordering::Acquire) & m.bit() != 0 {
+                        // `m` alone wrote it since the host had it: the
+                        // host's write raced `m`'s kernel, and `m`'s bytes
+                        // stay. Others wrote it too: `m` gets the merge,
+                        // its own writes in it.
+                        if self.res.owners[c].load(Ordering::Acquire) == m.bit() {
                             both.push(c);
                         } else {
                             match fetch.last_mut() {

@@ -341,6 +341,37 @@ fn writes_of_two_devices_to_one_chunk_all_land() {
     assert_eq!(heap.residency().host_stale_chunks, 0);
 }
 
+/// Two devices wrote one chunk, and one of the writers is the first to be
+/// sent it: it gets the merge — the other's writes with its own.
+#[test]
+fn a_writer_sent_a_chunk_two_devices_wrote_gets_the_others_writes() {
+    let heap = heap();
+    let len = (2 * CHUNK_BYTES / 8) as u32;
+    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
+    heap.write_header(at, longs(len)).unwrap();
+    let devs: Vec<Arc<FakeDevice>> = (0..2).map(|_| Arc::new(FakeDevice::default())).collect();
+    for d in &devs {
+        d.attach(&heap);
+        d.sync(&heap);
+    }
+    let elem = |i: usize| at as usize * 8 + 8 + 8 * i;
+    devs[0].store(&heap, elem(0), 10);
+    devs[1].store(&heap, elem(1), 11);
+    devs[0].sync(&heap);
+    let img = devs[0].bytes.lock().unwrap();
+    assert_eq!(img[elem(0)..elem(0) + 8], 10u64.to_le_bytes());
+    assert_eq!(
+        img[elem(1)..elem(1) + 8],
+        11u64.to_le_bytes(),
+        "device 1's write"
+    );
+    drop(img);
+    assert_eq!(
+        (heap.load64(elem(0)).unwrap(), heap.load64(elem(1)).unwrap()),
+        (10, 11)
+    );
+}
+
 /// A chunk one device wrote is fetched from it before another device is
 /// sent it; the writer itself is not sent its own bytes back.
 #[test]
