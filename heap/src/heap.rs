@@ -168,6 +168,8 @@ pub struct Heap {
     pub(crate) lowered: AtomicU64,
     /// The device copy's coherence state ([`crate::resident`]).
     pub(crate) res: Residency,
+    /// The twins of chunks device parts write (`twins.rs`).
+    pub(crate) twins: crate::twins::Twins,
     /// Why the last carve failed when a fetch from the device did.
     carve_error: Mutex<Option<HeapError>>,
 }
@@ -232,6 +234,7 @@ impl Heap {
             reclaimed: AtomicU64::new(0),
             lowered: AtomicU64::new(0),
             res: Residency::new(cfg.max),
+            twins: Default::default(),
             carve_error: Mutex::new(None),
         })
     }
@@ -613,6 +616,7 @@ impl Heap {
             what: format!("unencodable header: {h}"),
         })?;
         let off = at as usize * 8;
+        let _gate = self.store_gate(off, 8);
         self.writable(off, 8)?;
         self.cell32(off)?.store(a, Ordering::Relaxed);
         self.cell32(off + 4)?.store(b, Ordering::Relaxed);
@@ -667,6 +671,9 @@ impl Heap {
     #[inline]
     pub fn u32_cell(&self, off: usize) -> Result<&std::sync::atomic::AtomicU32, HeapError> {
         let cell = self.cell32(off)?;
+        // Twins are taken, but not merged atomically: a split launch
+        // refuses kernels with atomics (`twins`).
+        drop(self.store_gate(off, 4));
         self.writable(off, 4)?;
         Ok(cell)
     }
@@ -676,6 +683,7 @@ impl Heap {
     #[inline]
     pub fn u64_cell(&self, off: usize) -> Result<&AtomicU64, HeapError> {
         let cell = self.cell64(off)?;
+        drop(self.store_gate(off, 8));
         self.writable(off, 8)?;
         Ok(cell)
     }
@@ -691,6 +699,7 @@ impl Heap {
     #[inline]
     pub fn store32(&self, off: usize, v: u32) -> Result<(), HeapError> {
         let cell = self.cell32(off)?;
+        let _gate = self.store_gate(off, 4);
         self.writable(off, 4)?;
         cell.store(v, Ordering::Relaxed);
         Ok(())
@@ -706,6 +715,7 @@ impl Heap {
     #[inline]
     pub fn store64(&self, off: usize, v: u64) -> Result<(), HeapError> {
         let cell = self.cell64(off)?;
+        let _gate = self.store_gate(off, 8);
         self.writable(off, 8)?;
         cell.store(v, Ordering::Relaxed);
         Ok(())

@@ -46,6 +46,7 @@ pub mod region;
 pub mod resident;
 mod sync;
 pub mod tlab;
+mod twins;
 
 pub use alloc::{AllocPolicy, AllocStats, Allocator};
 pub use gc::{GcStats, Roots};
@@ -56,3 +57,4 @@ pub use layout::{Header, Ref};
 pub use pages::{PageKind, PageStats, PageTable};
 pub use resident::{MAX_MIRRORS, Mirror, MirrorId, RawImage, ResidencyStats};
 pub use tlab::{AllocFailure, Eden, FAILED, RefillFault, SharedTlab};
+pub use twins::{SendChunks, TwinMode};

@@ -42,7 +42,9 @@
 //!
 //! Host writes that race a kernel writing the same chunk are a data race
 //! at chunk granularity (the device's copy wins when fetched; with one
-//! owner the fetch copies the chunk whole). A GPU
+//! owner the fetch copies the chunk whole) — except in twin mode, for a
+//! launch split over devices, where the chunks its parts write keep
+//! twins and every writer's elements land (`twins`). A GPU
 //! launch's own host work (replays, a safepoint's operation) writes while
 //! its kernel is stopped or waiting; a launch beside it on the same GPU
 //! holds chunks disjoint from its own ([`Heap::take_device_stale_in`]
@@ -82,6 +84,12 @@ impl MirrorId {
 
     fn bit(self) -> u8 {
         1 << self.0
+    }
+
+    /// Mirror number `k` (`k < MAX_MIRRORS`).
+    pub(crate) fn from_index(k: usize) -> MirrorId {
+        debug_assert!(k < MAX_MIRRORS);
+        MirrorId(k as u8)
     }
 }
 
@@ -269,7 +277,7 @@ impl Residency {
 }
 
 /// Chunks that hold any byte of `[start, end)`.
-fn chunks_of(start: usize, end: usize) -> Range<usize> {
+pub(crate) fn chunks_of(start: usize, end: usize) -> Range<usize> {
     if start >= end {
         return 0..0;
     }
@@ -378,6 +386,7 @@ impl Heap {
     /// refreshed by its next launch). Outside this crate it is the one way
     /// to the heap's address besides [`Heap::host_bytes`].
     pub fn raw_image(&self) -> Result<RawImage<'_>, HeapError> {
+        self.twin_for_raw();
         self.sync_host()?;
         Ok(RawImage { heap: self })
     }
@@ -461,6 +470,13 @@ impl Heap {
             bytes: run.clone(),
             message: e,
         };
+        if self.twins.on() {
+            // Parts registered for these chunks keep what they started from.
+            self.twin_before_change(chunks_of(run.start, run.end));
+        }
+        if self.twins.on() || self.twins_kept() != 0 {
+            return self.fetch_twinned(&owners, run);
+        }
         // SAFETY: `run` is committed (below the high-water mark). Its
         // chunks are host-stale, so no host code reads or writes them until
         // their bits clear: every accessor fetches first, and fetches are
@@ -490,10 +506,74 @@ impl Heap {
         }
     }
 
+    /// [`Heap::fetch_owned`] where twins may be kept or host code may write
+    /// other elements of the chunks meanwhile (twin mode): chunk by chunk,
+    /// each owner's bytes merged over the host's against its twin, or
+    /// against the host's bytes before the merge where it has none.
+    fn fetch_twinned(
+        &self,
+        owners: &[(MirrorId, &Arc<dyn Mirror>)],
+        run: Range<usize>,
+    ) -> Result<u64, HeapError> {
+        let mut moved = 0u64;
+        let mut at = run.start;
+        while at < run.end {
+            let c = at / CHUNK_BYTES;
+            let end = ((c + 1) * CHUNK_BYTES).min(run.end);
+            // SAFETY: `[at, end)` is committed (inside `run`), read once.
+            let base: Vec<u8> =
+                unsafe { std::slice::from_raw_parts(self.base_ptr().add(at), end - at) }.to_vec();
+            let mut theirs = vec![0u8; end - at];
+            for &(m, mirror) in owners {
+                theirs.copy_from_slice(&base);
+                mirror
+                    .fetch(at, &mut theirs)
+                    .map_err(|e| HeapError::Device {
+                        bytes: at..end,
+                        message: e,
+                    })?;
+                let twin = self.twin_of(m, c);
+                let from = at - c * CHUNK_BYTES;
+                let against = match &twin {
+                    Some(t) if t.len() >= from + theirs.len() => &t[from..from + theirs.len()],
+                    _ => &base[..],
+                };
+                // SAFETY: `[at, end)` is committed heap memory.
+                unsafe { crate::twins::merge_into(self.base_ptr().add(at), &theirs, against) };
+                moved += theirs.len() as u64;
+            }
+            at = end;
+        }
+        Ok(moved)
+    }
+
+    /// Whether chunk `c` is host-stale with `m` among its owners.
+    pub(crate) fn owned_by(&self, m: MirrorId, c: usize) -> bool {
+        self.res.host_stale.get(c)
+            && self
+                .res
+                .owners
+                .get(c)
+                .is_some_and(|o| o.load(Ordering::Acquire) & m.bit() != 0)
+    }
+
+    /// Mark chunk `c` device-stale for `m` again (a send that failed).
+    pub(crate) fn mark_stale_for(&self, m: MirrorId, c: usize) {
+        if let Some(b) = self.res.stale_on(m) {
+            b.set(c);
+        }
+    }
+
+    /// The chunks the heap may have.
+    pub(crate) fn res_chunks(&self) -> usize {
+        self.res.chunks
+    }
+
     /// Chunk `c`'s bytes from owners `own` are on the host now: those
     /// owners are no longer ahead of it, and it is current on the host
     /// unless another device wrote it meanwhile.
     fn fetched_chunk(&self, c: usize, own: u8) {
+        self.twins_fetched(c, own);
         let left = self.res.owners[c].fetch_and(!own, Ordering::AcqRel) & !own;
         if left == 0 && self.res.host_stale.clear(c) {
             self.res.stale.fetch_sub(1, Ordering::AcqRel);
@@ -640,7 +720,11 @@ impl Heap {
                         // host's write raced `m`'s kernel, and `m`'s bytes
                         // stay. Others wrote it too: `m` gets the merge,
                         // its own writes in it.
-                        if self.res.owners[c].load(Ordering::Acquire) == m.bit() {
+                        // With a twin of it, `m`'s writes merge with the
+                        // host's (twin mode): fetch, then send.
+                        if self.res.owners[c].load(Ordering::Acquire) == m.bit()
+                            && self.twin_of(m, c).is_none()
+                        {
                             both.push(c);
                         } else {
                             match fetch.last_mut() {
@@ -669,6 +753,13 @@ impl Heap {
                     }
                 }
                 return Err(e);
+            }
+        }
+        if self.twins_kept() != 0 {
+            for r in &send {
+                for c in chunks_of(r.start, r.end) {
+                    self.twin_sent(m, c);
+                }
             }
         }
         if both.is_empty() {

@@ -403,6 +403,7 @@ impl Heap {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
         self.host_wrote(0, next as usize * 8);
+        self.twins_widen();
         st.released = self.release_above(u64::from(next));
         self.finished.fetch_add(1, Ordering::SeqCst);
         st.after = u64::from(next) * 8;

@@ -1,0 +1,381 @@
+//! Twins: the version of a chunk a device's kernel started writing from,
+//! kept while the host's bytes of that chunk may change under it.
+//!
+//! The merge of several owners ([`crate::resident`]) takes the host's
+//! bytes as the version every owner started from. That holds while no host
+//! code writes a chunk a kernel is writing — true of one launch on one
+//! device, whose host work (replays, a safepoint's operation) runs while its
+//! kernel is stopped. A launch **split over devices** breaks it: one part's
+//! replays, and the fetches that merge another part's writes, change the
+//! host's bytes of a chunk while a kernel on another device writes other
+//! elements of it. So while a split launch runs ([`Heap::twin_mode`]), a
+//! device part registers the chunks its kernel may write
+//! ([`Heap::send_for_write`]), and
+//!
+//! * every chunk sent to it is sent **from a twin**: a copy of the host's
+//!   bytes taken with host writes kept out, which is then exactly the
+//!   device's image of the chunk;
+//! * before the host's bytes of a registered chunk change — a host store,
+//!   a fetch merging another device's writes, a raw image handed out — a
+//!   twin is taken of the bytes as they are (the device's image of the
+//!   chunk, less its own writes not fetched yet) if it has none;
+//! * a fetch from an owner with a twin takes the bytes where its image
+//!   differs from the twin, and leaves the host's other bytes (other
+//!   elements written meanwhile) alone: the twin-and-diff merge of
+//!   multiple-writer distributed shared memories (TreadMarks), with the
+//!   twin taken lazily.
+//!
+//! A twin goes when the device is sent the chunk again or the chunk is
+//! fetched from it while it no longer writes it, and a part that ends
+//! drops its twins of chunks it does not own. Twins are only ever of
+//! chunks a part registered, so they take at most one copy of the
+//! launch's arrays per device, and only where the host wrote beside a
+//! kernel.
+//!
+//! Host stores in twin mode hold the **gate** shared from their twin check
+//! to their store; a send for a part holds it exclusively (and the fetch
+//! lock), so no host store lands between the twin a send copies and the
+//! copy reaching the device. Atomic read-modify-writes are not merged
+//! (each device's counter would win over the other's): a split launch
+//! refuses kernels that use them.
+
+use crate::heap::{Heap, HeapError};
+use crate::resident::{CHUNK_BYTES, MirrorId};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+
+/// A device part's registration: the chunks its kernel may write.
+#[derive(Debug)]
+struct Writer {
+    token: u64,
+    mirror: MirrorId,
+    chunks: Vec<Range<usize>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    writers: Vec<Writer>,
+    /// By (mirror, chunk): the device's image of the chunk before its own
+    /// writes.
+    twins: HashMap<(MirrorId, usize), Box<[u8]>>,
+    next: u64,
+}
+
+impl State {
+    /// Whether a registered part on `m` may write chunk `c`.
+    fn writes(&self, m: MirrorId, c: usize) -> bool {
+        self.writers
+            .iter()
+            .any(|w| w.mirror == m && w.chunks.iter().any(|r| r.contains(&c)))
+    }
+
+    /// The mirrors registered for chunk `c` without a twin of it.
+    fn untwinned(&self, c: usize) -> impl Iterator<Item = MirrorId> + '_ {
+        self.writers
+            .iter()
+            .filter(move |w| w.chunks.iter().any(|r| r.contains(&c)))
+            .map(|w| w.mirror)
+            .filter(move |&m| !self.twins.contains_key(&(m, c)))
+    }
+}
+
+/// The twins of a heap (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Twins {
+    /// Split launches running: twin mode while non-zero.
+    on: AtomicUsize,
+    /// Twins kept now (the fetch's fast path skips the map when zero).
+    kept: AtomicUsize,
+    gate: RwLock<()>,
+    state: Mutex<State>,
+}
+
+impl Twins {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[inline]
+    pub(crate) fn on(&self) -> bool {
+        self.on.load(Ordering::Acquire) != 0
+    }
+
+    #[inline]
+    fn any(&self) -> bool {
+        self.kept.load(Ordering::Acquire) != 0
+    }
+}
+
+/// Twin mode for the life of a split launch ([`Heap::twin_mode`]).
+#[derive(Debug)]
+pub struct TwinMode<'a> {
+    heap: &'a Heap,
+}
+
+impl Drop for TwinMode<'_> {
+    fn drop(&mut self) {
+        self.heap.twins.on.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How [`Heap::send_for_write`] sends: each chunk's byte offset and
+/// bytes, returning once the device has them all.
+pub type SendChunks<'a> = dyn FnMut(&[(usize, &[u8])]) -> Result<(), String> + 'a;
+
+/// What a host store holds from its twin check to its store (nothing
+/// outside twin mode).
+pub(crate) type StoreGate<'a> = Option<RwLockReadGuard<'a, ()>>;
+
+/// A device's bytes of chunk `c` merged over the host's: every byte where
+/// `theirs` differs from `base` takes `theirs`. Written byte by byte
+/// through the pointer: host code may be writing other elements of the
+/// chunk meanwhile (a part's replays, compiled code on a raw image).
+///
+/// # Safety
+///
+/// `dst` must point to `theirs.len()` committed bytes of the heap.
+pub(crate) unsafe fn merge_into(dst: *mut u8, theirs: &[u8], base: &[u8]) {
+    for (i, (&t, &b)) in theirs.iter().zip(base).enumerate() {
+        if t != b {
+            // SAFETY: `i < theirs.len()`, inside the caller's bytes; a
+            // byte store never tears, and the other writers write other
+            // bytes (or race in the program).
+            unsafe { dst.add(i).write_volatile(t) };
+        }
+    }
+}
+
+impl Heap {
+    /// Twin mode until the guard drops: host stores and fetches keep the
+    /// twins of the chunks device parts write (module `twins` docs). A
+    /// launch split over devices holds it from before its first part to
+    /// after its last.
+    pub fn twin_mode(&self) -> TwinMode<'_> {
+        self.twins.on.fetch_add(1, Ordering::AcqRel);
+        TwinMode { heap: self }
+    }
+
+    /// The host's bytes of chunk `c` (clamped to committed memory).
+    fn chunk_copy(&self, c: usize) -> Box<[u8]> {
+        let start = c * CHUNK_BYTES;
+        let end = ((c + 1) * CHUNK_BYTES).min(self.committed());
+        if start >= end {
+            return Box::new([]);
+        }
+        // SAFETY: committed bytes, read once; a host store racing the copy
+        // is kept out by the gate where it matters (the callers').
+        unsafe { std::slice::from_raw_parts(self.base_ptr().add(start), end - start) }.into()
+    }
+
+    fn keep_twin(&self, st: &mut State, m: MirrorId, c: usize, bytes: Box<[u8]>) {
+        if st.twins.insert((m, c), bytes).is_none() {
+            self.twins.kept.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn drop_twin(&self, st: &mut State, m: MirrorId, c: usize) {
+        if st.twins.remove(&(m, c)).is_some() {
+            self.twins.kept.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Before the host's bytes of `chunks` change: a twin for every part
+    /// registered for one of them that has none.
+    pub(crate) fn twin_before_change(&self, chunks: Range<usize>) {
+        let mut st = self.twins.lock();
+        if st.writers.is_empty() {
+            return;
+        }
+        for c in chunks {
+            let want: Vec<MirrorId> = st.untwinned(c).collect();
+            if want.is_empty() {
+                continue;
+            }
+            let bytes = self.chunk_copy(c);
+            for m in want {
+                self.keep_twin(&mut st, m, c, bytes.clone());
+            }
+        }
+    }
+
+    /// Before a host store to `[at, at + len)`: in twin mode, the gate held
+    /// shared until the store is done, and the twins the store needs.
+    #[inline]
+    pub(crate) fn store_gate(&self, at: usize, len: usize) -> StoreGate<'_> {
+        if !self.twins.on() {
+            return None;
+        }
+        let g = self
+            .twins
+            .gate
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.twin_before_change(crate::resident::chunks_of(at, at.saturating_add(len)));
+        Some(g)
+    }
+
+    /// Before a raw image is handed out in twin mode: twins of every chunk
+    /// a part is registered for (compiled host code will write the heap
+    /// with no store to hook).
+    pub(crate) fn twin_for_raw(&self) {
+        if !self.twins.on() {
+            return;
+        }
+        let _g = self
+            .twins
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let chunks: Vec<Range<usize>> = self
+            .twins
+            .lock()
+            .writers
+            .iter()
+            .flat_map(|w| w.chunks.iter().cloned())
+            .collect();
+        for r in chunks {
+            self.twin_before_change(r);
+        }
+    }
+
+    /// The twin of mirror `m`'s image of chunk `c`, if it keeps one.
+    pub(crate) fn twin_of(&self, m: MirrorId, c: usize) -> Option<Box<[u8]>> {
+        if !self.twins.any() {
+            return None;
+        }
+        self.twins.lock().twins.get(&(m, c)).cloned()
+    }
+
+    /// Chunk `c` was fetched from the owners `own`: their twins of it go
+    /// unless they still write it.
+    pub(crate) fn twins_fetched(&self, c: usize, own: u8) {
+        if !self.twins.any() {
+            return;
+        }
+        let mut st = self.twins.lock();
+        for k in 0..crate::resident::MAX_MIRRORS {
+            let m = MirrorId::from_index(k);
+            if own & (1 << k) != 0 && !st.writes(m, c) {
+                self.drop_twin(&mut st, m, c);
+            }
+        }
+    }
+
+    /// Chunk `c` was sent to `m`: its image is the host's bytes now.
+    pub(crate) fn twin_sent(&self, m: MirrorId, c: usize) {
+        if !self.twins.any() {
+            return;
+        }
+        let mut st = self.twins.lock();
+        self.drop_twin(&mut st, m, c);
+    }
+
+    /// For a part of a split launch on device `m` whose kernel may write
+    /// `chunks` (sorted, disjoint runs): register it (`token` `None`: a new
+    /// part; else the part's token, its chunks replaced) and send it the
+    /// stale chunks among them, each from a twin, through `send` (each
+    /// chunk's byte offset and bytes; it returns once the device has
+    /// them). With host writes kept out throughout. Returns the part's
+    /// token and the bytes sent.
+    pub fn send_for_write(
+        &self,
+        m: MirrorId,
+        chunks: &[Range<usize>],
+        token: Option<u64>,
+        send: &mut SendChunks<'_>,
+    ) -> Result<(u64, u64), HeapError> {
+        let _g = self
+            .twins
+            .gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        // The stale chunks, those other devices wrote fetched (merged)
+        // first: the host's bytes are then the newest.
+        let runs = self.take_device_stale_in(m, chunks)?;
+        let mut st = self.twins.lock();
+        let token = match token {
+            Some(t) => {
+                if let Some(w) = st.writers.iter_mut().find(|w| w.token == t) {
+                    w.chunks = chunks.to_vec();
+                }
+                t
+            }
+            None => {
+                st.next += 1;
+                let t = st.next;
+                st.writers.push(Writer {
+                    token: t,
+                    mirror: m,
+                    chunks: chunks.to_vec(),
+                });
+                t
+            }
+        };
+        let mut sent = 0u64;
+        let mut copies: Vec<(usize, Box<[u8]>)> = Vec::new();
+        for r in &runs {
+            for c in crate::resident::chunks_of(r.start, r.end) {
+                copies.push((c, self.chunk_copy(c)));
+            }
+        }
+        let out: Vec<(usize, &[u8])> = copies
+            .iter()
+            .map(|(c, b)| (c * CHUNK_BYTES, &b[..]))
+            .collect();
+        if !out.is_empty() {
+            if let Err(e) = send(&out) {
+                // Nothing reached the device for sure: the chunks stay stale.
+                for (c, _) in &copies {
+                    self.mark_stale_for(m, *c);
+                }
+                return Err(HeapError::Device {
+                    bytes: runs.first().map_or(0..0, |r| r.start..r.end),
+                    message: e,
+                });
+            }
+            sent = out.iter().map(|(_, b)| b.len() as u64).sum();
+        }
+        drop(out);
+        for (c, b) in copies {
+            self.keep_twin(&mut st, m, c, b);
+        }
+        Ok((token, sent))
+    }
+
+    /// The part `token` ended: it writes nothing more, and its device's
+    /// twins of chunks it does not own (host-stale by it) go.
+    pub fn end_write(&self, token: u64) {
+        let mut st = self.twins.lock();
+        let Some(i) = st.writers.iter().position(|w| w.token == token) else {
+            return;
+        };
+        let w = st.writers.swap_remove(i);
+        let mine: Vec<usize> = st
+            .twins
+            .keys()
+            .filter(|(m, _)| *m == w.mirror)
+            .map(|&(_, c)| c)
+            .collect();
+        for c in mine {
+            if !st.writes(w.mirror, c) && !self.owned_by(w.mirror, c) {
+                self.drop_twin(&mut st, w.mirror, c);
+            }
+        }
+    }
+
+    /// A collection moved objects: every registered part may now write
+    /// any chunk (its next send registers its new arrays).
+    pub(crate) fn twins_widen(&self) {
+        let all = 0..self.res_chunks();
+        for w in &mut self.twins.lock().writers {
+            w.chunks = vec![all.clone()];
+        }
+    }
+
+    /// Twins kept now (for tests and checks).
+    pub fn twins_kept(&self) -> usize {
+        self.twins.kept.load(Ordering::Acquire)
+    }
+}

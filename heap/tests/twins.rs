@@ -1,0 +1,297 @@
+//! Twins (`offload_heap::twins`): in twin mode, device parts that write a
+//! chunk while host code (replays, compiled code on a raw image) and other
+//! devices write other elements of it all keep their writes, whatever the
+//! order of the sends, the writes, the marks and the fetches.
+
+use offload_heap::resident::{CHUNK_BYTES, CHUNK_SHIFT};
+use offload_heap::{Heap, HeapConfig, Mirror, MirrorId, layout::Header};
+use offload_ir::Elem;
+use proptest::prelude::*;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A device's heap image in host memory.
+#[derive(Default)]
+struct Dev {
+    bytes: Mutex<Vec<u8>>,
+    id: OnceLock<MirrorId>,
+    /// The part registered now, if any.
+    token: Mutex<Option<u64>>,
+}
+
+impl Mirror for Dev {
+    fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
+        let b = self.bytes.lock().unwrap();
+        let n = dst.len().min(b.len().saturating_sub(at));
+        dst[..n].copy_from_slice(&b[at..at + n]);
+        Ok(())
+    }
+}
+
+impl Dev {
+    fn attach(heap: &Heap) -> Arc<Dev> {
+        let d = Arc::new(Dev::default());
+        let id = heap.attach_mirror(d.clone()).expect("room for a mirror");
+        d.id.set(id).unwrap();
+        d.bytes
+            .lock()
+            .unwrap()
+            .resize(heap.committed().next_multiple_of(CHUNK_BYTES), 0xAB);
+        d
+    }
+
+    fn id(&self) -> MirrorId {
+        *self.id.get().unwrap()
+    }
+
+    /// Start (or go on with) a part that may write `chunks`: what it lacks
+    /// is sent, from twins.
+    fn begin(&self, heap: &Heap, chunks: &[Range<usize>]) {
+        let mut token = self.token.lock().unwrap();
+        let (t, _) = heap
+            .send_for_write(self.id(), chunks, *token, &mut |runs| {
+                let mut dev = self.bytes.lock().unwrap();
+                for (at, b) in runs {
+                    dev[*at..*at + b.len()].copy_from_slice(b);
+                }
+                Ok(())
+            })
+            .unwrap();
+        *token = Some(t);
+    }
+
+    /// The kernel's store (not marked until [`Dev::mark`]).
+    fn write(&self, off: usize, v: u64) {
+        self.bytes.lock().unwrap()[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// The round's end: its dirty map marked.
+    fn mark(&self, heap: &Heap, offs: &[usize]) {
+        for off in offs {
+            heap.device_wrote_chunk(self.id(), off >> CHUNK_SHIFT);
+        }
+    }
+
+    fn end(&self, heap: &Heap) {
+        if let Some(t) = self.token.lock().unwrap().take() {
+            heap.end_write(t);
+        }
+    }
+}
+
+fn heap() -> Heap {
+    Heap::new(HeapConfig {
+        initial: 1 << 20,
+        max: 64 << 20,
+        tlab_bytes: 4096,
+        grow_step: 1 << 20,
+    })
+    .unwrap()
+}
+
+/// An array of `len` longs; the byte offset of its element `i`, and its
+/// chunks.
+fn array(heap: &Heap, len: u32) -> (impl Fn(usize) -> usize, Range<usize>) {
+    let at = heap.alloc_direct(8 * (u64::from(len) + 1)).unwrap();
+    heap.write_header(
+        at,
+        Header::Array {
+            elem: Elem::I64,
+            dims: 1,
+            len,
+        },
+    )
+    .unwrap();
+    let elem = move |i: usize| at as usize * 8 + 8 + 8 * i;
+    let chunks = elem(0) / CHUNK_BYTES..(elem(len as usize - 1) + 8).div_ceil(CHUNK_BYTES);
+    (elem, chunks)
+}
+
+#[test]
+fn a_host_store_beside_a_writing_part_lands() {
+    let heap = heap();
+    let (elem, chunks) = array(&heap, 64);
+    let dev = Dev::attach(&heap);
+    let _on = heap.twin_mode();
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    dev.write(elem(0), 7);
+    // A replay of another part stores element 1 while the kernel runs.
+    heap.store64(elem(1), 9).unwrap();
+    dev.write(elem(2), 11);
+    dev.mark(&heap, &[elem(0), elem(2)]);
+    dev.end(&heap);
+    assert_eq!(heap.load64(elem(0)).unwrap(), 7);
+    assert_eq!(
+        heap.load64(elem(1)).unwrap(),
+        9,
+        "the host's store survives"
+    );
+    assert_eq!(heap.load64(elem(2)).unwrap(), 11);
+    // The device lacks the host's store: its next part is sent it.
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    let img = dev.bytes.lock().unwrap();
+    assert_eq!(img[elem(1)..elem(1) + 8], 9u64.to_le_bytes());
+    drop(img);
+    dev.end(&heap);
+    assert_eq!(heap.twins_kept(), 0, "no twin outlives what it was for");
+}
+
+#[test]
+fn a_fetch_between_two_devices_marks_keeps_both() {
+    let heap = heap();
+    let (elem, chunks) = array(&heap, 64);
+    let (a, b) = (Dev::attach(&heap), Dev::attach(&heap));
+    let _on = heap.twin_mode();
+    a.begin(&heap, std::slice::from_ref(&chunks));
+    b.begin(&heap, std::slice::from_ref(&chunks));
+    a.write(elem(0), 1);
+    b.write(elem(1), 2);
+    a.mark(&heap, &[elem(0)]);
+    // A host read between the marks fetches `a`'s chunk alone ...
+    assert_eq!(heap.load64(elem(0)).unwrap(), 1);
+    b.mark(&heap, &[elem(1)]);
+    // ... and `b`'s, fetched later, keeps it.
+    assert_eq!(heap.load64(elem(1)).unwrap(), 2);
+    assert_eq!(
+        heap.load64(elem(0)).unwrap(),
+        1,
+        "the first device's write survives"
+    );
+    a.end(&heap);
+    b.end(&heap);
+    assert_eq!(heap.twins_kept(), 0);
+}
+
+#[test]
+fn a_raw_image_beside_a_writing_part_keeps_both() {
+    let heap = heap();
+    let (elem, chunks) = array(&heap, 64);
+    let dev = Dev::attach(&heap);
+    let _on = heap.twin_mode();
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    {
+        let raw = heap.raw_image().unwrap();
+        // SAFETY: an element of a live array, written by this thread only.
+        unsafe { (raw.base_ptr().add(elem(3)) as *mut u64).write_unaligned(33) };
+        dev.write(elem(4), 44);
+        dev.mark(&heap, &[elem(4)]);
+    }
+    dev.end(&heap);
+    assert_eq!(heap.load64(elem(3)).unwrap(), 33);
+    assert_eq!(heap.load64(elem(4)).unwrap(), 44);
+}
+
+/// Who writes element `i` of the test's arrays: one writer per element,
+/// as a launch's workitems own theirs.
+fn writer_of(i: usize, writers: usize) -> usize {
+    (i * 7 + i / 5) % writers
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Device `d` starts a part (or sends again, as a wait in place does).
+    Begin(usize),
+    /// Writer `w` writes its element `i` with `v` (a device's kernel, or
+    /// the host: a replay's store).
+    Write(usize, usize, u64),
+    /// Device `d` marks what it wrote.
+    Mark(usize),
+    /// A host read of element `i`.
+    Read(usize),
+    /// Device `d`'s part ends (after a mark).
+    End(usize),
+}
+
+fn step(devs: usize, elems: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..devs).prop_map(Step::Begin),
+        (0..=devs, 0..elems, any::<u64>()).prop_map(|(w, i, v)| Step::Write(w, i, v)),
+        (0..devs).prop_map(Step::Mark),
+        (0..elems).prop_map(Step::Read),
+        (0..devs).prop_map(Step::End),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Three devices and the host write their own elements of a few chunks
+    /// in any interleaving of sends, writes, marks, reads and ends: every
+    /// write lands, and a read sees the last value written once it is
+    /// marked (or at once, for the host's).
+    #[test]
+    fn every_writer_keeps_its_writes(steps in prop::collection::vec(step(3, 3 * 8192 + 64), 1..80)) {
+        let heap = heap();
+        let n = 3 * 8192 + 64;
+        let (elem, chunks) = array(&heap, n as u32);
+        let devs: Vec<Arc<Dev>> = (0..3).map(|_| Dev::attach(&heap)).collect();
+        let on = heap.twin_mode();
+        let host = devs.len();
+        let mut want = vec![0u64; n];
+        // Per device: whether a part runs, and the writes it has not marked.
+        let mut running = [false; 3];
+        let mut pending: [Vec<(usize, u64)>; 3] = Default::default();
+        for s in steps {
+            match s {
+                // A device is sent chunks only with its writes marked (a
+                // wait in place reads the dirty map first).
+                Step::Begin(d) if pending[d].is_empty() => {
+                    devs[d].begin(&heap, std::slice::from_ref(&chunks));
+                    running[d] = true;
+                }
+                Step::Write(w, i, v) if writer_of(i, host + 1) == w => {
+                    if w == host {
+                        heap.store64(elem(i), v).unwrap();
+                        want[i] = v;
+                    } else if running[w] {
+                        devs[w].write(elem(i), v);
+                        pending[w].push((i, v));
+                    }
+                }
+                Step::Write(..) | Step::Begin(_) => {}
+                Step::Mark(d) => {
+                    let offs: Vec<usize> = pending[d].iter().map(|&(i, _)| elem(i)).collect();
+                    devs[d].mark(&heap, &offs);
+                    for (i, v) in pending[d].drain(..) {
+                        want[i] = v;
+                    }
+                }
+                Step::Read(i) => {
+                    let w = writer_of(i, host + 1);
+                    if w == host || pending[w].iter().all(|&(j, _)| j != i) {
+                        prop_assert_eq!(heap.load64(elem(i)).unwrap(), want[i], "element {}", i);
+                    }
+                }
+                Step::End(d) => {
+                    if running[d] && pending[d].is_empty() {
+                        devs[d].end(&heap);
+                        running[d] = false;
+                    }
+                }
+            }
+        }
+        for d in 0..3 {
+            let offs: Vec<usize> = pending[d].iter().map(|&(i, _)| elem(i)).collect();
+            devs[d].mark(&heap, &offs);
+            for (i, v) in pending[d].drain(..) {
+                want[i] = v;
+            }
+            devs[d].end(&heap);
+        }
+        drop(on);
+        for (i, w) in want.iter().enumerate() {
+            prop_assert_eq!(heap.load64(elem(i)).unwrap(), *w, "element {}", i);
+        }
+        // Every device's next launch gets the host's bytes.
+        for d in &devs {
+            d.begin(&heap, std::slice::from_ref(&chunks));
+            let img = d.bytes.lock().unwrap();
+            for (i, w) in want.iter().enumerate() {
+                prop_assert_eq!(&img[elem(i)..elem(i) + 8], &w.to_le_bytes()[..]);
+            }
+            drop(img);
+            d.end(&heap);
+        }
+        prop_assert_eq!(heap.twins_kept(), 0);
+    }
+}
