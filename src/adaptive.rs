@@ -59,6 +59,9 @@ pub(crate) struct Plan {
     /// (their device time over the workitems they ran there), once known:
     /// what sizes its claims ([`crate::cpu`]).
     pub(crate) item_ns: Option<f64>,
+    /// Each device's speed in the kernel's last launches split over
+    /// devices (`split.rs`): what sizes its parts.
+    pub(crate) split_rates: Vec<crate::shares::Speed>,
 }
 
 /// What a kernel's adaptive state says about it now.
@@ -105,6 +108,8 @@ pub(crate) struct KernelState {
     chunk: Option<u64>,
     /// See [`Plan::item_ns`].
     item_ns: Option<f64>,
+    /// See [`Plan::split_rates`].
+    split_rates: Vec<crate::shares::Speed>,
     history: Recent<LaunchOutcome>,
     counters: DeoptCounters,
     log: Recent<Logged>,
@@ -143,6 +148,7 @@ impl KernelState {
             tlab_bytes: None,
             chunk: None,
             item_ns: None,
+            split_rates: Vec::new(),
             history: Recent::default(),
             counters: DeoptCounters::new(),
             log: Recent::default(),
@@ -168,12 +174,28 @@ impl KernelState {
             tlab_bytes: self.tlab_bytes,
             chunk: self.chunk,
             item_ns: self.item_ns,
+            split_rates: self.split_rates.clone(),
+        }
+    }
+
+    /// Each device's speed in a split launch's report, averaged with the
+    /// last (a device with no part keeps its speed).
+    fn split_rated(&mut self, rep: &LaunchReport) {
+        for s in &rep.split {
+            let Some(now) = crate::shares::Speed::of(s) else {
+                continue;
+            };
+            match self.split_rates.iter_mut().find(|x| x.device == s.device) {
+                Some(old) => old.average(&now),
+                None => self.split_rates.push(now),
+            }
         }
     }
 
     /// Account for a finished launch run by `plan` and apply the policy.
     pub(crate) fn after(&mut self, env: &LaunchEnv, plan: &Plan, rep: &mut LaunchReport) {
         self.launches += 1;
+        self.split_rated(rep);
         if plan.warmup {
             self.warmed_up(rep);
             return;

@@ -39,6 +39,10 @@ pub(crate) struct Settings {
     pub(crate) device_slots: Option<usize>,
     pub(crate) policy: AllocPolicy,
     pub(crate) alloc_buffers: bool,
+    /// Split launches over several devices (`split.rs`).
+    pub(crate) split: Option<crate::shares::SplitOver>,
+    /// Split launches in equal shares whatever the devices' speeds.
+    pub(crate) split_even: bool,
     pub(crate) profile: bool,
     pub(crate) compile: CompileOptions,
     pub(crate) deopt_records: usize,
@@ -235,6 +239,10 @@ pub(crate) struct KernelCall<'a> {
     /// (`offload_ir::summed`; the runtime's `runtime/summed.rs`), `None`
     /// for one without.
     pub(crate) copies: Option<CopyTable<'a>>,
+    /// For a part of a launch split over devices (`crate::split`), the
+    /// split's number (its interrupt ticket): a GPU's part sends from the
+    /// heap's twins and shares chunks with the other GPUs' parts.
+    pub(crate) split: Option<u64>,
 }
 
 /// A launch's copies table: `rows` rows of one raw slot per parameter of

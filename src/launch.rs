@@ -3,12 +3,12 @@
 //! CPU → interpreter), and the policy's look at the report afterwards.
 //!
 //! A launch sees the runtime only as its [`LaunchEnv`] and the devices it
-//! may run on ([`Devices`]); each device sits behind [`Executor`].
+//! may run on ([`Devices`]); each device sits behind
+//! [`crate::executor::Executor`].
 
 use crate::adaptive::{KernelState, Plan};
-use crate::cpu::CpuDevice;
-use crate::cuda::Gpu;
 use crate::device::Device;
+use crate::devices::{Devices, compiled_devices_refuse, try_on};
 use crate::env::{KernelCall, LaunchEnv, Started};
 use crate::error::OffloadError;
 use crate::executor::{Executor, Unsupported};
@@ -17,14 +17,6 @@ use crate::report::LaunchReport;
 use std::ops::Range;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// The devices a launch may run on.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Devices<'a> {
-    pub(crate) cpu: &'a CpuDevice,
-    /// The GPUs (none unless the device is CUDA).
-    pub(crate) gpus: &'a [Gpu],
-}
 
 /// Run `call` over `range` on `devices` as the kernel's `state` plans it,
 /// within `deadline`, and let its policy see the report. `before` is the
@@ -110,35 +102,6 @@ fn within<R>(env: &LaunchEnv, d: Duration, ticket: u64, f: impl FnOnce() -> R) -
     })
 }
 
-/// Why a compiled device cannot run this launch whatever the kernel:
-/// profiling needs the interpreter, and the compiled slot loops claim
-/// chunks with an atomic add that every slot may push up to a chunk past
-/// the end, which must stay far from overflowing.
-fn compiled_devices_refuse(env: &LaunchEnv, range: &Range<i64>) -> Option<String> {
-    if env.settings.profile {
-        Some("profiling is on".to_string())
-    } else if range.end > i64::MAX - (1 << 32) {
-        Some("the range ends too close to i64::MAX for the device cursor".to_string())
-    } else {
-        None
-    }
-}
-
-/// Run `call` on `device`, or say why it cannot run there.
-fn try_on(
-    device: &dyn Executor,
-    env: &LaunchEnv,
-    call: KernelCall<'_>,
-    plan: &Plan,
-    range: &Range<i64>,
-    started: Started,
-) -> Result<Result<LaunchReport, OffloadError>, Unsupported> {
-    if let Some(why) = compiled_devices_refuse(env, range) {
-        return Err(Unsupported(why));
-    }
-    device.launch(env, call, plan, range.clone(), started)
-}
-
 /// The report a launch's result carries: its own, or the one an
 /// interrupt's or the exceptions' error holds (`None` for an error before
 /// anything ran).
@@ -186,6 +149,58 @@ fn launch_on(
         return interp(range);
     }
     let mut cuda_note = None;
+    // A launch split over the CPU and the GPUs (`split.rs`), when the
+    // runtime asks for one and the kernel may be split.
+    let split_note;
+    if let Some(over) = env.settings.split
+        && plan.device == Device::Cuda
+        && !devices.gpus.is_empty()
+        && !devices.pinned
+        && compiled_devices_refuse(env, &range).is_none()
+    {
+        match crate::split::refuse(&call) {
+            None => {
+                split_note = None;
+                if let Some(r) = crate::split::run(
+                    env,
+                    devices,
+                    over,
+                    call,
+                    plan,
+                    range.clone(),
+                    started,
+                    &plan.split_rates,
+                ) {
+                    return r;
+                }
+            }
+            Some(why) => split_note = Some(format!("not split over devices: {why}")),
+        }
+    } else {
+        split_note = None;
+    }
+    let r = launch_one(env, devices, call, plan, range, started, &mut cuda_note);
+    match split_note {
+        Some(note) => with_fallback(r, note),
+        None => r,
+    }
+}
+
+/// [`launch_on`] on one device: the planned one, or the next that can
+/// run the kernel.
+fn launch_one(
+    env: &LaunchEnv,
+    devices: Devices<'_>,
+    call: KernelCall<'_>,
+    plan: &Plan,
+    range: Range<i64>,
+    started: Started,
+    cuda_note: &mut Option<String>,
+) -> Result<LaunchReport, OffloadError> {
+    let interp = |range| match Interp.launch(env, call, plan, range, started) {
+        Ok(r) => r,
+        Err(Unsupported(why)) => Err(OffloadError::Setup(why)),
+    };
     let gpu = (plan.device == Device::Cuda)
         .then(|| crate::cuda::pick(devices.gpus))
         .flatten();
@@ -200,7 +215,7 @@ fn launch_on(
                         why,
                     });
                 }
-                cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
+                *cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
             }
         }
     }
@@ -210,7 +225,7 @@ fn launch_on(
             with_fallback(interp(range), format!("ran on the interpreter: {why}"))
         }
     };
-    match cuda_note {
+    match cuda_note.take() {
         Some(note) => with_fallback(r, note),
         None => r,
     }

@@ -151,6 +151,7 @@ pub mod adaptive;
 mod cpu;
 mod cuda;
 mod device;
+mod devices;
 pub mod diagnostics;
 mod env;
 mod error;
@@ -165,7 +166,9 @@ mod reduction;
 mod replay;
 mod report;
 mod runtime;
+mod shares;
 pub mod source;
+mod split;
 #[doc(hidden)]
 pub mod table;
 pub mod vgpu;
@@ -303,7 +306,7 @@ pub use offload_macros::kernel;
 pub use offload_macros::kernels;
 pub use report::{
     DeoptAction, DeoptRow, Dispatches, GcSummary, LaunchReport, LaunchShape, Reduction, SavedValue,
-    Timings,
+    SplitShare, Timings,
 };
 pub use runtime::{
     Arg, Array, Closure, Combine, DEFAULT_DEOPT_RECORDS, Device, Element, HeapRef, HeapView,

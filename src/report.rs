@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 mod gc;
 mod shape;
+pub(crate) mod split;
 pub use gc::GcSummary;
 pub use shape::LaunchShape;
+pub use split::SplitShare;
 
 /// How long each phase of a launch took, as wall-clock time on the host.
 ///
@@ -310,6 +312,13 @@ pub struct LaunchReport {
     /// asked for meanwhile, which stopped this launch's workers too. Their
     /// pauses are inside the phase times above, not added to them.
     pub gc: GcSummary,
+    /// For a launch split over devices
+    /// ([`crate::RuntimeBuilder::split_over`]), each device's share, in the
+    /// split's order (the CPU first, then the GPUs); empty for a launch on
+    /// one device. The counters above are the sums of the devices' parts;
+    /// the phase times are those of the device that finished last, summed
+    /// over its parts, with the rest of the launch's time in `setup`.
+    pub split: Vec<SplitShare>,
 }
 
 /// What a reducing launch combined ([`LaunchReport::reduction`]).
@@ -552,6 +561,7 @@ impl LaunchReport {
             dispatch: None,
             reduction: None,
             gc: GcSummary::default(),
+            split: Vec::new(),
         }
     }
 
@@ -662,6 +672,9 @@ impl fmt::Display for LaunchReport {
                     self.runs_beside, self.launches
                 )?;
             }
+        }
+        if !self.split.is_empty() {
+            write!(f, "; {}", split::text(&self.split, self.workitems()))?;
         }
         if let Some(d) = self.dispatch.filter(|d| d.lookups > 0) {
             write!(

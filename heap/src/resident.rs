@@ -106,6 +106,8 @@ pub trait Mirror: Send + Sync {
 #[derive(Debug)]
 pub struct RawImage<'a> {
     heap: &'a Heap,
+    /// Counted by the heap's twins (made in twin mode).
+    counted: bool,
 }
 
 impl RawImage<'_> {
@@ -121,6 +123,9 @@ impl RawImage<'_> {
 impl Drop for RawImage<'_> {
     fn drop(&mut self) {
         self.heap.host_wrote(0, self.heap.used() as usize);
+        if self.counted {
+            self.heap.raw_dropped();
+        }
     }
 }
 
@@ -386,9 +391,13 @@ impl Heap {
     /// refreshed by its next launch). Outside this crate it is the one way
     /// to the heap's address besides [`Heap::host_bytes`].
     pub fn raw_image(&self) -> Result<RawImage<'_>, HeapError> {
-        self.twin_for_raw();
+        let counted = self.twin_for_raw();
+        let image = RawImage {
+            heap: self,
+            counted,
+        };
         self.sync_host()?;
-        Ok(RawImage { heap: self })
+        Ok(image)
     }
 
     /// The host's bytes `run` (committed memory), to send to a device:
@@ -417,6 +426,14 @@ impl Heap {
             return Ok(0);
         }
         self.fetch_chunks(0..self.res.host_stale.0.len() * 64)
+    }
+
+    /// Fetch the host-stale chunks among `chunks` (chunk numbers).
+    pub(crate) fn fetch_chunks_of(&self, chunks: Range<usize>) -> Result<u64, HeapError> {
+        if !self.res.any_host_stale() {
+            return Ok(0);
+        }
+        self.fetch_chunks(chunks)
     }
 
     #[cold]

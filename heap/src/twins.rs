@@ -88,6 +88,9 @@ pub(crate) struct Twins {
     on: AtomicUsize,
     /// Twins kept now (the fetch's fast path skips the map when zero).
     kept: AtomicUsize,
+    /// Raw images handed out in twin mode and not dropped: compiled host
+    /// code may be writing any chunk without a mark until they drop.
+    raw: AtomicUsize,
     gate: RwLock<()>,
     state: Mutex<State>,
 }
@@ -218,16 +221,19 @@ impl Heap {
 
     /// Before a raw image is handed out in twin mode: twins of every chunk
     /// a part is registered for (compiled host code will write the heap
-    /// with no store to hook).
-    pub(crate) fn twin_for_raw(&self) {
+    /// with no store to hook), and the image counted until it drops
+    /// ([`Heap::raw_dropped`]) — a part sent chunks meanwhile is sent all
+    /// of its chunks. Whether it was counted.
+    pub(crate) fn twin_for_raw(&self) -> bool {
         if !self.twins.on() {
-            return;
+            return false;
         }
         let _g = self
             .twins
             .gate
             .write()
             .unwrap_or_else(PoisonError::into_inner);
+        self.twins.raw.fetch_add(1, Ordering::AcqRel);
         let chunks: Vec<Range<usize>> = self
             .twins
             .lock()
@@ -238,6 +244,13 @@ impl Heap {
         for r in chunks {
             self.twin_before_change(r);
         }
+        true
+    }
+
+    /// A raw image [`Heap::twin_for_raw`] counted dropped (after it marked
+    /// what it may have written).
+    pub(crate) fn raw_dropped(&self) {
+        self.twins.raw.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The twin of mirror `m`'s image of chunk `c`, if it keeps one.
@@ -293,7 +306,21 @@ impl Heap {
             .unwrap_or_else(PoisonError::into_inner);
         // The stale chunks, those other devices wrote fetched (merged)
         // first: the host's bytes are then the newest.
-        let runs = self.take_device_stale_in(m, chunks)?;
+        let mut runs = self.take_device_stale_in(m, chunks)?;
+        if self.twins.raw.load(Ordering::Acquire) != 0 {
+            // Compiled host code is writing chunks it has not marked yet:
+            // the device's image of any of them may be old, so all of them
+            // go, each with what devices wrote merged first.
+            for r in chunks {
+                self.fetch_chunks_of(r.clone())?;
+            }
+            let limit = self.committed();
+            runs = chunks
+                .iter()
+                .map(|r| r.start * CHUNK_BYTES..(r.end * CHUNK_BYTES).min(limit))
+                .filter(|r| r.start < r.end)
+                .collect();
+        }
         let mut st = self.twins.lock();
         let token = match token {
             Some(t) => {

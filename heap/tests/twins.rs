@@ -295,3 +295,27 @@ proptest! {
         prop_assert_eq!(heap.twins_kept(), 0);
     }
 }
+
+#[test]
+fn a_part_begun_beside_a_raw_image_is_sent_all_its_chunks() {
+    let heap = heap();
+    let (elem, chunks) = array(&heap, 64);
+    let dev = Dev::attach(&heap);
+    // The device has the heap.
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    dev.end(&heap);
+    let _on = heap.twin_mode();
+    {
+        let raw = heap.raw_image().unwrap();
+        // SAFETY: an element of a live array, written by this thread only.
+        unsafe { (raw.base_ptr().add(elem(3)) as *mut u64).write_unaligned(33) };
+        // Begun while compiled host code writes unmarked: the device's
+        // image may be old anywhere, and all of its chunks go.
+        dev.begin(&heap, std::slice::from_ref(&chunks));
+        dev.write(elem(4), 44);
+        dev.mark(&heap, &[elem(4)]);
+    }
+    dev.end(&heap);
+    assert_eq!(heap.load64(elem(3)).unwrap(), 33);
+    assert_eq!(heap.load64(elem(4)).unwrap(), 44);
+}

@@ -84,6 +84,9 @@ pub(super) struct Grid<'a> {
     /// What the current run holds: the chunks of its arrays (shared), or
     /// `None` (the GPU alone).
     footprint: Option<Footprint>,
+    /// For a part of a launch split over devices, its registration with
+    /// the heap's twins (`part.rs`).
+    part: Option<&'a super::part::PartWrite<'a>>,
     k: &'a Loaded,
     state: &'a mut GpuState,
     block: Block,
@@ -167,7 +170,7 @@ impl<'a> Grid<'a> {
     pub(super) fn new(
         (gpu, lane, ticket): (&'a Gpu, &'a Lane, u64),
         k: &'a Loaded,
-        launch: &Launch<'_>,
+        (launch, part): (&Launch<'_>, Option<&'a super::part::PartWrite<'a>>),
         state: &'a mut GpuState,
         block: Block,
         range: Range<i64>,
@@ -188,6 +191,7 @@ impl<'a> Grid<'a> {
             lane,
             ticket,
             footprint: None,
+            part,
             k,
             state,
             block,
@@ -225,7 +229,7 @@ impl<'a> Grid<'a> {
     fn hold(&mut self, launch: &Launch<'_>) -> Result<bool, OffloadError> {
         let (gpu, env, allocates) = (self.gpu, launch.env, self.k.ptx.allocates);
         let admitted = gpu.share.hold(
-            self.ticket,
+            (self.ticket, gpu.resident.id().index(), launch.call.split),
             &mut || super::share::want(launch, allocates, gpu.resident.cap(), &gpu.sizes),
             &|| env.gc.collections(),
             &|f| env.control.outside(f),
@@ -235,7 +239,14 @@ impl<'a> Grid<'a> {
             return Ok(false);
         };
         self.state.totals.runs_beside += u64::from(admitted.beside > 0);
-        self.footprint = admitted.footprint;
+        self.footprint = match admitted.footprint {
+            // A part of a split launch registers and is sent its arrays'
+            // chunks from twins even when it holds the GPU alone (its
+            // image must grow first): `split.rs` splits only kernels with
+            // a footprint.
+            None if self.part.is_some() => super::share::footprint(launch, allocates, &gpu.sizes)?,
+            fp => fp,
+        };
         Ok(true)
     }
 
@@ -326,8 +337,19 @@ impl<'a> Grid<'a> {
             // A shared run (`share.rs`): the stale chunks of its own arrays,
             // which the image holds (its hold was taken so); other kernels
             // may be running, and nothing else of theirs is touched.
-            let runs = heap.take_device_stale_in(dh.id(), fp)?;
-            st.totals.to_device += dh.push(heap, &runs)?;
+            st.totals.to_device += match &self.part {
+                Some(part) => {
+                    if let Some(last) = fp.last() {
+                        // Under a hold alone when it must grow (`hold`).
+                        dh.ensure(last.end * offload_heap::resident::CHUNK_BYTES)?;
+                        if self.lane.number != 0 {
+                            dh.settle()?;
+                        }
+                    }
+                    part.send(dh, fp)?
+                }
+                None => dh.push(heap, &heap.take_device_stale_in(dh.id(), fp)?)?,
+            };
             return Ok(());
         }
         let eden_bytes = es as usize * 8..ee as usize * 8;
@@ -533,6 +555,7 @@ impl<'a> Grid<'a> {
             gpu: self.gpu,
             lane: self.lane,
             footprint: self.footprint.as_deref(),
+            part: self.part,
             slots: self.state.slots,
             eden,
             eden_at: b.at(l.eden),

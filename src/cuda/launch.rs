@@ -217,10 +217,16 @@ impl Compiled for GpuLaunch<'_> {
         range: &Range<i64>,
     ) -> Result<Vec<UnitOut>, OffloadError> {
         let block = block_for(self.gpu, launch, state)?;
+        // A part of a split launch: registered with the heap's twins until
+        // the grid is done (`part.rs`).
+        let part = launch
+            .call
+            .split
+            .map(|_| super::part::PartWrite::new(&launch.env.heap));
         let mut grid = Grid::new(
             (self.gpu, self.lane, self.ticket),
             self.k,
-            launch,
+            (launch, part.as_ref()),
             state,
             block,
             range.clone(),

@@ -88,6 +88,7 @@ mod block;
 mod grid;
 mod lane;
 mod launch;
+mod part;
 mod raw;
 mod reduce;
 pub(crate) mod resident;
@@ -111,7 +112,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Threads per block of every launch.
-const BLOCK: u32 = 256;
+pub(crate) const BLOCK: u32 = 256;
 /// Threads in a warp: the slots that share one TLAB under the default
 /// policy.
 const WARP: u64 = 32;

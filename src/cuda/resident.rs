@@ -339,6 +339,42 @@ impl DeviceHeap {
         Ok(sent)
     }
 
+    /// Copy `chunks` (each a byte offset of the heap and its bytes) into
+    /// the image, returning once they are there: a part of a split launch
+    /// is sent its chunks from twins (`part.rs`). Bytes past the image's
+    /// capacity are not sent.
+    pub(crate) fn push_chunks(&self, chunks: &[(usize, &[u8])]) -> Result<(), OffloadError> {
+        self.bind().map_err(cuda_err("heap image"))?;
+        let img = self.image();
+        if img.heap.is_none() {
+            return Ok(());
+        }
+        let base = img.heap_at;
+        let mut any = false;
+        for &(at, bytes) in chunks {
+            let n = bytes.len().min(img.cap.saturating_sub(at));
+            if n == 0 {
+                continue;
+            }
+            // SAFETY: `[at, at + n)` lies inside the image (clamped to its
+            // capacity), and `bytes` lives until the copy is done
+            // (`sync_copies` below).
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(
+                    base + at as u64,
+                    &bytes[..n],
+                    self.copy.cu_stream(),
+                )
+            }
+            .map_err(cuda_err("heap image"))?;
+            any = true;
+        }
+        if any {
+            self.sync_copies()?;
+        }
+        Ok(())
+    }
+
     /// Make the GPU's context current on this thread: the raw copies below
     /// run on whatever thread touches the heap (a replay's worker, the
     /// REPL's), and the driver needs a current context for them.

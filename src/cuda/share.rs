@@ -63,6 +63,10 @@ pub(super) enum Want {
 #[derive(Debug)]
 struct Hold {
     launch: u64,
+    /// The GPU it holds (its image's number).
+    gpu: usize,
+    /// The split launch it is a part of (`crate::split`), if any.
+    split: Option<u64>,
     /// The footprint (`None`: alone).
     footprint: Option<Footprint>,
     /// The collections that had run when the footprint was taken.
@@ -78,6 +82,10 @@ struct State {
     /// The next launch's number.
     next: u64,
 }
+
+/// Who asks for a hold: the launch's number, the GPU (its image's
+/// number), and the split launch it is a part of.
+pub(super) type Who = (u64, usize, Option<u64>);
 
 /// The GPU's holds.
 #[derive(Debug, Default)]
@@ -125,20 +133,37 @@ pub(super) fn normalize(mut runs: Vec<Range<usize>>) -> Footprint {
     out
 }
 
-/// How a run of `launch` wants the GPU: shared, with the chunks of the
-/// arrays of numbers it captures, when its kernel `allocates` nothing,
-/// sums into no copies and captures nothing else that reaches the heap,
-/// and the image (`image_bytes` of heap) holds those chunks; alone
-/// otherwise.
+/// How a run of `launch` wants the GPU: shared, with its footprint
+/// ([`footprint`]), when it has one and the image (`image_bytes` of heap)
+/// holds it; alone otherwise.
 pub(super) fn want(
     launch: &Launch<'_>,
     allocates: bool,
     image_bytes: usize,
     sizes: &Sizes,
 ) -> Result<Want, OffloadError> {
+    let Some(fp) = footprint(launch, allocates, sizes)? else {
+        return Ok(Want::Alone);
+    };
+    if fp.last().is_some_and(|r| r.end * CHUNK_BYTES > image_bytes) {
+        // The image must grow first: only under a hold alone.
+        return Ok(Want::Alone);
+    }
+    Ok(Want::Shared(fp))
+}
+
+/// The chunks a run of `launch` may touch — those of the arrays of numbers
+/// its kernel captures — when its kernel `allocates` nothing, sums into
+/// no copies and captures nothing else that reaches the heap; `None`
+/// otherwise (it may touch any chunk).
+pub(super) fn footprint(
+    launch: &Launch<'_>,
+    allocates: bool,
+    sizes: &Sizes,
+) -> Result<Option<Footprint>, OffloadError> {
     let call = &launch.call;
     if allocates || call.copies.is_some() {
-        return Ok(Want::Alone);
+        return Ok(None);
     }
     let heap = &launch.env.heap;
     let f = call.prog.verified().func(call.kernel);
@@ -157,15 +182,10 @@ pub(super) fn want(
                 runs.push(at / CHUNK_BYTES..(at + bytes as usize).div_ceil(CHUNK_BYTES));
             }
             Type::I32 | Type::I64 | Type::F32 | Type::F64 => {}
-            _ => return Ok(Want::Alone),
+            _ => return Ok(None),
         }
     }
-    let fp = normalize(runs);
-    if fp.last().is_some_and(|r| r.end * CHUNK_BYTES > image_bytes) {
-        // The image must grow first: only under a hold alone.
-        return Ok(Want::Alone);
-    }
-    Ok(Want::Shared(fp))
+    Ok(Some(normalize(runs)))
 }
 
 /// The sizes of the arrays runs have named, by address, while the heap's
@@ -217,15 +237,20 @@ impl Sizes {
 impl State {
     /// Whether a round of `launch` wanting `want` may start now, when
     /// `collections` collections have run.
-    fn admits(&self, launch: u64, want: &Want, collections: u64) -> bool {
+    fn admits(&self, (launch, gpu, split): Who, want: &Want, collections: u64) -> bool {
         let others = self.holds.iter().filter(|h| h.launch != launch);
         match want {
             Want::Alone => others.count() == 0,
             Want::Shared(fp) => {
                 self.alone_waiting == 0
                     && others.into_iter().all(|h| {
-                        h.collections == collections
-                            && h.footprint.as_ref().is_some_and(|o| !overlaps(fp, o))
+                        // Parts of one split launch on other GPUs write
+                        // their own images, and the heap's twins merge
+                        // what they write of one chunk.
+                        let sibling = split.is_some() && h.split == split && h.gpu != gpu;
+                        (sibling && h.footprint.is_some())
+                            || (h.collections == collections
+                                && h.footprint.as_ref().is_some_and(|o| !overlaps(fp, o)))
                     })
             }
         }
@@ -254,12 +279,13 @@ impl Share {
     /// passed behind another launch).
     pub(super) fn hold(
         &self,
-        launch: u64,
+        who: Who,
         want: &mut dyn FnMut() -> Result<Want, OffloadError>,
         collections: &dyn Fn() -> u64,
         outside: &dyn Fn(&mut dyn FnMut()),
         give_up: &dyn Fn() -> bool,
     ) -> Result<Option<Admitted>, OffloadError> {
+        let (launch, gpu, split) = who;
         self.release(launch);
         loop {
             if give_up() {
@@ -269,7 +295,7 @@ impl Share {
             let n = collections();
             {
                 let mut st = self.lock();
-                if st.admits(launch, &w, n) {
+                if st.admits(who, &w, n) {
                     let beside = st.holds.len();
                     let footprint = match w {
                         Want::Shared(fp) => Some(fp),
@@ -277,6 +303,8 @@ impl Share {
                     };
                     st.holds.push(Hold {
                         launch,
+                        gpu,
+                        split,
                         footprint: footprint.clone(),
                         collections: n,
                     });
@@ -290,7 +318,7 @@ impl Share {
                 // Woken by every change of the holds; a collection that
                 // makes a hold stale changes nothing here, so the wait is
                 // bounded and the round looks again.
-                while !st.admits(launch, &w, n) {
+                while !st.admits(who, &w, n) {
                     let (g, timeout) = self
                         .changed
                         .wait_timeout(st, std::time::Duration::from_millis(5))
@@ -343,16 +371,18 @@ mod tests {
         let mut st = State::default();
         st.holds.push(Hold {
             launch: 1,
+            gpu: 0,
+            split: None,
             footprint: Some(vec![0..4]),
             collections: 0,
         });
-        assert!(st.admits(2, &shared(&[4..8]), 0));
-        assert!(!st.admits(2, &shared(&[3..5]), 0));
+        assert!(st.admits((2, 0, None), &shared(&[4..8]), 0));
+        assert!(!st.admits((2, 0, None), &shared(&[3..5]), 0));
         // A launch's own hold never keeps it out.
-        assert!(st.admits(1, &shared(&[0..8]), 0));
+        assert!(st.admits((1, 0, None), &shared(&[0..8]), 0));
         // Nothing is alone beside a hold.
-        assert!(!st.admits(2, &Want::Alone, 0));
-        assert!(st.admits(1, &Want::Alone, 0));
+        assert!(!st.admits((2, 0, None), &Want::Alone, 0));
+        assert!(st.admits((1, 0, None), &Want::Alone, 0));
     }
 
     #[test]
@@ -360,10 +390,12 @@ mod tests {
         let mut st = State::default();
         st.holds.push(Hold {
             launch: 1,
+            gpu: 0,
+            split: None,
             footprint: Some(vec![0..4]),
             collections: 0,
         });
-        assert!(!st.admits(2, &shared(&[10..12]), 1));
+        assert!(!st.admits((2, 0, None), &shared(&[10..12]), 1));
     }
 
     #[test]
@@ -371,14 +403,38 @@ mod tests {
         let mut st = State::default();
         st.holds.push(Hold {
             launch: 1,
+            gpu: 0,
+            split: None,
             footprint: None,
             collections: 0,
         });
-        assert!(!st.admits(2, &shared(&[10..12]), 0));
+        assert!(!st.admits((2, 0, None), &shared(&[10..12]), 0));
         st.holds.clear();
         st.alone_waiting = 1;
-        assert!(!st.admits(2, &shared(&[10..12]), 0));
-        assert!(st.admits(2, &Want::Alone, 0));
+        assert!(!st.admits((2, 0, None), &shared(&[10..12]), 0));
+        assert!(st.admits((2, 0, None), &Want::Alone, 0));
+    }
+
+    #[test]
+    fn parts_of_one_split_launch_on_other_gpus_share_chunks() {
+        let mut st = State::default();
+        st.holds.push(Hold {
+            launch: 1,
+            gpu: 0,
+            split: Some(7),
+            footprint: Some(vec![0..4]),
+            collections: 0,
+        });
+        // Another part of split 7, on GPU 1: admitted over the same
+        // chunks, even after a collection (the twins cover any chunk).
+        assert!(st.admits((2, 1, Some(7)), &shared(&[0..4]), 0));
+        assert!(st.admits((2, 1, Some(7)), &shared(&[0..4]), 1));
+        // On the same GPU, another split, or no split: the usual rule.
+        assert!(!st.admits((2, 0, Some(7)), &shared(&[0..4]), 0));
+        assert!(!st.admits((2, 1, Some(8)), &shared(&[0..4]), 0));
+        assert!(!st.admits((2, 1, None), &shared(&[0..4]), 0));
+        // Alone is alone.
+        assert!(!st.admits((2, 1, Some(7)), &Want::Alone, 0));
     }
 
     #[test]
@@ -389,12 +445,18 @@ mod tests {
         let none = || 0;
         let no = || false;
         share
-            .hold(a, &mut || Ok(shared(&[0..4])), &none, &plain, &no)
+            .hold(
+                (a, 0, None),
+                &mut || Ok(shared(&[0..4])),
+                &none,
+                &plain,
+                &no,
+            )
             .unwrap();
         let s2 = share.clone();
         let waiter = std::thread::spawn(move || {
             s2.hold(
-                b,
+                (b, 0, None),
                 &mut || Ok(shared(&[2..6])),
                 &|| 0,
                 &|f: &mut dyn FnMut()| f(),
@@ -411,7 +473,13 @@ mod tests {
         // Disjoint: admitted at once, beside the one hold there is.
         let c = share.launch();
         let got = share
-            .hold(c, &mut || Ok(shared(&[8..9])), &none, &plain, &no)
+            .hold(
+                (c, 0, None),
+                &mut || Ok(shared(&[8..9])),
+                &none,
+                &plain,
+                &no,
+            )
             .unwrap()
             .unwrap();
         assert_eq!((got.beside, got.footprint), (1, Some(vec![8..9])));
@@ -419,9 +487,13 @@ mod tests {
         let d = share.launch();
         let asked = std::sync::atomic::AtomicBool::new(false);
         let got = share
-            .hold(d, &mut || Ok(Want::Alone), &none, &plain, &|| {
-                asked.swap(true, std::sync::atomic::Ordering::Relaxed)
-            })
+            .hold(
+                (d, 0, None),
+                &mut || Ok(Want::Alone),
+                &none,
+                &plain,
+                &|| asked.swap(true, std::sync::atomic::Ordering::Relaxed),
+            )
             .unwrap();
         assert!(got.is_none());
         share.release(c);

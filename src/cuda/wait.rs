@@ -111,6 +111,9 @@ pub(super) struct Waiting<'a> {
     pub(super) lane: &'a super::lane::Lane,
     /// The run's footprint when it shares the GPU (`share.rs`).
     pub(super) footprint: Option<&'a [std::ops::Range<usize>]>,
+    /// For a part of a split launch, its registration with the heap's
+    /// twins: its sends go from twins (`part.rs`).
+    pub(super) part: Option<&'a super::part::PartWrite<'a>>,
     pub(super) slots: usize,
     /// The run's device eden, in heap words.
     pub(super) eden: (u32, u32),
@@ -193,11 +196,14 @@ impl Waiting<'_> {
         self.env.control.poll();
         // A run that shares the GPU sends only its own arrays' chunks: the
         // other kernels waiting beside it send theirs (`share.rs`).
-        let runs = match self.footprint {
-            Some(fp) => heap.take_device_stale_in(dh.id(), fp)?,
-            None => heap.take_device_stale(dh.id(), es as usize * 8..ee as usize * 8)?,
+        let sent = match (self.footprint, self.part) {
+            (Some(fp), Some(part)) => part.send(dh, fp)?,
+            (Some(fp), None) => dh.push(heap, &heap.take_device_stale_in(dh.id(), fp)?)?,
+            (None, _) => dh.push(
+                heap,
+                &heap.take_device_stale(dh.id(), es as usize * 8..ee as usize * 8)?,
+            )?,
         };
-        let sent = dh.push(heap, &runs)?;
         let next = if self.env.control.interrupted_since(self.epoch) {
             offload_abi::control::SAFEPOINT
         } else {

@@ -34,6 +34,8 @@ pub struct RuntimeBuilder {
     device: Option<Device>,
     /// The GPUs to use, by the driver's numbers (`None`: every GPU).
     gpus: Option<Vec<usize>>,
+    split: Option<Vec<Device>>,
+    split_even: bool,
     strict: bool,
     deadline: Option<std::time::Duration>,
     device_slots: Option<usize>,
@@ -101,6 +103,8 @@ impl RuntimeBuilder {
             workers: None,
             device: None,
             gpus: None,
+            split: None,
+            split_even: false,
             strict: false,
             deadline: None,
             device_slots: None,
@@ -323,6 +327,52 @@ impl RuntimeBuilder {
         self.gpus = Some(v);
         self
     }
+    /// Split every launch over several devices at once: `Device::Cuda`
+    /// stands for every GPU of the runtime, `Device::Cpu` adds the CPU
+    /// device. Each device takes parts of the range in turn, sized by its
+    /// speed for the kernel in earlier launches, until none is left; the
+    /// report has a row per device ([`crate::LaunchReport::split`]).
+    /// Exactly once holds across the devices, and their writes to
+    /// different elements of one array all land, in the same 64 KiB chunk
+    /// too (docs/DESIGN.md, "One launch over several devices").
+    ///
+    /// Only kernels whose writes merge are split: captures of arrays of
+    /// numbers and numbers, no allocation, atomics, virtual calls,
+    /// reduction or sums into copies. Others run on one device as usual,
+    /// and the report's `fallback` says why; so do launches pinned to a
+    /// GPU ([`Runtime::on_gpu`]) and every launch of a runtime that is not
+    /// on the CUDA device (no GPU: nothing to split over). The list must
+    /// name `Cuda`; the interpreter takes no part (an error at build).
+    ///
+    /// ```
+    /// use offload::{Device, Runtime};
+    ///
+    /// let rt = Runtime::builder()
+    ///     .split_over([Device::Cpu, Device::Cuda])
+    ///     .build()?;
+    /// let m = rt.load_file("examples/kernels/saxpy.ofk")?;
+    /// let x = rt.array(&[1.0f32; 100_000])?;
+    /// let y = rt.array(&[1.0f32; 100_000])?;
+    /// let r = rt.par_offload(0..100_000, &m.closure("saxpy", [2.0f32.into(), (&x).into(), (&y).into()])?)?;
+    /// // With a GPU, the CPU and every GPU ran parts of the range.
+    /// let ran: u64 = r.split.iter().map(|s| s.workitems).sum();
+    /// assert!(r.split.is_empty() || ran == 100_000);
+    /// assert_eq!(rt.read(&y)?[99_999], 3.0);
+    /// # Ok::<(), offload::OffloadError>(())
+    /// ```
+    pub fn split_over(mut self, devices: impl IntoIterator<Item = Device>) -> Self {
+        self.split = Some(devices.into_iter().collect());
+        self
+    }
+    /// Cut a split launch ([`RuntimeBuilder::split_over`]) into equal
+    /// shares, one per device, whatever the devices' speeds: every device
+    /// runs a part of every launch, however slow, and the partition does
+    /// not depend on timing. For tests that must run every device, and
+    /// for comparing devices on equal shares; off by default.
+    pub fn split_even(mut self, on: bool) -> Self {
+        self.split_even = on;
+        self
+    }
     /// Run CUDA launches with at most `n` slots (device threads) instead
     /// of the default — one per 16 workitems of the range, at least a
     /// block per multiprocessor, at most the device's resident capacity —
@@ -507,7 +557,25 @@ impl RuntimeBuilder {
                 }
             },
         };
+        let split = match &self.split {
+            None => None,
+            Some(list) if !list.contains(&Device::Cuda) || list.contains(&Device::Interpreter) => {
+                return Err(OffloadError::Config {
+                    setting: "split_over",
+                    problem: format!(
+                        "a launch is split over the GPUs (`cuda`) and optionally the CPU \
+                         (`cpu`); the list named {}",
+                        list.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+                    ),
+                });
+            }
+            Some(list) => Some(crate::shares::SplitOver {
+                cpu: list.contains(&Device::Cpu),
+            }),
+        };
         let settings = Settings {
+            split,
+            split_even: self.split_even,
             device,
             strict: self.strict,
             deadline: self.deadline,

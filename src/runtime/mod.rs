@@ -600,12 +600,13 @@ impl Runtime {
             == offload_lang::ranges::NARROWED_FLAT;
         let (range, shape_args, shape) =
             range.flatten(closure.dims, narrowed, closure.kernel_name())?;
-        let devices = crate::launch::Devices {
+        let devices = crate::devices::Devices {
             cpu: &self.inner.cpu,
             gpus: match self.pinned {
                 Some(k) => &self.inner.gpus[k..=k],
                 None => &self.inner.gpus,
             },
+            pinned: self.pinned.is_some(),
         };
         let state = self.kernel_state(closure);
         let env = &self.inner.env;
@@ -848,6 +849,7 @@ impl Closure {
             module: self.module.id,
             reduce,
             copies,
+            split: None,
         }
     }
 

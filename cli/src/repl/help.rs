@@ -183,7 +183,7 @@ pub const COMMANDS: &[Cmd] = &[
                    | tlab BYTES|default | inject every N | inject random N seed S | inject off\n       \
                    | fail-refills FIRST EVERY | fail-refills off | profile on|off\n       \
                    | max-heap BYTES | deopt-records N | deadline DURATION|off\n       \
-                   | reentry on|off\n\
+                   | reentry on|off | split off|gpus|cpu+gpus\n\
                    (BYTES takes a K, M or G suffix: 64M)",
         about: "Change a setting. The runtime is rebuilt: definitions are reloaded and \
                 variables copied into the new heap (references between them kept).",
@@ -228,7 +228,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 
 /// The settings `:set` changes, each with the values it takes: the one
 /// list that `:help`, `:set`'s errors and its suggestions read.
-pub const SETTINGS: [(&str, &str); 12] = [
+pub const SETTINGS: [(&str, &str); 13] = [
     ("device", "cpu|cuda|interp"),
     ("workers", "N (at least 1)"),
     ("policy", "NAME"),
@@ -241,6 +241,7 @@ pub const SETTINGS: [(&str, &str); 12] = [
     ("deopt-records", "N (at least 1)"),
     ("deadline", "DURATION|off (like 2s, 500ms)"),
     ("reentry", "on|off"),
+    ("split", "off|gpus|cpu+gpus"),
 ];
 
 /// Every command's names, for suggestions.

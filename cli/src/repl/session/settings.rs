@@ -24,6 +24,9 @@ pub struct Settings {
     pub deadline: Option<Duration>,
     /// Stopped workitems are resumed on the device (`RuntimeBuilder::reentry`).
     pub reentry: bool,
+    /// Launches split over every GPU (`Some(false)`) or the CPU and every
+    /// GPU (`Some(true)`): `RuntimeBuilder::split_over`.
+    pub split: Option<bool>,
 }
 
 impl Default for Settings {
@@ -41,6 +44,7 @@ impl Default for Settings {
             deopt_records: None,
             deadline: None,
             reentry: true,
+            split: None,
         }
     }
 }
@@ -71,6 +75,13 @@ impl Settings {
             b = b.deopt_records(n);
         }
         b = b.launch_deadline(self.deadline).reentry(self.reentry);
+        if let Some(cpu) = self.split {
+            b = b.split_over(if cpu {
+                vec![Device::Cpu, Device::Cuda]
+            } else {
+                vec![Device::Cuda]
+            });
+        }
         Ok(b.build()?)
     }
 
@@ -143,6 +154,15 @@ impl Settings {
                 || format!("default ({})", offload::DEFAULT_DEOPT_RECORDS),
                 |n| n.to_string()
             )
+        );
+        let _ = writeln!(
+            s,
+            "split       {}",
+            match self.split {
+                None => "off",
+                Some(false) => "every launch over every GPU",
+                Some(true) => "every launch over the CPU and every GPU",
+            }
         );
         let _ = writeln!(
             s,
@@ -257,6 +277,14 @@ impl Session {
                     s.profile = on;
                 } else {
                     s.reentry = on;
+                }
+            }
+            "split" => {
+                s.split = match val("off|gpus|cpu+gpus")? {
+                    "off" => None,
+                    "gpus" => Some(false),
+                    "cpu+gpus" => Some(true),
+                    v => bail!(":set split: `{v}` is none of off, gpus, cpu+gpus"),
                 }
             }
             "max-heap" => s.max_heap = Some(bytes()? as usize),

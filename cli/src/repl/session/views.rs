@@ -217,7 +217,11 @@ pub(super) fn summary(last: &Last, out: &mut String) {
     );
     // The range's partition (see `LaunchReport::on_device`).
     let mut parts = vec![
-        format!("{} ran on the {} device", r.on_device, r.device.name()),
+        if r.split.is_empty() {
+            format!("{} ran on the {} device", r.on_device, r.device.name())
+        } else {
+            format!("{} ran on the devices of the split", r.on_device)
+        },
         format!("{} replayed after a deopt", r.replayed),
     ];
     if r.interrupted {
@@ -249,8 +253,14 @@ pub(super) fn summary(last: &Last, out: &mut String) {
         let _ = writeln!(out, "{line}");
     }
     if let Some(g) = &r.gpu {
+        // Several GPUs name themselves (`GPU k: …`).
+        let g = if g.starts_with("GPU ") {
+            g.clone()
+        } else {
+            format!("GPU {g}")
+        };
         let mut line = format!(
-            "  GPU {g} · {} to the device, {} back",
+            "  {g} · {} to the device, {} back",
             offload::diagnostics::bytes_text(r.to_device_bytes),
             offload::diagnostics::bytes_text(r.to_host_bytes)
         );
@@ -274,6 +284,32 @@ pub(super) fn summary(last: &Last, out: &mut String) {
             );
         }
         let _ = writeln!(out, "{line}");
+    }
+    // A launch split over devices: a line per device.
+    for s in &r.split {
+        let _ = writeln!(
+            out,
+            "  split: {} ran {} of {} ({:.0}%) in {} part{} · busy {} · idle at the end {} · {}",
+            s.device,
+            s.workitems,
+            n,
+            if n > 0 {
+                100.0 * s.workitems as f64 / n as f64
+            } else {
+                0.0
+            },
+            s.parts,
+            if s.parts == 1 { "" } else { "s" },
+            offload::diagnostics::duration_text(s.busy),
+            offload::diagnostics::duration_text(s.idle_tail),
+            if s.speed >= 0.01 {
+                format!("speed {:.3} of the fastest", s.speed)
+            } else if s.speed > 0.0 {
+                format!("speed {:.1e} of the fastest", s.speed)
+            } else {
+                "speed not measured yet".to_string()
+            }
+        );
     }
     if let Some(f) = &r.fallback {
         let _ = writeln!(out, "  note: {f}");
