@@ -549,14 +549,19 @@ impl Heap {
                         bytes: at..end,
                         message: e,
                     })?;
-                let twin = self.twin_of(m, c);
+                // Against the owner's twin where it has one (a twin taken
+                // when less of the heap was committed covers less of the
+                // chunk: the host's bytes beyond it were the version sent).
                 let from = at - c * CHUNK_BYTES;
-                let against = match &twin {
-                    Some(t) if t.len() >= from + theirs.len() => &t[from..from + theirs.len()],
-                    _ => &base[..],
-                };
+                let mut against = base.clone();
+                if let Some(t) = self.twin_of(m, c)
+                    && t.len() > from
+                {
+                    let k = (t.len() - from).min(against.len());
+                    against[..k].copy_from_slice(&t[from..from + k]);
+                }
                 // SAFETY: `[at, end)` is committed heap memory.
-                unsafe { crate::twins::merge_into(self.base_ptr().add(at), &theirs, against) };
+                unsafe { crate::twins::merge_into(self.base_ptr().add(at), &theirs, &against) };
                 moved += theirs.len() as u64;
             }
             at = end;

@@ -522,6 +522,10 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         let r = crate::tools::bench_load::gpu_halves(rt, s, reps)?;
         let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
         push(&r.bench, base, r.offload, r.target, r.note);
+        // One launch split over the CPU and the GPUs (`bench_split`).
+        let r = crate::tools::bench_split::row(s, reps)?;
+        let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
+        push(&r.bench, base, r.offload, r.target, r.note);
     }
 
     // Deopt rates: `inc` with every 1000th / 100th / 10th workitem forced to

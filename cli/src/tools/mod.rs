@@ -13,6 +13,7 @@ pub mod bench_load;
 pub mod bench_peers;
 pub mod bench_reduce;
 pub mod bench_source;
+pub mod bench_split;
 mod bench_stops;
 pub mod bench_summed;
 pub mod cuda_c;
