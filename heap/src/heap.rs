@@ -168,8 +168,9 @@ pub struct Heap {
     pub(crate) lowered: AtomicU64,
     /// The device copy's coherence state ([`crate::resident`]).
     pub(crate) res: Residency,
-    /// The twins of chunks device parts write (`twins.rs`).
-    pub(crate) twins: crate::twins::Twins,
+    /// The twins of chunks device parts write (`twins.rs`; boxed: only
+    /// split launches use them, and the heap's hot fields stay together).
+    pub(crate) twins: Box<crate::twins::Twins>,
     /// Why the last carve failed when a fetch from the device did.
     carve_error: Mutex<Option<HeapError>>,
 }
@@ -616,8 +617,7 @@ impl Heap {
             what: format!("unencodable header: {h}"),
         })?;
         let off = at as usize * 8;
-        let _gate = self.store_gate(off, 8);
-        self.writable(off, 8)?;
+        let _gate = self.writable(off, 8)?;
         self.cell32(off)?.store(a, Ordering::Relaxed);
         self.cell32(off + 4)?.store(b, Ordering::Relaxed);
         Ok(())
@@ -673,8 +673,7 @@ impl Heap {
         let cell = self.cell32(off)?;
         // Twins are taken, but not merged atomically: a split launch
         // refuses kernels with atomics (`twins`).
-        drop(self.store_gate(off, 4));
-        self.writable(off, 4)?;
+        drop(self.writable(off, 4)?);
         Ok(cell)
     }
 
@@ -683,8 +682,7 @@ impl Heap {
     #[inline]
     pub fn u64_cell(&self, off: usize) -> Result<&AtomicU64, HeapError> {
         let cell = self.cell64(off)?;
-        drop(self.store_gate(off, 8));
-        self.writable(off, 8)?;
+        drop(self.writable(off, 8)?);
         Ok(cell)
     }
 
@@ -699,8 +697,7 @@ impl Heap {
     #[inline]
     pub fn store32(&self, off: usize, v: u32) -> Result<(), HeapError> {
         let cell = self.cell32(off)?;
-        let _gate = self.store_gate(off, 4);
-        self.writable(off, 4)?;
+        let _gate = self.writable(off, 4)?;
         cell.store(v, Ordering::Relaxed);
         Ok(())
     }
@@ -715,8 +712,7 @@ impl Heap {
     #[inline]
     pub fn store64(&self, off: usize, v: u64) -> Result<(), HeapError> {
         let cell = self.cell64(off)?;
-        let _gate = self.store_gate(off, 8);
-        self.writable(off, 8)?;
+        let _gate = self.writable(off, 8)?;
         cell.store(v, Ordering::Relaxed);
         Ok(())
     }

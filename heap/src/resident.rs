@@ -633,14 +633,22 @@ impl Heap {
     }
 
     /// Before the host writes `[at, at + len)`: fetch what the devices
-    /// wrote there, and mark it for them.
+    /// wrote there, and mark it for them. In twin mode, what it returns
+    /// keeps a part's send out until the caller's store is done (hold it
+    /// across the store: `twins`).
     #[inline]
-    pub(crate) fn writable(&self, at: usize, len: usize) -> Result<(), HeapError> {
-        if self.res.mirrored() {
-            self.fetch(at, len)?;
-            self.host_wrote(at, at + len);
+    pub(crate) fn writable(
+        &self,
+        at: usize,
+        len: usize,
+    ) -> Result<crate::twins::StoreGate<'_>, HeapError> {
+        if !self.res.mirrored() {
+            return Ok(None);
         }
-        Ok(())
+        let gate = self.store_gate(at, len);
+        self.fetch(at, len)?;
+        self.host_wrote(at, at + len);
+        Ok(gate)
     }
 
     /// The host wrote bytes `[start, end)` (their chunks must not be
