@@ -140,18 +140,9 @@ fn launch_on(
         at: Instant::now(),
         ticket,
     };
-    // The interpreter runs every kernel: the last resort.
-    let interp = |range| match Interp.launch(env, call, plan, range, started) {
-        Ok(r) => r,
-        Err(Unsupported(why)) => Err(OffloadError::Setup(why)),
-    };
-    if plan.device == Device::Interpreter {
-        return interp(range);
-    }
-    let mut cuda_note = None;
     // A launch split over the CPU and the GPUs (`split.rs`), when the
     // runtime asks for one and the kernel may be split.
-    let split_note;
+    let mut split_note = None;
     if let Some(over) = env.settings.split
         && plan.device == Device::Cuda
         && !devices.gpus.is_empty()
@@ -160,7 +151,6 @@ fn launch_on(
     {
         match crate::split::refuse(&call) {
             None => {
-                split_note = None;
                 if let Some(r) = crate::split::run(
                     env,
                     devices,
@@ -176,10 +166,8 @@ fn launch_on(
             }
             Some(why) => split_note = Some(format!("not split over devices: {why}")),
         }
-    } else {
-        split_note = None;
     }
-    let r = launch_one(env, devices, call, plan, range, started, &mut cuda_note);
+    let r = launch_one(env, devices, call, plan, range, started);
     match split_note {
         Some(note) => with_fallback(r, note),
         None => r,
@@ -195,12 +183,16 @@ fn launch_one(
     plan: &Plan,
     range: Range<i64>,
     started: Started,
-    cuda_note: &mut Option<String>,
 ) -> Result<LaunchReport, OffloadError> {
+    // The interpreter runs every kernel: the last resort.
     let interp = |range| match Interp.launch(env, call, plan, range, started) {
         Ok(r) => r,
         Err(Unsupported(why)) => Err(OffloadError::Setup(why)),
     };
+    if plan.device == Device::Interpreter {
+        return interp(range);
+    }
+    let mut cuda_note = None;
     let gpu = (plan.device == Device::Cuda)
         .then(|| crate::cuda::pick(devices.gpus))
         .flatten();
@@ -215,7 +207,7 @@ fn launch_one(
                         why,
                     });
                 }
-                *cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
+                cuda_note = Some(format!("ran on the CPU device, not CUDA: {why}"));
             }
         }
     }
@@ -225,7 +217,7 @@ fn launch_one(
             with_fallback(interp(range), format!("ran on the interpreter: {why}"))
         }
     };
-    match cuda_note.take() {
+    match cuda_note {
         Some(note) => with_fallback(r, note),
         None => r,
     }
