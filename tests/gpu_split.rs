@@ -3,13 +3,22 @@
 //! exactly once — under injected deopts and safepoints, and a collection
 //! between launches — the devices' writes to different elements of one
 //! chunk all land, the report has a row per device whose figures add up,
-//! and a skewed kernel keeps every device busy until near the end.
+//! and a skewed kernel keeps every device busy until near the end; and
+//! random race-free programs split over every device agree with the
+//! interpreter (the differential suite, split).
 //! Ignored in the ordinary run (no GPU); `scripts/gpu-tests --virtual`
 //! runs them on two and four virtual GPUs (`OFFLOAD_VGPU_DEVICES`). On
 //! hardware with one GPU they split over the CPU and that GPU.
 
+use offload::ir::fuzzgen::GenConfig;
+use offload::ir::print_module;
 use offload::{Device, LaunchReport, Runtime, RuntimeBuilder};
 use offload_jit::Injection;
+use offload_testkit::differential::{Differ, Shape};
+use offload_testkit::reference::Rng;
+
+#[path = "common/programs.rs"]
+mod programs;
 
 const NEEDS: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
@@ -297,4 +306,158 @@ fn a_skewed_kernel_keeps_every_device_busy_until_near_the_end() {
         })
         .collect();
     assert_eq!(rt.read(&out).unwrap(), want);
+}
+
+/// A number from the environment, or `default` (the knobs that make a run
+/// longer or reproduce one).
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Random race-free programs (`GenConfig::splittable`: workitem `i` touches
+/// only its own window of each array) split over every device agree with
+/// the interpreter — heaps and exceptions — in equal shares and in shares
+/// by speed, and under injected deopts (at kernel entry, every fifth
+/// workitem) and injected safepoints (the stopped workitems' rests resumed).
+/// `OFFLOAD_SPLIT_CASES` programs from seed `OFFLOAD_SPLIT_SEED`; a failure
+/// names its case and configuration, and the same seed replays it.
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn random_race_free_programs_split_over_every_device_agree_with_the_interpreter() {
+    let seed = knob("OFFLOAD_SPLIT_SEED", 52);
+    let cases = knob("OFFLOAD_SPLIT_CASES", 120);
+    let window = 5;
+    let shape = Shape {
+        workitems: 48,
+        elements: 48 * window as usize,
+    };
+    let cfg = GenConfig::splittable(window);
+    for (cpu, even, inject) in [
+        (true, true, false),
+        (false, false, false),
+        (true, true, true),
+    ] {
+        let over: Vec<Device> = if cpu {
+            vec![Device::Cpu, Device::Cuda]
+        } else {
+            vec![Device::Cuda]
+        };
+        let configure = |b: RuntimeBuilder| {
+            if inject {
+                b.inject(Injection {
+                    site_bci: 0,
+                    modulus: 5,
+                    remainder: 2,
+                    reason: None,
+                })
+                .inject_safepoints(3, Some(seed))
+            } else {
+                b
+            }
+        };
+        let new_differ = || {
+            Differ::split(&over, even, shape, &configure).unwrap_or_else(|e| panic!("{NEEDS}: {e}"))
+        };
+        let mut differ = new_differ();
+        let what = format!("cpu {cpu}, equal shares {even}, injected {inject}");
+        let mut rng = Rng::new(seed);
+        let (mut compared, mut split) = (0, 0);
+        let mut resumed = 0;
+        for case in 0..cases {
+            // Fresh runtimes now and then: nothing collects the arrays
+            // each case leaves in the heap.
+            if case % 25 == 24 {
+                differ = new_differ();
+            }
+            let Some(module) = programs::generate_with(&mut rng, &cfg) else {
+                continue;
+            };
+            let text = print_module(&module);
+            match differ.compare(&text, rng.next_u64()) {
+                Ok(c) => {
+                    compared += c.kernels;
+                    split += c.split;
+                    resumed += c.resumed;
+                }
+                Err(why) => panic!("{what}, seed {seed}, case {case}: {why}"),
+            }
+        }
+        eprintln!("{what}: {compared} kernels compared, {split} split, {resumed} resumed");
+        // Most kernels run split: the rest read-modify-write an element
+        // (`a[k] = a[k] + x`), which the runtime sums into per-block copies
+        // and so runs on one device (`split::refuse`); they still agree.
+        assert!(
+            compared as u64 >= cases / 2,
+            "{what}: only {compared} kernels compared"
+        );
+        if differ_devices(cpu) > 1 {
+            assert!(
+                2 * split >= compared,
+                "{what}: only {split} of {compared} split"
+            );
+        }
+    }
+}
+
+/// How many devices a split over the GPUs (and the CPU, when `cpu`) has.
+fn differ_devices(cpu: bool) -> usize {
+    build(speeds(false)).gpu_ordinals().len() + usize::from(cpu)
+}
+
+/// Parts on every GPU write their workitems' elements of one small array
+/// (one chunk) while the other GPUs' threads fetch that chunk for their
+/// own next parts, and (with `throw`) every workitem deopts to throw, its
+/// replay fetching too: 300 launches, each write lands. Caught a fetch
+/// that cleared the ownership of a GPU whose kernel marked the chunk while
+/// the fetch ran (7 launches in 400 lost a part's writes), and a part
+/// registered after the check of what its GPU lacks (a merge between the
+/// two left it writing over an old image with no twin).
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn gpus_fetching_a_chunk_other_gpus_write_lose_no_write() {
+    let rt = build(speeds(false).workers(1).deopt_records(1).device_slots(1));
+    if rt.gpu_ordinals().len() < 2 {
+        eprintln!("one GPU here: nothing to check");
+        return;
+    }
+    let src = "
+#[kernel]
+fn wt(i: i32, a: &mut [f64], z: &mut [f64], throw: i32) {
+    a[i * 5] = -7.0;
+    if i < throw {
+        z[i - 100000] = 1.0;
+    }
+}
+";
+    let m = rt.load_source("lost.ofk", src).unwrap();
+    for throw in [0, 48] {
+        for round in 0..300 {
+            let a = rt.array(&vec![1.0f64; 240]).unwrap();
+            let z = rt.array(&[1.0f64; 4]).unwrap();
+            let c = m
+                .closure("wt", [(&a).into(), (&z).into(), throw.into()])
+                .unwrap();
+            let rep = match rt.par_offload(0..48, &c) {
+                Ok(r) => r,
+                Err(offload::OffloadError::Exceptions(e)) => {
+                    assert_eq!(e.count, throw as u64, "round {round}");
+                    e.report
+                }
+                Err(e) => panic!("round {round}: {e}"),
+            };
+            let got = rt.read(&a).unwrap();
+            let lost: Vec<usize> = (0..48).filter(|&i| got[i * 5] != -7.0).collect();
+            assert!(
+                lost.is_empty(),
+                "throw {throw}, round {round}: writes of {lost:?} lost\n{rep}"
+            );
+            assert!(
+                (0..240).all(|k| k % 5 == 0 || got[k] == 1.0),
+                "throw {throw}, round {round}: an element nobody wrote changed"
+            );
+        }
+    }
 }

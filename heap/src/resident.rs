@@ -25,6 +25,12 @@
 //! elements all land (as a multiple-writer distributed shared memory
 //! merges a page's twins). Two devices writing the same byte differently
 //! is a race in the program; the later owner in [`MirrorId`] order wins.
+//! A fetch clears its owners' *marks* (a second bit per device, set with
+//! the owner bit by every mark) before it reads their images, and an
+//! owner that marked the chunk again by the time it is done stays an owner:
+//! in a launch split over devices a fetch may run while a kernel writes
+//! the chunk, and what that kernel wrote after its image was read is still
+//! only on the device.
 //!
 //! Bytes of a chunk where neither bit is set are equal on both sides
 //! below eden's top; above the top, nothing is meaningful on either side
@@ -54,7 +60,7 @@
 
 use crate::heap::{Heap, HeapError};
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Bytes per coherence chunk.
@@ -212,10 +218,18 @@ pub(crate) struct Residency {
     attach_lock: Mutex<()>,
     chunks: usize,
     host_stale: Bits,
-    /// Per chunk, the mirrors holding bytes newer than the host's (a bit
-    /// per [`MirrorId`]): set before the chunk's host-stale bit, cleared
-    /// by the fetch.
-    owners: Box<[AtomicU8]>,
+    /// Per chunk, in the low byte the mirrors holding bytes newer than
+    /// the host's (a bit per [`MirrorId`]): set before the chunk's
+    /// host-stale bit, cleared by the fetch. In the high byte, the mirrors
+    /// that marked it since a fetch of it began, set with the owner bit
+    /// in one atomic: a fetch clears its owners' high bits before it reads
+    /// their images, and those set again by the time it is done stay
+    /// owners — their kernels wrote after their images were read. Only a
+    /// launch split over devices fetches a chunk while a kernel that
+    /// writes it runs (one device's thread fetches what another device's
+    /// kernel writes other elements of); one launch's own host work runs
+    /// while its kernel is stopped.
+    owners: Box<[AtomicU16]>,
     /// Host-stale chunks now: the fast path of every host access is one
     /// load of this.
     stale: AtomicU64,
@@ -244,11 +258,17 @@ impl Residency {
             attach_lock: Mutex::new(()),
             chunks,
             host_stale: Bits::new(chunks),
-            owners: (0..chunks).map(|_| AtomicU8::new(0)).collect(),
+            owners: (0..chunks).map(|_| AtomicU16::new(0)).collect(),
             stale: AtomicU64::new(0),
             fetch_lock: Mutex::new(()),
             fetched: AtomicU64::new(0),
         }
+    }
+
+    /// Chunk `c`'s owners, a bit per [`MirrorId`].
+    #[inline]
+    fn owners_of(&self, c: usize) -> u8 {
+        self.owners[c].load(Ordering::Acquire) as u8
     }
 
     #[inline]
@@ -450,17 +470,21 @@ impl Heap {
         // zero it), and nothing a device wrote lies there.
         let limit = (self.high_water() as usize * 8).min(self.committed());
         let mut moved = 0u64;
-        for run in self.res.host_stale.runs(chunks) {
+        for run in self.res.host_stale.runs(chunks.clone()) {
             // Runs of chunks with the same owners: one copy each when one
             // device owns them, a merge per chunk otherwise.
             let mut c = run.start;
             while c < run.end {
-                let own = self.res.owners[c].load(Ordering::Acquire);
+                let own = self.res.owners_of(c);
                 let mut e = c + 1;
-                while e < run.end && self.res.owners[e].load(Ordering::Acquire) == own {
+                while e < run.end && self.res.owners_of(e) == own {
                     e += 1;
                 }
                 let (start, end) = (c * CHUNK_BYTES, (e * CHUNK_BYTES).min(limit));
+                // Marks from here on are after the images are read.
+                for k in c..e {
+                    self.res.owners[k].fetch_and(!(u16::from(own) << 8), Ordering::AcqRel);
+                }
                 if start < end {
                     moved += self.fetch_owned(own, start..end)?;
                 }
@@ -562,6 +586,9 @@ impl Heap {
                 }
                 // SAFETY: `[at, end)` is committed heap memory.
                 unsafe { crate::twins::merge_into(self.base_ptr().add(at), &theirs, &against) };
+                // The host has these bytes of the owner's now: its writes
+                // from here on are the bytes that differ from them.
+                self.twin_advance(m, c, from, &theirs);
                 moved += theirs.len() as u64;
             }
             at = end;
@@ -576,7 +603,7 @@ impl Heap {
                 .res
                 .owners
                 .get(c)
-                .is_some_and(|o| o.load(Ordering::Acquire) & m.bit() != 0)
+                .is_some_and(|o| o.load(Ordering::Acquire) & u16::from(m.bit()) != 0)
     }
 
     /// Mark chunk `c` device-stale for `m` again (a send that failed).
@@ -595,13 +622,29 @@ impl Heap {
     /// owners are no longer ahead of it, and it is current on the host
     /// unless another device wrote it meanwhile.
     fn fetched_chunk(&self, c: usize, own: u8) {
+        // Owners whose kernels marked it again while it was fetched keep
+        // their bits (and twins): what they wrote after the fetch read
+        // their images is still only on the device.
+        let mut w = self.res.owners[c].load(Ordering::Acquire);
+        let (own, left) = loop {
+            let done = own & !((w >> 8) as u8);
+            let new = w & !u16::from(done);
+            match self.res.owners[c].compare_exchange_weak(
+                w,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break (done, new as u8),
+                Err(now) => w = now,
+            }
+        };
         self.twins_fetched(c, own);
-        let left = self.res.owners[c].fetch_and(!own, Ordering::AcqRel) & !own;
         if left == 0 && self.res.host_stale.clear(c) {
             self.res.stale.fetch_sub(1, Ordering::AcqRel);
             // A device that marked it between the two steps set its owner
             // bit first: the chunk stays host-stale for it.
-            if self.res.owners[c].load(Ordering::Acquire) != 0 && self.res.host_stale.set(c) {
+            if self.res.owners_of(c) != 0 && self.res.host_stale.set(c) {
                 self.res.stale.fetch_add(1, Ordering::AcqRel);
             }
         }
@@ -615,7 +658,7 @@ impl Heap {
         if !self.res.mirrored() || !self.res.host_stale.get(c) {
             return Ok(None);
         }
-        let own = self.res.owners[c].load(Ordering::Acquire);
+        let own = self.res.owners_of(c);
         let m = match own.count_ones() {
             1 => self.res.mirror(own.trailing_zeros() as usize),
             _ => None,
@@ -681,7 +724,9 @@ impl Heap {
         if !self.res.mirrored() || c >= self.res.chunks {
             return;
         }
-        self.res.owners[c].fetch_or(m.bit(), Ordering::AcqRel);
+        // The owner bit and the mark a fetch running now looks for
+        // (`fetched_chunk`), in one atomic.
+        self.res.owners[c].fetch_or(u16::from(m.bit()) * 0x101, Ordering::AcqRel);
         if self.res.host_stale.set(c) {
             self.res.stale.fetch_add(1, Ordering::AcqRel);
         }
@@ -752,9 +797,7 @@ impl Heap {
                         // its own writes in it.
                         // With a twin of it, `m`'s writes merge with the
                         // host's (twin mode): fetch, then send.
-                        if self.res.owners[c].load(Ordering::Acquire) == m.bit()
-                            && self.twin_of(m, c).is_none()
-                        {
+                        if self.res.owners_of(c) == m.bit() && self.twin_of(m, c).is_none() {
                             both.push(c);
                         } else {
                             match fetch.last_mut() {

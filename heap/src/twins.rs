@@ -23,7 +23,18 @@
 //!   differs from the twin, and leaves the host's other bytes (other
 //!   elements written meanwhile) alone: the twin-and-diff merge of
 //!   multiple-writer distributed shared memories (TreadMarks), with the
-//!   twin taken lazily.
+//!   twin taken lazily; the twin then becomes the bytes fetched
+//!   ([`Heap::twin_advance`]), so that what the device writes after the
+//!   fetch — an element set back to the value it was sent included —
+//!   differs from it.
+//!
+//! A part registers before anything is checked for it
+//! ([`Heap::send_for_write`]): a merge on another thread between the check
+//! of what its device lacks and its registration would otherwise leave it
+//! writing over an image older than the host's, with no twin. A fetch may
+//! read a device's image while a kernel on it writes other elements (one
+//! GPU's thread fetching for its own next part); the residency's marks
+//! keep that device an owner ([`crate::resident`]).
 //!
 //! A twin goes when the device is sent the chunk again or the chunk is
 //! fetched from it while it no longer writes it, and a part that ends
@@ -261,6 +272,36 @@ impl Heap {
         self.twins.lock().twins.get(&(m, c)).cloned()
     }
 
+    /// Owner `m`'s bytes `theirs` of chunk `c` from byte `from` on were
+    /// merged into the host's: its twin of the chunk, if it keeps one,
+    /// becomes those bytes there. A device that goes on writing after a
+    /// fetch (a part's next round, or its kernel still running) then
+    /// merges only what it wrote since: against the older twin, an
+    /// element it set back to the twin's value (`3.5`, then `-4`, then
+    /// `3.5` again) would not differ, and the host would keep the `-4`
+    /// the first fetch brought.
+    pub(crate) fn twin_advance(&self, m: MirrorId, c: usize, from: usize, theirs: &[u8]) {
+        if !self.twins.any() {
+            return;
+        }
+        let mut st = self.twins.lock();
+        let Some(t) = st.twins.get_mut(&(m, c)) else {
+            return;
+        };
+        if t.len() < from {
+            // Taken when less of the heap was committed, and not reaching
+            // the fetched bytes: the bytes between are not known here.
+            return;
+        }
+        let end = from + theirs.len();
+        if t.len() < end {
+            let mut grown = std::mem::take(t).into_vec();
+            grown.resize(end, 0);
+            *t = grown.into_boxed_slice();
+        }
+        t[from..end].copy_from_slice(theirs);
+    }
+
     /// Chunk `c` was fetched from the owners `own`: their twins of it go
     /// unless they still write it.
     pub(crate) fn twins_fetched(&self, c: usize, own: u8) {
@@ -304,15 +345,50 @@ impl Heap {
             .gate
             .write()
             .unwrap_or_else(PoisonError::into_inner);
+        // Registered before anything is checked: from here on, a fetch
+        // that merges another device's writes into these chunks (on any
+        // thread) first takes this part's twin of the bytes its image
+        // was sent — or, for a chunk its device already has current, the
+        // bytes it has. Registered after the check, a merge between the
+        // two would leave the part writing over an image older than the
+        // host's with no twin to merge against, and its fetch would put
+        // the old bytes back over the other device's writes.
+        let new = token.is_none();
+        let token = {
+            let mut st = self.twins.lock();
+            match token {
+                Some(t) => {
+                    if let Some(w) = st.writers.iter_mut().find(|w| w.token == t) {
+                        w.chunks = chunks.to_vec();
+                    }
+                    t
+                }
+                None => {
+                    st.next += 1;
+                    let t = st.next;
+                    st.writers.push(Writer {
+                        token: t,
+                        mirror: m,
+                        chunks: chunks.to_vec(),
+                    });
+                    t
+                }
+            }
+        };
         // The stale chunks, those other devices wrote fetched (merged)
         // first: the host's bytes are then the newest.
-        let mut runs = self.take_device_stale_in(m, chunks)?;
+        let mut runs = match self.take_device_stale_in(m, chunks) {
+            Ok(r) => r,
+            Err(e) => return Err(self.unregister(new, token, e)),
+        };
         if self.twins.raw.load(Ordering::Acquire) != 0 {
             // Compiled host code is writing chunks it has not marked yet:
             // the device's image of any of them may be old, so all of them
             // go, each with what devices wrote merged first.
             for r in chunks {
-                self.fetch_chunks_of(r.clone())?;
+                if let Err(e) = self.fetch_chunks_of(r.clone()) {
+                    return Err(self.unregister(new, token, e));
+                }
             }
             let limit = self.committed();
             runs = chunks
@@ -322,24 +398,6 @@ impl Heap {
                 .collect();
         }
         let mut st = self.twins.lock();
-        let token = match token {
-            Some(t) => {
-                if let Some(w) = st.writers.iter_mut().find(|w| w.token == t) {
-                    w.chunks = chunks.to_vec();
-                }
-                t
-            }
-            None => {
-                st.next += 1;
-                let t = st.next;
-                st.writers.push(Writer {
-                    token: t,
-                    mirror: m,
-                    chunks: chunks.to_vec(),
-                });
-                t
-            }
-        };
         let mut sent = 0u64;
         let mut copies: Vec<(usize, Box<[u8]>)> = Vec::new();
         for r in &runs {
@@ -357,10 +415,12 @@ impl Heap {
                 for (c, _) in &copies {
                     self.mark_stale_for(m, *c);
                 }
-                return Err(HeapError::Device {
+                drop(st);
+                let e = HeapError::Device {
                     bytes: runs.first().map_or(0..0, |r| r.start..r.end),
                     message: e,
-                });
+                };
+                return Err(self.unregister(new, token, e));
             }
             sent = out.iter().map(|(_, b)| b.len() as u64).sum();
         }
@@ -369,6 +429,15 @@ impl Heap {
             self.keep_twin(&mut st, m, c, b);
         }
         Ok((token, sent))
+    }
+
+    /// A send for a part failed before anything was sent: a part it
+    /// registered (`new`) is not registered any more. Returns `e`.
+    fn unregister(&self, new: bool, token: u64, e: HeapError) -> HeapError {
+        if new {
+            self.end_write(token);
+        }
+        e
     }
 
     /// The part `token` ended: it writes nothing more, and its device's

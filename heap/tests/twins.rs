@@ -17,13 +17,21 @@ struct Dev {
     id: OnceLock<MirrorId>,
     /// The part registered now, if any.
     token: Mutex<Option<u64>>,
+    /// Run once after the next fetch has read the image: the device's
+    /// kernel going on meanwhile.
+    after_fetch: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Mirror for Dev {
     fn fetch(&self, at: usize, dst: &mut [u8]) -> Result<(), String> {
-        let b = self.bytes.lock().unwrap();
-        let n = dst.len().min(b.len().saturating_sub(at));
-        dst[..n].copy_from_slice(&b[at..at + n]);
+        {
+            let b = self.bytes.lock().unwrap();
+            let n = dst.len().min(b.len().saturating_sub(at));
+            dst[..n].copy_from_slice(&b[at..at + n]);
+        }
+        if let Some(f) = self.after_fetch.lock().unwrap().take() {
+            f();
+        }
         Ok(())
     }
 }
@@ -159,6 +167,72 @@ fn a_fetch_between_two_devices_marks_keeps_both() {
     );
     a.end(&heap);
     b.end(&heap);
+    assert_eq!(heap.twins_kept(), 0);
+}
+
+/// Another device's thread fetches a chunk (to send it to its own part)
+/// while a kernel writing other elements of it goes on: what the kernel
+/// writes and marks after its image was read stays the device's, and lands
+/// at the next fetch — the fetch does not clear an owner that marked the
+/// chunk while it ran (its part may end before that next fetch).
+#[test]
+fn a_kernel_that_marks_while_its_chunk_is_fetched_keeps_its_writes() {
+    let heap = Arc::new(heap());
+    let (elem, chunks) = array(&heap, 64);
+    let a = Dev::attach(&heap);
+    let b = Dev::attach(&heap);
+    let _on = heap.twin_mode();
+    a.begin(&heap, std::slice::from_ref(&chunks));
+    b.begin(&heap, std::slice::from_ref(&chunks));
+    a.write(elem(0), 7);
+    a.mark(&heap, &[elem(0)]);
+    b.write(elem(1), 8);
+    b.mark(&heap, &[elem(1)]);
+    {
+        let (a2, h2) = (a.clone(), heap.clone());
+        let e2 = elem(2);
+        *a.after_fetch.lock().unwrap() = Some(Box::new(move || {
+            a2.write(e2, 9);
+            a2.mark(&h2, &[e2]);
+        }));
+    }
+    // B's next part: its stale chunk is fetched (merging A's and B's
+    // writes), A's kernel writing element 2 meanwhile.
+    b.end(&heap);
+    b.begin(&heap, std::slice::from_ref(&chunks));
+    a.end(&heap);
+    assert!(
+        heap.is_host_stale(chunks.start),
+        "A's late write is still only on A"
+    );
+    b.end(&heap);
+    for (i, want) in [(0, 7), (1, 8), (2, 9)] {
+        assert_eq!(heap.load64(elem(i)).unwrap(), want, "element {i}");
+    }
+    assert_eq!(heap.twins_kept(), 0);
+}
+
+/// A part that sets an element, is fetched (a replay reads it), and sets
+/// it back to the value it was sent: the host ends with that last value.
+/// Merged against the twin the part was sent, the element would not
+/// differ, and the host would keep the value of the first fetch.
+#[test]
+fn a_part_that_sets_an_element_back_after_a_fetch_keeps_the_last_value() {
+    let heap = heap();
+    let (elem, chunks) = array(&heap, 64);
+    heap.store64(elem(0), 5).unwrap();
+    let dev = Dev::attach(&heap);
+    let _on = heap.twin_mode();
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    dev.write(elem(0), 6);
+    dev.mark(&heap, &[elem(0)]);
+    assert_eq!(heap.load64(elem(0)).unwrap(), 6);
+    // The part's next round: nothing stale to send; it writes 5 again.
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    dev.write(elem(0), 5);
+    dev.mark(&heap, &[elem(0)]);
+    dev.end(&heap);
+    assert_eq!(heap.load64(elem(0)).unwrap(), 5);
     assert_eq!(heap.twins_kept(), 0);
 }
 

@@ -33,6 +33,19 @@ pub struct GenConfig {
     pub max_depth: usize,
     /// Control-flow nesting depth (ifs and loops).
     pub max_nesting: usize,
+    /// `Some(w)`: kernels are *race-free* — workitem `i` touches only
+    /// elements `i·w .. i·w + w` of every array. Each generated index `x`
+    /// becomes `i·w + x mod w` when `0 ≤ x`, and `-1` (out of bounds)
+    /// otherwise; the workitem number is never assigned; helpers take no
+    /// arrays. A launch of `n` workitems over arrays of `n·w` elements
+    /// then ends the same whichever workitems run where, in whatever
+    /// order: what a launch split over several devices is checked with.
+    pub private_window: Option<i32>,
+    /// Whether code may allocate (`new`, `newarray`); without, an object or
+    /// array no local holds is `null`.
+    pub allocates: bool,
+    /// Whether code may use array atomics.
+    pub atomics: bool,
 }
 
 impl Default for GenConfig {
@@ -44,6 +57,24 @@ impl Default for GenConfig {
             max_stmts: 6,
             max_depth: 3,
             max_nesting: 2,
+            private_window: None,
+            allocates: true,
+            atomics: true,
+        }
+    }
+}
+
+impl GenConfig {
+    /// Kernels a launch split over devices runs split (no classes, no
+    /// allocation, no atomics) and whose workitems touch only their own
+    /// `window` elements of each array ([`GenConfig::private_window`]).
+    pub fn splittable(window: i32) -> GenConfig {
+        GenConfig {
+            max_classes: 0,
+            private_window: Some(window.max(1)),
+            allocates: false,
+            atomics: false,
+            ..GenConfig::default()
         }
     }
 }
@@ -151,9 +182,17 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
     for h in 0..nhelpers {
         let params = (0..u.int_in_range(0..=3)?)
             .map(|p| {
+                let ty = gen_capture_type(u, nclasses, false)?;
                 Ok(Local {
                     name: format!("a{p}"),
-                    ty: gen_capture_type(u, nclasses, false)?,
+                    // Arrays a helper is passed would be shared between
+                    // workitems.
+                    ty: match ty {
+                        Type::Array(..) if cfg.private_window.is_some() => {
+                            ty.array_elem().expect("an array")
+                        }
+                        t => t,
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -180,10 +219,21 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             name: "i".into(),
             ty: Type::I64,
         }];
-        for p in 0..u.int_in_range(0..=4)? {
+        // Race-free kernels are there to write their windows: each has an
+        // array at least.
+        let first = usize::from(cfg.private_window.is_some());
+        for p in 0..u.int_in_range(first..=4)? {
+            let ty = gen_capture_type(u, nclasses, true)?;
+            let ty = match ty {
+                Type::Array(..) => ty,
+                t if p == 0 && first == 1 => {
+                    t.array_of().unwrap_or(Type::I32.array_of().expect("array"))
+                }
+                t => t,
+            };
             params.push(Local {
                 name: format!("c{p}"),
-                ty: gen_capture_type(u, nclasses, true)?,
+                ty,
             });
         }
         kernels.push(FuncId::new(m.funcs.len()));
@@ -248,6 +298,9 @@ struct Body<'m, 'u, 'a> {
     workitem: bool,
     /// Instructions left before the generator stops adding statements.
     budget: usize,
+    /// The local an index is kept in while it is mapped into the
+    /// workitem's window ([`GenConfig::private_window`]).
+    window_tmp: Option<usize>,
 }
 
 fn gen_body(
@@ -283,6 +336,7 @@ fn gen_body(
         workitem: func.kind == FuncKind::Kernel
             && func.locals.first().map(|l| l.ty) == Some(Type::I64),
         budget: 400,
+        window_tmp: None,
     };
     // Make sure each body has something in it when the input allows.
     b.stmt()?;
@@ -333,7 +387,16 @@ impl Body<'_, '_, '_> {
         match self.u.int_in_range(0..=9)? {
             0..=2 => {
                 let cands = self.locals_where(|_, _| true);
-                let cands: Vec<usize> = cands.into_iter().filter(|&i| !self.reserved[i]).collect();
+                let keep_workitem = self.workitem && self.cfg.private_window.is_some();
+                // Without allocation an array local holds a capture or
+                // null: only the captures are kept in array locals.
+                let no_arrays = !self.cfg.allocates;
+                let cands: Vec<usize> = cands
+                    .into_iter()
+                    .filter(|&i| !self.reserved[i])
+                    .filter(|&i| !(keep_workitem && i == 0))
+                    .filter(|&i| !(no_arrays && matches!(self.locals[i].ty, Type::Array(..))))
+                    .collect();
                 if let Ok(&l) = self.u.choose(&cands) {
                     let ty = self.locals[l].ty;
                     self.expr(ty, 0)?;
@@ -342,6 +405,9 @@ impl Body<'_, '_, '_> {
                     });
                     self.assigned[l] = true;
                 }
+            }
+            3 if !self.cfg.allocates && !self.arrays_held() => {
+                // No array in reach to store into (it would be null).
             }
             3 => {
                 // Array store.
@@ -443,7 +509,7 @@ impl Body<'_, '_, '_> {
                 }
                 self.nesting -= 1;
             }
-            7 => {
+            7 if self.cfg.atomics => {
                 // Atomic update whose old value is dropped.
                 let t = *self.u.choose(&[Type::I32, Type::I64])?;
                 self.array_operand(t.array_of().expect("array"), 1)?;
@@ -481,7 +547,59 @@ impl Body<'_, '_, '_> {
             .collect()
     }
 
+    /// Push an array index: [`Body::raw_index`], mapped into the workitem's
+    /// window when the configuration asks for one.
     fn index(&mut self) -> Result<()> {
+        self.raw_index()?;
+        let Some(w) = self.cfg.private_window.filter(|_| self.workitem) else {
+            return Ok(());
+        };
+        let tmp = match self.window_tmp {
+            Some(t) => t,
+            None => {
+                let t = self.locals.len();
+                self.locals.push(Local {
+                    name: format!("w{t}"),
+                    ty: Type::I32,
+                });
+                // Never read by generated statements: only here, after
+                // the store below.
+                self.assigned.push(false);
+                self.reserved.push(false);
+                self.window_tmp = Some(t);
+                t
+            }
+        };
+        let tmp = LocalId::new(tmp);
+        // (i·w + x mod w + 1) · (0 ≤ x) − 1: a negative index stays out
+        // of bounds (−1), the rest wrap into the window.
+        let i = LocalId::new(0);
+        for inst in [
+            Inst::Store { local: tmp },
+            Inst::Load { local: i },
+            Inst::I64ToI32,
+            Inst::I32Const { value: w },
+            Inst::I32Mul,
+            Inst::Load { local: tmp },
+            Inst::I32Const { value: w },
+            Inst::I32Rem,
+            Inst::I32Add,
+            Inst::I32Const { value: 1 },
+            Inst::I32Add,
+            Inst::Load { local: tmp },
+            Inst::I32Const { value: 0 },
+            Inst::I32Ge,
+            Inst::I32Mul,
+            Inst::I32Const { value: 1 },
+            Inst::I32Sub,
+        ] {
+            self.emit(inst);
+        }
+        Ok(())
+    }
+
+    /// Push an index as the program computes it.
+    fn raw_index(&mut self) -> Result<()> {
         if self.workitem && self.u.ratio(1, 4)? {
             // The workitem number: the indexing compiled code may prove in
             // bounds for a whole chunk (and so check once per chunk).
@@ -535,7 +653,25 @@ impl Body<'_, '_, '_> {
         }
     }
 
+    /// Whether an array is in reach (an assigned local holds one).
+    fn arrays_held(&self) -> bool {
+        !self
+            .locals_where(|l, a| a && matches!(l.ty, Type::Array(..)))
+            .is_empty()
+    }
+
     fn pick_array_type(&mut self) -> Result<Type> {
+        if !self.cfg.allocates {
+            // The types of the arrays in reach, mostly: others are null.
+            let held: Vec<Type> = self
+                .locals_where(|l, a| a && matches!(l.ty, Type::Array(..)))
+                .into_iter()
+                .map(|l| self.locals[l].ty)
+                .collect();
+            if !held.is_empty() {
+                return Ok(*self.u.choose(&held)?);
+            }
+        }
         let mut opts: Vec<Type> = SCALARS
             .iter()
             .map(|t| t.array_of().expect("array"))
@@ -577,7 +713,9 @@ impl Body<'_, '_, '_> {
                     .map(ClassId::new)
                     .filter(|&s| m.is_subclass(s, c))
                     .collect();
-                if leaf || self.u.ratio(1, 2)? {
+                if !self.cfg.allocates {
+                    self.emit(Inst::RefNull);
+                } else if leaf || self.u.ratio(1, 2)? {
                     if self.u.ratio(1, 5)? {
                         self.emit(Inst::RefNull);
                     } else {
@@ -601,6 +739,14 @@ impl Body<'_, '_, '_> {
                     }
                 }
             }
+            // Without allocation, an array no local holds would be null:
+            // the kernel's arrays, wherever they are in reach.
+            Type::Array(..) if !self.cfg.allocates => match self.u.choose(&locals) {
+                Ok(&l) if self.u.ratio(7, 8)? => self.emit(Inst::Load {
+                    local: LocalId::new(l),
+                }),
+                _ => self.emit(Inst::RefNull),
+            },
             Type::Array(..) => {
                 let elem = t.array_elem().expect("array");
                 let len = self.u.int_in_range(0..=4)?;
@@ -679,6 +825,14 @@ impl Body<'_, '_, '_> {
                 let op = *self.u.choose(&compares(from))?;
                 self.emit(op);
             }
+            5 if !self.cfg.allocates
+                && self
+                    .locals_where(|l, a| a && Some(l.ty) == t.array_of())
+                    .is_empty() =>
+            {
+                // No array of `t` in reach: it would be null.
+                self.constant(t)?;
+            }
             5 => {
                 let arr = t.array_of().expect("array");
                 self.array_operand(arr, d)?;
@@ -729,7 +883,9 @@ impl Body<'_, '_, '_> {
                 });
             }
             8 if t == Type::I32 => {
-                if self.u.ratio(1, 2)? {
+                if !self.cfg.allocates && !self.arrays_held() {
+                    self.constant(t)?;
+                } else if self.u.ratio(1, 2)? {
                     let a = self.pick_array_type()?;
                     self.expr(a, d)?;
                     self.emit(Inst::ArrayLen);

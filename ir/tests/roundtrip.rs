@@ -46,9 +46,9 @@ fn every_example_verifies_and_round_trips() {
     }
 }
 
-fn check_generated(bytes: &[u8]) -> Result<(), TestCaseError> {
+fn check_generated(bytes: &[u8], cfg: &GenConfig) -> Result<(), TestCaseError> {
     let mut u = Unstructured::new(bytes);
-    let Ok(m) = arbitrary_module(&mut u, &GenConfig::default()) else {
+    let Ok(m) = arbitrary_module(&mut u, cfg) else {
         return Ok(()); // ran out of bytes before making a module
     };
     let text = print_module(&m);
@@ -89,7 +89,46 @@ proptest! {
 
     #[test]
     fn random_valid_modules_round_trip(bytes in proptest::collection::vec(any::<u8>(), 64..4096)) {
-        check_generated(&bytes)?;
+        check_generated(&bytes, &GenConfig::default())?;
+    }
+
+    #[test]
+    fn splittable_modules_round_trip_and_keep_to_their_kind(
+        bytes in proptest::collection::vec(any::<u8>(), 64..4096)
+    ) {
+        check_generated(&bytes, &GenConfig::splittable(5))?;
+        let Ok(m) = arbitrary_module(&mut Unstructured::new(&bytes), &GenConfig::splittable(5)) else {
+            return Ok(());
+        };
+        prop_assert!(m.classes.is_empty());
+        for f in &m.funcs {
+            let kernel = f.kind == offload_ir::module::FuncKind::Kernel;
+            for i in &f.body {
+                let op = i.opcode();
+                prop_assert!(
+                    !op.hazards().has(offload_ir::isa::hz::ALLOCATES),
+                    "{} allocates: {:?}", f.name, op
+                );
+                let atomic = matches!(
+                    i,
+                    offload_ir::Inst::I32ArrayAtomicAdd
+                        | offload_ir::Inst::I64ArrayAtomicAdd
+                        | offload_ir::Inst::I32ArrayCmpxchg
+                        | offload_ir::Inst::I64ArrayCmpxchg
+                );
+                prop_assert!(!atomic, "{} uses atomics", f.name);
+                // The workitem number stays what the launch gave.
+                let sets_workitem = matches!(
+                    i,
+                    offload_ir::Inst::Store { local } | offload_ir::Inst::Inc { local, .. }
+                        if local.index() == 0
+                );
+                prop_assert!(!(kernel && sets_workitem), "{} assigns its workitem", f.name);
+            }
+            if !kernel {
+                prop_assert!(f.params().iter().all(|p| !matches!(p.ty, offload_ir::Type::Array(..))));
+            }
+        }
     }
 }
 

@@ -15,9 +15,32 @@ use offload_ir::{Elem, Kind, Type};
 #[derive(Debug)]
 pub struct Differ {
     cpu: Runtime,
+    /// What `cpu` is called in messages.
+    label: &'static str,
     /// The CPU's optimized tier (`cpu` runs each kernel once: its quick tier).
     optimized: Option<Runtime>,
     interp: Runtime,
+    shape: Shape,
+}
+
+/// How big a comparison's launches and arrays are.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Each kernel runs over `0..workitems`.
+    pub workitems: i64,
+    /// Elements of each array argument of numbers.
+    pub elements: usize,
+}
+
+impl Default for Shape {
+    /// 16 workitems over arrays of 5: generated kernels' constant indices
+    /// (0 to 3) and loop counters land in bounds and out.
+    fn default() -> Shape {
+        Shape {
+            workitems: 16,
+            elements: 5,
+        }
+    }
 }
 
 /// What one comparison found.
@@ -30,6 +53,9 @@ pub struct Compared {
     /// Save records the device runtimes resumed themselves
     /// ([`LaunchReport::resumed`], summed).
     pub resumed: u64,
+    /// Of the kernels compared, those whose every native launch ran split
+    /// over more than one device ([`LaunchReport::split`]).
+    pub split: usize,
 }
 
 enum Out {
@@ -103,11 +129,67 @@ impl Differ {
         };
         Ok(Differ {
             cpu: native,
+            label: if optimized.is_some() {
+                "cpu (quick tier)"
+            } else {
+                "device"
+            },
             optimized,
             interp: Runtime::builder()
                 .workers(1)
                 .device(Device::Interpreter)
                 .build()?,
+            shape: Shape::default(),
+        })
+    }
+
+    /// The same runtimes on launches and arrays of `shape`.
+    pub fn with_shape(mut self, shape: Shape) -> Differ {
+        self.shape = shape;
+        self
+    }
+
+    /// One runtime that splits every launch over `over`
+    /// ([`RuntimeBuilder::split_over`], in equal shares when `even`) with
+    /// `configure` applied, against the interpreter, on launches and
+    /// arrays of `shape`. One worker and one device slot: a generated
+    /// kernel whose workitems share elements gives the interpreter's
+    /// result only when run in order, which a split does not do — compare
+    /// race-free kernels (`GenConfig::splittable` with a window of
+    /// `shape.elements / shape.workitems`) or kernels the split refuses
+    /// (they run on one device). An error when the runtime cannot have
+    /// every device of `over`.
+    pub fn split(
+        over: &[Device],
+        even: bool,
+        shape: Shape,
+        configure: &dyn Fn(RuntimeBuilder) -> RuntimeBuilder,
+    ) -> Result<Differ, OffloadError> {
+        let device = if over.contains(&Device::Cuda) {
+            Device::Cuda
+        } else {
+            Device::Cpu
+        };
+        let native = configure(
+            Runtime::builder()
+                .workers(1)
+                .deopt_records(1)
+                .device_slots(1)
+                .device(device)
+                .strict(true)
+                .split_over(over.iter().copied())
+                .split_even(even),
+        )
+        .build()?;
+        Ok(Differ {
+            cpu: native,
+            label: "split",
+            optimized: None,
+            interp: Runtime::builder()
+                .workers(1)
+                .device(Device::Interpreter)
+                .build()?,
+            shape,
         })
     }
 
@@ -144,14 +226,7 @@ impl Differ {
         load: &dyn Fn(&Runtime) -> Result<offload::Module, String>,
     ) -> Result<Vec<(&'static str, &'s Runtime, offload::Module)>, String> {
         [
-            (
-                if self.optimized.is_some() {
-                    "cpu (quick tier)"
-                } else {
-                    "device"
-                },
-                Some(&self.cpu),
-            ),
+            (self.label, Some(&self.cpu)),
             ("cpu (optimized tier)", self.optimized.as_ref()),
         ]
         .into_iter()
@@ -175,23 +250,26 @@ impl Differ {
             let kid = v.func_named(&k).expect("listed");
             let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
             let s = rng.next_u64();
-            let Some((ai, oi)) = args_for(&self.interp, mi, &params, s) else {
+            let n = self.shape.elements;
+            let Some((ai, oi)) = args_for(&self.interp, mi, &params, s, n) else {
                 continue;
             };
             let run = |m: &offload::Module, args| {
                 m.closure(&k, args)
                     .map_err(|e| e.to_string())
-                    .map(|c| outcome(par_offload(0..16, &c)))
+                    .map(|c| outcome(par_offload(0..self.shape.workitems, &c)))
             };
-            let (ri, _, _) = run(mi, ai)??;
+            let (ri, _) = run(mi, ai)??;
             let hi = read_all(&self.interp, &oi)?;
             let mut all_native = true;
+            let mut all_split = true;
             for (name, rt, m) in natives {
-                let (ac, oc) = args_for(rt, m, &params, s)
+                let (ac, oc) = args_for(rt, m, &params, s, n)
                     .ok_or_else(|| format!("kernel {k}: no inputs on the {name}"))?;
-                let (rc, native, resumed) = run(m, ac)??;
-                all_native &= native;
-                out.resumed += resumed;
+                let (rc, rep) = run(m, ac)??;
+                all_native &= rep.fallback.is_none();
+                all_split &= rep.split.iter().filter(|d| d.workitems > 0).count() > 1;
+                out.resumed += rep.resumed;
                 if rc != ri {
                     return Err(format!(
                         "kernel {k}: exceptions differ: {name} {rc:?}, interpreter {ri:?}\n{text}"
@@ -199,13 +277,29 @@ impl Differ {
                 }
                 let hc = read_all(rt, &oc)?;
                 if hc != hi {
+                    let at = hc.iter().zip(&hi).position(|(a, b)| a != b);
+                    let first = match at {
+                        Some(w) => format!(
+                            "first at word {w} (element {} of an array of {n}): {name} {:#x}, \
+                             interpreter {:#x}",
+                            w % n.max(1),
+                            hc[w],
+                            hi[w]
+                        ),
+                        None => format!(
+                            "{name} read {} words, the interpreter {}",
+                            hc.len(),
+                            hi.len()
+                        ),
+                    };
                     return Err(format!(
-                        "kernel {k}: heaps differ:\n{name} {hc:?}\ninterpreter {hi:?}\n{text}"
+                        "kernel {k}: heaps differ, {first}:\n{name} {hc:?}\ninterpreter {hi:?}\n{text}"
                     ));
                 }
             }
             out.kernels += 1;
             out.compiled += usize::from(all_native);
+            out.split += usize::from(all_split);
         }
         Ok(out)
     }
@@ -213,25 +307,26 @@ impl Differ {
 
 type Outcome = Option<(u64, Option<i64>, String)>;
 
-/// A launch's exceptions (if any), whether it ran natively, and the
-/// records it resumed on the device.
-fn outcome(r: Result<LaunchReport, OffloadError>) -> Result<(Outcome, bool, u64), String> {
+/// A launch's exceptions (if any) and its report.
+fn outcome(r: Result<LaunchReport, OffloadError>) -> Result<(Outcome, LaunchReport), String> {
     match r {
-        Ok(rep) => Ok((None, rep.fallback.is_none(), rep.resumed)),
+        Ok(rep) => Ok((None, rep)),
         Err(OffloadError::Exceptions(e)) => Ok((
             Some((e.count, e.first.workitem, e.first.kind.name().to_string())),
-            e.report.fallback.is_none(),
-            e.report.resumed,
+            e.report,
         )),
         Err(e) => Err(format!("launch failed: {e}")),
     }
 }
 
+/// Arguments drawn from `seed` for parameters `params`, arrays of numbers
+/// `n` long, and the arrays and objects to read back.
 fn args_for(
     rt: &Runtime,
     m: &offload::Module,
     params: &[Type],
     seed: u64,
+    n: usize,
 ) -> Option<(Vec<Arg>, Vec<Out>)> {
     let mut rng = Rng::new(seed);
     let mut args = Vec::new();
@@ -244,7 +339,7 @@ fn args_for(
             Type::F64 => Arg::F64(f64::from(rng.f32_in(-4.0, 4.0))),
             Type::Array(Elem::I32, 1) => {
                 let a = rt
-                    .array(&(0..5).map(|_| rng.below(9) as i32 - 3).collect::<Vec<_>>())
+                    .array(&(0..n).map(|_| rng.below(9) as i32 - 3).collect::<Vec<_>>())
                     .ok()?;
                 let arg = (&a).into();
                 outs.push(Out::I32(a));
@@ -252,7 +347,7 @@ fn args_for(
             }
             Type::Array(Elem::I64, 1) => {
                 let a = rt
-                    .array(&(0..5).map(|_| rng.below(9) as i64 - 3).collect::<Vec<_>>())
+                    .array(&(0..n).map(|_| rng.below(9) as i64 - 3).collect::<Vec<_>>())
                     .ok()?;
                 let arg = (&a).into();
                 outs.push(Out::I64(a));
@@ -260,7 +355,7 @@ fn args_for(
             }
             Type::Array(Elem::F32, 1) => {
                 let a = rt
-                    .array(&(0..5).map(|_| rng.f32_in(-2.0, 2.0)).collect::<Vec<_>>())
+                    .array(&(0..n).map(|_| rng.f32_in(-2.0, 2.0)).collect::<Vec<_>>())
                     .ok()?;
                 let arg = (&a).into();
                 outs.push(Out::F32(a));
@@ -269,7 +364,7 @@ fn args_for(
             Type::Array(Elem::F64, 1) => {
                 let a = rt
                     .array(
-                        &(0..5)
+                        &(0..n)
                             .map(|_| f64::from(rng.f32_in(-2.0, 2.0)))
                             .collect::<Vec<_>>(),
                     )
@@ -315,7 +410,7 @@ fn canon64(x: f64) -> u64 {
 /// these parameter types (after the workitem index) — the same on every
 /// runtime, objects included — or `None` if some type cannot be generated.
 pub fn inputs(rt: &Runtime, m: &offload::Module, params: &[Type], seed: u64) -> Option<Vec<Arg>> {
-    args_for(rt, m, params, seed).map(|(args, _)| args)
+    args_for(rt, m, params, seed, Shape::default().elements).map(|(args, _)| args)
 }
 
 /// A reference array of 6 elements for class `c`: instances of random
