@@ -14,11 +14,14 @@ use offload::ir::fuzzgen::GenConfig;
 use offload::ir::print_module;
 use offload::{Device, LaunchReport, Runtime, RuntimeBuilder};
 use offload_jit::Injection;
-use offload_testkit::differential::{Differ, Shape};
+use offload_testkit::differential::{Differ, Shape, order_free};
 use offload_testkit::reference::Rng;
 
 #[path = "common/programs.rs"]
 mod programs;
+
+#[path = "common/examples.rs"]
+mod examples;
 
 const NEEDS: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
@@ -458,6 +461,62 @@ fn wt(i: i32, a: &mut [f64], z: &mut [f64], throw: i32) {
                 (0..240).all(|k| k % 5 == 0 || got[k] == 1.0),
                 "throw {throw}, round {round}: an element nobody wrote changed"
             );
+        }
+    }
+}
+
+/// Every example kernel split over every device agrees with the
+/// interpreter, as in `tests/gpu.rs`'s differential suite: in equal
+/// shares over the CPU and the GPUs and over the GPUs alone, and under
+/// injected safepoints. The data-parallel ones run split (the others —
+/// allocation, virtual calls, atomics — on one device, and agree too).
+/// Every example must be race-free (`order_free` on the interpreter): a
+/// split's result would otherwise depend on which device wrote last.
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn every_example_kernel_split_over_every_device_agrees_with_the_interpreter() {
+    let interp = Runtime::builder()
+        .workers(1)
+        .device(Device::Interpreter)
+        .build()
+        .unwrap();
+    let shape = Shape::default();
+    let files = examples::examples();
+    for (f, text) in &files {
+        for seed in 0..3 {
+            order_free(&interp, text, seed, shape)
+                .unwrap_or_else(|e| panic!("{f} is not race-free: {e}"));
+        }
+    }
+    for (cpu, inject) in [(true, false), (false, false), (true, true)] {
+        let over: Vec<Device> = if cpu {
+            vec![Device::Cpu, Device::Cuda]
+        } else {
+            vec![Device::Cuda]
+        };
+        let configure = |b: RuntimeBuilder| {
+            if inject {
+                b.inject_safepoints(3, Some(11))
+            } else {
+                b
+            }
+        };
+        let d = Differ::split(&over, true, shape, &configure)
+            .unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
+        let (mut kernels, mut split) = (0, 0);
+        for (f, text) in &files {
+            for seed in 0..3 {
+                let c = d
+                    .compare(text, seed)
+                    .unwrap_or_else(|e| panic!("cpu {cpu}, injected {inject}: {f}: {e}"));
+                kernels += c.kernels;
+                split += c.split;
+            }
+        }
+        eprintln!("cpu {cpu}, injected {inject}: {kernels} kernels, {split} split");
+        if differ_devices(cpu) > 1 {
+            // saxpy, mandelbrot, nbody, matmul, blackscholes, spin, throws.
+            assert!(split >= 7 * 3, "cpu {cpu}: only {split} of {kernels} split");
         }
     }
 }

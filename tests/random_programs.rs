@@ -4,6 +4,7 @@
 
 use offload::ir::{Elem, Type, print_module};
 use offload::{Arg, OffloadError, Runtime, par_offload};
+use offload_testkit::differential::{Shape, order_free};
 use offload_testkit::reference::Rng;
 
 #[path = "common/programs.rs"]
@@ -96,78 +97,11 @@ fn random_kernels_complete_or_throw() {
     );
 }
 
-/// The arrays of numbers a race-free kernel is given: `n` elements each,
-/// every element different, and how to read them all back as words.
-enum Made {
-    I32(offload::Array<i32>),
-    I64(offload::Array<i64>),
-    F32(offload::Array<f32>),
-    F64(offload::Array<f64>),
-}
-
-fn made(rt: &Runtime, t: Type, n: usize, rng: &mut Rng) -> Option<(Arg, Option<Made>)> {
-    Some(match t {
-        Type::I32 => (Arg::I32(rng.below(7) as i32 - 2), None),
-        Type::I64 => (Arg::I64(rng.below(7) as i64 - 2), None),
-        Type::F32 => (Arg::F32(rng.f32_in(-4.0, 4.0)), None),
-        Type::F64 => (Arg::F64(f64::from(rng.f32_in(-4.0, 4.0))), None),
-        Type::Array(Elem::I32, 1) => {
-            let a = rt
-                .array(&(0..n as i32).map(|i| i * 3 - 4).collect::<Vec<_>>())
-                .ok()?;
-            ((&a).into(), Some(Made::I32(a)))
-        }
-        Type::Array(Elem::I64, 1) => {
-            let a = rt
-                .array(&(0..n as i64).map(|i| i * 5 - 7).collect::<Vec<_>>())
-                .ok()?;
-            ((&a).into(), Some(Made::I64(a)))
-        }
-        Type::Array(Elem::F32, 1) => {
-            let a = rt
-                .array(&(0..n).map(|i| i as f32 * 0.5 - 2.0).collect::<Vec<_>>())
-                .ok()?;
-            ((&a).into(), Some(Made::F32(a)))
-        }
-        Type::Array(Elem::F64, 1) => {
-            let a = rt
-                .array(&(0..n).map(|i| i as f64 * 0.25 - 3.0).collect::<Vec<_>>())
-                .ok()?;
-            ((&a).into(), Some(Made::F64(a)))
-        }
-        _ => return None,
-    })
-}
-
-fn words(rt: &Runtime, arrays: &[Made]) -> Vec<u64> {
-    let mut v = Vec::new();
-    for a in arrays {
-        match a {
-            Made::I32(a) => v.extend(rt.read(a).unwrap().into_iter().map(|x| x as u32 as u64)),
-            Made::I64(a) => v.extend(rt.read(a).unwrap().into_iter().map(|x| x as u64)),
-            Made::F32(a) => v.extend(rt.read(a).unwrap().into_iter().map(|x| {
-                if x.is_nan() {
-                    u64::MAX
-                } else {
-                    u64::from(x.to_bits())
-                }
-            })),
-            Made::F64(a) => v.extend(
-                rt.read(a)
-                    .unwrap()
-                    .into_iter()
-                    .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }),
-            ),
-        }
-    }
-    v
-}
-
 /// The generator's race-free mode (`GenConfig::splittable`), which the
 /// split suites (`tests/gpu_split.rs`) rely on: run one workitem per
 /// launch in reverse order, the arrays and the workitems that throw are
-/// those of one launch in order — no workitem reads or writes what
-/// another writes.
+/// those of one launch in order (`differential::order_free`) — no
+/// workitem reads or writes what another writes.
 #[test]
 fn race_free_kernels_end_the_same_in_any_order() {
     let rt = Runtime::builder()
@@ -176,69 +110,92 @@ fn race_free_kernels_end_the_same_in_any_order() {
         .max_heap(512 << 20)
         .build()
         .unwrap();
-    let (window, items) = (5usize, 16i64);
-    let cfg = offload::ir::fuzzgen::GenConfig::splittable(window as i32);
+    let window = 5;
+    let shape = Shape {
+        workitems: 16,
+        elements: 16 * window as usize,
+    };
+    let cfg = offload::ir::fuzzgen::GenConfig::splittable(window);
     let mut rng = Rng::new(52);
     let (mut kernels, mut wrote) = (0, 0);
     for case in 0..200 {
         let Some(module) = programs::generate_with(&mut rng, &cfg) else {
             continue;
         };
-        let text = print_module(&module);
-        let m = rt.load(&format!("free{case}.obc"), &text).unwrap();
-        for k in m.kernels() {
-            let v = m.program().verified();
-            let params: Vec<Type> = v
-                .func(v.func_named(&k).unwrap())
-                .param_types()
-                .skip(1)
-                .collect();
-            let seed = rng.next_u64();
-            let run = |order: &[i64]| {
-                let mut r = Rng::new(seed);
-                let mut args = Vec::new();
-                let mut arrays = Vec::new();
-                for &t in &params {
-                    let (a, made) = made(&rt, t, window * items as usize, &mut r)?;
-                    args.push(a);
-                    arrays.extend(made);
-                }
-                let before = words(&rt, &arrays);
-                let c = m.closure(&k, args).unwrap();
-                let mut threw = Vec::new();
-                for &i in order {
-                    let range = if order.len() == 1 { 0..items } else { i..i + 1 };
-                    match par_offload(range, &c) {
-                        Ok(_) => {}
-                        Err(OffloadError::Exceptions(e)) => {
-                            threw.extend(e.workitems.iter().copied())
-                        }
-                        Err(e) => panic!("case {case}: {e}\n{text}"),
-                    }
-                }
-                threw.sort_unstable();
-                Some((words(&rt, &arrays) != before, words(&rt, &arrays), threw))
-            };
-            let Some((changed, whole, threw)) = run(&[0]) else {
-                continue;
-            };
-            let reversed: Vec<i64> = (0..items).rev().collect();
-            let (_, one_by_one, threw_each) = run(&reversed).unwrap();
-            assert_eq!(
-                whole, one_by_one,
-                "case {case} kernel {k}: the order changed the arrays\n{text}"
-            );
-            assert_eq!(
-                threw, threw_each,
-                "case {case} kernel {k}: the order changed who threw\n{text}"
-            );
-            kernels += 1;
-            wrote += usize::from(changed);
-        }
+        let c = order_free(&rt, &print_module(&module), rng.next_u64(), shape)
+            .unwrap_or_else(|e| panic!("case {case}: {e}"));
+        kernels += c.kernels;
+        wrote += c.wrote;
     }
     assert!(kernels > 150, "only {kernels} kernels ran");
     assert!(
         wrote > kernels / 4,
         "only {wrote} of {kernels} kernels wrote an array"
     );
+}
+
+/// `order_free` finds workitems that share what they write: a kernel whose
+/// workitems read and write one element, and one whose workitem `i` reads
+/// the element workitem `i + 1` writes; not one that reads an array nobody
+/// writes.
+#[test]
+fn order_free_finds_workitems_that_share_what_they_write() {
+    let rt = Runtime::builder()
+        .workers(1)
+        .device(offload::Device::Interpreter)
+        .build()
+        .unwrap();
+    let shape = Shape {
+        workitems: 16,
+        elements: 20,
+    };
+    let shared = "kernel k(i: i64, a: i64[]) {
+    load a
+    i32.const 0
+    load a
+    i32.const 0
+    i64.aload
+    i64.const 3
+    i64.mul
+    load i
+    i64.add
+    i64.astore
+    ret
+}
+";
+    let neighbour = "kernel k(i: i64, a: i64[]) {
+    load a
+    load i
+    i64.to_i32
+    load a
+    load i
+    i64.to_i32
+    i32.const 1
+    i32.add
+    i64.aload
+    i64.const 1
+    i64.add
+    i64.astore
+    ret
+}
+";
+    let reads_only = "kernel k(i: i64, a: i64[], b: i64[]) {
+    load a
+    load i
+    i64.to_i32
+    load b
+    i32.const 3
+    i64.aload
+    load i
+    i64.add
+    i64.astore
+    ret
+}
+";
+    for (name, text) in [("shared", shared), ("neighbour", neighbour)] {
+        let e = order_free(&rt, text, 1, shape).expect_err(name);
+        assert!(e.contains("share what they write"), "{name}: {e}");
+    }
+    let c = order_free(&rt, reads_only, 1, shape).unwrap();
+    assert_eq!((c.kernels, c.wrote), (1, 1));
 }

@@ -56,6 +56,9 @@ pub struct Compared {
     /// Of the kernels compared, those whose every native launch ran split
     /// over more than one device ([`LaunchReport::split`]).
     pub split: usize,
+    /// Of the kernels compared, those whose launch changed an array or an
+    /// object's field ([`order_free`]).
+    pub wrote: usize,
 }
 
 enum Out {
@@ -404,6 +407,78 @@ fn canon32(x: f32) -> u64 {
 }
 fn canon64(x: f64) -> u64 {
     canonical_bits(Kind::F64, x.to_bits())
+}
+
+/// What one order of [`order_free`] left: whether the launch changed its
+/// arrays, their words, and the workitems that threw (their count last).
+type OrderRun = (bool, Vec<u64>, Vec<i64>);
+
+/// Whether the workitems of every kernel of the module `text` are free of
+/// one another: each kernel runs on `rt` (the interpreter, one worker)
+/// twice with the inputs [`Differ::compare`] draws from `seed` for arrays
+/// of `shape.elements` — once over `0..shape.workitems`, once one workitem
+/// per launch in reverse order — and must leave the same arrays and
+/// objects and throw in the same workitems. `Err` names the first kernel
+/// whose workitems read or write what others write: a race, whose result a
+/// launch split over devices (or run on many workers) may change. A check,
+/// not a proof: a race may give the same result in both orders.
+pub fn order_free(rt: &Runtime, text: &str, seed: u64, shape: Shape) -> Result<Compared, String> {
+    let m = rt.load("case.obc", text).map_err(|e| e.to_string())?;
+    let mut rng = Rng::new(seed);
+    let mut out = Compared::default();
+    for k in m.kernels() {
+        let v = m.program().verified();
+        let kid = v.func_named(&k).expect("listed");
+        let params: Vec<Type> = v.func(kid).param_types().skip(1).collect();
+        let s = rng.next_u64();
+        let run = |order: &[i64]| -> Result<Option<OrderRun>, String> {
+            let Some((args, outs)) = args_for(rt, &m, &params, s, shape.elements) else {
+                return Ok(None);
+            };
+            let before = read_all(rt, &outs)?;
+            let c = m.closure(&k, args).map_err(|e| e.to_string())?;
+            // How many threw, and the first of them (as many as a
+            // launch's exceptions list).
+            let (mut count, mut threw) = (0, Vec::new());
+            for &i in order {
+                match par_offload(i..order.get(1).map_or(shape.workitems, |_| i + 1), &c) {
+                    Ok(_) => {}
+                    Err(OffloadError::Exceptions(e)) => {
+                        count += e.count;
+                        threw.extend(e.workitems.iter().copied());
+                    }
+                    Err(e) => return Err(format!("kernel {k}: launch failed: {e}")),
+                }
+            }
+            threw.sort_unstable();
+            threw.truncate(offload::KernelExceptions::LISTED);
+            threw.push(count as i64);
+            let after = read_all(rt, &outs)?;
+            Ok(Some((after != before, after, threw)))
+        };
+        let Some((wrote, whole, threw)) = run(&[0])? else {
+            continue;
+        };
+        let reversed: Vec<i64> = (0..shape.workitems).rev().collect();
+        let (_, each, threw_each) = run(&reversed)?.ok_or("inputs not made twice")?;
+        if whole != each {
+            let at = whole.iter().zip(&each).position(|(a, b)| a != b);
+            return Err(format!(
+                "kernel {k}: its workitems share what they write — one by one in \
+                 reverse order, word {at:?} of its arrays ends differently\n{text}"
+            ));
+        }
+        if threw != threw_each {
+            return Err(format!(
+                "kernel {k}: its workitems share what they write — the workitems \
+                 that threw (and their count, last) {threw:?} in order, \
+                 {threw_each:?} one by one in reverse\n{text}"
+            ));
+        }
+        out.kernels += 1;
+        out.wrote += usize::from(wrote);
+    }
+    Ok(out)
 }
 
 /// The arguments [`Differ::compare`] draws from `seed` for a kernel with
