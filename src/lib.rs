@@ -156,6 +156,7 @@ pub mod diagnostics;
 mod env;
 mod error;
 mod executor;
+mod footprint;
 mod gc;
 pub mod inspect;
 mod interp_device;

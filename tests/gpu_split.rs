@@ -520,3 +520,58 @@ fn every_example_kernel_split_over_every_device_agrees_with_the_interpreter() {
         }
     }
 }
+
+/// A CPU part of a split launch marks only its arrays written on the host
+/// (`crate::footprint`): a GPU launch after it that is sent every stale
+/// chunk (an allocating kernel's) is not sent the rest of the heap again.
+/// Before, each CPU part's raw image marked the whole heap written, and an
+/// 8 MiB array nobody touched crossed the bus after every split launch.
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_split_launch_leaves_the_rest_of_the_heap_current_on_the_gpus() {
+    let rt = build(split(true));
+    let src = format!(
+        "{SRC}
+struct Cell {{
+    v: i64,
+}}
+
+#[kernel]
+fn boxed(i: i32, out: &mut [i64]) {{
+    let c = Cell {{ v: (i as i64) * 2 }};
+    out[i] = c.v;
+}}
+"
+    );
+    let m = rt.load_source("rest.ofk", &src).unwrap();
+    let big = rt.array(&vec![1i64; 1 << 20]).unwrap();
+    let out = rt.array(&vec![0i64; 4096]).unwrap();
+    let a = rt.array(&vec![5i64; 40_000]).unwrap();
+    let boxed = m.closure("boxed", [(&out).into()]).unwrap();
+    let bump = m
+        .closure("bump", [(&a).into(), 1.into(), 3i64.into()])
+        .unwrap();
+    // The allocating kernel runs on one GPU, which is sent the whole heap.
+    let first = rt.par_offload(0..4096, &boxed).unwrap();
+    assert!(first.split.is_empty(), "{first}");
+    assert!(first.to_device_bytes >= 8 << 20, "{first}");
+    for round in 0..3 {
+        let r = rt.par_offload(0..40_000, &bump).unwrap();
+        assert!(r.split.len() >= 2, "{r}");
+        let again = rt.par_offload(0..4096, &boxed).unwrap();
+        eprintln!(
+            "round {round}: {} bytes to the GPU after the split",
+            again.to_device_bytes
+        );
+        // The split's arrays (320 KB) and the allocating kernel's own, not
+        // the 8 MiB nobody wrote.
+        assert!(
+            again.to_device_bytes < 2 << 20,
+            "round {round}: {} bytes sent after a split launch\n{r}\n{again}",
+            again.to_device_bytes
+        );
+    }
+    assert_eq!(rt.read(&big).unwrap().iter().sum::<i64>(), 1 << 20);
+    let got = rt.read(&out).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &v)| v == 2 * i as i64));
+}

@@ -114,6 +114,9 @@ pub struct RawImage<'a> {
     heap: &'a Heap,
     /// Counted by the heap's twins (made in twin mode).
     counted: bool,
+    /// The runs of chunks its code may write ([`Heap::raw_image_within`]);
+    /// `None`: any.
+    within: Option<Vec<Range<usize>>>,
 }
 
 impl RawImage<'_> {
@@ -128,7 +131,15 @@ impl RawImage<'_> {
 
 impl Drop for RawImage<'_> {
     fn drop(&mut self) {
-        self.heap.host_wrote(0, self.heap.used() as usize);
+        match &self.within {
+            None => self.heap.host_wrote(0, self.heap.used() as usize),
+            Some(runs) => {
+                for r in runs {
+                    self.heap
+                        .host_wrote(r.start * CHUNK_BYTES, r.end * CHUNK_BYTES);
+                }
+            }
+        }
         if self.counted {
             self.heap.raw_dropped();
         }
@@ -415,8 +426,28 @@ impl Heap {
         let image = RawImage {
             heap: self,
             counted,
+            within: None,
         };
         self.sync_host()?;
+        Ok(image)
+    }
+
+    /// [`Heap::raw_image`] for code that reads and writes only the chunks
+    /// of `runs` (sorted, disjoint runs of chunk numbers: a kernel whose
+    /// captures are arrays of numbers and numbers, and which allocates
+    /// nothing, stays inside its arrays): only those are fetched, and only
+    /// those count as written by the host when it drops — a device's next
+    /// launch is not sent the rest of the heap again.
+    pub fn raw_image_within(&self, runs: Vec<Range<usize>>) -> Result<RawImage<'_>, HeapError> {
+        let counted = self.twin_for_raw();
+        let image = RawImage {
+            heap: self,
+            counted,
+            within: Some(runs),
+        };
+        for r in image.within.iter().flatten() {
+            self.fetch_chunks(r.start..r.end.min(self.res.chunks))?;
+        }
         Ok(image)
     }
 

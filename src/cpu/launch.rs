@@ -47,13 +47,45 @@ pub(super) fn run(
             Some(t) if ck.quick => t.watch(),
             _ => Arc::default(),
         },
-        image: env.heap.raw_image()?,
+        image: raw_image(env, &call)?,
     };
     let code = Code {
         meta: &ck.meta,
         landings: &ck.resumes,
     };
     protocol::run(&dev, env, call, code, plan, range, started)
+}
+
+/// The heap as compiled code sees it. A kernel that reaches nothing but
+/// its arrays of numbers (`crate::footprint`) fetches and marks only their
+/// chunks: the GPUs' next launches are not sent the rest of the heap again
+/// (after each CPU part of a split launch, the whole heap was). Any other
+/// kernel, the whole heap.
+fn raw_image<'a>(
+    env: &'a LaunchEnv,
+    call: &KernelCall<'_>,
+) -> Result<offload_heap::RawImage<'a>, OffloadError> {
+    let heap = &env.heap;
+    if !heap.is_mirrored() {
+        // No device holds a copy: nothing to fetch or mark.
+        return Ok(heap.raw_image()?);
+    }
+    let allocates = call.prog.may_allocate(call.kernel);
+    let fp = crate::footprint::of_call(call, allocates, |r| {
+        heap.header(r)
+            .ok()
+            .and_then(offload_heap::layout::Header::size)
+            .ok_or_else(|| {
+                OffloadError::Setup(format!(
+                    "a captured array at word {} has no readable header",
+                    r.0
+                ))
+            })
+    })?;
+    Ok(match fp {
+        Some(fp) => heap.raw_image_within(fp)?,
+        None => heap.raw_image()?,
+    })
 }
 
 /// The CPU device's side of one launch of `ck`.

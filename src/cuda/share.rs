@@ -43,12 +43,11 @@ use crate::error::OffloadError;
 use crate::protocol::Launch;
 use offload_heap::layout::Ref;
 use offload_heap::resident::CHUNK_BYTES;
-use offload_ir::{Elem, Type};
 use std::ops::Range;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 /// The chunks a round may touch, as sorted, disjoint runs.
-pub(super) type Footprint = Vec<Range<usize>>;
+pub(super) use crate::footprint::Footprint;
 
 /// How a round wants the GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,20 +118,6 @@ fn overlaps(a: &[Range<usize>], b: &[Range<usize>]) -> bool {
     false
 }
 
-/// The sorted, merged runs of `runs`.
-pub(super) fn normalize(mut runs: Vec<Range<usize>>) -> Footprint {
-    runs.retain(|r| r.start < r.end);
-    runs.sort_by_key(|r| r.start);
-    let mut out: Footprint = Vec::with_capacity(runs.len());
-    for r in runs {
-        match out.last_mut() {
-            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-            _ => out.push(r),
-        }
-    }
-    out
-}
-
 /// How a run of `launch` wants the GPU: shared, with its footprint
 /// ([`footprint`]), when it has one and the image (`image_bytes` of heap)
 /// holds it; alone otherwise.
@@ -152,40 +137,15 @@ pub(super) fn want(
     Ok(Want::Shared(fp))
 }
 
-/// The chunks a run of `launch` may touch — those of the arrays of numbers
-/// its kernel captures — when its kernel `allocates` nothing, sums into
-/// no copies and captures nothing else that reaches the heap; `None`
-/// otherwise (it may touch any chunk).
+/// The chunks a run of `launch` may touch (`crate::footprint`), with the
+/// arrays' sizes from `sizes`; `None` when it may touch any.
 pub(super) fn footprint(
     launch: &Launch<'_>,
     allocates: bool,
     sizes: &Sizes,
 ) -> Result<Option<Footprint>, OffloadError> {
-    let call = &launch.call;
-    if allocates || call.copies.is_some() {
-        return Ok(None);
-    }
     let heap = &launch.env.heap;
-    let f = call.prog.verified().func(call.kernel);
-    // The kernel's parameters after the workitem index are its captures.
-    let params = f.params().get(1..).unwrap_or(&[]);
-    let mut runs = Vec::new();
-    for (p, raw) in params.iter().zip(call.capture_values()) {
-        match p.ty {
-            Type::Array(Elem::I32 | Elem::I64 | Elem::F32 | Elem::F64, 1) => {
-                let r = Ref(raw as u32);
-                if r.is_null() {
-                    continue;
-                }
-                let bytes = sizes.of(heap, r)?;
-                let at = r.byte_offset();
-                runs.push(at / CHUNK_BYTES..(at + bytes as usize).div_ceil(CHUNK_BYTES));
-            }
-            Type::I32 | Type::I64 | Type::F32 | Type::F64 => {}
-            _ => return Ok(None),
-        }
-    }
-    Ok(Some(normalize(runs)))
+    crate::footprint::of_call(&launch.call, allocates, |r| sizes.of(heap, r))
 }
 
 /// The sizes of the arrays runs have named, by address, while the heap's
@@ -349,6 +309,7 @@ impl Share {
 #[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
+    use crate::footprint::normalize;
 
     fn shared(runs: &[Range<usize>]) -> Want {
         Want::Shared(normalize(runs.to_vec()))
