@@ -463,25 +463,7 @@ impl RuntimeBuilder {
 
     /// Make the runtime.
     pub fn build(self) -> Result<Runtime, OffloadError> {
-        if !(self.gc.trigger.is_finite() && self.gc.trigger >= 0.0)
-            || (self.gc.trigger > 0.0 && self.gc.trigger <= 1.0)
-        {
-            return Err(OffloadError::Config {
-                setting: "gc",
-                problem: format!(
-                    "a collection trigger of {} times the live data: it must be above 1 (or 0, off)",
-                    self.gc.trigger
-                ),
-            });
-        }
-        if self.gc.stress == 1 {
-            return Err(OffloadError::Config {
-                setting: "gc",
-                problem:
-                    "collector stress of 1: every refill would fail; use 0 (off) or at least 2"
-                        .into(),
-            });
-        }
+        check_gc(&self.gc)?;
         let policy_factory = self.recompile_policy.map_err(|bad| OffloadError::Config {
             setting: "policy",
             problem: format!(
@@ -489,27 +471,7 @@ impl RuntimeBuilder {
                 crate::policy::NAMES.join(", ")
             ),
         })?;
-        // Every core by default (at most MAX_WORKERS); more only if asked.
-        let workers = self.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
-        });
-        if workers > MAX_WORKERS {
-            return Err(OffloadError::Config {
-                setting: "workers",
-                problem: format!(
-                    "{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"
-                ),
-            });
-        }
-        if self.deopt_records > MAX_DEOPT_RECORDS {
-            return Err(OffloadError::Config {
-                setting: "deopt_records",
-                problem: format!(
-                    "{} deopt records per worker asked for; at most {MAX_DEOPT_RECORDS}",
-                    self.deopt_records
-                ),
-            });
-        }
+        let workers = worker_count(self.workers, self.deopt_records)?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(workers)
             .thread_name(|i| format!("offload-worker-{i}"))
@@ -517,62 +479,8 @@ impl RuntimeBuilder {
             .map_err(|e| OffloadError::Setup(e.to_string()))?;
         let gang = offload_gang::Gang::new(workers, |i| format!("offload-slot-{i}"))
             .map_err(|e| OffloadError::Setup(format!("starting the CPU device's threads: {e}")))?;
-        let probed = match &self.gpus {
-            Some(none) if none.is_empty() => Err("no GPU asked for (an empty list)".to_string()),
-            wanted => crate::cuda::probe(wanted.as_deref()),
-        };
-        let (device, gpus, fallback) = match self.device {
-            Some(d @ (Device::Cpu | Device::Interpreter)) => (d, Vec::new(), None),
-            want => match probed {
-                Ok(gs) => {
-                    // Not a fallback, but as plain to see: the CUDA device
-                    // is a simulation.
-                    let note = gs.iter().any(crate::cuda::Gpu::is_virtual).then(|| {
-                        format!(
-                            "the CUDA device is {}: offload's virtual GPU, a PTX simulator found on the library path, not hardware (its timings say nothing about a GPU's)",
-                            crate::cuda::describe_all(&gs)
-                        )
-                    });
-                    (Device::Cuda, gs, note)
-                }
-                Err(why) if self.strict => {
-                    return Err(OffloadError::Strict {
-                        what: "the CUDA device is unavailable".into(),
-                        why,
-                    });
-                }
-                Err(why) => {
-                    let asked = if want.is_some() {
-                        "requested"
-                    } else {
-                        "default"
-                    };
-                    (
-                        Device::Cpu,
-                        Vec::new(),
-                        Some(format!(
-                            "the {asked} CUDA device is unavailable ({why}); using the CPU device"
-                        )),
-                    )
-                }
-            },
-        };
-        let split = match &self.split {
-            None => None,
-            Some(list) if !list.contains(&Device::Cuda) || list.contains(&Device::Interpreter) => {
-                return Err(OffloadError::Config {
-                    setting: "split_over",
-                    problem: format!(
-                        "a launch is split over the GPUs (`cuda`) and optionally the CPU \
-                         (`cpu`); the list named {}",
-                        list.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
-                    ),
-                });
-            }
-            Some(list) => Some(crate::shares::SplitOver {
-                cpu: list.contains(&Device::Cpu),
-            }),
-        };
+        let (device, gpus, fallback) = pick_device(self.device, self.gpus.as_deref(), self.strict)?;
+        let split = split_setting(self.split.as_deref())?;
         let settings = Settings {
             split,
             split_even: self.split_even,
@@ -598,23 +506,7 @@ impl RuntimeBuilder {
             heap.initial = heap.initial.min(heap.max);
         }
         let env = LaunchEnv::new(Heap::new(heap)?, pool, gang, workers, settings);
-        // The heap's image lives on the GPU from now on; host accesses
-        // fetch what kernels wrote (`offload_heap::resident`).
-        for g in &gpus {
-            match env.heap.attach_mirror(g.mirror()) {
-                Some(id) => g.attached(id, gpus.len() > 1),
-                None => {
-                    return Err(OffloadError::Config {
-                        setting: "gpus",
-                        problem: format!(
-                            "{} GPUs; one heap keeps at most {} images coherent",
-                            gpus.len(),
-                            offload_heap::MAX_MIRRORS
-                        ),
-                    });
-                }
-            }
-        }
+        attach_gpus(&env, &gpus)?;
         Ok(Runtime {
             inner: Arc::new(Inner::new(
                 env,
@@ -627,4 +519,149 @@ impl RuntimeBuilder {
         }
         .register())
     }
+}
+
+/// The collector's policy makes sense: a trigger above 1 (or 0, off), and
+/// no stress of 1.
+fn check_gc(gc: &crate::GcPolicy) -> Result<(), OffloadError> {
+    if !(gc.trigger.is_finite() && gc.trigger >= 0.0) || (gc.trigger > 0.0 && gc.trigger <= 1.0) {
+        return Err(OffloadError::Config {
+            setting: "gc",
+            problem: format!(
+                "a collection trigger of {} times the live data: it must be above 1 (or 0, off)",
+                gc.trigger
+            ),
+        });
+    }
+    if gc.stress == 1 {
+        return Err(OffloadError::Config {
+            setting: "gc",
+            problem: "collector stress of 1: every refill would fail; use 0 (off) or at least 2"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// The CPU device's workers (`asked`, or every core up to
+/// [`MAX_WORKERS`]), with the deopt records per worker checked too.
+fn worker_count(asked: Option<usize>, deopt_records: usize) -> Result<usize, OffloadError> {
+    // Every core by default (at most MAX_WORKERS); more only if asked.
+    let workers = asked.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS))
+    });
+    if workers > MAX_WORKERS {
+        return Err(OffloadError::Config {
+            setting: "workers",
+            problem: format!("{workers} workers asked for; a runtime starts at most {MAX_WORKERS}"),
+        });
+    }
+    if deopt_records > MAX_DEOPT_RECORDS {
+        return Err(OffloadError::Config {
+            setting: "deopt_records",
+            problem: format!(
+                "{} deopt records per worker asked for; at most {MAX_DEOPT_RECORDS}",
+                deopt_records
+            ),
+        });
+    }
+    Ok(workers)
+}
+
+/// The runtime's device, its GPUs and why it is not on the one asked for:
+/// `want` (CUDA by default) among the GPUs `wanted` (every one the driver
+/// reports by default); in `strict` mode an unavailable CUDA device is an
+/// error rather than the CPU device with a note.
+fn pick_device(
+    want: Option<Device>,
+    wanted: Option<&[usize]>,
+    strict: bool,
+) -> Result<(Device, Vec<crate::cuda::Gpu>, Option<String>), OffloadError> {
+    let probed = match wanted {
+        Some([]) => Err("no GPU asked for (an empty list)".to_string()),
+        wanted => crate::cuda::probe(wanted),
+    };
+    Ok(match want {
+        Some(d @ (Device::Cpu | Device::Interpreter)) => (d, Vec::new(), None),
+        want => match probed {
+            Ok(gs) => {
+                // Not a fallback, but as plain to see: the CUDA device
+                // is a simulation.
+                let note = gs.iter().any(crate::cuda::Gpu::is_virtual).then(|| {
+                    format!(
+                        "the CUDA device is {}: offload's virtual GPU, a PTX simulator found on the library path, not hardware (its timings say nothing about a GPU's)",
+                        crate::cuda::describe_all(&gs)
+                    )
+                });
+                (Device::Cuda, gs, note)
+            }
+            Err(why) if strict => {
+                return Err(OffloadError::Strict {
+                    what: "the CUDA device is unavailable".into(),
+                    why,
+                });
+            }
+            Err(why) => {
+                let asked = if want.is_some() {
+                    "requested"
+                } else {
+                    "default"
+                };
+                (
+                    Device::Cpu,
+                    Vec::new(),
+                    Some(format!(
+                        "the {asked} CUDA device is unavailable ({why}); using the CPU device"
+                    )),
+                )
+            }
+        },
+    })
+}
+
+/// `split_over`'s list as the launch settings hold it: the GPUs, and the
+/// CPU when named; an error when the list names no GPU or the
+/// interpreter.
+fn split_setting(
+    list: Option<&[Device]>,
+) -> Result<Option<crate::shares::SplitOver>, OffloadError> {
+    Ok(match list {
+        None => None,
+        Some(list) if !list.contains(&Device::Cuda) || list.contains(&Device::Interpreter) => {
+            return Err(OffloadError::Config {
+                setting: "split_over",
+                problem: format!(
+                    "a launch is split over the GPUs (`cuda`) and optionally the CPU \
+                     (`cpu`); the list named {}",
+                    list.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        Some(list) => Some(crate::shares::SplitOver {
+            cpu: list.contains(&Device::Cpu),
+        }),
+    })
+}
+
+/// Attach the heap's image on each GPU: host accesses fetch what kernels
+/// wrote from now on (`offload_heap::resident`).
+fn attach_gpus(env: &LaunchEnv, gpus: &[crate::cuda::Gpu]) -> Result<(), OffloadError> {
+    // The heap's image lives on the GPU from now on; host accesses
+    // fetch what kernels wrote (`offload_heap::resident`).
+    for g in gpus {
+        match env.heap.attach_mirror(g.mirror()) {
+            Some(id) => g.attached(id, gpus.len() > 1),
+            None => {
+                return Err(OffloadError::Config {
+                    setting: "gpus",
+                    problem: format!(
+                        "{} GPUs; one heap keeps at most {} images coherent",
+                        gpus.len(),
+                        offload_heap::MAX_MIRRORS
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }

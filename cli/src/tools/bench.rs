@@ -267,28 +267,71 @@ fn native_median(mut f: impl FnMut(), reps: usize) -> Duration {
     .expect("native code does not fail")
 }
 
-/// Run the benchmarks on `rt` (`shrink` divides the problem sizes).
-#[allow(clippy::too_many_lines)]
-pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
-    let s = shrink.max(1);
-    let device = rt.device();
-    let mut out = Vec::new();
-    let mut push = |bench: &str,
-                    baseline: Option<(&str, Duration)>,
-                    offload: Duration,
-                    target,
-                    note: String| {
-        out.push(BenchResult {
+/// The rows as they are made, on one device.
+struct Rows {
+    device: Device,
+    out: Vec<BenchResult>,
+}
+
+impl Rows {
+    fn push(
+        &mut self,
+        bench: &str,
+        baseline: Option<(&str, Duration)>,
+        offload: Duration,
+        target: Option<Target>,
+        note: String,
+    ) {
+        self.out.push(BenchResult {
             bench: bench.into(),
-            device,
+            device: self.device,
             baseline: baseline.map(|(name, t)| (name.to_string(), t)),
             offload,
             target,
             note,
         });
-    };
-    let note_of = |r: &offload::LaunchReport| r.fallback.clone().unwrap_or_default();
+    }
 
+    /// A row another module made (`bench_*`), on this device.
+    fn add(&mut self, r: BenchResult) {
+        self.out.push(BenchResult {
+            device: self.device,
+            ..r
+        });
+    }
+}
+
+/// What a launch's report says of where it ran (its fallback), for a
+/// row's note.
+fn note_of(r: &offload::LaunchReport) -> String {
+    r.fallback.clone().unwrap_or_default()
+}
+
+/// Run the benchmarks on `rt` (`shrink` divides the problem sizes).
+pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>, OffloadError> {
+    let s = shrink.max(1);
+    let mut rows = Rows {
+        device: rt.device(),
+        out: Vec::new(),
+    };
+    compute_rows(rt, s, reps, &mut rows)?;
+    reduce_rows(rt, s, reps, &mut rows)?;
+    blackscholes_row(rt, s, reps, &mut rows)?;
+    alloc_rows(rt, s, reps, &mut rows)?;
+    if rows.device == Device::Cuda {
+        cuda_rows(rt, s, reps, &mut rows)?;
+    }
+    if rows.device == Device::Cpu {
+        cpu_rows(rt, s, reps, &mut rows)?;
+    }
+    let mut out = rows.out;
+    geomean_row(&mut out, rt.device());
+    Ok(out)
+}
+
+/// saxpy, mandelbrot, nbody, matmul and the 2-D heat stencil against
+/// native rayon.
+fn compute_rows(rt: &Runtime, s: usize, reps: usize, rows: &mut Rows) -> Result<(), OffloadError> {
     // saxpy
     let n = (1 << 20) / s;
     let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
@@ -303,7 +346,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         || native::saxpy_par(2.0, &x, &mut y),
         reps,
     )?;
-    push("saxpy", Some(("native rayon", b)), t, None, note);
+    rows.push("saxpy", Some(("native rayon", b)), t, None, note);
 
     // mandelbrot
     let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
@@ -318,7 +361,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         || native::mandelbrot_par(w, h, it, &mut nimg),
         reps,
     )?;
-    push("mandelbrot", Some(("native rayon", b)), t, None, note);
+    rows.push("mandelbrot", Some(("native rayon", b)), t, None, note);
 
     // nbody
     let nb = 512 / s.min(8);
@@ -332,7 +375,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         || native::nbody_par(&mut p, 0.01, 0.01),
         reps,
     )?;
-    push("nbody", Some(("native rayon", b)), t, None, note);
+    rows.push("nbody", Some(("native rayon", b)), t, None, note);
 
     // matmul
     let nm = 128 / s.min(4);
@@ -352,7 +395,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         || native::matmul_par(nm, &a, &bm, &mut cm),
         reps,
     )?;
-    push("matmul", Some(("native rayon", b)), t, None, note);
+    rows.push("matmul", Some(("native rayon", b)), t, None, note);
 
     // A 2-D stencil: one step of heat diffusion over a grid, a kernel
     // over a 2-D range (`heat.ofk`) against rayon over rows.
@@ -375,8 +418,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
     if rt.read(&ua)? != gu {
         note = "WRONG RESULT".into();
     }
-    push("heat 2-D stencil", Some(("native rayon", b)), t, None, note);
+    rows.push("heat 2-D stencil", Some(("native rayon", b)), t, None, note);
 
+    Ok(())
+}
+
+/// Reductions: a dot product and a histogram, against rayon.
+fn reduce_rows(rt: &Runtime, s: usize, reps: usize, rows: &mut Rows) -> Result<(), OffloadError> {
     // A reduction: the dot product of two 2^24-element f32 vectors
     // (`dot.ofk`, `par_reduce` with `Combine::Sum`) against rayon's
     // `par_iter().map().sum()`; checked bit for bit against the combine
@@ -407,7 +455,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         if got.to_bits() != native::dot_tree(&dx, &dy).to_bits() {
             note = "WRONG RESULT".into();
         }
-        push(
+        rows.push(
             "dot product (reduce)",
             Some(("native rayon", b)),
             t,
@@ -448,7 +496,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         if rt.read(&bins)? != native::histogram_per_task(&data, 256) {
             note = "WRONG RESULT".into();
         }
-        push(
+        rows.push(
             "histogram (bins summed)",
             Some(("native rayon", b)),
             t,
@@ -457,6 +505,16 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         );
     }
 
+    Ok(())
+}
+
+/// Black-Scholes against native rayon.
+fn blackscholes_row(
+    rt: &Runtime,
+    s: usize,
+    reps: usize,
+    rows: &mut Rows,
+) -> Result<(), OffloadError> {
     // blackscholes
     let no = 100_000 / s;
     let (sp, st, ty) = native::options(no, 4);
@@ -469,8 +527,13 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
         || native::blackscholes_par(0.02, 0.3, &sp, &st, &ty, &mut wc, &mut wp),
         reps,
     )?;
-    push("blackscholes", Some(("native rayon", b)), t, None, note);
+    rows.push("blackscholes", Some(("native rayon", b)), t, None, note);
 
+    Ok(())
+}
+
+/// Allocation-heavy lists against `Box::new` and a bump allocator.
+fn alloc_rows(rt: &Runtime, s: usize, reps: usize, rows: &mut Rows) -> Result<(), OffloadError> {
     // Allocation: a list of 16 fresh nodes per workitem, on this runtime's
     // allocation policy and on shared TLABs of group 2: with each worker's
     // allocation buffer taken from the shared TLAB (the default), and with
@@ -494,7 +557,7 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
                 None => rt.clone(),
                 Some(p) => Runtime::builder()
                     .workers(rt.workers())
-                    .device(device)
+                    .device(rows.device)
                     .alloc_policy(p)
                     .alloc_buffers(buffers)
                     .build()?,
@@ -512,128 +575,133 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             if (0..items).any(|i| got[i] != native::list_sum_expected(i as i64, n)) {
                 note = "WRONG RESULT".into();
             }
-            push(label, Some(("rayon Box::new", bbox)), t, None, note.clone());
-            push(label, Some(("rayon bump", bbump)), t, None, note);
+            rows.push(label, Some(("rayon Box::new", bbox)), t, None, note.clone());
+            rows.push(label, Some(("rayon bump", bbump)), t, None, note);
         }
     }
 
-    if device == Device::Cuda {
-        // Launches in flight sharing the GPU (`bench_load`).
-        let r = crate::tools::bench_load::gpu_halves(rt, s, reps)?;
-        let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-        push(&r.bench, base, r.offload, r.target, r.note);
-        // One launch split over the CPU and the GPUs (`bench_split`).
-        let r = crate::tools::bench_split::row(s, reps)?;
-        let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-        push(&r.bench, base, r.offload, r.target, r.note);
-    }
+    Ok(())
+}
 
+/// The GPU's own rows: launches in flight, and one launch split over the
+/// CPU and the GPUs.
+fn cuda_rows(rt: &Runtime, s: usize, reps: usize, rows: &mut Rows) -> Result<(), OffloadError> {
+    // Launches in flight sharing the GPU (`bench_load`).
+    let r = crate::tools::bench_load::gpu_halves(rt, s, reps)?;
+    rows.add(r);
+    // One launch split over the CPU and the GPUs (`bench_split`).
+    let r = crate::tools::bench_split::row(s, reps)?;
+    rows.add(r);
+    Ok(())
+}
+
+/// The CPU device's own rows: deopt rates, poll overhead, time to
+/// safepoint, source against bytecode, dispatch, stops, tails under load
+/// and compile latency.
+fn cpu_rows(rt: &Runtime, s: usize, reps: usize, rows: &mut Rows) -> Result<(), OffloadError> {
     // Deopt rates: `inc` with every 1000th / 100th / 10th workitem forced to
     // deopt at its store, against no deopts, on fresh runtimes of this device,
     // timed by turns. The baseline carries the same injected test
     // (`w % m == m` never holds), so the ratio is the cost of the deopts and
     // their replay alone.
-    if device == Device::Cpu {
-        let ni = (1 << 20) / s;
-        for (label, m) in [("deopt 0.1%", 1000), ("deopt 1%", 100), ("deopt 10%", 10)] {
-            let (r_none, c_none) = deopt_rate_launch(rt.workers(), ni, m, m)?;
-            let (r_with, c_with) = deopt_rate_launch(rt.workers(), ni, m, 0)?;
-            let mut note = String::new();
-            let mut none = || par_offload(0..ni as i64, &c_none).map(|_| ());
-            let mut with = || {
-                par_offload(0..ni as i64, &c_with)
-                    .map(|r| note = format!("{} replayed, {} re-entries", r.replayed, r.reentries))
-            };
-            warm(&r_none, &mut none)?;
-            warm(&r_with, &mut with)?;
-            let [t, base] = by_turns([&mut with, &mut none], reps)?;
-            push(label, Some(("no deopts", base)), t, None, note);
-        }
-        // Poll overhead: mandelbrot (a loop per pixel) with back-edge polls
-        // against the same code without them, timed by turns.
-        {
-            let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
-            let (r_on, c_on) = polls_launch(rt.workers(), true, w, h, it)?;
-            let (r_off, c_off) = polls_launch(rt.workers(), false, w, h, it)?;
-            let mut on = || par_offload(0..i64::from(w * h), &c_on).map(|_| ());
-            let mut off = || par_offload(0..i64::from(w * h), &c_off).map(|_| ());
-            warm(&r_on, &mut on)?;
-            warm(&r_off, &mut off)?;
-            let [on, off] = by_turns([&mut on, &mut off], reps)?;
-            push(
-                "poll overhead",
-                Some(("polls off", off)),
-                on,
-                Some(Target::Slowdown(1.03)),
-                String::new(),
-            );
-        }
-        // Time to safepoint while every slot spins in a long loop.
-        {
-            let m = rt.load("spin.obc", SPIN_KERNEL)?;
-            let flag = rt.new_array::<i32>(1)?;
-            let sink = rt.new_array::<i64>(1)?;
-            let c = m.closure("spin", [(&flag).into(), (&sink).into()])?;
-            let workers = rt.workers() as i64;
-            let mut stops = Vec::new();
-            std::thread::scope(|sc| -> Result<(), OffloadError> {
-                let h = sc.spawn(|| par_offload(0..workers, &c));
-                // Wait until the slots spin (the kernel is compiled first).
-                std::thread::sleep(Duration::from_millis(50));
-                for _ in 0..reps.max(5) * 4 {
-                    let ((), tts) = rt.safepoint(|_| ());
-                    stops.push(tts);
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                rt.write(&flag, 0, &[1])?;
-                h.join().expect("launch thread").map(|_| ())
-            })?;
-            stops.sort();
-            push(
-                "time to safepoint",
-                None,
-                stops[stops.len() / 2],
-                Some(Target::Nanos(100_000)),
-                format!(
-                    "median of {}, max {}",
-                    stops.len(),
-                    offload::diagnostics::duration_text(stops[stops.len() - 1])
-                ),
-            );
-        }
-        // Kernels from source against the same kernels from bytecode
-        // (`bench_source`).
-        for r in crate::tools::bench_source::rows(rt, s, reps)? {
-            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-            push(&r.bench, base, r.offload, r.target, r.note);
-        }
-        // Virtual calls: the dispatch workloads against trait objects, and
-        // dispatch by address against by header (`bench_dispatch`).
-        for r in crate::tools::bench_dispatch::rows(rt, s, reps)? {
-            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-            push(&r.bench, base, r.offload, r.target, r.note);
-        }
-        // Stopping long workitems: safepoints during a launch against the
-        // same launch without them (`bench_stops`).
-        for r in crate::tools::bench_stops::rows(rt.workers(), s, reps)? {
-            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-            push(&r.bench, base, r.offload, r.target, r.note);
-        }
-        // Tails under a competing load against rayon's (`bench_load`).
-        for r in crate::tools::bench_load::rows(rt, s, reps)? {
-            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-            push(&r.bench, base, r.offload, r.target, r.note);
-        }
-        // Compile latency: the JIT's tiers and the source front end
-        // (`bench_compile`).
-        for r in crate::tools::bench_compile::rows(rt, reps)? {
-            let base = r.baseline.as_ref().map(|(name, t)| (name.as_str(), *t));
-            push(&r.bench, base, r.offload, r.target, r.note);
-        }
+    let ni = (1 << 20) / s;
+    for (label, m) in [("deopt 0.1%", 1000), ("deopt 1%", 100), ("deopt 10%", 10)] {
+        let (r_none, c_none) = deopt_rate_launch(rt.workers(), ni, m, m)?;
+        let (r_with, c_with) = deopt_rate_launch(rt.workers(), ni, m, 0)?;
+        let mut note = String::new();
+        let mut none = || par_offload(0..ni as i64, &c_none).map(|_| ());
+        let mut with = || {
+            par_offload(0..ni as i64, &c_with)
+                .map(|r| note = format!("{} replayed, {} re-entries", r.replayed, r.reentries))
+        };
+        warm(&r_none, &mut none)?;
+        warm(&r_with, &mut with)?;
+        let [t, base] = by_turns([&mut with, &mut none], reps)?;
+        rows.push(label, Some(("no deopts", base)), t, None, note);
     }
-    // The geometric means of the compute rows (their slowdown is the
-    // geomean of the slowdowns): held to at most 1.25x, i.e. at least 80%
-    // of native rayon's speed.
+    // Poll overhead: mandelbrot (a loop per pixel) with back-edge polls
+    // against the same code without them, timed by turns.
+    {
+        let (w, h, it) = (256 / s.min(8) as i32, 256 / s.min(8) as i32, 256);
+        let (r_on, c_on) = polls_launch(rt.workers(), true, w, h, it)?;
+        let (r_off, c_off) = polls_launch(rt.workers(), false, w, h, it)?;
+        let mut on = || par_offload(0..i64::from(w * h), &c_on).map(|_| ());
+        let mut off = || par_offload(0..i64::from(w * h), &c_off).map(|_| ());
+        warm(&r_on, &mut on)?;
+        warm(&r_off, &mut off)?;
+        let [on, off] = by_turns([&mut on, &mut off], reps)?;
+        rows.push(
+            "poll overhead",
+            Some(("polls off", off)),
+            on,
+            Some(Target::Slowdown(1.03)),
+            String::new(),
+        );
+    }
+    // Time to safepoint while every slot spins in a long loop.
+    {
+        let m = rt.load("spin.obc", SPIN_KERNEL)?;
+        let flag = rt.new_array::<i32>(1)?;
+        let sink = rt.new_array::<i64>(1)?;
+        let c = m.closure("spin", [(&flag).into(), (&sink).into()])?;
+        let workers = rt.workers() as i64;
+        let mut stops = Vec::new();
+        std::thread::scope(|sc| -> Result<(), OffloadError> {
+            let h = sc.spawn(|| par_offload(0..workers, &c));
+            // Wait until the slots spin (the kernel is compiled first).
+            std::thread::sleep(Duration::from_millis(50));
+            for _ in 0..reps.max(5) * 4 {
+                let ((), tts) = rt.safepoint(|_| ());
+                stops.push(tts);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            rt.write(&flag, 0, &[1])?;
+            h.join().expect("launch thread").map(|_| ())
+        })?;
+        stops.sort();
+        rows.push(
+            "time to safepoint",
+            None,
+            stops[stops.len() / 2],
+            Some(Target::Nanos(100_000)),
+            format!(
+                "median of {}, max {}",
+                stops.len(),
+                offload::diagnostics::duration_text(stops[stops.len() - 1])
+            ),
+        );
+    }
+    // Kernels from source against the same kernels from bytecode
+    // (`bench_source`).
+    for r in crate::tools::bench_source::rows(rt, s, reps)? {
+        rows.add(r);
+    }
+    // Virtual calls: the dispatch workloads against trait objects, and
+    // dispatch by address against by header (`bench_dispatch`).
+    for r in crate::tools::bench_dispatch::rows(rt, s, reps)? {
+        rows.add(r);
+    }
+    // Stopping long workitems: safepoints during a launch against the
+    // same launch without them (`bench_stops`).
+    for r in crate::tools::bench_stops::rows(rt.workers(), s, reps)? {
+        rows.add(r);
+    }
+    // Tails under a competing load against rayon's (`bench_load`).
+    for r in crate::tools::bench_load::rows(rt, s, reps)? {
+        rows.add(r);
+    }
+    // Compile latency: the JIT's tiers and the source front end
+    // (`bench_compile`).
+    for r in crate::tools::bench_compile::rows(rt, reps)? {
+        rows.add(r);
+    }
+    Ok(())
+}
+
+/// The geometric means of the compute rows (their slowdown is the geomean
+/// of the slowdowns): held to at most 1.25x, i.e. at least 80% of native
+/// rayon's speed. Inserted after the last compute row.
+fn geomean_row(out: &mut Vec<BenchResult>, device: Device) {
     let compute: Vec<&BenchResult> = out
         .iter()
         .filter(|r| COMPUTE.contains(&r.bench.as_str()))
@@ -660,7 +728,6 @@ pub fn run(rt: &Runtime, shrink: usize, reps: usize) -> Result<Vec<BenchResult>,
             .map_or(out.len(), |i| i + 1);
         out.insert(at, row);
     }
-    Ok(out)
 }
 
 /// The compute examples, each against native Rust on rayon.
