@@ -589,15 +589,19 @@ impl Heap {
     ) -> Result<u64, HeapError> {
         let mut moved = 0u64;
         let mut at = run.start;
+        // A chunk's bytes at a time, in buffers kept from chunk to chunk.
+        let (mut base, mut theirs, mut against) = (Vec::new(), Vec::new(), Vec::new());
         while at < run.end {
             let c = at / CHUNK_BYTES;
             let end = ((c + 1) * CHUNK_BYTES).min(run.end);
+            base.clear();
             // SAFETY: `[at, end)` is committed (inside `run`), read once.
-            let base: Vec<u8> =
-                unsafe { std::slice::from_raw_parts(self.base_ptr().add(at), end - at) }.to_vec();
-            let mut theirs = vec![0u8; end - at];
+            base.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(self.base_ptr().add(at), end - at)
+            });
             for &(m, mirror) in owners {
-                theirs.copy_from_slice(&base);
+                theirs.clear();
+                theirs.extend_from_slice(&base);
                 mirror
                     .fetch(at, &mut theirs)
                     .map_err(|e| HeapError::Device {
@@ -608,13 +612,9 @@ impl Heap {
                 // when less of the heap was committed covers less of the
                 // chunk: the host's bytes beyond it were the version sent).
                 let from = at - c * CHUNK_BYTES;
-                let mut against = base.clone();
-                if let Some(t) = self.twin_of(m, c)
-                    && t.len() > from
-                {
-                    let k = (t.len() - from).min(against.len());
-                    against[..k].copy_from_slice(&t[from..from + k]);
-                }
+                against.clear();
+                against.extend_from_slice(&base);
+                self.twin_over(m, c, from, &mut against);
                 // SAFETY: `[at, end)` is committed heap memory.
                 unsafe { crate::twins::merge_into(self.base_ptr().add(at), &theirs, &against) };
                 // The host has these bytes of the owner's now: its writes
@@ -828,7 +828,7 @@ impl Heap {
                         // its own writes in it.
                         // With a twin of it, `m`'s writes merge with the
                         // host's (twin mode): fetch, then send.
-                        if self.res.owners_of(c) == m.bit() && self.twin_of(m, c).is_none() {
+                        if self.res.owners_of(c) == m.bit() && !self.has_twin(m, c) {
                             both.push(c);
                         } else {
                             match fetch.last_mut() {

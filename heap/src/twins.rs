@@ -264,12 +264,24 @@ impl Heap {
         self.twins.raw.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// The twin of mirror `m`'s image of chunk `c`, if it keeps one.
-    pub(crate) fn twin_of(&self, m: MirrorId, c: usize) -> Option<Box<[u8]>> {
+    /// Whether mirror `m` keeps a twin of chunk `c`.
+    pub(crate) fn has_twin(&self, m: MirrorId, c: usize) -> bool {
+        self.twins.any() && self.twins.lock().twins.contains_key(&(m, c))
+    }
+
+    /// Mirror `m`'s twin of chunk `c` from byte `from` on, over `dst` as
+    /// far as it goes (a twin taken when less of the heap was committed
+    /// covers less of the chunk: `dst` keeps its bytes beyond it).
+    pub(crate) fn twin_over(&self, m: MirrorId, c: usize, from: usize, dst: &mut [u8]) {
         if !self.twins.any() {
-            return None;
+            return;
         }
-        self.twins.lock().twins.get(&(m, c)).cloned()
+        if let Some(t) = self.twins.lock().twins.get(&(m, c))
+            && t.len() > from
+        {
+            let k = (t.len() - from).min(dst.len());
+            dst[..k].copy_from_slice(&t[from..from + k]);
+        }
     }
 
     /// Owner `m`'s bytes `theirs` of chunk `c` from byte `from` on were
