@@ -54,6 +54,24 @@ pub(crate) fn of_call(
     Ok(Some(normalize(runs)))
 }
 
+/// The bytes of the captured array at `r`, from its header as read
+/// (`Heap::header`, or `Heap::peek_header` where fetching the chunk would
+/// cost a copy from a device).
+pub(crate) fn array_bytes(
+    header: Result<offload_heap::layout::Header, offload_heap::HeapError>,
+    r: Ref,
+) -> Result<u64, OffloadError> {
+    header
+        .ok()
+        .and_then(offload_heap::layout::Header::size)
+        .ok_or_else(|| {
+            OffloadError::Setup(format!(
+                "a captured array at word {} has no readable header",
+                r.0
+            ))
+        })
+}
+
 /// The sorted, merged runs of `runs`.
 pub(crate) fn normalize(mut runs: Vec<Range<usize>>) -> Footprint {
     runs.retain(|r| r.start < r.end);

@@ -72,15 +72,7 @@ fn raw_image<'a>(
     }
     let allocates = call.prog.may_allocate(call.kernel);
     let fp = crate::footprint::of_call(call, allocates, |r| {
-        heap.header(r)
-            .ok()
-            .and_then(offload_heap::layout::Header::size)
-            .ok_or_else(|| {
-                OffloadError::Setup(format!(
-                    "a captured array at word {} has no readable header",
-                    r.0
-                ))
-            })
+        crate::footprint::array_bytes(heap.header(r), r)
     })?;
     Ok(match fp {
         Some(fp) => heap.raw_image_within(fp)?,

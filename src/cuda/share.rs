@@ -175,16 +175,7 @@ impl Sizes {
             }
         }
         // Not `header`: that would fetch the chunk the device wrote.
-        let bytes = heap
-            .peek_header(r)
-            .ok()
-            .and_then(offload_heap::layout::Header::size)
-            .ok_or_else(|| {
-                OffloadError::Setup(format!(
-                    "a captured array at word {} has no readable header",
-                    r.0
-                ))
-            })?;
+        let bytes = crate::footprint::array_bytes(heap.peek_header(r), r)?;
         let mut k = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         // Kept only if the top did not come down meanwhile.
         if k.0 == lowered && heap.top_lowered() == lowered {
