@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 #[path = "common/programs.rs"]
 mod programs;
 
+#[path = "common/knob.rs"]
+mod knob;
+use knob::knob;
+
 #[path = "common/stress.rs"]
 mod stress;
 
@@ -53,15 +57,6 @@ fn is_virtual(rt: &Runtime) -> bool {
 /// `real` on hardware, `virt` on the simulator.
 fn size(rt: &Runtime, real: usize, virt: usize) -> usize {
     if is_virtual(rt) { virt } else { real }
-}
-
-/// A number from the environment, or `default` (the knobs that make a run
-/// longer or reproduce one).
-fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

@@ -20,6 +20,10 @@ use offload_testkit::reference::Rng;
 #[path = "common/programs.rs"]
 mod programs;
 
+#[path = "common/knob.rs"]
+mod knob;
+use knob::knob;
+
 #[path = "common/examples.rs"]
 mod examples;
 
@@ -75,16 +79,20 @@ fn split(cpu: bool) -> RuntimeBuilder {
 
 /// Split with parts sized by the devices' speeds.
 fn speeds(cpu: bool) -> RuntimeBuilder {
-    let over: Vec<Device> = if cpu {
-        vec![Device::Cpu, Device::Cuda]
-    } else {
-        vec![Device::Cuda]
-    };
     Runtime::builder()
         .device(Device::Cuda)
         .strict(true)
         .workers(2)
-        .split_over(over)
+        .split_over(devices(cpu))
+}
+
+/// What a split runs over: the GPUs, and the CPU when `cpu`.
+fn devices(cpu: bool) -> Vec<Device> {
+    if cpu {
+        vec![Device::Cpu, Device::Cuda]
+    } else {
+        vec![Device::Cuda]
+    }
 }
 
 fn build(b: RuntimeBuilder) -> Runtime {
@@ -311,15 +319,6 @@ fn a_skewed_kernel_keeps_every_device_busy_until_near_the_end() {
     assert_eq!(rt.read(&out).unwrap(), want);
 }
 
-/// A number from the environment, or `default` (the knobs that make a run
-/// longer or reproduce one).
-fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Random race-free programs (`GenConfig::splittable`: workitem `i` touches
 /// only its own window of each array) split over every device agree with
 /// the interpreter — heaps and exceptions — in equal shares and in shares
@@ -343,11 +342,7 @@ fn random_race_free_programs_split_over_every_device_agree_with_the_interpreter(
         (false, false, false),
         (true, true, true),
     ] {
-        let over: Vec<Device> = if cpu {
-            vec![Device::Cpu, Device::Cuda]
-        } else {
-            vec![Device::Cuda]
-        };
+        let over = devices(cpu);
         let configure = |b: RuntimeBuilder| {
             if inject {
                 b.inject(Injection {
@@ -489,11 +484,7 @@ fn every_example_kernel_split_over_every_device_agrees_with_the_interpreter() {
         }
     }
     for (cpu, inject) in [(true, false), (false, false), (true, true)] {
-        let over: Vec<Device> = if cpu {
-            vec![Device::Cpu, Device::Cuda]
-        } else {
-            vec![Device::Cuda]
-        };
+        let over = devices(cpu);
         let configure = |b: RuntimeBuilder| {
             if inject {
                 b.inject_safepoints(3, Some(11))

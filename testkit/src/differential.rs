@@ -43,6 +43,15 @@ impl Default for Shape {
     }
 }
 
+/// The runtime comparisons are made against: the interpreter, one worker
+/// (workitems in order).
+fn interpreter() -> Result<Runtime, OffloadError> {
+    Runtime::builder()
+        .workers(1)
+        .device(Device::Interpreter)
+        .build()
+}
+
 /// What one comparison found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Compared {
@@ -138,10 +147,7 @@ impl Differ {
                 "device"
             },
             optimized,
-            interp: Runtime::builder()
-                .workers(1)
-                .device(Device::Interpreter)
-                .build()?,
+            interp: interpreter()?,
             shape: Shape::default(),
         })
     }
@@ -188,10 +194,7 @@ impl Differ {
             cpu: native,
             label: "split",
             optimized: None,
-            interp: Runtime::builder()
-                .workers(1)
-                .device(Device::Interpreter)
-                .build()?,
+            interp: interpreter()?,
             shape,
         })
     }
