@@ -8,15 +8,18 @@
 //! and methods make no calls. Generated code may throw (division by zero,
 //! bounds, null, explicit `throw`), as real kernels do.
 //!
-//! Also here: [`arbitrary_insts`], arbitrary (mostly invalid) instruction
+//! Beside it (`garbage.rs`): [`arbitrary_insts`], arbitrary (mostly invalid) instruction
 //! sequences with arbitrary operands, for checking that the verifier rejects
 //! garbage without panicking.
 
 use crate::isa::{Inst, Label, Op, Opcode};
 use crate::module::{Class, Field, FuncDebug, FuncKind, Function, Local, Meta, Module};
-use crate::types::{ClassId, Elem, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, Type};
+use crate::types::{ClassId, ExceptionKind, F32, F64, FieldId, FuncId, LocalId, Type};
 use arbitrary::{Result, Unstructured};
 use std::sync::Arc;
+
+mod garbage;
+pub use garbage::arbitrary_insts;
 
 /// Bounds on what [`arbitrary_module`] makes.
 #[derive(Copy, Clone, Debug)]
@@ -87,6 +90,96 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
         source: Meta(Arc::from("<generated>")),
         ..Module::default()
     };
+    let method_bodies = gen_classes(u, cfg, &mut m)?;
+    let nclasses = m.classes.len();
+    // Static helpers, then kernels.
+    let nhelpers = u.int_in_range(0..=cfg.max_helpers)?;
+    let mut helpers = Vec::new();
+    for h in 0..nhelpers {
+        let params = (0..u.int_in_range(0..=3)?)
+            .map(|p| {
+                let ty = gen_capture_type(u, nclasses, false)?;
+                Ok(Local {
+                    name: format!("a{p}"),
+                    // Arrays a helper is passed would be shared between
+                    // workitems.
+                    ty: match ty {
+                        Type::Array(..) if cfg.private_window.is_some() => {
+                            ty.array_elem().expect("an array")
+                        }
+                        t => t,
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ret = if u.ratio(3, 4)? {
+            Some(*u.choose(&SCALARS)?)
+        } else {
+            None
+        };
+        helpers.push(FuncId::new(m.funcs.len()));
+        m.funcs.push(Function {
+            name: format!("helper{h}"),
+            kind: FuncKind::Static,
+            param_count: params.len() as u32,
+            locals: params,
+            ret,
+            body: Vec::new(),
+            debug: Meta(FuncDebug::default()),
+        });
+    }
+    let nkernels = u.int_in_range(1..=cfg.max_kernels.max(1))?;
+    let mut kernels = Vec::new();
+    for k in 0..nkernels {
+        let mut params = vec![Local {
+            name: "i".into(),
+            ty: Type::I64,
+        }];
+        // Race-free kernels are there to write their windows: each has an
+        // array at least.
+        let first = usize::from(cfg.private_window.is_some());
+        for p in 0..u.int_in_range(first..=4)? {
+            let ty = gen_capture_type(u, nclasses, true)?;
+            let ty = match ty {
+                Type::Array(..) => ty,
+                t if p == 0 && first == 1 => {
+                    t.array_of().unwrap_or(Type::I32.array_of().expect("array"))
+                }
+                t => t,
+            };
+            params.push(Local {
+                name: format!("c{p}"),
+                ty,
+            });
+        }
+        kernels.push(FuncId::new(m.funcs.len()));
+        m.funcs.push(Function {
+            name: format!("kernel{k}"),
+            kind: FuncKind::Kernel,
+            param_count: params.len() as u32,
+            locals: params,
+            ret: None,
+            body: Vec::new(),
+            debug: Meta(FuncDebug::default()),
+        });
+    }
+    let methods: Vec<FuncId> = method_bodies.clone();
+    for &f in &method_bodies {
+        gen_body(u, cfg, &mut m, f, &[], &[])?;
+    }
+    for (h, &f) in helpers.iter().enumerate() {
+        gen_body(u, cfg, &mut m, f, &helpers[..h], &methods)?;
+    }
+    for &f in &kernels {
+        gen_body(u, cfg, &mut m, f, &helpers, &methods)?;
+    }
+    Ok(m)
+}
+
+/// The module's classes (each extending an earlier one or nothing), their
+/// fields and their methods' signatures (new methods or overrides). Returns
+/// the methods, whose bodies come later.
+fn gen_classes(u: &mut Unstructured<'_>, cfg: &GenConfig, m: &mut Module) -> Result<Vec<FuncId>> {
     // Classes, each extending an earlier one or nothing.
     let nclasses = u.int_in_range(0..=cfg.max_classes)?;
     for c in 0..nclasses {
@@ -176,88 +269,7 @@ pub fn arbitrary_module(u: &mut Unstructured<'_>, cfg: &GenConfig) -> Result<Mod
             method_bodies.push(id);
         }
     }
-    // Static helpers, then kernels.
-    let nhelpers = u.int_in_range(0..=cfg.max_helpers)?;
-    let mut helpers = Vec::new();
-    for h in 0..nhelpers {
-        let params = (0..u.int_in_range(0..=3)?)
-            .map(|p| {
-                let ty = gen_capture_type(u, nclasses, false)?;
-                Ok(Local {
-                    name: format!("a{p}"),
-                    // Arrays a helper is passed would be shared between
-                    // workitems.
-                    ty: match ty {
-                        Type::Array(..) if cfg.private_window.is_some() => {
-                            ty.array_elem().expect("an array")
-                        }
-                        t => t,
-                    },
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let ret = if u.ratio(3, 4)? {
-            Some(*u.choose(&SCALARS)?)
-        } else {
-            None
-        };
-        helpers.push(FuncId::new(m.funcs.len()));
-        m.funcs.push(Function {
-            name: format!("helper{h}"),
-            kind: FuncKind::Static,
-            param_count: params.len() as u32,
-            locals: params,
-            ret,
-            body: Vec::new(),
-            debug: Meta(FuncDebug::default()),
-        });
-    }
-    let nkernels = u.int_in_range(1..=cfg.max_kernels.max(1))?;
-    let mut kernels = Vec::new();
-    for k in 0..nkernels {
-        let mut params = vec![Local {
-            name: "i".into(),
-            ty: Type::I64,
-        }];
-        // Race-free kernels are there to write their windows: each has an
-        // array at least.
-        let first = usize::from(cfg.private_window.is_some());
-        for p in 0..u.int_in_range(first..=4)? {
-            let ty = gen_capture_type(u, nclasses, true)?;
-            let ty = match ty {
-                Type::Array(..) => ty,
-                t if p == 0 && first == 1 => {
-                    t.array_of().unwrap_or(Type::I32.array_of().expect("array"))
-                }
-                t => t,
-            };
-            params.push(Local {
-                name: format!("c{p}"),
-                ty,
-            });
-        }
-        kernels.push(FuncId::new(m.funcs.len()));
-        m.funcs.push(Function {
-            name: format!("kernel{k}"),
-            kind: FuncKind::Kernel,
-            param_count: params.len() as u32,
-            locals: params,
-            ret: None,
-            body: Vec::new(),
-            debug: Meta(FuncDebug::default()),
-        });
-    }
-    let methods: Vec<FuncId> = method_bodies.clone();
-    for &f in &method_bodies {
-        gen_body(u, cfg, &mut m, f, &[], &[])?;
-    }
-    for (h, &f) in helpers.iter().enumerate() {
-        gen_body(u, cfg, &mut m, f, &helpers[..h], &methods)?;
-    }
-    for &f in &kernels {
-        gen_body(u, cfg, &mut m, f, &helpers, &methods)?;
-    }
-    Ok(m)
+    Ok(method_bodies)
 }
 
 fn gen_field_type(u: &mut Unstructured<'_>, nclasses: usize) -> Result<Type> {
@@ -430,85 +442,8 @@ impl Body<'_, '_, '_> {
                     });
                 }
             }
-            5 if self.nesting < self.cfg.max_nesting => {
-                self.nesting += 1;
-                let before = self.assigned.clone();
-                if self.u.ratio(1, 4)? {
-                    let t = self.pick_ref_type()?;
-                    self.expr(t, 1)?;
-                    self.emit(Inst::BrNull { target: Label(0) });
-                } else {
-                    self.expr(Type::I32, 1)?;
-                    self.emit(Inst::BrUnless { target: Label(0) });
-                }
-                // The branch just emitted, patched to the else part below.
-                let branch_at = self.insts.len() - 1;
-                if self.u.ratio(1, 6)? {
-                    let kind = *self.u.choose(&ExceptionKind::ALL)?;
-                    self.emit(Inst::Throw { kind });
-                } else {
-                    self.block()?;
-                }
-                let mut before = before;
-                // Counters of loops nested in the branch are not assigned outside it.
-                before.resize(self.assigned.len(), false);
-                let then_assigned = std::mem::replace(&mut self.assigned, before);
-                let jump_at = self.insts.len();
-                self.emit(Inst::Br { target: Label(0) });
-                let else_start = self.here();
-                self.patch(branch_at, else_start);
-                self.block()?;
-                let end = self.here();
-                self.patch(jump_at, end);
-                let mut then_assigned = then_assigned;
-                then_assigned.resize(self.assigned.len(), false);
-                for (a, t) in self.assigned.iter_mut().zip(then_assigned) {
-                    *a = *a && t;
-                }
-                self.nesting -= 1;
-            }
-            6 if self.nesting < self.cfg.max_nesting => {
-                // Counted loop with a fresh counter.
-                self.nesting += 1;
-                let c = self.locals.len();
-                self.locals.push(Local {
-                    name: format!("n{c}"),
-                    ty: Type::I32,
-                });
-                self.assigned.push(true);
-                self.reserved.push(true);
-                let before = self.assigned.clone();
-                let bound = self.u.int_in_range(0..=4)?;
-                self.emit(Inst::I32Const { value: 0 });
-                self.emit(Inst::Store {
-                    local: LocalId::new(c),
-                });
-                let head = self.here();
-                self.emit(Inst::Load {
-                    local: LocalId::new(c),
-                });
-                self.emit(Inst::I32Const { value: bound });
-                self.emit(Inst::I32Ge);
-                let exit_at = self.insts.len();
-                self.emit(Inst::BrIf { target: Label(0) });
-                self.block()?;
-                self.emit(Inst::Inc {
-                    local: LocalId::new(c),
-                    delta: 1,
-                });
-                self.emit(Inst::Br {
-                    target: Label(head),
-                });
-                let exit = self.here();
-                self.patch(exit_at, exit);
-                // The body may not run: keep only what was assigned before it.
-                let mut before = before;
-                before.resize(self.assigned.len(), false);
-                for (a, b) in self.assigned.iter_mut().zip(before) {
-                    *a = *a && b;
-                }
-                self.nesting -= 1;
-            }
+            5 if self.nesting < self.cfg.max_nesting => self.if_stmt()?,
+            6 if self.nesting < self.cfg.max_nesting => self.loop_stmt()?,
             7 if self.cfg.atomics => {
                 // Atomic update whose old value is dropped.
                 let t = *self.u.choose(&[Type::I32, Type::I64])?;
@@ -537,6 +472,92 @@ impl Body<'_, '_, '_> {
                 self.emit(Inst::Pop);
             }
         }
+        Ok(())
+    }
+
+    /// An `if` on an `i32` (or a `br_null` on a reference), with a block
+    /// (or, one time in six, a `throw`) in each branch.
+    fn if_stmt(&mut self) -> Result<()> {
+        self.nesting += 1;
+        let before = self.assigned.clone();
+        if self.u.ratio(1, 4)? {
+            let t = self.pick_ref_type()?;
+            self.expr(t, 1)?;
+            self.emit(Inst::BrNull { target: Label(0) });
+        } else {
+            self.expr(Type::I32, 1)?;
+            self.emit(Inst::BrUnless { target: Label(0) });
+        }
+        // The branch just emitted, patched to the else part below.
+        let branch_at = self.insts.len() - 1;
+        if self.u.ratio(1, 6)? {
+            let kind = *self.u.choose(&ExceptionKind::ALL)?;
+            self.emit(Inst::Throw { kind });
+        } else {
+            self.block()?;
+        }
+        let mut before = before;
+        // Counters of loops nested in the branch are not assigned outside it.
+        before.resize(self.assigned.len(), false);
+        let then_assigned = std::mem::replace(&mut self.assigned, before);
+        let jump_at = self.insts.len();
+        self.emit(Inst::Br { target: Label(0) });
+        let else_start = self.here();
+        self.patch(branch_at, else_start);
+        self.block()?;
+        let end = self.here();
+        self.patch(jump_at, end);
+        let mut then_assigned = then_assigned;
+        then_assigned.resize(self.assigned.len(), false);
+        for (a, t) in self.assigned.iter_mut().zip(then_assigned) {
+            *a = *a && t;
+        }
+        self.nesting -= 1;
+        Ok(())
+    }
+
+    /// A counted loop with a fresh counter and a bound of at most 4.
+    fn loop_stmt(&mut self) -> Result<()> {
+        // Counted loop with a fresh counter.
+        self.nesting += 1;
+        let c = self.locals.len();
+        self.locals.push(Local {
+            name: format!("n{c}"),
+            ty: Type::I32,
+        });
+        self.assigned.push(true);
+        self.reserved.push(true);
+        let before = self.assigned.clone();
+        let bound = self.u.int_in_range(0..=4)?;
+        self.emit(Inst::I32Const { value: 0 });
+        self.emit(Inst::Store {
+            local: LocalId::new(c),
+        });
+        let head = self.here();
+        self.emit(Inst::Load {
+            local: LocalId::new(c),
+        });
+        self.emit(Inst::I32Const { value: bound });
+        self.emit(Inst::I32Ge);
+        let exit_at = self.insts.len();
+        self.emit(Inst::BrIf { target: Label(0) });
+        self.block()?;
+        self.emit(Inst::Inc {
+            local: LocalId::new(c),
+            delta: 1,
+        });
+        self.emit(Inst::Br {
+            target: Label(head),
+        });
+        let exit = self.here();
+        self.patch(exit_at, exit);
+        // The body may not run: keep only what was assigned before it.
+        let mut before = before;
+        before.resize(self.assigned.len(), false);
+        for (a, b) in self.assigned.iter_mut().zip(before) {
+            *a = *a && b;
+        }
+        self.nesting -= 1;
         Ok(())
     }
 
@@ -952,81 +973,4 @@ fn store_inst(t: Type) -> Inst {
         Type::F64 => Inst::F64AStore,
         _ => Inst::RefAStore,
     }
-}
-
-/// An arbitrary instruction, operands included (ids may be out of range).
-fn arbitrary_inst(u: &mut Unstructured<'_>, body_len: u32) -> Result<Inst> {
-    struct R<'a, 'b>(&'a mut Unstructured<'b>, u32);
-    impl crate::isa::OperandReader for R<'_, '_> {
-        type Error = arbitrary::Error;
-        fn read_i32(&mut self) -> Result<i32> {
-            self.0.arbitrary()
-        }
-        fn read_i64(&mut self) -> Result<i64> {
-            self.0.arbitrary()
-        }
-        fn read_f32(&mut self) -> Result<F32> {
-            Ok(F32(self.0.arbitrary()?))
-        }
-        fn read_f64(&mut self) -> Result<F64> {
-            Ok(F64(self.0.arbitrary()?))
-        }
-        fn read_local(&mut self) -> Result<LocalId> {
-            Ok(LocalId(self.0.int_in_range(0..=6)?))
-        }
-        fn read_label(&mut self) -> Result<Label> {
-            Ok(Label(self.0.int_in_range(0..=self.1 + 1)?))
-        }
-        fn read_type(&mut self) -> Result<Type> {
-            let base = *self.0.choose(&[
-                Elem::I32,
-                Elem::I64,
-                Elem::F32,
-                Elem::F64,
-                Elem::Ref,
-                Elem::Class(ClassId(0)),
-                Elem::Class(ClassId(7)),
-            ])?;
-            Ok(match self.0.int_in_range(0..=10u8)? {
-                0 => base.to_type(),
-                9 => Type::Null,
-                d => Type::Array(base, d - 1),
-            })
-        }
-        fn read_class(&mut self) -> Result<ClassId> {
-            Ok(ClassId(self.0.int_in_range(0..=3)?))
-        }
-        fn read_field(&mut self) -> Result<FieldId> {
-            Ok(FieldId(self.0.int_in_range(0..=3)?))
-        }
-        fn read_func(&mut self) -> Result<FuncId> {
-            Ok(FuncId(self.0.int_in_range(0..=3)?))
-        }
-        fn read_exception(&mut self) -> Result<ExceptionKind> {
-            Ok(*self.0.choose(&ExceptionKind::ALL)?)
-        }
-    }
-    let op = *u.choose(crate::isa::Opcode::ALL)?;
-    op.read_operands(&mut R(u, body_len))
-}
-
-/// A small module whose functions hold arbitrary instruction sequences with
-/// arbitrary operands: almost always invalid. The verifier must reject it (or
-/// accept it) without panicking or hanging.
-pub fn arbitrary_insts(u: &mut Unstructured<'_>) -> Result<Module> {
-    let mut src = String::from(
-        "class A {\n    field x: i32\n    field y: A\n}\nclass B extends A {\n    field z: f64\n    method m(a: i32) -> i32 {\n        load a\n        ret\n    }\n}\nfunc f(a: i32, b: f32) -> i32 {\n    load a\n    ret\n}\n",
-    );
-    src.push_str("kernel k(i: i64, xs: i32[], o: A) {\n    local p: i32\n    local q: f64\n    local r: B\n    ret\n}\n");
-    let mut m = crate::parser::parse_module("<arbitrary>", &src).expect("fixed prelude parses");
-    for f in 0..m.funcs.len() {
-        let n: u32 = u.int_in_range(0..=24)?;
-        let mut body = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            body.push(arbitrary_inst(u, n)?);
-        }
-        m.funcs[f].body = body;
-        m.funcs[f].debug.inst_spans.clear();
-    }
-    Ok(m)
 }
