@@ -27,9 +27,24 @@ pub(crate) type Footprint = Vec<Range<usize>>;
 pub(crate) fn of_call(
     call: &KernelCall<'_>,
     allocates: bool,
+    bytes_of: impl FnMut(Ref) -> Result<u64, OffloadError>,
+) -> Result<Option<Footprint>, OffloadError> {
+    if allocates {
+        return Ok(None);
+    }
+    of_captures(call, bytes_of)
+}
+
+/// The chunks of the arrays of numbers `call` captures, when it captures
+/// nothing else and sums into no copies (`None` otherwise). A kernel that
+/// allocates besides also touches the objects it makes, which are its
+/// own: a GPU part of a split launch adds its device eden's edges
+/// (`cuda/grid.rs`).
+pub(crate) fn of_captures(
+    call: &KernelCall<'_>,
     mut bytes_of: impl FnMut(Ref) -> Result<u64, OffloadError>,
 ) -> Result<Option<Footprint>, OffloadError> {
-    if allocates || call.copies.is_some() {
+    if call.copies.is_some() {
         return Ok(None);
     }
     let f = call.prog.verified().func(call.kernel);

@@ -48,10 +48,16 @@
 //!
 //! **What is split.** Kernels whose heap footprint is known before they
 //! run and whose writes merge: captures of arrays of numbers and scalars
-//! only, no allocation, no atomics (each device's counter would win over
-//! the other's), no virtual calls, no reduction (a partition that depends
-//! on timing would change a float result) and no sums into copies. Any
-//! other kernel runs on one device, and the report says why.
+//! only, no atomics (each device's counter would win over the other's),
+//! no reduction (a partition that depends on timing would change a float
+//! result) and no sums into copies. Such a kernel may allocate and make
+//! virtual calls: it reaches no object it did not make, so each object is
+//! its workitem's alone, in eden space its device carved — a GPU part
+//! registers its device edens with the twins besides its arrays
+//! (`cuda/grid.rs`), a refill that fails there is replayed or resumed as
+//! in any launch, and a collection its replays ask for stops every part
+//! (they are all launches in flight). Any other kernel runs on one
+//! device, and the report says why.
 
 use crate::adaptive::Plan;
 use crate::cpu::CpuDevice;
@@ -102,25 +108,34 @@ pub(crate) fn refuse(call: &KernelCall<'_>) -> Option<String> {
     while let Some(id) = todo.pop() {
         let g = v.func(id);
         for inst in &g.body {
+            // Allocation and virtual calls are the workitem's own: the
+            // kernel reaches no object it did not make (its captures are
+            // arrays of numbers and numbers), so what it makes is written
+            // by its workitem alone, in eden space its device carved.
             let why = match inst.opcode() {
-                op if op.hazards().has(offload_ir::isa::hz::ALLOCATES) => Some("allocates"),
                 Opcode::I32ArrayAtomicAdd
                 | Opcode::I32ArrayCmpxchg
                 | Opcode::I64ArrayAtomicAdd
                 | Opcode::I64ArrayCmpxchg
                 | Opcode::FieldAtomicAdd
                 | Opcode::FieldCmpxchg => Some("uses atomics"),
-                Opcode::CallVirt => Some("makes virtual calls"),
                 _ => None,
             };
             if let Some(why) = why {
                 return Some(format!("`{}` {why}", g.name));
             }
-            if let Inst::Call { func } = inst
-                && !seen.contains(func)
-            {
-                seen.push(*func);
-                todo.push(*func);
+            let callees: Vec<FuncId> = match inst {
+                Inst::Call { func } => vec![*func],
+                // Any method may be the one called: every function of the
+                // module is looked at (a few more than need be).
+                Inst::CallVirt { .. } => (0..v.funcs.len()).map(FuncId::new).collect(),
+                _ => Vec::new(),
+            };
+            for func in callees {
+                if !seen.contains(&func) {
+                    seen.push(func);
+                    todo.push(func);
+                }
             }
         }
     }

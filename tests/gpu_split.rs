@@ -1,8 +1,9 @@
 //! One launch split over the CPU and every GPU (issue 52, second part;
 //! `src/split.rs`): the parts partition the range, every workitem runs
 //! exactly once — under injected deopts and safepoints, and a collection
-//! between launches — the devices' writes to different elements of one
-//! chunk all land, the report has a row per device whose figures add up,
+//! between launches; for a kernel that allocates, under refill failures
+//! and collections in the middle of the launch too — the devices' writes
+//! to different elements of one chunk all land, the report has a row per device whose figures add up,
 //! and a skewed kernel keeps every device busy until near the end; and
 //! random race-free programs split over every device agree with the
 //! interpreter (the differential suite, split).
@@ -26,6 +27,10 @@ use knob::knob;
 
 #[path = "common/examples.rs"]
 mod examples;
+
+#[path = "common/stress.rs"]
+#[allow(dead_code)]
+mod stress;
 
 const NEEDS: &str = "needs a GPU, real or virtual: run scripts/gpu-tests";
 
@@ -400,6 +405,126 @@ fn random_race_free_programs_split_over_every_device_agree_with_the_interpreter(
     }
 }
 
+/// Exactly once, split, for a kernel that allocates: the split stress
+/// kernel (an array made per round, its length read back) over the CPU and
+/// every GPU, in equal shares and by speed, under a random mix of forced
+/// deopts, injected safepoints and refill failures, and collections in the
+/// middle of the launch (before each batch of replays, while the other
+/// devices' parts run). Every cell holds what one run of each workitem
+/// adds, the parts partition the range, and the heap holds exactly the
+/// arrays the workitems made — no workitem ran twice, and each device's
+/// objects landed beside the others' in the chunks their edens share.
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn allocating_kernels_split_over_every_device_run_every_workitem_once() {
+    let kernel = offload_testkit::kernels::SPLIT_STRESS_KERNEL;
+    let probe = build(split(true));
+    let sites: Vec<u32> = {
+        let m = probe.load("split_stress.obc", kernel).unwrap();
+        let k = m.program().verified().func_named("stress").unwrap();
+        let a = m.program().analysis(k).unwrap();
+        a.sites.iter().map(|s| s.bci).collect()
+    };
+    drop(probe);
+    let mut rng = Rng::new(knob("OFFLOAD_SPLIT_SEED", 52));
+    let cases = knob("OFFLOAD_SPLIT_CASES", 24) as usize;
+    let (mut split_runs, mut failed_refills, mut collected) = (0, 0, 0);
+    for case in 0..cases {
+        let cpu = rng.below(4) > 0;
+        let b = if rng.below(2) == 0 {
+            split(cpu)
+        } else {
+            speeds(cpu)
+        };
+        let reclaim = rng.below(2) == 0;
+        let gc = offload::GcPolicy {
+            collect_before_replays: rng.below(3) == 0,
+            // Every so many refills find eden exhausted, on every device:
+            // collections in the middle of every part.
+            stress: if rng.below(2) == 0 {
+                2 + rng.below(30)
+            } else {
+                0
+            },
+            verify: true,
+            ..offload::GcPolicy::default()
+        };
+        let b = b
+            .tlab_bytes(256 + 64 * rng.below(8) as u32)
+            .reclaim(reclaim)
+            .gc(gc);
+        let (b, mut what) = stress::random_faults(&mut rng, b, &sites, |rng| {
+            (1 + rng.below(5), 1 + rng.below(3))
+        });
+        what.insert(0, format!("case {case}, cpu {cpu}, reclaim {reclaim}"));
+        if gc.collect_before_replays {
+            what.push("collections before replays".into());
+        }
+        if gc.stress > 0 {
+            what.push(format!("eden exhausted every {} refills", gc.stress));
+        }
+        let n = 3_000 + rng.below(5_000) as usize;
+        let rounds = 1 + rng.below(10) as i32;
+        let rt = build(b);
+        let m = rt.load("split_stress.obc", kernel).unwrap();
+        let out = rt.new_array::<i32>(n).unwrap();
+        let sums = rt.new_array::<i64>(n).unwrap();
+        let before = rt.gc_totals().collections;
+        let c = m
+            .closure("stress", [rounds.into(), (&out).into(), (&sums).into()])
+            .unwrap();
+        let what = format!("{what:?}, {n} workitems, {rounds} rounds");
+        let r = rt
+            .par_offload(0..n as i64, &c)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(r.fallback.is_none(), "{what}: {r}");
+        assert!(r.split.len() >= 2, "{what}: not split\n{r}");
+        check_rows(&r, r.split.len());
+        stress::check_report(&r, &what);
+        assert_eq!(r.completed, n as u64, "{what}\n{r}");
+        let got = rt.read(&out).unwrap();
+        let bad: Vec<usize> = (0..n).filter(|&i| got[i] != rounds).take(5).collect();
+        assert!(bad.is_empty(), "{what}: out {bad:?} wrong\n{r}");
+        let want = i64::from(rounds) * i64::from(rounds + 1) / 2;
+        let got = rt.read(&sums).unwrap();
+        let bad: Vec<(usize, i64)> = (0..n)
+            .filter(|&i| got[i] != want)
+            .map(|i| (i, got[i]))
+            .take(5)
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{what}: sums {bad:?} wrong (want {want})\n{r}"
+        );
+        let st = rt
+            .verify_heap(&[&m])
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{r}"));
+        let gcs = rt.gc_totals().collections - before;
+        if !reclaim && gcs == 0 {
+            // Nothing reused, handed back or collected: every array made
+            // is there.
+            assert_eq!(st.arrays, n as u64 * rounds as u64 + 2, "{what}\n{r}");
+        }
+        split_runs += usize::from(r.split.iter().filter(|s| s.parts > 0).count() >= 2);
+        failed_refills += usize::from(
+            r.deopts
+                .keys()
+                .any(|&(_, why)| why == offload::deopt::Reason::AllocationFailure),
+        );
+        collected += usize::from(gcs > 0);
+    }
+    eprintln!(
+        "{cases} cases: {split_runs} ran on several devices, {failed_refills} with refills failing, {collected} collected"
+    );
+    assert!(
+        split_runs * 2 >= cases,
+        "only {split_runs} of {cases} ran split"
+    );
+    if cases >= 12 {
+        assert!(failed_refills > 0 && collected > 0);
+    }
+}
+
 /// How many devices a split over the GPUs (and the CPU, when `cpu`) has.
 fn differ_devices(cpu: bool) -> usize {
     build(speeds(false)).gpu_ordinals().len() + usize::from(cpu)
@@ -463,8 +588,10 @@ fn wt(i: i32, a: &mut [f64], z: &mut [f64], throw: i32) {
 /// Every example kernel split over every device agrees with the
 /// interpreter, as in `tests/gpu.rs`'s differential suite: in equal
 /// shares over the CPU and the GPUs and over the GPUs alone, and under
-/// injected safepoints. The data-parallel ones run split (the others —
-/// allocation, virtual calls, atomics — on one device, and agree too).
+/// injected safepoints. Those that reach nothing but their arrays of
+/// numbers and the objects they make run split, allocation and virtual
+/// calls included (the others — objects captured, atomics — on one
+/// device, and agree too).
 /// Every example must be race-free (`order_free` on the interpreter): a
 /// split's result would otherwise depend on which device wrote last.
 #[test]
@@ -506,17 +633,25 @@ fn every_example_kernel_split_over_every_device_agrees_with_the_interpreter() {
         }
         eprintln!("cpu {cpu}, injected {inject}: {kernels} kernels, {split} split");
         if differ_devices(cpu) > 1 {
-            // saxpy, mandelbrot, nbody, matmul, blackscholes, spin, throws.
-            assert!(split >= 7 * 3, "cpu {cpu}: only {split} of {kernels} split");
+            // saxpy, mandelbrot, nbody, matmul, blackscholes, spin,
+            // throws, and the allocating alloc, linkedlist and shapes (its
+            // virtual calls too).
+            assert!(
+                split >= 10 * 3,
+                "cpu {cpu}: only {split} of {kernels} split"
+            );
         }
     }
 }
 
 /// A CPU part of a split launch marks only its arrays written on the host
 /// (`crate::footprint`): a GPU launch after it that is sent every stale
-/// chunk (an allocating kernel's) is not sent the rest of the heap again.
-/// Before, each CPU part's raw image marked the whole heap written, and an
-/// 8 MiB array nobody touched crossed the bus after every split launch.
+/// chunk (an allocating kernel's that runs on one device) is not sent the
+/// rest of the heap again. Before, each CPU part's raw image marked the
+/// whole heap written, and an 8 MiB array nobody touched crossed the bus
+/// after every split launch. An allocating kernel split over the devices
+/// is sent only its arrays and its device edens, even as the GPUs' first
+/// launch.
 #[test]
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn a_split_launch_leaves_the_rest_of_the_heap_current_on_the_gpus() {
@@ -532,17 +667,32 @@ fn boxed(i: i32, out: &mut [i64]) {{
     let c = Cell {{ v: (i as i64) * 2 }};
     out[i] = c.v;
 }}
+
+#[kernel]
+fn counted(i: i32, out: &mut [i64], hits: &mut [i32]) {{
+    let c = Cell {{ v: (i as i64) * 2 }};
+    out[i] = c.v;
+    atomic_add(&mut hits[0], 1);
+}}
 "
     );
     let m = rt.load_source("rest.ofk", &src).unwrap();
     let big = rt.array(&vec![1i64; 1 << 20]).unwrap();
     let out = rt.array(&vec![0i64; 4096]).unwrap();
+    let hits = rt.array(&[0i32; 1]).unwrap();
     let a = rt.array(&vec![5i64; 40_000]).unwrap();
-    let boxed = m.closure("boxed", [(&out).into()]).unwrap();
+    let split_boxed = m.closure("boxed", [(&out).into()]).unwrap();
+    let boxed = m
+        .closure("counted", [(&out).into(), (&hits).into()])
+        .unwrap();
     let bump = m
         .closure("bump", [(&a).into(), 1.into(), 3i64.into()])
         .unwrap();
-    // The allocating kernel runs on one GPU, which is sent the whole heap.
+    // Split, the allocating kernel is sent its array and its edens.
+    let first = rt.par_offload(0..4096, &split_boxed).unwrap();
+    assert!(first.split.len() >= 2, "{first}");
+    assert!(first.to_device_bytes < 2 << 20, "{first}");
+    // With an atomic it runs on one GPU, which is sent the whole heap.
     let first = rt.par_offload(0..4096, &boxed).unwrap();
     assert!(first.split.is_empty(), "{first}");
     assert!(first.to_device_bytes >= 8 << 20, "{first}");
@@ -565,4 +715,5 @@ fn boxed(i: i32, out: &mut [i64]) {{
     assert_eq!(rt.read(&big).unwrap().iter().sum::<i64>(), 1 << 20);
     let got = rt.read(&out).unwrap();
     assert!(got.iter().enumerate().all(|(i, &v)| v == 2 * i as i64));
+    assert_eq!(rt.read(&hits).unwrap(), [4 * 4096]);
 }

@@ -408,6 +408,20 @@ impl Heap {
             // Below the high-water mark lie the objects of a reclaimed
             // launch; above it, memory no one has written.
             let dirty_end = self.high_water.fetch_max(end, Ordering::SeqCst).min(end);
+            let twinned = self.twins.on();
+            if twinned {
+                // A split launch's parts on devices may be writing other
+                // bytes of the chunks this carve changes (`twins`): the
+                // gap to the page boundary, and a host carve's zeroes.
+                let changed = if for_device { start } else { end };
+                self.twin_before_change(crate::resident::chunks_of(
+                    top as usize * 8,
+                    changed as usize * 8,
+                ));
+            }
+            if for_device && twinned {
+                self.zero_device_edges(start, end, dirty_end);
+            }
             if !for_device && top < dirty_end {
                 // SAFETY: the CAS above made `[top, end)` this carve's
                 // alone; no one else reads or writes it until the caller
@@ -433,6 +447,52 @@ impl Heap {
         }
         self.finished.fetch_add(1, Ordering::SeqCst);
         got.map(|(_, start, end)| (start, end))
+    }
+
+    /// A device eden `[start, end)` (words) carved in twin mode: the host's
+    /// bytes of it in the chunks at its two edges are zeroed (below
+    /// `dirty_end`, where old objects may lie) and marked written. A
+    /// split launch's part registers those chunks — the rest of each is
+    /// other devices' — and every send of them goes from the host's bytes,
+    /// which must then hold what the device's zeroed eden holds: a send
+    /// while the kernel runs (a CPU part's raw image is live) would
+    /// otherwise put old bytes where the kernel has not allocated yet.
+    /// The chunks wholly inside are the device's alone and never sent to
+    /// it (`cuda/grid.rs`).
+    fn zero_device_edges(&self, start: u64, end: u64, dirty_end: u64) {
+        use crate::resident::CHUNK_BYTES;
+        let (a, b) = (start as usize * 8, end as usize * 8);
+        let dirty = (dirty_end as usize * 8).min(b);
+        if a >= b {
+            return;
+        }
+        let first = a..b.min((a / CHUNK_BYTES + 1) * CHUNK_BYTES);
+        let last = a.max((b - 1) / CHUNK_BYTES * CHUNK_BYTES)..b;
+        let edges: [std::ops::Range<usize>; 2] = if first.end >= last.start {
+            // One chunk, or two that meet: one run.
+            [first.start..last.end, 0..0]
+        } else {
+            [first, last]
+        };
+        // The chunks wholly inside are sent to no one; a twin of one from
+        // before (a collection since lowered the top) is not the bytes
+        // the host has there, and a fetch merging against it would keep
+        // old bytes where the device's new objects hold zeroes.
+        let inside = a.div_ceil(CHUNK_BYTES)..b / CHUNK_BYTES;
+        if inside.start < inside.end {
+            self.forget_twins(inside);
+        }
+        for e in edges.into_iter().filter(|e| !e.is_empty()) {
+            self.twin_before_change(crate::resident::chunks_of(e.start, e.end));
+            let z = e.start..e.end.min(dirty);
+            if z.start < z.end {
+                // SAFETY: the carve's CAS made `[start, end)` its caller's
+                // alone, and the device that will write it has not been
+                // handed it yet.
+                unsafe { self.region.zero(z.start, z.end - z.start) };
+            }
+            self.host_wrote(e.start, e.end);
+        }
     }
 
     /// The highest top so far, in words.

@@ -797,6 +797,17 @@ impl Heap {
         self.take_stale(m, chunks, 0..0)
     }
 
+    /// [`Heap::take_device_stale_in`], the chunks `inside` (chunk
+    /// numbers) cleared but not sent.
+    pub(crate) fn take_device_stale_except(
+        &self,
+        m: MirrorId,
+        chunks: &[Range<usize>],
+        inside: Range<usize>,
+    ) -> Result<Vec<Range<usize>>, HeapError> {
+        self.take_stale(m, chunks, inside)
+    }
+
     /// Clear device `m`'s stale bits in `chunks` and return the byte runs
     /// to send: those chunks less the ones in `inside` (cleared, not sent)
     /// and less any chunk only `m` itself wrote since the host wrote it

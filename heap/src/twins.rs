@@ -343,12 +343,16 @@ impl Heap {
     /// part; else the part's token, its chunks replaced) and send it the
     /// stale chunks among them, each from a twin, through `send` (each
     /// chunk's byte offset and bytes; it returns once the device has
-    /// them). With host writes kept out throughout. Returns the part's
-    /// token and the bytes sent.
+    /// them). With host writes kept out throughout. The chunks `fresh`
+    /// (a run among `chunks`: those wholly inside the device eden its
+    /// kernel allocates in now, which the device zeroes and no one else
+    /// writes) are never sent: the host's bytes there are not the
+    /// device's. Returns the part's token and the bytes sent.
     pub fn send_for_write(
         &self,
         m: MirrorId,
         chunks: &[Range<usize>],
+        fresh: Range<usize>,
         token: Option<u64>,
         send: &mut SendChunks<'_>,
     ) -> Result<(u64, u64), HeapError> {
@@ -389,7 +393,7 @@ impl Heap {
         };
         // The stale chunks, those other devices wrote fetched (merged)
         // first: the host's bytes are then the newest.
-        let mut runs = match self.take_device_stale_in(m, chunks) {
+        let mut runs = match self.take_device_stale_except(m, chunks, fresh.clone()) {
             Ok(r) => r,
             Err(e) => return Err(self.unregister(new, token, e)),
         };
@@ -405,6 +409,12 @@ impl Heap {
             let limit = self.committed();
             runs = chunks
                 .iter()
+                .flat_map(|r| {
+                    [
+                        r.start..r.end.min(fresh.start),
+                        r.start.max(fresh.end)..r.end,
+                    ]
+                })
                 .map(|r| r.start * CHUNK_BYTES..(r.end * CHUNK_BYTES).min(limit))
                 .filter(|r| r.start < r.end)
                 .collect();
@@ -474,11 +484,38 @@ impl Heap {
     }
 
     /// A collection moved objects: every registered part may now write
-    /// any chunk (its next send registers its new arrays).
+    /// any chunk (its next send registers its new arrays), and no twin
+    /// is any device's image any more. The collector fetched every chunk
+    /// a device wrote first, while the parts were stopped, so no device
+    /// has writes a twin must still be merged against; the chunks below
+    /// the new top go to every device again, each taking a twin as it
+    /// is sent.
     pub(crate) fn twins_widen(&self) {
         let all = 0..self.res_chunks();
-        for w in &mut self.twins.lock().writers {
+        let mut st = self.twins.lock();
+        for w in &mut st.writers {
             w.chunks = vec![all.clone()];
+        }
+        let gone = st.twins.len();
+        st.twins.clear();
+        self.twins.kept.fetch_sub(gone, Ordering::AcqRel);
+    }
+
+    /// Chunks `chunks` lie wholly inside a device eden just carved: every
+    /// twin of them goes (module docs of `Heap::zero_device_edges`).
+    pub(crate) fn forget_twins(&self, chunks: Range<usize>) {
+        if !self.twins.any() {
+            return;
+        }
+        let mut st = self.twins.lock();
+        let mine: Vec<(MirrorId, usize)> = st
+            .twins
+            .keys()
+            .filter(|(_, c)| chunks.contains(c))
+            .copied()
+            .collect();
+        for (m, c) in mine {
+            self.drop_twin(&mut st, m, c);
         }
     }
 

@@ -57,7 +57,7 @@ impl Dev {
     fn begin(&self, heap: &Heap, chunks: &[Range<usize>]) {
         let mut token = self.token.lock().unwrap();
         let (t, _) = heap
-            .send_for_write(self.id(), chunks, *token, &mut |runs| {
+            .send_for_write(self.id(), chunks, 0..0, *token, &mut |runs| {
                 let mut dev = self.bytes.lock().unwrap();
                 for (at, b) in runs {
                     dev[*at..*at + b.len()].copy_from_slice(b);

@@ -84,6 +84,15 @@ pub(super) struct Grid<'a> {
     /// What the current run holds: the chunks of its arrays (shared), or
     /// `None` (the GPU alone).
     footprint: Option<Footprint>,
+    /// For a part of a split launch that allocates: the device edens of
+    /// its earlier rounds (bytes), where the workitems it resumes keep
+    /// their objects — or, after a collection, everything below the
+    /// eden of the first round since (they moved) — and the collections
+    /// counted when it was last set (`send_heap`).
+    edens: (Vec<Range<usize>>, Option<u64>),
+    /// The chunks wholly inside this round's device eden, for a part of a
+    /// split launch: registered, never sent.
+    fresh: Range<usize>,
     /// For a part of a launch split over devices, its registration with
     /// the heap's twins (`part.rs`).
     part: Option<&'a super::part::PartWrite<'a>>,
@@ -191,6 +200,8 @@ impl<'a> Grid<'a> {
             lane,
             ticket,
             footprint: None,
+            edens: (Vec::new(), None),
+            fresh: 0..0,
             part,
             k,
             state,
@@ -241,10 +252,11 @@ impl<'a> Grid<'a> {
         self.state.totals.runs_beside += u64::from(admitted.beside > 0);
         self.footprint = match admitted.footprint {
             // A part of a split launch registers and is sent its arrays'
-            // chunks from twins even when it holds the GPU alone (its
-            // image must grow first): `split.rs` splits only kernels with
-            // a footprint.
-            None if self.part.is_some() => super::share::footprint(launch, allocates, &gpu.sizes)?,
+            // chunks from twins even when it holds the GPU alone (it
+            // allocates, or its image must grow first): `split.rs` splits
+            // only kernels that reach nothing but their arrays and the
+            // objects they make (`send_heap` adds the device eden's edges).
+            None if self.part.is_some() => super::share::captures(launch, &gpu.sizes)?,
             fp => fp,
         };
         Ok(true)
@@ -333,46 +345,98 @@ impl<'a> Grid<'a> {
         // nothing else crosses the bus.
         let heap = &launch.env.heap;
         let dh = &gpu.resident;
+        let eden_bytes = es as usize * 8..ee as usize * 8;
+        if let Some(part) = self.part
+            && let Some(fp) = self.footprint.take()
+        {
+            // A part of a split launch: its arrays' chunks and its device
+            // edens registered with the twins, and the stale ones sent from
+            // them — the edens of its earlier rounds too, where the
+            // workitems it resumes on the device keep their objects (the
+            // host's replays may have written some since). The chunks
+            // wholly inside this round's eden are the device's alone (it
+            // zeroes them, and no other device or the host writes them
+            // before they are fetched) and are not sent.
+            let collections = launch.env.gc.collections();
+            let (edens, seen) = &mut self.edens;
+            if *seen != Some(collections) {
+                // A collection moved the objects of the earlier rounds'
+                // workitems: anywhere below this eden.
+                if seen.take().is_some() {
+                    edens.clear();
+                    edens.push(0..eden_bytes.start);
+                }
+                *seen = Some(collections);
+            }
+            if !eden_bytes.is_empty() {
+                edens.push(eden_bytes.clone());
+            }
+            let fp = crate::footprint::normalize(
+                fp.into_iter()
+                    .chain(
+                        edens
+                            .iter()
+                            .filter(|e| !e.is_empty())
+                            .map(|e| e.start / CHUNK_BYTES..e.end.div_ceil(CHUNK_BYTES)),
+                    )
+                    .collect(),
+            );
+            let inside = eden_bytes.start.div_ceil(CHUNK_BYTES)..eden_bytes.end / CHUNK_BYTES;
+            self.fresh = if inside.start < inside.end {
+                inside
+            } else {
+                0..0
+            };
+            let end = fp.last().map_or(0, |r| r.end * CHUNK_BYTES);
+            // Under a hold alone when it must grow (`hold`).
+            dh.ensure(end.max(eden_bytes.end))?;
+            if self.lane.number != 0 {
+                dh.settle()?;
+            }
+            st.totals.to_device += part.send(dh, &fp, self.fresh.clone())?;
+            self.footprint = Some(fp);
+            if self.k.ptx.allocates {
+                let sent = self.eden_pages(launch, (es, ee))?;
+                self.state.totals.to_device += sent;
+            }
+            return Ok(());
+        }
         if let Some(fp) = &self.footprint {
             // A shared run (`share.rs`): the stale chunks of its own arrays,
             // which the image holds (its hold was taken so); other kernels
             // may be running, and nothing else of theirs is touched.
-            st.totals.to_device += match &self.part {
-                Some(part) => {
-                    if let Some(last) = fp.last() {
-                        // Under a hold alone when it must grow (`hold`).
-                        dh.ensure(last.end * offload_heap::resident::CHUNK_BYTES)?;
-                        if self.lane.number != 0 {
-                            dh.settle()?;
-                        }
-                    }
-                    part.send(dh, fp)?
-                }
-                None => dh.push(heap, &heap.take_device_stale_in(dh.id(), fp)?)?,
-            };
+            st.totals.to_device += dh.push(heap, &heap.take_device_stale_in(dh.id(), fp)?)?;
             return Ok(());
         }
-        let eden_bytes = es as usize * 8..ee as usize * 8;
         let runs = heap.take_device_stale(dh.id(), eden_bytes.clone())?;
         let need = runs.iter().map(|r| r.end).fold(eden_bytes.end, usize::max);
         dh.ensure(need)?;
         st.totals.to_device += dh.push(heap, &runs)?;
-        st.totals.to_device += dh.send_pages(heap)?;
+        let sent = self.eden_pages(launch, (es, ee))?;
+        self.state.totals.to_device += sent;
+        Ok(())
+    }
+
+    /// The page table the device's dispatch reads, the pages its kernel
+    /// will tag forgotten, and its eden zeroed; returns the bytes sent.
+    fn eden_pages(&self, launch: &Launch<'_>, (es, ee): Eden) -> Result<u64, OffloadError> {
+        let dh = &self.gpu.resident;
+        let sent = dh.send_pages(&launch.env.heap)?;
         if tags_pages(launch) && es < ee {
             // The kernel tags pages of its eden in the device's table.
             dh.forget_pages(
                 offload_abi::pages::page_of(es)..offload_abi::pages::page_of(ee - 1) + 1,
             );
         }
-        if !eden_bytes.is_empty() {
-            dh.zero_eden(eden_bytes)?;
+        if es < ee {
+            dh.zero_eden(es as usize * 8..ee as usize * 8)?;
         }
         if self.lane.number != 0 {
             // The image's stream is lane 0's: its kernel does not wait for
             // what was queued there.
             dh.settle()?;
         }
-        Ok(())
+        Ok(sent)
     }
 
     /// The launch context of a round.
@@ -555,6 +619,7 @@ impl<'a> Grid<'a> {
             gpu: self.gpu,
             lane: self.lane,
             footprint: self.footprint.as_deref(),
+            fresh: self.fresh.clone(),
             part: self.part,
             slots: self.state.slots,
             eden,
@@ -777,18 +842,22 @@ impl<'a> Grid<'a> {
                 (top < end).then(|| filler(top, end))
             })
             .collect();
-        if eden_top < ee && !heap.give_back(eden_top, ee) {
+        // Not a split launch's part: the device's image of the rest is
+        // zeroes, not the host's bytes, and a part's merge against its
+        // twin would write them over what another device allocates there.
+        if eden_top < ee && (self.part.is_some() || !heap.give_back(eden_top, ee)) {
             fillers.push(filler(eden_top, ee));
-            heap.device_wrote(
-                self.gpu.resident.id(),
-                eden_top as usize * 8,
-                eden_top as usize * 8 + 8,
-            );
         }
         totals.to_device +=
             self.gpu
                 .resident
                 .scatter(&fillers, self.block.at(l.fillers), l.end - l.fillers)?;
+        // Marked once they are in the image: a fetch between a mark and
+        // the scatter (another part's thread, in a split launch) would
+        // take the chunk without its filler and leave the host a hole.
+        for &(at, _) in &fillers {
+            heap.device_wrote(self.gpu.resident.id(), at as usize, at as usize + 8);
+        }
         Ok(())
     }
 }

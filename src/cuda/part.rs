@@ -27,19 +27,23 @@ impl<'h> PartWrite<'h> {
     }
 
     /// Register (again) the part's kernel as writing `footprint`, and send
-    /// the device the stale chunks of it, from twins. Returns the bytes
-    /// sent.
+    /// the device the stale chunks of it, from twins, except those of
+    /// `fresh` (the chunks wholly inside its device eden now, which the
+    /// device zeroes). Returns the bytes sent.
     pub(super) fn send(
         &self,
         dh: &DeviceHeap,
         footprint: &[Range<usize>],
+        fresh: Range<usize>,
     ) -> Result<u64, OffloadError> {
         let t = self.token.load(Ordering::Acquire);
-        let (t, sent) =
-            self.heap
-                .send_for_write(dh.id(), footprint, (t != 0).then_some(t), &mut |chunks| {
-                    dh.push_chunks(chunks).map_err(|e| e.to_string())
-                })?;
+        let (t, sent) = self.heap.send_for_write(
+            dh.id(),
+            footprint,
+            fresh,
+            (t != 0).then_some(t),
+            &mut |chunks| dh.push_chunks(chunks).map_err(|e| e.to_string()),
+        )?;
         self.token.store(t, Ordering::Release);
         Ok(sent)
     }

@@ -31,8 +31,10 @@
 //! wrote when one fetch finds both (`offload_heap::resident`); but a fetch
 //! between the two GPUs' marks would copy the first GPU's chunk, and the
 //! second's, fetched later, would undo it — the merge needs the version
-//! the second started from, which the heap does not keep yet. So two GPUs'
-//! kernels never write one chunk at once.
+//! the second started from, which the heap keeps only for the parts of a
+//! split launch (`offload_heap::twins`). So two GPUs' kernels write one
+//! chunk at once only as parts of one split launch, which run beside each
+//! other whatever they hold (an allocating part is alone on its own GPU).
 //!
 //! A round waits for its hold out of the running set of the runtime's
 //! safepoints (`Control::outside`): the launch it waits for may need a
@@ -148,6 +150,18 @@ pub(super) fn footprint(
     crate::footprint::of_call(&launch.call, allocates, |r| sizes.of(heap, r))
 }
 
+/// The chunks of the arrays of numbers `launch` captures, when it
+/// captures nothing else (`crate::footprint::of_captures`): what a part of
+/// a split launch registers with the heap's twins, an allocating one
+/// besides its device eden's edges.
+pub(super) fn captures(
+    launch: &Launch<'_>,
+    sizes: &Sizes,
+) -> Result<Option<Footprint>, OffloadError> {
+    let heap = &launch.env.heap;
+    crate::footprint::of_captures(&launch.call, |r| sizes.of(heap, r))
+}
+
 /// The sizes of the arrays runs have named, by address, while the heap's
 /// top has not come down since ([`offload_heap::Heap::top_lowered`]: an
 /// address then still names the same object). A warm launch of the same
@@ -189,19 +203,21 @@ impl State {
     /// Whether a round of `launch` wanting `want` may start now, when
     /// `collections` collections have run.
     fn admits(&self, (launch, gpu, split): Who, want: &Want, collections: u64) -> bool {
-        let others = self.holds.iter().filter(|h| h.launch != launch);
+        // Parts of one split launch on other GPUs write their own images,
+        // and the heap's twins merge what they write of one chunk: a
+        // part's round, alone or not, runs beside them.
+        let sibling = |h: &Hold| split.is_some() && h.split == split && h.gpu != gpu;
+        let mut others = self
+            .holds
+            .iter()
+            .filter(|h| h.launch != launch && !sibling(h));
         match want {
-            Want::Alone => others.count() == 0,
+            Want::Alone => others.next().is_none(),
             Want::Shared(fp) => {
                 self.alone_waiting == 0
-                    && others.into_iter().all(|h| {
-                        // Parts of one split launch on other GPUs write
-                        // their own images, and the heap's twins merge
-                        // what they write of one chunk.
-                        let sibling = split.is_some() && h.split == split && h.gpu != gpu;
-                        (sibling && h.footprint.is_some())
-                            || (h.collections == collections
-                                && h.footprint.as_ref().is_some_and(|o| !overlaps(fp, o)))
+                    && others.all(|h| {
+                        h.collections == collections
+                            && h.footprint.as_ref().is_some_and(|o| !overlaps(fp, o))
                     })
             }
         }
@@ -385,8 +401,22 @@ mod tests {
         assert!(!st.admits((2, 0, Some(7)), &shared(&[0..4]), 0));
         assert!(!st.admits((2, 1, Some(8)), &shared(&[0..4]), 0));
         assert!(!st.admits((2, 1, None), &shared(&[0..4]), 0));
-        // Alone is alone.
-        assert!(!st.admits((2, 1, Some(7)), &Want::Alone, 0));
+        // A part alone on its GPU (it allocates, or its image grows) runs
+        // beside its siblings on other GPUs, and they beside it; any
+        // other launch waits for it.
+        assert!(st.admits((2, 1, Some(7)), &Want::Alone, 0));
+        assert!(!st.admits((2, 0, Some(7)), &Want::Alone, 0));
+        assert!(!st.admits((2, 1, Some(8)), &Want::Alone, 0));
+        st.holds.push(Hold {
+            launch: 2,
+            gpu: 1,
+            split: Some(7),
+            footprint: None,
+            collections: 0,
+        });
+        assert!(st.admits((3, 2, Some(7)), &shared(&[0..4]), 0));
+        assert!(st.admits((3, 2, Some(7)), &Want::Alone, 1));
+        assert!(!st.admits((3, 2, None), &shared(&[9..10]), 0));
     }
 
     #[test]

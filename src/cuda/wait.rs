@@ -111,6 +111,9 @@ pub(super) struct Waiting<'a> {
     pub(super) lane: &'a super::lane::Lane,
     /// The run's footprint when it shares the GPU (`share.rs`).
     pub(super) footprint: Option<&'a [std::ops::Range<usize>]>,
+    /// For a part of a split launch, the chunks wholly inside its device
+    /// eden, never sent (`part.rs`).
+    pub(super) fresh: std::ops::Range<usize>,
     /// For a part of a split launch, its registration with the heap's
     /// twins: its sends go from twins (`part.rs`).
     pub(super) part: Option<&'a super::part::PartWrite<'a>>,
@@ -197,7 +200,7 @@ impl Waiting<'_> {
         // A run that shares the GPU sends only its own arrays' chunks: the
         // other kernels waiting beside it send theirs (`share.rs`).
         let sent = match (self.footprint, self.part) {
-            (Some(fp), Some(part)) => part.send(dh, fp)?,
+            (Some(fp), Some(part)) => part.send(dh, fp, self.fresh.clone())?,
             (Some(fp), None) => dh.push(heap, &heap.take_device_stale_in(dh.id(), fp)?)?,
             (None, _) => dh.push(
                 heap,

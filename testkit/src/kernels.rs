@@ -144,6 +144,56 @@ kernel stress(i: i64, m: i32, out: i32[], counter: i64[]) {
 }
 ";
 
+/// [`STRESS_KERNEL`] for a launch split over devices, which merges the
+/// devices' writes to different elements but not atomics on one word:
+/// workitem `i` runs `m` rounds, each allocating an array of `k + 1` ints,
+/// adding 1 to `out[i]` and the array's length, read back, to `sums[i]`.
+/// Every cell of `out` ends at `m` and of `sums` at `m (m + 1) / 2`.
+pub const SPLIT_STRESS_KERNEL: &str = "
+kernel stress(i: i64, m: i32, out: i32[], sums: i64[]) {
+    local k: i32
+    local j: i32
+    local tmp: i32[]
+    load i
+    i64.to_i32
+    store j
+    i32.const 0
+    store k
+  loop:
+    load k
+    load m
+    i32.ge
+    br_if done
+    load k
+    i32.const 1
+    i32.add
+    newarray i32
+    store tmp
+    load out
+    load j
+    load out
+    load j
+    i32.aload
+    i32.const 1
+    i32.add
+    i32.astore
+    load sums
+    load j
+    load sums
+    load j
+    i64.aload
+    load tmp
+    array.len
+    i32.to_i64
+    i64.add
+    i64.astore
+    inc k 1
+    br loop
+  done:
+    ret
+}
+";
+
 /// The safepoint probe: workitem `i` adds 1 to `counts[i]` `iters` times in
 /// a loop, so back-edge polls are frequent and the count shows a workitem
 /// run twice or cut short.
