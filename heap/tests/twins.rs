@@ -393,3 +393,98 @@ fn a_part_begun_beside_a_raw_image_is_sent_all_its_chunks() {
     assert_eq!(heap.load64(elem(3)).unwrap(), 33);
     assert_eq!(heap.load64(elem(4)).unwrap(), 44);
 }
+
+/// A device eden carved in twin mode (a split launch's GPU part) over
+/// memory that held objects before: the host's bytes of it in its two edge
+/// chunks — which it shares with what lies around it, and which are sent
+/// from the host's bytes — are zeroed and go to the device, like the
+/// device's own zeroed eden; the chunks wholly inside are the device's
+/// alone and are never sent, even by a send while a raw image is live
+/// (which sends a part all of its chunks): that would put old bytes where
+/// the kernel has not allocated yet.
+#[test]
+fn a_device_eden_carved_in_twin_mode_is_zero_where_it_is_sent() {
+    let heap = heap();
+    let _small = array(&heap, 100);
+    let dev = Dev::attach(&heap);
+    let words = (3 * CHUNK_BYTES / 8) as u32;
+    let mixed = offload_abi::pages::MIXED;
+    // Old objects: a region written and handed back.
+    let (s, e) = heap
+        .carve_device_region(words, words, mixed, false)
+        .unwrap();
+    let eden = s as usize * 8..e as usize * 8;
+    {
+        let raw = heap.raw_image().unwrap();
+        // SAFETY: the region carved just above, this thread's alone.
+        unsafe { std::ptr::write_bytes(raw.base_ptr().add(eden.start), 0xCD, eden.len()) };
+    }
+    assert!(heap.give_back(s, e));
+    // The device has the heap.
+    let all = 0..heap.committed().div_ceil(CHUNK_BYTES);
+    dev.begin(&heap, std::slice::from_ref(&all));
+    dev.end(&heap);
+    let _on = heap.twin_mode();
+    let (s2, e2) = heap
+        .carve_device_region(words, words, mixed, false)
+        .unwrap();
+    assert_eq!((s2, e2), (s, e));
+    let (first, last) = (eden.start / CHUNK_BYTES, (eden.end - 1) / CHUNK_BYTES);
+    assert!(last >= first + 2, "an eden of three chunks has one inside");
+    let inside = first + 1..last;
+    let host = |at: usize| heap.load64(at).unwrap();
+    // Zero where it shares a chunk with what lies around it, and sent.
+    assert_eq!(host(eden.start), 0);
+    assert_eq!(host(eden.end - 8), 0);
+    assert!(heap.is_device_stale(dev.id(), first) && heap.is_device_stale(dev.id(), last));
+    // Inside: the old bytes stay on the host (the device zeroes its copy).
+    assert_eq!(host(inside.start * CHUNK_BYTES), 0xCDCD_CDCD_CDCD_CDCD);
+    // The part registers the eden, and is sent the edges only.
+    let part = first..last + 1;
+    dev.bytes.lock().unwrap()[eden.clone()].fill(0);
+    let mut sent = Vec::new();
+    let send = |dev: &Dev, sent: &mut Vec<usize>, token: Option<u64>| {
+        heap.send_for_write(
+            dev.id(),
+            std::slice::from_ref(&part),
+            inside.clone(),
+            token,
+            &mut |runs| {
+                let mut b = dev.bytes.lock().unwrap();
+                for (at, bytes) in runs {
+                    sent.push(at / CHUNK_BYTES);
+                    b[*at..*at + bytes.len()].copy_from_slice(bytes);
+                }
+                Ok(())
+            },
+        )
+        .unwrap()
+        .0
+    };
+    let token = send(&dev, &mut sent, None);
+    assert!(!sent.iter().any(|c| inside.contains(c)), "sent {sent:?}");
+    // The kernel allocates in the inside chunk and the last edge.
+    let obj = inside.start * CHUNK_BYTES + 64;
+    dev.write(obj, 7);
+    dev.write(eden.end - 16, 9);
+    dev.mark(&heap, &[obj, eden.end - 16]);
+    {
+        // A raw image live (a CPU part): a send now sends every chunk of
+        // the part but the inside ones.
+        let _raw = heap.raw_image().unwrap();
+        sent.clear();
+        send(&dev, &mut sent, Some(token));
+        assert!(!sent.iter().any(|c| inside.contains(c)), "sent {sent:?}");
+        assert!(
+            sent.contains(&first) && sent.contains(&last),
+            "sent {sent:?}"
+        );
+    }
+    // The device's bytes beyond what it allocated are still its zeroes.
+    let b = dev.bytes.lock().unwrap()[obj + 8..obj + 16].to_vec();
+    assert_eq!(b, [0; 8]);
+    heap.end_write(token);
+    assert_eq!(host(obj), 7);
+    assert_eq!(host(obj + 8), 0);
+    assert_eq!(host(eden.end - 16), 9);
+}
