@@ -117,6 +117,11 @@ pub struct RawImage<'a> {
     /// The runs of chunks its code may write ([`Heap::raw_image_within`]);
     /// `None`: any.
     within: Option<Vec<Range<usize>>>,
+    /// For [`Heap::raw_image_allocating`]: the times eden's top had come
+    /// down when it was made ([`Heap::top_lowered`]). If it came down
+    /// since (a collection moved objects below where the image begins),
+    /// the whole heap counts as written when it drops.
+    lowered: Option<u64>,
 }
 
 impl RawImage<'_> {
@@ -131,12 +136,19 @@ impl RawImage<'_> {
 
 impl Drop for RawImage<'_> {
     fn drop(&mut self) {
+        let moved = self.lowered.is_some_and(|l| l != self.heap.top_lowered());
         match &self.within {
+            _ if moved => self.heap.host_wrote(0, self.heap.used() as usize),
             None => self.heap.host_wrote(0, self.heap.used() as usize),
             Some(runs) => {
+                // Nothing above the top was written (an allocating image's
+                // last run reaches the end of the reservation).
+                let used = (self.heap.used() as usize).next_multiple_of(CHUNK_BYTES);
                 for r in runs {
-                    self.heap
-                        .host_wrote(r.start * CHUNK_BYTES, r.end * CHUNK_BYTES);
+                    let (a, b) = (r.start * CHUNK_BYTES, (r.end * CHUNK_BYTES).min(used));
+                    if a < b {
+                        self.heap.host_wrote(a, b);
+                    }
                 }
             }
         }
@@ -427,8 +439,38 @@ impl Heap {
             heap: self,
             counted,
             within: None,
+            lowered: None,
         };
         self.sync_host()?;
+        Ok(image)
+    }
+
+    /// [`Heap::raw_image_within`] for code that reads and writes the
+    /// chunks of `runs` and allocates: the objects it makes lie above
+    /// eden's top as it is now (carves move the top up, and fetch the
+    /// chunk that holds it), so the image is `runs` and everything from
+    /// the top's chunk up — the objects below it, which the code cannot
+    /// reach, are not fetched (a CPU part of a split launch would
+    /// otherwise fetch every object the GPUs' parts made before). If the
+    /// top comes down before it drops (a collection moved objects), the
+    /// whole heap counts as written.
+    pub fn raw_image_allocating(
+        &self,
+        mut runs: Vec<Range<usize>>,
+    ) -> Result<RawImage<'_>, HeapError> {
+        let lowered = self.top_lowered();
+        let top = self.top_words() as usize * 8;
+        runs.push(top / CHUNK_BYTES..self.res.chunks);
+        runs.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(runs.len());
+        for r in runs.into_iter().filter(|r| r.start < r.end) {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        let mut image = self.raw_image_within(merged)?;
+        image.lowered = Some(lowered);
         Ok(image)
     }
 
@@ -444,6 +486,7 @@ impl Heap {
             heap: self,
             counted,
             within: Some(runs),
+            lowered: None,
         };
         for r in image.within.iter().flatten() {
             self.fetch_chunks(r.start..r.end.min(self.res.chunks))?;

@@ -488,3 +488,57 @@ fn a_device_eden_carved_in_twin_mode_is_zero_where_it_is_sent() {
     assert_eq!(host(obj + 8), 0);
     assert_eq!(host(eden.end - 16), 9);
 }
+
+/// The raw image of compiled code that reads and writes its arrays and
+/// allocates (`Heap::raw_image_allocating`): what a device wrote below
+/// eden's top outside the arrays is not fetched (a CPU part of a split
+/// launch fetched every object the GPUs' parts had made), and only the
+/// arrays and what lies above the top count as written when it drops —
+/// unless the top came down meanwhile (a collection moved objects), when
+/// all of the heap does.
+#[test]
+fn an_allocating_raw_image_leaves_what_lies_below_the_top_alone() {
+    let heap = heap();
+    let (elem, chunks) = array(&heap, 64);
+    // Another array, in chunks of its own, which a device writes.
+    let (other, other_chunks) = array(&heap, 3 * (CHUNK_BYTES / 8) as u32);
+    let dev = Dev::attach(&heap);
+    let all = 0..heap.committed().div_ceil(CHUNK_BYTES);
+    dev.begin(&heap, std::slice::from_ref(&all));
+    dev.end(&heap);
+    let mid = other(CHUNK_BYTES / 8 + 5);
+    let c_mid = mid / CHUNK_BYTES;
+    assert!(!chunks.contains(&c_mid) && other_chunks.contains(&c_mid));
+    dev.write(mid, 77);
+    dev.mark(&heap, &[mid]);
+    let top_chunk = heap.used() as usize / CHUNK_BYTES;
+    assert!(c_mid < top_chunk, "the written chunk lies below the top");
+    {
+        let raw = heap.raw_image_allocating(vec![chunks.clone()]).unwrap();
+        // SAFETY: an element of a live array, written by this thread only.
+        unsafe { (raw.base_ptr().add(elem(1)) as *mut u64).write_unaligned(11) };
+        assert!(
+            heap.is_host_stale(c_mid),
+            "fetched what the code cannot reach"
+        );
+    }
+    assert!(heap.is_device_stale(dev.id(), chunks.start));
+    assert!(heap.is_device_stale(dev.id(), top_chunk));
+    assert!(!heap.is_device_stale(dev.id(), c_mid));
+    assert_eq!(heap.load64(mid).unwrap(), 77);
+    // The top comes down while an image is live: everything is written.
+    let words = 64;
+    let (s, e) = heap
+        .carve_device_region(words, words, offload_abi::pages::MIXED, false)
+        .unwrap();
+    let low = other(2) / CHUNK_BYTES;
+    dev.begin(&heap, std::slice::from_ref(&all));
+    dev.end(&heap);
+    assert!(!heap.is_device_stale(dev.id(), low));
+    {
+        let _raw = heap.raw_image_allocating(vec![chunks.clone()]).unwrap();
+        assert!(heap.give_back(s, e));
+    }
+    assert!(heap.is_device_stale(dev.id(), low));
+    assert_eq!(heap.load64(elem(1)).unwrap(), 11);
+}

@@ -59,8 +59,10 @@ pub(super) fn run(
 /// The heap as compiled code sees it. A kernel that reaches nothing but
 /// its arrays of numbers (`crate::footprint`) fetches and marks only their
 /// chunks: the GPUs' next launches are not sent the rest of the heap again
-/// (after each CPU part of a split launch, the whole heap was). Any other
-/// kernel, the whole heap.
+/// (after each CPU part of a split launch, the whole heap was); one that
+/// also allocates, those and everything above eden's top (where its
+/// objects will be): a CPU part of a split launch does not fetch what the
+/// GPUs' parts made before. Any other kernel, the whole heap.
 fn raw_image<'a>(
     env: &'a LaunchEnv,
     call: &KernelCall<'_>,
@@ -71,10 +73,10 @@ fn raw_image<'a>(
         return Ok(heap.raw_image()?);
     }
     let allocates = call.prog.may_allocate(call.kernel);
-    let fp = crate::footprint::of_call(call, allocates, |r| {
-        crate::footprint::array_bytes(heap.header(r), r)
-    })?;
+    let fp =
+        crate::footprint::of_captures(call, |r| crate::footprint::array_bytes(heap.header(r), r))?;
     Ok(match fp {
+        Some(fp) if allocates => heap.raw_image_allocating(fp)?,
         Some(fp) => heap.raw_image_within(fp)?,
         None => heap.raw_image()?,
     })
