@@ -361,8 +361,9 @@ impl<'a> Grid<'a> {
             let (edens, seen) = &mut self.edens;
             if *seen != Some(collections) {
                 // A collection moved the objects of the earlier rounds'
-                // workitems: anywhere below this eden.
-                if seen.take().is_some() {
+                // workitems: anywhere below this eden (a kernel that
+                // allocates nothing has none).
+                if seen.take().is_some() && !edens.is_empty() {
                     edens.clear();
                     edens.push(0..eden_bytes.start);
                 }
