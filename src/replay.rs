@@ -27,6 +27,31 @@ use std::collections::BTreeMap;
 /// A record's header: the workitem, its site and why it stopped.
 pub(crate) type Header = (i64, SiteId, Reason);
 
+/// Which records a device may resume after an allocation failure: not one
+/// whose workitem failed at the same site again after it was resumed for
+/// that — the interpreter, which collects and waits for room, finishes it.
+/// Resumed again, it could fail for ever (a GPU's fresh eden can fill up
+/// the same way; on the CPU, a collection before each batch of replays
+/// retires the TLAB its refill filled, and its next refill can fail too).
+#[derive(Debug, Default)]
+pub(crate) struct AllocResumes(Vec<Option<(i64, SiteId)>>);
+
+impl AllocResumes {
+    /// Whether record `r` (numbered from 0 for its owner), with header
+    /// `h`, may be resumed; notes an allocation failure resumed.
+    pub(crate) fn may_resume(&mut self, r: usize, h: Header) -> bool {
+        if self.0.len() <= r {
+            self.0.resize(r + 1, None);
+        }
+        let failed = h.2 == Reason::AllocationFailure;
+        if failed && self.0[r] == Some((h.0, h.1)) {
+            return false;
+        }
+        self.0[r] = failed.then_some((h.0, h.1));
+        true
+    }
+}
+
 /// What resuming one record gave: the workitem's end (or its exception),
 /// or why it could not be resumed.
 pub(crate) type Resumed = Result<Result<Option<u64>, Box<Exception>>, Box<ResumeError>>;

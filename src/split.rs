@@ -124,14 +124,14 @@ pub(crate) fn refuse(call: &KernelCall<'_>) -> Option<String> {
             if let Some(why) = why {
                 return Some(format!("`{}` {why}", g.name));
             }
-            let callees: Vec<FuncId> = match inst {
-                Inst::Call { func } => vec![*func],
+            let callees = match inst {
+                Inst::Call { func } => func.index()..func.index() + 1,
                 // Any method may be the one called: every function of the
                 // module is looked at (a few more than need be).
-                Inst::CallVirt { .. } => (0..v.funcs.len()).map(FuncId::new).collect(),
-                _ => Vec::new(),
+                Inst::CallVirt { .. } => 0..v.funcs.len(),
+                _ => 0..0,
             };
-            for func in callees {
+            for func in callees.map(FuncId::new) {
                 if !seen.contains(&func) {
                     seen.push(func);
                     todo.push(func);

@@ -571,7 +571,7 @@ fn deopts_in_a_callee_inlined_into_both_versions_save_that_copys_frame() {
 #[test]
 fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
     let mut rng = native::Rng::new(2024);
-    let sites = stress::sites(&cpu(1));
+    let sites = stress::sites(&cpu(1), offload_testkit::kernels::STRESS_KERNEL);
     for case in 0..24 {
         let (n, m) = (1500 + rng.below(1500) as usize, 1 + rng.below(12) as i32);
         let b = Runtime::builder()

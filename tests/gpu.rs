@@ -182,7 +182,7 @@ fn exactly_once_under_injected_deopts_at_every_site() {
 #[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
 fn exactly_once_under_random_deopts_safepoints_and_refill_failures() {
     let probe = build(gpu());
-    let sites = stress::sites(&probe);
+    let sites = stress::sites(&probe, offload_testkit::kernels::STRESS_KERNEL);
     let cases = size(&probe, 24, 10) as u64;
     drop(probe);
     let mut rng = Rng::new(knob("OFFLOAD_GPU_SEED", 2024));

@@ -419,12 +419,7 @@ fn random_race_free_programs_split_over_every_device_agree_with_the_interpreter(
 fn allocating_kernels_split_over_every_device_run_every_workitem_once() {
     let kernel = offload_testkit::kernels::SPLIT_STRESS_KERNEL;
     let probe = build(split(true));
-    let sites: Vec<u32> = {
-        let m = probe.load("split_stress.obc", kernel).unwrap();
-        let k = m.program().verified().func_named("stress").unwrap();
-        let a = m.program().analysis(k).unwrap();
-        a.sites.iter().map(|s| s.bci).collect()
-    };
+    let sites = stress::sites(&probe, kernel);
     drop(probe);
     let mut rng = Rng::new(knob("OFFLOAD_SPLIT_SEED", 52));
     let cases = knob("OFFLOAD_SPLIT_CASES", 24) as usize;

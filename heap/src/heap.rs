@@ -460,30 +460,23 @@ impl Heap {
     /// The chunks wholly inside are the device's alone and never sent to
     /// it (`cuda/grid.rs`).
     fn zero_device_edges(&self, start: u64, end: u64, dirty_end: u64) {
-        use crate::resident::CHUNK_BYTES;
+        use crate::resident::{CHUNK_BYTES, chunks_of, chunks_within};
         let (a, b) = (start as usize * 8, end as usize * 8);
         let dirty = (dirty_end as usize * 8).min(b);
-        if a >= b {
-            return;
-        }
-        let first = a..b.min((a / CHUNK_BYTES + 1) * CHUNK_BYTES);
-        let last = a.max((b - 1) / CHUNK_BYTES * CHUNK_BYTES)..b;
-        let edges: [std::ops::Range<usize>; 2] = if first.end >= last.start {
-            // One chunk, or two that meet: one run.
-            [first.start..last.end, 0..0]
-        } else {
-            [first, last]
-        };
         // The chunks wholly inside are sent to no one; a twin of one from
         // before (a collection since lowered the top) is not the bytes
         // the host has there, and a fetch merging against it would keep
         // old bytes where the device's new objects hold zeroes.
-        let inside = a.div_ceil(CHUNK_BYTES)..b / CHUNK_BYTES;
-        if inside.start < inside.end {
+        let inside = chunks_within(a, b);
+        if !inside.is_empty() {
             self.forget_twins(inside);
         }
-        for e in edges.into_iter().filter(|e| !e.is_empty()) {
-            self.twin_before_change(crate::resident::chunks_of(e.start, e.end));
+        // The first and the last chunk it touches (one, when they are one).
+        let all = chunks_of(a, b);
+        let edges = [all.start, all.end.saturating_sub(1)];
+        for c in edges.into_iter().take(all.len().min(2)) {
+            let e = a.max(c * CHUNK_BYTES)..b.min((c + 1) * CHUNK_BYTES);
+            self.twin_before_change(c..c + 1);
             let z = e.start..e.end.min(dirty);
             if z.start < z.end {
                 // SAFETY: the carve's CAS made `[start, end)` its caller's

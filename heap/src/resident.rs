@@ -138,9 +138,7 @@ impl Drop for RawImage<'_> {
     fn drop(&mut self) {
         let moved = self.lowered.is_some_and(|l| l != self.heap.top_lowered());
         match &self.within {
-            _ if moved => self.heap.host_wrote(0, self.heap.used() as usize),
-            None => self.heap.host_wrote(0, self.heap.used() as usize),
-            Some(runs) => {
+            Some(runs) if !moved => {
                 // Nothing above the top was written (an allocating image's
                 // last run reaches the end of the reservation).
                 let used = (self.heap.used() as usize).next_multiple_of(CHUNK_BYTES);
@@ -151,6 +149,7 @@ impl Drop for RawImage<'_> {
                     }
                 }
             }
+            _ => self.heap.host_wrote(0, self.heap.used() as usize),
         }
         if self.counted {
             self.heap.raw_dropped();
@@ -325,11 +324,17 @@ impl Residency {
 }
 
 /// Chunks that hold any byte of `[start, end)`.
-pub(crate) fn chunks_of(start: usize, end: usize) -> Range<usize> {
+pub fn chunks_of(start: usize, end: usize) -> Range<usize> {
     if start >= end {
         return 0..0;
     }
     start >> CHUNK_SHIFT..(end - 1) / CHUNK_BYTES + 1
+}
+
+/// The chunks wholly inside the bytes `[start, end)` (`0..0` when none).
+pub fn chunks_within(start: usize, end: usize) -> Range<usize> {
+    let (first, past) = (start.div_ceil(CHUNK_BYTES), end / CHUNK_BYTES);
+    if first < past { first..past } else { 0..0 }
 }
 
 /// The byte range `r` without the chunks in `holes` (sorted), as runs.
@@ -453,23 +458,20 @@ impl Heap {
     /// reach, are not fetched (a CPU part of a split launch would
     /// otherwise fetch every object the GPUs' parts made before). If the
     /// top comes down before it drops (a collection moved objects), the
-    /// whole heap counts as written.
+    /// whole heap counts as written. `runs` are sorted, disjoint runs of
+    /// chunk numbers, as for [`Heap::raw_image_within`].
     pub fn raw_image_allocating(
         &self,
         mut runs: Vec<Range<usize>>,
     ) -> Result<RawImage<'_>, HeapError> {
         let lowered = self.top_lowered();
-        let top = self.top_words() as usize * 8;
-        runs.push(top / CHUNK_BYTES..self.res.chunks);
-        runs.sort_by_key(|r| r.start);
-        let mut merged: Vec<Range<usize>> = Vec::with_capacity(runs.len());
-        for r in runs.into_iter().filter(|r| r.start < r.end) {
-            match merged.last_mut() {
-                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-                _ => merged.push(r),
-            }
-        }
-        let mut image = self.raw_image_within(merged)?;
+        let from = self.top_words() as usize * 8 / CHUNK_BYTES;
+        runs.retain_mut(|r| {
+            r.end = r.end.min(from);
+            r.start < r.end
+        });
+        runs.push(from..self.res.chunks);
+        let mut image = self.raw_image_within(runs)?;
         image.lowered = Some(lowered);
         Ok(image)
     }
@@ -823,8 +825,7 @@ impl Heap {
         skip: Range<usize>,
     ) -> Result<Vec<Range<usize>>, HeapError> {
         let total = self.res.chunks;
-        let (first, past) = (skip.start.div_ceil(CHUNK_BYTES), skip.end / CHUNK_BYTES);
-        let inside = if first < past { first..past } else { 0..0 };
+        let inside = chunks_within(skip.start, skip.end);
         self.take_stale(m, std::slice::from_ref(&(0..total)), inside)
     }
 
@@ -840,17 +841,6 @@ impl Heap {
         self.take_stale(m, chunks, 0..0)
     }
 
-    /// [`Heap::take_device_stale_in`], the chunks `inside` (chunk
-    /// numbers) cleared but not sent.
-    pub(crate) fn take_device_stale_except(
-        &self,
-        m: MirrorId,
-        chunks: &[Range<usize>],
-        inside: Range<usize>,
-    ) -> Result<Vec<Range<usize>>, HeapError> {
-        self.take_stale(m, chunks, inside)
-    }
-
     /// Clear device `m`'s stale bits in `chunks` and return the byte runs
     /// to send: those chunks less the ones in `inside` (cleared, not sent)
     /// and less any chunk only `m` itself wrote since the host wrote it
@@ -858,7 +848,7 @@ impl Heap {
     /// granularity), which keeps `m`'s bytes. A chunk another device wrote
     /// is fetched first (the host's bytes are then the newest: a merge
     /// with `m`'s own writes where `m` wrote it too).
-    fn take_stale(
+    pub(crate) fn take_stale(
         &self,
         m: MirrorId,
         chunks: &[Range<usize>],

@@ -393,7 +393,7 @@ impl Heap {
         };
         // The stale chunks, those other devices wrote fetched (merged)
         // first: the host's bytes are then the newest.
-        let mut runs = match self.take_device_stale_except(m, chunks, fresh.clone()) {
+        let mut runs = match self.take_stale(m, chunks, fresh.clone()) {
             Ok(r) => r,
             Err(e) => return Err(self.unregister(new, token, e)),
         };

@@ -345,9 +345,8 @@ struct CpuSlot<'a> {
     /// The collections there had been when the slot last returned: a full
     /// heap's record is resumed only after one more.
     since: u64,
-    /// Per record, the workitem and site of the allocation failure it was
-    /// last resumed after (see `may_resume`).
-    resumed_alloc: Vec<Option<(i64, offload_ir::SiteId)>>,
+    /// The allocation failures its records were resumed after.
+    resumed_alloc: crate::replay::AllocResumes,
     /// The most records the slot held at once.
     records_high: u64,
     /// The collector, for `since`.
@@ -389,7 +388,7 @@ impl<'a> CpuSlot<'a> {
             rest: [0, 0],
             exhausted: false,
             since: 0,
-            resumed_alloc: Vec::new(),
+            resumed_alloc: Default::default(),
             records_high: 0,
             gc: &env.gc,
             values: None,
@@ -570,25 +569,10 @@ impl<'a> Rounds<'a> for CpuSlot<'a> {
     }
 
     fn may_resume(&mut self, r: usize, h: Header) -> bool {
-        let failed = h.2 == Reason::AllocationFailure;
-        if failed && self.gc.collections() <= self.since {
+        if h.2 == Reason::AllocationFailure && self.gc.collections() <= self.since {
             return false;
         }
-        // A workitem whose allocation failed again after it was resumed
-        // for that goes to the interpreter, which collects and waits for
-        // room: resumed again, it could fail for ever (a collection
-        // before each batch of replays retires the TLAB its refill
-        // filled, and its next refill can fail too).
-        let n = r - self.first;
-        if self.resumed_alloc.len() <= n {
-            self.resumed_alloc.resize(n + 1, None);
-        }
-        if failed && self.resumed_alloc[n] == Some((h.0, h.1)) {
-            self.resumed_alloc[n] = None;
-            return false;
-        }
-        self.resumed_alloc[n] = failed.then_some((h.0, h.1));
-        true
+        self.resumed_alloc.may_resume(r - self.first, h)
     }
 
     fn hand_back(&mut self, records: Vec<HandedBack>) {

@@ -19,7 +19,6 @@ use offload_abi::gpu::{self, DeviceCtx, counter};
 use offload_abi::record;
 use offload_heap::layout::Header as ObjectHeader;
 use offload_heap::resident::{CHUNK_BYTES, CHUNK_SHIFT};
-use offload_ir::SiteId;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -112,10 +111,9 @@ pub(super) struct Grid<'a> {
     params: (Vec<u64>, Vec<u64>),
     /// Records handed back, resumed by the next round.
     handed: Vec<HandedBack>,
-    /// Per slot, the (workitem, site) of the allocation failure it was
-    /// last given to resume: failing there again goes to the interpreter
-    /// (sized on first use: most launches leave no records).
-    resumed_alloc: Vec<Option<(i64, SiteId)>>,
+    /// The allocation failures its records were resumed after (sized on
+    /// first use: most launches leave no records).
+    resumed_alloc: crate::replay::AllocResumes,
     fairness: Fairness,
     trace: super::trace::Trace,
     safepoints_before: u64,
@@ -211,7 +209,7 @@ impl<'a> Grid<'a> {
             params: (Vec::new(), Vec::new()),
             range,
             handed: Vec::new(),
-            resumed_alloc: Vec::new(),
+            resumed_alloc: Default::default(),
             fairness: Fairness::default(),
             trace,
             safepoints_before: launch.env.control.count(),
@@ -372,22 +370,13 @@ impl<'a> Grid<'a> {
             if !eden_bytes.is_empty() {
                 edens.push(eden_bytes.clone());
             }
+            use offload_heap::resident::{chunks_of, chunks_within};
             let fp = crate::footprint::normalize(
                 fp.into_iter()
-                    .chain(
-                        edens
-                            .iter()
-                            .filter(|e| !e.is_empty())
-                            .map(|e| e.start / CHUNK_BYTES..e.end.div_ceil(CHUNK_BYTES)),
-                    )
+                    .chain(edens.iter().map(|e| chunks_of(e.start, e.end)))
                     .collect(),
             );
-            let inside = eden_bytes.start.div_ceil(CHUNK_BYTES)..eden_bytes.end / CHUNK_BYTES;
-            self.fresh = if inside.start < inside.end {
-                inside
-            } else {
-                0..0
-            };
+            self.fresh = chunks_within(eden_bytes.start, eden_bytes.end);
             let end = fp.last().map_or(0, |r| r.end * CHUNK_BYTES);
             // Under a hold alone when it must grow (`hold`).
             dh.ensure(end.max(eden_bytes.end))?;
@@ -916,18 +905,8 @@ impl<'r> Rounds<'r> for Grid<'_> {
 
     fn may_resume(&mut self, r: usize, h: Header) -> bool {
         // A full device eden's record is resumed by the relaunch (which
-        // carves a fresh one) unless the same workitem's allocation failed
-        // there again after a resume (then the interpreter, which
-        // collects, finishes it).
-        if self.resumed_alloc.is_empty() {
-            self.resumed_alloc = vec![None; self.state.slots * RECORDS_PER_SLOT];
-        }
-        let failed = h.2 == offload_deopt::Reason::AllocationFailure;
-        if failed && self.resumed_alloc[r] == Some((h.0, h.1)) {
-            return false;
-        }
-        self.resumed_alloc[r] = failed.then_some((h.0, h.1));
-        true
+        // carves a fresh one).
+        self.resumed_alloc.may_resume(r, h)
     }
 
     fn hand_back(&mut self, records: Vec<HandedBack>) {

@@ -7,11 +7,10 @@ use offload::{LaunchReport, Runtime, RuntimeBuilder, par_offload};
 use offload_jit::Injection;
 use offload_testkit::reference::Rng;
 
-/// The stress kernel's deopt sites (bytecode indices).
-pub fn sites(rt: &Runtime) -> Vec<u32> {
-    let m = rt
-        .load("stress.obc", offload_testkit::kernels::STRESS_KERNEL)
-        .unwrap();
+/// The deopt sites (bytecode indices) of `kernel`, a module whose kernel
+/// is `stress` (`STRESS_KERNEL`, `SPLIT_STRESS_KERNEL`).
+pub fn sites(rt: &Runtime, kernel: &str) -> Vec<u32> {
+    let m = rt.load("stress.obc", kernel).unwrap();
     let kid = m.program().verified().func_named("stress").unwrap();
     m.program()
         .analysis(kid)
