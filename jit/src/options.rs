@@ -47,8 +47,8 @@ pub enum Dispatch {
     /// the GPU, where a warp's 32 header loads touch up to 32 sectors and
     /// one page-table load one or two; by header on the CPU, where the
     /// header shares a cache line with the fields the callee reads and
-    /// the table costs a shift, a load and a test more (the two workloads
-    /// ran 1.06x and 1.17x slower by address).
+    /// the table costs a copy, a shift and a load more (by address,
+    /// raycast took 1.06–1.07x the time and particles 0.99–1.02x).
     #[default]
     Auto,
     /// By address on every backend.

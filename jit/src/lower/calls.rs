@@ -90,26 +90,96 @@ impl<B: Backend> Walker<'_, B> {
         let recv_var = self.stack_var(d0 - nargs, Kind::Ref);
         let recv = B::use_var(self, &recv_var, Kind::Ref);
         self.null_check_unless_known(recv.clone(), bci, nargs - 1);
-        let tag = B::class_tag(self, recv);
+        // The receiver's page's tag (`Ok`) or its class (`Err`).
+        let tag = match B::page_tag(self, recv.clone()) {
+            Some(page) => Ok(page),
+            None => Err(B::class_tag(self, recv.clone())),
+        };
         self.calls += 1;
         let join = B::join(self, m.ret.map(|t| t.kind()), true, self.calls);
+        match tag {
+            Ok(page) => self.dispatch_by_page(bci, recv, page, targets, miss, &join)?,
+            Err(tag) => self.dispatch_by_class(bci, tag, targets, miss, &join)?,
+        }
+        let r = B::enter_join(self, &join);
+        self.cur.depth = d0 - nargs;
+        if let (Some(t), Some(r)) = (m.ret, r) {
+            self.push(t.kind(), r);
+        }
+        Ok(())
+    }
+
+    /// The implementations `targets` of a virtual call at `bci` chosen by
+    /// the receiver's class `tag`, each inlined once and ending at `join`;
+    /// a class no implementation was compiled for deopts (`miss`).
+    fn dispatch_by_class(
+        &mut self,
+        bci: Bci,
+        tag: B::Val,
+        targets: Vec<(FuncId, Vec<u32>)>,
+        miss: offload_deopt::Reason,
+        join: &B::Join,
+    ) -> Result<(), JitError> {
+        let d0 = self.cur.depth;
         for (imp, ids) in targets {
             let hit = B::tag_in(self, tag.clone(), &ids);
             let next = B::guard(self, hit);
             self.cur.depth = d0;
             let r = self.inline(bci, imp)?;
-            B::jump_join(self, &join, r);
+            B::jump_join(self, join, r);
             B::switch_to(self, &next);
         }
         // A class no implementation was compiled for (or, speculating, one
         // the profile never saw): the interpreter calls.
         self.cur.depth = d0;
         self.deopt_here(bci, miss);
-        let r = B::enter_join(self, &join);
-        self.cur.depth = d0 - nargs;
-        if let (Some(t), Some(r)) = (m.ret, r) {
-            self.push(t.kind(), r);
+        Ok(())
+    }
+
+    /// The implementations `targets` of a virtual call at `bci` chosen by
+    /// the tag `page` of the receiver `recv`'s page ([`Backend::page_tag`]),
+    /// each inlined once and ending at `join`: the page's tag is tested
+    /// against each implementation's classes; when none matches and the
+    /// page names no class, the header's class is tested the same way (a
+    /// receiver the launch itself made on mixed pages); a class no
+    /// implementation was compiled for deopts (`miss`). On the hot path
+    /// the tests read the table alone: no test of the tag's sign, no
+    /// header.
+    fn dispatch_by_page(
+        &mut self,
+        bci: Bci,
+        recv: B::Val,
+        page: B::Val,
+        targets: Vec<(FuncId, Vec<u32>)>,
+        miss: offload_deopt::Reason,
+        join: &B::Join,
+    ) -> Result<(), JitError> {
+        let d0 = self.cur.depth;
+        let arms: Vec<B::Block> = targets.iter().map(|_| B::new_block(self)).collect();
+        let chain = |w: &mut Self, tag: &B::Val| {
+            for ((_, ids), arm) in targets.iter().zip(&arms) {
+                let hit = B::tag_in(w, tag.clone(), ids);
+                B::branch_on(w, hit, true, arm);
+            }
+        };
+        chain(self, &page);
+        let deopt = B::new_block(self);
+        let mixed = B::is_negative(self, page);
+        B::branch_on(self, mixed, false, &deopt);
+        let tag = B::header_tag(self, recv);
+        chain(self, &tag);
+        B::jump(self, &deopt);
+        // A class no implementation was compiled for (or, speculating, one
+        // the profile never saw): the interpreter calls.
+        B::switch_to(self, &deopt);
+        self.deopt_here(bci, miss);
+        for ((imp, _), arm) in targets.iter().zip(&arms) {
+            B::switch_to(self, arm);
+            self.cur.depth = d0;
+            let r = self.inline(bci, *imp)?;
+            B::jump_join(self, join, r);
         }
+        self.cur.depth = d0;
         Ok(())
     }
 

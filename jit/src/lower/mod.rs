@@ -233,8 +233,20 @@ pub(crate) trait Backend: Sized {
     fn obj_addr(w: &mut Walker<'_, Self>, r: Self::Val) -> Self::Val;
     /// The length of the array whose header is at `base`.
     fn array_len(w: &mut Walker<'_, Self>, base: Self::Val) -> Self::Val;
-    /// The class id in the header of the object `r` (non-null).
+    /// The class id of the object `r` (non-null): from its page's tag or
+    /// its header, as the backend dispatches.
     fn class_tag(w: &mut Walker<'_, Self>, r: Self::Val) -> Self::Val;
+    /// The class id in the header of the object `r` (non-null).
+    fn header_tag(w: &mut Walker<'_, Self>, r: Self::Val) -> Self::Val;
+    /// Where this backend dispatches a virtual call by address with the
+    /// header read off the hot path: the tag of the page of `r` alone
+    /// (non-null; `offload_abi::pages`), which is negative — matching no
+    /// class — on a page that names no class, so that the call tests the
+    /// page's tag first and reads the header only when no implementation
+    /// matched. `None` (the default): the call tests [`Backend::class_tag`].
+    fn page_tag(_w: &mut Walker<'_, Self>, _r: Self::Val) -> Option<Self::Val> {
+        None
+    }
     /// Whether the class id `tag` is one of `ids`, as a condition.
     fn tag_in(w: &mut Walker<'_, Self>, tag: Self::Val, ids: &[u32]) -> Self::Val;
     /// The address of element `idx` of array `r` (`size` bytes each),

@@ -171,6 +171,15 @@ impl PtxWalker<'_> {
         acc
     }
 
+    /// The class id in the header of the object `r` (`b32`), the load
+    /// marked [`DISPATCH_HEADER`]; `r` may be null.
+    pub(super) fn header_tag(&mut self, r: &str) -> String {
+        let tag = self.t(Cls::B32);
+        let base = self.obj_addr(r);
+        self.emit(format!("ld.u32 {tag}, [{base}]; // {DISPATCH_HEADER}"));
+        tag
+    }
+
     /// The class id of the object `r` (`b32`): the tag of its page
     /// (`offload_abi::pages`: one load from the page table, which every
     /// thread of a warp reads in the same few lines), or its header's when
@@ -179,12 +188,10 @@ impl PtxWalker<'_> {
     /// virtual GPU's counters. `r` may be null (heap word 0 is reserved and
     /// readable).
     pub(super) fn class_of(&mut self, r: &str) -> String {
-        let tag = self.t(Cls::B32);
         if !self.opts.dispatch.by_address(true) {
-            let base = self.obj_addr(r);
-            self.emit(format!("ld.u32 {tag}, [{base}]; // {DISPATCH_HEADER}"));
-            return tag;
+            return self.header_tag(r);
         }
+        let tag = self.t(Cls::B32);
         let table = self.ld_ctx(Cls::B64, offsets::PAGES);
         let page = self.t(Cls::B32);
         self.emit(format!(
@@ -786,6 +793,10 @@ impl Backend for Ptx {
 
     fn class_tag(w: &mut PtxWalker<'_>, r: String) -> String {
         w.class_of(&r)
+    }
+
+    fn header_tag(w: &mut PtxWalker<'_>, r: String) -> String {
+        w.header_tag(&r)
     }
 
     fn tag_in(w: &mut PtxWalker<'_>, tag: String, ids: &[u32]) -> String {
