@@ -138,18 +138,34 @@ fn host_writes_reach_the_next_launch_and_device_writes_the_next_read() {
     launch(&mut want);
     let quiet = moved(&launch(&mut want));
     for round in 0..6 {
-        // A host write of one element: one chunk goes up with the next
-        // launch, and it lands.
-        let at = rng.below(n as u64) as usize;
+        // A host write of one element among those the launch reaches: one
+        // chunk goes up with the next launch, and it lands. One past them
+        // (a chunk of ints further) stays on the host: the kernel reaches
+        // only its workitems' own elements (`offload_ir::own`), and the
+        // launch is over the first half.
+        let inside = round % 2 == 0;
+        let at = if inside {
+            rng.below((n / 2) as u64) as usize
+        } else {
+            let from = n / 2 + CHUNK_BYTES / 4;
+            from + rng.below((n - from) as u64) as usize
+        };
         let v = round * 1000 + 17;
         rt.write(&out, at, &[v]).unwrap();
         want[at] = v;
         let r = launch(&mut want);
         let extra = moved(&r) - quiet;
-        assert!(
-            extra >= CHUNK_BYTES as u64 && extra <= 2 * CHUNK_BYTES as u64,
-            "a one-element write moved {extra} more bytes: {r}"
-        );
+        if inside {
+            assert!(
+                extra >= CHUNK_BYTES as u64 && extra <= 2 * CHUNK_BYTES as u64,
+                "a one-element write moved {extra} more bytes: {r}"
+            );
+        } else {
+            assert_eq!(
+                extra, 0,
+                "a write past the launch's elements moved bytes: {r}"
+            );
+        }
         // A host read of one element fetches its chunk, and sees the
         // device's writes.
         let before = rt.heap().residency().fetched_bytes;

@@ -93,15 +93,17 @@ fn launches_whose_arrays_lie_in_different_chunks_share_the_gpu() {
     // What the report says of it.
     let beside = if ra.runs_beside > 0 { &ra } else { &rb };
     assert!(beside.to_string().contains("beside"), "{beside}");
-    // The host writes both arrays; each launch sends only its own.
+    // The host writes both arrays; each launch sends only the chunks of
+    // its own array's elements it reaches (`fill` reaches only element
+    // `i`: `offload_ir::own`), not the rest of its 1 MiB.
     rt.write(&a, 0, &vec![0; len]).unwrap();
     rt.write(&b, 0, &vec![0; len]).unwrap();
     let (ra, rb) = two_in_flight(&rt, (&a, &b), n, (200, 200), false);
-    let own = (len * 8) as u64;
+    let own = (n * 8) as u64;
     for r in [&ra, &rb] {
         assert!(
             r.to_device_bytes >= own && r.to_device_bytes < own + 2 * CHUNK_BYTES as u64,
-            "{} bytes sent for an array of {own}\n{r}",
+            "{} bytes sent for {own} bytes of elements\n{r}",
             r.to_device_bytes
         );
     }

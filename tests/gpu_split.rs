@@ -712,3 +712,63 @@ fn counted(i: i32, out: &mut [i64], hits: &mut [i32]) {{
     assert!(got.iter().enumerate().all(|(i, &v)| v == 2 * i as i64));
     assert_eq!(rt.read(&hits).unwrap(), [4 * 4096]);
 }
+
+/// A kernel that reaches its arrays only at its workitems' own elements
+/// (`y[i] = 2 * x[i] + y[i]`; `offload_ir::own`): split in equal shares
+/// over the CPU and the GPUs, warm launches move only the chunks at the
+/// parts' edges — `x` is never written, and each part is sent and fetches
+/// only its own elements' chunks (every chunk of both arrays went to each
+/// GPU part after the CPU's before: 8 MiB each) — and with parts by speed,
+/// which move from launch to launch, every launch's result is exact.
+#[test]
+#[ignore = "needs a GPU, real or virtual: run scripts/gpu-tests"]
+fn a_split_kernel_of_own_elements_moves_only_its_parts_edges() {
+    let src = "
+#[kernel]
+fn axpy(i: i32, x: &[f32], y: &mut [f32]) {
+    y[i] = 2.0 * x[i] + y[i];
+}
+";
+    let n = 1usize << 20;
+    let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    for even in [true, false] {
+        let rt = build(if even { split(true) } else { speeds(true) });
+        let m = rt.load_source("axpy.ofk", src).unwrap();
+        let (xa, ya) = (rt.array(&x).unwrap(), rt.array(&vec![1.0f32; n]).unwrap());
+        let k = m.closure("axpy", [(&xa).into(), (&ya).into()]).unwrap();
+        let mut want = vec![1.0f32; n];
+        for launch in 0..6 {
+            let r = rt.par_offload(0..n as i64, &k).unwrap();
+            for (w, xi) in want.iter_mut().zip(&x) {
+                *w += 2.0 * xi;
+            }
+            check_rows(&r, r.split.len());
+            eprintln!(
+                "equal shares {even}, launch {launch}: {} B to the devices, {} B back, {} devices",
+                r.to_device_bytes,
+                r.to_host_bytes,
+                r.split.len()
+            );
+            if even && launch >= 2 {
+                assert!(r.split.len() >= 3, "{r}");
+                // A part's edges: the chunks it shares with its
+                // neighbours (sent, and fetched from both writers to merge
+                // them) and the one with `y`'s header (the CPU's part
+                // writes the rest of it). Before, every chunk of both
+                // arrays: 128 each way per GPU.
+                let bound = 8 * (64 << 10);
+                for s in &r.split {
+                    assert!(
+                        s.to_device_bytes <= bound && s.to_host_bytes <= bound,
+                        "launch {launch}, {}: {} B sent, {} B fetched\n{r}",
+                        s.device,
+                        s.to_device_bytes,
+                        s.to_host_bytes
+                    );
+                }
+            }
+        }
+        assert_eq!(rt.read(&ya).unwrap(), want, "equal shares {even}");
+        assert_eq!(rt.read(&xa).unwrap(), x, "equal shares {even}");
+    }
+}

@@ -112,15 +112,16 @@ pub trait Mirror: Send + Sync {
 #[derive(Debug)]
 pub struct RawImage<'a> {
     heap: &'a Heap,
-    /// Counted by the heap's twins (made in twin mode).
-    counted: bool,
-    /// The runs of chunks its code may write ([`Heap::raw_image_within`]);
+    /// Its token with the heap's twins (made in twin mode).
+    counted: Option<u64>,
+    /// The runs of chunks its code may write ([`Heap::raw_image_touching`]);
     /// `None`: any.
-    within: Option<Vec<Range<usize>>>,
-    /// For [`Heap::raw_image_allocating`]: the times eden's top had come
-    /// down when it was made ([`Heap::top_lowered`]). If it came down
-    /// since (a collection moved objects below where the image begins),
-    /// the whole heap counts as written when it drops.
+    writes: Option<Vec<Range<usize>>>,
+    /// For an image of some chunks ([`Heap::raw_image_touching`],
+    /// [`Heap::raw_image_allocating`]): the times eden's top had come down
+    /// when it was made ([`Heap::top_lowered`]). If it came down since (a
+    /// collection moved objects, the arrays it writes among them), the
+    /// whole heap counts as written when it drops.
     lowered: Option<u64>,
 }
 
@@ -137,7 +138,7 @@ impl RawImage<'_> {
 impl Drop for RawImage<'_> {
     fn drop(&mut self) {
         let moved = self.lowered.is_some_and(|l| l != self.heap.top_lowered());
-        match &self.within {
+        match &self.writes {
             Some(runs) if !moved => {
                 // Nothing above the top was written (an allocating image's
                 // last run reaches the end of the reservation).
@@ -151,8 +152,8 @@ impl Drop for RawImage<'_> {
             }
             _ => self.heap.host_wrote(0, self.heap.used() as usize),
         }
-        if self.counted {
-            self.heap.raw_dropped();
+        if let Some(token) = self.counted {
+            self.heap.raw_dropped(token);
         }
     }
 }
@@ -439,11 +440,11 @@ impl Heap {
     /// refreshed by its next launch). Outside this crate it is the one way
     /// to the heap's address besides [`Heap::host_bytes`].
     pub fn raw_image(&self) -> Result<RawImage<'_>, HeapError> {
-        let counted = self.twin_for_raw();
+        let counted = self.twin_for_raw(None);
         let image = RawImage {
             heap: self,
             counted,
-            within: None,
+            writes: None,
             lowered: None,
         };
         self.sync_host()?;
@@ -472,6 +473,7 @@ impl Heap {
         });
         runs.push(from..self.res.chunks);
         let mut image = self.raw_image_within(runs)?;
+        // As the top was before this image's carves looked at it.
         image.lowered = Some(lowered);
         Ok(image)
     }
@@ -479,18 +481,32 @@ impl Heap {
     /// [`Heap::raw_image`] for code that reads and writes only the chunks
     /// of `runs` (sorted, disjoint runs of chunk numbers: a kernel whose
     /// captures are arrays of numbers and numbers, and which allocates
-    /// nothing, stays inside its arrays): only those are fetched, and only
-    /// those count as written by the host when it drops — a device's next
-    /// launch is not sent the rest of the heap again.
+    /// nothing, stays inside its arrays): [`Heap::raw_image_touching`] with
+    /// `runs` read and written.
     pub fn raw_image_within(&self, runs: Vec<Range<usize>>) -> Result<RawImage<'_>, HeapError> {
-        let counted = self.twin_for_raw();
+        self.raw_image_touching(&runs.clone(), runs)
+    }
+
+    /// [`Heap::raw_image`] for code that reads only the chunks of `reads`
+    /// and writes only those of `writes` (each sorted, disjoint runs of
+    /// chunk numbers): only those are fetched (a chunk it writes too: its
+    /// other bytes are the host's after), and only `writes` count as
+    /// written by the host when it drops — a device's next launch is not
+    /// sent the rest of the heap, or what the code only read, again.
+    pub fn raw_image_touching(
+        &self,
+        reads: &[Range<usize>],
+        writes: Vec<Range<usize>>,
+    ) -> Result<RawImage<'_>, HeapError> {
+        let lowered = self.top_lowered();
+        let counted = self.twin_for_raw(Some(&writes));
         let image = RawImage {
             heap: self,
             counted,
-            within: Some(runs),
-            lowered: None,
+            writes: Some(writes),
+            lowered: Some(lowered),
         };
-        for r in image.within.iter().flatten() {
+        for r in reads.iter().chain(image.writes.iter().flatten()) {
             self.fetch_chunks(r.start..r.end.min(self.res.chunks))?;
         }
         Ok(image)

@@ -72,6 +72,20 @@ struct State {
     /// writes.
     twins: HashMap<(MirrorId, usize), Box<[u8]>>,
     next: u64,
+    /// The raw images handed out in twin mode and not dropped.
+    raws: Vec<Raw>,
+}
+
+/// A raw image handed out in twin mode and not dropped.
+#[derive(Debug)]
+struct Raw {
+    token: u64,
+    /// The chunks its compiled host code may write without a mark until
+    /// it drops (`None`: any).
+    writes: Option<Vec<Range<usize>>>,
+    /// [`Heap::top_lowered`] when it was handed out: after a collection,
+    /// which moves what it writes, it may write any chunk.
+    lowered: u64,
 }
 
 impl State {
@@ -99,8 +113,8 @@ pub(crate) struct Twins {
     on: AtomicUsize,
     /// Twins kept now (the fetch's fast path skips the map when zero).
     kept: AtomicUsize,
-    /// Raw images handed out in twin mode and not dropped: compiled host
-    /// code may be writing any chunk without a mark until they drop.
+    /// Raw images handed out in twin mode and not dropped
+    /// ([`State::raws`]; the send's fast path skips the map when zero).
     raw: AtomicUsize,
     gate: RwLock<()>,
     state: Mutex<State>,
@@ -231,36 +245,49 @@ impl Heap {
     }
 
     /// Before a raw image is handed out in twin mode: twins of every chunk
-    /// a part is registered for (compiled host code will write the heap
-    /// with no store to hook), and the image counted until it drops
-    /// ([`Heap::raw_dropped`]) — a part sent chunks meanwhile is sent all
-    /// of its chunks. Whether it was counted.
-    pub(crate) fn twin_for_raw(&self) -> bool {
+    /// a part is registered for among those its compiled host code may
+    /// write (`writes`; `None`: any) — it will write them with no store to
+    /// hook — and the image counted until it drops
+    /// ([`Heap::raw_dropped`]): a part sent chunks meanwhile is sent all
+    /// of its chunks among those. Its token, when it was counted.
+    pub(crate) fn twin_for_raw(&self, writes: Option<&[Range<usize>]>) -> Option<u64> {
         if !self.twins.on() {
-            return false;
+            return None;
         }
         let _g = self
             .twins
             .gate
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        self.twins.raw.fetch_add(1, Ordering::AcqRel);
-        let chunks: Vec<Range<usize>> = self
-            .twins
-            .lock()
-            .writers
-            .iter()
-            .flat_map(|w| w.chunks.iter().cloned())
-            .collect();
+        let (token, chunks) = {
+            let mut st = self.twins.lock();
+            st.next += 1;
+            let token = st.next;
+            st.raws.push(Raw {
+                token,
+                writes: writes.map(<[_]>::to_vec),
+                lowered: self.top_lowered(),
+            });
+            self.twins.raw.fetch_add(1, Ordering::AcqRel);
+            let chunks: Vec<Range<usize>> = st
+                .writers
+                .iter()
+                .flat_map(|w| w.chunks.iter().cloned())
+                .flat_map(|r| within(r, writes))
+                .collect();
+            (token, chunks)
+        };
         for r in chunks {
             self.twin_before_change(r);
         }
-        true
+        Some(token)
     }
 
-    /// A raw image [`Heap::twin_for_raw`] counted dropped (after it marked
-    /// what it may have written).
-    pub(crate) fn raw_dropped(&self) {
+    /// The raw image [`Heap::twin_for_raw`] counted as `token` dropped
+    /// (after it marked what it may have written).
+    pub(crate) fn raw_dropped(&self, token: u64) {
+        let mut st = self.twins.lock();
+        st.raws.retain(|r| r.token != token);
         self.twins.raw.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -401,13 +428,30 @@ impl Heap {
             // Compiled host code is writing chunks it has not marked yet:
             // the device's image of any of them may be old, so all of them
             // go, each with what devices wrote merged first.
-            for r in chunks {
+            let hot: Vec<Range<usize>> = {
+                let st = self.twins.lock();
+                let lowered = self.top_lowered();
+                chunks
+                    .iter()
+                    .flat_map(|r| {
+                        st.raws
+                            .iter()
+                            .flat_map(|raw| {
+                                let w = raw.writes.as_deref().filter(|_| raw.lowered == lowered);
+                                within(r.clone(), w)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            };
+            for r in &hot {
                 if let Err(e) = self.fetch_chunks_of(r.clone()) {
                     return Err(self.unregister(new, token, e));
                 }
             }
             let limit = self.committed();
-            runs = chunks
+            let old = runs;
+            runs = hot
                 .iter()
                 .flat_map(|r| {
                     [
@@ -416,8 +460,10 @@ impl Heap {
                     ]
                 })
                 .map(|r| r.start * CHUNK_BYTES..(r.end * CHUNK_BYTES).min(limit))
+                .chain(old)
                 .filter(|r| r.start < r.end)
                 .collect();
+            runs = merged(runs);
         }
         let mut st = self.twins.lock();
         let mut sent = 0u64;
@@ -523,4 +569,29 @@ impl Heap {
     pub fn twins_kept(&self) -> usize {
         self.twins.kept.load(Ordering::Acquire)
     }
+}
+
+/// The chunks of `r` among `runs` (`None`: all of `r`).
+fn within(r: Range<usize>, runs: Option<&[Range<usize>]>) -> Vec<Range<usize>> {
+    match runs {
+        None => vec![r],
+        Some(runs) => runs
+            .iter()
+            .map(|w| r.start.max(w.start)..r.end.min(w.end))
+            .filter(|x| x.start < x.end)
+            .collect(),
+    }
+}
+
+/// `runs` sorted, with the ones that overlap or touch merged.
+fn merged(mut runs: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    runs.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(runs.len());
+    for r in runs {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
 }

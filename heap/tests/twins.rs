@@ -394,6 +394,57 @@ fn a_part_begun_beside_a_raw_image_is_sent_all_its_chunks() {
     assert_eq!(heap.load64(elem(4)).unwrap(), 44);
 }
 
+/// A raw image of some chunks (`Heap::raw_image_touching`: a CPU part of
+/// a split launch whose kernel writes only its workitems' own elements):
+/// a part begun beside it is sent, besides its stale chunks, only those of
+/// its chunks the image may write unmarked — not every chunk, as beside an
+/// image of the whole heap — and both sides' writes land.
+#[test]
+fn a_part_begun_beside_a_raw_image_of_some_chunks_is_sent_those() {
+    let heap = heap();
+    // Three chunks of longs and more.
+    let per = CHUNK_BYTES / 8;
+    let (elem, chunks) = array(&heap, 3 * per as u32 + 8);
+    let dev = Dev::attach(&heap);
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    dev.end(&heap);
+    let _on = heap.twin_mode();
+    let (host_at, dev_at) = (elem(8), elem(2 * per + 8));
+    let host_chunk = host_at / CHUNK_BYTES;
+    {
+        let writes = std::iter::once(host_chunk..host_chunk + 1).collect();
+        let raw = heap.raw_image_touching(&[], writes).unwrap();
+        // SAFETY: an element of a live array, written by this thread only.
+        unsafe { (raw.base_ptr().add(host_at) as *mut u64).write_unaligned(33) };
+        let mut sent = Vec::new();
+        let mut token = dev.token.lock().unwrap();
+        let (t, _) = heap
+            .send_for_write(
+                dev.id(),
+                std::slice::from_ref(&chunks),
+                0..0,
+                *token,
+                &mut |runs| {
+                    let mut d = dev.bytes.lock().unwrap();
+                    for (at, b) in runs {
+                        d[*at..*at + b.len()].copy_from_slice(b);
+                        sent.push(*at / CHUNK_BYTES..(*at + b.len()).div_ceil(CHUNK_BYTES));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+        *token = Some(t);
+        drop(token);
+        assert_eq!(sent, vec![host_chunk..host_chunk + 1], "chunks sent");
+        dev.write(dev_at, 44);
+        dev.mark(&heap, &[dev_at]);
+    }
+    dev.end(&heap);
+    assert_eq!(heap.load64(host_at).unwrap(), 33);
+    assert_eq!(heap.load64(dev_at).unwrap(), 44);
+}
+
 /// A device eden carved in twin mode (a split launch's GPU part) over
 /// memory that held objects before: the host's bytes of it in its two edge
 /// chunks — which it shares with what lies around it, and which are sent

@@ -193,6 +193,10 @@ pub struct FuncAnalysis {
     /// For a kernel, the parameters a launch may sum into
     /// ([`crate::summed::summable_params`]); empty for other functions.
     pub summable: Vec<u32>,
+    /// For a kernel, how it reaches each parameter's elements, by
+    /// parameter index ([`crate::own::param_access`]); empty for other
+    /// functions.
+    pub param_access: Vec<crate::own::ParamAccess>,
 }
 
 impl FuncAnalysis {
@@ -313,6 +317,11 @@ pub fn analyze(v: &Verified, func: FuncId) -> FuncAnalysis {
         refs: crate::refs::ref_facts(v, func),
         summable: if f.kind == crate::module::FuncKind::Kernel {
             crate::summed::summable_params(v, func)
+        } else {
+            Vec::new()
+        },
+        param_access: if f.kind == crate::module::FuncKind::Kernel {
+            crate::own::param_access(v, func)
         } else {
             Vec::new()
         },

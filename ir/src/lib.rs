@@ -41,6 +41,7 @@ pub mod fuzzgen;
 pub mod isa;
 mod lexer;
 pub mod module;
+pub mod own;
 pub mod parser;
 pub mod printer;
 pub mod reference;

@@ -47,7 +47,7 @@ pub(super) fn run(
             Some(t) if ck.quick => t.watch(),
             _ => Arc::default(),
         },
-        image: raw_image(env, &call)?,
+        image: raw_image(env, &call, &range)?,
     };
     let code = Code {
         meta: &ck.meta,
@@ -56,28 +56,42 @@ pub(super) fn run(
     protocol::run(&dev, env, call, code, plan, range, started)
 }
 
-/// The heap as compiled code sees it. A kernel that reaches nothing but
-/// its arrays of numbers (`crate::footprint`) fetches and marks only their
-/// chunks: the GPUs' next launches are not sent the rest of the heap again
-/// (after each CPU part of a split launch, the whole heap was); one that
-/// also allocates, those and everything above eden's top (where its
-/// objects will be): a CPU part of a split launch does not fetch what the
-/// GPUs' parts made before. Any other kernel, the whole heap.
+/// The heap as compiled code sees it over `range`. A kernel that reaches
+/// nothing but its arrays of numbers (`crate::footprint`) fetches the
+/// chunks it reads or writes and marks only those it writes — of an array
+/// it reaches only at the workitem's own element, the chunks of the
+/// range's elements: the GPUs' next launches are not sent the rest of the
+/// heap, what it only read, or the elements of the other parts of a split
+/// launch again (after each CPU part of a split launch, the whole heap
+/// was; later, every chunk of its arrays), and it does not fetch what the
+/// GPUs' parts wrote elsewhere. One that also allocates, its arrays and
+/// everything above eden's top (where its objects will be): a CPU part of
+/// a split launch does not fetch what the GPUs' parts made before. Any
+/// other kernel, the whole heap.
 fn raw_image<'a>(
     env: &'a LaunchEnv,
     call: &KernelCall<'_>,
+    range: &Range<i64>,
 ) -> Result<offload_heap::RawImage<'a>, OffloadError> {
     let heap = &env.heap;
     if !heap.is_mirrored() {
         // No device holds a copy: nothing to fetch or mark.
         return Ok(heap.raw_image()?);
     }
-    let allocates = call.prog.may_allocate(call.kernel);
-    let fp =
-        crate::footprint::of_captures(call, |r| crate::footprint::array_bytes(heap.header(r), r))?;
-    Ok(match fp {
-        Some(fp) if allocates => heap.raw_image_allocating(fp)?,
-        Some(fp) => heap.raw_image_within(fp)?,
+    if call.prog.may_allocate(call.kernel) {
+        let fp = crate::footprint::of_captures(call, |r| {
+            crate::footprint::array_bytes(heap.header(r), r)
+        })?;
+        return Ok(match fp {
+            Some(fp) => heap.raw_image_allocating(fp)?,
+            None => heap.raw_image()?,
+        });
+    }
+    let touched = crate::footprint::touched_over(call, range, |r| {
+        crate::footprint::array_bytes(heap.header(r), r)
+    })?;
+    Ok(match touched {
+        Some((reads, writes)) => heap.raw_image_touching(&reads, writes)?,
         None => heap.raw_image()?,
     })
 }

@@ -239,7 +239,10 @@ impl<'a> Grid<'a> {
         let (gpu, env, allocates) = (self.gpu, launch.env, self.k.ptx.allocates);
         let admitted = gpu.share.hold(
             (self.ticket, gpu.resident.id().index(), launch.call.split),
-            &mut || super::share::want(launch, allocates, gpu.resident.cap(), &gpu.sizes),
+            &mut || {
+                let cap = gpu.resident.cap();
+                super::share::want(launch, &self.range, allocates, cap, &gpu.sizes)
+            },
             &|| env.gc.collections(),
             &|f| env.control.outside(f),
             &|| launch.interrupted(),
@@ -254,7 +257,9 @@ impl<'a> Grid<'a> {
             // allocates, or its image must grow first): `split.rs` splits
             // only kernels that reach nothing but their arrays and the
             // objects they make (`send_heap` adds the device eden's edges).
-            None if self.part.is_some() => super::share::captures(launch, &gpu.sizes)?,
+            None if self.part.is_some() => {
+                super::share::captures(launch, &self.range, allocates, &gpu.sizes)?
+            }
             fp => fp,
         };
         Ok(true)

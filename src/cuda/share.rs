@@ -125,11 +125,12 @@ fn overlaps(a: &[Range<usize>], b: &[Range<usize>]) -> bool {
 /// holds it; alone otherwise.
 pub(super) fn want(
     launch: &Launch<'_>,
+    range: &Range<i64>,
     allocates: bool,
     image_bytes: usize,
     sizes: &Sizes,
 ) -> Result<Want, OffloadError> {
-    let Some(fp) = footprint(launch, allocates, sizes)? else {
+    let Some(fp) = footprint(launch, range, allocates, sizes)? else {
         return Ok(Want::Alone);
     };
     if fp.last().is_some_and(|r| r.end * CHUNK_BYTES > image_bytes) {
@@ -139,27 +140,34 @@ pub(super) fn want(
     Ok(Want::Shared(fp))
 }
 
-/// The chunks a run of `launch` may touch (`crate::footprint`), with the
-/// arrays' sizes from `sizes`; `None` when it may touch any.
+/// The chunks a run of `launch` over `range` may touch
+/// (`crate::footprint`), with the arrays' sizes from `sizes`; `None` when
+/// it may touch any.
 pub(super) fn footprint(
     launch: &Launch<'_>,
+    range: &Range<i64>,
     allocates: bool,
     sizes: &Sizes,
 ) -> Result<Option<Footprint>, OffloadError> {
     let heap = &launch.env.heap;
-    crate::footprint::of_call(&launch.call, allocates, |r| sizes.of(heap, r))
+    crate::footprint::of_call(&launch.call, allocates, range, |r| sizes.of(heap, r))
 }
 
-/// The chunks of the arrays of numbers `launch` captures, when it
-/// captures nothing else (`crate::footprint::of_captures`): what a part of
-/// a split launch registers with the heap's twins, an allocating one
-/// besides its device eden's edges.
+/// What a part of a split launch over `range` registers with the heap's
+/// twins: the chunks it reads or writes ([`footprint`]), or, for one that
+/// `allocates`, every chunk of the arrays of numbers it captures
+/// (`crate::footprint::of_captures`; it adds its device eden's edges).
 pub(super) fn captures(
     launch: &Launch<'_>,
+    range: &Range<i64>,
+    allocates: bool,
     sizes: &Sizes,
 ) -> Result<Option<Footprint>, OffloadError> {
     let heap = &launch.env.heap;
-    crate::footprint::of_captures(&launch.call, |r| sizes.of(heap, r))
+    if allocates {
+        return crate::footprint::of_captures(&launch.call, |r| sizes.of(heap, r));
+    }
+    footprint(launch, range, false, sizes)
 }
 
 /// The sizes of the arrays runs have named, by address, while the heap's
