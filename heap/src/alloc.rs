@@ -261,7 +261,8 @@ impl<'h> Allocator<'h> {
     /// the heap were full: the refiller publishes FAILED and the slot's
     /// allocators fail with [`AllocFailure::Exhausted`] — on a device they
     /// deopt with `AllocationFailure` — until a collection resets the
-    /// slots ([`Allocator::reset_after_collection`]). 0 turns it off.
+    /// slots ([`Allocator::reset_after_collection`]), which counts the
+    /// refills anew. 0 turns it off.
     pub fn with_exhaustion_every(mut self, every: u64) -> Self {
         self.stress = (every > 0).then(|| (every, AtomicU64::new(0)));
         self
@@ -462,6 +463,14 @@ impl<'h> Allocator<'h> {
     pub fn reset_after_collection(&self) {
         for s in self.buffers.iter().chain(self.slots.iter()) {
             s.reset();
+        }
+        // Stress's exhaustion is made up: counted anew from a collection,
+        // the first refill after one finds room, as a real collection of
+        // a heap that is not full gives it. (Counted on, the one allocation
+        // a worker alone among waiters tries after its collection could
+        // find the made-up exhaustion and throw `OutOfMemory`.)
+        if let Some((_, count)) = &self.stress {
+            count.store(0, Ordering::Relaxed);
         }
     }
 

@@ -272,3 +272,29 @@ fn exhaustion_through_a_buffer_is_for_good_and_the_heap_parses() {
     assert_eq!(walk.arrays, ok);
     assert_eq!(walk.bytes, h.used() - 16);
 }
+
+#[test]
+fn stress_exhaustion_is_counted_anew_after_a_collection() {
+    // Every second refill (over the allocator's slots) finds eden
+    // exhausted; a collection (its reset) counts anew, so the refill right
+    // after one finds room whatever other slots refilled before it.
+    let h = heap(64 << 20);
+    let a = Allocator::new(&h, AllocPolicy::SharedTlab { group: 1 }, 2)
+        .with_tlab_bytes(256)
+        .with_exhaustion_every(2);
+    // A quarter of a TLAB (the most a TLAB takes): four per refill.
+    let obj = Header::Object { class: 7, size: 64 };
+    // Slot 0: refill 1 finds room, refill 2 the made-up exhaustion.
+    let made = (0..100).take_while(|_| a.alloc(0, obj).is_ok()).count();
+    assert!((1..100).contains(&made), "{made} before the exhaustion");
+    // Slot 1: refill 3.
+    assert!(a.alloc(1, obj).is_ok(), "refill 3");
+    a.reset_after_collection();
+    // Refill 4, counted on, would find the made-up exhaustion right
+    // after the collection.
+    assert!(
+        a.alloc(1, obj).is_ok(),
+        "the first refill after a collection"
+    );
+    a.retire();
+}
