@@ -58,13 +58,10 @@ pub(super) fn run(
 
 /// The heap as compiled code sees it over `range`. A kernel that reaches
 /// nothing but its arrays of numbers (`crate::footprint`) fetches the
-/// chunks it reads or writes and marks only those it writes — of an array
-/// it reaches only at the workitem's own element, the chunks of the
-/// range's elements: the GPUs' next launches are not sent the rest of the
-/// heap, what it only read, or the elements of the other parts of a split
-/// launch again (after each CPU part of a split launch, the whole heap
-/// was; later, every chunk of its arrays), and it does not fetch what the
-/// GPUs' parts wrote elsewhere. One that also allocates, its arrays and
+/// arrays it reads or writes and marks only those it writes: the GPUs'
+/// next launches are not sent the rest of the heap or what it only read
+/// again (after each CPU part of a split launch, the whole heap was;
+/// later, every chunk of its arrays). One that also allocates, its arrays and
 /// everything above eden's top (where its objects will be): a CPU part of
 /// a split launch does not fetch what the GPUs' parts made before. Any
 /// other kernel, the whole heap.
@@ -87,7 +84,16 @@ fn raw_image<'a>(
             None => heap.raw_image()?,
         });
     }
-    let touched = crate::footprint::touched_over(call, range, |r| {
+    // Over every element of an array it writes at its own elements, not
+    // only its range's: a CPU part of a split launch that fetched and
+    // marked only its range's chunks lost its writes to the chunk it
+    // shares with a GPU part (1 launch in 12 of the own-elements split
+    // test on four vGPUs, not understood yet); it still fetches and marks
+    // nothing of an array it does not touch, and marks nothing it only
+    // reads.
+    let _ = range;
+    let every = 0..i64::from(i32::MAX);
+    let touched = crate::footprint::touched_over(call, &every, |r| {
         crate::footprint::array_bytes(heap.header(r), r)
     })?;
     Ok(match touched {
