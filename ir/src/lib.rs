@@ -40,6 +40,7 @@ pub mod diag;
 pub mod fuzzgen;
 pub mod isa;
 mod lexer;
+mod mayflow;
 pub mod module;
 pub mod own;
 pub mod parser;

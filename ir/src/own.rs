@@ -98,18 +98,6 @@ fn raise(a: &mut Access, to: Access) {
 /// The may-analysis; `None` where it cannot follow the kernel.
 fn analyze(v: &Verified, func: FuncId, out: &mut [ParamAccess]) -> Option<()> {
     let f = v.func(func);
-    let types = v.types(func);
-    let body = &f.body;
-    let depth = |b: usize| {
-        types
-            .frames
-            .get(b)
-            .and_then(Option::as_ref)
-            .map(|fr| fr.stack.len())
-    };
-    if body.is_empty() {
-        return Some(());
-    }
     let mut locals = vec![OTHER; f.locals.len()];
     for (p, l) in locals.iter_mut().enumerate().take(out.len()) {
         *l = match (p, f.locals[p].ty) {
@@ -118,60 +106,16 @@ fn analyze(v: &Verified, func: FuncId, out: &mut [ParamAccess]) -> Option<()> {
             _ => OTHER,
         };
     }
-    let mut at: Vec<Option<State>> = vec![None; body.len()];
-    at[0] = Some(State {
-        stack: vec![OTHER; depth(0).unwrap_or(0)],
-        locals,
-    });
-    let mut work = vec![0usize];
-    while let Some(bci) = work.pop() {
-        let st = at[bci].clone()?;
-        let inst = body[bci];
-        let after = step(v, inst, st, out)?;
-        for s in inst.successors(bci as crate::types::Bci) {
-            let s = s as usize;
-            let Some(d) = depth(s).filter(|_| s < body.len()) else {
-                continue;
-            };
-            let mut o = after.clone();
-            o.stack.resize(d, OTHER);
-            let changed = match &mut at[s] {
-                Some(cur) => cur.join(&o),
-                slot @ None => {
-                    *slot = Some(o);
-                    true
-                }
-            };
-            if changed {
-                work.push(s);
-            }
-        }
-    }
-    Some(())
+    crate::mayflow::run(v, func, locals, OTHER, |_, inst, st: State| {
+        step(v, inst, st, out).ok_or(())
+    })
+    .ok()
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct State {
-    stack: Vec<Slot>,
-    locals: Vec<Slot>,
-}
+/// What each stack slot (bottom first) and local may hold ([`Slot`]).
+type State = crate::mayflow::Slots<Slot>;
 
 impl State {
-    /// Join `o` into `self`; whether anything changed.
-    fn join(&mut self, o: &State) -> bool {
-        let mut changed = false;
-        for (a, b) in self
-            .stack
-            .iter_mut()
-            .chain(self.locals.iter_mut())
-            .zip(o.stack.iter().chain(o.locals.iter()))
-        {
-            changed |= *b & !*a != 0;
-            *a |= *b;
-        }
-        changed
-    }
-
     /// Pop `k` values; every array parameter among them may have any of
     /// its elements read and written.
     fn escape(&mut self, k: usize, out: &mut [ParamAccess]) {

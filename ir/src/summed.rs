@@ -103,85 +103,27 @@ fn analyze(
     mut atomic: impl FnMut(Bci, u8),
 ) -> Result<(), (Bci, String)> {
     let f = v.func(func);
-    let types = v.types(func);
-    let n = f.body.len();
-    let depth = |b: usize| {
-        types
-            .frames
-            .get(b)
-            .and_then(Option::as_ref)
-            .map(|fr| fr.stack.len())
-    };
-    if n == 0 {
-        return Ok(());
-    }
     let mut locals = vec![OTHER; f.locals.len()];
     for &p in params {
         locals[p as usize] = SUMMED;
     }
-    let mut at: Vec<Option<State>> = vec![None; n];
-    at[0] = Some(State {
-        stack: vec![OTHER; depth(0).unwrap_or(0)],
-        locals,
-    });
-    let mut work = vec![0usize];
-    while let Some(bci) = work.pop() {
-        let Some(st) = at[bci].clone() else { continue };
-        let inst = f.body[bci];
+    crate::mayflow::run(v, func, locals, OTHER, |bci, inst, st: State| {
         if matches!(inst, Inst::I32ArrayAtomicAdd | Inst::I64ArrayAtomicAdd) {
             let d = st.stack.len();
             atomic(
-                bci as Bci,
+                bci,
                 st.stack.get(d.wrapping_sub(3)).copied().unwrap_or(OTHER),
             );
         }
-        let out = step(v, inst, st).map_err(|what| (bci as Bci, what))?;
-        for s in inst.successors(bci as Bci) {
-            let s = s as usize;
-            let Some(d) = depth(s).filter(|_| s < n) else {
-                continue;
-            };
-            let mut o = out.clone();
-            o.stack.resize(d, OTHER);
-            let changed = match &mut at[s] {
-                Some(cur) => cur.join(&o),
-                slot @ None => {
-                    *slot = Some(o);
-                    true
-                }
-            };
-            if changed {
-                work.push(s);
-            }
-        }
-    }
-    Ok(())
+        step(v, inst, st).map_err(|what| (bci, what))
+    })
 }
 
 /// What each stack slot (bottom first) and local may hold: [`SUMMED`],
 /// [`OTHER`] or both.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct State {
-    stack: Vec<u8>,
-    locals: Vec<u8>,
-}
+type State = crate::mayflow::Slots<u8>;
 
 impl State {
-    /// Join `o` into `self`; whether anything changed.
-    fn join(&mut self, o: &State) -> bool {
-        let mut changed = false;
-        for (a, b) in self
-            .stack
-            .iter_mut()
-            .chain(self.locals.iter_mut())
-            .zip(o.stack.iter().chain(o.locals.iter()))
-        {
-            changed |= *b & !*a != 0;
-            *a |= *b;
-        }
-        changed
-    }
-
     /// Pop `k` values; an error naming `what` if one may be a summed
     /// array.
     fn take(&mut self, k: usize, what: &str) -> Result<(), String> {

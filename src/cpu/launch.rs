@@ -47,7 +47,7 @@ pub(super) fn run(
             Some(t) if ck.quick => t.watch(),
             _ => Arc::default(),
         },
-        image: raw_image(env, &call, &range)?,
+        image: raw_image(env, &call)?,
     };
     let code = Code {
         meta: &ck.meta,
@@ -56,7 +56,7 @@ pub(super) fn run(
     protocol::run(&dev, env, call, code, plan, range, started)
 }
 
-/// The heap as compiled code sees it over `range`. A kernel that reaches
+/// The heap as compiled code sees it. A kernel that reaches
 /// nothing but its arrays of numbers (`crate::footprint`) fetches the
 /// arrays it reads or writes and marks only those it writes: the GPUs'
 /// next launches are not sent the rest of the heap or what it only read
@@ -68,7 +68,6 @@ pub(super) fn run(
 fn raw_image<'a>(
     env: &'a LaunchEnv,
     call: &KernelCall<'_>,
-    range: &Range<i64>,
 ) -> Result<offload_heap::RawImage<'a>, OffloadError> {
     let heap = &env.heap;
     if !heap.is_mirrored() {
@@ -91,7 +90,6 @@ fn raw_image<'a>(
     // test on four vGPUs, not understood yet); it still fetches and marks
     // nothing of an array it does not touch, and marks nothing it only
     // reads.
-    let _ = range;
     let every = 0..i64::from(i32::MAX);
     let touched = crate::footprint::touched_over(call, &every, |r| {
         crate::footprint::array_bytes(heap.header(r), r)
