@@ -9,10 +9,10 @@
 //! between rounds with disjoint footprints, sends a round only the stale
 //! chunks of its footprint, and registers a split part's footprint with
 //! the heap's twins (`cuda/share.rs`); the CPU device fetches only the
-//! arrays its launch reads or writes and marks only those it writes when
-//! its raw image drops (`cpu/launch.rs`: whole, not its range's chunks),
-//! so that the GPUs' next launches are not sent the rest of the heap or
-//! what it only read again.
+//! chunks its launch reads or writes and marks only those it writes when
+//! its raw image drops (`cpu/launch.rs`), so that the GPUs' next launches
+//! are not sent the rest of the heap, what it only read, or the other
+//! parts' elements again.
 
 use crate::env::KernelCall;
 use crate::error::OffloadError;

@@ -716,9 +716,10 @@ fn counted(i: i32, out: &mut [i64], hits: &mut [i32]) {{
 /// A kernel that reaches its arrays only at its workitems' own elements
 /// (`y[i] = 2 * x[i] + y[i]`; `offload_ir::own`): split in equal shares
 /// over the CPU and the GPUs, a warm launch sends each GPU part only its
-/// own range's chunks of `y` — `x` is never written, and `y`'s other
+/// own range's edge chunks of `y` — `x` is never written, and `y`'s other
 /// parts are not its (every chunk of both arrays went to each GPU part
-/// after the CPU's before: 8 MiB each) — and every launch's result is
+/// after the CPU's before: 8 MiB each) — the CPU part fetches only its own
+/// range's chunks the GPUs wrote, and every launch's result is
 /// exact, in equal shares and with parts by speed, which move from launch
 /// to launch.
 #[test]
@@ -752,22 +753,32 @@ fn axpy(i: i32, x: &[f32], y: &mut [f32]) {
             );
             if even && launch >= 2 {
                 assert!(r.split.len() >= 3, "{r}");
-                // Each GPU part is sent its own range's chunks of `y`
-                // (the CPU's part marks every chunk of `y` written: it
-                // writes at its workitems' own elements, but fetching and
-                // marking only its range's chunks lost writes, see
-                // `cpu/launch.rs`), its edges and `y`'s header chunk —
-                // never `x`, which nobody writes. Before, every chunk of
-                // both arrays: 128 per GPU.
-                let own = (4usize << 20) / r.split.len() / (64 << 10) + 5;
+                // Each GPU part is sent the chunks of `y` it shares with
+                // its neighbours' parts (which they wrote), `y`'s header
+                // chunk and the chunk the CPU's raw image may be writing
+                // when it begins — never `x`, which nobody writes, nor the
+                // chunks of `y` only it writes. Before, every chunk of
+                // both arrays (128 per GPU), then every chunk of `y` while
+                // the CPU's part fetched and marked whole arrays.
+                let chunk = 64u64 << 10;
                 for s in r.split.iter().filter(|s| s.device.starts_with("GPU")) {
                     assert!(
-                        s.to_device_bytes <= (own * (64 << 10)) as u64,
+                        s.to_device_bytes <= 5 * chunk,
                         "launch {launch}, {}: {} B sent\n{r}",
                         s.device,
                         s.to_device_bytes
                     );
                 }
+                // And what comes back is those shared chunks too: the
+                // CPU's part fetches only its own elements' chunks (it
+                // fetched every chunk of `y` the GPUs wrote: 89 on two
+                // vGPUs).
+                let devices = r.split.len() as u64;
+                assert!(
+                    r.to_host_bytes <= 8 * devices * chunk,
+                    "launch {launch}: {} B back\n{r}",
+                    r.to_host_bytes
+                );
             }
         }
         let got = rt.read(&ya).unwrap();

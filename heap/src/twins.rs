@@ -418,32 +418,41 @@ impl Heap {
                 }
             }
         };
+        // Compiled host code is writing chunks it has not marked yet (raw
+        // images): the device's image of any of them may be old, so all of
+        // them go, each with what devices wrote merged first. Taken before
+        // the stale chunks are: no raw image is handed out while this send
+        // holds the gate, but one may drop meanwhile, and its marks landing
+        // after `take_stale` read the bits, with the image gone when looked
+        // for after, would leave the part writing over an old image of
+        // them with no twin — and the host's writes lost when its bytes
+        // come back (1 run in 12 of a split launch whose CPU part fetched
+        // and marked only its range's chunks).
+        let hot: Vec<Range<usize>> = if self.twins.raw.load(Ordering::Acquire) != 0 {
+            let st = self.twins.lock();
+            let lowered = self.top_lowered();
+            chunks
+                .iter()
+                .flat_map(|r| {
+                    st.raws
+                        .iter()
+                        .flat_map(|raw| {
+                            let w = raw.writes.as_deref().filter(|_| raw.lowered == lowered);
+                            within(r.clone(), w)
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         // The stale chunks, those other devices wrote fetched (merged)
         // first: the host's bytes are then the newest.
         let mut runs = match self.take_stale(m, chunks, fresh.clone()) {
             Ok(r) => r,
             Err(e) => return Err(self.unregister(new, token, e)),
         };
-        if self.twins.raw.load(Ordering::Acquire) != 0 {
-            // Compiled host code is writing chunks it has not marked yet:
-            // the device's image of any of them may be old, so all of them
-            // go, each with what devices wrote merged first.
-            let hot: Vec<Range<usize>> = {
-                let st = self.twins.lock();
-                let lowered = self.top_lowered();
-                chunks
-                    .iter()
-                    .flat_map(|r| {
-                        st.raws
-                            .iter()
-                            .flat_map(|raw| {
-                                let w = raw.writes.as_deref().filter(|_| raw.lowered == lowered);
-                                within(r.clone(), w)
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .collect()
-            };
+        if !hot.is_empty() {
             for r in &hot {
                 if let Err(e) = self.fetch_chunks_of(r.clone()) {
                     return Err(self.unregister(new, token, e));

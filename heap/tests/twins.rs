@@ -445,6 +445,74 @@ fn a_part_begun_beside_a_raw_image_of_some_chunks_is_sent_those() {
     assert_eq!(heap.load64(dev_at).unwrap(), 44);
 }
 
+/// A raw image that drops while a part's send runs — its marks landing
+/// after the send looked for stale chunks — still has the chunks it wrote
+/// sent to the part: the send takes what live images may write before it
+/// looks. Looked for after, the image was gone and its marks not seen, the
+/// part wrote over an old image of the chunk with no twin, and its fetch
+/// put the old bytes back over the host's write (a CPU part of a split
+/// launch one launch behind in the chunk it shares with a GPU part).
+#[test]
+fn a_raw_image_that_drops_during_a_send_has_its_chunks_sent() {
+    use std::sync::mpsc::channel;
+    let heap = heap();
+    let per = CHUNK_BYTES / 8;
+    let (elem, chunks) = array(&heap, 3 * per as u32 + 8);
+    let (dev, other) = (Dev::attach(&heap), Dev::attach(&heap));
+    dev.begin(&heap, std::slice::from_ref(&chunks));
+    dev.end(&heap);
+    // The other device wrote a chunk of the array: the part's send fetches
+    // it (from the other device) before sending it.
+    let other_at = elem(2 * per + 8);
+    other.begin(&heap, std::slice::from_ref(&chunks));
+    other.write(other_at, 55);
+    other.mark(&heap, &[other_at]);
+    other.end(&heap);
+    let _on = heap.twin_mode();
+    let (host_at, dev_at) = (elem(8), elem(16));
+    let host_chunk = host_at / CHUNK_BYTES;
+    let (drop_now, drop_when) = channel::<()>();
+    let (dropped, dropped_when) = channel::<()>();
+    let (ready, ready_when) = channel::<()>();
+    std::thread::scope(|s| {
+        let (heap, elem8) = (&heap, host_at);
+        s.spawn(move || {
+            let writes = std::iter::once(host_chunk..host_chunk + 1).collect();
+            let raw = heap.raw_image_touching(&[], writes).unwrap();
+            // SAFETY: an element of a live array, written by this thread
+            // only.
+            unsafe { (raw.base_ptr().add(elem8) as *mut u64).write_unaligned(33) };
+            ready.send(()).unwrap();
+            drop_when.recv().unwrap();
+            drop(raw);
+            dropped.send(()).unwrap();
+        });
+        // The image drops while the send fetches the other device's chunk.
+        *other.after_fetch.lock().unwrap() = Some(Box::new(move || {
+            drop_now.send(()).unwrap();
+            dropped_when.recv().unwrap();
+        }));
+        // The image is out and written before the send begins.
+        ready_when.recv().unwrap();
+        dev.begin(heap, std::slice::from_ref(&chunks));
+    });
+    assert!(
+        other.after_fetch.lock().unwrap().is_none(),
+        "the send fetched the other device's chunk"
+    );
+    assert_eq!(
+        dev.bytes.lock().unwrap()[host_at..host_at + 8],
+        33u64.to_le_bytes(),
+        "the part is sent the host's write"
+    );
+    dev.write(dev_at, 44);
+    dev.mark(&heap, &[dev_at]);
+    dev.end(&heap);
+    assert_eq!(heap.load64(host_at).unwrap(), 33, "the host's write kept");
+    assert_eq!(heap.load64(dev_at).unwrap(), 44);
+    assert_eq!(heap.load64(other_at).unwrap(), 55);
+}
+
 /// A device eden carved in twin mode (a split launch's GPU part) over
 /// memory that held objects before: the host's bytes of it in its two edge
 /// chunks — which it shares with what lies around it, and which are sent

@@ -47,7 +47,7 @@ pub(super) fn run(
             Some(t) if ck.quick => t.watch(),
             _ => Arc::default(),
         },
-        image: raw_image(env, &call)?,
+        image: raw_image(env, &call, &range)?,
     };
     let code = Code {
         meta: &ck.meta,
@@ -58,16 +58,19 @@ pub(super) fn run(
 
 /// The heap as compiled code sees it. A kernel that reaches
 /// nothing but its arrays of numbers (`crate::footprint`) fetches the
-/// arrays it reads or writes and marks only those it writes: the GPUs'
-/// next launches are not sent the rest of the heap or what it only read
-/// again (after each CPU part of a split launch, the whole heap was;
-/// later, every chunk of its arrays). One that also allocates, its arrays and
+/// chunks it reads or writes over `range` (of an array it reaches only at
+/// its workitems' own elements, those elements' chunks) and marks only
+/// those it writes: the GPUs' next launches are not sent the rest of the
+/// heap, what it only read, or the other parts' elements again (after
+/// each CPU part of a split launch, the whole heap was; later, every
+/// chunk of its arrays). One that also allocates, its arrays and
 /// everything above eden's top (where its objects will be): a CPU part of
 /// a split launch does not fetch what the GPUs' parts made before. Any
 /// other kernel, the whole heap.
 fn raw_image<'a>(
     env: &'a LaunchEnv,
     call: &KernelCall<'_>,
+    range: &Range<i64>,
 ) -> Result<offload_heap::RawImage<'a>, OffloadError> {
     let heap = &env.heap;
     if !heap.is_mirrored() {
@@ -83,15 +86,7 @@ fn raw_image<'a>(
             None => heap.raw_image()?,
         });
     }
-    // Over every element of an array it writes at its own elements, not
-    // only its range's: a CPU part of a split launch that fetched and
-    // marked only its range's chunks lost its writes to the chunk it
-    // shares with a GPU part (1 launch in 12 of the own-elements split
-    // test on four vGPUs, not understood yet); it still fetches and marks
-    // nothing of an array it does not touch, and marks nothing it only
-    // reads.
-    let every = 0..i64::from(i32::MAX);
-    let touched = crate::footprint::touched_over(call, &every, |r| {
+    let touched = crate::footprint::touched_over(call, range, |r| {
         crate::footprint::array_bytes(heap.header(r), r)
     })?;
     Ok(match touched {
