@@ -337,7 +337,13 @@ pub(super) fn update_object<F: Fn(u32) -> u32 + Sync + ?Sized>(
     let update = |cell: usize| {
         let v = cells[cell].load(Ordering::Relaxed);
         if v != 0 {
-            cells[cell].store(fwd(v), Ordering::Relaxed);
+            // A reference to what stays is not stored back: the line is
+            // not written (a collection that moves little wrote back
+            // every line holding a reference).
+            let to = fwd(v);
+            if to != v {
+                cells[cell].store(to, Ordering::Relaxed);
+            }
         }
     };
     if let Header::Array { elem, dims, len } = h

@@ -80,7 +80,8 @@ pub(super) struct Slide<'a> {
     /// A bit per live object start.
     pub(super) marks: &'a Bits,
     pub(super) fwd: &'a Forwarding,
-    /// The first bitmap word past the dense prefix (which stays).
+    /// The first bitmap word past the blocks whose objects stay where
+    /// they are (`Forwarding::stays_below`).
     pub(super) from_block: usize,
     /// The end of the live data after the slide (eden's new top), in words.
     pub(super) end: u64,
