@@ -24,7 +24,8 @@
 //!   a second bitmap has a bit for *every word* of every live object, and a
 //!   table holds, per 64 heap words, where the first live word among them
 //!   goes. An object's new address is that entry plus the live words before
-//!   it in its 64 — one popcount (the "Compressor" scheme).
+//!   it in its 64 — one popcount (the "Compressor" scheme), built on
+//!   every worker (`forward.rs`).
 //! * The slide copies runs of adjacent live objects with one `memmove`
 //!   each, in chunks that run on every worker in waves: a chunk waits only
 //!   for the earlier chunks whose live words lie where it copies to
@@ -54,13 +55,12 @@
 //! writing it — a safepoint (see the runtime's docs).
 
 mod bits;
+mod forward;
 mod mark;
 mod slide;
 
-use crate::alloc::aligned_pad;
 use crate::heap::{ClassShape, FRESH, Heap, HeapError, pack_top};
 use crate::layout::HEAP_START_WORDS;
-use crate::pages::page_up;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -159,133 +159,6 @@ impl std::fmt::Display for GcStats {
     }
 }
 
-/// A live object before which the slide may pad: a colour gap, an
-/// object whose page tag differs from the one before (a turn), or both.
-struct Point {
-    at: u32,
-    gap: bool,
-    turn: bool,
-}
-
-/// The colour gaps and turns (both in address order) merged, in address
-/// order.
-fn merge_points<'a>(gaps: &'a [u32], turns: &'a [u32]) -> impl Iterator<Item = Point> + 'a {
-    let (mut g, mut t) = (gaps.iter().peekable(), turns.iter().peekable());
-    std::iter::from_fn(move || {
-        let at = match (g.peek(), t.peek()) {
-            (Some(&&a), Some(&&b)) => a.min(b),
-            (Some(&&a), None) => a,
-            (None, Some(&&b)) => b,
-            (None, None) => return None,
-        };
-        let gap = g.next_if(|&&a| a == at).is_some();
-        let turn = t.next_if(|&&b| b == at).is_some();
-        Some(Point { at, gap, turn })
-    })
-}
-
-/// Where live objects go: per 64 heap words, which of them are live and
-/// the new address of the first live one (colour gaps' padding included:
-/// see `Heap::collect`).
-struct Forwarding {
-    blocks: Vec<Block>,
-    /// The padded objects, in address order, with their padding: an object
-    /// at or after one in the same 64 words goes that much further.
-    pads: Vec<(u32, u32)>,
-    /// Every live word below this one stays where it is
-    /// ([`Forwarding::stays_below`]; 0 until it is known).
-    still: u32,
-}
-
-/// 64 heap words: a bit per live word, and the new address of the first;
-/// side by side, so that finding a new address reads one cache line.
-#[derive(Clone, Copy)]
-struct Block {
-    live: u64,
-    base: u32,
-    /// Some object among them has padding before it (a colour gap or a
-    /// turn, `Point`).
-    padded: bool,
-}
-
-impl Forwarding {
-    /// The live bits of block `w`.
-    #[inline(always)]
-    fn word(&self, w: usize) -> u64 {
-        self.blocks[w].live
-    }
-
-    /// The new address of block `w`'s first live word (the end of the live
-    /// data for the block past the last).
-    fn base(&self, w: usize, end: u64) -> u64 {
-        self.blocks.get(w).map_or(end, |b| u64::from(b.base))
-    }
-
-    /// The number of blocks.
-    fn len(&self) -> usize {
-        self.blocks.len()
-    }
-
-    /// The new address of the live word at `r`.
-    #[inline(always)]
-    fn of(&self, r: u32) -> u32 {
-        if r < self.still {
-            return r;
-        }
-        let b = self.blocks[(r >> 6) as usize];
-        let to = b.base + (b.live & ((1u64 << (r & 63)) - 1)).count_ones();
-        if !b.padded {
-            return to;
-        }
-        to + self.padding_before(r)
-    }
-
-    /// The first heap word from which live words may move: every live word
-    /// below it stays where it is (its new address is its own). A block
-    /// without padding stays when its live words are one run that starts
-    /// at its new base; one with padding, when each object that starts in
-    /// it stays (an object's words move with its first).
-    fn stays_below(&self, marks: &bits::Bits) -> u32 {
-        for (w, b) in self.blocks.iter().enumerate() {
-            let at = (w as u32) << 6;
-            if b.live == 0 {
-                continue;
-            }
-            if b.padded {
-                if let Some(r) = marks.ones(w, w + 1).find(|&r| self.of(r) != r) {
-                    return r;
-                }
-                continue;
-            }
-            let first = b.live.trailing_zeros();
-            if b.base != at + first {
-                return at + first;
-            }
-            // The first run of live words stays; a word after a gap in it
-            // would move down.
-            let run = (!(b.live >> first)).trailing_zeros();
-            if first + run < 64 && b.live >> (first + run) != 0 {
-                return at + first + run;
-            }
-        }
-        // Every live word stays: the end of the last block.
-        u32::try_from(self.blocks.len() << 6).unwrap_or(u32::MAX)
-    }
-
-    /// The padding inside `r`'s block of 64 words below `r` (a block with
-    /// padding is rare: a page's worth of objects or more per turn).
-    #[cold]
-    #[inline(never)]
-    fn padding_before(&self, r: u32) -> u32 {
-        let first = self.pads.partition_point(|&(at, _)| at >> 6 < r >> 6);
-        self.pads[first..]
-            .iter()
-            .take_while(|&&(at, _)| at <= r)
-            .map(|&(_, words)| words)
-            .sum::<u32>()
-    }
-}
-
 impl Heap {
     /// Collect the heap: keep what `roots` reach (and what that reaches),
     /// free the rest, and slide the survivors down so that eden's top is
@@ -332,62 +205,16 @@ impl Heap {
         st.live_objects = counted.objects - counted.gaps.len() as u64;
         st.live_arrays = counted.arrays;
         // The new address of each block of 64 words.
-        let mut blocks = Vec::with_capacity(live.len());
-        let mut next = HEAP_START_WORDS;
-        let mut pads = Vec::with_capacity(counted.gaps.len() + counted.turns.len());
-        let mut points = merge_points(&counted.gaps, &counted.turns).peekable();
-        for w in 0..live.len() {
-            let word = live.word(w);
-            blocks.push(Block {
-                live: word,
-                base: next,
-                padded: false,
-            });
-            while let Some(p) = points.next_if(|p| (p.at >> 6) as usize == w) {
-                let to = next + (word & ((1u64 << (p.at & 63)) - 1)).count_ones();
-                // An object whose page tag differs from the one before
-                // starts a page of its own (`crate::pages`): the one before
-                // ended below this object's page (a page an object runs
-                // into has that object's tag), so this fits below it.
-                let mut pad = if p.turn {
-                    page_up(u64::from(to)) as u32 - to
-                } else {
-                    0
-                };
-                // A colour gap (nothing else starts after it in its 64: a
-                // gap is 2,048 words) gets padding before it, so that the
-                // large array after it keeps its elements on a cache line
-                // (`Allocator::alloc_host`); the padding comes out of the
-                // space freed below it, so nothing moves up.
-                if p.gap {
-                    let line = aligned_pad(to + pad + mark::GAP_WORDS);
-                    if to + pad + line <= p.at {
-                        pad += line;
-                    }
-                }
-                debug_assert!(to + pad <= p.at);
-                if pad > 0 {
-                    pads.push((p.at, pad));
-                }
-                next += pad;
-            }
-            next += word.count_ones();
-        }
-        let padding: u64 = pads.iter().map(|&(_, words)| u64::from(words)).sum();
+        let mut fwd =
+            forward::Forwarding::build(&live, forward::merge_points(&counted.gaps, &counted.turns));
+        let next = fwd.end;
+        let padding: u64 = fwd.padding();
         st.padding = (padding + counted.gaps.len() as u64 * u64::from(mark::GAP_WORDS)) * 8;
         debug_assert_eq!(
             u64::from(next),
             u64::from(HEAP_START_WORDS) + counted.words + padding
         );
-        for &(at, _) in &pads {
-            blocks[(at >> 6) as usize].padded = true;
-        }
         drop(live);
-        let mut fwd = Forwarding {
-            blocks,
-            pads,
-            still: 0,
-        };
 
         // What stays where it is: every live word below `still` (the
         // objects before the first one that moves). References to it are
@@ -458,114 +285,5 @@ impl Heap {
         st.after = u64::from(next) * 8;
         st.compact = t_mark.elapsed();
         Ok(st)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Block, Forwarding, bits::Bits};
-    use crate::layout::HEAP_START_WORDS;
-
-    /// The forwarding of live words `live` (and object starts `starts`)
-    /// with padding `pads` (object, words) — as `Heap::collect` builds it.
-    fn forwarding(live: &[u64], pads: &[(u32, u32)]) -> Forwarding {
-        let mut next = HEAP_START_WORDS;
-        let mut blocks = Vec::new();
-        for (w, &word) in live.iter().enumerate() {
-            blocks.push(Block {
-                live: word,
-                base: next,
-                padded: pads.iter().any(|&(at, _)| (at >> 6) as usize == w),
-            });
-            next += word.count_ones();
-            next += pads
-                .iter()
-                .filter(|&&(at, _)| (at >> 6) as usize == w)
-                .map(|&(_, p)| p)
-                .sum::<u32>();
-        }
-        Forwarding {
-            blocks,
-            pads: pads.to_vec(),
-            still: 0,
-        }
-    }
-
-    /// Bits for every live word in `live` that starts a run (one object
-    /// per run of live words).
-    fn starts(live: &[u64]) -> Bits {
-        let bits = Bits::new(live.len() as u64 * 64);
-        for (w, &word) in live.iter().enumerate() {
-            let before = if w == 0 { 0 } else { live[w - 1] >> 63 };
-            let s = word & !(word << 1 | before);
-            if s != 0 {
-                bits.or_word(w, s);
-            }
-        }
-        bits
-    }
-
-    fn live_words(live: &[u64]) -> impl Iterator<Item = u32> + '_ {
-        (0..live.len() as u32 * 64).filter(|&r| live[(r >> 6) as usize] >> (r & 63) & 1 != 0)
-    }
-
-    /// Every live word below `still` keeps its address, and the first live
-    /// word from it on (if any) moves: what stays is found exactly.
-    #[test]
-    fn what_stays_is_every_live_word_before_the_first_that_moves() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for case in 0..2000 {
-            let n = 1 + (next() % 6) as usize;
-            let mut live: Vec<u64> = (0..n)
-                .map(|_| match next() % 4 {
-                    0 => u64::MAX,
-                    1 => 0,
-                    2 => u64::MAX << (next() % 64),
-                    _ => next(),
-                })
-                .collect();
-            // The heap's first words are its own, never an object's.
-            live[0] &= !0b11;
-            if case % 3 == 0 {
-                // Dense from the start for a while.
-                live[0] |= !0b11;
-            }
-            let fwd = forwarding(&live, &[]);
-            let still = fwd.stays_below(&starts(&live));
-            for r in live_words(&live) {
-                if r < still {
-                    assert_eq!(fwd.of(r), r, "case {case}: word {r} below {still} moves");
-                }
-            }
-            if let Some(r) = live_words(&live).find(|&r| r >= still) {
-                assert_ne!(
-                    fwd.of(r),
-                    r,
-                    "case {case}: word {r}, the first from {still}, stays"
-                );
-            }
-        }
-    }
-
-    /// Padding that fills the gap before an object exactly (a turn to a
-    /// new page after a filler) keeps it, and what follows, in place.
-    #[test]
-    fn padding_that_fills_a_gap_keeps_what_follows_in_place() {
-        // Words 2..40 live, 40..64 dead, 64..128 live: the object at 64
-        // padded by the 24 words of the gap.
-        let live = [!0u64 >> 24 & !0b11, u64::MAX];
-        let fwd = forwarding(&live, &[(64, 24)]);
-        let marks = starts(&live);
-        assert_eq!(fwd.of(64), 64);
-        assert_eq!(fwd.stays_below(&marks), 128);
-        // Padded by less: the object moves down.
-        let fwd = forwarding(&live, &[(64, 8)]);
-        assert_eq!(fwd.stays_below(&marks), 64);
     }
 }

@@ -37,8 +37,8 @@
 //! before anything moves because the forwarding table already says where
 //! every live word goes.
 
-use super::Forwarding;
 use super::bits::Bits;
+use super::forward::Forwarding;
 use super::mark::{header, update_object};
 use crate::heap::ClassShape;
 use crate::layout::Header;
