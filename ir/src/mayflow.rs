@@ -57,13 +57,7 @@ pub(crate) fn run<T: Bits, E>(
     let f = v.func(func);
     let types = v.types(func);
     let n = f.body.len();
-    let depth = |b: usize| {
-        types
-            .frames
-            .get(b)
-            .and_then(Option::as_ref)
-            .map(|fr| fr.stack.len())
-    };
+    let depth = |b: usize| types.stack_depth(b);
     if n == 0 {
         return Ok(());
     }

@@ -152,13 +152,7 @@ pub fn ref_facts(v: &Verified, func: FuncId) -> Vec<Option<RefState>> {
     if n == 0 {
         return at;
     }
-    let depth = |b: usize| {
-        types
-            .frames
-            .get(b)
-            .and_then(Option::as_ref)
-            .map(|fr| fr.stack.len())
-    };
+    let depth = |b: usize| types.stack_depth(b);
     at[0] = Some(RefState {
         non_null: FixedBitSet::with_capacity(nl),
         fresh: FixedBitSet::with_capacity(nl),

@@ -104,6 +104,17 @@ pub struct FuncTypes {
     pub max_stack: usize,
 }
 
+impl FuncTypes {
+    /// The operand stack's depth on entry to bytecode index `bci`; `None`
+    /// where it is unreachable (or past the end).
+    pub fn stack_depth(&self, bci: usize) -> Option<usize> {
+        self.frames
+            .get(bci)
+            .and_then(Option::as_ref)
+            .map(|fr| fr.stack.len())
+    }
+}
+
 /// A module that passed the verifier, with the inferred types.
 #[derive(Clone, Debug)]
 pub struct Verified {
