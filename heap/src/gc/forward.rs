@@ -319,6 +319,17 @@ mod tests {
         bits
     }
 
+    /// A xorshift generator from `seed` (the cases are the same every
+    /// run).
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
     fn live_words(live: &[u64]) -> impl Iterator<Item = u32> + '_ {
         (0..live.len() as u32 * 64).filter(|&r| live[(r >> 6) as usize] >> (r & 63) & 1 != 0)
     }
@@ -327,13 +338,7 @@ mod tests {
     /// word from it on (if any) moves: what stays is found exactly.
     #[test]
     fn what_stays_is_every_live_word_before_the_first_that_moves() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         for case in 0..2000 {
             let n = 1 + (next() % 6) as usize;
             let mut live: Vec<u64> = (0..n)
@@ -417,13 +422,7 @@ mod tests {
     /// to a page) and colour gaps anywhere among them.
     #[test]
     fn the_parallel_build_is_the_sequential_one() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let mut pads_seen = 0;
         for case in 0..40 {
             // Up to three pieces and a bit.
@@ -442,7 +441,7 @@ mod tests {
             let mut points: Vec<Point> = Vec::new();
             for _ in 0..(next() % 200) {
                 let at = (next() % u64::from(words)) as u32;
-                let (turn, at) = if next() % 2 == 0 {
+                let (turn, at) = if next().is_multiple_of(2) {
                     (true, at & !(offload_abi::pages::PAGE_WORDS - 1))
                 } else {
                     (false, at)
