@@ -82,8 +82,8 @@ impl Forwarding {
 
     /// The new address of block `w`'s first live word (the end of the live
     /// data for the block past the last).
-    pub(super) fn base(&self, w: usize, end: u64) -> u64 {
-        self.blocks.get(w).map_or(end, |b| u64::from(b.base))
+    pub(super) fn base(&self, w: usize) -> u64 {
+        u64::from(self.blocks.get(w).map_or(self.end, |b| b.base))
     }
 
     /// The number of blocks.

@@ -208,7 +208,7 @@ impl Heap {
         let mut fwd =
             forward::Forwarding::build(&live, forward::merge_points(&counted.gaps, &counted.turns));
         let next = fwd.end;
-        let padding: u64 = fwd.padding();
+        let padding = fwd.padding();
         st.padding = (padding + counted.gaps.len() as u64 * u64::from(mark::GAP_WORDS)) * 8;
         debug_assert_eq!(
             u64::from(next),
@@ -251,7 +251,6 @@ impl Heap {
             marks: &marks,
             fwd: &fwd,
             from_block: prefix,
-            end: u64::from(next),
         };
         // SAFETY: the caller has the heap to itself; the roots and the
         // dense prefix hold new addresses, nothing past it does yet.

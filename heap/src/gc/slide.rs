@@ -83,8 +83,6 @@ pub(super) struct Slide<'a> {
     /// The first bitmap word past the blocks whose objects stay where
     /// they are (`Forwarding::stays_below`).
     pub(super) from_block: usize,
-    /// The end of the live data after the slide (eden's new top), in words.
-    pub(super) end: u64,
 }
 
 impl Slide<'_> {
@@ -149,8 +147,8 @@ impl Slide<'_> {
                 w += 1;
             }
             let Some(lo) = lo else { break };
-            let dest = self.fwd.base(start, self.end);
-            let dest_end = self.fwd.base(w, self.end);
+            let dest = self.fwd.base(start);
+            let dest_end = self.fwd.base(w);
             // The earlier chunks with live words in this one's destination
             // (their `hi` grows with their index).
             let wave = chunks
