@@ -16,10 +16,12 @@
 //! back-to-back launches find them awake, and the caller spins for the
 //! others at the end before it parks (OpenMP runtimes do the same).
 //!
-//! One dispatch at a time: [`Gang::run`] answers [`Busy`] while another
-//! thread's dispatch is in flight (the caller then uses a thread pool,
-//! which shares its workers between launches), so that a launch never
-//! waits on another.
+//! One dispatch at a time holds the team: [`Gang::run`] answers [`Busy`]
+//! while another thread's dispatch is in flight, so that a launch never
+//! waits on another. A draining one may then run beside it
+//! ([`Gang::run_beside`], `beside.rs`): its slot 0 on its own thread, its
+//! other slots on helpers as they come free; one more at once is [`Busy`]
+//! too (the caller then uses a thread pool).
 //!
 //! The protocol (model-checked under loom, `gang/tests/loom.rs`): the caller
 //! stores the job, sets `pending` to the helpers' count and bumps
@@ -34,6 +36,7 @@
 //! slot's claimed generation and succeeds only if it was lower: a helper
 //! runs only the newest dispatch, and only while it is in flight.
 
+mod beside;
 pub mod kept;
 mod placement;
 mod sync;
@@ -107,6 +110,11 @@ struct Shared {
     caller_cpu: AtomicUsize,
     /// The first panic of a helper's slot in the current dispatch.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// The dispatch beside the team's that is open now, if any.
+    side: Mutex<Option<Arc<beside::Side>>>,
+    /// Bumped when a dispatch beside opens: a helper that has not looked
+    /// at the newest one wakes to take a slot of it.
+    sides: AtomicU64,
     stop: AtomicBool,
     spin: Duration,
 }
@@ -117,14 +125,14 @@ mod job {
 
     /// A job that [`super::Gang::run`] keeps alive while helpers call it.
     #[derive(Clone, Copy)]
-    pub(super) struct JobRef(*const Job<'static>);
+    pub(crate) struct JobRef(*const Job<'static>);
 
     // SAFETY: the job is `Sync`, so calls from several threads at once are
     // sound; `JobRef::call`'s contract keeps the pointee alive.
     unsafe impl Send for JobRef {}
 
     impl JobRef {
-        pub(super) fn new(job: &Job<'_>) -> JobRef {
+        pub(crate) fn new(job: &Job<'_>) -> JobRef {
             let p: *const Job<'_> = job;
             // SAFETY: only the trait object's lifetime bound changes (the
             // two pointers have the same layout); `call`'s contract says
@@ -139,8 +147,9 @@ mod job {
         /// The job this was made from is alive: the dispatch that stored
         /// it has not returned. [`super::Gang::run`] returns only after
         /// every helper decremented `pending`, which each does after its
-        /// last call.
-        pub(super) unsafe fn call(self, slot: usize) {
+        /// last call; [`super::Gang::run_beside`] only after every helper
+        /// that took a slot returned from it.
+        pub(crate) unsafe fn call(self, slot: usize) {
             // SAFETY: the caller guarantees the pointee is alive; it is
             // `Sync`, so a shared call is sound.
             unsafe { (*self.0)(slot) }
@@ -170,6 +179,8 @@ impl Gang {
             parked: AtomicUsize::new(0),
             caller_cpu: AtomicUsize::new(usize::MAX),
             panic: Mutex::new(None),
+            side: Mutex::new(None),
+            sides: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             spin,
         });
@@ -210,6 +221,44 @@ impl Gang {
     /// slot 0 always runs.
     pub fn run_draining(&self, job: &Job<'_>) -> Result<(), Busy> {
         self.dispatch(job, true)
+    }
+
+    /// For a draining job (as [`Gang::run_draining`]) while the team runs
+    /// another thread's dispatch: calls `job(0)` on this thread at once and
+    /// offers slots `1..workers` to the helpers, each taken by at most one
+    /// as it comes free of the team's dispatch (or is idle); returns once
+    /// slot 0 and every slot a helper took have returned. Slots no helper
+    /// took by then are not run. A panic in any slot is raised here.
+    /// [`Busy`] (and nothing run) while another dispatch beside is open,
+    /// or when the team has no helpers.
+    pub fn run_beside(&self, job: &Job<'_>) -> Result<(), Busy> {
+        let shared = &*self.shared;
+        if self.helpers.is_empty() {
+            return Err(Busy);
+        }
+        let side = Arc::new(beside::Side::new(job::JobRef::new(job), self.workers()));
+        {
+            let mut open = lock(&shared.side);
+            if open.is_some() {
+                return Err(Busy);
+            }
+            *open = Some(Arc::clone(&side));
+        }
+        shared.sides.fetch_add(1, Ordering::Release);
+        for h in &self.helpers {
+            // A running helper keeps the token: its next park returns.
+            h.thread().unpark();
+        }
+        let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
+        *lock(&shared.side) = None;
+        let theirs = side.close();
+        if let Err(p) = mine {
+            resume_unwind(p);
+        }
+        if let Some(p) = theirs {
+            resume_unwind(p);
+        }
+        Ok(())
     }
 
     fn dispatch(&self, job: &Job<'_>, draining: bool) -> Result<(), Busy> {
@@ -291,17 +340,28 @@ impl Drop for Gang {
     }
 }
 
-/// A helper: waits for each dispatch, runs its slot, reports.
+/// A helper: waits for each dispatch, runs its slot, reports; between
+/// them, takes a slot of a dispatch beside the team's.
 fn helper(shared: &Shared, slot: usize) {
-    let mut seen = 0;
+    let (mut seen, mut looked) = (0, 0);
     loop {
         let fresh = || shared.generation.load(Ordering::Acquire) != seen;
-        if !sync::spin_until(shared.spin, fresh) {
+        let wake = || fresh() || shared.sides.load(Ordering::Acquire) != looked;
+        if !sync::spin_until(shared.spin, wake) {
             shared.parked.fetch_add(1, Ordering::Relaxed);
-            while !fresh() {
+            while !wake() {
                 thread::park();
             }
             shared.parked.fetch_sub(1, Ordering::Relaxed);
+        }
+        if !fresh() {
+            // A dispatch beside opened (the team's own comes first).
+            looked = shared.sides.load(Ordering::Acquire);
+            let side = lock(&shared.side).clone();
+            if let Some(side) = side {
+                side.help();
+            }
+            continue;
         }
         seen = shared.generation.load(Ordering::Acquire);
         if shared.stop.load(Ordering::Acquire) {

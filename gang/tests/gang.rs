@@ -225,3 +225,115 @@ fn back_to_back_draining_dispatches_never_hang_nor_run_a_slot_twice() {
         Err(_) => panic!("{ROUNDS} draining dispatches did not finish in 120 s: a lost wake-up"),
     }
 }
+
+#[test]
+fn a_dispatch_beside_the_teams_gets_a_helper_once_it_is_free() {
+    // The team's dispatch holds slot 0 until the side's slot 1 has run:
+    // only a helper done with the team's slot 1 can run it.
+    let g = Arc::new(gang(2));
+    let inside = Arc::new(Barrier::new(2));
+    let side_ran_on = Arc::new(Mutex::new(None::<String>));
+    let t = {
+        let (g, inside, ran) = (
+            Arc::clone(&g),
+            Arc::clone(&inside),
+            Arc::clone(&side_ran_on),
+        );
+        std::thread::spawn(move || {
+            g.run_draining(&|slot| {
+                if slot == 0 {
+                    inside.wait();
+                    let t = std::time::Instant::now();
+                    while ran.lock().unwrap().is_none() && t.elapsed() < Duration::from_secs(10) {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+            })
+        })
+    };
+    inside.wait();
+    // The team is busy: a second team dispatch is refused, one beside runs.
+    assert_eq!(g.run_draining(&|_| panic!("must not run")), Err(Busy));
+    let slots = Mutex::new(Vec::new());
+    g.run_beside(&|slot| {
+        slots.lock().unwrap().push(slot);
+        if slot == 0 {
+            // Slot 0 waits (as a long launch would) until a helper joined.
+            let t = std::time::Instant::now();
+            while side_ran_on.lock().unwrap().is_none() && t.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        } else {
+            let name = std::thread::current().name().map(str::to_owned);
+            *side_ran_on.lock().unwrap() = name;
+        }
+    })
+    .unwrap();
+    assert_eq!(t.join().unwrap(), Ok(()));
+    let mut slots = slots.into_inner().unwrap();
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1]);
+    assert_eq!(side_ran_on.lock().unwrap().as_deref(), Some("test-slot-1"));
+    // The team takes dispatches again.
+    assert_eq!(g.run(&|_| {}), Ok(()));
+}
+
+#[test]
+fn one_dispatch_beside_at_a_time_and_none_without_helpers() {
+    assert_eq!(gang(1).run_beside(&|_| panic!("must not run")), Err(Busy));
+    let g = Arc::new(gang(3));
+    let inside = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let t = {
+        let (g, inside, release) = (Arc::clone(&g), Arc::clone(&inside), Arc::clone(&release));
+        std::thread::spawn(move || {
+            g.run_beside(&|slot| {
+                if slot == 0 {
+                    inside.wait();
+                    release.wait();
+                }
+            })
+        })
+    };
+    inside.wait();
+    assert_eq!(g.run_beside(&|_| panic!("must not run")), Err(Busy));
+    release.wait();
+    assert_eq!(t.join().unwrap(), Ok(()));
+    // Slots 1 and 2 ran at most once each; a later one beside runs again.
+    let runs: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+    for round in 1..=200 {
+        g.run_beside(&|slot| {
+            runs[slot].fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!(runs[0].load(Ordering::Relaxed), round);
+    }
+    assert!(runs[1..].iter().all(|r| r.load(Ordering::Relaxed) <= 200));
+}
+
+#[test]
+fn a_panic_in_a_helpers_slot_beside_reaches_its_dispatcher() {
+    let g = gang(2);
+    for _ in 0..20 {
+        let helper_ran = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            g.run_beside(&|slot| {
+                if slot == 0 {
+                    // Wait for the (spinning) helper to take slot 1.
+                    let t = std::time::Instant::now();
+                    while helper_ran.load(Ordering::Relaxed) == 0
+                        && t.elapsed() < Duration::from_secs(5)
+                    {
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    helper_ran.store(1, Ordering::Relaxed);
+                    panic!("side slot");
+                }
+            })
+        }));
+        assert_eq!(r.is_err(), helper_ran.load(Ordering::Relaxed) == 1);
+        // The gang still works.
+        assert_eq!(g.run(&|_| {}), Ok(()));
+    }
+}

@@ -124,3 +124,83 @@ fn an_overtaken_helper_never_claims_a_later_dispatch() {
         drop(g);
     });
 }
+
+/// Two dispatches beside the team's in a row (the helper idle): slot 0
+/// always runs, the helper takes the other slot of each at most once, and
+/// what it wrote is visible once `run_beside` returns (loom reports a
+/// data race otherwise); then a team dispatch still reaches the helper.
+/// Explored up to two preemptions (unbounded, it runs past ten minutes).
+#[test]
+fn a_dispatch_beside_runs_each_slot_at_most_once_and_joins_them() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let g = Gang::with_spin(2, |i| format!("h{i}"), Duration::ZERO).unwrap();
+        let cells = Cells([UnsafeCell::new(0u32), UnsafeCell::new(0u32)]);
+        let mut helper_ran = 0;
+        for round in 1..=2u32 {
+            g.run_beside(&|slot| {
+                // SAFETY: as in the first model.
+                cells.cell(slot).with_mut(|p| unsafe { *p += 1 });
+            })
+            .unwrap();
+            // SAFETY: no slot runs between dispatches.
+            assert_eq!(cells.cell(0).with(|p| unsafe { *p }), round);
+            // SAFETY: as above.
+            let now = cells.cell(1).with(|p| unsafe { *p });
+            assert!(now <= helper_ran + 1);
+            helper_ran = now;
+        }
+        g.run(&|slot| {
+            // SAFETY: as above.
+            cells.cell(slot).with_mut(|p| unsafe { *p += 1 });
+        })
+        .unwrap();
+        // SAFETY: as above.
+        assert_eq!(cells.cell(1).with(|p| unsafe { *p }), helper_ran + 1);
+        drop(g);
+    });
+}
+
+/// A dispatch beside one the team runs (on another thread): the helper
+/// runs its team slot or not (draining), takes the side's slot or not,
+/// and neither dispatcher returns before what the helper did for it.
+/// Three threads and two dispatches: explored up to two preemptions
+/// (unbounded, the model runs for tens of minutes).
+#[test]
+fn a_dispatch_beside_the_teams_shares_the_helper() {
+    use loom::sync::Arc;
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let g = Arc::new(Gang::with_spin(2, |i| format!("h{i}"), Duration::ZERO).unwrap());
+        let team = Arc::new(Cells([UnsafeCell::new(0u32), UnsafeCell::new(0u32)]));
+        let t = {
+            let (g, team) = (Arc::clone(&g), Arc::clone(&team));
+            loom::thread::spawn(move || {
+                let r = g.run_draining(&|slot| {
+                    // SAFETY: as in the first model.
+                    team.cell(slot).with_mut(|p| unsafe { *p += 1 });
+                });
+                if r.is_ok() {
+                    // SAFETY: no slot of this dispatch runs after it returns.
+                    assert_eq!(team.cell(0).with(|p| unsafe { *p }), 1);
+                    // SAFETY: as above.
+                    assert!(team.cell(1).with(|p| unsafe { *p }) <= 1);
+                }
+            })
+        };
+        let side = Cells([UnsafeCell::new(0u32), UnsafeCell::new(0u32)]);
+        let r = g.run_beside(&|slot| {
+            // SAFETY: each slot writes only its own cell.
+            side.cell(slot).with_mut(|p| unsafe { *p += 1 });
+        });
+        assert!(r.is_ok());
+        // SAFETY: no slot of the side runs after `run_beside` returns.
+        assert_eq!(side.cell(0).with(|p| unsafe { *p }), 1);
+        // SAFETY: as above.
+        assert!(side.cell(1).with(|p| unsafe { *p }) <= 1);
+        t.join().unwrap();
+        drop(g);
+    });
+}

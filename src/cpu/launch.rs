@@ -270,11 +270,13 @@ impl Compiled for CpuLaunch<'_> {
             *outs[slot].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         };
         // The launch team runs the slots, the caller taking slot 0; while
-        // another thread's launch has it, the thread pool does. The slots
-        // drain the parts together: slot 0 returns when every part is spent
-        // (or the launch is cut short), and a slot that has not started by
+        // another thread's launch has it, this one runs beside it (slot 0
+        // here, the others on the team's helpers as they come free), and
+        // with a third at once, the thread pool runs it. The slots drain
+        // the parts together: slot 0 returns when every part is spent (or
+        // the launch is cut short), and a slot that has not started by
         // then has nothing to do.
-        if env.gang.run_draining(&slot_body).is_err() {
+        if env.gang.run_draining(&slot_body).is_err() && env.gang.run_beside(&slot_body).is_err() {
             env.pool.scope(|s| {
                 for slot in 0..workers {
                     let slot_body = &slot_body;
