@@ -61,13 +61,13 @@ impl Side {
         }
     }
 
-    /// Run one slot nobody has taken, on this thread; false (and nothing
-    /// run) when none is left or the side is closed.
-    pub(crate) fn help(&self) -> bool {
+    /// Run one slot nobody has taken, on this thread; nothing when none
+    /// is left or the side is closed.
+    pub(crate) fn help(&self) {
         let (job, slot) = {
             let mut st = lock(&self.state);
             if st.closed || st.next >= st.slots {
-                return false;
+                return;
             }
             st.next += 1;
             st.running += 1;
@@ -85,7 +85,6 @@ impl Side {
         if st.running == 0 && st.closed {
             self.ended.notify_all();
         }
-        true
     }
 
     /// Let no more slots start, wait for those running, and give the

@@ -251,13 +251,7 @@ impl Gang {
         }
         let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
         *lock(&shared.side) = None;
-        let theirs = side.close();
-        if let Err(p) = mine {
-            resume_unwind(p);
-        }
-        if let Some(p) = theirs {
-            resume_unwind(p);
-        }
+        raise(mine, side.close());
         Ok(())
     }
 
@@ -317,13 +311,7 @@ impl Gang {
             // of a later `park` of the caller's; loom's `join` does not).
             *lock(&shared.waiter) = None;
         }
-        let theirs = lock(&shared.panic).take();
-        if let Err(p) = mine {
-            resume_unwind(p);
-        }
-        if let Some(p) = theirs {
-            resume_unwind(p);
-        }
+        raise(mine, lock(&shared.panic).take());
         Ok(())
     }
 }
@@ -393,6 +381,17 @@ fn helper(shared: &Shared, slot: usize) {
         {
             t.unpark();
         }
+    }
+}
+
+/// Raise the dispatcher's own panic (`mine`), else the first of a
+/// helper's slots (`theirs`).
+fn raise(mine: std::thread::Result<()>, theirs: Option<Box<dyn Any + Send>>) {
+    if let Err(p) = mine {
+        resume_unwind(p);
+    }
+    if let Some(p) = theirs {
+        resume_unwind(p);
     }
 }
 
